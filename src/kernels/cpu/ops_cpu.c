@@ -1,0 +1,198 @@
+/*
+ * ops_cpu.c — the CPU backend's gt_ops table, its memory functions (host memory, 64-byte aligned),
+ * and the fp32 vector utilities of the optimizer step: sum of squares, scale, AdamW, and the
+ * master <-> working copies (both fp32 here, so plain copies).
+ *
+ * The math of the layers lives in cpu_matmul.c, cpu_norm_rope.c, cpu_attention.c and cpu_pointwise.c.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+
+void *gt_cpu_xmalloc(size_t bytes, const char *file, int line) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "gtrain cpu kernels: %s:%d: out of memory allocating %zu bytes\n", file, line,
+                bytes);
+        abort();
+    }
+    return p;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+/* The trainer allocates and frees the same activation sizes every micro-batch. Handing large
+ * freed blocks straight back to the system (glibc unmaps anything over its mmap threshold) would
+ * make every step pay page faults on fresh memory, so freed blocks wait in a small cache for the
+ * next request of exactly the same size. The trainer's byte accounting (memtrack) counts what is
+ * requested; the cache only keeps the process from re-faulting it. Single-threaded by contract:
+ * the core allocates from one thread. */
+enum { CPU_CACHE_ENTRIES = 256 };
+#define CPU_CACHE_MAX_BYTES ((size_t)2 << 30)
+
+typedef struct cached_block {
+    void *ptr;
+    size_t bytes;   /* rounded size */
+    int in_use;
+} cached_block;
+
+static cached_block cache[CPU_CACHE_ENTRIES];
+static size_t cache_idle_bytes;
+
+static void *cpu_alloc(size_t bytes) {
+    /* aligned_alloc wants a size that is a multiple of the alignment */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    int empty = -1;
+    for (int i = 0; i < CPU_CACHE_ENTRIES; i++) {
+        if (cache[i].ptr && !cache[i].in_use && cache[i].bytes == rounded) {
+            cache[i].in_use = 1;
+            cache_idle_bytes -= rounded;
+            return cache[i].ptr;
+        }
+        if (!cache[i].ptr && empty < 0) empty = i;
+    }
+    void *p = aligned_alloc(64, rounded);
+    GT_CPU_CHECK(p != NULL, "out of memory allocating %zu bytes", bytes);
+    if (empty >= 0) cache[empty] = (cached_block){p, rounded, 1};
+    return p;
+}
+
+static void cpu_free(void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < CPU_CACHE_ENTRIES; i++) {
+        if (cache[i].ptr != ptr) continue;
+        GT_CPU_CHECK(cache[i].in_use, "double free of %p", ptr);
+        if (cache_idle_bytes + cache[i].bytes <= CPU_CACHE_MAX_BYTES) {
+            cache[i].in_use = 0;
+            cache_idle_bytes += cache[i].bytes;
+        } else {
+            free(ptr);
+            cache[i] = (cached_block){0};
+        }
+        return;
+    }
+    free(ptr); /* allocated while the table was full */
+}
+
+static void cpu_zero(void *ptr, size_t bytes) {
+    if (bytes) memset(ptr, 0, bytes);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_synchronize(void) {}
+
+/* ---------------------------------------------------------------- vector utilities */
+
+/* Fixed-size chunks, so the summation tree is a function of n alone, never of the thread count:
+ * each chunk is summed in order in double, then the chunk sums are added in order. */
+#define SUMSQ_CHUNK 8192
+
+static double cpu_sumsq(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double *partial = GT_CPU_MALLOC(nchunks * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t lo = c * SUMSQ_CHUNK, hi = lo + SUMSQ_CHUNK < n ? lo + SUMSQ_CHUNK : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+        partial[c] = s;
+    }
+    double total = 0.0;
+    for (size_t c = 0; c < nchunks; c++) total += partial[c];
+    free(partial);
+    return total;
+}
+
+static void cpu_scale(float *x, size_t n, float s) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* torch.optim.AdamW, single-tensor path (torch/optim/adamw.py, _single_tensor_adamw), step by step:
+ *   param.mul_(1 - lr*wd)
+ *   exp_avg.lerp_(grad, 1 - beta1)              -> m + (1-b1)*(g - m)   (torch's lerp for weight < 0.5)
+ *   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2)
+ *   step_size = lr / (1 - beta1^t) ; bc2_sqrt = sqrt(1 - beta2^t)      (python doubles)
+ *   denom = exp_avg_sq.sqrt() / bc2_sqrt + eps
+ *   param.addcdiv_(exp_avg, denom, value=-step_size)
+ * Scalars are formed in double as python does and rounded to float where torch hands them to an
+ * fp32 kernel. t counts steps from 1. */
+static void cpu_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    GT_CPU_CHECK(t >= 1, "adamw step count t=%d must start at 1", t);
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const float w1 = (float)(1.0 - (double)beta1);
+    const float w2 = (float)(1.0 - (double)beta2);
+    const double bc1 = 1.0 - pow((double)beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)beta2, (double)t);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float p = param[i] * decay;
+        float m = exp_avg[i] + w1 * (g - exp_avg[i]);
+        float v = exp_avg_sq[i] * beta2 + w2 * g * g;
+        float denom = sqrtf(v) / bc2_sqrt + eps;
+        p = p + (-step_size) * m / denom;
+        param[i] = p;
+        exp_avg[i] = m;
+        exp_avg_sq[i] = v;
+    }
+}
+
+static void cpu_to_working(void *working, const float *master, size_t n) {
+    cpu_copy(working, master, n * sizeof(float));
+}
+
+static void cpu_to_master(float *master, const void *working, size_t n) {
+    cpu_copy(master, working, n * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static const gt_ops cpu_ops = {
+    .name = "cpu",
+    .act_bytes = 4,
+    .can_keep_attention_probs = 1,
+
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
+
+    .embedding_forward = gt_cpu_embedding_forward,
+    .embedding_backward = gt_cpu_embedding_backward,
+    .rmsnorm_forward = gt_cpu_rmsnorm_forward,
+    .rmsnorm_apply = gt_cpu_rmsnorm_apply,
+    .rmsnorm_backward = gt_cpu_rmsnorm_backward,
+    .matmul_forward = gt_cpu_matmul_forward,
+    .matmul_backward = gt_cpu_matmul_backward,
+    .rope_forward = gt_cpu_rope_forward,
+    .rope_backward = gt_cpu_rope_backward,
+    .attention_forward = gt_cpu_attention_forward,
+    .attention_backward = gt_cpu_attention_backward,
+    .swiglu_forward = gt_cpu_swiglu_forward,
+    .swiglu_backward = gt_cpu_swiglu_backward,
+    .residual_forward = gt_cpu_residual_forward,
+    .dropout_backward = gt_cpu_dropout_backward,
+    .crossentropy_forward = gt_cpu_crossentropy_forward,
+    .crossentropy_backward = gt_cpu_crossentropy_backward,
+
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+    .adamw = cpu_adamw,
+    .to_working = cpu_to_working,
+    .to_master = cpu_to_master,
+};
+
+const gt_ops *gt_ops_cpu(void) { return &cpu_ops; }

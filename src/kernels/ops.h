@@ -1,0 +1,159 @@
+/*
+ * ops.h — the kernels interface: every piece of math the trainer needs, as one table of
+ * plain functions that a backend (cpu/, cuda/) fills in.
+ *
+ * The core never calls BLAS, OpenMP or CUDA itself; it calls these. A backend owns its memory
+ * (alloc/free of device buffers) and its number format for "working" tensors:
+ *   - activations, activation gradients and working parameters are `void *` in the backend's
+ *     working type (fp32 on the CPU, bf16 or fp32 on CUDA): `act_bytes` bytes per element;
+ *   - weight gradients, fp32 master weights, optimizer moments, norm statistics and losses are
+ *     always `float *` (fp32), also on the GPU.
+ * All pointers are device pointers of the backend (host memory for the CPU backend); tokens too.
+ *
+ * Layout conventions (shapes in comments, row-major, B batch, T sequence, C model dim):
+ *   residual stream (B, T, C); q (B, T, NH, HD); k, v (B, T, NKV, HD); weights [out, in] as in
+ *   Hugging Face, so y = x @ W^T.
+ *
+ * Determinism: every function gives the same bits for the same inputs, with no atomics in any
+ * reduction that feeds a gradient. Two functions that must agree bit for bit are noted: the
+ * recompute executor relies on them (a recomputed tensor equals the one forward kept).
+ *
+ * The kernels know nothing of configs, ranks or files.
+ */
+#ifndef GT_OPS_H
+#define GT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Counter-based dropout randomness: the keep/drop decision for element `index` is a pure function
+ * of (key.seed, key.stream, index), so a recomputed forward and the backward replay the same mask
+ * with no RNG state saved. The core builds `stream` from (step, micro-batch, layer, site). */
+typedef struct gt_rng_key {
+    uint64_t seed;
+    uint64_t stream;
+} gt_rng_key;
+
+/* splitmix64 finaliser: the one mixing function shared by every backend. */
+static inline uint64_t gt_mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 random bits, identical on every backend. */
+static inline float gt_rng_uniform(gt_rng_key key, uint64_t index) {
+    uint64_t h = gt_mix64(gt_mix64(key.seed ^ gt_mix64(key.stream)) + index);
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Dropout keeps an element when u >= p and scales it by 1/(1-p). */
+static inline int gt_dropout_keep(gt_rng_key key, uint64_t index, float p) {
+    return gt_rng_uniform(key, index) >= p;
+}
+
+typedef struct gt_ops gt_ops;
+struct gt_ops {
+    const char *name;   /* "cpu" or "cuda" */
+    int act_bytes;      /* bytes per working element (4 fp32, 2 bf16) */
+    /* 1 when attention_forward can store the (B, NH, T, T) probabilities for backward to reuse;
+     * 0 when the backend always recomputes them from q, k and lse (flash-style). */
+    int can_keep_attention_probs;
+
+    /* ---- memory (device buffers; the core tracks sizes itself) ---- */
+    void *(*alloc)(size_t bytes);                     /* aborts on failure, never returns NULL */
+    void (*free)(void *ptr);
+    void (*zero)(void *ptr, size_t bytes);
+    void (*copy_to_device)(void *dst, const void *host_src, size_t bytes);
+    void (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);   /* device to device */
+    void (*synchronize)(void);
+
+    /* ---- embedding ---- */
+    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 ; wte (V, C) working */
+    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C);
+    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row) */
+    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C);
+
+    /* ---- RMSNorm (Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w, in fp32) ---- */
+    /* out (N, C), rstd (N) fp32 = rsqrt(mean(x^2)+eps); inp (N, C); weight (C) */
+    void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
+                            float eps);
+    /* out (N, C) from the rstd forward stored: bit-identical to rmsnorm_forward's out */
+    void (*rmsnorm_apply)(void *out, const float *rstd, const void *inp, const void *weight, int N, int C);
+    /* dinp (N, C) += d/dinp ; dweight (C) fp32 += ; dout (N, C) */
+    void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
+                             const void *weight, const float *rstd, int N, int C);
+
+    /* ---- linear layers (no bias): out (N, OC) = inp (N, IC) @ weight^T, weight (OC, IC) ---- */
+    void (*matmul_forward)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
+    /* dinp (N, IC) = dout @ weight (accumulate_dinp: +=, else =) ; dweight (OC, IC) fp32 += dout^T @ inp */
+    void (*matmul_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
+                            const void *weight, int N, int IC, int OC, int accumulate_dinp);
+
+    /* ---- rotary embedding, rotate-half convention, positions 0..T-1, in place allowed ---- */
+    /* x (B, T, NH, HD): x' = x*cos + rotate_half(x)*sin, inv_freq_i = theta^(-2i/HD) */
+    void (*rope_forward)(void *out, const void *inp, int B, int T, int NH, int HD, float theta);
+    /* dinp = inverse rotation of dout (in place allowed) */
+    void (*rope_backward)(void *dinp, const void *dout, int B, int T, int NH, int HD, float theta);
+
+    /* ---- causal grouped-query attention, scale 1/sqrt(HD) ----
+     * q (B, T, NH, HD), k and v (B, T, NKV, HD) (NH % NKV == 0, head h reads kv head h/(NH/NKV));
+     * out (B, T, NH, HD); lse (B, NH, T) fp32 log-sum-exp of each score row;
+     * probs (B, NH, T, T) fp32 or NULL: the softmax probabilities before dropout, computed as
+     * exp(s - lse) so that a backward which recomputes them from q, k and lse gets the same bits.
+     * dropout (on the probabilities, as transformers' attention_dropout) uses key and element
+     * index ((b*NH + h)*T + t)*T + s. */
+    void (*attention_forward)(void *out, float *lse, float *probs, const void *q, const void *k,
+                              const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
+                              gt_rng_key key);
+    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; probs may be NULL (recomputed from
+     * q, k, lse); the result is bit-identical either way. */
+    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                               const void *k, const void *v, const float *lse, const float *probs,
+                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+
+    /* ---- SwiGLU: out = silu(gate) * up, elementwise over n ---- */
+    void (*swiglu_forward)(void *out, const void *gate, const void *up, size_t n);
+    /* elementwise: dgate may alias dout */
+    void (*swiglu_backward)(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
+                            size_t n);
+
+    /* ---- residual with dropout on the branch: out = res + dropout(branch); elementwise, so out
+     * may alias res or branch ---- */
+    void (*residual_forward)(void *out, const void *res, const void *branch, size_t n, float dropout,
+                             gt_rng_key key);
+    /* dbranch = dropout mask * dout / (1-p) (the residual path's gradient is dout itself);
+     * dbranch may alias dout */
+    void (*dropout_backward)(void *dbranch, const void *dout, size_t n, float dropout, gt_rng_key key);
+
+    /* ---- fused softmax + cross-entropy over logits (BT, V) ---- */
+    /* losses (BT) = lse - logit[target], lse (BT) fp32; a target < 0 is ignored (loss 0) */
+    void (*crossentropy_forward)(float *losses, float *lse, const void *logits, const int32_t *targets,
+                                 int BT, int V);
+    /* logits turn into dlogits in place: (softmax - onehot) * dloss (0 for ignored rows) */
+    void (*crossentropy_backward)(void *logits, const float *lse, const int32_t *targets, int BT, int V,
+                                  float dloss);
+
+    /* ---- optimizer and fp32 vector utilities ---- */
+    /* sum of squares in double, fixed summation order */
+    double (*sumsq)(const float *x, size_t n);
+    void (*scale)(float *x, size_t n, float s);
+    /* PyTorch AdamW: p -= lr*wd*p; m,v moments; p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) */
+    void (*adamw)(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t);
+    /* working (n) = master (n) in the working type (a copy on the CPU) */
+    void (*to_working)(void *working, const float *master, size_t n);
+    /* master (n) fp32 = working (n) */
+    void (*to_master)(float *master, const void *working, size_t n);
+};
+
+/* The CPU backend: fp32, OpenBLAS sgemm, OpenMP. */
+const gt_ops *gt_ops_cpu(void);
+
+/* The CUDA backend, or NULL with a reason in `why` when it was not built or no GPU is visible.
+ * bf16 selects bf16 working tensors; otherwise fp32. */
+const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len);
+
+#endif

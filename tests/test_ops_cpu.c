@@ -1,0 +1,633 @@
+/*
+ * test_ops_cpu.c — the CPU backend of ops.h checked op by op.
+ *
+ * Gradients: every backward is compared with central finite differences of L = sum(r * out) for a
+ * random r, where out comes from a small double-precision reference of the forward written here
+ * (so the differences are not drowned in fp32 noise; step h = 1e-4, truncation error ~h^2).
+ * Forwards are compared with the same references. Errors are normalised:
+ *   err = max_i |got_i - want_i| / max_i |want_i|
+ * Tolerances: FWD_TOL = 1e-6 for forwards (fp32 round-off of short sums is ~1e-7), GRAD_TOL = 1e-5
+ * for gradients (observed ~2e-7: fp32 round-off; a wrong term gives errors of order 1e-2 or more),
+ * ADAM_TOL = 1e-6 absolute on parameters of size ~1 after three AdamW steps.
+ * Bit-identity properties (probs kept vs recomputed, rmsnorm_apply vs forward, repeat runs, thread
+ * counts) are checked with memcmp.
+ *
+ * Prints one line per check, exits 1 if any failed.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* From libgomp, which gtrain_kernels links; declared here so the test needs no OpenMP flags. */
+void omp_set_num_threads(int n);
+
+#define FWD_TOL 1e-6
+#define GRAD_TOL 1e-5
+#define ADAM_TOL 1e-6
+#define FD_H 1e-4
+
+static const gt_ops *ops;
+static int failures;
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng_state = 0x1234567887654321ull;
+static double urand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+/* Every test buffer is remembered and released at exit, so leak checkers stay quiet. */
+static struct {
+    void *ptr;
+    int from_ops;
+} buffers[1024];
+static int nbuffers;
+
+static void *remember(void *p, int from_ops) {
+    if (!p || nbuffers == (int)(sizeof buffers / sizeof buffers[0])) abort();
+    buffers[nbuffers].ptr = p;
+    buffers[nbuffers++].from_ops = from_ops;
+    return p;
+}
+
+static void release_all(void) {
+    for (int i = 0; i < nbuffers; i++) {
+        if (buffers[i].from_ops)
+            ops->free(buffers[i].ptr);
+        else
+            free(buffers[i].ptr);
+    }
+    nbuffers = 0;
+}
+
+static float *fvec(size_t n) { return remember(ops->alloc(n * sizeof(float)), 1); }
+static double *dvec(size_t n) { return remember(calloc(n ? n : 1, sizeof(double)), 0); }
+
+/* random fp32 values and their exact double copy */
+static float *frand(size_t n, double amp, double **copy) {
+    float *f = fvec(n);
+    double *d = dvec(n);
+    for (size_t i = 0; i < n; i++) {
+        f[i] = (float)(amp * urand());
+        d[i] = f[i];
+    }
+    *copy = d;
+    return f;
+}
+
+static void report(const char *name, int ok, double err, double tol) {
+    printf("%-58s %s  (err %.3g, tol %.3g)\n", name, ok ? "PASS" : "FAIL", err, tol);
+    if (!ok) failures++;
+}
+
+/* normalised max error of got (float) against want (double) */
+static void check_close(const char *name, const float *got, const double *want, size_t n, double tol) {
+    double maxerr = 0.0, maxref = 0.0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) finite = 0;
+        double e = fabs((double)got[i] - want[i]);
+        if (e > maxerr) maxerr = e;
+        if (fabs(want[i]) > maxref) maxref = fabs(want[i]);
+    }
+    double err = maxref > 0 ? maxerr / maxref : maxerr;
+    report(name, finite && err <= tol, err, tol);
+}
+
+static void check_same_bits(const char *name, const void *a, const void *b, size_t bytes) {
+    int same = memcmp(a, b, bytes) == 0;
+    printf("%-58s %s  (memcmp)\n", name, same ? "PASS" : "FAIL");
+    if (!same) failures++;
+}
+
+/* after - before, for backwards that accumulate */
+static float *fdelta(const float *after, const double *before, size_t n) {
+    float *d = fvec(n);
+    for (size_t i = 0; i < n; i++) d[i] = (float)((double)after[i] - before[i]);
+    return d;
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+/* central differences of loss(ctx) with respect to each element of x */
+static double *fd_grad(double *x, size_t n, loss_fn loss, void *ctx) {
+    double *g = dvec(n);
+    for (size_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + FD_H;
+        double lp = loss(ctx);
+        x[i] = keep - FD_H;
+        double lm = loss(ctx);
+        x[i] = keep;
+        g[i] = (lp - lm) / (2 * FD_H);
+    }
+    return g;
+}
+
+static double dotr(const double *r, const double *out, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += r[i] * out[i];
+    return s;
+}
+
+static float *to_f(const double *d, size_t n) {
+    float *f = fvec(n);
+    for (size_t i = 0; i < n; i++) f[i] = (float)d[i];
+    return f;
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+typedef struct {
+    double *wte, *r, *out;
+    const int32_t *tok;
+    int BT, C;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    for (int i = 0; i < c->BT; i++)
+        for (int j = 0; j < c->C; j++) c->out[(size_t)i * c->C + j] = c->wte[(size_t)c->tok[i] * c->C + j];
+    return dotr(c->r, c->out, (size_t)c->BT * c->C);
+}
+
+static void test_embedding(void) {
+    enum { BT = 9, C = 70, V = 5 }; /* C > 64 so two column blocks; repeated tokens */
+    int32_t tok[BT] = {3, 1, 3, 0, 4, 3, 1, 1, 2};
+    double *wte_d, *r, *dw0;
+    float *wte = frand((size_t)V * C, 1, &wte_d), *dout = fvec((size_t)BT * C), *out = fvec((size_t)BT * C);
+    r = dvec((size_t)BT * C);
+    for (size_t i = 0; i < (size_t)BT * C; i++) dout[i] = (float)(r[i] = urand());
+    float *dw = frand((size_t)V * C, 1, &dw0);
+    emb_ctx c = {wte_d, r, dvec((size_t)BT * C), tok, BT, C};
+
+    ops->embedding_forward(out, tok, wte, BT, C);
+    emb_loss(&c);
+    check_close("embedding_forward matches reference", out, c.out, (size_t)BT * C, FWD_TOL);
+    ops->embedding_backward(dw, dout, tok, BT, C);
+    double *g = fd_grad(wte_d, (size_t)V * C, emb_loss, &c);
+    check_close("embedding_backward dwte (accumulate) vs finite diff", fdelta(dw, dw0, (size_t)V * C), g,
+                (size_t)V * C, GRAD_TOL);
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+typedef struct {
+    double *x, *w, *r, *out;
+    int N, C;
+    double eps;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    for (int n = 0; n < c->N; n++) {
+        const double *x = c->x + (size_t)n * c->C;
+        double ss = 0;
+        for (int i = 0; i < c->C; i++) ss += x[i] * x[i];
+        double rs = 1.0 / sqrt(ss / c->C + c->eps);
+        for (int i = 0; i < c->C; i++) c->out[(size_t)n * c->C + i] = c->w[i] * x[i] * rs;
+    }
+    return dotr(c->r, c->out, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm(void) {
+    enum { N = 6, C = 80 };
+    const float eps = 1e-5f;
+    size_t nc = (size_t)N * C;
+    double *x_d, *w_d, *r, *dx0, *dw0;
+    float *x = frand(nc, 1.5, &x_d), *w = frand(C, 1, &w_d), *dout = frand(nc, 1, &r);
+    float *out = fvec(nc), *out2 = fvec(nc), *rstd = fvec(N);
+    float *dx = frand(nc, 1, &dx0), *dw = frand(C, 1, &dw0);
+    rms_ctx c = {x_d, w_d, r, dvec(nc), N, C, eps};
+
+    ops->rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    rms_loss(&c);
+    check_close("rmsnorm_forward matches reference", out, c.out, nc, FWD_TOL);
+    ops->rmsnorm_apply(out2, rstd, x, w, N, C);
+    check_same_bits("rmsnorm_apply is bit-identical to rmsnorm_forward", out, out2, nc * sizeof(float));
+
+    ops->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    check_close("rmsnorm_backward dinp (accumulate) vs finite diff", fdelta(dx, dx0, nc),
+                fd_grad(x_d, nc, rms_loss, &c), nc, GRAD_TOL);
+    check_close("rmsnorm_backward dweight (accumulate) vs finite diff", fdelta(dw, dw0, C),
+                fd_grad(w_d, C, rms_loss, &c), C, GRAD_TOL);
+
+    /* determinism: same bits on a second run and with another thread count */
+    float *dxa = to_f(dx0, nc), *dwa = to_f(dw0, C), *dxb = to_f(dx0, nc), *dwb = to_f(dw0, C);
+    ops->rmsnorm_backward(dxa, dwa, dout, x, w, rstd, N, C);
+    omp_set_num_threads(1);
+    ops->rmsnorm_backward(dxb, dwb, dout, x, w, rstd, N, C);
+    omp_set_num_threads(3);
+    check_same_bits("rmsnorm_backward repeat run, 1 thread vs 3 (dinp)", dxa, dxb, nc * sizeof(float));
+    check_same_bits("rmsnorm_backward repeat run, 1 thread vs 3 (dweight)", dwa, dwb, C * sizeof(float));
+    check_same_bits("rmsnorm_backward second run equals first (dweight)", dw, dwa, C * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+typedef struct {
+    double *x, *w, *r, *out;
+    int N, IC, OC;
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    for (int n = 0; n < c->N; n++)
+        for (int o = 0; o < c->OC; o++) {
+            double s = 0;
+            for (int i = 0; i < c->IC; i++) s += c->x[(size_t)n * c->IC + i] * c->w[(size_t)o * c->IC + i];
+            c->out[(size_t)n * c->OC + o] = s;
+        }
+    return dotr(c->r, c->out, (size_t)c->N * c->OC);
+}
+
+static void test_matmul(void) {
+    enum { N = 7, IC = 12, OC = 10 };
+    double *x_d, *w_d, *r, *dx0, *dw0;
+    float *x = frand((size_t)N * IC, 1, &x_d), *w = frand((size_t)OC * IC, 1, &w_d);
+    float *dout = frand((size_t)N * OC, 1, &r), *out = fvec((size_t)N * OC);
+    float *dx = frand((size_t)N * IC, 1, &dx0), *dw = frand((size_t)OC * IC, 1, &dw0);
+    mm_ctx c = {x_d, w_d, r, dvec((size_t)N * OC), N, IC, OC};
+
+    ops->matmul_forward(out, x, w, N, IC, OC);
+    mm_loss(&c);
+    check_close("matmul_forward matches reference", out, c.out, (size_t)N * OC, FWD_TOL);
+
+    double *gx = fd_grad(x_d, (size_t)N * IC, mm_loss, &c), *gw = fd_grad(w_d, (size_t)OC * IC, mm_loss, &c);
+    ops->matmul_backward(dx, dw, dout, x, w, N, IC, OC, 1);
+    check_close("matmul_backward dinp (accumulate) vs finite diff", fdelta(dx, dx0, (size_t)N * IC), gx,
+                (size_t)N * IC, GRAD_TOL);
+    check_close("matmul_backward dweight (accumulate) vs finite diff", fdelta(dw, dw0, (size_t)OC * IC), gw,
+                (size_t)OC * IC, GRAD_TOL);
+    /* overwrite mode: dinp starts as garbage (NaN) and must be replaced */
+    for (size_t i = 0; i < (size_t)N * IC; i++) dx[i] = NAN;
+    ops->matmul_backward(dx, NULL, dout, x, w, N, IC, OC, 0);
+    check_close("matmul_backward dinp (overwrite) vs finite diff", dx, gx, (size_t)N * IC, GRAD_TOL);
+}
+
+/* ---------------------------------------------------------------- rope */
+
+typedef struct {
+    double *x, *r, *out;
+    int B, T, NH, HD;
+    double theta;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    int half = c->HD / 2;
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->T; t++)
+            for (int h = 0; h < c->NH; h++) {
+                size_t base = (((size_t)b * c->T + t) * c->NH + h) * c->HD;
+                for (int i = 0; i < half; i++) {
+                    double ang = t * pow(c->theta, -2.0 * i / c->HD);
+                    double x1 = c->x[base + i], x2 = c->x[base + i + half];
+                    c->out[base + i] = x1 * cos(ang) - x2 * sin(ang);
+                    c->out[base + i + half] = x2 * cos(ang) + x1 * sin(ang);
+                }
+            }
+    return dotr(c->r, c->out, (size_t)c->B * c->T * c->NH * c->HD);
+}
+
+static void test_rope(void) {
+    enum { B = 2, T = 9, NH = 3, HD = 8 };
+    const float theta = 10000.0f;
+    size_t n = (size_t)B * T * NH * HD;
+    double *x_d, *r;
+    float *x = frand(n, 1, &x_d), *dout = frand(n, 1, &r), *out = fvec(n), *dx = fvec(n);
+    rope_ctx c = {x_d, r, dvec(n), B, T, NH, HD, theta};
+
+    ops->rope_forward(out, x, B, T, NH, HD, theta);
+    rope_loss(&c);
+    check_close("rope_forward matches direct double formula", out, c.out, n, FWD_TOL);
+    ops->rope_backward(dx, dout, B, T, NH, HD, theta);
+    check_close("rope_backward vs finite diff", dx, fd_grad(x_d, n, rope_loss, &c), n, GRAD_TOL);
+    /* in place */
+    float *y = to_f(x_d, n);
+    ops->rope_forward(y, y, B, T, NH, HD, theta);
+    check_same_bits("rope_forward in place equals out of place", y, out, n * sizeof(float));
+    ops->rope_backward(y, y, B, T, NH, HD, theta);
+    check_close("rope_backward(rope_forward(x)) == x", y, x_d, n, FWD_TOL);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct {
+    double *q, *k, *v, *r, *out, *lse, *probs;
+    int B, T, NH, NKV, HD;
+    float dropout;
+    gt_rng_key key;
+} attn_ctx;
+
+static double attn_loss(void *p) {
+    attn_ctx *c = p;
+    int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD, group = NH / NKV;
+    double scale = 1.0 / sqrt((double)HD);
+    double *s = calloc(T, sizeof(double));
+    if (!s) abort();
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                int g = h / group;
+                const double *qt = c->q + (((size_t)b * T + t) * NH + h) * HD;
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *kj = c->k + (((size_t)b * T + j) * NKV + g) * HD;
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += qt[e] * kj[e];
+                    s[j] = d * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                size_t row = ((size_t)b * NH + h) * T + t;
+                c->lse[row] = mx + log(sum);
+                double *o = c->out + (((size_t)b * T + t) * NH + h) * HD;
+                for (int e = 0; e < HD; e++) o[e] = 0;
+                for (int j = 0; j < T; j++) {
+                    double pj = j <= t ? exp(s[j] - mx) / sum : 0.0;
+                    c->probs[row * T + j] = pj;
+                    if (j > t) continue;
+                    if (c->dropout > 0)
+                        pj = gt_dropout_keep(c->key, row * T + j, c->dropout) ? pj / (1.0 - c->dropout) : 0.0;
+                    const double *vj = c->v + (((size_t)b * T + j) * NKV + g) * HD;
+                    for (int e = 0; e < HD; e++) o[e] += pj * vj[e];
+                }
+            }
+    free(s);
+    return dotr(c->r, c->out, (size_t)B * T * NH * HD);
+}
+
+static void test_attention(float dropout) {
+    enum { B = 2, T = 19, NH = 4, NKV = 2, HD = 8 }; /* T > 16: two key blocks in backward */
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nrow = (size_t)B * NH * T;
+    gt_rng_key key = {42, 7};
+    double *q_d, *k_d, *v_d, *r;
+    float *q = frand(nq, 1.5, &q_d), *k = frand(nk, 1.5, &k_d), *v = frand(nk, 1, &v_d);
+    float *dout = frand(nq, 1, &r);
+    float *out = fvec(nq), *out2 = fvec(nq), *lse = fvec(nrow), *lse2 = fvec(nrow), *probs = fvec(nrow * T);
+    attn_ctx c = {q_d, k_d, v_d, r, dvec(nq), dvec(nrow), dvec(nrow * T), B, T, NH, NKV, HD, dropout, key};
+    char name[128];
+    const char *tag = dropout > 0 ? "dropout 0.25" : "no dropout";
+
+    ops->attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_forward(out2, lse2, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    attn_loss(&c);
+    snprintf(name, sizeof name, "attention_forward out vs naive double (GQA, %s)", tag);
+    check_close(name, out, c.out, nq, FWD_TOL);
+    snprintf(name, sizeof name, "attention_forward lse vs naive double (%s)", tag);
+    check_close(name, lse, c.lse, nrow, FWD_TOL);
+    snprintf(name, sizeof name, "attention_forward probs vs naive double (%s)", tag);
+    check_close(name, probs, c.probs, nrow * T, FWD_TOL);
+    snprintf(name, sizeof name, "attention_forward same bits with probs NULL (%s)", tag);
+    check_same_bits(name, out, out2, nq * sizeof(float));
+
+    float *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk), *dq2 = fvec(nq), *dk2 = fvec(nk), *dv2 = fvec(nk);
+    for (size_t i = 0; i < nq; i++) dq[i] = dq2[i] = NAN; /* overwritten, not accumulated */
+    for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = dk2[i] = dv2[i] = NAN;
+    ops->attention_backward(dq, dk, dv, dout, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq2, dk2, dv2, dout, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+
+    snprintf(name, sizeof name, "attention_backward dq vs finite diff (%s)", tag);
+    check_close(name, dq, fd_grad(q_d, nq, attn_loss, &c), nq, GRAD_TOL);
+    snprintf(name, sizeof name, "attention_backward dk vs finite diff (%s)", tag);
+    check_close(name, dk, fd_grad(k_d, nk, attn_loss, &c), nk, GRAD_TOL);
+    snprintf(name, sizeof name, "attention_backward dv vs finite diff (%s)", tag);
+    check_close(name, dv, fd_grad(v_d, nk, attn_loss, &c), nk, GRAD_TOL);
+    snprintf(name, sizeof name, "attention_backward probs NULL is bit-identical (%s)", tag);
+    int same = !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
+    check_same_bits(name, &same, &(int){1}, sizeof(int));
+
+    /* determinism across runs and thread counts */
+    omp_set_num_threads(1);
+    ops->attention_backward(dq2, dk2, dv2, dout, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+    omp_set_num_threads(3);
+    snprintf(name, sizeof name, "attention_backward repeat run with 1 thread (%s)", tag);
+    same = !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
+    check_same_bits(name, &same, &(int){1}, sizeof(int));
+}
+
+/* ---------------------------------------------------------------- swiglu */
+
+typedef struct {
+    double *g, *u, *r, *out;
+    size_t n;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+    swiglu_ctx *c = p;
+    for (size_t i = 0; i < c->n; i++) c->out[i] = c->g[i] / (1 + exp(-c->g[i])) * c->u[i];
+    return dotr(c->r, c->out, c->n);
+}
+
+static void test_swiglu(void) {
+    enum { N = 200 };
+    double *g_d, *u_d, *r;
+    float *g = frand(N, 4, &g_d), *u = frand(N, 2, &u_d), *dout = frand(N, 1, &r);
+    float *out = fvec(N), *dg = fvec(N), *du = fvec(N);
+    swiglu_ctx c = {g_d, u_d, r, dvec(N), N};
+    ops->swiglu_forward(out, g, u, N);
+    swiglu_loss(&c);
+    check_close("swiglu_forward matches reference", out, c.out, N, FWD_TOL);
+    ops->swiglu_backward(dg, du, dout, g, u, N);
+    check_close("swiglu_backward dgate vs finite diff", dg, fd_grad(g_d, N, swiglu_loss, &c), N, GRAD_TOL);
+    check_close("swiglu_backward dup vs finite diff", du, fd_grad(u_d, N, swiglu_loss, &c), N, GRAD_TOL);
+}
+
+/* ---------------------------------------------------------------- residual + dropout */
+
+typedef struct {
+    double *res, *br, *r, *out;
+    size_t n;
+    float p;
+    gt_rng_key key;
+} resid_ctx;
+
+static double resid_loss(void *p) {
+    resid_ctx *c = p;
+    for (size_t i = 0; i < c->n; i++) {
+        double b = c->p > 0 ? (gt_dropout_keep(c->key, i, c->p) ? c->br[i] / (1.0 - c->p) : 0.0) : c->br[i];
+        c->out[i] = c->res[i] + b;
+    }
+    return dotr(c->r, c->out, c->n);
+}
+
+static void test_residual(float p) {
+    enum { N = 300 };
+    gt_rng_key key = {9, 1234};
+    double *res_d, *br_d, *r;
+    float *res = frand(N, 1, &res_d), *br = frand(N, 1, &br_d), *dout = frand(N, 1, &r);
+    float *out = fvec(N), *dbr = fvec(N);
+    resid_ctx c = {res_d, br_d, r, dvec(N), N, p, key};
+    char name[128];
+    ops->residual_forward(out, res, br, N, p, key);
+    resid_loss(&c);
+    snprintf(name, sizeof name, "residual_forward matches reference (dropout %.2f)", p);
+    check_close(name, out, c.out, N, FWD_TOL);
+    ops->dropout_backward(dbr, dout, N, p, key);
+    snprintf(name, sizeof name, "dropout_backward dbranch vs finite diff (dropout %.2f)", p);
+    check_close(name, dbr, fd_grad(br_d, N, resid_loss, &c), N, GRAD_TOL);
+    float *alias = to_f(res_d, N);
+    ops->residual_forward(alias, alias, br, N, p, key);
+    snprintf(name, sizeof name, "residual_forward with out == res (dropout %.2f)", p);
+    check_same_bits(name, alias, out, N * sizeof(float));
+    if (p > 0) {
+        int dropped = 0;
+        for (int i = 0; i < N; i++) dropped += dbr[i] == 0.0f;
+        report("dropout drops about p of the elements", dropped > 0.15 * N && dropped < 0.35 * N,
+               (double)dropped / N, p);
+    }
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+typedef struct {
+    double *l, *losses;
+    const int32_t *tgt;
+    int BT, V;
+    double dloss;
+} ce_ctx;
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    double total = 0;
+    for (int i = 0; i < c->BT; i++) {
+        const double *l = c->l + (size_t)i * c->V;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < c->V; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < c->V; j++) s += exp(l[j] - mx);
+        c->losses[i] = c->tgt[i] < 0 ? 0.0 : mx + log(s) - l[c->tgt[i]];
+        total += c->losses[i];
+    }
+    return total * c->dloss;
+}
+
+static void test_crossentropy(void) {
+    enum { BT = 5, V = 37 };
+    int32_t tgt[BT] = {3, -1, 36, 0, 17}; /* row 1 is ignored */
+    double *l_d;
+    float *logits = frand((size_t)BT * V, 4, &l_d), *losses = fvec(BT), *lse = fvec(BT);
+    ce_ctx c = {l_d, dvec(BT), tgt, BT, V, 0.37};
+    ops->crossentropy_forward(losses, lse, logits, tgt, BT, V);
+    ce_loss(&c);
+    check_close("crossentropy_forward losses vs reference (ignored target -> 0)", losses, c.losses, BT,
+                FWD_TOL);
+    report("crossentropy_forward ignored row has loss exactly 0", losses[1] == 0.0f, fabs(losses[1]), 0);
+    ops->crossentropy_backward(logits, lse, tgt, BT, V, (float)c.dloss);
+    check_close("crossentropy_backward dlogits vs finite diff", logits, fd_grad(l_d, (size_t)BT * V, ce_loss, &c),
+                (size_t)BT * V, GRAD_TOL);
+    int zero = 1;
+    for (int j = 0; j < V; j++) zero &= logits[V + j] == 0.0f;
+    report("crossentropy_backward ignored row is all zero", zero, 0, 0);
+}
+
+/* ---------------------------------------------------------------- optimizer and utilities */
+
+static void test_adamw(void) {
+    enum { N = 1000, STEPS = 3 };
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    double *p_d, *m_d = dvec(N), *v_d = dvec(N), *dummy;
+    float *p = frand(N, 1, &p_d), *m = fvec(N), *v = fvec(N), *g = fvec(N);
+    memset(m, 0, N * 4);
+    memset(v, 0, N * 4);
+    for (int t = 1; t <= STEPS; t++) {
+        float *gs = frand(N, 1, &dummy);
+        memcpy(g, gs, N * 4);
+        ops->adamw(p, m, v, g, N, lr, b1, b2, eps, wd, t);
+        /* torch.optim.AdamW in double */
+        for (int i = 0; i < N; i++) {
+            double gi = g[i];
+            p_d[i] *= 1.0 - (double)lr * wd;
+            m_d[i] = b1 * m_d[i] + (1.0 - b1) * gi;
+            v_d[i] = b2 * v_d[i] + (1.0 - b2) * gi * gi;
+            double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+            double denom = sqrt(v_d[i]) / sqrt(bc2) + eps;
+            p_d[i] -= (lr / bc1) * m_d[i] / denom;
+        }
+    }
+    double err = 0;
+    for (int i = 0; i < N; i++) err = fmax(err, fabs(p[i] - p_d[i]));
+    report("adamw 3 steps vs double torch.optim.AdamW (param, abs err)", err <= ADAM_TOL, err, ADAM_TOL);
+    check_close("adamw 3 steps exp_avg", m, m_d, N, FWD_TOL);
+    check_close("adamw 3 steps exp_avg_sq", v, v_d, N, FWD_TOL);
+}
+
+static void test_utilities(void) {
+    enum { N = 50000 };
+    double *x_d;
+    float *x = frand(N, 1, &x_d);
+    double want = 0;
+    for (int i = 0; i < N; i++) want += x_d[i] * x_d[i];
+    double got = ops->sumsq(x, N);
+    report("sumsq vs double", fabs(got - want) <= 1e-12 * want, fabs(got - want) / want, 1e-12);
+    omp_set_num_threads(1);
+    double got3 = ops->sumsq(x, N);
+    omp_set_num_threads(3);
+    check_same_bits("sumsq same bits with 1 thread", &got, &got3, sizeof got);
+    ops->scale(x, N, 0.5f);
+    for (int i = 0; i < N; i++) x_d[i] *= 0.5;
+    check_close("scale", x, x_d, N, 0);
+    float *w = fvec(N), *back = fvec(N);
+    ops->to_working(w, x, N);
+    ops->to_master(back, w, N);
+    check_same_bits("to_working then to_master round-trips", x, back, N * sizeof(float));
+
+    float *a = fvec(N), *b = fvec(N);
+    ops->zero(a, N * sizeof(float));
+    ops->copy_to_device(b, x, N * sizeof(float));
+    ops->copy(a, b, N * sizeof(float));
+    ops->copy_to_host(back, a, N * sizeof(float));
+    ops->synchronize();
+    check_same_bits("copy_to_device / copy / copy_to_host", x, back, N * sizeof(float));
+    report("alloc is 64-byte aligned", ((uintptr_t)a & 63) == 0, 0, 0);
+}
+
+static void test_embedding_determinism(void) {
+    enum { BT = 64, C = 200, V = 7 };
+    int32_t tok[BT];
+    double *dummy;
+    for (int i = 0; i < BT; i++) tok[i] = (int32_t)((i * 5) % V);
+    float *dout = frand((size_t)BT * C, 1, &dummy);
+    float *d1 = fvec((size_t)V * C), *d2 = fvec((size_t)V * C);
+    ops->zero(d1, (size_t)V * C * 4);
+    ops->zero(d2, (size_t)V * C * 4);
+    ops->embedding_backward(d1, dout, tok, BT, C);
+    omp_set_num_threads(1);
+    ops->embedding_backward(d2, dout, tok, BT, C);
+    omp_set_num_threads(3);
+    check_same_bits("embedding_backward same bits with 1 thread", d1, d2, (size_t)V * C * 4);
+}
+
+int main(void) {
+    ops = gt_ops_cpu();
+    report("table: name cpu, act_bytes 4, keeps probs",
+           !strcmp(ops->name, "cpu") && ops->act_bytes == 4 && ops->can_keep_attention_probs == 1, 0, 0);
+    omp_set_num_threads(3);
+    test_embedding();
+    test_embedding_determinism();
+    test_rmsnorm();
+    test_matmul();
+    test_rope();
+    test_attention(0.0f);
+    test_attention(0.25f);
+    test_swiglu();
+    test_residual(0.0f);
+    test_residual(0.25f);
+    test_crossentropy();
+    test_adamw();
+    test_utilities();
+    release_all();
+    if (failures) {
+        printf("%d check(s) FAILED\n", failures);
+        return 1;
+    }
+    printf("all checks passed\n");
+    return 0;
+}
