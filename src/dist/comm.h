@@ -1,0 +1,100 @@
+/*
+ * comm.h — the communicator: the collectives data parallelism needs (all-reduce, reduce-scatter,
+ * all-gather, broadcast, barrier, host scalar reductions), behind one opaque handle with two
+ * implementations:
+ *
+ *   gt_comm_create_mpi   MPI on HOST buffers (CPU backend). fp32 and bf16 (bf16 sums through a user
+ *                        MPI_Op that adds in float and rounds to nearest-even once per pairwise add).
+ *   gt_comm_create_nccl  NCCL on DEVICE buffers (CUDA backend), one GPU per rank; returns NULL and a
+ *                        reason when it cannot run (built without CUDA, no GPU, more ranks on a node
+ *                        than GPUs) — the same answer on every rank, so callers may fall back to MPI.
+ *
+ * Rules every call follows:
+ *   - Every tensor collective is collective: all ranks call it, in the same order, with the same
+ *     count, dtype and root. Counts are per rank and equal on all ranks (use gt_shard's padded
+ *     slice_len for ZeRO slices; a count of 0 is allowed and moves nothing).
+ *   - Counts are size_t: the MPI implementation splits large calls into chunks, so more than 2^31
+ *     elements work. NCCL takes size_t counts natively.
+ *   - Results are deterministic for a fixed world size and backend (no reordering between runs).
+ *   - A failed MPI/NCCL/CUDA call prints rank, file:line and the library's error string and aborts
+ *     the whole job (MPI_Abort(world, 1)); nothing returns an error code, nothing hangs on an error.
+ *   - The communicator works on a duplicate of the MPI_Comm it was given (MPI_ERRORS_RETURN set on the
+ *     duplicate only), so its traffic never mixes with the caller's. Destroy it before MPI_Finalize.
+ *
+ * Accounting (gt_comm_stats) — the contract the metrics (`comm_bytes`) and the tests rely on.
+ * With W = world size, elem = bytes per element of the dtype, and integer arithmetic:
+ *   all_reduce_sum(count)           bytes_sent += 2*(W-1)*count*elem / W      (ring: reduce-scatter +
+ *                                                                  all-gather; rounded down per call)
+ *   reduce_scatter_sum(recv_count)  bytes_sent += (W-1)*recv_count*elem
+ *   all_gather(send_count)          bytes_sent += (W-1)*send_count*elem
+ *   broadcast(bytes, root)          bytes_sent += bytes on the root when W > 1, 0 on the other ranks
+ *   scalar reductions, barrier      bytes_sent += 0 (a few bytes, not tensor traffic)
+ * All terms are 0 when W == 1. This is a model of what a ring algorithm sends, identical for both
+ * backends, not a measurement of what the library chose to do.
+ * calls_* count calls (also count-0 calls); calls_scalar counts both scalar reductions.
+ * seconds is wall time (MPI_Wtime) spent inside every communicating call: the four tensor
+ * collectives, the scalar reductions and the barrier (NCCL calls include the wait for the stream).
+ */
+#ifndef GT_COMM_H
+#define GT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+
+typedef enum { GT_DTYPE_F32, GT_DTYPE_BF16 } gt_dtype;
+
+size_t gt_dtype_bytes(gt_dtype dtype);   /* 4 or 2 */
+
+typedef struct gt_comm gt_comm;
+
+gt_comm *gt_comm_create_mpi(MPI_Comm world);
+gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len);
+void gt_comm_destroy(gt_comm *comm);      /* collective; NULL is a no-op */
+
+int gt_comm_rank(const gt_comm *comm);
+int gt_comm_size(const gt_comm *comm);
+int gt_comm_local_rank(const gt_comm *comm);   /* rank among the ranks sharing this node's memory */
+int gt_comm_local_size(const gt_comm *comm);
+const char *gt_comm_name(const gt_comm *comm); /* "mpi" or "nccl" */
+
+/* buf (count) := elementwise sum of every rank's buf, in place. */
+void gt_comm_all_reduce_sum(gt_comm *comm, void *buf, size_t count, gt_dtype dtype);
+
+/* send (W*recv_count) is W slices of recv_count; rank r receives into recv (recv_count) the sum over
+ * ranks of slice r. In place allowed: recv == send + rank*recv_count (send is then overwritten in
+ * unspecified ways outside recv). Otherwise send and recv must not overlap. */
+void gt_comm_reduce_scatter_sum(gt_comm *comm, const void *send, void *recv, size_t recv_count,
+                                gt_dtype dtype);
+
+/* recv (W*send_count) := concatenation of every rank's send (send_count), in rank order.
+ * In place allowed: send == recv + rank*send_count. Otherwise they must not overlap. */
+void gt_comm_all_gather(gt_comm *comm, const void *send, void *recv, size_t send_count,
+                        gt_dtype dtype);
+
+/* buf (bytes) := root's buf. */
+void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);
+
+void gt_comm_barrier(gt_comm *comm);
+
+/* Host scalars, always over MPI (also on an NCCL communicator): loss, grad norm, signal agreement. */
+double gt_comm_all_reduce_scalar_sum(gt_comm *comm, double x);
+int gt_comm_all_reduce_int_max(gt_comm *comm, int x);
+
+typedef struct {
+    uint64_t calls_all_reduce, calls_reduce_scatter, calls_all_gather, calls_broadcast, calls_scalar;
+    uint64_t bytes_sent;   /* see the model above */
+    double seconds;        /* wall time inside communicating calls */
+} gt_comm_stats;
+
+void gt_comm_stats_get(const gt_comm *comm, gt_comm_stats *out);
+void gt_comm_stats_reset(gt_comm *comm);
+
+/* For tests: the most elements one MPI call may move in total (all-reduce: count; reduce-scatter and
+ * all-gather: W times the per-rank chunk; broadcast: bytes). Default GT_COMM_MPI_MAX_CALL_ELEMS;
+ * a small value exercises the chunked path without 8 GiB buffers. Call on all ranks with the same
+ * value. No effect on NCCL. */
+#define GT_COMM_MPI_MAX_CALL_ELEMS ((size_t)1 << 26)
+void gt_comm_set_max_call_elems(gt_comm *comm, size_t max_call_elems);
+
+#endif

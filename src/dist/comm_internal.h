@@ -1,0 +1,48 @@
+/*
+ * comm_internal.h — what comm_mpi.c and comm_nccl.c share and callers must not see: the gt_comm
+ * struct, the table of backend operations, and the MPI error check. Public wrappers in comm_mpi.c
+ * validate arguments, keep the accounting (gt_comm_stats) and time each call, then dispatch through
+ * `ops`, so both backends count bytes by the same formulas.
+ */
+#ifndef GT_COMM_INTERNAL_H
+#define GT_COMM_INTERNAL_H
+
+#include "comm.h"
+
+typedef struct {
+    void (*all_reduce_sum)(gt_comm *c, void *buf, size_t count, gt_dtype dtype);
+    void (*reduce_scatter_sum)(gt_comm *c, const void *send, void *recv, size_t recv_count,
+                               gt_dtype dtype);
+    void (*all_gather)(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype);
+    void (*broadcast)(gt_comm *c, void *buf, size_t bytes, int root);
+    void (*destroy)(gt_comm *c);   /* frees c->impl; the common part is freed by the caller */
+} gt_comm_ops;
+
+struct gt_comm {
+    const char *name;
+    const gt_comm_ops *ops;
+    void *impl;                /* backend state */
+    MPI_Comm world;            /* our duplicate of the caller's communicator, MPI_ERRORS_RETURN */
+    int rank, size, local_rank, local_size;
+    gt_comm_stats stats;
+    /* MPI backend */
+    size_t max_call_elems;     /* chunking limit, see gt_comm_set_max_call_elems */
+    MPI_Op op_bf16_sum;        /* user op on MPI_UINT16_T holding bf16 bits */
+    void *staging;             /* chunked reduce-scatter packing buffer, grown on demand */
+    size_t staging_bytes;
+};
+
+/* Print "[rank R] file:line: what failed: <MPI error string>" and MPI_Abort(world, 1). */
+void gt_mpi_fail(MPI_Comm world, int rank, int err, const char *what, const char *file, int line);
+#define gt_mpi_check(c, call)                                                    \
+    do {                                                                         \
+        int gt_err_ = (call);                                                    \
+        if (gt_err_ != MPI_SUCCESS)                                              \
+            gt_mpi_fail((c)->world, (c)->rank, gt_err_, #call, __FILE__, __LINE__); \
+    } while (0)
+
+/* Fill the common part (duplicate world, ranks, local ranks). Collective over `world`. */
+void gt_comm_init_common(gt_comm *c, MPI_Comm world, const char *name);
+void gt_comm_free_common(gt_comm *c);
+
+#endif

@@ -1,0 +1,329 @@
+/*
+ * comm_mpi.c — the public gt_comm entry points (argument checks, accounting, timing, dispatch) and the
+ * MPI implementation of the collectives on host memory. See comm.h for the contract.
+ *
+ * How the MPI backend works:
+ *   - MPI takes int counts. Every collective is cut into calls that move at most max_call_elems
+ *     elements in total (default 2^26, always <= INT_MAX), so > 2^31 elements work and no library
+ *     internal that multiplies count by world size can overflow.
+ *       all-reduce      consecutive chunks of buf, MPI_Allreduce(MPI_IN_PLACE).
+ *       all-gather      chunk [off, off+len) of every rank's slice in one MPI_Allgather: the receive
+ *                       type is `len` elements resized to an extent of send_count elements, so block r
+ *                       lands at recv + r*send_count + off with no copies (MPI_IN_PLACE works too).
+ *       reduce-scatter  the W pieces of a chunk are not contiguous in send, so they are packed into a
+ *                       staging buffer (W*len elements, at most max_call_elems) and reduced in place.
+ *       broadcast       consecutive byte chunks.
+ *     Small calls (the common case) are one MPI call on the caller's buffers.
+ *   - bf16 travels as MPI_UINT16_T with a user MPI_Op that adds in float and rounds to nearest-even.
+ *     The CPU backend trains in fp32; bf16 exists here so the interface is total and a GPU build can
+ *     fall back to MPI (slowly) when NCCL is unavailable.
+ *   - Determinism: Open MPI picks its algorithm from (world size, message size, op), so a fixed world
+ *     size and count reduce in a fixed order.
+ *   - Errors: MPI_ERRORS_RETURN on our duplicate communicator; every call is checked and a failure
+ *     aborts the job with rank, file:line and the MPI error string.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define gt_comm_abort(c, ...)                                                       \
+    do {                                                                            \
+        fprintf(stderr, "[rank %d] %s:%d: ", (c)->rank, __FILE__, __LINE__);        \
+        fprintf(stderr, __VA_ARGS__);                                               \
+        fprintf(stderr, "\n");                                                      \
+        fflush(stderr);                                                             \
+        MPI_Abort((c)->world, 1);                                                   \
+        abort();                                                                    \
+    } while (0)
+
+void gt_mpi_fail(MPI_Comm world, int rank, int err, const char *what, const char *file, int line) {
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", err);
+    msg[len < 0 ? 0 : (len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len)] = '\0';
+    fprintf(stderr, "[rank %d] %s:%d: %s failed: %s\n", rank, file, line, what, msg);
+    fflush(stderr);
+    MPI_Abort(world, 1);
+    abort();
+}
+
+size_t gt_dtype_bytes(gt_dtype dtype) {
+    switch (dtype) {
+    case GT_DTYPE_F32: return 4;
+    case GT_DTYPE_BF16: return 2;
+    }
+    fprintf(stderr, "%s:%d: unknown gt_dtype %d\n", __FILE__, __LINE__, (int)dtype);
+    abort();
+}
+
+/* ------------------------------------------------------------------ common part */
+
+void gt_comm_init_common(gt_comm *c, MPI_Comm world, const char *name) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        fprintf(stderr, "%s:%d: gt_comm created before MPI_Init\n", __FILE__, __LINE__);
+        abort();
+    }
+    c->name = name;
+    c->world = world;   /* for error messages until the duplicate exists */
+    MPI_Comm_rank(world, &c->rank);
+    gt_mpi_check(c, MPI_Comm_dup(world, &c->world));
+    gt_mpi_check(c, MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
+    gt_mpi_check(c, MPI_Comm_rank(c->world, &c->rank));
+    gt_mpi_check(c, MPI_Comm_size(c->world, &c->size));
+    MPI_Comm node;
+    gt_mpi_check(c, MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    gt_mpi_check(c, MPI_Comm_rank(node, &c->local_rank));
+    gt_mpi_check(c, MPI_Comm_size(node, &c->local_size));
+    gt_mpi_check(c, MPI_Comm_free(&node));
+    memset(&c->stats, 0, sizeof c->stats);
+    c->max_call_elems = GT_COMM_MPI_MAX_CALL_ELEMS;
+    c->op_bf16_sum = MPI_OP_NULL;
+    c->staging = NULL;
+    c->staging_bytes = 0;
+}
+
+void gt_comm_free_common(gt_comm *c) {
+    free(c->staging);
+    c->staging = NULL;
+    gt_mpi_check(c, MPI_Comm_free(&c->world));
+}
+
+/* ------------------------------------------------------------------ MPI backend */
+
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {   /* round to nearest, ties to even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+static MPI_Datatype mpi_type(gt_dtype dtype) {
+    return dtype == GT_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+
+static MPI_Op mpi_sum_op(const gt_comm *c, gt_dtype dtype) {
+    return dtype == GT_DTYPE_BF16 ? c->op_bf16_sum : MPI_SUM;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Per-rank chunk for reduce-scatter / all-gather: W*chunk <= max_call_elems, at least 1. */
+static size_t per_rank_chunk(const gt_comm *c) {
+    size_t chunk = c->max_call_elems / (size_t)c->size;
+    return chunk ? chunk : 1;
+}
+
+static void mpi_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
+    size_t elem = gt_dtype_bytes(dtype);
+    for (size_t off = 0; off < count; off += c->max_call_elems) {
+        size_t len = min_size(c->max_call_elems, count - off);
+        gt_mpi_check(c, MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)len, mpi_type(dtype),
+                                      mpi_sum_op(c, dtype), c->world));
+    }
+}
+
+static void mpi_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
+                                   gt_dtype dtype) {
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size;
+    const char *s = send;
+    char *own = (char *)s + (size_t)c->rank * recv_count * elem;   /* this rank's slice of send */
+    int in_place = (char *)recv == own;
+    MPI_Datatype type = mpi_type(dtype);
+    MPI_Op op = mpi_sum_op(c, dtype);
+    size_t chunk = per_rank_chunk(c);
+
+    if (recv_count <= chunk) {
+        if (in_place) {
+            /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our slice. */
+            gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)s, (int)recv_count, type, op,
+                                                     c->world));
+            if (c->rank != 0) memmove(recv, s, recv_count * elem);
+        } else {
+            gt_mpi_check(c, MPI_Reduce_scatter_block(send, recv, (int)recv_count, type, op, c->world));
+        }
+        return;
+    }
+
+    size_t need = W * chunk * elem;
+    if (c->staging_bytes < need) {
+        free(c->staging);
+        c->staging = malloc(need);
+        if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", need);
+        c->staging_bytes = need;
+    }
+    char *stage = c->staging;
+    for (size_t off = 0; off < recv_count; off += chunk) {
+        size_t len = min_size(chunk, recv_count - off);
+        for (size_t r = 0; r < W; r++)
+            memcpy(stage + r * len * elem, s + (r * recv_count + off) * elem, len * elem);
+        gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op, c->world));
+        /* In place, recv+off is our slice's chunk `off`, already packed; later chunks read other
+         * offsets, so overwriting it is safe. */
+        memcpy((char *)recv + off * elem, stage, len * elem);
+    }
+}
+
+static void mpi_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
+    size_t elem = gt_dtype_bytes(dtype);
+    char *r = recv;
+    int in_place = (const char *)send == r + (size_t)c->rank * send_count * elem;
+    MPI_Datatype type = mpi_type(dtype);
+    size_t chunk = per_rank_chunk(c);
+
+    if (send_count <= chunk) {
+        gt_mpi_check(c, MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, type, recv,
+                                      (int)send_count, type, c->world));
+        return;
+    }
+    for (size_t off = 0; off < send_count; off += chunk) {
+        size_t len = min_size(chunk, send_count - off);
+        MPI_Datatype piece, block;   /* block: len elements, then a stride of send_count elements */
+        gt_mpi_check(c, MPI_Type_contiguous((int)len, type, &piece));
+        gt_mpi_check(c, MPI_Type_create_resized(piece, 0, (MPI_Aint)(send_count * elem), &block));
+        gt_mpi_check(c, MPI_Type_commit(&block));
+        gt_mpi_check(c, MPI_Type_free(&piece));
+        /* With MPI_IN_PLACE our input is our own block of recvbuf: r + off + rank*send_count. */
+        const void *sbuf = in_place ? MPI_IN_PLACE : (const void *)((const char *)send + off * elem);
+        gt_mpi_check(c, MPI_Allgather(sbuf, (int)len, type, r + off * elem, 1, block, c->world));
+        gt_mpi_check(c, MPI_Type_free(&block));
+    }
+}
+
+static void mpi_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
+    for (size_t off = 0; off < bytes; off += c->max_call_elems) {
+        size_t len = min_size(c->max_call_elems, bytes - off);
+        gt_mpi_check(c, MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, c->world));
+    }
+}
+
+static void mpi_destroy(gt_comm *c) {
+    if (c->op_bf16_sum != MPI_OP_NULL) gt_mpi_check(c, MPI_Op_free(&c->op_bf16_sum));
+}
+
+static const gt_comm_ops mpi_ops = {
+    .all_reduce_sum = mpi_all_reduce_sum,
+    .reduce_scatter_sum = mpi_reduce_scatter_sum,
+    .all_gather = mpi_all_gather,
+    .broadcast = mpi_broadcast,
+    .destroy = mpi_destroy,
+};
+
+gt_comm *gt_comm_create_mpi(MPI_Comm world) {
+    gt_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    gt_comm_init_common(c, world, "mpi");
+    c->ops = &mpi_ops;
+    gt_mpi_check(c, MPI_Op_create(bf16_sum_op, 1, &c->op_bf16_sum));
+    return c;
+}
+
+void gt_comm_set_max_call_elems(gt_comm *c, size_t max_call_elems) {
+    if (max_call_elems == 0) max_call_elems = 1;
+    if (max_call_elems > INT_MAX) max_call_elems = INT_MAX;
+    c->max_call_elems = max_call_elems;
+}
+
+/* ------------------------------------------------------------------ public wrappers */
+
+int gt_comm_rank(const gt_comm *c) { return c->rank; }
+int gt_comm_size(const gt_comm *c) { return c->size; }
+int gt_comm_local_rank(const gt_comm *c) { return c->local_rank; }
+int gt_comm_local_size(const gt_comm *c) { return c->local_size; }
+const char *gt_comm_name(const gt_comm *c) { return c->name; }
+
+void gt_comm_destroy(gt_comm *c) {
+    if (!c) return;
+    c->ops->destroy(c);
+    gt_comm_free_common(c);
+    free(c);
+}
+
+/* Ring model of comm.h; every term is 0 for W == 1. */
+static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
+    return (uint64_t)(c->size - 1) * per_step_bytes;
+}
+
+void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
+    uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_all_reduce++;
+    c->stats.bytes_sent += 2 * ring_bytes(c, bytes) / (uint64_t)c->size;
+}
+
+void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
+                                gt_dtype dtype) {
+    uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_reduce_scatter++;
+    c->stats.bytes_sent += ring_bytes(c, bytes);
+}
+
+void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
+    uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_all_gather++;
+    c->stats.bytes_sent += ring_bytes(c, bytes);
+}
+
+void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
+    double t0 = MPI_Wtime();
+    if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_broadcast++;
+    if (c->rank == root && c->size > 1) c->stats.bytes_sent += bytes;
+}
+
+void gt_comm_barrier(gt_comm *c) {
+    double t0 = MPI_Wtime();
+    gt_mpi_check(c, MPI_Barrier(c->world));
+    c->stats.seconds += MPI_Wtime() - t0;
+}
+
+double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
+    double y = 0.0, t0 = MPI_Wtime();
+    gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_scalar++;
+    return y;
+}
+
+int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
+    int y = 0;
+    double t0 = MPI_Wtime();
+    gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_scalar++;
+    return y;
+}
+
+void gt_comm_stats_get(const gt_comm *c, gt_comm_stats *out) { *out = c->stats; }
+void gt_comm_stats_reset(gt_comm *c) { memset(&c->stats, 0, sizeof c->stats); }

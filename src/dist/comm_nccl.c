@@ -1,0 +1,187 @@
+/*
+ * comm_nccl.c — the NCCL implementation of gt_comm: collectives on DEVICE buffers, one GPU per rank.
+ *
+ * STATUS: compiled and linked against NCCL 2.28 / CUDA 13 on a machine without a GPU; NEVER RUN ON
+ * A GPU yet.
+ * tests/test_comm.c exercises it (single rank) when it finds a device; until that has happened on
+ * real hardware, treat this file as unverified.
+ *
+ * How it works:
+ *   - Each rank picks GPU local_rank % device_count (local rank from MPI_COMM_TYPE_SHARED). NCCL
+ *     refuses two ranks on one GPU, so creation returns NULL when a node has more ranks than GPUs.
+ *   - Whether NCCL can run is agreed over MPI first (every rank must find a GPU), so all ranks get
+ *     the same answer: either all build the NCCL communicator or all return NULL with a reason.
+ *   - Rank 0 makes the ncclUniqueId, MPI_Bcast hands it out, ncclCommInitRank builds the communicator.
+ *   - Collectives run on a dedicated non-blocking stream with ncclSum (ncclFloat / ncclBfloat16,
+ *     size_t counts: no chunking). After each one we wait for the stream while polling
+ *     ncclCommGetAsyncError, so a peer that died turns into ncclCommAbort + MPI_Abort, not a hang.
+ *   - Accounting, argument checks and timing live in comm_mpi.c's public wrappers, shared with MPI.
+ * Without CUDA the file only provides gt_comm_create_nccl returning NULL ("built without CUDA").
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#ifdef GTRAIN_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+typedef struct {
+    ncclComm_t nccl;
+    cudaStream_t stream;
+    int device;
+} nccl_state;
+
+static nccl_state *state(const gt_comm *c) { return c->impl; }
+
+static void nccl_fail(gt_comm *c, const char *what, const char *err, const char *file, int line) {
+    fprintf(stderr, "[rank %d] %s:%d: %s failed: %s\n", c->rank, file, line, what, err);
+    fflush(stderr);
+    nccl_state *s = c->impl;
+    if (s && s->nccl) ncclCommAbort(s->nccl);
+    MPI_Abort(c->world, 1);
+    abort();
+}
+
+#define ncclCheck(c, call)                                                          \
+    do {                                                                            \
+        ncclResult_t r_ = (call);                                                   \
+        if (r_ != ncclSuccess) nccl_fail((c), #call, ncclGetErrorString(r_), __FILE__, __LINE__); \
+    } while (0)
+
+#define cudaCheck(c, call)                                                          \
+    do {                                                                            \
+        cudaError_t e_ = (call);                                                    \
+        if (e_ != cudaSuccess) nccl_fail((c), #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+
+static ncclDataType_t nccl_type(gt_dtype dtype) {
+    return dtype == GT_DTYPE_BF16 ? ncclBfloat16 : ncclFloat;
+}
+
+/* Wait for the collective just queued; a NCCL async error (e.g. a peer died) aborts instead of
+ * spinning forever. */
+static void nccl_wait(gt_comm *c, const char *what) {
+    nccl_state *s = state(c);
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s->stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) nccl_fail(c, what, cudaGetErrorString(e), __FILE__, __LINE__);
+        ncclResult_t async = ncclSuccess;
+        ncclCheck(c, ncclCommGetAsyncError(s->nccl, &async));
+        if (async != ncclSuccess && async != ncclInProgress)
+            nccl_fail(c, what, ncclGetErrorString(async), __FILE__, __LINE__);
+    }
+}
+
+static void nccl_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    ncclCheck(c, ncclAllReduce(buf, buf, count, nccl_type(dtype), ncclSum, s->nccl, s->stream));
+    nccl_wait(c, "ncclAllReduce");
+}
+
+/* NCCL's in-place convention matches ours: recv == send + rank*recv_count. */
+static void nccl_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
+                                    gt_dtype dtype) {
+    nccl_state *s = state(c);
+    ncclCheck(c, ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), ncclSum, s->nccl, s->stream));
+    nccl_wait(c, "ncclReduceScatter");
+}
+
+/* In place: send == recv + rank*send_count, as NCCL expects. */
+static void nccl_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    ncclCheck(c, ncclAllGather(send, recv, send_count, nccl_type(dtype), s->nccl, s->stream));
+    nccl_wait(c, "ncclAllGather");
+}
+
+static void nccl_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
+    nccl_state *s = state(c);
+    ncclCheck(c, ncclBroadcast(buf, buf, bytes, ncclInt8, root, s->nccl, s->stream));
+    nccl_wait(c, "ncclBroadcast");
+}
+
+static void nccl_destroy(gt_comm *c) {
+    nccl_state *s = state(c);
+    if (!s) return;
+    cudaCheck(c, cudaSetDevice(s->device));
+    cudaCheck(c, cudaStreamSynchronize(s->stream));
+    ncclCheck(c, ncclCommDestroy(s->nccl));
+    s->nccl = NULL;
+    cudaCheck(c, cudaStreamDestroy(s->stream));
+    free(s);
+    c->impl = NULL;
+}
+
+static const gt_comm_ops nccl_ops = {
+    .all_reduce_sum = nccl_all_reduce_sum,
+    .reduce_scatter_sum = nccl_reduce_scatter_sum,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
+    .destroy = nccl_destroy,
+};
+
+gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
+    gt_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    gt_comm_init_common(c, world, "nccl");
+    c->ops = &nccl_ops;
+
+    /* Can this rank run NCCL? Agree before any rank enters ncclCommInitRank. */
+    char local_why[256] = "";
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess) {
+        snprintf(local_why, sizeof local_why, "rank %d: no CUDA device (%s)", c->rank, cudaGetErrorString(e));
+        devices = 0;
+    } else if (devices == 0) {
+        snprintf(local_why, sizeof local_why, "rank %d: no CUDA device", c->rank);
+    } else if (c->local_size > devices) {
+        snprintf(local_why, sizeof local_why,
+                 "%d ranks on this node but %d GPU(s); NCCL needs one GPU per rank", c->local_size, devices);
+    }
+    int ok = local_why[0] == '\0', all_ok = 0;
+    gt_mpi_check(c, MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->world));
+    if (!all_ok) {
+        /* Report the first failing rank's reason on every rank. */
+        int first_bad = ok ? c->size : c->rank, bad = 0;
+        gt_mpi_check(c, MPI_Allreduce(&first_bad, &bad, 1, MPI_INT, MPI_MIN, c->world));
+        gt_mpi_check(c, MPI_Bcast(local_why, (int)sizeof local_why, MPI_CHAR, bad, c->world));
+        if (why && why_len) snprintf(why, why_len, "%s", local_why);
+        gt_comm_free_common(c);
+        free(c);
+        return NULL;
+    }
+
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    c->impl = s;
+    s->device = c->local_rank % devices;
+    cudaCheck(c, cudaSetDevice(s->device));
+    ncclUniqueId id;
+    if (c->rank == 0) ncclCheck(c, ncclGetUniqueId(&id));
+    gt_mpi_check(c, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
+    ncclCheck(c, ncclCommInitRank(&s->nccl, c->size, id, c->rank));
+    cudaCheck(c, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    if (why && why_len) why[0] = '\0';
+    return c;
+}
+
+#else /* !GTRAIN_HAVE_CUDA */
+
+gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
+    (void)world;
+    if (why && why_len) snprintf(why, why_len, "gtrain was built without CUDA, so without NCCL");
+    return NULL;
+}
+
+#endif

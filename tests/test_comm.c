@@ -1,0 +1,311 @@
+/*
+ * test_comm — every gt_comm collective against arithmetic truth, run under mpiexec with 1..4 ranks.
+ *
+ * Values are small integers, so fp32 and bf16 sums are exact and the check is equality. Covered per
+ * dtype (fp32, bf16) and count (0, 1, uneven sizes): all-reduce, reduce-scatter (also in place),
+ * all-gather (also in place), broadcast from every root; then the same again with tiny MPI chunk
+ * limits (1, 3, 7, 64 elements per call) so the chunked path for > 2^31 elements runs without 8 GiB
+ * buffers; then the accounting contract of comm.h (call counts, bytes_sent formulas) and the scalar
+ * reductions. If gt_comm_create_nccl gives a communicator (a GPU build on a GPU, one rank per GPU),
+ * the same checks run on device buffers; otherwise its reason is printed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "comm.h"
+
+#ifdef GTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static int rank, world;
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            if (failures < 20) {                                                         \
+                fprintf(stderr, "[rank %d] %s:%d: FAIL %s: ", rank, __FILE__, __LINE__, #cond); \
+                fprintf(stderr, __VA_ARGS__);                                            \
+                fprintf(stderr, "\n");                                                   \
+            }                                                                            \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+/* ------------------------------------------------------------------ memory: host or device */
+
+typedef struct {
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*upload)(void *dst, const void *host, size_t bytes);
+    void (*download)(void *host, const void *src, size_t bytes);
+} mem_ops;
+
+static void *host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
+static void host_release(void *p) { free(p); }
+static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static const mem_ops host_mem = {host_alloc, host_release, host_copy, host_copy};
+
+#ifdef GTRAIN_HAVE_CUDA
+static void cuda_ok(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "[rank %d] %s: %s\n", rank, what, cudaGetErrorString(e));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    cuda_ok(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+    return p;
+}
+static void dev_release(void *p) { cuda_ok(cudaFree(p), "cudaFree"); }
+static void dev_upload(void *dst, const void *host, size_t bytes) {
+    cuda_ok(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+static void dev_download(void *host, const void *src, size_t bytes) {
+    cuda_ok(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+static const mem_ops dev_mem = {dev_alloc, dev_release, dev_upload, dev_download};
+#endif
+
+/* ------------------------------------------------------------------ values */
+
+/* Element i of rank r's input: small integers, distinct per rank, exact in bf16 (< 256) when summed
+ * over 4 ranks. */
+static float value(gt_dtype dt, int r, size_t i) {
+    return dt == GT_DTYPE_BF16 ? (float)(r + 1) + (float)(i % 7) : (float)(r + 1) * 1000.0f + (float)(i % 997);
+}
+
+static void put(void *buf, gt_dtype dt, size_t i, float v) {
+    if (dt == GT_DTYPE_F32) {
+        ((float *)buf)[i] = v;
+    } else {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);   /* exact for our small integers */
+    }
+}
+
+static float get(const void *buf, gt_dtype dt, size_t i) {
+    if (dt == GT_DTYPE_F32) return ((const float *)buf)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static float sum_over_ranks(gt_dtype dt, size_t i) {
+    float s = 0.0f;
+    for (int r = 0; r < world; r++) s += value(dt, r, i);
+    return s;
+}
+
+static const char *dtname(gt_dtype dt) { return dt == GT_DTYPE_F32 ? "f32" : "bf16"; }
+
+/* ------------------------------------------------------------------ collective checks */
+
+static void check_all_reduce(gt_comm *c, const mem_ops *m, gt_dtype dt, size_t count) {
+    size_t elem = gt_dtype_bytes(dt);
+    char *h = malloc(count * elem + 1);
+    void *d = m->alloc(count * elem);
+    for (size_t i = 0; i < count; i++) put(h, dt, i, value(dt, rank, i));
+    m->upload(d, h, count * elem);
+    gt_comm_all_reduce_sum(c, d, count, dt);
+    m->download(h, d, count * elem);
+    for (size_t i = 0; i < count; i++)
+        CHECK(get(h, dt, i) == sum_over_ranks(dt, i), "all_reduce %s count %zu [%zu] = %g want %g", dtname(dt),
+              count, i, get(h, dt, i), sum_over_ranks(dt, i));
+    m->release(d);
+    free(h);
+}
+
+static void check_reduce_scatter(gt_comm *c, const mem_ops *m, gt_dtype dt, size_t rc, int in_place) {
+    size_t elem = gt_dtype_bytes(dt), n = rc * (size_t)world;
+    char *h = malloc(n * elem + 1);
+    void *send = m->alloc(n * elem);
+    void *recv = in_place ? (char *)send + (size_t)rank * rc * elem : m->alloc(rc * elem);
+    for (size_t i = 0; i < n; i++) put(h, dt, i, value(dt, rank, i));
+    m->upload(send, h, n * elem);
+    gt_comm_reduce_scatter_sum(c, send, recv, rc, dt);
+    m->download(h, recv, rc * elem);
+    for (size_t i = 0; i < rc; i++) {
+        float want = sum_over_ranks(dt, (size_t)rank * rc + i);
+        CHECK(get(h, dt, i) == want, "reduce_scatter %s%s rc %zu [%zu] = %g want %g", dtname(dt),
+              in_place ? " in place" : "", rc, i, get(h, dt, i), want);
+    }
+    if (!in_place) m->release(recv);
+    m->release(send);
+    free(h);
+}
+
+static void check_all_gather(gt_comm *c, const mem_ops *m, gt_dtype dt, size_t sc, int in_place) {
+    size_t elem = gt_dtype_bytes(dt), n = sc * (size_t)world;
+    char *h = malloc(n * elem + 1);
+    void *recv = m->alloc(n * elem);
+    void *send = in_place ? (char *)recv + (size_t)rank * sc * elem : m->alloc(sc * elem);
+    for (size_t i = 0; i < n; i++) put(h, dt, i, -1.0f);   /* garbage outside our own block */
+    for (size_t i = 0; i < sc; i++) put(h, dt, in_place ? (size_t)rank * sc + i : i, value(dt, rank, i));
+    if (in_place) {
+        m->upload(recv, h, n * elem);
+    } else {
+        m->upload(send, h, sc * elem);
+        for (size_t i = 0; i < n; i++) put(h, dt, i, -1.0f);
+        m->upload(recv, h, n * elem);
+    }
+    gt_comm_all_gather(c, send, recv, sc, dt);
+    m->download(h, recv, n * elem);
+    for (int r = 0; r < world; r++)
+        for (size_t i = 0; i < sc; i++)
+            CHECK(get(h, dt, (size_t)r * sc + i) == value(dt, r, i), "all_gather %s%s sc %zu block %d [%zu] = %g want %g",
+                  dtname(dt), in_place ? " in place" : "", sc, r, i, get(h, dt, (size_t)r * sc + i), value(dt, r, i));
+    if (!in_place) m->release(send);
+    m->release(recv);
+    free(h);
+}
+
+static unsigned char byte_of(int r, size_t b, int root) { return (unsigned char)(r * 31 + b * 7 + (size_t)root); }
+
+static void check_broadcast(gt_comm *c, const mem_ops *m, size_t bytes, int root) {
+    unsigned char *h = malloc(bytes + 1);
+    void *d = m->alloc(bytes);
+    for (size_t b = 0; b < bytes; b++) h[b] = byte_of(rank, b, root);
+    m->upload(d, h, bytes);
+    gt_comm_broadcast(c, d, bytes, root);
+    m->download(h, d, bytes);
+    for (size_t b = 0; b < bytes; b++)
+        CHECK(h[b] == byte_of(root, b, root), "broadcast %zu bytes root %d [%zu]", bytes, root, b);
+    m->release(d);
+    free(h);
+}
+
+static const size_t counts[] = {0, 1, 2, 5, 17, 1000, 4099};
+#define N_COUNTS (sizeof counts / sizeof counts[0])
+
+static void check_collectives(gt_comm *c, const mem_ops *m, size_t max_count) {
+    gt_dtype dts[2] = {GT_DTYPE_F32, GT_DTYPE_BF16};
+    for (int d = 0; d < 2; d++)
+        for (size_t k = 0; k < N_COUNTS && counts[k] <= max_count; k++) {
+            check_all_reduce(c, m, dts[d], counts[k]);
+            check_reduce_scatter(c, m, dts[d], counts[k], 0);
+            check_reduce_scatter(c, m, dts[d], counts[k], 1);
+            check_all_gather(c, m, dts[d], counts[k], 0);
+            check_all_gather(c, m, dts[d], counts[k], 1);
+        }
+    for (int root = 0; root < world; root++)
+        for (size_t k = 0; k < N_COUNTS && counts[k] <= max_count; k++) check_broadcast(c, m, counts[k] * 3, root);
+}
+
+/* ------------------------------------------------------------------ accounting and scalars */
+
+static void check_stats_and_scalars(gt_comm *c, const mem_ops *m) {
+    uint64_t W = (uint64_t)world;
+    gt_comm_stats st;
+    gt_comm_stats_reset(c);
+    gt_comm_stats_get(c, &st);
+    CHECK(st.calls_all_reduce == 0 && st.bytes_sent == 0 && st.seconds == 0.0, "reset clears the stats");
+
+    void *buf = m->alloc(4 * 1000 * W);
+    char *h = calloc(4 * 1000 * W, 1);
+    m->upload(buf, h, 4 * 1000 * W);
+    uint64_t want = 0;
+    gt_comm_all_reduce_sum(c, buf, 1000, GT_DTYPE_F32);            want += 2 * (W - 1) * 4000 / W;
+    gt_comm_all_reduce_sum(c, buf, 10, GT_DTYPE_BF16);             want += 2 * (W - 1) * 20 / W;   /* 2(W-1)*20/W, rounded down per call */
+    gt_comm_reduce_scatter_sum(c, buf, (char *)buf + rank * 4 * 10, 10, GT_DTYPE_F32); want += (W - 1) * 40;
+    gt_comm_all_gather(c, (char *)buf + rank * 2 * 7, buf, 7, GT_DTYPE_BF16);      want += (W - 1) * 14;
+    gt_comm_all_gather(c, buf, buf, 0, GT_DTYPE_F32);              /* count 0 counts as a call, 0 bytes */
+    gt_comm_broadcast(c, buf, 100, 0);                             if (rank == 0 && W > 1) want += 100;
+    gt_comm_broadcast(c, buf, 50, world - 1);                      if (rank == world - 1 && W > 1) want += 50;
+    double s = gt_comm_all_reduce_scalar_sum(c, rank + 0.5);
+    int mx = gt_comm_all_reduce_int_max(c, rank == world / 2 ? 7 : -3);
+    gt_comm_barrier(c);
+    gt_comm_stats_get(c, &st);
+    CHECK(st.calls_all_reduce == 2, "calls_all_reduce %llu", (unsigned long long)st.calls_all_reduce);
+    CHECK(st.calls_reduce_scatter == 1, "calls_reduce_scatter %llu", (unsigned long long)st.calls_reduce_scatter);
+    CHECK(st.calls_all_gather == 2, "calls_all_gather %llu", (unsigned long long)st.calls_all_gather);
+    CHECK(st.calls_broadcast == 2, "calls_broadcast %llu", (unsigned long long)st.calls_broadcast);
+    CHECK(st.calls_scalar == 2, "calls_scalar %llu", (unsigned long long)st.calls_scalar);
+    CHECK(st.bytes_sent == want, "bytes_sent %llu want %llu", (unsigned long long)st.bytes_sent,
+          (unsigned long long)want);
+    CHECK(st.seconds > 0.0, "seconds %g", st.seconds);
+    CHECK(s == world * (world - 1) / 2.0 + 0.5 * world, "scalar sum %g", s);
+    CHECK(mx == 7, "int max %d", mx);
+    if (world == 3) CHECK(st.bytes_sent == (uint64_t)(5333 + 26 + 80 + 28 + (rank == 0 ? 100 : 0) + (rank == 2 ? 50 : 0)),
+                          "bytes_sent W=3 worked example %llu", (unsigned long long)st.bytes_sent);
+    m->release(buf);
+    free(h);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void report(const char *what, int failures_before) {
+    int bad = failures - failures_before, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("%-4s %s\n", any ? "FAIL" : "ok", what);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (rank == 0) printf("test_comm: %d rank(s)\n", world);
+
+    gt_comm *c = gt_comm_create_mpi(MPI_COMM_WORLD);
+    int f0 = failures;
+    CHECK(strcmp(gt_comm_name(c), "mpi") == 0, "name %s", gt_comm_name(c));
+    CHECK(gt_comm_rank(c) == rank && gt_comm_size(c) == world, "rank/size");
+    CHECK(gt_comm_local_rank(c) >= 0 && gt_comm_local_rank(c) < gt_comm_local_size(c) &&
+              gt_comm_local_size(c) <= world, "local rank %d of %d", gt_comm_local_rank(c), gt_comm_local_size(c));
+    if (gt_comm_local_size(c) == world) CHECK(gt_comm_local_rank(c) == rank, "one node: local rank == rank");
+    report("mpi: name, rank, size, local rank", f0);
+
+    f0 = failures;
+    check_collectives(c, &host_mem, (size_t)-1);
+    report("mpi: all_reduce / reduce_scatter (+in place) / all_gather (+in place), f32 and bf16, "
+           "counts 0 1 2 5 17 1000 4099; broadcast from every root", f0);
+
+    size_t limits[] = {1, 3, 7, 64};
+    for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+        gt_comm_set_max_call_elems(c, limits[k]);
+        f0 = failures;
+        check_collectives(c, &host_mem, limits[k] == 1 ? 1000 : (size_t)-1);
+        char what[160];
+        snprintf(what, sizeof what, "mpi: the same with at most %zu element(s) per MPI call (chunked path)", limits[k]);
+        report(what, f0);
+    }
+    gt_comm_set_max_call_elems(c, GT_COMM_MPI_MAX_CALL_ELEMS);
+
+    f0 = failures;
+    check_stats_and_scalars(c, &host_mem);
+    report("mpi: stats (calls, bytes_sent ring model, seconds), scalar sum, int max", f0);
+
+    /* NCCL: a communicator only with CUDA, a GPU and one rank per GPU; otherwise a reason on every rank. */
+    char why[256] = "";
+    gt_comm *g = gt_comm_create_nccl(MPI_COMM_WORLD, why, sizeof why);
+    f0 = failures;
+    if (!g) {
+        CHECK(why[0] != '\0', "NULL without a reason");
+        if (rank == 0) printf("     nccl: unavailable (%s); device checks skipped\n", why);
+        report("nccl: creation refused consistently with a reason", f0);
+    } else {
+#ifdef GTRAIN_HAVE_CUDA
+        CHECK(strcmp(gt_comm_name(g), "nccl") == 0, "name %s", gt_comm_name(g));
+        check_collectives(g, &dev_mem, (size_t)-1);
+        check_stats_and_scalars(g, &dev_mem);
+        report("nccl: every collective on device buffers, f32 and bf16; stats; scalars", f0);
+#endif
+        gt_comm_destroy(g);
+    }
+
+    gt_comm_destroy(c);
+    int any = 0;
+    MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("test_comm: %s\n", any ? "FAILED" : "all passed");
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
