@@ -1,0 +1,391 @@
+/* Unit tests for the token data layer (src/core/data.c) and gtrain-prep.
+ * argv[1]: path of the gtrain-prep executable. */
+#define _POSIX_C_SOURCE 200809L
+#include "data.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures = 0;
+#define CHECK(c)                                                                         \
+    do {                                                                                 \
+        if (!(c)) {                                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);        \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static char dir[64];
+
+static char *pth(const char *name) {
+    static char buf[8][256];
+    static int k = 0;
+    char *b = buf[k++ & 7];
+    snprintf(b, 256, "%s/%s", dir, name);
+    return b;
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+/* run prog with args (NULL-terminated), stdout/stderr to files; return exit status */
+static int run(char *const argv[], const char *out, const char *errf) {
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+        if (!freopen(out, "w", stdout) || !freopen(errf, "w", stderr)) _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int contains_file(const char *path, const char *needle) {
+    size_t n;
+    unsigned char *b = read_all(path, &n);
+    if (!b) return 0;
+    b[n] = 0;
+    int r = strstr((char *)b, needle) != NULL;
+    free(b);
+    return r;
+}
+
+/* ---------------------------------------------------------------- prep round trip */
+
+static const char *TEXT_A =
+    "The quick brown fox jumps over the lazy dog.\n%\nAll work and no play makes Jack a dull boy.\n";
+static const char *TEXT_B =
+    "It was the best of times, it was the worst of times.\n\xc3\xa9t\xc3\xa9 \x01\x7f\xff bytes\n%\n"
+    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.\n";
+
+static void test_prep_roundtrip(const char *prep) {
+    write_file(pth("a.txt"), TEXT_A, strlen(TEXT_A));
+    write_file(pth("b.txt"), TEXT_B, strlen(TEXT_B));
+    size_t la = strlen(TEXT_A), lb = strlen(TEXT_B), total = la + lb;
+    unsigned char *src = malloc(total);
+    memcpy(src, TEXT_A, la);
+    memcpy(src + la, TEXT_B, lb);
+
+    char *argv[] = {(char *)prep, "--val-fraction", "0.25", "-o", pth("rt"), pth("a.txt"),
+                    pth("b.txt"), NULL};
+    int rc = run(argv, pth("out.txt"), pth("err.txt"));
+    CHECK(rc == 0);
+    CHECK(contains_file(pth("out.txt"), "tokens"));
+
+    size_t n_val = (size_t)(total * 0.25), n_train = total - n_val;
+    char err[512];
+    gt_data *tr = gt_data_open(pth("rt.train.bin"), err, sizeof err);
+    gt_data *va = gt_data_open(pth("rt.val.bin"), err, sizeof err);
+    CHECK(tr && va);
+    if (!tr || !va) {
+        fprintf(stderr, "open: %s\n", err);
+        exit(1);
+    }
+    CHECK(gt_data_token_count(tr) == n_train);
+    CHECK(gt_data_token_count(va) == n_val);
+    CHECK(gt_data_vocab_size(tr) == 256 && gt_data_vocab_size(va) == 256);
+    CHECK(gt_data_token_bytes(tr) == 2);
+    /* same text as the source, in order */
+    for (size_t i = 0; i < n_train; i++) CHECK(gt_data_token(tr, i) == src[i]);
+    for (size_t i = 0; i < n_val; i++) CHECK(gt_data_token(va, i) == src[n_train + i]);
+    int mx = 0;
+    for (size_t i = 0; i < n_train; i++) mx = src[i] > mx ? src[i] : mx;
+    CHECK(gt_data_max_token(tr) == mx);
+    CHECK(gt_data_max_token(tr) == mx); /* cached path */
+    CHECK(gt_data_max_token(tr) < 256);
+
+    /* train batches: shifted by one, < 256, equal to the source window at sample_start */
+    enum { T = 16, N = 8 };
+    CHECK(gt_data_check_seq(tr, T, err, sizeof err) == 0);
+    int32_t in[N * T], tg[N * T];
+    gt_data_train_batch(tr, 1234, 0, N, T, in, tg);
+    for (int s = 0; s < N; s++) {
+        uint64_t st = gt_data_sample_start(tr, 1234, (uint64_t)s, T);
+        CHECK(st + T < n_train);
+        for (int t = 0; t < T; t++) {
+            CHECK(in[s * T + t] >= 0 && in[s * T + t] < 256);
+            CHECK(in[s * T + t] == src[st + t]);
+            CHECK(tg[s * T + t] == src[st + t + 1]);
+            if (t + 1 < T) CHECK(tg[s * T + t] == in[s * T + t + 1]);
+        }
+    }
+    /* validation batches: sequential windows */
+    uint64_t nw = gt_data_val_windows(va, 4);
+    CHECK(nw == (n_val - 1) / 4);
+    int32_t vin[2 * 4], vtg[2 * 4];
+    gt_data_val_batch(va, 1, 2, 4, vin, vtg);
+    for (int i = 0; i < 2; i++) {
+        uint64_t w = (uint64_t)(2 + i) % nw;
+        for (int t = 0; t < 4; t++) {
+            CHECK(vin[i * 4 + t] == src[n_train + w * 4 + t]);
+            CHECK(vtg[i * 4 + t] == src[n_train + w * 4 + t + 1]);
+        }
+    }
+    gt_data_close(tr);
+    gt_data_close(va);
+
+    /* --val-fraction 0: train only, all bytes */
+    char *argv0[] = {(char *)prep, "--val-fraction=0", "--output", pth("nv"), pth("a.txt"), NULL};
+    CHECK(run(argv0, pth("out.txt"), pth("err.txt")) == 0);
+    tr = gt_data_open(pth("nv.train.bin"), err, sizeof err);
+    CHECK(tr && gt_data_token_count(tr) == la);
+    gt_data_close(tr);
+    CHECK(access(pth("nv.val.bin"), F_OK) != 0);
+    free(src);
+}
+
+/* ---------------------------------------------------------------- prep CLI errors */
+
+static void expect_prep(char *const argv[], int want, const char *msg) {
+    int rc = run(argv, pth("out.txt"), pth("err.txt"));
+    if (rc != want) fprintf(stderr, "gtrain-prep %s: exit %d, want %d\n", argv[1] ? argv[1] : "", rc, want);
+    CHECK(rc == want);
+    if (msg) {
+        int ok = contains_file(pth("err.txt"), msg);
+        if (!ok) fprintf(stderr, "stderr lacks \"%s\"\n", msg);
+        CHECK(ok);
+    }
+}
+
+static void test_prep_errors(const char *prep) {
+    write_file(pth("empty.txt"), "", 0);
+    char *p = (char *)prep;
+    char *a1[] = {p, "-o", pth("x"), pth("does-not-exist.txt"), NULL};
+    expect_prep(a1, 2, "does-not-exist.txt");
+    char *a2[] = {p, "--val-fraction", "1", "-o", pth("x"), pth("a.txt"), NULL};
+    expect_prep(a2, 2, "val-fraction");
+    char *a3[] = {p, "--val-fraction", "-0.5", "-o", pth("x"), pth("a.txt"), NULL};
+    expect_prep(a3, 2, "val-fraction");
+    char *a4[] = {p, "--val-fraction", "abc", "-o", pth("x"), pth("a.txt"), NULL};
+    expect_prep(a4, 2, "val-fraction");
+    char *a5[] = {p, pth("a.txt"), NULL};
+    expect_prep(a5, 2, "-o");
+    char *a6[] = {p, "-o", pth("x"), pth("empty.txt"), NULL};
+    expect_prep(a6, 2, "empty input");
+    char *a7[] = {p, "-o", pth("x"), NULL};
+    expect_prep(a7, 2, "no input files");
+    char *a8[] = {p, "--bogus", NULL};
+    expect_prep(a8, 2, "unknown option");
+    char *a9[] = {p, "-o", pth("no-such-dir/x"), pth("a.txt"), NULL};
+    expect_prep(a9, 2, "no-such-dir");
+    char *a10[] = {p, "--help", NULL};
+    expect_prep(a10, 0, NULL);
+    CHECK(contains_file(pth("out.txt"), "usage: gtrain-prep"));
+    CHECK(access(pth("x.train.bin"), F_OK) != 0);
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+static void make_tokens(const char *path, int tb, uint32_t vocab, const int32_t *t, size_t n) {
+    char err[512];
+    gt_data_writer *w = gt_data_writer_open(path, tb, vocab, err, sizeof err);
+    if (!w || gt_data_writer_append(w, t, n, err, sizeof err) || gt_data_writer_finish(w, err, sizeof err)) {
+        fprintf(stderr, "writer: %s\n", err);
+        exit(1);
+    }
+}
+
+static void test_sampling(void) {
+    enum { NT = 1000, T = 7 };
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (i * 37 + 11) % 251;
+    make_tokens(pth("s.bin"), 2, 256, toks, NT);
+    char err[512];
+    gt_data *d = gt_data_open(pth("s.bin"), err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) return;
+
+    /* determinism: same (seed, s) -> same sample */
+    int32_t a[4 * T], b[4 * T], c[4 * T], e[4 * T], one_in[T], one_tg[T];
+    gt_data_train_batch(d, 42, 100, 4, T, a, b);
+    gt_data_train_batch(d, 42, 100, 4, T, c, e);
+    CHECK(!memcmp(a, c, sizeof a) && !memcmp(b, e, sizeof b));
+    /* a batch of 4 samples == 4 batches of 1 (world-size independence) */
+    for (int i = 0; i < 4; i++) {
+        gt_data_train_batch(d, 42, 100 + (uint64_t)i, 1, T, one_in, one_tg);
+        CHECK(!memcmp(one_in, a + i * T, sizeof one_in));
+        CHECK(!memcmp(one_tg, b + i * T, sizeof one_tg));
+    }
+    /* e.g. 2 ranks x 2 sequences == 1 rank x 4 sequences */
+    gt_data_train_batch(d, 42, 100, 2, T, c, e);
+    gt_data_train_batch(d, 42, 102, 2, T, c + 2 * T, e + 2 * T);
+    CHECK(!memcmp(a, c, sizeof a) && !memcmp(b, e, sizeof b));
+    /* a different seed gives different samples */
+    gt_data_train_batch(d, 43, 100, 4, T, c, e);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    /* windows come from the file, shifted by one */
+    for (int i = 0; i < 4; i++) {
+        uint64_t st = gt_data_sample_start(d, 42, 100 + (uint64_t)i, T);
+        for (int t = 0; t < T; t++) {
+            CHECK(a[i * T + t] == toks[st + t]);
+            CHECK(b[i * T + t] == toks[st + t + 1]);
+        }
+    }
+    /* starts cover [0, NT - T - 1] and stay inside it */
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t s = 0; s < 200000; s++) {
+        uint64_t st = gt_data_sample_start(d, 7, s, T);
+        lo = st < lo ? st : lo;
+        hi = st > hi ? st : hi;
+    }
+    CHECK(lo == 0 && hi == NT - T - 1);
+    /* check_seq */
+    CHECK(gt_data_check_seq(d, NT - 1, err, sizeof err) == 0);
+    CHECK(gt_data_check_seq(d, NT, err, sizeof err) != 0 && strstr(err, "s.bin") && strstr(err, "1000"));
+    CHECK(gt_data_check_seq(d, 0, err, sizeof err) != 0);
+    /* exactly T+1 tokens: the only start is 0 */
+    CHECK(gt_data_sample_start(d, 99, 5, NT - 1) == 0);
+
+    /* validation: fixed sequential windows with wrap */
+    uint64_t nw = gt_data_val_windows(d, T);
+    CHECK(nw == (NT - 1) / T);
+    int32_t vi[3 * T], vt[3 * T];
+    int batch = (int)(nw / 3); /* windows 3*batch .. 3*batch+2 wrap past nw when nw % 3 != 0 */
+    gt_data_val_batch(d, batch, 3, T, vi, vt);
+    for (int i = 0; i < 3; i++) {
+        uint64_t w = ((uint64_t)batch * 3 + i) % nw;
+        for (int t = 0; t < T; t++) {
+            CHECK(vi[i * T + t] == toks[w * T + t]);
+            CHECK(vt[i * T + t] == toks[w * T + t + 1]);
+        }
+    }
+    CHECK(((NT - 1) / T) * T + 1 <= NT);
+    gt_data_close(d);
+
+    /* 4-byte tokens with large ids */
+    int32_t big[5] = {0, 70000, 123456789, 5, 70000};
+    make_tokens(pth("w4.bin"), 4, 200000000u, big, 5);
+    d = gt_data_open(pth("w4.bin"), err, sizeof err);
+    CHECK(d && gt_data_token_bytes(d) == 4 && gt_data_token_count(d) == 5);
+    if (d) {
+        CHECK(gt_data_max_token(d) == 123456789);
+        int32_t x[2 * 2], y[2 * 2];
+        gt_data_val_batch(d, 0, 2, 2, x, y);
+        CHECK(x[0] == 0 && x[1] == 70000 && y[0] == 70000 && y[1] == 123456789);
+        CHECK(x[2] == 123456789 && x[3] == 5 && y[3] == 70000);
+        gt_data_close(d);
+    }
+    /* writer rejects out-of-vocab tokens and leaves no file behind */
+    gt_data_writer *w = gt_data_writer_open(pth("bad.bin"), 2, 256, err, sizeof err);
+    int32_t oov[2] = {1, 256};
+    CHECK(w && gt_data_writer_append(w, oov, 2, err, sizeof err) != 0 && strstr(err, "256"));
+    gt_data_writer_abort(w);
+    CHECK(access(pth("bad.bin"), F_OK) != 0);
+}
+
+/* ---------------------------------------------------------------- bad headers */
+
+static void expect_reject(const char *name, const void *bytes, size_t n, const char *what) {
+    write_file(pth(name), bytes, n);
+    char err[512] = "";
+    gt_data *d = gt_data_open(pth(name), err, sizeof err);
+    CHECK(d == NULL);
+    gt_data_close(d);
+    int ok = strstr(err, name) != NULL && strstr(err, what) != NULL;
+    if (!ok) fprintf(stderr, "%s: message \"%s\" lacks the file name or \"%s\"\n", name, err, what);
+    CHECK(ok);
+}
+
+static void test_bad_headers(void) {
+    unsigned char buf[32 + 2 * 10];
+    for (int i = 0; i < 10; i++) {
+        buf[32 + 2 * i] = (unsigned char)('a' + i);
+        buf[33 + 2 * i] = 0;
+    }
+    gt_data_encode_header(buf, 2, 10, 256);
+    char err[512];
+    write_file(pth("good.bin"), buf, sizeof buf);
+    gt_data *d = gt_data_open(pth("good.bin"), err, sizeof err);
+    CHECK(d && gt_data_token_count(d) == 10 && gt_data_token(d, 3) == 'd');
+    gt_data_close(d);
+
+    unsigned char t[32 + 4 * 10] = {0};
+    memcpy(t, buf, sizeof buf);
+    t[0] = 'X';
+    expect_reject("badmagic.bin", t, sizeof buf, "bad magic");
+    memcpy(t, buf, sizeof buf);
+    t[8] = 2;
+    expect_reject("version2.bin", t, sizeof buf, "version 2");
+    gt_data_encode_header(t, 3, 10, 256);
+    expect_reject("width3.bin", t, 32 + 30, "token_bytes=3");
+    expect_reject("trunc.bin", buf, sizeof buf - 1, "size mismatch");
+    {
+        unsigned char l[sizeof buf + 1];
+        memcpy(l, buf, sizeof buf);
+        l[sizeof buf] = 0;
+        expect_reject("long2.bin", l, sizeof l, "size mismatch");
+    }
+    expect_reject("shorthdr.bin", buf, 10, "truncated header");
+    expect_reject("empty.bin", buf, 0, "truncated header");
+    gt_data_encode_header(t, 2, 1, 256);
+    expect_reject("onetoken.bin", t, 34, "too few tokens");
+    gt_data_encode_header(t, 2, 10, 0);
+    expect_reject("vocab0.bin", t, sizeof buf, "vocab_size");
+    gt_data_encode_header(t, 2, 10, 256);
+    t[28] = 1;
+    expect_reject("reserved.bin", t, sizeof buf, "reserved");
+    gt_data_encode_header(t, 2, UINT64_MAX / 2, 256);
+    expect_reject("hugecount.bin", t, sizeof buf, "size mismatch");
+
+    d = gt_data_open(pth("missing.bin"), err, sizeof err);
+    CHECK(d == NULL && strstr(err, "missing.bin"));
+    d = gt_data_open(dir, err, sizeof err);
+    CHECK(d == NULL && strstr(err, "not a regular file"));
+}
+
+static void cleanup(void) {
+    DIR *dd = opendir(dir);
+    if (!dd) return;
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        unlink(pth(e->d_name));
+    }
+    closedir(dd);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_data PATH-OF-gtrain-prep\n");
+        return 2;
+    }
+    snprintf(dir, sizeof dir, "test_data.XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_prep_roundtrip(argv[1]);
+    test_prep_errors(argv[1]);
+    test_sampling();
+    test_bad_headers();
+    if (failures == 0) cleanup();
+    else fprintf(stderr, "test_data: %d check(s) failed; files kept in %s\n", failures, dir);
+    printf("test_data: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
