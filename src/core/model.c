@@ -1,0 +1,477 @@
+/*
+ * model.c — one micro-batch of the LLaMA model, forward and backward, executing an
+ * activation-checkpointing plan (recompute.h) on top of the kernels interface (ops.h).
+ *
+ * A block (pre-norm LLaMA decoder layer) maps its input x (B, T, C) to its output:
+ *   xn1 = rmsnorm(x); q, k, v = xn1 Wq^T, xn1 Wk^T, xn1 Wv^T; q, k = rope(q), rope(k)
+ *   att = causal_gqa_attention(q, k, v); x2 = x + dropout(att Wo^T)
+ *   xn2 = rmsnorm(x2); h = silu(xn2 Wg^T) * (xn2 Wu^T); out = x2 + dropout(h Wd^T)
+ * What a block keeps for its backward (its "stash") depends on the plan:
+ *   KEEP_ALL        xn1 rstd1 q k v lse [probs] att x2 rstd2 xn2 gate up h
+ *   KEEP_SELECTIVE  rstd1 q k v lse att x2 rstd2 gate up — xn1, xn2, h and the attention
+ *                   probabilities are recomputed in backward (Korthikanti et al. 2022)
+ *   KEEP_RECOMPUTE  nothing: the segment's input is kept and backward re-runs the segment
+ * Every block input x_i is kept unless the block is inside a recompute segment.
+ *
+ * Memory discipline (the planner's memory model in planner.c follows this order exactly):
+ *   - a block's stash and transients are allocated together at the start of its forward; the
+ *     transients are freed at its end;
+ *   - the block output doubles as scratch for the o-projection and down-projection outputs;
+ *   - backward holds one gradient of the residual stream (dx) and one scratch region for all
+ *     block backwards; a block's stash and its input are freed as soon as its backward is done.
+ * Every buffer goes through gt_mem (memtrack.h), so act_peak_bytes is measured, not estimated.
+ *
+ * Recompute is bit-exact: a recomputed forward calls the same kernels on the same inputs with the
+ * same dropout keys, so gradients are identical under every plan.
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct layer_offsets {
+    size_t wq, wk, wv, wo, wg, wu, wd, ln1, ln2;   /* element offsets into params and grads */
+} layer_offsets;
+
+struct gt_model {
+    const gt_ops *ops;
+    gt_mem *mem;
+    gt_model_config cfg;
+    gt_layout layout;
+    size_t eb;                 /* bytes per working element */
+    size_t n_alloc;            /* elements in params and grads (n_params, padded) */
+    void *params;              /* (n_params) working */
+    float *grads;              /* (n_params) fp32 */
+    layer_offsets *layers;
+    size_t off_embed, off_norm, off_head;
+    int32_t *d_inputs, *d_targets;  /* device copies of the token ids (BT) */
+    size_t token_capacity;
+};
+
+/* Sizes of one micro-batch's tensors, in bytes. */
+typedef struct shapes {
+    int B, T, BT, C, NH, NKV, HD, KVD, F, V;
+    size_t x;        /* (BT, C) working */
+    size_t kv;       /* (BT, NKV*HD) working */
+    size_t ff;       /* (BT, F) working */
+    size_t row;      /* (BT) fp32 */
+    size_t lse;      /* (B, NH, T) fp32 */
+    size_t probs;    /* (B, NH, T, T) fp32 */
+    size_t logits;   /* (BT, V) working */
+} shapes;
+
+typedef struct stash {
+    int keep;          /* gt_block_keep the buffers were allocated for */
+    int with_probs;
+    void *xn1, *q, *k, *v, *att, *x2, *xn2, *gate, *up, *h;
+    float *rstd1, *rstd2, *lse, *probs;
+} stash;
+
+typedef struct scratch {
+    void *c1, *c2;         /* (BT, C) each */
+    void *big;             /* max(2 (BT, F), (BT, C) + 2 (BT, KVD)): dh|dgate, dup — or dq, dk, dv */
+    size_t big_bytes;
+} scratch;
+
+#define W(model, off) ((char *)(model)->params + (off) * (model)->eb)
+#define G(model, off) ((model)->grads + (off))
+
+static shapes make_shapes(const gt_model *m, int B, int T) {
+    shapes s;
+    s.B = B;
+    s.T = T;
+    s.BT = B * T;
+    s.C = m->cfg.dim;
+    s.NH = m->cfg.n_heads;
+    s.NKV = m->cfg.n_kv_heads;
+    s.HD = s.C / s.NH;
+    s.KVD = s.NKV * s.HD;
+    s.F = m->cfg.ffn_dim;
+    s.V = m->cfg.vocab_size;
+    s.x = (size_t)s.BT * s.C * m->eb;
+    s.kv = (size_t)s.BT * s.KVD * m->eb;
+    s.ff = (size_t)s.BT * s.F * m->eb;
+    s.row = (size_t)s.BT * sizeof(float);
+    s.lse = (size_t)s.B * s.NH * s.T * sizeof(float);
+    s.probs = (size_t)s.B * s.NH * s.T * s.T * sizeof(float);
+    s.logits = (size_t)s.BT * s.V * m->eb;
+    return s;
+}
+
+static void *act_alloc(gt_model *m, size_t bytes) { return gt_mem_alloc(m->mem, GT_MEM_ACT, bytes); }
+static void act_free(gt_model *m, void *p, size_t bytes) {
+    if (p) gt_mem_free(m->mem, GT_MEM_ACT, p, bytes);
+}
+
+/* ------------------------------------------------------------------ construction */
+
+gt_model *gt_model_create(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg) {
+    return gt_model_create_padded(ops, mem, cfg, 0);
+}
+
+gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t n_padded) {
+    gt_model *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    m->ops = ops;
+    m->mem = mem;
+    m->cfg = *cfg;
+    m->eb = (size_t)ops->act_bytes;
+    gt_layout_init(&m->layout, cfg);
+    m->n_alloc = n_padded > m->layout.n_params ? n_padded : m->layout.n_params;
+    m->params = gt_mem_alloc(mem, GT_MEM_PARAMS, m->n_alloc * m->eb);
+    m->grads = gt_mem_alloc(mem, GT_MEM_GRADS, m->n_alloc * sizeof(float));
+    ops->zero(m->params, m->n_alloc * m->eb);
+    ops->zero(m->grads, m->n_alloc * sizeof(float));
+    m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
+    if (!m->layers) abort();
+    /* layout order: embed, 9 tensors per layer, norm, head */
+    const gt_tensor_info *t = m->layout.tensors;
+    m->off_embed = t[0].offset;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        const gt_tensor_info *l = t + 1 + 9 * i;
+        m->layers[i] = (layer_offsets){l[0].offset, l[1].offset, l[2].offset, l[3].offset, l[4].offset,
+                                       l[5].offset, l[6].offset, l[7].offset, l[8].offset};
+    }
+    m->off_norm = t[1 + 9 * cfg->n_layers].offset;
+    m->off_head = t[2 + 9 * cfg->n_layers].offset;
+    return m;
+}
+
+void gt_model_destroy(gt_model *m) {
+    if (!m) return;
+    gt_mem_free(m->mem, GT_MEM_PARAMS, m->params, m->n_alloc * m->eb);
+    gt_mem_free(m->mem, GT_MEM_GRADS, m->grads, m->n_alloc * sizeof(float));
+    if (m->d_inputs) {
+        gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
+        gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
+    }
+    free(m->layers);
+    gt_layout_free(&m->layout);
+    free(m);
+}
+
+const gt_layout *gt_model_layout(const gt_model *m) { return &m->layout; }
+void *gt_model_params(gt_model *m) { return m->params; }
+float *gt_model_grads(gt_model *m) { return m->grads; }
+
+void gt_model_set_params(gt_model *m, const float *params_host) {
+    size_t n = m->layout.n_params;
+    float *staging = m->ops->alloc(n * sizeof(float));
+    m->ops->copy_to_device(staging, params_host, n * sizeof(float));
+    m->ops->to_working(m->params, staging, n);
+    m->ops->free(staging);
+}
+
+static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int BT) {
+    if ((size_t)BT > m->token_capacity) {
+        if (m->d_inputs) {
+            gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
+            gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
+        }
+        m->token_capacity = (size_t)BT;
+        m->d_inputs = gt_mem_alloc(m->mem, GT_MEM_WORKSPACE, m->token_capacity * sizeof(int32_t));
+        m->d_targets = gt_mem_alloc(m->mem, GT_MEM_WORKSPACE, m->token_capacity * sizeof(int32_t));
+    }
+    m->ops->copy_to_device(m->d_inputs, inputs, (size_t)BT * sizeof(int32_t));
+    if (targets) m->ops->copy_to_device(m->d_targets, targets, (size_t)BT * sizeof(int32_t));
+}
+
+/* Dropout sites of a block: each gets its own key so masks never repeat between sites. */
+enum { SITE_ATTN_PROBS = 1, SITE_ATTN_RESIDUAL = 2, SITE_MLP_RESIDUAL = 3 };
+
+static gt_rng_key site_key(gt_rng_key base, int layer, int site) {
+    gt_rng_key k = {base.seed, gt_mix64(base.stream + 0x10000ull * (uint64_t)(layer + 1) + (uint64_t)site)};
+    return k;
+}
+
+/* ------------------------------------------------------------------ stash */
+
+/* Allocates what a block forward writes. KEEP_ALL keeps all of it; for SELECTIVE and RECOMPUTE the
+ * tensors that plan does not keep are transients, freed by stash_drop_transients after forward. */
+static void stash_alloc(gt_model *m, const shapes *s, stash *st, int keep, int with_probs) {
+    memset(st, 0, sizeof *st);
+    st->keep = keep;
+    st->with_probs = with_probs;
+    st->xn1 = act_alloc(m, s->x);
+    st->rstd1 = act_alloc(m, s->row);
+    st->q = act_alloc(m, s->x);
+    st->k = act_alloc(m, s->kv);
+    st->v = act_alloc(m, s->kv);
+    st->lse = act_alloc(m, s->lse);
+    if (with_probs) st->probs = act_alloc(m, s->probs);
+    st->att = act_alloc(m, s->x);
+    st->x2 = act_alloc(m, s->x);
+    st->rstd2 = act_alloc(m, s->row);
+    st->xn2 = act_alloc(m, s->x);
+    st->gate = act_alloc(m, s->ff);
+    st->up = act_alloc(m, s->ff);
+    st->h = act_alloc(m, s->ff);
+}
+
+static void stash_free_all(gt_model *m, const shapes *s, stash *st) {
+    act_free(m, st->xn1, s->x);
+    act_free(m, st->rstd1, s->row);
+    act_free(m, st->q, s->x);
+    act_free(m, st->k, s->kv);
+    act_free(m, st->v, s->kv);
+    act_free(m, st->lse, s->lse);
+    act_free(m, st->probs, s->probs);
+    act_free(m, st->att, s->x);
+    act_free(m, st->x2, s->x);
+    act_free(m, st->rstd2, s->row);
+    act_free(m, st->xn2, s->x);
+    act_free(m, st->gate, s->ff);
+    act_free(m, st->up, s->ff);
+    act_free(m, st->h, s->ff);
+    memset(st, 0, sizeof *st);
+}
+
+static void stash_drop_transients(gt_model *m, const shapes *s, stash *st) {
+    if (st->keep == GT_KEEP_RECOMPUTE) {
+        stash_free_all(m, s, st);
+    } else if (st->keep == GT_KEEP_SELECTIVE) {
+        act_free(m, st->xn1, s->x);
+        act_free(m, st->xn2, s->x);
+        act_free(m, st->h, s->ff);
+        st->xn1 = st->xn2 = st->h = NULL;
+    }
+}
+
+/* ------------------------------------------------------------------ block forward / backward */
+
+/* x (BT, C) -> out (BT, C), writing the stash. */
+static void block_forward(gt_model *m, int layer, const shapes *s, const void *x, void *out, stash *st,
+                          gt_rng_key base, float dropout) {
+    const gt_ops *ops = m->ops;
+    const layer_offsets *L = &m->layers[layer];
+    int BT = s->BT, C = s->C, F = s->F;
+    ops->rmsnorm_forward(st->xn1, st->rstd1, x, W(m, L->ln1), BT, C, m->cfg.norm_eps);
+    ops->matmul_forward(st->q, st->xn1, W(m, L->wq), BT, C, C);
+    ops->matmul_forward(st->k, st->xn1, W(m, L->wk), BT, C, s->KVD);
+    ops->matmul_forward(st->v, st->xn1, W(m, L->wv), BT, C, s->KVD);
+    ops->rope_forward(st->q, st->q, s->B, s->T, s->NH, s->HD, m->cfg.rope_theta);
+    ops->rope_forward(st->k, st->k, s->B, s->T, s->NKV, s->HD, m->cfg.rope_theta);
+    ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, s->B, s->T, s->NH, s->NKV,
+                           s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    ops->matmul_forward(out, st->att, W(m, L->wo), BT, C, C); /* out holds the o-projection */
+    ops->residual_forward(st->x2, x, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
+    ops->rmsnorm_forward(st->xn2, st->rstd2, st->x2, W(m, L->ln2), BT, C, m->cfg.norm_eps);
+    ops->matmul_forward(st->gate, st->xn2, W(m, L->wg), BT, C, F);
+    ops->matmul_forward(st->up, st->xn2, W(m, L->wu), BT, C, F);
+    ops->swiglu_forward(st->h, st->gate, st->up, (size_t)BT * F);
+    ops->matmul_forward(out, st->h, W(m, L->wd), BT, F, C); /* out holds the down-projection */
+    ops->residual_forward(out, st->x2, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_MLP_RESIDUAL));
+}
+
+/* dx (BT, C): on entry dL/d(block output), on return dL/d(block input). Weight gradients add. */
+static void block_backward(gt_model *m, int layer, const shapes *s, const void *x, void *dx, stash *st,
+                           scratch *sc, gt_rng_key base, float dropout) {
+    const gt_ops *ops = m->ops;
+    const layer_offsets *L = &m->layers[layer];
+    int BT = s->BT, C = s->C, F = s->F;
+    size_t n_c = (size_t)BT * C, n_f = (size_t)BT * F;
+    int selective = st->keep == GT_KEEP_SELECTIVE;
+
+    /* MLP branch: out = x2 + dropout(h Wd^T) */
+    void *dd = sc->c1;                       /* (BT, C) */
+    void *dh = sc->big;                      /* (BT, F), becomes dgate */
+    void *dup = (char *)sc->big + s->ff;     /* (BT, F) */
+    ops->dropout_backward(dd, dx, n_c, dropout, site_key(base, layer, SITE_MLP_RESIDUAL));
+    void *h = st->h;
+    if (selective) {
+        h = act_alloc(m, s->ff);
+        ops->swiglu_forward(h, st->gate, st->up, n_f);
+    }
+    ops->matmul_backward(dh, G(m, L->wd), dd, h, W(m, L->wd), BT, F, C, 0);
+    if (selective) act_free(m, h, s->ff);
+    ops->swiglu_backward(dh, dup, dh, st->gate, st->up, n_f);
+    void *xn2 = st->xn2;
+    if (selective) {
+        xn2 = act_alloc(m, s->x);
+        ops->rmsnorm_apply(xn2, st->rstd2, st->x2, W(m, L->ln2), BT, C);
+    }
+    void *dxn2 = sc->c1;
+    ops->matmul_backward(dxn2, G(m, L->wg), dh, xn2, W(m, L->wg), BT, C, F, 0);
+    ops->matmul_backward(dxn2, G(m, L->wu), dup, xn2, W(m, L->wu), BT, C, F, 1);
+    if (selective) act_free(m, xn2, s->x);
+    ops->rmsnorm_backward(dx, G(m, L->ln2), dxn2, st->x2, W(m, L->ln2), st->rstd2, BT, C); /* dx = dL/dx2 */
+
+    /* attention branch: x2 = x + dropout(att Wo^T) */
+    void *do_ = sc->c1, *datt = sc->c2;
+    void *dq = sc->big;
+    void *dk = (char *)sc->big + s->x;
+    void *dv = (char *)dk + s->kv;
+    ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
+    ops->matmul_backward(datt, G(m, L->wo), do_, st->att, W(m, L->wo), BT, C, C, 0);
+    ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
+                            s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    ops->rope_backward(dq, dq, s->B, s->T, s->NH, s->HD, m->cfg.rope_theta);
+    ops->rope_backward(dk, dk, s->B, s->T, s->NKV, s->HD, m->cfg.rope_theta);
+    void *xn1 = st->xn1;
+    if (selective) {
+        xn1 = act_alloc(m, s->x);
+        ops->rmsnorm_apply(xn1, st->rstd1, x, W(m, L->ln1), BT, C);
+    }
+    void *dxn1 = sc->c1;
+    ops->matmul_backward(dxn1, G(m, L->wq), dq, xn1, W(m, L->wq), BT, C, C, 0);
+    ops->matmul_backward(dxn1, G(m, L->wk), dk, xn1, W(m, L->wk), BT, C, s->KVD, 1);
+    ops->matmul_backward(dxn1, G(m, L->wv), dv, xn1, W(m, L->wv), BT, C, s->KVD, 1);
+    if (selective) act_free(m, xn1, s->x);
+    ops->rmsnorm_backward(dx, G(m, L->ln1), dxn1, x, W(m, L->ln1), st->rstd1, BT, C); /* dx = dL/dx */
+}
+
+/* ------------------------------------------------------------------ head */
+
+/* xf (BT, C) = rmsnorm(x_last); logits (BT, V); losses and lse (BT). Returns the summed loss. */
+static double head_forward(gt_model *m, const shapes *s, const void *x_last, void *xf, float *rstdf,
+                           void *logits, float *losses, float *lse) {
+    const gt_ops *ops = m->ops;
+    ops->rmsnorm_forward(xf, rstdf, x_last, W(m, m->off_norm), s->BT, s->C, m->cfg.norm_eps);
+    ops->matmul_forward(logits, xf, W(m, m->off_head), s->BT, s->C, s->V);
+    ops->crossentropy_forward(losses, lse, logits, m->d_targets, s->BT, s->V);
+    float *host = malloc(s->row);
+    if (!host) abort();
+    ops->copy_to_host(host, losses, s->row);
+    double sum = 0.0;
+    for (int i = 0; i < s->BT; i++) sum += host[i];
+    free(host);
+    return sum;
+}
+
+/* ------------------------------------------------------------------ one micro-batch */
+
+double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inputs, const int32_t *targets,
+                            int B, int T, float dloss, gt_rng_key dropout_key, int *recomputed_blocks) {
+    const gt_ops *ops = m->ops;
+    shapes s = make_shapes(m, B, T);
+    int N = m->cfg.n_layers;
+    float p = m->cfg.dropout;
+    int keep_probs = ops->can_keep_attention_probs;
+    upload_tokens(m, inputs, targets, s.BT);
+
+    void **xs = calloc((size_t)N + 1, sizeof *xs);   /* x_i: input of block i; x_N: last output */
+    stash *st = calloc((size_t)N, sizeof *st);
+    if (!xs || !st) abort();
+
+    /* ---- forward ---- */
+    xs[0] = act_alloc(m, s.x);
+    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    for (int a = 0; a < N;) {
+        int b = gt_plan_segment_end(plan, a);
+        for (int i = a; i < b; i++) {
+            int keep = plan->keep[i];
+            stash_alloc(m, &s, &st[i], keep, keep == GT_KEEP_ALL && keep_probs);
+            xs[i + 1] = act_alloc(m, s.x);
+            block_forward(m, i, &s, xs[i], xs[i + 1], &st[i], dropout_key, p);
+            stash_drop_transients(m, &s, &st[i]);
+            if (keep == GT_KEEP_RECOMPUTE && i > a) { /* inside a segment: inputs are not kept */
+                act_free(m, xs[i], s.x);
+                xs[i] = NULL;
+            }
+        }
+        a = b;
+    }
+
+    /* ---- head and loss ---- */
+    void *xf = act_alloc(m, s.x);
+    float *rstdf = act_alloc(m, s.row);
+    void *logits = act_alloc(m, s.logits);
+    float *losses = act_alloc(m, s.row);
+    float *lse = act_alloc(m, s.row);
+    double loss_sum = head_forward(m, &s, xs[N], xf, rstdf, logits, losses, lse);
+
+    /* ---- backward through the head ---- */
+    ops->crossentropy_backward(logits, lse, m->d_targets, s.BT, s.V, dloss);
+    act_free(m, losses, s.row);
+    act_free(m, lse, s.row);
+    void *dxf = act_alloc(m, s.x);
+    ops->matmul_backward(dxf, G(m, m->off_head), logits, xf, W(m, m->off_head), s.BT, s.C, s.V, 0);
+    act_free(m, logits, s.logits);
+    void *dx = act_alloc(m, s.x);
+    ops->zero(dx, s.x);
+    ops->rmsnorm_backward(dx, G(m, m->off_norm), dxf, xs[N], W(m, m->off_norm), rstdf, s.BT, s.C);
+    act_free(m, dxf, s.x);
+    act_free(m, rstdf, s.row);
+    act_free(m, xf, s.x);
+    act_free(m, xs[N], s.x);
+    xs[N] = NULL;
+
+    /* ---- backward through the blocks, segment by segment from the last ---- */
+    scratch sc;
+    sc.big_bytes = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
+    sc.c1 = act_alloc(m, s.x);
+    sc.c2 = act_alloc(m, s.x);
+    sc.big = act_alloc(m, sc.big_bytes);
+    for (int b = N; b > 0;) {
+        int a = b - 1;
+        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
+            /* re-run the segment's forward from its kept input, keeping everything; the last
+             * block's output is not needed, so it goes to scratch */
+            for (int i = a; i < b; i++) {
+                stash_alloc(m, &s, &st[i], GT_KEEP_ALL, keep_probs);
+                void *out = i + 1 < b ? (xs[i + 1] = act_alloc(m, s.x)) : sc.c2;
+                block_forward(m, i, &s, xs[i], out, &st[i], dropout_key, p);
+                (*recomputed_blocks)++;
+            }
+        }
+        for (int i = b - 1; i >= a; i--) {
+            block_backward(m, i, &s, xs[i], dx, &st[i], &sc, dropout_key, p);
+            stash_free_all(m, &s, &st[i]);
+            act_free(m, xs[i], s.x);
+            xs[i] = NULL;
+        }
+        b = a;
+    }
+    act_free(m, sc.c1, s.x);
+    act_free(m, sc.c2, s.x);
+    act_free(m, sc.big, sc.big_bytes);
+
+    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C);
+    act_free(m, dx, s.x);
+    free(xs);
+    free(st);
+    return loss_sum;
+}
+
+double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                     float *logits_host) {
+    const gt_ops *ops = m->ops;
+    shapes s = make_shapes(m, B, T);
+    gt_rng_key no_key = {0, 0};
+    upload_tokens(m, inputs, targets, s.BT);
+    void *x = act_alloc(m, s.x);
+    void *y = act_alloc(m, s.x);
+    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        stash st;
+        stash_alloc(m, &s, &st, GT_KEEP_RECOMPUTE, 0);
+        block_forward(m, i, &s, x, y, &st, no_key, 0.0f);
+        stash_free_all(m, &s, &st);
+        void *t = x;
+        x = y;
+        y = t;
+    }
+    act_free(m, y, s.x);
+    void *xf = act_alloc(m, s.x);
+    float *rstdf = act_alloc(m, s.row);
+    void *logits = act_alloc(m, s.logits);
+    float *losses = act_alloc(m, s.row);
+    float *lse = act_alloc(m, s.row);
+    double loss_sum = head_forward(m, &s, x, xf, rstdf, logits, losses, lse);
+    if (logits_host) {
+        size_t n = (size_t)s.BT * s.V;
+        float *staging = ops->alloc(n * sizeof(float));
+        ops->to_master(staging, logits, n);
+        ops->copy_to_host(logits_host, staging, n * sizeof(float));
+        ops->free(staging);
+    }
+    act_free(m, lse, s.row);
+    act_free(m, losses, s.row);
+    act_free(m, logits, s.logits);
+    act_free(m, rstdf, s.row);
+    act_free(m, xf, s.x);
+    act_free(m, x, s.x);
+    return loss_sum;
+}

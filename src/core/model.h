@@ -1,0 +1,85 @@
+/*
+ * model.h — the LLaMA model: parameter layout with Hugging Face names, and the forward/backward
+ * of one micro-batch under an activation-checkpointing plan.
+ *
+ * Parameters live in one flat buffer (working type of the backend), gradients in one flat fp32
+ * buffer with the same offsets; `gt_tensor_info` names the views. Order and names follow
+ * transformers' LlamaForCausalLM.named_parameters():
+ *   model.embed_tokens.weight                      [V, C]
+ *   model.layers.{i}.self_attn.q_proj.weight       [NH*HD, C]
+ *   model.layers.{i}.self_attn.k_proj.weight       [NKV*HD, C]
+ *   model.layers.{i}.self_attn.v_proj.weight       [NKV*HD, C]
+ *   model.layers.{i}.self_attn.o_proj.weight       [C, NH*HD]
+ *   model.layers.{i}.mlp.gate_proj.weight          [F, C]
+ *   model.layers.{i}.mlp.up_proj.weight            [F, C]
+ *   model.layers.{i}.mlp.down_proj.weight          [C, F]
+ *   model.layers.{i}.input_layernorm.weight        [C]
+ *   model.layers.{i}.post_attention_layernorm.weight [C]
+ *   model.norm.weight                              [C]
+ *   lm_head.weight                                 [V, C]
+ */
+#ifndef GT_MODEL_H
+#define GT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "memtrack.h"
+#include "ops.h"
+#include "recompute.h"
+
+typedef struct gt_tensor_info {
+    char name[96];     /* Hugging Face state-dict name */
+    size_t offset;     /* elements from the start of the flat buffer */
+    size_t numel;
+    int ndim;          /* 1 or 2 */
+    int shape[2];      /* [out, in] for matrices, [C] for norm weights */
+    int decay;         /* 1 when AdamW weight decay applies (every matrix; not the norm weights) */
+} gt_tensor_info;
+
+typedef struct gt_layout {
+    gt_model_config cfg;
+    int n_tensors;
+    gt_tensor_info *tensors;
+    size_t n_params;
+} gt_layout;
+
+void gt_layout_init(gt_layout *layout, const gt_model_config *cfg);
+void gt_layout_free(gt_layout *layout);
+const gt_tensor_info *gt_layout_find(const gt_layout *layout, const char *name);
+
+/* Initial fp32 parameters on the host: matrices and embeddings N(0, 0.02) (transformers'
+ * initializer_range), norm weights 1. Deterministic in seed, independent of world size. */
+void gt_layout_init_params(const gt_layout *layout, float *params, uint64_t seed);
+
+typedef struct gt_model gt_model;
+
+/* Allocates working parameters and gradients (tracked in mem). Activations are allocated per
+ * micro-batch and freed as soon as backward is done with them. */
+gt_model *gt_model_create(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg);
+/* The same, with parameter and gradient buffers of n_padded >= n_params elements (the tail is zero
+ * and belongs to no tensor): ZeRO slices of equal length need it (src/dist/shard.h). */
+gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t n_padded);
+void gt_model_destroy(gt_model *model);
+const gt_layout *gt_model_layout(const gt_model *model);
+void *gt_model_params(gt_model *model);      /* (n_params) working type, device */
+float *gt_model_grads(gt_model *model);      /* (n_params) fp32, device */
+/* Copies host fp32 parameters into the working buffer. */
+void gt_model_set_params(gt_model *model, const float *params_host);
+
+/* One training micro-batch: forward under `plan`, then backward; gradients ADD into the gradient
+ * buffer (zero it at the start of an optimizer step). inputs and targets are host (B, T) token ids;
+ * a target < 0 is ignored. dloss scales every token's loss gradient (1 / tokens of the global batch).
+ * Dropout masks come from (dropout_key, layer, site): a recomputed forward replays them exactly.
+ * Returns the sum of the per-token losses; *recomputed_blocks += block forwards re-run. */
+double gt_model_train_micro(gt_model *model, const gt_plan *plan, const int32_t *inputs,
+                            const int32_t *targets, int B, int T, float dloss, gt_rng_key dropout_key,
+                            int *recomputed_blocks);
+
+/* Forward only, no dropout, nothing kept for backward: returns the sum of per-token losses over
+ * targets >= 0; if logits_host is not NULL it receives the (B, T, V) logits as fp32. */
+double gt_model_eval(gt_model *model, const int32_t *inputs, const int32_t *targets, int B, int T,
+                     float *logits_host);
+
+#endif

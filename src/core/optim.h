@@ -1,0 +1,66 @@
+/*
+ * optim.h — the optimizer step after the last micro-batch: one gradient reduction, the global
+ * gradient norm and clipping, AdamW on the slice this rank owns, and the new working parameters
+ * gathered back to every rank.
+ *
+ * Sharding (`dist.shard`):
+ *   none       all-reduce the gradients; every rank holds the full fp32 master, exp_avg and
+ *              exp_avg_sq and runs the full AdamW (replicated state)
+ *   optimizer  ZeRO-1: the flat vector is split into W padded slices (src/dist/shard.h); rank r
+ *              holds master/exp_avg/exp_avg_sq for slice r only; gradients are reduce-scattered,
+ *              the norm comes from per-slice sums of squares, and the updated working parameters
+ *              are all-gathered
+ * Weight decay applies to the tensors gt_tensor_info.decay marks (matrices and embeddings, not the
+ * norm weights); the learning rate follows warm-up then cosine/linear/constant decay to min_lr.
+ */
+#ifndef GT_OPTIM_H
+#define GT_OPTIM_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "config.h"
+#include "memtrack.h"
+#include "model.h"
+#include "shard.h"
+
+typedef struct gt_optim {
+    const gt_ops *ops;
+    gt_mem *mem;
+    gt_comm *comm;
+    gt_model *model;
+    int sharded;            /* 1: ZeRO-1 */
+    gt_shard shard;         /* the slice this rank updates (the whole vector when not sharded) */
+    float *master;          /* (shard.slice_len) fp32 master weights of the slice */
+    float *exp_avg;         /* (shard.slice_len) */
+    float *exp_avg_sq;      /* (shard.slice_len) */
+    size_t state_len;       /* elements allocated for each of the three */
+    gt_shard_piece *pieces; /* the tensors the slice overlaps, for per-tensor weight decay */
+    size_t n_pieces;
+    int t;                  /* AdamW steps taken (bias correction) */
+} gt_optim;
+
+/* n_padded: the length of the model's parameter and gradient buffers (>= n_params, a multiple of
+ * the world size when sharded). initial_params_host: the full fp32 initial parameters. */
+void gt_optim_init(gt_optim *opt, const gt_ops *ops, gt_mem *mem, gt_comm *comm, gt_model *model,
+                   int sharded, const float *initial_params_host);
+void gt_optim_free(gt_optim *opt);
+
+/* Padded length of parameter/gradient buffers for n parameters on `world` ranks. */
+size_t gt_optim_padded_len(size_t n_params, int world, int sharded);
+
+/* Learning rate of optimizer step `step` (1-based) under the config's schedule. */
+double gt_lr_at(const gt_config *cfg, int step);
+
+typedef struct gt_step_result {
+    double grad_norm;       /* global norm before clipping */
+    double lr;
+} gt_step_result;
+
+/* Reduces the gradients (one collective), clips, updates, gathers. */
+void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result *res);
+
+/* Bytes of optimizer state + master weights held by this rank. */
+uint64_t gt_optim_bytes(const gt_optim *opt);
+
+#endif

@@ -1,0 +1,288 @@
+/*
+ * planner.c — memory model and recompute planner (see planner.h).
+ *
+ * Model state per rank (DESIGN.md, ZeRO-1): working params P*e + fp32 grads 4P + (master +
+ * exp_avg + exp_avg_sq) 12P/W, with P padded up to a multiple of W when sharded.
+ *
+ * Activations: with x the bytes of one block input and I what a block keeps beyond it, the seed's
+ * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
+ * The exact figure below walks the executor's allocation order (model.c) with byte sizes only:
+ * forward keeps block inputs and stashes, each block adds its output and its transients while it
+ * runs; the head adds the normed output, logits and loss rows; backward holds dx and one scratch
+ * region, re-creates a recompute segment's stashes and frees each block's memory after its backward.
+ *
+ * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%); selective
+ * costs one more attention-score product (QK^T) per block.
+ */
+#include "planner.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct sizes {
+    uint64_t x, kv, ff, row, lse, probs, logits;
+    uint64_t stash_all, stash_all_probs, stash_sel;
+    uint64_t scratch;
+} sizes;
+
+static sizes make_sizes(const gt_mem_shape *sh) {
+    const gt_model_config *m = &sh->model;
+    uint64_t B = (uint64_t)sh->micro_batch, T = (uint64_t)sh->seq_len, BT = B * T;
+    uint64_t e = (uint64_t)sh->act_bytes;
+    uint64_t HD = (uint64_t)(m->dim / m->n_heads), KVD = (uint64_t)m->n_kv_heads * HD;
+    sizes s;
+    s.x = BT * (uint64_t)m->dim * e;
+    s.kv = BT * KVD * e;
+    s.ff = BT * (uint64_t)m->ffn_dim * e;
+    s.row = BT * 4;
+    s.lse = B * (uint64_t)m->n_heads * T * 4;
+    s.probs = B * (uint64_t)m->n_heads * T * T * 4;
+    s.logits = BT * (uint64_t)m->vocab_size * e;
+    /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
+    s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
+    s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
+    s.stash_sel = s.stash_all - 2 * s.x - s.ff; /* minus xn1, xn2, h */
+    uint64_t big = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
+    s.scratch = 2 * s.x + big;
+    return s;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static int segment_start(const gt_plan *plan, int last) {
+    int a = last;
+    while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+    return a;
+}
+
+/* The activation high-water mark of one training micro-batch (model.c's order, bytes only). */
+static uint64_t act_peak(const sizes *s, const gt_plan *plan) {
+    int N = plan->n_blocks;
+    uint64_t held = s->x, peak = held; /* x_0, the embedding output */
+    for (int a = 0; a < N;) {
+        int b = gt_plan_segment_end(plan, a);
+        for (int i = a; i < b; i++) {
+            int keep = plan->keep[i];
+            uint64_t alloc = keep == GT_KEEP_ALL ? s->stash_all_probs : s->stash_all;
+            uint64_t kept = keep == GT_KEEP_ALL ? s->stash_all_probs : keep == GT_KEEP_SELECTIVE ? s->stash_sel : 0;
+            peak = max_u64(peak, held + alloc + s->x);
+            held += s->x + kept;
+            if (keep == GT_KEEP_RECOMPUTE && i > a) held -= s->x;
+        }
+        a = b;
+    }
+    /* head: xf, rstdf, logits, losses, lse; then losses and lse go, dxf comes, logits go, dx comes */
+    peak = max_u64(peak, held + s->x + 3 * s->row + s->logits);
+    peak = max_u64(peak, held + 2 * s->x + s->row + s->logits);
+    peak = max_u64(peak, held + 3 * s->x + s->row);
+    /* dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch region comes */
+    held += s->scratch;
+    peak = max_u64(peak, held);
+    for (int b = N; b > 0;) {
+        int a = segment_start(plan, b - 1);
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
+            for (int i = a; i < b; i++) {
+                held += s->stash_all_probs + (i + 1 < b ? s->x : 0);
+                peak = max_u64(peak, held);
+            }
+            for (int i = b - 1; i >= a; i--) held -= s->stash_all_probs + s->x;
+        } else {
+            /* a selective block re-creates h, then xn2, then xn1, one at a time */
+            uint64_t transient = plan->keep[a] == GT_KEEP_SELECTIVE ? max_u64(s->ff, s->x) : 0;
+            peak = max_u64(peak, held + transient);
+            held -= (plan->keep[a] == GT_KEEP_ALL ? s->stash_all_probs : s->stash_sel) + s->x;
+        }
+        b = a;
+    }
+    return peak;
+}
+
+uint64_t gt_model_param_count(const gt_model_config *m) {
+    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    uint64_t per_layer = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
+    return 2 * V * C + (uint64_t)m->n_layers * per_layer + C;
+}
+
+/* Model FLOPs of one forward (2 per multiply-add), causal attention counted as half the square. */
+static void forward_flops(const gt_mem_shape *sh, double *block, double *head, double *scores) {
+    const gt_model_config *m = &sh->model;
+    double B = sh->micro_batch, T = sh->seq_len, BT = B * T;
+    double C = m->dim, F = m->ffn_dim, V = m->vocab_size, HD = C / m->n_heads;
+    double KVD = m->n_kv_heads * HD;
+    double causal_pairs = B * m->n_heads * T * (T + 1) / 2;
+    *scores = 2 * causal_pairs * HD; /* QK^T */
+    *block = 2 * BT * (2 * C * C + 2 * C * KVD + 3 * C * F) + 2 * (*scores);
+    *head = 2 * BT * C * V;
+}
+
+void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
+    memset(est, 0, sizeof *est);
+    uint64_t P = gt_model_param_count(&sh->model);
+    uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
+    uint64_t slice = sh->shard_optimizer ? (P + W - 1) / W : P;
+    sizes s = make_sizes(sh);
+    est->params_bytes = P * (uint64_t)sh->act_bytes;
+    est->grads_bytes = P * 4;
+    est->optim_bytes = slice * 12;
+    est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4;
+    est->act_peak_bytes = act_peak(&s, plan);
+    est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
+                       est->act_peak_bytes;
+    double block, head, scores;
+    forward_flops(sh, &block, &head, &scores);
+    est->forward_flops = block * sh->model.n_layers + head;
+    for (int i = 0; i < plan->n_blocks; i++) {
+        if (plan->keep[i] == GT_KEEP_RECOMPUTE) est->recompute_flops += block;
+        else if (plan->keep[i] == GT_KEEP_SELECTIVE) est->recompute_flops += scores;
+    }
+}
+
+/* Plans of the shape "first n_rec blocks recompute in segments of K, then n_sel selective, then
+ * the rest keep everything" — recompute goes first because early blocks' activations live longest
+ * (Megatron's block method). */
+static void shaped_plan(gt_plan *plan, int N, int n_rec, int K, int n_sel) {
+    memset(plan, 0, sizeof *plan);
+    plan->n_blocks = N;
+    for (int i = 0; i < N; i++) {
+        if (i < n_rec) {
+            plan->keep[i] = GT_KEEP_RECOMPUTE;
+            plan->seg_start[i] = (i % K) == 0;
+        } else {
+            plan->keep[i] = i < n_rec + n_sel ? GT_KEEP_SELECTIVE : GT_KEEP_ALL;
+            plan->seg_start[i] = 1;
+        }
+    }
+}
+
+int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_estimate *best_est) {
+    int N = sh->model.n_layers;
+    int found = 0;
+    gt_plan plan;
+    gt_mem_estimate est;
+    gt_mem_estimate smallest_est;
+    gt_plan smallest;
+    int have_smallest = 0;
+    for (int n_rec = 0; n_rec <= N; n_rec++) {
+        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K++) {
+            for (int n_sel = 0; n_sel <= N - n_rec; n_sel++) {
+                shaped_plan(&plan, N, n_rec, K, n_sel);
+                gt_plan_estimate(sh, &plan, &est);
+                if (!have_smallest || est.total_bytes < smallest_est.total_bytes) {
+                    smallest = plan;
+                    smallest_est = est;
+                    have_smallest = 1;
+                }
+                if (est.total_bytes > budget) continue;
+                /* least recompute first; among equals, the least memory */
+                if (!found || est.recompute_flops < best_est->recompute_flops ||
+                    (est.recompute_flops == best_est->recompute_flops && est.total_bytes < best_est->total_bytes)) {
+                    *best = plan;
+                    *best_est = est;
+                    found = 1;
+                }
+            }
+        }
+    }
+    if (!found) {
+        *best = smallest;
+        *best_est = smallest_est;
+        return -1;
+    }
+    return 0;
+}
+
+void gt_format_bytes(uint64_t bytes, char *out, size_t out_len) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(out, out_len, "%llu B", (unsigned long long)bytes);
+    else snprintf(out, out_len, "%.2f %s", v, units[u]);
+}
+
+void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    uint64_t P = gt_model_param_count(&shape->model);
+    fprintf(out, "gtrain plan for %s\n", cfg->path);
+    fprintf(out, "model: %llu parameters (%.3f B), %d blocks, dim %d, ffn %d, heads %d/%d kv, vocab %d\n",
+            (unsigned long long)P, P / 1e9, shape->model.n_layers, shape->model.dim, shape->model.ffn_dim,
+            shape->model.n_heads, shape->model.n_kv_heads, shape->model.vocab_size);
+    fprintf(out, "micro-batch %d x %d tokens, %d-byte activations%s, world %d, shard %s\n\n", shape->micro_batch,
+            shape->seq_len, shape->act_bytes, shape->keep_probs ? ", attention probabilities kept" : "",
+            shape->world, cfg->dist.shard);
+
+    fprintf(out, "model state per rank (params %dB + grads 4B + master/exp_avg/exp_avg_sq 12B/W):\n",
+            shape->act_bytes);
+    fprintf(out, "  %6s %14s %14s %14s %14s\n", "world", "params", "grads", "optimizer", "state total");
+    int worlds[] = {1, 2, 4, 8, shape->world};
+    int n_worlds = shape->world == 1 || shape->world == 2 || shape->world == 4 || shape->world == 8 ? 4 : 5;
+    for (int w = 0; w < n_worlds; w++) {
+        gt_mem_shape sw = *shape;
+        sw.world = worlds[w];
+        gt_plan none;
+        gt_policy pn = {GT_POLICY_NONE, 0};
+        gt_plan_from_policy(&none, &pn, shape->model.n_layers);
+        gt_mem_estimate e;
+        gt_plan_estimate(&sw, &none, &e);
+        gt_format_bytes(e.params_bytes, b1, sizeof b1);
+        gt_format_bytes(e.grads_bytes, b2, sizeof b2);
+        gt_format_bytes(e.optim_bytes, b3, sizeof b3);
+        gt_format_bytes(e.params_bytes + e.grads_bytes + e.optim_bytes, b4, sizeof b4);
+        fprintf(out, "  %5d%s %14s %14s %14s %14s\n", worlds[w], worlds[w] == shape->world ? "*" : " ", b1, b2,
+                b3, b4);
+    }
+
+    uint64_t budget = cfg->memory.budget;
+    if (budget) gt_format_bytes(budget, b5, sizeof b5);
+    fprintf(out, "\nactivations per rank (one micro-batch) and fit at world %d%s%s:\n", shape->world,
+            budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
+    fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
+    const char *names[] = {"none", "selective", "blocks:1", "sqrt", "full"};
+    int N = shape->model.n_layers;
+    char blocks_half[32], uniform_k[32];
+    snprintf(blocks_half, sizeof blocks_half, "blocks:%d", N / 2);
+    snprintf(uniform_k, sizeof uniform_k, "uniform:%d", N >= 4 ? 4 : N);
+    names[2] = blocks_half;
+    const char *all_names[] = {names[0], names[1], names[2], uniform_k, names[3], names[4]};
+    for (int i = 0; i < 6; i++) {
+        gt_policy pol;
+        char err[128];
+        if (gt_policy_parse(all_names[i], N, &pol, err, sizeof err) != 0) continue;
+        gt_plan plan;
+        gt_plan_from_policy(&plan, &pol, N);
+        gt_mem_estimate e;
+        gt_plan_estimate(shape, &plan, &e);
+        gt_format_bytes(e.act_peak_bytes, b1, sizeof b1);
+        gt_format_bytes(e.total_bytes, b2, sizeof b2);
+        double extra = 100.0 * e.recompute_flops / (3.0 * e.forward_flops);
+        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", all_names[i], b1, b2, extra,
+                !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
+    }
+    fprintf(out, "  (extra fwd: recompute FLOPs over one training step's 3 forwards' worth)\n");
+
+    gt_policy configured;
+    char err[256];
+    if (gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0 &&
+        configured.kind == GT_POLICY_AUTO) {
+        gt_plan plan;
+        gt_mem_estimate e;
+        int rc = gt_plan_auto(shape, budget, &plan, &e);
+        char desc[256];
+        gt_plan_describe(&plan, desc, sizeof desc);
+        gt_format_bytes(e.total_bytes, b1, sizeof b1);
+        gt_format_bytes(e.act_peak_bytes, b2, sizeof b2);
+        if (rc == 0) {
+            fprintf(out, "\nauto: %s\n  total %s (activations %s) fits the budget %s with the least recompute "
+                         "(+%.1f%% forward FLOPs) of all plans searched\n",
+                    desc, b1, b2, b5, 100.0 * e.recompute_flops / (3.0 * e.forward_flops));
+        } else {
+            fprintf(out, "\nauto: nothing fits the budget %s; the smallest plan (%s) needs %s\n", b5, desc, b1);
+        }
+    } else {
+        fprintf(out, "\nconfigured policy: %s\n", cfg->memory.recompute);
+    }
+}

@@ -1,0 +1,316 @@
+/*
+ * train.c — the training loop (see train.h).
+ *
+ * Data parallelism in the global sample space: step s (1-based) consumes the global samples
+ * [(s-1)*G, s*G) with G = micro_batch * grad_accum * world. Rank r's micro-batch m takes the
+ * micro_batch samples starting at (s-1)*G + (r*grad_accum + m)*micro_batch, so 1 rank x 4
+ * micro-batches, 2 x 2 and 4 x 1 train on the same sequences each step. Every token's loss gradient
+ * is scaled by 1/(G*T), so the summed gradient is the gradient of the global mean loss.
+ *
+ * Micro-batches never communicate; gt_optim_step does the step's one gradient reduction.
+ */
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "data.h"
+#include "memtrack.h"
+#include "model.h"
+#include "optim.h"
+#include "planner.h"
+#include "recompute.h"
+#include "runstate.h"
+
+#define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
+
+static double now_seconds(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+}
+
+/* Every rank reaches the same verdict on the same config, so exits stay collective. */
+static int fail_input(int rank, const char *msg) {
+    if (rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
+    return GT_EXIT_BAD_INPUT;
+}
+
+/* Chooses the backend from train.device and train.precision. */
+static int choose_backend(const gt_config *cfg, int rank, const gt_ops **ops_out) {
+    char why[256] = "", msg[2048];
+    const char *dev = cfg->train.device, *prec = cfg->train.precision;
+    int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
+    const gt_ops *ops = NULL;
+    if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
+        ops = gt_ops_cuda(want_bf16, why, sizeof why);
+        if (!ops && strcmp(dev, "cuda") == 0) {
+            snprintf(msg, sizeof msg, "%s: [train] device = cuda, but %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    }
+    if (!ops) {
+        if (strcmp(prec, "bf16") == 0) {
+            snprintf(msg, sizeof msg, "%s: [train] precision = bf16 needs the CUDA backend; the CPU runs fp32",
+                     cfg->path);
+            return fail_input(rank, msg);
+        }
+        ops = gt_ops_cpu();
+    }
+    *ops_out = ops;
+    return 0;
+}
+
+typedef struct metrics_sink {
+    FILE *file;
+} metrics_sink;
+
+static void write_json_number(FILE *f, const char *key, double v, int last) {
+    if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
+    else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm) {
+    int B = cfg->train.micro_batch, T = cfg->train.seq_len;
+    int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    if (!in || !tg) abort();
+    double sum = 0.0;
+    for (int b = rank; b < cfg->data.val_batches; b += world) {
+        gt_data_val_batch(val, b, B, T, in, tg);
+        sum += gt_model_eval(model, in, tg, B, T, NULL);
+    }
+    free(in);
+    free(tg);
+    sum = gt_comm_all_reduce_scalar_sum(comm, sum);
+    return sum / ((double)cfg->data.val_batches * B * T);
+}
+
+int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
+    int rank, world;
+    MPI_Comm_rank(world_comm, &rank);
+    MPI_Comm_size(world_comm, &world);
+    char msg[2048];
+
+    if (strcmp(cfg->dist.shard, "gradients") == 0 || strcmp(cfg->dist.shard, "parameters") == 0) {
+        snprintf(msg, sizeof msg,
+                 "%s: [dist] shard = %s (ZeRO-%d) is not implemented yet; use optimizer (ZeRO-1) or none",
+                 cfg->path, cfg->dist.shard, strcmp(cfg->dist.shard, "gradients") == 0 ? 2 : 3);
+        return fail_input(rank, msg);
+    }
+    const gt_ops *ops = NULL;
+    int rc = choose_backend(cfg, rank, &ops);
+    if (rc) return rc;
+
+    /* communicator */
+    gt_comm *comm = NULL;
+    int is_cuda = strcmp(ops->name, "cuda") == 0;
+    if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
+        if (!is_cuda) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
+            return fail_input(rank, msg);
+        }
+        char why[256];
+        comm = gt_comm_create_nccl(world_comm, why, sizeof why);
+        if (!comm) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm: NCCL is not usable: %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    } else {
+        comm = gt_comm_create_mpi(world_comm);
+    }
+
+    /* data */
+    char err[3000];
+    gt_data *train_data = gt_data_open(cfg->data.train, err, sizeof err);
+    gt_data *val_data = NULL;
+    if (!train_data) {
+        gt_comm_destroy(comm);
+        return fail_input(rank, err);
+    }
+    if (gt_data_check_seq(train_data, cfg->train.seq_len, err, sizeof err) != 0 ||
+        gt_data_max_token(train_data) >= cfg->model.vocab_size) {
+        if (!err[0] || gt_data_max_token(train_data) >= cfg->model.vocab_size)
+            snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", cfg->data.train,
+                     gt_data_max_token(train_data), cfg->model.vocab_size);
+        gt_data_close(train_data);
+        gt_comm_destroy(comm);
+        return fail_input(rank, err);
+    }
+    if (cfg->data.val[0]) {
+        val_data = gt_data_open(cfg->data.val, err, sizeof err);
+        if (!val_data || gt_data_check_seq(val_data, cfg->train.seq_len, err, sizeof err) != 0) {
+            gt_data_close(val_data);
+            gt_data_close(train_data);
+            gt_comm_destroy(comm);
+            return fail_input(rank, err);
+        }
+    }
+
+    /* plan */
+    gt_policy policy;
+    gt_plan plan;
+    if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &policy, err, sizeof err) != 0) {
+        gt_comm_destroy(comm);
+        return fail_input(rank, err);
+    }
+    int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
+    gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
+                          ops->can_keep_attention_probs, world, sharded};
+    if (policy.kind == GT_POLICY_AUTO) {
+        gt_mem_estimate est;
+        if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
+            char need[32], have[32];
+            gt_format_bytes(est.total_bytes, need, sizeof need);
+            gt_format_bytes(cfg->memory.budget, have, sizeof have);
+            snprintf(msg, sizeof msg,
+                     "%s: [memory] budget = %s: no recompute plan fits; the smallest needs %s per rank",
+                     cfg->path, have, need);
+            gt_comm_destroy(comm);
+            return fail_input(rank, msg);
+        }
+    } else {
+        gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
+    }
+    gt_mem_estimate predicted;
+    gt_plan_estimate(&shape, &plan, &predicted);
+
+    /* model, parameters, optimizer */
+    gt_mem mem;
+    gt_mem_init(&mem, ops);
+    gt_layout layout;
+    gt_layout_init(&layout, &cfg->model);
+    size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
+    gt_model *model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
+    float *init = malloc(layout.n_params * sizeof *init);
+    if (!init) abort();
+    gt_layout_init_params(&layout, init, cfg->train.seed);
+    gt_model_set_params(model, init);
+    gt_optim opt;
+    gt_optim_init(&opt, ops, &mem, comm, model, sharded, init);
+    free(init);
+
+    int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
+    uint64_t G = (uint64_t)B * A * world;
+    gt_run_state run = {0};
+    rc = gt_runstate_begin(&run, cfg, comm, model, &opt, G);
+    if (rc) {
+        gt_optim_free(&opt);
+        gt_model_destroy(model);
+        gt_layout_free(&layout);
+        gt_data_close(val_data);
+        gt_data_close(train_data);
+        gt_comm_destroy(comm);
+        return rc;
+    }
+
+    FILE *metrics = NULL;
+    if (rank == 0 && cfg->log.metrics[0]) {
+        metrics = fopen(cfg->log.metrics, run.first_step > 1 ? "a" : "w");
+        if (!metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
+    }
+    if (rank == 0) {
+        char desc[256], params_b[32], act_b[32];
+        gt_plan_describe(&plan, desc, sizeof desc);
+        gt_format_bytes(predicted.params_bytes + predicted.grads_bytes + predicted.optim_bytes, params_b,
+                        sizeof params_b);
+        gt_format_bytes(predicted.act_peak_bytes, act_b, sizeof act_b);
+        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s, global batch %llu x %d tokens\n",
+               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), cfg->dist.shard,
+               (unsigned long long)G, T);
+        printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
+               desc, params_b, act_b);
+        fflush(stdout);
+    }
+
+    int32_t *inputs = malloc((size_t)B * T * sizeof *inputs);
+    int32_t *targets = malloc((size_t)B * T * sizeof *targets);
+    if (!inputs || !targets) abort();
+    float dloss = (float)(1.0 / ((double)G * T));
+    double flops_per_step = 3.0 * predicted.forward_flops * A + predicted.recompute_flops * A;
+    int exit_code = GT_EXIT_OK;
+
+    for (int step = run.first_step; step <= cfg->train.steps; step++) {
+        double t0 = now_seconds();
+        gt_mem_reset_peaks(&mem);
+        gt_comm_stats_reset(comm);
+        ops->zero(gt_model_grads(model), n_padded * sizeof(float));
+        double loss_sum = 0.0;
+        int recomputed = 0;
+        for (int m = 0; m < A; m++) {
+            uint64_t micro_index = (uint64_t)rank * A + m; /* within the global batch */
+            uint64_t first = (uint64_t)(step - 1) * G + micro_index * B;
+            gt_data_train_batch(train_data, cfg->train.seed, first, B, T, inputs, targets);
+            gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
+            loss_sum += gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
+        }
+        gt_step_result sr;
+        gt_optim_step(&opt, cfg, step, &sr);
+        gt_comm_stats stats;
+        gt_comm_stats_get(comm, &stats);
+        double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
+        ops->synchronize();
+        double step_s = now_seconds() - t0;
+        run.tokens_seen += G * (uint64_t)T;
+        double tok_per_s = (double)G * T / step_s;
+        double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
+
+        if (rank == 0 && (step % cfg->log.every == 0 || step == cfg->train.steps || step == run.first_step)) {
+            printf("step %*d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.1f ms\n",
+                   (int)snprintf(NULL, 0, "%d", cfg->train.steps), step, cfg->train.steps, loss, sr.lr,
+                   sr.grad_norm, tok_per_s, step_s * 1e3);
+            fflush(stdout);
+        }
+        if (metrics) {
+            fprintf(metrics, "{\"step\":%d,", step);
+            write_json_number(metrics, "loss", loss, 0);
+            write_json_number(metrics, "lr", sr.lr, 0);
+            write_json_number(metrics, "grad_norm", sr.grad_norm, 0);
+            fprintf(metrics, "\"tokens\":%llu,", (unsigned long long)run.tokens_seen);
+            write_json_number(metrics, "tok_per_s", tok_per_s, 0);
+            write_json_number(metrics, "step_ms", step_s * 1e3, 0);
+            write_json_number(metrics, "mfu", mfu, 0);
+            fprintf(metrics,
+                    "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f}\n",
+                    (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
+                    (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
+                    stats.seconds * 1e3);
+            fflush(metrics);
+        }
+        if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
+            double val_loss = evaluate(model, val_data, cfg, comm);
+            if (rank == 0) {
+                printf("step %d | val_loss %.4f\n", step, val_loss);
+                fflush(stdout);
+            }
+            if (metrics) {
+                fprintf(metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+                fflush(metrics);
+            }
+        }
+        rc = gt_runstate_after_step(&run, step);
+        if (rc) {
+            exit_code = rc;
+            break;
+        }
+    }
+    if (exit_code == GT_EXIT_OK) exit_code = gt_runstate_end(&run);
+
+    if (metrics) fclose(metrics);
+    free(inputs);
+    free(targets);
+    gt_runstate_free(&run);
+    gt_optim_free(&opt);
+    gt_model_destroy(model);
+    gt_layout_free(&layout);
+    gt_data_close(val_data);
+    gt_data_close(train_data);
+    gt_comm_destroy(comm);
+    return exit_code;
+}
