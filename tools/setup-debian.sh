@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gtrain needs to build, test and run its quickstart (as root).
+# Idempotent and quiet when everything is already there. The CUDA toolkit is not a Debian package
+# here: when /usr/local/cuda/bin/nvcc exists the CUDA backend is built too, otherwise it is skipped.
+#   bash tools/setup-debian.sh            build + test + quickstart packages
+#   bash tools/setup-debian.sh --slurm    also slurm-wlm and munge (the slurm-labelled tests)
+set -euo pipefail
+
+packages=(cmake make gcc g++ pkg-config
+          libopenmpi-dev openmpi-bin
+          libhdf5-openmpi-dev hdf5-tools
+          libopenblas-openmp-dev libinih-dev
+          fortunes python3)
+if [[ "${1:-}" == "--slurm" ]]; then
+  packages+=(slurm-wlm munge)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup-debian: missing packages (${missing[*]}); run as root or install them" >&2
+    exit 1
+  fi
+  echo "setup-debian: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
