@@ -1,0 +1,897 @@
+/*
+ * config.c — reads the run configuration: an INI file (libinih) plus `section.key=value` overrides.
+ *
+ * Every key is described once, in the `keys` table below: its section, name, type, range and where
+ * it lives in gt_config. Parsing, range checks, error messages, the list of known keys and
+ * gt_config_to_ini all walk that table, so a new key is one line there (plus its default and its
+ * row in configs/README.md).
+ *
+ * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
+ * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. The line
+ * of every key is remembered, so checks that involve two keys (dim % n_heads, seq_len <= max_seq_len)
+ * name the line of one of them: the one set last (command line over file over default).
+ *
+ * About libinih: Debian builds it without line numbers for the handler, with a 200-byte line
+ * buffer and with Python-style continuation lines (an indented line continues the previous value).
+ * We feed it through our own reader, which counts lines, strips leading whitespace (so indented keys
+ * are plain keys, never continuations) and hands over overlong `key = value` lines as `key = \1`,
+ * keeping the real text for the handler, so long paths work and every line number stays exact.
+ */
+#define _POSIX_C_SOURCE 200809L /* fileno, access */
+
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "recompute.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * The key table
+ * ---------------------------------------------------------------------------------------------- */
+
+typedef enum key_type {
+    KEY_INT,     /* int in [min, max] */
+    KEY_FLOAT,   /* float, range below */
+    KEY_DOUBLE,  /* double, range below */
+    KEY_U64,     /* uint64_t, any value (seed) */
+    KEY_BYTES,   /* uint64_t byte size through gt_parse_bytes */
+    KEY_ENUM,    /* one of `choices` ("a|b|c") */
+    KEY_PATH,    /* free text; `min` = 1 means it must not be empty */
+    KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
+    KEY_RESUME,  /* auto | never | PATH */
+} key_type;
+
+/* Range flags for numbers. */
+#define MIN_OPEN 1 /* min is excluded: x > min */
+#define MAX_OPEN 2 /* max is excluded: x < max */
+
+typedef struct key_spec {
+    const char *section;
+    const char *name;
+    key_type type;
+    size_t offset;       /* into gt_config */
+    size_t size;         /* of the string field, for text keys */
+    double min, max;     /* numbers: the range; INFINITY = unbounded */
+    int flags;
+    const char *choices; /* KEY_ENUM */
+} key_spec;
+
+#define OFF(field) offsetof(gt_config, field)
+#define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
+#define INT(sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL}
+#define NUM(sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL}
+#define ENUM(sec, name, field, choices) {sec, name, KEY_ENUM, STR(field), 0, 0, 0, choices}
+#define TEXT(sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL}
+
+static const key_spec keys[] = {
+    INT("model", "dim", model.dim, 1, 65536),
+    INT("model", "n_layers", model.n_layers, 1, GT_MAX_LAYERS),
+    INT("model", "n_heads", model.n_heads, 1, 4096),
+    INT("model", "n_kv_heads", model.n_kv_heads, 1, 4096),
+    INT("model", "vocab_size", model.vocab_size, 1, 1 << 24),
+    INT("model", "ffn_dim", model.ffn_dim, 1, 1 << 20),
+    NUM("model", "norm_eps", KEY_FLOAT, model.norm_eps, 0, INFINITY, MIN_OPEN),
+    NUM("model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
+    INT("model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
+    NUM("model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
+
+    INT("train", "seq_len", train.seq_len, 1, 1 << 20),
+    INT("train", "micro_batch", train.micro_batch, 1, 1 << 16),
+    INT("train", "grad_accum", train.grad_accum, 1, 1 << 20),
+    INT("train", "steps", train.steps, 1, INT_MAX),
+    NUM("train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
+    NUM("train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
+    INT("train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
+    ENUM("train", "lr_schedule", train.lr_schedule, "cosine|linear|constant"),
+    NUM("train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
+    NUM("train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
+    NUM("train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
+    NUM("train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
+    NUM("train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
+    {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
+    ENUM("train", "precision", train.precision, "auto|fp32|bf16"),
+    ENUM("train", "device", train.device, "auto|cpu|cuda"),
+
+    TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
+    {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
+
+    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters"),
+    ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
+
+    TEXT("data", "train", KEY_PATH, data.train, 1),
+    TEXT("data", "val", KEY_PATH, data.val, 0),
+    INT("data", "val_every", data.val_every, 0, INT_MAX),
+    INT("data", "val_batches", data.val_batches, 1, 1 << 20),
+
+    TEXT("checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
+    INT("checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
+    TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
+
+    INT("log", "every", log.every, 1, INT_MAX),
+    TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
+};
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static const char *const sections[] = {"model", "train", "memory", "dist", "data", "checkpoint", "log"};
+#define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
+
+void gt_config_defaults(gt_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->model = (gt_model_config){
+        .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256, .ffn_dim = 352,
+        .max_seq_len = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .dropout = 0.0f,
+    };
+    cfg->train.seq_len = 128;
+    cfg->train.micro_batch = 8;
+    cfg->train.grad_accum = 1;
+    cfg->train.steps = 200;
+    cfg->train.lr = 3e-3;
+    cfg->train.min_lr = 3e-4;
+    cfg->train.warmup_steps = 20;
+    snprintf(cfg->train.lr_schedule, sizeof cfg->train.lr_schedule, "cosine");
+    cfg->train.weight_decay = 0.1;
+    cfg->train.beta1 = 0.9;
+    cfg->train.beta2 = 0.95;
+    cfg->train.adam_eps = 1e-8;
+    cfg->train.grad_clip = 1.0;
+    cfg->train.seed = 1337;
+    snprintf(cfg->train.precision, sizeof cfg->train.precision, "auto");
+    snprintf(cfg->train.device, sizeof cfg->train.device, "auto");
+    snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
+    cfg->memory.budget = 0;
+    snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
+    snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
+    snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
+    snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
+    cfg->data.val_every = 50;
+    cfg->data.val_batches = 4;
+    cfg->checkpoint.every = 0;
+    cfg->checkpoint.keep = 3;
+    snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
+    cfg->log.every = 1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Parsing state: where each key was set, and the first error
+ * ---------------------------------------------------------------------------------------------- */
+
+#define ORIGIN_DEFAULT 0
+#define ORIGIN_FILE 1
+#define ORIGIN_CLI 2
+
+typedef struct origin {
+    int kind;
+    int line;             /* ORIGIN_FILE */
+    const char *override; /* ORIGIN_CLI: the override text as given */
+} origin;
+
+typedef struct loader {
+    gt_config *cfg;
+    const char *name; /* the file, as the messages name it */
+    origin where[N_KEYS];
+    char *err;
+    size_t err_len;
+    int failed;
+    int err_line;     /* the file line of the first handler error, 0 if none */
+
+    /* the reader's side: a FILE or a string, the current line number, the last line in full */
+    FILE *file;
+    const char *text;
+    int line;
+    char *full;       /* the current line, leading whitespace removed */
+    size_t full_cap;
+    int stashed;      /* the current line was too long for libinih and was handed over as key = \1 */
+} loader;
+
+static void fail(loader *ld, const char *fmt, ...) {
+    if (ld->failed) return;
+    ld->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err, ld->err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* "configs/tiny.ini:7: [model] n_heads" or "command line: model.n_heads=6" or, for a key left at
+ * its default, "configs/tiny.ini: [model] n_heads (default)". */
+static void describe_origin(const loader *ld, int k, char *out, size_t len) {
+    const origin *o = &ld->where[k];
+    if (o->kind == ORIGIN_CLI)
+        snprintf(out, len, "command line: %s", o->override);
+    else if (o->kind == ORIGIN_FILE)
+        snprintf(out, len, "%s:%d: [%s] %s", ld->name, o->line, keys[k].section, keys[k].name);
+    else
+        snprintf(out, len, "%s%s[%s] %s (default)", ld->name, ld->name[0] ? ": " : "", keys[k].section,
+                 keys[k].name);
+}
+
+static int key_index(const char *section, const char *name) {
+    for (int k = 0; k < N_KEYS; k++)
+        if (strcmp(keys[k].section, section) == 0 && strcmp(keys[k].name, name) == 0) return k;
+    return -1;
+}
+
+static int section_known(const char *section) {
+    for (int s = 0; s < N_SECTIONS; s++)
+        if (strcmp(sections[s], section) == 0) return 1;
+    return 0;
+}
+
+/* Edit distance, for "did you mean" on a misspelt key or section. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* "did you mean steps? known keys: seq_len, micro_batch, ..." */
+static void known_list(const char *section, const char *wrong, char *out, size_t len) {
+    const char *names[N_KEYS > N_SECTIONS ? N_KEYS : N_SECTIONS];
+    int n = 0;
+    if (section) {
+        for (int k = 0; k < N_KEYS; k++)
+            if (strcmp(keys[k].section, section) == 0) names[n++] = keys[k].name;
+    } else {
+        for (int s = 0; s < N_SECTIONS; s++) names[n++] = sections[s];
+    }
+    const char *best = NULL;
+    int best_d = 3; /* suggest only close matches */
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(wrong, names[i]);
+        if (d < best_d) best_d = d, best = names[i];
+    }
+    size_t used = 0;
+    out[0] = '\0';
+    if (best) used += (size_t)snprintf(out, len, "did you mean %s? ", best);
+    if (used < len) used += (size_t)snprintf(out + used, len - used, "known %s: ", section ? "keys" : "sections");
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* "(expected an integer in 1..1024)" and friends. */
+static void expected_text(const key_spec *ks, char *out, size_t len) {
+    switch (ks->type) {
+    case KEY_INT:
+        if (ks->max >= INT_MAX)
+            snprintf(out, len, "an integer >= %.0f", ks->min);
+        else
+            snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
+        break;
+    case KEY_FLOAT:
+    case KEY_DOUBLE:
+        if (isinf(ks->max))
+            snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
+        else
+            snprintf(out, len, "a number in %c%g, %g%c", (ks->flags & MIN_OPEN) ? '(' : '[', ks->min, ks->max,
+                     (ks->flags & MAX_OPEN) ? ')' : ']');
+        break;
+    case KEY_U64: snprintf(out, len, "an integer in 0..18446744073709551615"); break;
+    case KEY_BYTES: snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset"); break;
+    case KEY_ENUM:
+        snprintf(out, len, "one of ");
+        for (const char *c = ks->choices; *c; c++) {
+            size_t at = strlen(out);
+            if (at + 3 >= len) break;
+            if (*c == '|') {
+                snprintf(out + at, len - at, ", ");
+            } else {
+                out[at] = *c;
+                out[at + 1] = '\0';
+            }
+        }
+        break;
+    case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
+    case KEY_POLICY: snprintf(out, len, "none, full, selective, sqrt, auto, uniform:K or blocks:K"); break;
+    case KEY_RESUME: snprintf(out, len, "auto, never or the path of a training-state file"); break;
+    }
+}
+
+/* Whole-string numbers: no trailing text, no empty strings. */
+static int parse_long(const char *s, long long *out) {
+    if (!*s) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+    if (!*s) return -1;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    if (*s < '0' || *s > '9') return -1; /* strtoull would accept "-1" and wrap it */
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || errno == ERANGE) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int in_range(const key_spec *ks, double v) {
+    if ((ks->flags & MIN_OPEN) ? !(v > ks->min) : !(v >= ks->min)) return 0;
+    if ((ks->flags & MAX_OPEN) ? !(v < ks->max) : !(v <= ks->max)) return 0;
+    return 1;
+}
+
+static int enum_has(const char *choices, const char *value) {
+    size_t n = strlen(value);
+    for (const char *c = choices; *c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && n > 0 && strncmp(c, value, n) == 0) return 1;
+        if (!bar) break;
+        c = bar + 1;
+    }
+    return 0;
+}
+
+/* Sets key k from text. On a bad value, fails with `prefix: MESSAGE (expected ...)`. */
+static int set_key(loader *ld, int k, const char *value, const char *prefix) {
+    const key_spec *ks = &keys[k];
+    char *field = (char *)ld->cfg + ks->offset;
+    char expected[256];
+    expected_text(ks, expected, sizeof expected);
+    switch (ks->type) {
+    case KEY_INT: {
+        long long v;
+        if (parse_long(value, &v) != 0) {
+            fail(ld, "%s: '%s' is not an integer (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        if (!in_range(ks, (double)v)) {
+            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case KEY_FLOAT:
+    case KEY_DOUBLE: {
+        double v;
+        if (parse_double(value, &v) != 0) {
+            fail(ld, "%s: '%s' is not a number (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        /* a float key is checked after rounding to float: 1e-50 would become 0 */
+        if (ks->type == KEY_FLOAT) v = (double)(float)v;
+        if (!in_range(ks, v) || !isfinite(v)) {
+            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        if (ks->type == KEY_FLOAT)
+            *(float *)field = (float)v;
+        else
+            *(double *)field = v;
+        return 0;
+    }
+    case KEY_U64:
+        if (parse_u64(value, (uint64_t *)field) != 0) {
+            fail(ld, "%s: '%s' is not an unsigned integer (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        return 0;
+    case KEY_BYTES:
+        if (gt_parse_bytes(value, (uint64_t *)field) != 0) {
+            fail(ld, "%s: '%s' is not a size (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        return 0;
+    case KEY_ENUM:
+        if (!enum_has(ks->choices, value)) {
+            fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        snprintf(field, ks->size, "%s", value);
+        return 0;
+    case KEY_PATH:
+    case KEY_POLICY:
+    case KEY_RESUME:
+        if (ks->min > 0 && !value[0]) {
+            fail(ld, "%s: must not be empty (expected %s)", prefix, expected);
+            return -1;
+        }
+        if (strlen(value) >= ks->size) {
+            fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
+            return -1;
+        }
+        snprintf(field, ks->size, "%s", value);
+        return 0;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The file: libinih with a line-counting reader
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Reads one whole line (any length) into ld->full, without leading whitespace. 0 at the end. */
+static int next_line(loader *ld) {
+    size_t n = 0;
+    int c, got = 0;
+    for (;;) {
+        if (ld->file) {
+            c = fgetc(ld->file);
+            if (c == EOF) break;
+        } else {
+            c = (unsigned char)*ld->text;
+            if (c == 0) break;
+            ld->text++;
+        }
+        got = 1;
+        if (n == 0 && (c == ' ' || c == '\t')) continue;
+        if (n + 2 > ld->full_cap) {
+            size_t cap = ld->full_cap ? 2 * ld->full_cap : 256;
+            char *p = realloc(ld->full, cap);
+            if (!p) {
+                fail(ld, "%s:%d: out of memory reading this line", ld->name, ld->line + 1);
+                ld->err_line = ld->line + 1;
+                return 0;
+            }
+            ld->full = p, ld->full_cap = cap;
+        }
+        ld->full[n++] = (char)c;
+        if (c == '\n') break;
+    }
+    if (!got) return 0;
+    if (!ld->full) { /* a line of only blanks at the very end */
+        ld->full = malloc(256);
+        if (!ld->full) return 0;
+        ld->full_cap = 256;
+    }
+    ld->full[n] = '\0';
+    ld->line++;
+    return 1;
+}
+
+/* libinih's reader: one call per line of the file, so libinih's line numbers are ours. */
+static char *reader(char *str, int num, void *stream) {
+    loader *ld = stream;
+    if (!next_line(ld)) return NULL;
+    ld->stashed = 0;
+    /* libinih does not tell the handler about section lines, and an unknown section without keys
+     * would pass unseen: check the name here, where the line is known */
+    if (ld->full[0] == '[' && !ld->failed) {
+        const char *close = strchr(ld->full, ']');
+        char name[128];
+        if (close && (size_t)(close - ld->full) < sizeof name) {
+            snprintf(name, sizeof name, "%.*s", (int)(close - ld->full - 1), ld->full + 1);
+            if (!section_known(name)) {
+                char known[512];
+                known_list(NULL, name, known, sizeof known);
+                fail(ld, "%s:%d: unknown section [%s] (%s)", ld->name, ld->line, name, known);
+                ld->err_line = ld->line;
+            }
+        }
+    }
+    size_t len = strlen(ld->full);
+    if (len + 1 <= (size_t)num) {
+        memcpy(str, ld->full, len + 1);
+        return str;
+    }
+    /* Too long for libinih's buffer. A comment is passed as an empty comment; a key line as
+     * `key=\1`, and the handler takes the value from ld->full; anything else is cut short, and
+     * libinih reports it as a syntax error on this line. */
+    const char *eq = strpbrk(ld->full, "=:");
+    if (ld->full[0] == ';' || ld->full[0] == '#') {
+        snprintf(str, (size_t)num, ";\n");
+    } else if (eq && (int)(eq - ld->full) + 4 <= num) {
+        snprintf(str, (size_t)num, "%.*s=\001\n", (int)(eq - ld->full), ld->full);
+        ld->stashed = 1;
+    } else {
+        snprintf(str, (size_t)num, "%.*s\n", num - 2, ld->full);
+    }
+    return str;
+}
+
+static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* libinih strips `;` comments after whitespace; we also strip `#` ones, and for a stashed line do
+ * libinih's work ourselves. The result goes into out (trimmed). */
+static void clean_value(const char *value, char *out, size_t len) {
+    const char *start = value;
+    size_t n = strlen(start);
+    size_t cut = n;
+    for (size_t i = 0; i < n; i++) {
+        if ((start[i] == '#' || start[i] == ';') && (i == 0 || is_blank(start[i - 1]))) {
+            cut = i;
+            break;
+        }
+    }
+    while (cut > 0 && is_blank(start[cut - 1])) cut--;
+    while (cut > 0 && is_blank(*start)) start++, cut--;
+    if (cut >= len) cut = len - 1;
+    memcpy(out, start, cut);
+    out[cut] = '\0';
+}
+
+static int handler(void *user, const char *section, const char *name, const char *raw_value) {
+    loader *ld = user;
+    if (ld->failed) return 1;
+    int line = ld->line;
+    const char *value = raw_value;
+    if (ld->stashed && strcmp(raw_value, "\001") == 0) value = strpbrk(ld->full, "=:") + 1;
+    char clean[GT_PATH_MAX + 64];
+    clean_value(value, clean, sizeof clean);
+
+    if (!section[0]) {
+        fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it)", ld->name, line, name);
+    } else if (!section_known(section)) {
+        char known[512];
+        known_list(NULL, section, known, sizeof known);
+        fail(ld, "%s:%d: unknown section [%s] (%s)", ld->name, line, section, known);
+    } else {
+        int k = key_index(section, name);
+        char prefix[GT_PATH_MAX + 128];
+        snprintf(prefix, sizeof prefix, "%s:%d: [%s] %s", ld->name, line, section, name);
+        if (k < 0) {
+            char known[512];
+            known_list(section, name, known, sizeof known);
+            fail(ld, "%s:%d: unknown key [%s] %s (%s)", ld->name, line, section, name, known);
+        } else if (ld->where[k].kind == ORIGIN_FILE) {
+            fail(ld, "%s: set twice (first on line %d)", prefix, ld->where[k].line);
+        } else if (set_key(ld, k, clean, prefix) == 0) {
+            ld->where[k] = (origin){ORIGIN_FILE, line, NULL};
+        }
+    }
+    if (ld->failed) {
+        ld->err_line = line;
+        return 0;
+    }
+    return 1;
+}
+
+/* Parses the file or text in ld; libinih's own syntax errors come back as its return value. */
+static void parse_ini(loader *ld) {
+    int rc = ini_parse_stream(reader, ld, handler, ld);
+    if (rc > 0 && (ld->err_line == 0 || rc < ld->err_line)) {
+        /* a syntax error on an earlier line than any other error: report it instead */
+        ld->failed = 0;
+        fail(ld, "%s:%d: cannot parse this line (expected [section], key = value or a comment)", ld->name, rc);
+    } else if (rc < 0) {
+        ld->failed = 0;
+        fail(ld, "%s: cannot read the config file", ld->name);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Overrides
+ * ---------------------------------------------------------------------------------------------- */
+
+static void apply_override(loader *ld, const char *text) {
+    const char *eq = strchr(text, '=');
+    const char *dot = strchr(text, '.');
+    char section[64], name[64], value[GT_PATH_MAX + 64];
+    if (!eq || !dot || dot > eq || dot == text || dot + 1 == eq || (size_t)(dot - text) >= sizeof section ||
+        (size_t)(eq - dot - 1) >= sizeof name) {
+        fail(ld, "command line: %s: not an override (expected section.key=value, e.g. train.lr=1e-3)", text);
+        return;
+    }
+    snprintf(section, sizeof section, "%.*s", (int)(dot - text), text);
+    snprintf(name, sizeof name, "%.*s", (int)(eq - dot - 1), dot + 1);
+    snprintf(value, sizeof value, "%s", eq + 1);
+    /* trim the value only: "train.lr= 1e-3" is fine, keys are taken as written */
+    char *v = value;
+    while (is_blank(*v)) v++;
+    size_t n = strlen(v);
+    while (n > 0 && is_blank(v[n - 1])) v[--n] = '\0';
+
+    if (!section_known(section)) {
+        char known[512];
+        known_list(NULL, section, known, sizeof known);
+        fail(ld, "command line: %s: unknown section [%s] (%s)", text, section, known);
+        return;
+    }
+    int k = key_index(section, name);
+    if (k < 0) {
+        char known[512];
+        known_list(section, name, known, sizeof known);
+        fail(ld, "command line: %s: unknown key [%s] %s (%s)", text, section, name, known);
+        return;
+    }
+    char prefix[GT_PATH_MAX + 128];
+    snprintf(prefix, sizeof prefix, "command line: %s", text);
+    if (set_key(ld, k, v, prefix) == 0) ld->where[k] = (origin){ORIGIN_CLI, 0, text};
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Checks across keys
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Of two keys in one check, the one to blame: the one set last (command line, then file), the
+ * first named on a tie. */
+static int blame(const loader *ld, const char *sec_a, const char *a, const char *sec_b, const char *b) {
+    int ka = key_index(sec_a, a), kb = key_index(sec_b, b);
+    return ld->where[kb].kind > ld->where[ka].kind ? kb : ka;
+}
+
+static void fail_at(loader *ld, int k, const char *fmt, ...) {
+    if (ld->failed) return;
+    char where[GT_PATH_MAX + 128], msg[1024];
+    describe_origin(ld, k, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fail(ld, "%s: %s", where, msg);
+}
+
+static void check_across(loader *ld) {
+    const gt_config *c = ld->cfg;
+    const gt_model_config *m = &c->model;
+    if (m->dim % m->n_heads != 0) {
+        fail_at(ld, blame(ld, "model", "n_heads", "model", "dim"),
+                "n_heads %d does not divide dim %d (expected dim to be a multiple of n_heads)", m->n_heads, m->dim);
+    } else if ((m->dim / m->n_heads) % 2 != 0) {
+        fail_at(ld, blame(ld, "model", "n_heads", "model", "dim"),
+                "head size dim/n_heads = %d/%d = %d is odd (expected an even head size: rotary embeddings "
+                "rotate pairs)", m->dim, m->n_heads, m->dim / m->n_heads);
+    }
+    if (m->n_heads % m->n_kv_heads != 0)
+        fail_at(ld, blame(ld, "model", "n_kv_heads", "model", "n_heads"),
+                "n_kv_heads %d does not divide n_heads %d (expected n_heads to be a multiple of n_kv_heads)",
+                m->n_kv_heads, m->n_heads);
+    if (c->train.seq_len > m->max_seq_len)
+        fail_at(ld, blame(ld, "train", "seq_len", "model", "max_seq_len"),
+                "seq_len %d is longer than max_seq_len %d (expected seq_len <= max_seq_len)", c->train.seq_len,
+                m->max_seq_len);
+    if (c->train.min_lr > c->train.lr)
+        fail_at(ld, blame(ld, "train", "min_lr", "train", "lr"),
+                "min_lr %g is above lr %g (expected 0 <= min_lr <= lr)", c->train.min_lr, c->train.lr);
+    if (c->train.warmup_steps > c->train.steps)
+        fail_at(ld, blame(ld, "train", "warmup_steps", "train", "steps"),
+                "warmup_steps %d is more than steps %d (expected 0 <= warmup_steps <= steps)",
+                c->train.warmup_steps, c->train.steps);
+    if (strcmp(c->train.precision, "bf16") == 0 && strcmp(c->train.device, "cpu") == 0)
+        fail_at(ld, blame(ld, "train", "precision", "train", "device"),
+                "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
+    if (strcmp(c->dist.comm, "nccl") == 0 && strcmp(c->train.device, "cpu") == 0)
+        fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
+                "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");
+
+    gt_policy policy;
+    char msg[512] = "";
+    if (gt_policy_parse(c->memory.recompute, m->n_layers, &policy, msg, sizeof msg) != 0) {
+        /* recompute.c says what was expected (K's range included) */
+        fail_at(ld, blame(ld, "memory", "recompute", "model", "n_layers"), "%s", msg);
+    } else if (policy.kind == GT_POLICY_AUTO && c->memory.budget == 0) {
+        fail_at(ld, blame(ld, "memory", "recompute", "memory", "budget"),
+                "recompute auto needs memory.budget (expected budget = bytes per rank, e.g. 70GiB)");
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Public functions
+ * ---------------------------------------------------------------------------------------------- */
+
+static void remember_data_lines(gt_config *cfg, const loader *ld) {
+    const origin *t = &ld->where[key_index("data", "train")], *v = &ld->where[key_index("data", "val")];
+    cfg->data_train_line = t->kind == ORIGIN_FILE ? t->line : t->kind == ORIGIN_CLI ? -1 : 0;
+    cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
+}
+
+static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
+                char *const *overrides, char *err, size_t err_len) {
+    loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.cfg = cfg;
+    ld.name = name ? name : "";
+    ld.err = err;
+    ld.err_len = err_len;
+    if (err_len) err[0] = '\0';
+    gt_config_defaults(cfg);
+    snprintf(cfg->path, sizeof cfg->path, "%s", ld.name);
+    if (file || text) {
+        ld.file = file;
+        ld.text = text;
+        parse_ini(&ld);
+    }
+    for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
+    if (!ld.failed) check_across(&ld);
+    free(ld.full);
+    remember_data_lines(cfg, &ld);
+    return ld.failed ? 2 : 0;
+}
+
+int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
+                   size_t err_len) {
+    FILE *f = NULL;
+    if (path) {
+        struct stat st;
+        f = fopen(path, "r");
+        if (!f || (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))) {
+            const char *why = f ? "it is a directory" : strerror(errno);
+            if (f) fclose(f);
+            gt_config_defaults(cfg);
+            snprintf(err, err_len, "%s: cannot open the config file: %s", path, why);
+            return 2;
+        }
+    }
+    int rc = load(cfg, path, f, NULL, n_overrides, overrides, err, err_len);
+    if (f) fclose(f);
+    return rc;
+}
+
+int gt_config_load_string(gt_config *cfg, const char *text, const char *name, int n_overrides,
+                          char *const *overrides, char *err, size_t err_len) {
+    return load(cfg, name ? name : "<config text>", NULL, text ? text : "", n_overrides, overrides, err,
+                err_len);
+}
+
+static int check_one_file(const gt_config *cfg, const char *key, const char *path, int line, char *err,
+                          size_t err_len) {
+    char where[GT_PATH_MAX * 2 + 64];
+    if (line > 0)
+        snprintf(where, sizeof where, "%s:%d: [data] %s", cfg->path, line, key);
+    else if (line < 0)
+        snprintf(where, sizeof where, "command line: data.%s=%s", key, path);
+    else
+        snprintf(where, sizeof where, "%s%s[data] %s (default)", cfg->path, cfg->path[0] ? ": " : "", key);
+    struct stat st;
+    const char *why = NULL;
+    if (stat(path, &st) != 0)
+        why = strerror(errno);
+    else if (S_ISDIR(st.st_mode))
+        why = "it is a directory";
+    else if (access(path, R_OK) != 0)
+        why = strerror(errno);
+    if (!why) return 0;
+    snprintf(err, err_len, "%s: cannot read '%s': %s (expected a token file made by gtrain-prep)", where, path,
+             why);
+    return 2;
+}
+
+int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
+    if (check_one_file(cfg, "train", cfg->data.train, cfg->data_train_line, err, err_len)) return 2;
+    if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, cfg->data_val_line, err, err_len))
+        return 2;
+    return 0;
+}
+
+/* Exact multiples of a binary unit print with it ("70GiB"); everything else in bytes. */
+static void format_bytes(uint64_t bytes, char *out, size_t len) {
+    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+    for (int u = 0; u < 4; u++) {
+        uint64_t unit = 1ull << (10 * (4 - u));
+        if (bytes && bytes % unit == 0) {
+            snprintf(out, len, "%llu%s", (unsigned long long)(bytes / unit), units[u]);
+            return;
+        }
+    }
+    snprintf(out, len, "%llu", (unsigned long long)bytes);
+}
+
+/* The shortest text that reads back as the same value: 0.1, not 0.10000000000000001. */
+static void shortest_number(double v, int is_float, char *out, size_t len) {
+    if (v == floor(v) && fabs(v) < 1e15) { /* 10000, not 1e+04 */
+        snprintf(out, len, "%.0f", v);
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(out, len, "%.*g", digits, v);
+        double back = strtod(out, NULL);
+        if (is_float ? (float)back == (float)v : back == v) return;
+    }
+}
+
+char *gt_config_to_ini(const gt_config *cfg) {
+    size_t cap = 8192, used = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    const char *section = "";
+    for (int k = 0; k < N_KEYS; k++) {
+        const key_spec *ks = &keys[k];
+        const char *field = (const char *)cfg + ks->offset;
+        char value[GT_PATH_MAX + 64];
+        switch (ks->type) {
+        case KEY_INT: snprintf(value, sizeof value, "%d", *(const int *)field); break;
+        case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, sizeof value); break;
+        case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, sizeof value); break;
+        case KEY_U64: snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+        case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, sizeof value); break;
+        default: snprintf(value, sizeof value, "%s", field); break;
+        }
+        /* one section header per change, a key line per key; room for both */
+        size_t need = strlen(ks->section) + strlen(ks->name) + strlen(value) + 16;
+        if (used + need >= cap) {
+            cap = 2 * cap + need;
+            char *p = realloc(out, cap);
+            if (!p) {
+                free(out);
+                return NULL;
+            }
+            out = p;
+        }
+        if (strcmp(section, ks->section) != 0) {
+            used += (size_t)snprintf(out + used, cap - used, "%s[%s]\n", used ? "\n" : "", ks->section);
+            section = ks->section;
+        }
+        used += (size_t)snprintf(out + used, cap - used, "%s = %s\n", ks->name, value);
+    }
+    return out;
+}
+
+int gt_parse_bytes(const char *text, uint64_t *bytes) {
+    static const struct {
+        const char *suffix;
+        uint64_t scale;
+    } units[] = {
+        {"", 1},
+        {"B", 1},
+        {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull}, {"kB", 1000ull},
+        {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
+        {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
+        {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
+    };
+    if (!text) return -1;
+    while (is_blank(*text)) text++;
+    if (*text < '0' || *text > '9') return -1; /* no signs, no ".5" */
+    char *end = NULL;
+    errno = 0;
+    unsigned long long whole = strtoull(text, &end, 10);
+    if (errno == ERANGE) return -1;
+    const char *frac = NULL;
+    size_t frac_len = 0;
+    if (*end == '.') {
+        frac = end + 1;
+        while (frac[frac_len] >= '0' && frac[frac_len] <= '9') frac_len++;
+        if (frac_len == 0) return -1;
+        end = (char *)frac + frac_len;
+    }
+    while (*end == ' ') end++;
+    size_t n = strlen(end);
+    while (n > 0 && is_blank(end[n - 1])) n--;
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
+        if (strlen(units[u].suffix) != n || strncmp(units[u].suffix, end, n) != 0) continue;
+        uint64_t scale = units[u].scale;
+        if (whole > UINT64_MAX / scale) return -1;
+        uint64_t total = (uint64_t)whole * scale;
+        if (frac) {
+            /* the fraction in exact integer steps: 1.5GB = 1 GB + 5 * GB / 10, rounded to a byte */
+            long double part = 0.0L, place = 1.0L;
+            for (size_t i = 0; i < frac_len; i++) {
+                place /= 10.0L;
+                part += (frac[i] - '0') * place;
+            }
+            long double extra = part * (long double)scale + 0.5L;
+            if ((long double)(UINT64_MAX - total) < extra) return -1;
+            total += (uint64_t)extra;
+        }
+        *bytes = total;
+        return 0;
+    }
+    return -1;
+}
