@@ -91,6 +91,48 @@ static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_c
     return sum / ((double)cfg->data.val_batches * B * T);
 }
 
+/* Progress: a full line every log.every steps (and the first and last), each with an ETA from the
+ * mean step time so far. On a terminal, the steps in between update one line in place; when
+ * stdout is a file or a pipe (batch jobs) nothing is printed between the full lines, so logs grow
+ * by exactly one line per log.every steps. */
+typedef struct progress {
+    int tty, width, first_step, last_step, every;
+    double seconds;    /* summed step time since first_step */
+    int steps_timed;
+    int partial;       /* an in-place line is on screen */
+} progress;
+
+static void format_eta(double s, char *out, size_t len) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(out, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(out, len, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(out, len, "%lds", t);
+}
+
+static void progress_update(progress *p, int step, double loss, double lr, double norm, double tok_per_s,
+                            double step_s) {
+    /* the first step carries one-off costs (allocation, warm caches): leave it out of the ETA */
+    if (step > p->first_step) {
+        p->seconds += step_s;
+        p->steps_timed++;
+    }
+    double per_step = p->steps_timed ? p->seconds / p->steps_timed : step_s;
+    char eta[32];
+    format_eta(per_step * (p->last_step - step), eta, sizeof eta);
+    int full = step % p->every == 0 || step == p->last_step || step == p->first_step;
+    if (full) {
+        if (p->partial) printf("\r\033[K");
+        printf("step %*d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.1f ms | eta %s\n", p->width, step,
+               p->last_step, loss, lr, norm, tok_per_s, step_s * 1e3, eta);
+        p->partial = 0;
+    } else if (p->tty) {
+        printf("\r\033[K[%d/%d %.1f%% | loss %.4f | %.0f tok/s | eta %s]", step, p->last_step,
+               100.0 * step / p->last_step, loss, tok_per_s, eta);
+        p->partial = 1;
+    }
+    fflush(stdout);
+}
+
 int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rank, world;
     MPI_Comm_rank(world_comm, &rank);
@@ -234,6 +276,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     float dloss = (float)(1.0 / ((double)G * T));
     double flops_per_step = 3.0 * predicted.forward_flops * A + predicted.recompute_flops * A;
     int exit_code = GT_EXIT_OK;
+    progress progress = {isatty(STDOUT_FILENO), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
+                         cfg->train.steps, cfg->log.every, 0.0, 0, 0};
 
     for (int step = run.first_step; step <= cfg->train.steps; step++) {
         double t0 = now_seconds();
@@ -260,12 +304,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         double tok_per_s = (double)G * T / step_s;
         double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
 
-        if (rank == 0 && (step % cfg->log.every == 0 || step == cfg->train.steps || step == run.first_step)) {
-            printf("step %*d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.1f ms\n",
-                   (int)snprintf(NULL, 0, "%d", cfg->train.steps), step, cfg->train.steps, loss, sr.lr,
-                   sr.grad_norm, tok_per_s, step_s * 1e3);
-            fflush(stdout);
-        }
+        if (rank == 0) progress_update(&progress, step, loss, sr.lr, sr.grad_norm, tok_per_s, step_s);
         if (metrics) {
             fprintf(metrics, "{\"step\":%d,", step);
             write_json_number(metrics, "loss", loss, 0);
@@ -286,6 +325,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
             double val_loss = evaluate(model, val_data, cfg, comm);
             if (rank == 0) {
+                if (progress.partial) printf("\r\033[K");
+                progress.partial = 0;
                 printf("step %d | val_loss %.4f\n", step, val_loss);
                 fflush(stdout);
             }
