@@ -1,0 +1,528 @@
+/*
+ * cuda_attention.cu — causal grouped-query attention (attention_forward, attention_backward), flash
+ * style: the (T, T) score matrix never exists in device memory. Forward keeps the log-sum-exp of
+ * every score row; backward recomputes the probabilities tile by tile as p = expf(s - lse).
+ *
+ * Tiling. A block is 256 threads seen as a 16 x 16 grid (tx = thread % 16, ty = thread / 16). A tile
+ * of rows (queries, or keys in the dk/dv kernel) and a tile of keys sit in shared memory in fp32
+ * (converted from the working type on load, zero-padded past T and past HD); each thread owns rows
+ * ty + 16 i and columns tx + 16 j of a score tile, and the head dimensions d = tx + 16 j of its rows
+ * of an output accumulator. Rows are padded to HDM + 1 floats so the column-strided reads of the
+ * score products hit 16 different banks. A score row lives in the 16 lanes of one half-warp, so row
+ * max and row sums are xor-shuffles over 16 lanes: a fixed tree, the same bits on every lane.
+ * HDM (16, 32, 64 or 128) is HD rounded up, a template argument so accumulators stay in registers.
+ * Arithmetic is fp32 throughout; only the results are rounded to the working type.
+ *
+ * Forward, one block per (query tile of BM rows, head, batch): loop over key tiles up to the
+ * diagonal with an online softmax (running max m, running sum l, output rescaled by expf(m_old -
+ * m_new)); dropout (transformers' attention_dropout) multiplies the probability that enters the
+ * output by keep/(1-p), index ((b*NH + h)*T + t)*T + s; lse = m + logf(l).
+ *
+ * Backward, without atomics (every output element has one owning thread, summing in fixed order):
+ *   with dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp, ds = p (dp - D_t) * scale:
+ *   kernel 1, per (query tile, head, batch): pass 1 over key tiles computes D_t (from the masked dp
+ *     and p, which stays right under dropout), pass 2 computes dq_t = sum_s ds k_s; D goes to scratch;
+ *   kernel 2, per (key tile, kv head, batch): loops over the group's query heads and the query tiles
+ *     at or after the diagonal, recomputing p, dp and ds, and sums dk_s = sum ds q_t and
+ *     dv_s = sum p~ dout_t (p~ the probability after dropout).
+ * That recomputes the scores three times in backward (the CPU backend does the same); correctness,
+ * determinism and O(T) memory come first here, speed second.
+ */
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+#define ATTN_THREADS 256
+
+/* forward tiles: 64 queries x 32 keys; backward tiles: 32 x 32 (more accumulators per thread) */
+#define FWD_BM 64
+#define FWD_BN 32
+#define BWD_BM 32
+#define BWD_BN 32
+
+/* rows [row0, row0 + R) of a (T, stride) view, columns [0, HD), into s (R x LD) as fp32; rows past T
+ * and columns past HD (up to LD - 1) are zero */
+template <typename T>
+__device__ __forceinline__ void load_rows(float *s, const T *base, size_t stride, int row0, int Tn, int R,
+                                          int HD, int HDM, int LD) {
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    for (int r = ty; r < R; r += 16) {
+        int t = row0 + r;
+        const T *src = base + (size_t)t * stride;
+        for (int d = tx; d < HDM; d += 16) s[r * LD + d] = (t < Tn && d < HD) ? load_f(src + d) : 0.0f;
+    }
+}
+
+/* s[i][j] = A[ty+16i] . B[tx+16j] over d < HD, for two products at once (a2/b2 may be unused) */
+template <int RM, int RN, bool TWO>
+__device__ __forceinline__ void tile_dots(float (&s)[RM][RN], float (&s2)[RM][RN], const float *A, const float *B,
+                                          const float *A2, const float *B2, int HD, int LD) {
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+#pragma unroll
+        for (int j = 0; j < RN; j++) {
+            s[i][j] = 0.0f;
+            s2[i][j] = 0.0f;
+        }
+    for (int d = 0; d < HD; d++) {
+        float a[RM], b[RN];
+#pragma unroll
+        for (int i = 0; i < RM; i++) a[i] = A[(ty + 16 * i) * LD + d];
+#pragma unroll
+        for (int j = 0; j < RN; j++) b[j] = B[(tx + 16 * j) * LD + d];
+#pragma unroll
+        for (int i = 0; i < RM; i++)
+#pragma unroll
+            for (int j = 0; j < RN; j++) s[i][j] += a[i] * b[j];
+        if (TWO) {
+#pragma unroll
+            for (int i = 0; i < RM; i++) a[i] = A2[(ty + 16 * i) * LD + d];
+#pragma unroll
+            for (int j = 0; j < RN; j++) b[j] = B2[(tx + 16 * j) * LD + d];
+#pragma unroll
+            for (int i = 0; i < RM; i++)
+#pragma unroll
+                for (int j = 0; j < RN; j++) s2[i][j] += a[i] * b[j];
+        }
+    }
+}
+
+__device__ __forceinline__ float half_warp_max(float v) {
+    for (int m = 8; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+__device__ __forceinline__ float half_warp_sum(float v) {
+    for (int m = 8; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+
+__device__ __forceinline__ uint64_t drop_index(int b, int h, int t, int s, int NH, int Tn) {
+    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+template <typename T, int BM, int BN, int HDM>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int Tn, int NH, int NKV, int HD,
+                         float scale, float dropout, float keep_scale, uint64_t rng) {
+    constexpr int RM = BM / 16, RN = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
+    extern __shared__ float smem[];
+    float *sQ = smem;          /* (BM, LD) */
+    float *sK = sQ + BM * LD;  /* (BN, LD) */
+    float *sV = sK + BN * LD;  /* (BN, LD) */
+    float *sP = sV + BN * LD;  /* (BM, LP) probabilities after dropout */
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int qtile = gridDim.x - 1 - blockIdx.x; /* longest rows first */
+    const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const int q0 = qtile * BM;
+    const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
+    const T *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
+    const T *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
+    const T *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+
+    load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
+    float m[RM], l[RM], o[RM][DJ];
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) o[i][jd] = 0.0f;
+    }
+    const int last = min(q0 + BM, Tn) - 1; /* last query row of the tile; causal: keys <= last */
+    for (int k0 = 0; k0 <= last; k0 += BN) {
+        __syncthreads(); /* the previous tile's sK, sV, sP are no longer read */
+        load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
+        load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
+        __syncthreads();
+        float s[RM][RN], unused[RM][RN];
+        tile_dots<RM, RN, false>(s, unused, sQ, sK, nullptr, nullptr, HD, LD);
+#pragma unroll
+        for (int i = 0; i < RM; i++) {
+            const int t = q0 + ty + 16 * i;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < RN; j++) {
+                const int sk = k0 + tx + 16 * j;
+                s[i][j] = (t < Tn && sk <= t) ? s[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            mx = half_warp_max(mx);
+            const float m_new = fmaxf(m[i], mx);
+            /* m_new == -inf: no valid key yet (only rows past T); keep everything at zero */
+            const float corr = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
+            float row_sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < RN; j++) {
+                const int sk = k0 + tx + 16 * j;
+                float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - m_new);
+                row_sum += p;
+                if (dropout > 0.0f && p != 0.0f)
+                    p = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? p * keep_scale : 0.0f;
+                sP[(ty + 16 * i) * LP + tx + 16 * j] = p;
+            }
+            row_sum = half_warp_sum(row_sum);
+            l[i] = l[i] * corr + row_sum;
+            m[i] = m_new;
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) o[i][jd] *= corr;
+        }
+        __syncthreads();
+        for (int c = 0; c < BN; c++) {
+            float vv[DJ];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) vv[jd] = sV[c * LD + tx + 16 * jd];
+#pragma unroll
+            for (int i = 0; i < RM; i++) {
+                const float p = sP[(ty + 16 * i) * LP + c];
+#pragma unroll
+                for (int jd = 0; jd < DJ; jd++) o[i][jd] += p * vv[jd];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        const int t = q0 + ty + 16 * i;
+        if (t >= Tn) continue;
+        if (tx == 0) lse[((size_t)b * NH + h) * Tn + t] = m[i] + logf(l[i]);
+        const float inv = 1.0f / l[i];
+        T *ot = out + ((size_t)b * Tn + t) * qs + (size_t)h * HD;
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) {
+            const int d = tx + 16 * jd;
+            if (d < HD) store_f(ot + d, o[i][jd] * inv);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward: dq and D */
+
+template <typename T, int BM, int BN, int HDM>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_backward_dq_kernel(T *dq, float *Dbuf, const T *dout, const T *q, const T *k, const T *v, const float *lse,
+                             int Tn, int NH, int NKV, int HD, float scale, float dropout, float keep_scale,
+                             uint64_t rng) {
+    constexpr int RM = BM / 16, RN = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
+    extern __shared__ float smem[];
+    float *sQ = smem;           /* (BM, LD) */
+    float *sO = sQ + BM * LD;   /* (BM, LD) dout rows */
+    float *sK = sO + BM * LD;   /* (BN, LD) */
+    float *sV = sK + BN * LD;   /* (BN, LD) */
+    float *sS = sV + BN * LD;   /* (BM, LP) ds */
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int qtile = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const int q0 = qtile * BM;
+    const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
+    const T *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
+    const T *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
+    const T *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
+    const T *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const float *lse_bh = lse + ((size_t)b * NH + h) * Tn;
+
+    load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
+    load_rows(sO, ob, qs, q0, Tn, BM, HD, HDM, LD);
+    float row_lse[RM], Dt[RM];
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        const int t = q0 + ty + 16 * i;
+        row_lse[i] = t < Tn ? lse_bh[t] : 0.0f;
+        Dt[i] = 0.0f;
+    }
+    const int last = min(q0 + BM, Tn) - 1;
+
+    /* pass 1: D_t = sum_s p dp over the whole row */
+    for (int k0 = 0; k0 <= last; k0 += BN) {
+        __syncthreads();
+        load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
+        load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
+        __syncthreads();
+        float s[RM][RN], dp[RM][RN];
+        tile_dots<RM, RN, true>(s, dp, sQ, sK, sO, sV, HD, LD);
+#pragma unroll
+        for (int i = 0; i < RM; i++) {
+            const int t = q0 + ty + 16 * i;
+#pragma unroll
+            for (int j = 0; j < RN; j++) {
+                const int sk = k0 + tx + 16 * j;
+                if (t < Tn && sk <= t) {
+                    const float p = expf(s[i][j] * scale - row_lse[i]);
+                    float d = dp[i][j];
+                    if (dropout > 0.0f)
+                        d = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
+                    Dt[i] += p * d;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RM; i++) Dt[i] = half_warp_sum(Dt[i]);
+
+    /* pass 2: dq_t = sum_s ds k_s */
+    float acc[RM][DJ];
+#pragma unroll
+    for (int i = 0; i < RM; i++)
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) acc[i][jd] = 0.0f;
+    for (int k0 = 0; k0 <= last; k0 += BN) {
+        __syncthreads();
+        load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
+        load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
+        __syncthreads();
+        float s[RM][RN], dp[RM][RN];
+        tile_dots<RM, RN, true>(s, dp, sQ, sK, sO, sV, HD, LD);
+#pragma unroll
+        for (int i = 0; i < RM; i++) {
+            const int t = q0 + ty + 16 * i;
+#pragma unroll
+            for (int j = 0; j < RN; j++) {
+                const int sk = k0 + tx + 16 * j;
+                float ds = 0.0f;
+                if (t < Tn && sk <= t) {
+                    const float p = expf(s[i][j] * scale - row_lse[i]);
+                    float d = dp[i][j];
+                    if (dropout > 0.0f)
+                        d = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
+                    ds = p * (d - Dt[i]) * scale;
+                }
+                sS[(ty + 16 * i) * LP + tx + 16 * j] = ds;
+            }
+        }
+        __syncthreads();
+        for (int c = 0; c < BN; c++) {
+            float kv[DJ];
+#pragma unroll
+            for (int jd = 0; jd < DJ; jd++) kv[jd] = sK[c * LD + tx + 16 * jd];
+#pragma unroll
+            for (int i = 0; i < RM; i++) {
+                const float ds = sS[(ty + 16 * i) * LP + c];
+#pragma unroll
+                for (int jd = 0; jd < DJ; jd++) acc[i][jd] += ds * kv[jd];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RM; i++) {
+        const int t = q0 + ty + 16 * i;
+        if (t >= Tn) continue;
+        if (tx == 0) Dbuf[((size_t)b * NH + h) * Tn + t] = Dt[i];
+        T *dqt = dq + ((size_t)b * Tn + t) * qs + (size_t)h * HD;
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) {
+            const int d = tx + 16 * jd;
+            if (d < HD) store_f(dqt + d, acc[i][jd]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward: dk and dv */
+
+template <typename T, int BM, int BN, int HDM>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, const T *q, const T *k, const T *v,
+                               const float *lse, int Tn, int NH, int NKV, int HD, float scale, float dropout,
+                               float keep_scale, uint64_t rng) {
+    constexpr int RM = BM / 16, RN = BN / 16, RK = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
+    extern __shared__ float smem[];
+    float *sK = smem;              /* (BN, LD) this block's keys */
+    float *sV = sK + BN * LD;      /* (BN, LD) */
+    float *sQ = sV + BN * LD;      /* (BM, LD) the current query tile */
+    float *sO = sQ + BM * LD;      /* (BM, LD) its dout rows */
+    float *sP = sO + BM * LD;      /* (BM, LP) p~ (after dropout) */
+    float *sS = sP + BM * LP;      /* (BM, LP) ds */
+    float *sL = sS + BM * LP;      /* (BM) lse */
+    float *sD = sL + BM;           /* (BM) D */
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int ktile = gridDim.x - 1 - blockIdx.x; /* key tile 0 sees the most queries: start the long ones first */
+    const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
+    const int k0 = ktile * BN;
+    const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
+    const T *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
+    const T *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+
+    load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
+    load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
+    /* thread owns keys ty + 16 i and dims tx + 16 jd */
+    float dk_acc[RK][DJ], dv_acc[RK][DJ];
+#pragma unroll
+    for (int i = 0; i < RK; i++)
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) {
+            dk_acc[i][jd] = 0.0f;
+            dv_acc[i][jd] = 0.0f;
+        }
+
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        const T *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
+        const T *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
+        const float *lse_bh = lse + ((size_t)b * NH + h) * Tn;
+        const float *D_bh = Dbuf + ((size_t)b * NH + h) * Tn;
+        for (int q0 = (k0 / BM) * BM; q0 < Tn; q0 += BM) {
+            __syncthreads(); /* previous sQ, sO, sP, sS, sL, sD reads are done */
+            load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
+            load_rows(sO, ob, qs, q0, Tn, BM, HD, HDM, LD);
+            for (int r = threadIdx.x; r < BM; r += ATTN_THREADS) {
+                const int t = q0 + r;
+                sL[r] = t < Tn ? lse_bh[t] : 0.0f;
+                sD[r] = t < Tn ? D_bh[t] : 0.0f;
+            }
+            __syncthreads();
+            float s[RM][RN], dp[RM][RN];
+            tile_dots<RM, RN, true>(s, dp, sQ, sK, sO, sV, HD, LD);
+#pragma unroll
+            for (int i = 0; i < RM; i++) {
+                const int r = ty + 16 * i, t = q0 + r;
+#pragma unroll
+                for (int j = 0; j < RN; j++) {
+                    const int c = tx + 16 * j, sk = k0 + c;
+                    float pt = 0.0f, ds = 0.0f;
+                    if (t < Tn && sk <= t) {
+                        const float p = expf(s[i][j] * scale - sL[r]);
+                        float d = dp[i][j];
+                        pt = p;
+                        if (dropout > 0.0f) {
+                            const bool keep = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout);
+                            d = keep ? d * keep_scale : 0.0f;
+                            pt = keep ? p * keep_scale : 0.0f;
+                        }
+                        ds = p * (d - sD[r]) * scale;
+                    }
+                    sP[r * LP + c] = pt;
+                    sS[r * LP + c] = ds;
+                }
+            }
+            __syncthreads();
+            for (int r = 0; r < BM; r++) {
+                float qv[DJ], ov[DJ];
+#pragma unroll
+                for (int jd = 0; jd < DJ; jd++) {
+                    qv[jd] = sQ[r * LD + tx + 16 * jd];
+                    ov[jd] = sO[r * LD + tx + 16 * jd];
+                }
+#pragma unroll
+                for (int i = 0; i < RK; i++) {
+                    const float pt = sP[r * LP + ty + 16 * i], ds = sS[r * LP + ty + 16 * i];
+#pragma unroll
+                    for (int jd = 0; jd < DJ; jd++) {
+                        dv_acc[i][jd] += pt * ov[jd];
+                        dk_acc[i][jd] += ds * qv[jd];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RK; i++) {
+        const int sk = k0 + ty + 16 * i;
+        if (sk >= Tn) continue;
+        T *dkt = dk + ((size_t)b * Tn + sk) * ks + (size_t)g * HD;
+        T *dvt = dv + ((size_t)b * Tn + sk) * ks + (size_t)g * HD;
+#pragma unroll
+        for (int jd = 0; jd < DJ; jd++) {
+            const int d = tx + 16 * jd;
+            if (d < HD) {
+                store_f(dkt + d, dk_acc[i][jd]);
+                store_f(dvt + d, dv_acc[i][jd]);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- launchers */
+
+/* a kernel needing more than 48 KiB of dynamic shared memory must say so once */
+template <typename K>
+static void allow_smem(K kernel, size_t bytes, int *done) {
+    if (*done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = 1;
+}
+
+static void check_shapes(int NH, int NKV, int HD) {
+    if (NKV <= 0 || NH % NKV != 0) GT_CUDA_FAIL("attention: NH=%d is not a multiple of NKV=%d", NH, NKV);
+    if (HD <= 0 || HD > 128) GT_CUDA_FAIL("attention: head dim %d not supported (1..128)", HD);
+}
+
+template <typename T, int HDM>
+static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int Tn, int NH, int NKV, int HD,
+                       float dropout, gt_rng_key key) {
+    constexpr int BM = FWD_BM, BN = FWD_BN, LD = HDM + 1;
+    const size_t smem = sizeof(float) * ((size_t)(BM + 2 * BN) * LD + (size_t)BM * (BN + 1));
+    static int smem_set;
+    allow_smem(attention_forward_kernel<T, BM, BN, HDM>, smem, &smem_set);
+    const float scale = 1.0f / sqrtf((float)HD);
+    const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
+    dim3 grid((unsigned)((Tn + BM - 1) / BM), (unsigned)NH, (unsigned)B);
+    attention_forward_kernel<T, BM, BN, HDM><<<grid, ATTN_THREADS, smem>>>(out, lse, q, k, v, Tn, NH, NKV, HD, scale,
+                                                                          dropout, keep_scale, rng_base(key));
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int HDM>
+static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse,
+                        int B, int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+    constexpr int BM = BWD_BM, BN = BWD_BN, LD = HDM + 1, LP = BN + 1;
+    const float scale = 1.0f / sqrtf((float)HD);
+    const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
+    const uint64_t rng = rng_base(key);
+    float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
+
+    const size_t smem_dq = sizeof(float) * ((size_t)(2 * BM + 2 * BN) * LD + (size_t)BM * LP);
+    static int dq_set;
+    allow_smem(attention_backward_dq_kernel<T, BM, BN, HDM>, smem_dq, &dq_set);
+    dim3 grid_dq((unsigned)((Tn + BM - 1) / BM), (unsigned)NH, (unsigned)B);
+    attention_backward_dq_kernel<T, BM, BN, HDM><<<grid_dq, ATTN_THREADS, smem_dq>>>(
+        dq, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
+    CUDA_CHECK_LAUNCH();
+
+    const size_t smem_kv = sizeof(float) * ((size_t)(2 * BN + 2 * BM) * LD + (size_t)2 * BM * LP + (size_t)2 * BM);
+    static int kv_set;
+    allow_smem(attention_backward_dkdv_kernel<T, BM, BN, HDM>, smem_kv, &kv_set);
+    dim3 grid_kv((unsigned)((Tn + BN - 1) / BN), (unsigned)NKV, (unsigned)B);
+    attention_backward_dkdv_kernel<T, BM, BN, HDM><<<grid_kv, ATTN_THREADS, smem_kv>>>(
+        dk, dv, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
+    CUDA_CHECK_LAUNCH();
+    gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
+}
+
+template <typename T>
+static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
+                              int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+    check_shapes(NH, NKV, HD);
+    if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
+    if (B <= 0 || Tn <= 0) return;
+    T *o = (T *)out;
+    const T *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+    if (HD <= 16) forward_hd<T, 16>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 32) forward_hd<T, 32>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 64) forward_hd<T, 64>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
+    else forward_hd<T, 128>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
+}
+
+/* probs is ignored: the probabilities are always recomputed from q, k and lse */
+template <typename T>
+static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                               const void *v, const float *lse, const float *probs, int B, int Tn, int NH, int NKV,
+                               int HD, float dropout, gt_rng_key key) {
+    (void)probs;
+    check_shapes(NH, NKV, HD);
+    if (B <= 0 || Tn <= 0) return;
+    T *a = (T *)dq, *bk = (T *)dk, *bv = (T *)dv;
+    const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+    if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 32) backward_hd<T, 32>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 64) backward_hd<T, 64>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else backward_hd<T, 128>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+}
+
+void gt_cuda_fill_attention(gt_ops *ops, int use_bf16) {
+    if (use_bf16) {
+        ops->attention_forward = attention_forward<bf16>;
+        ops->attention_backward = attention_backward<bf16>;
+    } else {
+        ops->attention_forward = attention_forward<float>;
+        ops->attention_backward = attention_backward<float>;
+    }
+}

@@ -1,0 +1,134 @@
+/*
+ * cuda_common.cuh — private to src/kernels/cuda/: what every CUDA source of the backend shares.
+ *
+ *   - CUDA_CHECK / CUDA_CHECK_LAUNCH: abort with file:line on any failed CUDA call (never continue);
+ *   - the working type: `float` (fp32 mode) or `bf16` (bf16 mode). Kernels are templates over it and
+ *     do all arithmetic in fp32: load_f() widens, store_f() rounds (round-to-nearest-even);
+ *   - the device copy of the counter-based dropout RNG of ops.h, with identical arithmetic;
+ *   - deterministic warp/block reductions (fixed trees, no atomics);
+ *   - the allocator entry points (cuda_ops.cu) that other files use for scratch buffers;
+ *   - the fill functions: each .cu puts its own entries into the ops table.
+ *
+ * Everything runs on the legacy default stream (stream 0), so host copies (cudaMemcpy) and the
+ * caching allocator's reuse of a freed block are ordered after every earlier kernel.
+ */
+#ifndef GT_CUDA_COMMON_CUH
+#define GT_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "ops.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+#define CUDA_CHECK(call)                                                                         \
+    do {                                                                                         \
+        cudaError_t cuda_check_err_ = (call);                                                    \
+        if (cuda_check_err_ != cudaSuccess) {                                                    \
+            fprintf(stderr, "%s:%d: CUDA error in %s: %s\n", __FILE__, __LINE__, #call,          \
+                    cudaGetErrorString(cuda_check_err_));                                        \
+            abort();                                                                             \
+        }                                                                                        \
+    } while (0)
+
+/* after every kernel launch: catches bad launch configurations at the call site */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+#define GT_CUDA_FAIL(...)                                                                        \
+    do {                                                                                         \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                          \
+        fprintf(stderr, __VA_ARGS__);                                                            \
+        fputc('\n', stderr);                                                                     \
+        abort();                                                                                 \
+    } while (0)
+
+/* ---------------------------------------------------------------- working type */
+
+__device__ __forceinline__ float load_f(const float *p) { return *p; }
+__device__ __forceinline__ float load_f(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void store_f(float *p, float v) { *p = v; }
+/* __float2bfloat16 rounds to nearest even */
+__device__ __forceinline__ void store_f(bf16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* ---------------------------------------------------------------- dropout RNG (ops.h, on device) */
+
+__device__ __forceinline__ uint64_t dev_mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* gt_rng_uniform(key, index) = u(mix64(base + index)) with base = mix64(seed ^ mix64(stream)); the
+ * host computes base once per call (rng_base) so each element costs one mix. */
+static inline uint64_t rng_base(gt_rng_key key) { return gt_mix64(key.seed ^ gt_mix64(key.stream)); }
+
+__device__ __forceinline__ bool dev_dropout_keep(uint64_t base, uint64_t index, float p) {
+    uint64_t h = dev_mix64(base + index);
+    float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+    return u >= p;
+}
+
+/* ---------------------------------------------------------------- deterministic reductions */
+
+/* xor butterfly: every lane ends with the same bits (a+b == b+a exactly) */
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+ * `scratch` holds 32 floats of shared memory; the block must not be reusing it concurrently. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* protects scratch from a previous use */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ double block_sum_d(double v, double *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0;
+    return warp_sum_d(v);
+}
+
+/* ---------------------------------------------------------------- shared helpers */
+
+static inline unsigned grid_for(size_t n, int threads, size_t max_blocks) {
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    if (blocks < 1) blocks = 1;
+    if (blocks > max_blocks) blocks = max_blocks;
+    return (unsigned)blocks;
+}
+
+/* the caching allocator (cuda_ops.cu), also used for kernels' scratch buffers */
+void *gt_cuda_alloc(size_t bytes);
+void gt_cuda_free(void *ptr);
+
+/* each source file fills its part of the table for the working type chosen */
+void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16);
+void gt_cuda_fill_attention(gt_ops *ops, int use_bf16);
+void gt_cuda_fill_kernels(gt_ops *ops, int use_bf16);
+void gt_cuda_fill_optim(gt_ops *ops, int use_bf16);
+
+#endif

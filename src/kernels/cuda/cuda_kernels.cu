@@ -1,0 +1,455 @@
+/*
+ * cuda_kernels.cu — the row- and element-wise layers on the GPU: token embedding (forward and a
+ * deterministic backward), RMSNorm (forward, apply, backward), rotary embedding, SwiGLU, the residual
+ * add with dropout on the branch, and the fused softmax + cross-entropy of the LM head.
+ *
+ * All math is fp32 (sums of squares and dot products of a row in double, as the CPU backend does),
+ * reading and writing the working type (float or bf16) through load_f/store_f. Where the CPU backend
+ * spells an expression, the same expression is used here, with __fmul_rn/__fadd_rn where a fused
+ * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
+ * bit) — this is a convenience for the tests, not a contract.
+ *
+ * Reductions that feed gradients never use atomics:
+ *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
+ *     order) into scratch, then one pass adding the chunks in order;
+ *   - embedding dwte: tokens are split into EMB_BUCKETS buckets by token id modulo EMB_BUCKETS; a
+ *     block owns (bucket, 256 columns) and walks all tokens in order, adding only its bucket's, so
+ *     each dwte element has one owning thread and a fixed summation order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+#define THREADS 256
+#define MAX_BLOCKS ((size_t)65535 * 4)
+
+/* ---------------------------------------------------------------- embedding */
+
+template <typename T>
+__global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, int BT, int C) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / (size_t)C, c = i - row * (size_t)C;
+        out[i] = wte[(size_t)tokens[row] * C + c];
+    }
+}
+
+template <typename T>
+static void embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C) {
+    size_t n = (size_t)BT * C;
+    if (n == 0) return;
+    embedding_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, tokens, (const T *)wte, BT, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+#define EMB_BUCKETS 128
+#define EMB_CHUNK 2048 /* tokens staged in shared memory at a time */
+
+/* grid (ceil(C / 256), EMB_BUCKETS) */
+template <typename T>
+__global__ void embedding_backward_kernel(float *dwte, const T *dout, const int32_t *tokens, int BT, int C) {
+    __shared__ int32_t s_tok[EMB_CHUNK];
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int bucket = blockIdx.y;
+    for (int i0 = 0; i0 < BT; i0 += EMB_CHUNK) {
+        const int n = min(EMB_CHUNK, BT - i0);
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) s_tok[i] = tokens[i0 + i];
+        __syncthreads();
+        if (c >= C) continue;
+        for (int i = 0; i < n; i++) {
+            const int tok = s_tok[i];
+            if (tok < 0 || tok % EMB_BUCKETS != bucket) continue;
+            float *dst = dwte + (size_t)tok * C + c;
+            *dst = *dst + load_f(dout + (size_t)(i0 + i) * C + c);
+        }
+    }
+}
+
+template <typename T>
+static void embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C) {
+    if (BT <= 0 || C <= 0 || !dwte) return;
+    dim3 grid((unsigned)((C + THREADS - 1) / THREADS), EMB_BUCKETS);
+    embedding_backward_kernel<T><<<grid, THREADS>>>(dwte, (const T *)dout, tokens, BT, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+
+/* the one expression forward and apply share (bit-identical outputs); as the CPU: w * (x * rstd) */
+__device__ __forceinline__ float rmsnorm_out(float x, float rstd, float w) { return __fmul_rn(w, __fmul_rn(x, rstd)); }
+
+/* one block per row */
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const T *weight, int C, float eps) {
+    __shared__ double scratch[32];
+    const size_t row = blockIdx.x;
+    const T *x = inp + row * C;
+    T *o = out + row * C;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        double xi = (double)load_f(x + i);
+        ss += xi * xi;
+    }
+    ss = block_sum_d(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / C) + eps);
+    if (threadIdx.x == 0) rstd[row] = r;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
+}
+
+template <typename T>
+__global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int N, int C) {
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / (size_t)C, c = i - row * (size_t)C;
+        store_f(out + i, rmsnorm_out(load_f(inp + i), rstd[row], load_f(weight + c)));
+    }
+}
+
+/* dx_j += r w_j d_j - x_j * (r^3 / C * sum_i d_i w_i x_i) ; one block per row */
+template <typename T>
+__global__ void rmsnorm_backward_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *rstd,
+                                             int C) {
+    __shared__ double scratch[32];
+    const size_t row = blockIdx.x;
+    const T *x = inp + row * C, *d = dout + row * C;
+    T *dx = dinp + row * C;
+    const float r = rstd[row];
+    double dot = 0.0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        dot += (double)load_f(d + i) * (double)load_f(weight + i) * (double)load_f(x + i);
+    dot = block_sum_d(dot, scratch);
+    const float coef = (float)(dot * r * r * r / C);
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float g = __fmul_rn(__fmul_rn(r, load_f(weight + i)), load_f(d + i));
+        float v = __fsub_rn(g, __fmul_rn(load_f(x + i), coef));
+        store_f(dx + i, __fadd_rn(load_f(dx + i), v));
+    }
+}
+
+#define RMS_DW_ROWS 32
+
+/* partial (nchunks, C): partial[chunk][j] = sum over the chunk's `rows` rows, in order, of d_j * (x_j * r);
+ * grid (ceil(C / 256), nchunks) */
+template <typename T>
+__global__ void rmsnorm_dweight_partial_kernel(float *partial, const T *dout, const T *inp, const float *rstd, int N,
+                                               int C, int rows) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= C) return;
+    const int n0 = blockIdx.y * rows, n1 = min(n0 + rows, N);
+    float acc = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        size_t i = (size_t)n * C + j;
+        acc = __fadd_rn(acc, __fmul_rn(load_f(dout + i), __fmul_rn(load_f(inp + i), rstd[n])));
+    }
+    partial[(size_t)blockIdx.y * C + j] = acc;
+}
+
+/* dweight[j] += sum over chunks, in order */
+__global__ void sum_partials_kernel(float *dweight, const float *partial, int nchunks, int C) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= C) return;
+    float acc = 0.0f;
+    for (int c = 0; c < nchunks; c++) acc += partial[(size_t)c * C + j];
+    dweight[j] += acc;
+}
+
+template <typename T>
+static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    rmsnorm_forward_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *weight, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    rmsnorm_apply_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, rstd, (const T *)inp,
+                                                                           (const T *)weight, N, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
+                             const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    if (dinp) {
+        rmsnorm_backward_dinp_kernel<T><<<N, THREADS>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight,
+                                                        rstd, C);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dweight) {
+        /* rows per chunk: a function of N alone (determinism), at least RMS_DW_ROWS, and few enough
+         * chunks for gridDim.y */
+        const int rows = N / RMS_DW_ROWS < 65535 ? RMS_DW_ROWS : (N + 65534) / 65535;
+        const int nchunks = (N + rows - 1) / rows;
+        float *partial = (float *)gt_cuda_alloc(sizeof(float) * (size_t)nchunks * C);
+        const unsigned cblocks = (unsigned)((C + THREADS - 1) / THREADS);
+        rmsnorm_dweight_partial_kernel<T><<<dim3(cblocks, (unsigned)nchunks), THREADS>>>(
+            partial, (const T *)dout, (const T *)inp, rstd, N, C, rows);
+        CUDA_CHECK_LAUNCH();
+        sum_partials_kernel<<<cblocks, THREADS>>>(dweight, partial, nchunks, C);
+        CUDA_CHECK_LAUNCH();
+        gt_cuda_free(partial);
+    }
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+/* cos/sin tables (T, HD/2) built on the host exactly as the CPU backend builds them (fp32 inv_freq
+ * and angle as transformers does, cos/sin of the float angle in double, rounded), then kept on the
+ * device: a few (HD, theta) slots, each grown when a longer T comes. Built once per run in practice. */
+typedef struct rope_table {
+    int HD, T_cap;
+    float theta;
+    float *cos_sin; /* device: cos (T_cap, HD/2) then sin (T_cap, HD/2) */
+} rope_table;
+
+#define ROPE_SLOTS 4
+static rope_table g_rope[ROPE_SLOTS];
+static int g_rope_next;
+
+static const rope_table *rope_cos_sin(int T, int HD, float theta) {
+    rope_table *slot = NULL;
+    for (int i = 0; i < ROPE_SLOTS; i++)
+        if (g_rope[i].cos_sin && g_rope[i].HD == HD && g_rope[i].theta == theta) slot = &g_rope[i];
+    if (slot && slot->T_cap >= T) return slot;
+    if (!slot) {
+        slot = &g_rope[g_rope_next];
+        g_rope_next = (g_rope_next + 1) % ROPE_SLOTS;
+    }
+    if (slot->cos_sin) gt_cuda_free(slot->cos_sin);
+    const int half = HD / 2;
+    const size_t count = (size_t)T * half;
+    float *host = (float *)malloc(2 * count * sizeof(float));
+    if (!host) GT_CUDA_FAIL("out of host memory");
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+        for (int t = 0; t < T; t++) {
+            float angle = (float)t * inv_freq;
+            host[(size_t)t * half + i] = (float)cos((double)angle);
+            host[count + (size_t)t * half + i] = (float)sin((double)angle);
+        }
+    }
+    slot->cos_sin = (float *)gt_cuda_alloc(2 * count * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(slot->cos_sin, host, 2 * count * sizeof(float), cudaMemcpyHostToDevice));
+    free(host);
+    slot->HD = HD;
+    slot->T_cap = T;
+    slot->theta = theta;
+    return slot;
+}
+
+/* one thread per rotated pair (i, i + HD/2); sign +1 forward, -1 the inverse rotation; in place ok */
+template <typename T>
+__global__ void rope_kernel(T *out, const T *inp, const float *cos_sin, int T_cap, int Tn, int NH, int HD, float sign,
+                            size_t npairs) {
+    const int half = HD / 2;
+    const float *cos_t = cos_sin, *sin_t = cos_sin + (size_t)T_cap * half;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < npairs; p += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = p / half; /* (b, t, h) */
+        const int i = (int)(p - row * half);
+        const int t = (int)((row / NH) % Tn);
+        const size_t base = row * HD;
+        const float x1 = load_f(inp + base + i), x2 = load_f(inp + base + i + half);
+        const float c = cos_t[(size_t)t * half + i], si = sign * sin_t[(size_t)t * half + i];
+        store_f(out + base + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si)));
+        store_f(out + base + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si)));
+    }
+}
+
+template <typename T>
+static void rope_rotate(void *out, const void *inp, int B, int Tn, int NH, int HD, float theta, float sign) {
+    if (HD % 2 != 0) GT_CUDA_FAIL("rope needs an even head dim, got %d", HD);
+    const size_t npairs = (size_t)B * Tn * NH * (HD / 2);
+    if (npairs == 0) return;
+    const rope_table *tab = rope_cos_sin(Tn, HD, theta);
+    rope_kernel<T><<<grid_for(npairs, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)inp, tab->cos_sin, tab->T_cap,
+                                                                       Tn, NH, HD, sign, npairs);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void rope_forward(void *out, const void *inp, int B, int Tn, int NH, int HD, float theta) {
+    rope_rotate<T>(out, inp, B, Tn, NH, HD, theta, 1.0f);
+}
+
+template <typename T>
+static void rope_backward(void *dinp, const void *dout, int B, int Tn, int NH, int HD, float theta) {
+    rope_rotate<T>(dinp, dout, B, Tn, NH, HD, theta, -1.0f);
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+__device__ __forceinline__ float silu(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
+
+template <typename T>
+__global__ void swiglu_forward_kernel(T *out, const T *gate, const T *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_f(out + i, __fmul_rn(silu(load_f(gate + i)), load_f(up + i)));
+}
+
+/* d silu(g)/dg = sig (1 + g (1 - sig)); dgate/dup may alias gate/up (each element read before written) */
+template <typename T>
+__global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = load_f(gate + i), u = load_f(up + i), d = load_f(dout + i);
+        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+        const float dsilu = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig))));
+        store_f(dgate + i, __fmul_rn(__fmul_rn(d, u), dsilu));
+        store_f(dup + i, __fmul_rn(d, silu(g)));
+    }
+}
+
+template <typename T>
+static void swiglu_forward(void *out, const void *gate, const void *up, size_t n) {
+    if (n == 0) return;
+    swiglu_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate, (const T *)up, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
+    if (n == 0) return;
+    swiglu_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dgate, (T *)dup, (const T *)dout,
+                                                                             (const T *)gate, (const T *)up, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- residual + dropout */
+
+/* out = res + (keep ? branch * keep_scale : 0), element index i is the RNG index; out may alias res */
+template <typename T>
+__global__ void residual_forward_kernel(T *out, const T *res, const T *branch, size_t n, float dropout,
+                                        float keep_scale, uint64_t rng) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float b = load_f(branch + i);
+        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        store_f(out + i, __fadd_rn(load_f(res + i), b));
+    }
+}
+
+/* dbranch = keep ? dout * keep_scale : 0 ; may alias dout */
+template <typename T>
+__global__ void dropout_backward_kernel(T *dbranch, const T *dout, size_t n, float dropout, float keep_scale,
+                                        uint64_t rng) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float d = load_f(dout + i);
+        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(d, keep_scale) : 0.0f);
+    }
+}
+
+template <typename T>
+static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
+    if (n == 0) return;
+    const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
+    residual_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(
+        (T *)out, (const T *)res, (const T *)branch, n, dropout, keep_scale, dropout > 0.0f ? rng_base(key) : 0);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void dropout_backward(void *dbranch, const void *dout, size_t n, float dropout, gt_rng_key key) {
+    if (n == 0) return;
+    if (dropout <= 0.0f) {
+        if (dbranch != dout) CUDA_CHECK(cudaMemcpyAsync(dbranch, dout, n * sizeof(T), cudaMemcpyDeviceToDevice, 0));
+        return;
+    }
+    const float keep_scale = 1.0f / (1.0f - dropout);
+    dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n, dropout,
+                                                                              keep_scale, rng_base(key));
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+#define CE_THREADS 512
+
+/* one block per row: each thread keeps an online (max, sum) over its strided logits; the block then
+ * takes the max of maxima and sums the rescaled partial sums in double (fixed tree) */
+template <typename T>
+__global__ void __launch_bounds__(CE_THREADS)
+crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const int32_t *targets, int V) {
+    __shared__ float fscratch[32];
+    __shared__ double dscratch[32];
+    const size_t row = blockIdx.x;
+    const T *l = logits + row * V;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float x = load_f(l + j);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    /* block max */
+    float mx = warp_max(m);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) fscratch[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = (threadIdx.x & 31) < (blockDim.x >> 5) ? fscratch[threadIdx.x & 31] : -INFINITY;
+    mx = warp_max(mx);
+    const double part = m == -INFINITY ? 0.0 : (double)s * exp((double)(m - mx));
+    const double sum = block_sum_d(part, dscratch);
+    if (threadIdx.x == 0) {
+        const float row_lse = (float)((double)mx + log(sum));
+        lse[row] = row_lse;
+        const int tgt = targets[row];
+        losses[row] = tgt < 0 ? 0.0f : (tgt < V ? row_lse - load_f(l + tgt) : NAN); /* NaN: target out of range */
+    }
+}
+
+template <typename T>
+__global__ void crossentropy_backward_kernel(T *logits, const float *lse, const int32_t *targets, int V, float dloss) {
+    const size_t row = blockIdx.x;
+    T *l = logits + row * V;
+    const int tgt = targets[row];
+    const float row_lse = lse[row];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float g = 0.0f;
+        if (tgt >= 0) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
+        store_f(l + j, g);
+    }
+}
+
+template <typename T>
+static void crossentropy_forward(float *losses, float *lse, const void *logits, const int32_t *targets, int BT, int V) {
+    if (BT <= 0) return;
+    crossentropy_forward_kernel<T><<<BT, CE_THREADS>>>(losses, lse, (const T *)logits, targets, V);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void crossentropy_backward(void *logits, const float *lse, const int32_t *targets, int BT, int V, float dloss) {
+    if (BT <= 0) return;
+    crossentropy_backward_kernel<T><<<BT, CE_THREADS>>>((T *)logits, lse, targets, V, dloss);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- the table */
+
+template <typename T>
+static void fill(gt_ops *ops) {
+    ops->embedding_forward = embedding_forward<T>;
+    ops->embedding_backward = embedding_backward<T>;
+    ops->rmsnorm_forward = rmsnorm_forward<T>;
+    ops->rmsnorm_apply = rmsnorm_apply<T>;
+    ops->rmsnorm_backward = rmsnorm_backward<T>;
+    ops->rope_forward = rope_forward<T>;
+    ops->rope_backward = rope_backward<T>;
+    ops->swiglu_forward = swiglu_forward<T>;
+    ops->swiglu_backward = swiglu_backward<T>;
+    ops->residual_forward = residual_forward<T>;
+    ops->dropout_backward = dropout_backward<T>;
+    ops->crossentropy_forward = crossentropy_forward<T>;
+    ops->crossentropy_backward = crossentropy_backward<T>;
+}
+
+void gt_cuda_fill_kernels(gt_ops *ops, int use_bf16) {
+    if (use_bf16) fill<bf16>(ops);
+    else fill<float>(ops);
+}

@@ -1,0 +1,139 @@
+/*
+ * cuda_optim.cu — the fp32 vector utilities of the optimizer step on the GPU: sum of squares (for
+ * the gradient norm), scale (clipping), fused AdamW, and the master <-> working conversions
+ * (fp32 -> bf16 round-to-nearest-even, or a copy in fp32 mode).
+ *
+ * sumsq is deterministic: a grid whose size is a function of n alone, each thread summing its
+ * grid-stride elements in order in double, fixed-tree block sums into one partial per block, then
+ * one block adding the partials the same way. Squares of floats are exact in double, so the result
+ * differs from the CPU backend's only by summation order.
+ *
+ * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it — scalars
+ * formed in double on the host and rounded to float, the element update in fp32 with explicit
+ * round-to-nearest intrinsics so no fused multiply-add changes the rounding.
+ */
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+#define THREADS 256
+#define MAX_BLOCKS ((size_t)65535 * 4)
+#define SUMSQ_MAX_BLOCKS 1024
+#define SUMSQ_PER_THREAD 16
+
+__global__ void sumsq_partial_kernel(double *partial, const float *x, size_t n) {
+    __shared__ double scratch[32];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        double v = (double)x[i];
+        s += v * v;
+    }
+    s = block_sum_d(s, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sum_doubles_kernel(double *out, const double *partial, int n) {
+    __shared__ double scratch[32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+    s = block_sum_d(s, scratch);
+    if (threadIdx.x == 0) *out = s;
+}
+
+static double *g_sumsq_scratch; /* SUMSQ_MAX_BLOCKS partials + the total; kept for the run */
+
+static double cuda_sumsq(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    if (!g_sumsq_scratch) g_sumsq_scratch = (double *)gt_cuda_alloc(sizeof(double) * (SUMSQ_MAX_BLOCKS + 1));
+    const unsigned blocks = grid_for(n, THREADS * SUMSQ_PER_THREAD, SUMSQ_MAX_BLOCKS);
+    sumsq_partial_kernel<<<blocks, THREADS>>>(g_sumsq_scratch, x, n);
+    CUDA_CHECK_LAUNCH();
+    sum_doubles_kernel<<<1, THREADS>>>(g_sumsq_scratch + SUMSQ_MAX_BLOCKS, g_sumsq_scratch, (int)blocks);
+    CUDA_CHECK_LAUNCH();
+    double total = 0.0;
+    CUDA_CHECK(cudaMemcpy(&total, g_sumsq_scratch + SUMSQ_MAX_BLOCKS, sizeof total, cudaMemcpyDeviceToHost));
+    return total;
+}
+
+__global__ void scale_kernel(float *x, size_t n, float s) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], s);
+}
+
+static void cuda_scale(float *x, size_t n, float s) {
+    if (n == 0) return;
+    scale_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(x, n, s);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ void adamw_kernel(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float decay,
+                             float w1, float beta2, float w2, float step_size, float bc2_sqrt, float eps) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = grad[i], m0 = exp_avg[i], v0 = exp_avg_sq[i];
+        float p = __fmul_rn(param[i], decay);
+        const float m = __fadd_rn(m0, __fmul_rn(w1, __fsub_rn(g, m0)));           /* lerp, weight < 0.5 */
+        const float v = __fadd_rn(__fmul_rn(v0, beta2), __fmul_rn(__fmul_rn(w2, g), g));
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+        p = __fadd_rn(p, __fdiv_rn(__fmul_rn(-step_size, m), denom));
+        param[i] = p;
+        exp_avg[i] = m;
+        exp_avg_sq[i] = v;
+    }
+}
+
+/* torch.optim.AdamW (see the CPU backend's comment for the step-by-step torch source); t counts from 1 */
+static void cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (t < 1) GT_CUDA_FAIL("adamw step count t=%d must start at 1", t);
+    if (n == 0) return;
+    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    const float w1 = (float)(1.0 - (double)beta1);
+    const float w2 = (float)(1.0 - (double)beta2);
+    const double bc1 = 1.0 - pow((double)beta1, (double)t);
+    const double bc2 = 1.0 - pow((double)beta2, (double)t);
+    const float step_size = (float)((double)lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    adamw_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(param, exp_avg, exp_avg_sq, grad, n, decay, w1, beta2, w2,
+                                                               step_size, bc2_sqrt, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- master <-> working */
+
+__global__ void to_bf16_kernel(bf16 *out, const float *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(in[i]); /* round to nearest even */
+}
+
+__global__ void from_bf16_kernel(float *out, const bf16 *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(in[i]);
+}
+
+static void to_working_bf16(void *working, const float *master, size_t n) {
+    if (n == 0) return;
+    to_bf16_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((bf16 *)working, master, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void to_master_bf16(float *master, const void *working, size_t n) {
+    if (n == 0) return;
+    from_bf16_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(master, (const bf16 *)working, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void copy_fp32(void *dst, const void *src, size_t n) {
+    if (n == 0 || dst == src) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+}
+
+static void to_working_fp32(void *working, const float *master, size_t n) { copy_fp32(working, master, n); }
+static void to_master_fp32(float *master, const void *working, size_t n) { copy_fp32(master, working, n); }
+
+void gt_cuda_fill_optim(gt_ops *ops, int use_bf16) {
+    ops->sumsq = cuda_sumsq;
+    ops->scale = cuda_scale;
+    ops->adamw = cuda_adamw;
+    ops->to_working = use_bf16 ? to_working_bf16 : to_working_fp32;
+    ops->to_master = use_bf16 ? to_master_bf16 : to_master_fp32;
+}

@@ -1,0 +1,5 @@
+# GPU tests: the CUDA backend against the CPU backend (tests/gpu/). Built only when the CUDA backend
+# is; without a visible device the test exits 77 and CTest reports it as skipped.
+if(GTRAIN_HAVE_CUDA)
+  gtrain_add_c_test(test_ops_cuda SOURCES ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c LIBS gtrain_kernels LABELS gpu)
+endif()

@@ -1,0 +1,577 @@
+/*
+ * test_ops_cuda.c — the CUDA backend agrees with the CPU backend, op by op, and repeats itself bit
+ * for bit.
+ *
+ * Exits 77 (skipped) when gt_ops_cuda() finds no device. Otherwise, for each working type (fp32,
+ * then bf16), every op of the table runs on random inputs on both backends and the results are
+ * compared as  max|gpu - cpu| / max|cpu|  (error relative to the tensor's scale, so values near zero
+ * do not dominate). In bf16 mode the CPU gets the same bf16-rounded inputs the GPU sees, so the
+ * difference is the GPU's rounding of its outputs (and of accumulated outputs) to bf16, 2^-8
+ * relative per element, plus summation order.
+ *
+ * Tolerances (fp32 mode / bf16 mode), with why:
+ *   exact ops (conversions, embedding, scale)             0        / 0
+ *   elementwise (rope, swiglu, residual, dropout)         1e-5     / 1e-2   (expf/cos ulps; bf16 output)
+ *   rmsnorm out, crossentropy dlogits                     1e-5     / 1e-2
+ *   rmsnorm dinp (accumulated into the working type)      1e-4     / 2e-2   (two bf16 roundings)
+ *   fp32 statistics: rstd, lse, losses                    1e-5     / 1e-4   (same rounded inputs)
+ *   matmul out / dinp                                     1e-5     / 1e-2   (no TF32 in fp32 mode)
+ *   weight gradients (fp32 accumulate: matmul, rmsnorm)   1e-5     / 1e-4
+ *   attention out, dq, dk, dv                             1e-4     / 2e-2   (online softmax vs two-pass)
+ *   sumsq                                                 1e-12 relative (double, order only)
+ *   adamw param / moments                                 1e-6
+ * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
+ * Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
+ * and in-place calls (rope, residual) give the out-of-place bits.
+ *
+ * Data moves with the table's own functions: copy_to_device/copy_to_host of fp32 staging buffers
+ * and to_working/to_master for the working type.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+static const gt_ops *cpu, *gpu;
+static int bf16_mode;
+static int failures, checks;
+
+/* ---------------------------------------------------------------- host helpers */
+
+static uint64_t rng_state = 0x1234567ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = gt_mix64(rng_state);
+    return (float)(rng_state >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* host round-to-nearest-even to bf16 (no NaNs in these tests) */
+static float round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* random vector; in bf16 mode a working-type input is rounded so the CPU sees what the GPU sees */
+static float *rand_vec(size_t n, float scale, int working) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        x[i] = frand() * scale;
+        if (working && bf16_mode) x[i] = round_bf16(x[i]);
+    }
+    return x;
+}
+
+static float *dup_vec(const float *x, size_t n) {
+    float *y = xmalloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+/* ---------------------------------------------------------------- device helpers */
+
+static float *dev_f32(const float *h, size_t n) {
+    float *d = gpu->alloc(n * sizeof(float));
+    gpu->copy_to_device(d, h, n * sizeof(float));
+    return d;
+}
+
+static void get_f32(float *h, const float *d, size_t n) { gpu->copy_to_host(h, d, n * sizeof(float)); }
+
+static void *dev_work(const float *h, size_t n) {
+    void *d = gpu->alloc(n * (size_t)gpu->act_bytes);
+    float *tmp = dev_f32(h, n);
+    gpu->to_working(d, tmp, n);
+    gpu->free(tmp);
+    return d;
+}
+
+static void get_work(float *h, const void *d, size_t n) {
+    float *tmp = gpu->alloc(n * sizeof(float));
+    gpu->to_master(tmp, d, n);
+    get_f32(h, tmp, n);
+    gpu->free(tmp);
+}
+
+static int32_t *dev_i32(const int32_t *h, size_t n) {
+    int32_t *d = gpu->alloc(n * sizeof(int32_t));
+    gpu->copy_to_device(d, h, n * sizeof(int32_t));
+    return d;
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static void check_close(const char *name, const float *got, const float *want, size_t n, double tol) {
+    double max_diff = 0.0, max_ref = 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) && isfinite(want[i])) bad = 1;
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (d > max_diff) max_diff = d;
+        if (fabs((double)want[i]) > max_ref) max_ref = fabs((double)want[i]);
+    }
+    double rel = max_ref > 0.0 ? max_diff / max_ref : max_diff;
+    checks++;
+    if (bad || !(rel <= tol)) {
+        failures++;
+        printf("FAIL %-5s %-40s rel err %.3e > tol %.1e%s\n", bf16_mode ? "bf16" : "fp32", name, rel, tol,
+               bad ? " (non-finite values)" : "");
+    } else {
+        printf("ok   %-5s %-40s rel err %.3e (tol %.1e)\n", bf16_mode ? "bf16" : "fp32", name, rel, tol);
+    }
+}
+
+static void check_same(const char *name, const float *a, const float *b, size_t n) {
+    checks++;
+    if (memcmp(a, b, n * sizeof(float)) != 0) {
+        failures++;
+        printf("FAIL %-5s %-40s not bit-identical\n", bf16_mode ? "bf16" : "fp32", name);
+    }
+}
+
+static double tol_of(double fp32_tol, double bf16_tol) { return bf16_mode ? bf16_tol : fp32_tol; }
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_allocator_reuses_blocks(void) {
+    void *a = gpu->alloc(1000);
+    gpu->free(a);
+    void *b = gpu->alloc(1000);
+    checks++;
+    if (a != b) {
+        failures++;
+        printf("FAIL       allocator: a freed block of the same size is not reused\n");
+    }
+    gpu->free(b);
+    gpu->free(NULL);
+}
+
+static void test_conversions(void) {
+    const size_t n = 4099;
+    float *x = rand_vec(n, 3.0f, 0), *got = xmalloc(n * sizeof(float)), *want = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) want[i] = bf16_mode ? round_bf16(x[i]) : x[i];
+    void *d = dev_work(x, n);
+    get_work(got, d, n);
+    check_close("to_working/to_master round trip (RNE)", got, want, n, 0.0);
+    gpu->free(d);
+    free(x);
+    free(got);
+    free(want);
+}
+
+static void test_embedding(void) {
+    const int V = 61, C = 300, BT = 333;
+    int32_t *tok = xmalloc(BT * sizeof(int32_t));
+    for (int i = 0; i < BT; i++) tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V;
+    float *wte = rand_vec((size_t)V * C, 1.0f, 1), *dout = rand_vec((size_t)BT * C, 1.0f, 1);
+    float *dwte0 = rand_vec((size_t)V * C, 1.0f, 0);
+    size_t no = (size_t)BT * C, nw = (size_t)V * C;
+
+    float *want = xmalloc(no * sizeof(float)), *dwant = dup_vec(dwte0, nw);
+    cpu->embedding_forward(want, tok, wte, BT, C);
+    cpu->embedding_backward(dwant, dout, tok, BT, C);
+
+    float *got[2], *dgot[2];
+    int32_t *dtok = dev_i32(tok, BT);
+    void *dwte_w = dev_work(wte, nw), *ddout = dev_work(dout, no);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(no * sizeof(float));
+        dgot[rep] = xmalloc(nw * sizeof(float));
+        void *out = gpu->alloc(no * gpu->act_bytes);
+        float *dw = dev_f32(dwte0, nw);
+        gpu->embedding_forward(out, dtok, dwte_w, BT, C);
+        gpu->embedding_backward(dw, ddout, dtok, BT, C);
+        get_work(got[rep], out, no);
+        get_f32(dgot[rep], dw, nw);
+        gpu->free(out);
+        gpu->free(dw);
+    }
+    check_close("embedding_forward", got[0], want, no, 0.0);
+    check_close("embedding_backward (+=)", dgot[0], dwant, nw, 1e-6);
+    check_same("embedding_forward repeat", got[0], got[1], no);
+    check_same("embedding_backward repeat", dgot[0], dgot[1], nw);
+    gpu->free(dtok);
+    gpu->free(dwte_w);
+    gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) {
+        free(got[rep]);
+        free(dgot[rep]);
+    }
+    free(tok), free(wte), free(dout), free(dwte0), free(want), free(dwant);
+}
+
+static void test_rmsnorm(void) {
+    const int N = 37, C = 300;
+    const float eps = 1e-5f;
+    size_t n = (size_t)N * C;
+    float *x = rand_vec(n, 2.0f, 1), *w = rand_vec(C, 1.0f, 1), *dout = rand_vec(n, 1.0f, 1);
+    float *dinp0 = rand_vec(n, 1.0f, 1), *dw0 = rand_vec(C, 1.0f, 0);
+
+    float *want = xmalloc(n * sizeof(float)), *rstd_want = xmalloc(N * sizeof(float));
+    float *dinp_want = dup_vec(dinp0, n), *dw_want = dup_vec(dw0, C);
+    cpu->rmsnorm_forward(want, rstd_want, x, w, N, C, eps);
+    cpu->rmsnorm_backward(dinp_want, dw_want, dout, x, w, rstd_want, N, C);
+
+    float *got[2], *rstd_got[2], *dinp_got[2], *dw_got[2];
+    float *applied = xmalloc(n * sizeof(float));
+    void *dx = dev_work(x, n), *dwt = dev_work(w, C), *ddout = dev_work(dout, n);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(n * sizeof(float));
+        rstd_got[rep] = xmalloc(N * sizeof(float));
+        dinp_got[rep] = xmalloc(n * sizeof(float));
+        dw_got[rep] = xmalloc(C * sizeof(float));
+        void *out = gpu->alloc(n * gpu->act_bytes), *dinp = dev_work(dinp0, n);
+        float *rstd = gpu->alloc(N * sizeof(float)), *dw = dev_f32(dw0, C);
+        gpu->rmsnorm_forward(out, rstd, dx, dwt, N, C, eps);
+        gpu->rmsnorm_backward(dinp, dw, ddout, dx, dwt, rstd, N, C);
+        get_work(got[rep], out, n);
+        get_f32(rstd_got[rep], rstd, N);
+        get_work(dinp_got[rep], dinp, n);
+        get_f32(dw_got[rep], dw, C);
+        if (rep == 0) {
+            gpu->zero(out, n * gpu->act_bytes);
+            gpu->rmsnorm_apply(out, rstd, dx, dwt, N, C);
+            get_work(applied, out, n);
+        }
+        gpu->free(out), gpu->free(dinp), gpu->free(rstd), gpu->free(dw);
+    }
+    check_close("rmsnorm_forward out", got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close("rmsnorm_forward rstd", rstd_got[0], rstd_want, N, tol_of(1e-5, 1e-4));
+    check_close("rmsnorm_backward dinp (+=)", dinp_got[0], dinp_want, n, tol_of(1e-4, 2e-2));
+    check_close("rmsnorm_backward dweight (+=)", dw_got[0], dw_want, C, tol_of(1e-5, 1e-4));
+    check_same("rmsnorm_apply == rmsnorm_forward out", applied, got[0], n);
+    check_same("rmsnorm_forward repeat", got[0], got[1], n);
+    check_same("rmsnorm_forward rstd repeat", rstd_got[0], rstd_got[1], N);
+    check_same("rmsnorm_backward dinp repeat", dinp_got[0], dinp_got[1], n);
+    check_same("rmsnorm_backward dweight repeat", dw_got[0], dw_got[1], C);
+    gpu->free(dx), gpu->free(dwt), gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) free(got[rep]), free(rstd_got[rep]), free(dinp_got[rep]), free(dw_got[rep]);
+    free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(rstd_want), free(dinp_want), free(dw_want);
+    free(applied);
+}
+
+static void test_matmul(int N, int IC, int OC) {
+    char name[96];
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = rand_vec(ni, 1.0f, 1), *w = rand_vec(nw, 0.2f, 1), *dout = rand_vec(no, 1.0f, 1);
+    float *dinp0 = rand_vec(ni, 1.0f, 1), *dw0 = rand_vec(nw, 1.0f, 0);
+
+    float *want = xmalloc(no * sizeof(float));
+    float *dinp_set = xmalloc(ni * sizeof(float)), *dinp_acc = dup_vec(dinp0, ni), *dw_want = dup_vec(dw0, nw);
+    cpu->matmul_forward(want, x, w, N, IC, OC);
+    cpu->matmul_backward(dinp_set, NULL, dout, x, w, N, IC, OC, 0);
+    cpu->matmul_backward(dinp_acc, dw_want, dout, x, w, N, IC, OC, 1);
+
+    float *got[2], *gset[2], *gacc[2], *gdw[2];
+    void *dx = dev_work(x, ni), *dwt = dev_work(w, nw), *ddout = dev_work(dout, no);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(no * sizeof(float));
+        gset[rep] = xmalloc(ni * sizeof(float));
+        gacc[rep] = xmalloc(ni * sizeof(float));
+        gdw[rep] = xmalloc(nw * sizeof(float));
+        void *out = gpu->alloc(no * gpu->act_bytes), *dset = dev_work(dinp0, ni), *dacc = dev_work(dinp0, ni);
+        float *dw = dev_f32(dw0, nw);
+        gpu->matmul_forward(out, dx, dwt, N, IC, OC);
+        gpu->matmul_backward(dset, NULL, ddout, dx, dwt, N, IC, OC, 0);
+        gpu->matmul_backward(dacc, dw, ddout, dx, dwt, N, IC, OC, 1);
+        get_work(got[rep], out, no);
+        get_work(gset[rep], dset, ni);
+        get_work(gacc[rep], dacc, ni);
+        get_f32(gdw[rep], dw, nw);
+        gpu->free(out), gpu->free(dset), gpu->free(dacc), gpu->free(dw);
+    }
+    snprintf(name, sizeof name, "matmul_forward %dx%dx%d", N, IC, OC);
+    check_close(name, got[0], want, no, tol_of(1e-5, 1e-2));
+    check_same(name, got[0], got[1], no);
+    snprintf(name, sizeof name, "matmul_backward dinp (=) %dx%dx%d", N, IC, OC);
+    check_close(name, gset[0], dinp_set, ni, tol_of(1e-5, 1e-2));
+    check_same(name, gset[0], gset[1], ni);
+    snprintf(name, sizeof name, "matmul_backward dinp (+=) %dx%dx%d", N, IC, OC);
+    check_close(name, gacc[0], dinp_acc, ni, tol_of(1e-5, 2e-2));
+    check_same(name, gacc[0], gacc[1], ni);
+    snprintf(name, sizeof name, "matmul_backward dweight (+=) %dx%dx%d", N, IC, OC);
+    check_close(name, gdw[0], dw_want, nw, tol_of(1e-5, 1e-4));
+    check_same(name, gdw[0], gdw[1], nw);
+    gpu->free(dx), gpu->free(dwt), gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) free(got[rep]), free(gset[rep]), free(gacc[rep]), free(gdw[rep]);
+    free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(dinp_set), free(dinp_acc), free(dw_want);
+}
+
+static void test_rope(void) {
+    const int B = 2, T = 19, NH = 3, HD = 64;
+    const float theta = 10000.0f;
+    size_t n = (size_t)B * T * NH * HD;
+    float *x = rand_vec(n, 1.0f, 1), *want = xmalloc(n * sizeof(float)), *dwant = xmalloc(n * sizeof(float));
+    cpu->rope_forward(want, x, B, T, NH, HD, theta);
+    cpu->rope_backward(dwant, x, B, T, NH, HD, theta);
+    float *got[2], *dgot[2], *inplace = xmalloc(n * sizeof(float));
+    void *dx = dev_work(x, n);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(n * sizeof(float));
+        dgot[rep] = xmalloc(n * sizeof(float));
+        void *out = gpu->alloc(n * gpu->act_bytes), *dout = gpu->alloc(n * gpu->act_bytes);
+        gpu->rope_forward(out, dx, B, T, NH, HD, theta);
+        gpu->rope_backward(dout, dx, B, T, NH, HD, theta);
+        get_work(got[rep], out, n);
+        get_work(dgot[rep], dout, n);
+        gpu->free(out), gpu->free(dout);
+    }
+    void *io = dev_work(x, n);
+    gpu->rope_forward(io, io, B, T, NH, HD, theta);
+    get_work(inplace, io, n);
+    gpu->free(io);
+    check_close("rope_forward", got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close("rope_backward", dgot[0], dwant, n, tol_of(1e-5, 1e-2));
+    check_same("rope_forward repeat", got[0], got[1], n);
+    check_same("rope_backward repeat", dgot[0], dgot[1], n);
+    check_same("rope_forward in place", inplace, got[0], n);
+    gpu->free(dx);
+    for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
+    free(x), free(want), free(dwant), free(inplace);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {
+    char name[128], tag[64];
+    snprintf(tag, sizeof tag, "B%d T%d NH%d NKV%d HD%d p%.2f", B, T, NH, NKV, HD, dropout);
+    const gt_rng_key key = {42, 7};
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    float *q = rand_vec(nq, 2.0f, 1), *k = rand_vec(nk, 2.0f, 1), *v = rand_vec(nk, 1.0f, 1);
+    float *dout = rand_vec(nq, 1.0f, 1);
+    float *out_w = xmalloc(nq * sizeof(float)), *lse_w = xmalloc(nl * sizeof(float));
+    float *dq_w = xmalloc(nq * sizeof(float)), *dk_w = xmalloc(nk * sizeof(float)), *dv_w = xmalloc(nk * sizeof(float));
+    cpu->attention_forward(out_w, lse_w, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_backward(dq_w, dk_w, dv_w, dout, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
+
+    float *o[2], *l[2], *gq[2], *gk[2], *gv[2];
+    void *dq_in = dev_work(q, nq), *dk_in = dev_work(k, nk), *dv_in = dev_work(v, nk), *ddout = dev_work(dout, nq);
+    for (int rep = 0; rep < 2; rep++) {
+        o[rep] = xmalloc(nq * sizeof(float));
+        l[rep] = xmalloc(nl * sizeof(float));
+        gq[rep] = xmalloc(nq * sizeof(float));
+        gk[rep] = xmalloc(nk * sizeof(float));
+        gv[rep] = xmalloc(nk * sizeof(float));
+        void *out = gpu->alloc(nq * gpu->act_bytes), *dq = gpu->alloc(nq * gpu->act_bytes);
+        void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
+        float *lse = gpu->alloc(nl * sizeof(float));
+        gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_backward(dq, dk, dv, ddout, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+        get_work(o[rep], out, nq);
+        get_f32(l[rep], lse, nl);
+        get_work(gq[rep], dq, nq);
+        get_work(gk[rep], dk, nk);
+        get_work(gv[rep], dv, nk);
+        gpu->free(out), gpu->free(dq), gpu->free(dk), gpu->free(dv), gpu->free(lse);
+    }
+#define ATT_CHECK(label, got, want, n, t32, t16)                                                               \
+    do {                                                                                                      \
+        snprintf(name, sizeof name, "attention %s %s", label, tag);                                           \
+        check_close(name, got[0], want, n, tol_of(t32, t16));                                                 \
+        check_same(name, got[0], got[1], n);                                                                  \
+    } while (0)
+    ATT_CHECK("out", o, out_w, nq, 1e-4, 2e-2);
+    ATT_CHECK("lse", l, lse_w, nl, 1e-5, 1e-4);
+    ATT_CHECK("dq", gq, dq_w, nq, 1e-4, 2e-2);
+    ATT_CHECK("dk", gk, dk_w, nk, 1e-4, 2e-2);
+    ATT_CHECK("dv", gv, dv_w, nk, 1e-4, 2e-2);
+#undef ATT_CHECK
+    gpu->free(dq_in), gpu->free(dk_in), gpu->free(dv_in), gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) free(o[rep]), free(l[rep]), free(gq[rep]), free(gk[rep]), free(gv[rep]);
+    free(q), free(k), free(v), free(dout), free(out_w), free(lse_w), free(dq_w), free(dk_w), free(dv_w);
+}
+
+static void test_swiglu(void) {
+    const size_t n = 5003;
+    float *g = rand_vec(n, 4.0f, 1), *u = rand_vec(n, 2.0f, 1), *dout = rand_vec(n, 1.0f, 1);
+    float *want = xmalloc(n * sizeof(float)), *dg_w = xmalloc(n * sizeof(float)), *du_w = xmalloc(n * sizeof(float));
+    cpu->swiglu_forward(want, g, u, n);
+    cpu->swiglu_backward(dg_w, du_w, dout, g, u, n);
+    float *got[2], *dg[2], *du[2];
+    void *dgate = dev_work(g, n), *dup = dev_work(u, n), *ddout = dev_work(dout, n);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(n * sizeof(float));
+        dg[rep] = xmalloc(n * sizeof(float));
+        du[rep] = xmalloc(n * sizeof(float));
+        void *out = gpu->alloc(n * gpu->act_bytes), *a = gpu->alloc(n * gpu->act_bytes), *b = gpu->alloc(n * gpu->act_bytes);
+        gpu->swiglu_forward(out, dgate, dup, n);
+        gpu->swiglu_backward(a, b, ddout, dgate, dup, n);
+        get_work(got[rep], out, n);
+        get_work(dg[rep], a, n);
+        get_work(du[rep], b, n);
+        gpu->free(out), gpu->free(a), gpu->free(b);
+    }
+    check_close("swiglu_forward", got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close("swiglu_backward dgate", dg[0], dg_w, n, tol_of(1e-5, 1e-2));
+    check_close("swiglu_backward dup", du[0], du_w, n, tol_of(1e-5, 1e-2));
+    check_same("swiglu_forward repeat", got[0], got[1], n);
+    check_same("swiglu_backward dgate repeat", dg[0], dg[1], n);
+    check_same("swiglu_backward dup repeat", du[0], du[1], n);
+    gpu->free(dgate), gpu->free(dup), gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dg[rep]), free(du[rep]);
+    free(g), free(u), free(dout), free(want), free(dg_w), free(du_w);
+}
+
+static void test_residual_dropout(float dropout) {
+    char name[96];
+    const size_t n = 10007;
+    const gt_rng_key key = {1234, 99};
+    float *res = rand_vec(n, 1.0f, 1), *br = rand_vec(n, 1.0f, 1), *dout = rand_vec(n, 1.0f, 1);
+    float *want = xmalloc(n * sizeof(float)), *dwant = xmalloc(n * sizeof(float));
+    cpu->residual_forward(want, res, br, n, dropout, key);
+    cpu->dropout_backward(dwant, dout, n, dropout, key);
+    float *got[2], *dgot[2], *inplace = xmalloc(n * sizeof(float));
+    void *dres = dev_work(res, n), *dbr = dev_work(br, n), *ddout = dev_work(dout, n);
+    for (int rep = 0; rep < 2; rep++) {
+        got[rep] = xmalloc(n * sizeof(float));
+        dgot[rep] = xmalloc(n * sizeof(float));
+        void *out = gpu->alloc(n * gpu->act_bytes), *db = gpu->alloc(n * gpu->act_bytes);
+        gpu->residual_forward(out, dres, dbr, n, dropout, key);
+        gpu->dropout_backward(db, ddout, n, dropout, key);
+        get_work(got[rep], out, n);
+        get_work(dgot[rep], db, n);
+        gpu->free(out), gpu->free(db);
+    }
+    void *io = dev_work(res, n);
+    gpu->residual_forward(io, io, dbr, n, dropout, key);
+    get_work(inplace, io, n);
+    gpu->free(io);
+    snprintf(name, sizeof name, "residual_forward p=%.2f", dropout);
+    check_close(name, got[0], want, n, tol_of(1e-6, 1e-2));
+    check_same(name, got[0], got[1], n);
+    check_same(name, inplace, got[0], n);
+    snprintf(name, sizeof name, "dropout_backward p=%.2f", dropout);
+    check_close(name, dgot[0], dwant, n, tol_of(1e-6, 1e-2));
+    check_same(name, dgot[0], dgot[1], n);
+    gpu->free(dres), gpu->free(dbr), gpu->free(ddout);
+    for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
+    free(res), free(br), free(dout), free(want), free(dwant), free(inplace);
+}
+
+static void test_crossentropy(void) {
+    const int BT = 13, V = 1003;
+    const float dloss = 1.0f / BT;
+    size_t n = (size_t)BT * V;
+    float *logits = rand_vec(n, 8.0f, 1);
+    int32_t targets[13];
+    for (int i = 0; i < BT; i++) targets[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V;
+    targets[3] = -1;
+    targets[9] = -1;
+    float loss_w[13], lse_w[13], *dl_w = dup_vec(logits, n);
+    cpu->crossentropy_forward(loss_w, lse_w, logits, targets, BT, V);
+    cpu->crossentropy_backward(dl_w, lse_w, targets, BT, V, dloss);
+
+    float loss[2][13], lse[2][13], *dl[2];
+    int32_t *dtg = dev_i32(targets, BT);
+    for (int rep = 0; rep < 2; rep++) {
+        dl[rep] = xmalloc(n * sizeof(float));
+        void *dlog = dev_work(logits, n);
+        float *dloss_v = gpu->alloc(BT * sizeof(float)), *dlse = gpu->alloc(BT * sizeof(float));
+        gpu->crossentropy_forward(dloss_v, dlse, dlog, dtg, BT, V);
+        gpu->crossentropy_backward(dlog, dlse, dtg, BT, V, dloss);
+        get_f32(loss[rep], dloss_v, BT);
+        get_f32(lse[rep], dlse, BT);
+        get_work(dl[rep], dlog, n);
+        gpu->free(dlog), gpu->free(dloss_v), gpu->free(dlse);
+    }
+    check_close("crossentropy_forward losses", loss[0], loss_w, BT, tol_of(1e-5, 1e-4));
+    check_close("crossentropy_forward lse", lse[0], lse_w, BT, tol_of(1e-5, 1e-4));
+    check_close("crossentropy_backward dlogits", dl[0], dl_w, n, tol_of(1e-5, 1e-2));
+    check_same("crossentropy_forward losses repeat", loss[0], loss[1], BT);
+    check_same("crossentropy_backward repeat", dl[0], dl[1], n);
+    gpu->free(dtg);
+    free(dl[0]), free(dl[1]), free(logits), free(dl_w);
+}
+
+static void test_vector_utilities(void) {
+    const size_t n = 100003;
+    float *x = rand_vec(n, 3.0f, 0);
+    float *dx = dev_f32(x, n);
+    double want = cpu->sumsq(x, n), got0 = gpu->sumsq(dx, n), got1 = gpu->sumsq(dx, n);
+    checks++;
+    if (!(fabs(got0 - want) <= 1e-12 * want) || memcmp(&got0, &got1, sizeof got0) != 0) {
+        failures++;
+        printf("FAIL %-5s sumsq %.17g vs cpu %.17g (repeat %.17g)\n", bf16_mode ? "bf16" : "fp32", got0, want, got1);
+    } else {
+        printf("ok   %-5s %-40s rel err %.3e (tol 1.0e-12)\n", bf16_mode ? "bf16" : "fp32", "sumsq",
+               fabs(got0 - want) / want);
+    }
+
+    float *sc = dup_vec(x, n), *got = xmalloc(n * sizeof(float));
+    cpu->scale(sc, n, 0.37f);
+    gpu->scale(dx, n, 0.37f);
+    get_f32(got, dx, n);
+    check_close("scale", got, sc, n, 0.0);
+    gpu->free(dx);
+
+    /* three AdamW steps from random state */
+    const size_t m = 10007;
+    float *p = rand_vec(m, 1.0f, 0), *ea = rand_vec(m, 0.1f, 0), *eas = rand_vec(m, 0.01f, 0);
+    float *g = rand_vec(m, 0.5f, 0);
+    for (size_t i = 0; i < m; i++) eas[i] = fabsf(eas[i]);
+    float *dp = dev_f32(p, m), *dea = dev_f32(ea, m), *deas = dev_f32(eas, m), *dg = dev_f32(g, m);
+    for (int t = 1; t <= 3; t++) {
+        cpu->adamw(p, ea, eas, g, m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        gpu->adamw(dp, dea, deas, dg, m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    float *gp = xmalloc(m * sizeof(float)), *gea = xmalloc(m * sizeof(float)), *geas = xmalloc(m * sizeof(float));
+    get_f32(gp, dp, m);
+    get_f32(gea, dea, m);
+    get_f32(geas, deas, m);
+    check_close("adamw param", gp, p, m, 1e-6);
+    check_close("adamw exp_avg", gea, ea, m, 1e-6);
+    check_close("adamw exp_avg_sq", geas, eas, m, 1e-6);
+    gpu->free(dp), gpu->free(dea), gpu->free(deas), gpu->free(dg);
+    free(x), free(sc), free(got), free(p), free(ea), free(eas), free(g), free(gp), free(gea), free(geas);
+}
+
+int main(void) {
+    char why[256] = "";
+    if (!gt_ops_cuda(0, why, sizeof why)) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
+    cpu = gt_ops_cpu();
+    for (bf16_mode = 0; bf16_mode <= 1; bf16_mode++) {
+        gpu = gt_ops_cuda(bf16_mode, why, sizeof why);
+        if (gpu->act_bytes != (bf16_mode ? 2 : 4) || gpu->can_keep_attention_probs != 0) {
+            printf("FAIL table: act_bytes %d, can_keep_attention_probs %d\n", gpu->act_bytes,
+                   gpu->can_keep_attention_probs);
+            failures++;
+        }
+        test_allocator_reuses_blocks();
+        test_conversions();
+        test_embedding();
+        test_rmsnorm();
+        test_matmul(37, 96, 80);
+        test_matmul(256, 512, 384);
+        test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
+        test_rope();
+        test_attention(2, 77, 4, 2, 64, 0.0f);
+        test_attention(2, 77, 4, 2, 64, 0.1f);
+        test_attention(1, 130, 2, 1, 128, 0.0f);
+        test_attention(1, 130, 4, 4, 128, 0.2f);
+        test_attention(3, 33, 3, 3, 24, 0.0f);
+        test_attention(1, 1, 2, 1, 16, 0.0f);
+        test_swiglu();
+        test_residual_dropout(0.0f);
+        test_residual_dropout(0.1f);
+        test_crossentropy();
+        test_vector_utilities();
+        gpu->synchronize();
+    }
+    printf("%d of %d checks failed\n", failures, checks);
+    return failures ? 1 : 0;
+}
