@@ -30,9 +30,18 @@
 /* Keys per pass-2 work item. */
 #define KEY_BLOCK 16
 
+/* Dot product with 16 independent partial sums (one or two SIMD registers), added up in a fixed
+ * order at the end: the compiler can vectorise it without -ffast-math, and the result depends only
+ * on n, never on threads. */
+#define DOT_LANES 16
 static inline float dot(const float *a, const float *b, int n) {
+    float acc[DOT_LANES] = {0};
+    int i = 0;
+    for (; i + DOT_LANES <= n; i += DOT_LANES)
+        for (int l = 0; l < DOT_LANES; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
     float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    for (int l = 0; l < DOT_LANES; l++) s += acc[l];
     return s;
 }
 
