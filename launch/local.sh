@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# local.sh — runs gtrain on this machine: one rank per GPU when `nvidia-smi -L` lists GPUs, otherwise
+# CPU ranks (default 1) sharing the cores between them.
+#
+#   launch/local.sh [-n RANKS] CONFIG.ini [section.key=value ...]
+#
+#   -n RANKS   number of ranks (default: the number of GPUs, or 1 without a GPU). CPU ranks get
+#              OMP_NUM_THREADS = cores / ranks unless OMP_NUM_THREADS is already set.
+#
+# One rank runs gtrain directly (it starts MPI by itself as a singleton); more run under
+# `mpirun -np N --oversubscribe --bind-to none` (plus --allow-run-as-root as root). The binary is
+# $GTRAIN_BIN, else build/gtrain of this checkout (tools/build.sh makes it).
+# To stop a run early with its state saved (checkpoint.dir set): kill -USR1 (or -TERM) the gtrain
+# process, or for N > 1 send SIGUSR1 to mpirun, which forwards it; gtrain then exits 75.
+set -euo pipefail
+
+usage() { echo "usage: launch/local.sh [-n RANKS] CONFIG.ini [section.key=value ...]" >&2; exit 2; }
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ranks=""
+while (($#)); do
+  case "$1" in
+    -n) (($# >= 2)) || usage; ranks="$2"; shift 2 ;;
+    -n*) ranks="${1#-n}"; shift ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --) shift; break ;;
+    -*) echo "local.sh: unknown option $1" >&2; usage ;;
+    *) break ;;
+  esac
+done
+(($# >= 1)) || usage
+if [[ -n "$ranks" && ! "$ranks" =~ ^[1-9][0-9]*$ ]]; then
+  echo "local.sh: -n needs a positive number of ranks, not '$ranks'" >&2
+  exit 2
+fi
+
+bin="${GTRAIN_BIN:-$root/build/gtrain}"
+if [[ ! -x "$bin" ]]; then
+  echo "local.sh: $bin not found; build it first (bash tools/build.sh) or set GTRAIN_BIN" >&2
+  exit 2
+fi
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+fi
+if [[ -z "$ranks" ]]; then
+  if ((gpus > 0)); then ranks=$gpus; else ranks=1; fi
+fi
+cores=$(nproc)
+threads=$((cores / ranks))
+((threads >= 1)) || threads=1
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}"
+
+if ((gpus > 0)); then
+  echo "local.sh: $gpus GPU(s) found; $ranks rank(s)" >&2
+else
+  echo "local.sh: no GPU; $ranks CPU rank(s) x $OMP_NUM_THREADS OpenMP thread(s)" >&2
+fi
+
+if ((ranks == 1)); then
+  exec "$bin" "$@"
+fi
+cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS)
+(($(id -u) == 0)) && cmd+=(--allow-run-as-root)
+exec "${cmd[@]}" "$bin" "$@"
