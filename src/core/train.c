@@ -6,6 +6,8 @@
  * micro_batch samples starting at (s-1)*G + (r*grad_accum + m)*micro_batch, so 1 rank x 4
  * micro-batches, 2 x 2 and 4 x 1 train on the same sequences each step. Every token's loss gradient
  * is scaled by 1/(G*T), so the summed gradient is the gradient of the global mean loss.
+ * A resumed run continues at the saved data cursor (run.first_sample), which is (s-1)*G unless the
+ * global batch changed across the resume.
  *
  * Micro-batches never communicate; gt_optim_step does the step's one gradient reduction.
  */
@@ -240,7 +242,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     uint64_t G = (uint64_t)B * A * world;
     gt_run_state run = {0};
-    rc = gt_runstate_begin(&run, cfg, comm, model, &opt, G);
+    rc = gt_runstate_begin(&run, cfg, comm, world_comm, model, &opt, G);
     if (rc) {
         gt_optim_free(&opt);
         gt_model_destroy(model);
@@ -288,7 +290,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         int recomputed = 0;
         for (int m = 0; m < A; m++) {
             uint64_t micro_index = (uint64_t)rank * A + m; /* within the global batch */
-            uint64_t first = (uint64_t)(step - 1) * G + micro_index * B;
+            uint64_t first = run.first_sample + (uint64_t)(step - run.first_step) * G + micro_index * B;
             gt_data_train_batch(train_data, cfg->train.seed, first, B, T, inputs, targets);
             gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
             loss_sum += gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);

@@ -1,0 +1,17 @@
+/*
+ * signals.h — the stop flag for preemption: SIGTERM and SIGUSR1 (what Slurm and most schedulers send
+ * before they kill a job) only set a flag here. The training loop looks at it at each step boundary,
+ * all ranks agree on it (gt_comm_all_reduce_int_max, since the signal may reach only some ranks), and
+ * the run saves its state and exits 75. A second signal during that save changes nothing: the handler
+ * never does more than set the flag.
+ */
+#ifndef GT_SIGNALS_H
+#define GT_SIGNALS_H
+
+/* Installs the handlers for SIGTERM and SIGUSR1 (sigaction, SA_RESTART) and clears the flag. */
+void gt_signals_install(void);
+
+/* The number of the first stop signal received since gt_signals_install, or 0. */
+int gt_signals_pending(void);
+
+#endif

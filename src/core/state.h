@@ -1,0 +1,75 @@
+/*
+ * state.h — training-state files: the HDF5 format, written collectively with parallel HDF5 and read
+ * back slice by slice on any world size and shard stage. docs/state-format.md is the long form.
+ *
+ *   /                         attributes format="gtrain-state", format_version, step, tokens_seen,
+ *                             world_size, shard
+ *   /config                   the effective config text (gt_config_to_ini) of the run that saved
+ *   /model/<name>             fp32 master weights, one dataset per tensor, logical (Hugging Face) shape
+ *   /optim/exp_avg/<name>     AdamW first moment, same shapes
+ *   /optim/exp_avg_sq/<name>  AdamW second moment
+ *   /train                    attributes: adam_step, data_cursor, seed, global_batch, micro_batch,
+ *                             grad_accum, seq_len, lr, step, tokens_seen
+ *
+ * Every dataset is chunked with the Fletcher32 filter, and the file uses HDF5's newest format, whose
+ * metadata (superblock, object headers with the attributes, chunk indexes) carries checksums too:
+ * a flipped byte fails the read of what it hit, a truncated file fails to open.
+ *
+ * This file knows the format and nothing of directories, renames, resume policy or signals
+ * (runstate.c owns those).
+ */
+#ifndef GT_STATE_H
+#define GT_STATE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim.h"
+
+#define GT_STATE_FORMAT "gtrain-state"
+#define GT_STATE_FORMAT_VERSION 1
+
+/* Everything besides the tensors that a run needs to continue exactly. */
+typedef struct gt_state_info {
+    int64_t step;           /* optimizer steps taken: the file holds the state after this step */
+    uint64_t tokens_seen;   /* tokens trained on in those steps */
+    uint64_t data_cursor;   /* the next global sample index (data.h): where step+1 starts */
+    uint64_t global_batch;  /* G, sequences per step, of the run that saved */
+    uint64_t seed;          /* train.seed: the data order and the initialisation */
+    int64_t adam_step;      /* AdamW's t (bias correction) */
+    int world_size;
+    int micro_batch, grad_accum, seq_len;
+    double lr;              /* learning rate of the last step taken */
+    char shard[16];         /* dist.shard of the run that saved */
+} gt_state_info;
+
+/* Collective over `comm` (every rank calls it with the same arguments but its own optimizer
+ * slice): creates `path` (truncating it) and writes the state. With ZeRO-1 each rank writes the
+ * hyperslabs of its own slice; with shard=none every rank holds everything and each writes the
+ * slice it would own, so the writes are split across ranks either way. config_text is taken from
+ * rank 0. Aborts the job (MPI_Abort) on any HDF5 failure: a partial file only ever exists under the
+ * caller's temporary name. */
+void gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
+                    const gt_state_info *info);
+
+enum {
+    GT_STATE_OK = 0,
+    GT_STATE_UNREADABLE = 1,   /* not HDF5, truncated, a checksum failed, not a gtrain state file */
+    GT_STATE_INCOMPATIBLE = 2, /* a readable file that does not fit this model (shapes, names) */
+};
+
+/* Per rank, not collective: opens `path` read-only, checks the format and that every tensor of the
+ * model is there with the model's shape (and nothing else), then reads the slice this rank owns
+ * (opt->shard) of /model, /optim/exp_avg and /optim/exp_avg_sq into opt->master, opt->exp_avg and
+ * opt->exp_avg_sq, verifying the checksum of every chunk it reads. Returns GT_STATE_* and, unless
+ * OK, a message in err; on OK *config_text is the saved config (malloc'd). On failure the optimizer
+ * buffers may hold part of the file. Every chunk of every tensor lies in some rank's slice, so
+ * together the ranks verify the whole file. */
+int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **config_text, char *err,
+                  size_t err_len);
+
+/* Bytes of tensor data in a state file for n parameters: master + two moments, fp32. */
+static inline uint64_t gt_state_tensor_bytes(size_t n_params) { return 3 * (uint64_t)n_params * 4; }
+
+#endif

@@ -1,0 +1,40 @@
+# Training-state files (src/core/state.c, runstate.c): end-to-end scenarios driving the real gtrain
+# binary under mpiexec (label resume), and the Hugging Face export (tools/state_to_hf.py), which
+# skips (77) where h5py, safetensors, torch or transformers are missing.
+# tests/resume/resume_test.py describes each scenario; state_check is its outside reader of the files.
+
+add_executable(state_check ${GTRAIN_TEST_DIR}/resume/state_check.c)
+target_link_libraries(state_check PRIVATE hdf5::hdf5 MPI::MPI_C ${GTRAIN_LIBM})
+
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  string(REPLACE ";" " " _resume_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
+  foreach(scenario kill9_bitwise kill_during_save reshard corrupt_fallback shape_mismatch sigterm)
+    add_test(NAME resume_${scenario}
+             COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py
+                     --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>
+                     --check $<TARGET_FILE:state_check>
+                     --mpiexec=${MPIEXEC_EXECUTABLE} "--np-flag=${MPIEXEC_NUMPROC_FLAG}"
+                     "--mpi-flags=${_resume_mpi_flags}"
+                     --work ${CMAKE_CURRENT_BINARY_DIR}/resume_${scenario}
+                     ${scenario})
+    set_tests_properties(resume_${scenario} PROPERTIES
+      LABELS resume
+      TIMEOUT 300
+      SKIP_RETURN_CODE 77
+      ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+
+  # GTRAIN_HF_PYTHON: an interpreter with h5py, safetensors, torch and transformers (default: python3)
+  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
+  add_test(NAME resume_state_to_hf
+           COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/resume/state_to_hf_test.py
+                   --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>
+                   --tool ${PROJECT_SOURCE_DIR}/tools/state_to_hf.py
+                   --work ${CMAKE_CURRENT_BINARY_DIR}/resume_state_to_hf)
+  set_tests_properties(resume_state_to_hf PROPERTIES
+    LABELS resume
+    TIMEOUT 300
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

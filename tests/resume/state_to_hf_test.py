@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""tools/state_to_hf.py gives a model that transformers loads and that computes what gtrain
+computed: train a tiny model for a few steps, export its final state file, load it with
+LlamaForCausalLM, and check that (1) every weight equals /model of the state file bit for bit and
+(2) the validation loss over gtrain's validation batches matches the val_loss gtrain logged for the
+same weights (within 1e-4 relative: float32, different summation order).
+
+Exit 77 (skipped) when numpy, h5py, safetensors, torch or transformers are missing.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy as np
+    import safetensors  # noqa: F401
+    import torch
+    import transformers
+except ImportError as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+CONFIG = """[model]
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+vocab_size = 256
+ffn_dim = 160
+max_seq_len = 64
+rope_theta = 10000
+[train]
+seq_len = 32
+micro_batch = 4
+grad_accum = 1
+steps = 6
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 2
+[data]
+train = {work}/corpus.train.bin
+val = {work}/corpus.val.bin
+val_every = 6
+val_batches = 3
+[checkpoint]
+dir = {work}/ck
+every = 0
+[log]
+metrics = {work}/metrics.jsonl
+"""
+
+
+def gtrain_val_loss_reference(model, val_path, B, T, n_batches):
+    """The val_loss gtrain computes (src/core/data.h: fixed windows; mean over all target tokens)."""
+    raw = open(val_path, "rb").read()
+    tokens = np.frombuffer(raw[32:], dtype="<u2").astype(np.int64)
+    nw = (len(tokens) - 1) // T
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for b in range(n_batches):
+            ws = [(b * B + i) % nw for i in range(B)]
+            x = torch.tensor(np.stack([tokens[w * T: w * T + T] for w in ws]))
+            y = torch.tensor(np.stack([tokens[w * T + 1: w * T + T + 1] for w in ws]))
+            logits = model(input_ids=x).logits.double()
+            total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                                       reduction="sum").item()
+            count += y.numel()
+    return total / count
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gtrain", required=True)
+    ap.add_argument("--prep", required=True)
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    work = args.work
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+
+    rng = random.Random(5)
+    words = ["export", "hugging", "face", "llama", "weights", "state", "the", "a", "of", "tensor", "safetensors"]
+    with open(f"{work}/corpus.txt", "w") as f:
+        for _ in range(4000):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + ".\n")
+    subprocess.run([args.prep, "--val-fraction", "0.1", "-o", f"{work}/corpus", f"{work}/corpus.txt"], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(f"{work}/tiny.ini", "w") as f:
+        f.write(CONFIG.format(work=work))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([args.gtrain, f"{work}/tiny.ini"], check=True, env=env, stdout=subprocess.DEVNULL)
+    state = f"{work}/ck/step_00000006.h5"
+    val_loss = [json.loads(l)["val_loss"] for l in open(f"{work}/metrics.jsonl") if "val_loss" in l][-1]
+
+    subprocess.run([sys.executable, args.tool, state, f"{work}/hf"], check=True)
+    model = transformers.LlamaForCausalLM.from_pretrained(f"{work}/hf", torch_dtype=torch.float32,
+                                                          attn_implementation="eager")
+    model.eval()
+
+    sd = model.state_dict()
+    with h5py.File(state, "r") as f:
+        names = sorted(f["model"].keys())
+        assert sorted(sd.keys()) == names, f"names differ: {sorted(set(sd) ^ set(names))}"
+        for name in names:
+            assert np.array_equal(sd[name].numpy(), f["model"][name][()]), f"{name} differs"
+    print(f"ok: {len(names)} tensors loaded by LlamaForCausalLM equal /model of {os.path.basename(state)}")
+
+    hf_loss = gtrain_val_loss_reference(model, f"{work}/corpus.val.bin", 4, 32, 3)
+    rel = abs(hf_loss - val_loss) / abs(val_loss)
+    print(f"val_loss: gtrain {val_loss:.7f}, transformers {hf_loss:.7f}, relative difference {rel:.2e}")
+    assert rel < 1e-4, "the exported model does not compute what gtrain computed"
+    print("PASS: state_to_hf")
+
+
+if __name__ == "__main__":
+    main()
