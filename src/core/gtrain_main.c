@@ -47,22 +47,35 @@ static int world_from_env(void) {
 
 static int run_plan(int argc, char **argv) {
     int world = world_from_env();
-    int i = 0;
-    if (i < argc && strcmp(argv[i], "--world") == 0) {
-        if (i + 1 >= argc || atoi(argv[i + 1]) < 1) {
-            fprintf(stderr, "gtrain: --world needs a positive number of ranks\n");
-            return 2;
+    /* --world N may stand anywhere among the arguments; the rest is CONFIG then overrides */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return 1;
+    int n_rest = 0;
+    for (int a = 0; a < argc; a++) {
+        if (strcmp(argv[a], "--world") == 0) {
+            if (a + 1 >= argc || atoi(argv[a + 1]) < 1) {
+                fprintf(stderr, "gtrain: --world needs a positive number of ranks\n");
+                free(rest);
+                return 2;
+            }
+            world = atoi(argv[++a]);
+        } else {
+            rest[n_rest++] = argv[a];
         }
-        world = atoi(argv[i + 1]);
-        i += 2;
     }
+    argv = rest;
+    argc = n_rest;
+    int i = 0;
     if (i >= argc) {
         usage(stderr);
+        free(rest);
         return 2;
     }
     gt_config cfg;
     char err[2048];
-    if (gt_config_load(&cfg, argv[i], argc - i - 1, argv + i + 1, err, sizeof err) != 0) {
+    int loaded = gt_config_load(&cfg, argv[i], argc - i - 1, argv + i + 1, err, sizeof err);
+    free(rest);
+    if (loaded != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
         return 2;
     }
@@ -71,7 +84,7 @@ static int run_plan(int argc, char **argv) {
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
-                          strcmp(cfg.dist.shard, "none") != 0};
+                          strcmp(cfg.dist.shard, "optimizer") == 0}; /* as train.c: ZeRO-2/3 not yet */
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            gpu ? ", attention probabilities never stored" : "");
     gt_plan_report(stdout, &cfg, &shape);

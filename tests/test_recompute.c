@@ -1,0 +1,603 @@
+/*
+ * test_recompute.c — block-level activation checkpointing (recompute.c, model.c, planner.c).
+ *
+ * On the CPU backend, for several small shapes (GQA and MHA, different F/C ratios, different
+ * B x T, 3..6 blocks) and every plan the policies give (none, full, selective, sqrt, uniform:K,
+ * blocks:K, plans `auto` picks at budgets across the feasible range, and a hand-made plan that mixes
+ * all three kinds of block with a recompute segment in the middle), it checks that
+ *   - losses and gradients are bit-identical to those of "none", with dropout 0.1 (the recomputed
+ *     forward must replay the dropout masks exactly);
+ *   - the measured activation high-water mark of one micro-batch (gt_mem, GT_MEM_ACT) equals the
+ *     planner's prediction (gt_plan_estimate) to the byte, and no activation bytes stay held;
+ *   - measured peaks order as the memory model says (none > selective > full, none > sqrt > full);
+ *   - the number of block forwards re-run in backward is the plan's;
+ *   - bad policy strings are refused with a message, good ones parse and round-trip;
+ *   - `auto` picks the least recompute that fits.
+ * The memory checks run twice: with the CPU backend as it is (attention probabilities kept by
+ * KEEP_ALL blocks) and with a copy of its ops table that says it cannot keep them (the flash-style
+ * path the CUDA backend takes), so both branches of the model are held to the executor.
+ *
+ * Usage:
+ *   test_recompute                       run every check (exit 0 all passed, 1 a failure)
+ *   test_recompute --predict CONFIG.ini [section.key=value ...]
+ *        print what the planner predicts for one rank on the CPU backend, as train.c builds it:
+ *        "act_peak_bytes N", "recomputed_blocks R" (per micro-batch), "n_layers N", "grad_accum A";
+ *        tests/recompute_check_run.cmake compares a real run's metrics with it.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "memtrack.h"
+#include "model.h"
+#include "ops.h"
+#include "planner.h"
+#include "recompute.h"
+
+static int g_failures = 0;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+            g_failures++;                                                  \
+        }                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------ shapes and plans */
+
+typedef struct shape_case {
+    const char *name;
+    gt_model_config model;
+    int B, T;
+} shape_case;
+
+static gt_model_config model_cfg(int dim, int n_layers, int n_heads, int n_kv_heads, int vocab, int ffn) {
+    gt_model_config m;
+    memset(&m, 0, sizeof m);
+    m.dim = dim;
+    m.n_layers = n_layers;
+    m.n_heads = n_heads;
+    m.n_kv_heads = n_kv_heads;
+    m.vocab_size = vocab;
+    m.ffn_dim = ffn;
+    m.max_seq_len = 64;
+    m.norm_eps = 1e-5f;
+    m.rope_theta = 10000.0f;
+    m.dropout = 0.1f;
+    return m;
+}
+
+/* GQA with 2 query heads per kv head and F/C = 2.5 (scratch sized by 2 (BT, F));
+ * MHA with F/C = 5.3 and B x T = 3 x 12;
+ * GQA 2/1 with F < C, so the backward scratch is sized by (BT, C) + 2 (BT, KVD) and a selective
+ * block's largest re-created tensor is xn, not h; 6 blocks, so sqrt = uniform:2 of 3 segments. */
+#define N_SHAPES 3
+static shape_case g_shapes[N_SHAPES];
+
+static void init_shapes(void) {
+    g_shapes[0] = (shape_case){"N=4 C=64 NH=4 NKV=2 F=160 V=67 B=2 T=16", model_cfg(64, 4, 4, 2, 67, 160), 2, 16};
+    g_shapes[1] = (shape_case){"N=5 C=48 NH=4 NKV=4 F=256 V=97 B=3 T=12", model_cfg(48, 5, 4, 4, 97, 256), 3, 12};
+    g_shapes[2] = (shape_case){"N=6 C=64 NH=2 NKV=1 F=48 V=41 B=1 T=24", model_cfg(64, 6, 2, 1, 41, 48), 1, 24};
+}
+
+static gt_mem_shape mem_shape(const gt_ops *ops, const shape_case *sc) {
+    gt_mem_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.model = sc->model;
+    sh.micro_batch = sc->B;
+    sh.seq_len = sc->T;
+    sh.act_bytes = ops->act_bytes;
+    sh.keep_probs = ops->can_keep_attention_probs;
+    sh.world = 1;
+    sh.shard_optimizer = 0;
+    return sh;
+}
+
+#define MAX_PLANS 48
+
+typedef struct plan_set {
+    int n;
+    char name[MAX_PLANS][64];
+    gt_plan plan[MAX_PLANS];
+} plan_set;
+
+static void add_plan(plan_set *ps, const char *name, const gt_plan *plan) {
+    if (ps->n >= MAX_PLANS) abort();
+    snprintf(ps->name[ps->n], sizeof ps->name[0], "%s", name);
+    ps->plan[ps->n] = *plan;
+    ps->n++;
+}
+
+static int policy_plan(const char *text, int N, gt_plan *plan) {
+    gt_policy pol;
+    char err[256];
+    if (gt_policy_parse(text, N, &pol, err, sizeof err) != 0) {
+        CHECK(0, "policy '%s' for %d blocks should parse: %s", text, N, err);
+        return -1;
+    }
+    gt_plan_from_policy(plan, &pol, N);
+    return 0;
+}
+
+/* The fixed policies under test for N blocks. plan 0 is always "none". */
+static void fixed_policy_names(int N, char names[][32], int *count) {
+    int n = 0;
+    const char *base[] = {"none", "full", "selective", "sqrt", "uniform:2", "uniform:3", "blocks:1"};
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) snprintf(names[n++], 32, "%s", base[i]);
+    snprintf(names[n++], 32, "blocks:%d", N - 1);
+    snprintf(names[n++], 32, "blocks:%d", N);
+    snprintf(names[n++], 32, "uniform:%d", N);
+    snprintf(names[n++], 32, "blocks:0");
+    *count = n;
+}
+
+/* Every plan checked for one shape: the fixed policies, a hand-made mixed plan, and the plans auto
+ * picks at budgets from the smallest plan's total to none's total. */
+static void collect_plans(const gt_mem_shape *sh, plan_set *ps) {
+    int N = sh->model.n_layers;
+    ps->n = 0;
+    char names[16][32];
+    int n_names;
+    fixed_policy_names(N, names, &n_names);
+    for (int i = 0; i < n_names; i++) {
+        gt_plan plan;
+        if (policy_plan(names[i], N, &plan) == 0) add_plan(ps, names[i], &plan);
+    }
+
+    /* block 0 keeps all, 1..2 a recompute segment of 2, 3 selective, the rest a segment of 1 each */
+    gt_plan mixed;
+    memset(&mixed, 0, sizeof mixed);
+    mixed.n_blocks = N;
+    for (int i = 0; i < N; i++) {
+        mixed.keep[i] = i == 0 ? GT_KEEP_ALL : i == 3 ? GT_KEEP_SELECTIVE : GT_KEEP_RECOMPUTE;
+        mixed.seg_start[i] = i != 2;
+    }
+    add_plan(ps, "mixed(keep,rec2,sel,rec1..)", &mixed);
+
+    /* auto: the smallest plan (budget 0 fails and returns it) up to none's total */
+    gt_plan small_plan, none_plan;
+    gt_mem_estimate small_est, none_est;
+    gt_plan_auto(sh, 0, &small_plan, &small_est);
+    policy_plan("none", N, &none_plan);
+    gt_plan_estimate(sh, &none_plan, &none_est);
+    const int steps = 6;
+    for (int k = 0; k <= steps; k++) {
+        uint64_t budget = small_est.total_bytes + (none_est.total_bytes - small_est.total_bytes) * (uint64_t)k / steps;
+        gt_plan plan;
+        gt_mem_estimate est;
+        if (gt_plan_auto(sh, budget, &plan, &est) != 0) {
+            CHECK(0, "auto with budget %llu (>= the smallest plan's %llu) should fit", (unsigned long long)budget,
+                  (unsigned long long)small_est.total_bytes);
+            continue;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "auto@%d/%d", k, steps);
+        add_plan(ps, name, &plan);
+    }
+}
+
+/* ------------------------------------------------------------------ running one micro-batch */
+
+typedef struct runner {
+    const gt_ops *ops;
+    gt_mem mem;
+    gt_model *model;
+    const shape_case *sc;
+    size_t n_params;
+    int32_t *inputs, *targets;
+} runner;
+
+static void runner_init(runner *r, const gt_ops *ops, const shape_case *sc) {
+    r->ops = ops;
+    r->sc = sc;
+    gt_mem_init(&r->mem, ops);
+    r->model = gt_model_create(ops, &r->mem, &sc->model);
+    const gt_layout *layout = gt_model_layout(r->model);
+    r->n_params = layout->n_params;
+    float *init = malloc(r->n_params * sizeof *init);
+    if (!init) abort();
+    gt_layout_init_params(layout, init, 4242);
+    gt_model_set_params(r->model, init);
+    free(init);
+    int BT = sc->B * sc->T;
+    r->inputs = malloc((size_t)BT * sizeof *r->inputs);
+    r->targets = malloc((size_t)BT * sizeof *r->targets);
+    if (!r->inputs || !r->targets) abort();
+    uint64_t z = 99;
+    for (int i = 0; i < BT; i++) {
+        z = gt_mix64(z);
+        r->inputs[i] = (int32_t)(z % (uint64_t)sc->model.vocab_size);
+        r->targets[i] = (int32_t)((z >> 32) % (uint64_t)sc->model.vocab_size);
+    }
+    r->targets[3] = -1; /* an ignored position */
+}
+
+static void runner_free(runner *r) {
+    gt_model_destroy(r->model);
+    free(r->inputs);
+    free(r->targets);
+}
+
+typedef struct micro_result {
+    double loss;
+    float *grads;            /* host copy, n_params */
+    uint64_t act_peak;       /* mem.peak[GT_MEM_ACT] over the micro-batch */
+    uint64_t act_after;      /* mem.cur[GT_MEM_ACT] after it */
+    int recomputed;
+} micro_result;
+
+/* n_micro micro-batches from zeroed gradients (the same tokens, different dropout keys). */
+static void run_micro(runner *r, const gt_plan *plan, int n_micro, micro_result *out) {
+    const gt_ops *ops = r->ops;
+    float *grads = gt_model_grads(r->model);
+    ops->zero(grads, r->n_params * sizeof(float));
+    gt_mem_reset_peaks(&r->mem);
+    out->loss = 0.0;
+    out->recomputed = 0;
+    float dloss = 1.0f / (float)(r->sc->B * r->sc->T);
+    for (int m = 0; m < n_micro; m++) {
+        gt_rng_key key = {1337, gt_mix64(0xC0FFEEull + (uint64_t)m)};
+        out->loss += gt_model_train_micro(r->model, plan, r->inputs, r->targets, r->sc->B, r->sc->T, dloss, key,
+                                          &out->recomputed);
+    }
+    out->act_peak = r->mem.peak[GT_MEM_ACT];
+    out->act_after = r->mem.cur[GT_MEM_ACT];
+    out->grads = malloc(r->n_params * sizeof(float));
+    if (!out->grads) abort();
+    ops->synchronize();
+    ops->copy_to_host(out->grads, grads, r->n_params * sizeof(float));
+}
+
+/* A CPU ops table that claims it cannot keep attention probabilities (the CUDA backend's path). */
+static gt_ops g_cpu_no_probs;
+
+static const gt_ops *backend(int variant) {
+    if (variant == 0) return gt_ops_cpu();
+    g_cpu_no_probs = *gt_ops_cpu();
+    g_cpu_no_probs.can_keep_attention_probs = 0;
+    return &g_cpu_no_probs;
+}
+static const char *backend_name(int variant) { return variant == 0 ? "cpu" : "cpu(probs never kept)"; }
+
+/* ------------------------------------------------------------------ checks */
+
+static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) {
+    int before = g_failures;
+    for (int v = 0; v < 2; v++) {
+        for (int s = 0; s < N_SHAPES; s++) {
+            const gt_ops *ops = backend(v);
+            runner r;
+            runner_init(&r, ops, &g_shapes[s]);
+            gt_mem_shape sh = mem_shape(ops, &g_shapes[s]);
+            plan_set ps;
+            collect_plans(&sh, &ps);
+            micro_result ref;
+            run_micro(&r, &ps.plan[0], 1, &ref); /* none */
+            CHECK(isfinite(ref.loss) && ref.loss > 0, "%s: loss %g", g_shapes[s].name, ref.loss);
+            double gsum = 0;
+            for (size_t i = 0; i < r.n_params; i++) gsum += fabs(ref.grads[i]);
+            CHECK(gsum > 0, "%s: the gradient is all zero", g_shapes[s].name);
+            for (int p = 1; p < ps.n; p++) {
+                micro_result got;
+                run_micro(&r, &ps.plan[p], 1, &got);
+                CHECK(memcmp(&got.loss, &ref.loss, sizeof ref.loss) == 0,
+                      "%s %s, %s: loss %.17g differs from none's %.17g", backend_name(v), g_shapes[s].name,
+                      ps.name[p], got.loss, ref.loss);
+                if (memcmp(got.grads, ref.grads, r.n_params * sizeof(float)) != 0) {
+                    size_t first = 0, count = 0;
+                    for (size_t i = 0; i < r.n_params; i++)
+                        if (memcmp(&got.grads[i], &ref.grads[i], sizeof(float)) != 0) {
+                            if (!count) first = i;
+                            count++;
+                        }
+                    CHECK(0, "%s %s, %s: %zu gradient elements differ from none's (first at %zu: %.9g vs %.9g)",
+                          backend_name(v), g_shapes[s].name, ps.name[p], count, first, got.grads[first],
+                          ref.grads[first]);
+                }
+                free(got.grads);
+            }
+            /* dropout is on: a different key gives a different loss (else the check above is weak) */
+            micro_result two;
+            run_micro(&r, &ps.plan[0], 2, &two);
+            CHECK(two.loss != 2 * ref.loss, "%s: two dropout keys gave the same loss; is dropout on?",
+                  g_shapes[s].name);
+            free(two.grads);
+            free(ref.grads);
+            runner_free(&r);
+        }
+    }
+    printf("%s all_policies_give_bit_identical_losses_and_grads_with_dropout\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+static void measured_activation_peak_equals_prediction(void) {
+    int before = g_failures;
+    for (int v = 0; v < 2; v++) {
+        for (int s = 0; s < N_SHAPES; s++) {
+            const gt_ops *ops = backend(v);
+            runner r;
+            runner_init(&r, ops, &g_shapes[s]);
+            gt_mem_shape sh = mem_shape(ops, &g_shapes[s]);
+            plan_set ps;
+            collect_plans(&sh, &ps);
+            printf("  %s, %s:\n", backend_name(v), g_shapes[s].name);
+            for (int p = 0; p < ps.n; p++) {
+                gt_mem_estimate est;
+                gt_plan_estimate(&sh, &ps.plan[p], &est);
+                micro_result got;
+                run_micro(&r, &ps.plan[p], 1, &got);
+                printf("    %-28s measured %10llu  predicted %10llu%s\n", ps.name[p],
+                       (unsigned long long)got.act_peak, (unsigned long long)est.act_peak_bytes,
+                       got.act_peak == est.act_peak_bytes ? "" : "  <-- differs");
+                CHECK(got.act_peak == est.act_peak_bytes,
+                      "%s %s, %s: measured activation peak %llu bytes, predicted %llu (%+lld)", backend_name(v),
+                      g_shapes[s].name, ps.name[p], (unsigned long long)got.act_peak,
+                      (unsigned long long)est.act_peak_bytes, (long long)got.act_peak - (long long)est.act_peak_bytes);
+                CHECK(got.act_after == 0, "%s %s, %s: %llu activation bytes still held after the micro-batch",
+                      backend_name(v), g_shapes[s].name, ps.name[p], (unsigned long long)got.act_after);
+                /* the model state the planner predicts is what the model allocated */
+                CHECK(r.mem.cur[GT_MEM_PARAMS] == est.params_bytes && r.mem.cur[GT_MEM_GRADS] == est.grads_bytes,
+                      "%s: params %llu / grads %llu bytes held, predicted %llu / %llu", g_shapes[s].name,
+                      (unsigned long long)r.mem.cur[GT_MEM_PARAMS], (unsigned long long)r.mem.cur[GT_MEM_GRADS],
+                      (unsigned long long)est.params_bytes, (unsigned long long)est.grads_bytes);
+                free(got.grads);
+            }
+            runner_free(&r);
+        }
+    }
+    printf("%s measured_activation_peak_equals_prediction\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+static void activation_peaks_order_as_the_model_says(void) {
+    int before = g_failures;
+    for (int v = 0; v < 2; v++) {
+        for (int s = 0; s < N_SHAPES; s++) {
+            const gt_ops *ops = backend(v);
+            runner r;
+            runner_init(&r, ops, &g_shapes[s]);
+            int N = g_shapes[s].model.n_layers;
+            const char *names[] = {"none", "selective", "sqrt", "full"};
+            uint64_t peak[4];
+            for (int i = 0; i < 4; i++) {
+                gt_plan plan;
+                policy_plan(names[i], N, &plan);
+                micro_result got;
+                run_micro(&r, &plan, 1, &got);
+                peak[i] = got.act_peak;
+                free(got.grads);
+            }
+            printf("  %s, %s: none %llu > selective %llu > full %llu; none > sqrt %llu > full\n", backend_name(v),
+                   g_shapes[s].name, (unsigned long long)peak[0], (unsigned long long)peak[1],
+                   (unsigned long long)peak[3], (unsigned long long)peak[2]);
+            CHECK(peak[0] > peak[1] && peak[1] > peak[3], "%s %s: expected none %llu > selective %llu > full %llu",
+                  backend_name(v), g_shapes[s].name, (unsigned long long)peak[0], (unsigned long long)peak[1],
+                  (unsigned long long)peak[3]);
+            CHECK(peak[0] > peak[2] && peak[2] > peak[3], "%s %s: expected none %llu > sqrt %llu > full %llu",
+                  backend_name(v), g_shapes[s].name, (unsigned long long)peak[0], (unsigned long long)peak[2],
+                  (unsigned long long)peak[3]);
+            runner_free(&r);
+        }
+    }
+    printf("%s activation_peaks_order_as_the_model_says\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+static int expected_recomputed(const char *policy, int N) {
+    if (!strcmp(policy, "none") || !strcmp(policy, "selective")) return 0;
+    if (!strcmp(policy, "full") || !strcmp(policy, "sqrt") || !strncmp(policy, "uniform:", 8)) return N;
+    if (!strncmp(policy, "blocks:", 7)) return atoi(policy + 7);
+    return -1;
+}
+
+static void recomputed_blocks_match_the_plan(void) {
+    int before = g_failures;
+    for (int s = 0; s < N_SHAPES; s++) {
+        const gt_ops *ops = backend(0);
+        runner r;
+        runner_init(&r, ops, &g_shapes[s]);
+        int N = g_shapes[s].model.n_layers;
+        char names[16][32];
+        int n_names;
+        fixed_policy_names(N, names, &n_names);
+        for (int i = 0; i < n_names; i++) {
+            gt_plan plan;
+            if (policy_plan(names[i], N, &plan) != 0) continue;
+            int want = expected_recomputed(names[i], N);
+            CHECK(gt_plan_recomputed_blocks(&plan) == want, "%s, %s: the plan says %d recomputed blocks, expected %d",
+                  g_shapes[s].name, names[i], gt_plan_recomputed_blocks(&plan), want);
+            for (int micro = 1; micro <= 2; micro++) {
+                micro_result got;
+                run_micro(&r, &plan, micro, &got);
+                CHECK(got.recomputed == micro * want, "%s, %s: %d micro-batch(es) re-ran %d block forwards, expected %d",
+                      g_shapes[s].name, names[i], micro, got.recomputed, micro * want);
+                free(got.grads);
+            }
+        }
+        runner_free(&r);
+    }
+    printf("%s recomputed_blocks_match_the_plan\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+static void bad_policy_strings_are_rejected(void) {
+    int before = g_failures;
+    const int N = 6;
+    char too_many[32], blocks_too_many[32];
+    snprintf(too_many, sizeof too_many, "uniform:%d", N + 1);
+    snprintf(blocks_too_many, sizeof blocks_too_many, "blocks:%d", N + 1);
+    const char *bad[] = {"uniform:0", too_many, "blocks:-1", blocks_too_many, "blocks:x", "fulll", "", "uniform",
+                         "blocks", "uniform:", "uniform:2x", "uniform:-3", "sqrt:2", "none:1", "full ", "auto:1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gt_policy pol;
+        char err[256] = "";
+        int rc = gt_policy_parse(bad[i], N, &pol, err, sizeof err);
+        CHECK(rc == -1, "'%s' should be rejected (rc %d)", bad[i], rc);
+        CHECK(err[0] != '\0', "'%s' rejected without a message", bad[i]);
+        if (bad[i][0]) CHECK(strstr(err, bad[i]) != NULL, "the message for '%s' does not quote it: %s", bad[i], err);
+        printf("  '%s' -> %s\n", bad[i], err);
+    }
+    /* a K out of range names the range */
+    {
+        gt_policy pol;
+        char err[256] = "";
+        gt_policy_parse(too_many, N, &pol, err, sizeof err);
+        CHECK(strstr(err, "1..6") != NULL, "'%s': the message should name the range 1..6: %s", too_many, err);
+        gt_policy_parse("blocks:-1", N, &pol, err, sizeof err);
+        CHECK(strstr(err, "0..6") != NULL, "'blocks:-1': the message should name the range 0..6: %s", err);
+    }
+    const char *good[] = {"none", "full", "selective", "sqrt", "auto", "uniform:1", "uniform:6", "uniform:4",
+                          "blocks:0", "blocks:6", "blocks:3"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        gt_policy pol, again;
+        char err[256] = "", text[64];
+        int rc = gt_policy_parse(good[i], N, &pol, err, sizeof err);
+        CHECK(rc == 0, "'%s' should parse: %s", good[i], err);
+        gt_policy_format(&pol, text, sizeof text);
+        CHECK(strcmp(text, good[i]) == 0, "'%s' formats as '%s'", good[i], text);
+        rc = gt_policy_parse(text, N, &again, err, sizeof err);
+        CHECK(rc == 0 && again.kind == pol.kind && again.k == pol.k, "'%s' does not round-trip", good[i]);
+    }
+    printf("%s bad_policy_strings_are_rejected\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+static void auto_picks_least_recompute_that_fits(void) {
+    int before = g_failures;
+    for (int v = 0; v < 2; v++) {
+        for (int s = 0; s < N_SHAPES; s++) {
+            const gt_ops *ops = backend(v);
+            gt_mem_shape sh = mem_shape(ops, &g_shapes[s]);
+            int N = sh.model.n_layers;
+            gt_plan none_plan, full_plan, plan;
+            gt_mem_estimate none_est, full_est, est;
+            policy_plan("none", N, &none_plan);
+            policy_plan("full", N, &full_plan);
+            gt_plan_estimate(&sh, &none_plan, &none_est);
+            gt_plan_estimate(&sh, &full_plan, &full_est);
+
+            /* budget = none's total: the none plan */
+            int rc = gt_plan_auto(&sh, none_est.total_bytes, &plan, &est);
+            CHECK(rc == 0, "%s: auto at none's total should fit", g_shapes[s].name);
+            CHECK(est.recompute_flops == 0.0, "%s: auto at none's total recomputes %g FLOPs", g_shapes[s].name,
+                  est.recompute_flops);
+            CHECK(plan.n_blocks == N, "%s: auto's plan has %d blocks", g_shapes[s].name, plan.n_blocks);
+            for (int i = 0; i < N; i++)
+                CHECK(plan.keep[i] == GT_KEEP_ALL, "%s: auto at none's total: block %d is not KEEP_ALL",
+                      g_shapes[s].name, i);
+            CHECK(est.total_bytes == none_est.total_bytes, "%s: auto's estimate differs from none's",
+                  g_shapes[s].name);
+
+            /* below every plan: -1, and the smallest plan, which is no larger than full */
+            gt_plan smallest;
+            gt_mem_estimate smallest_est;
+            rc = gt_plan_auto(&sh, 0, &smallest, &smallest_est);
+            CHECK(rc == -1, "%s: auto with budget 0 should fail", g_shapes[s].name);
+            CHECK(smallest_est.total_bytes <= full_est.total_bytes, "%s: auto's smallest plan %llu > full's %llu",
+                  g_shapes[s].name, (unsigned long long)smallest_est.total_bytes,
+                  (unsigned long long)full_est.total_bytes);
+            rc = gt_plan_auto(&sh, smallest_est.total_bytes - 1, &plan, &est);
+            CHECK(rc == -1, "%s: a budget 1 byte below the smallest plan should fail", g_shapes[s].name);
+            if (smallest_est.total_bytes == full_est.total_bytes) {
+                rc = gt_plan_auto(&sh, full_est.total_bytes - 1, &plan, &est);
+                CHECK(rc == -1, "%s: a budget below full's total (the smallest) should fail", g_shapes[s].name);
+            }
+
+            /* in between: fits, its estimate is gt_plan_estimate's, and no fixed policy that fits
+             * recomputes less */
+            char names[64][32];
+            int n_names = 0;
+            snprintf(names[n_names++], 32, "none");
+            snprintf(names[n_names++], 32, "full");
+            snprintf(names[n_names++], 32, "selective");
+            snprintf(names[n_names++], 32, "sqrt");
+            for (int k = 1; k <= N; k++) snprintf(names[n_names++], 32, "uniform:%d", k);
+            for (int k = 0; k <= N; k++) snprintf(names[n_names++], 32, "blocks:%d", k);
+            const int steps = 20;
+            for (int k = 0; k <= steps; k++) {
+                uint64_t budget = smallest_est.total_bytes +
+                                  (none_est.total_bytes - smallest_est.total_bytes) * (uint64_t)k / steps;
+                rc = gt_plan_auto(&sh, budget, &plan, &est);
+                CHECK(rc == 0, "%s: budget %llu should fit", g_shapes[s].name, (unsigned long long)budget);
+                if (rc != 0) continue;
+                CHECK(est.total_bytes <= budget, "%s: auto's plan needs %llu > budget %llu", g_shapes[s].name,
+                      (unsigned long long)est.total_bytes, (unsigned long long)budget);
+                gt_mem_estimate again;
+                gt_plan_estimate(&sh, &plan, &again);
+                CHECK(memcmp(&again, &est, sizeof est) == 0, "%s: auto's estimate is not gt_plan_estimate's",
+                      g_shapes[s].name);
+                for (int i = 0; i < n_names; i++) {
+                    gt_plan fixed;
+                    gt_mem_estimate fe;
+                    if (policy_plan(names[i], N, &fixed) != 0) continue;
+                    gt_plan_estimate(&sh, &fixed, &fe);
+                    if (fe.total_bytes > budget) continue;
+                    CHECK(fe.recompute_flops >= est.recompute_flops,
+                          "%s %s, budget %llu: %s fits (%llu bytes) with %g recompute FLOPs < auto's %g",
+                          backend_name(v), g_shapes[s].name, (unsigned long long)budget, names[i],
+                          (unsigned long long)fe.total_bytes, fe.recompute_flops, est.recompute_flops);
+                }
+            }
+        }
+    }
+    printf("%s auto_picks_least_recompute_that_fits\n", g_failures == before ? "ok  " : "FAIL");
+}
+
+/* ------------------------------------------------------------------ --predict */
+
+static int predict(int argc, char **argv) {
+    if (argc < 1) {
+        fprintf(stderr, "usage: test_recompute --predict CONFIG.ini [section.key=value ...]\n");
+        return 2;
+    }
+    gt_config cfg;
+    char err[2048];
+    if (gt_config_load(&cfg, argv[0], argc - 1, argv + 1, err, sizeof err) != 0) {
+        fprintf(stderr, "test_recompute: %s\n", err);
+        return 2;
+    }
+    const gt_ops *ops = gt_ops_cpu();
+    gt_mem_shape sh = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, ops->act_bytes,
+                       ops->can_keep_attention_probs, 1, strcmp(cfg.dist.shard, "optimizer") == 0};
+    gt_policy pol;
+    gt_plan plan;
+    if (gt_policy_parse(cfg.memory.recompute, cfg.model.n_layers, &pol, err, sizeof err) != 0) {
+        fprintf(stderr, "test_recompute: %s\n", err);
+        return 2;
+    }
+    gt_mem_estimate est;
+    if (pol.kind == GT_POLICY_AUTO) {
+        if (gt_plan_auto(&sh, cfg.memory.budget, &plan, &est) != 0) {
+            fprintf(stderr, "test_recompute: nothing fits the budget\n");
+            return 2;
+        }
+    } else {
+        gt_plan_from_policy(&plan, &pol, cfg.model.n_layers);
+    }
+    gt_plan_estimate(&sh, &plan, &est);
+    printf("act_peak_bytes %llu\n", (unsigned long long)est.act_peak_bytes);
+    printf("recomputed_blocks %d\n", gt_plan_recomputed_blocks(&plan));
+    printf("n_layers %d\n", cfg.model.n_layers);
+    printf("grad_accum %d\n", cfg.train.grad_accum);
+    printf("state_bytes %llu\n", (unsigned long long)(est.params_bytes + est.grads_bytes + est.optim_bytes));
+    printf("total_bytes %llu\n", (unsigned long long)est.total_bytes);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "--predict") == 0) return predict(argc - 2, argv + 2);
+    init_shapes();
+    all_policies_give_bit_identical_losses_and_grads_with_dropout();
+    measured_activation_peak_equals_prediction();
+    activation_peaks_order_as_the_model_says();
+    recomputed_blocks_match_the_plan();
+    bad_policy_strings_are_rejected();
+    auto_picks_least_recompute_that_fits();
+    if (g_failures) {
+        fprintf(stderr, "%d check(s) failed\n", g_failures);
+        return 1;
+    }
+    printf("all recompute checks passed\n");
+    return 0;
+}
