@@ -3,7 +3,7 @@
  *
  * The one gradient collective of a step happens here, after the last micro-batch: a reduce-scatter
  * of the padded gradient buffer for ZeRO-1, an all-reduce for shard=none. Micro-batches before it
- * never communicate (tests/test_dist_train.c counts the calls).
+ * never communicate (tests/test_dist_step.c counts the calls).
  */
 #include "optim.h"
 
