@@ -104,6 +104,18 @@ typedef struct progress {
     int partial;       /* an in-place line is on screen */
 } progress;
 
+/* In-place progress only on a terminal of our own: under mpirun or srun a rank's stdout may be a
+ * pseudo-terminal even when the job's log is a file, so launched ranks never draw in place.
+ * GTRAIN_PROGRESS=1 or 0 forces it on or off. */
+static int progress_in_place(void) {
+    const char *force = getenv("GTRAIN_PROGRESS");
+    if (force && *force) return atoi(force) != 0;
+    const char *launchers[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_JOB_ID"};
+    for (int i = 0; i < 4; i++)
+        if (getenv(launchers[i])) return 0;
+    return isatty(STDOUT_FILENO);
+}
+
 static void format_eta(double s, char *out, size_t len) {
     long t = (long)(s + 0.5);
     if (t >= 3600) snprintf(out, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
@@ -139,7 +151,18 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rank, world;
     MPI_Comm_rank(world_comm, &rank);
     MPI_Comm_size(world_comm, &world);
-    char msg[2048];
+    char msg[2048], err[3000];
+    /* everything the run holds, released in one place at the end */
+    int rc = GT_EXIT_OK;
+    gt_comm *comm = NULL;
+    gt_data *train_data = NULL, *val_data = NULL;
+    gt_mem mem;
+    gt_layout layout = {0};
+    gt_model *model = NULL;
+    gt_optim opt = {0};
+    gt_run_state run = {0};
+    FILE *metrics = NULL;
+    int32_t *inputs = NULL, *targets = NULL;
 
     if (strcmp(cfg->dist.shard, "gradients") == 0 || strcmp(cfg->dist.shard, "parameters") == 0) {
         snprintf(msg, sizeof msg,
@@ -148,11 +171,10 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         return fail_input(rank, msg);
     }
     const gt_ops *ops = NULL;
-    int rc = choose_backend(cfg, rank, &ops);
+    rc = choose_backend(cfg, rank, &ops);
     if (rc) return rc;
 
     /* communicator */
-    gt_comm *comm = NULL;
     int is_cuda = strcmp(ops->name, "cuda") == 0;
     if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
         if (!is_cuda) {
@@ -170,29 +192,23 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     }
 
     /* data */
-    char err[3000];
-    gt_data *train_data = gt_data_open(cfg->data.train, err, sizeof err);
-    gt_data *val_data = NULL;
-    if (!train_data) {
-        gt_comm_destroy(comm);
-        return fail_input(rank, err);
+    err[0] = '\0';
+    train_data = gt_data_open(cfg->data.train, err, sizeof err);
+    if (!train_data || gt_data_check_seq(train_data, cfg->train.seq_len, err, sizeof err) != 0) {
+        rc = fail_input(rank, err);
+        goto done;
     }
-    if (gt_data_check_seq(train_data, cfg->train.seq_len, err, sizeof err) != 0 ||
-        gt_data_max_token(train_data) >= cfg->model.vocab_size) {
-        if (!err[0] || gt_data_max_token(train_data) >= cfg->model.vocab_size)
-            snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", cfg->data.train,
-                     gt_data_max_token(train_data), cfg->model.vocab_size);
-        gt_data_close(train_data);
-        gt_comm_destroy(comm);
-        return fail_input(rank, err);
+    if (gt_data_max_token(train_data) >= cfg->model.vocab_size) {
+        snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", cfg->data.train,
+                 gt_data_max_token(train_data), cfg->model.vocab_size);
+        rc = fail_input(rank, err);
+        goto done;
     }
     if (cfg->data.val[0]) {
         val_data = gt_data_open(cfg->data.val, err, sizeof err);
         if (!val_data || gt_data_check_seq(val_data, cfg->train.seq_len, err, sizeof err) != 0) {
-            gt_data_close(val_data);
-            gt_data_close(train_data);
-            gt_comm_destroy(comm);
-            return fail_input(rank, err);
+            rc = fail_input(rank, err);
+            goto done;
         }
     }
 
@@ -200,8 +216,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_policy policy;
     gt_plan plan;
     if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &policy, err, sizeof err) != 0) {
-        gt_comm_destroy(comm);
-        return fail_input(rank, err);
+        rc = fail_input(rank, err);
+        goto done;
     }
     int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
@@ -215,8 +231,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             snprintf(msg, sizeof msg,
                      "%s: [memory] budget = %s: no recompute plan fits; the smallest needs %s per rank",
                      cfg->path, have, need);
-            gt_comm_destroy(comm);
-            return fail_input(rank, msg);
+            rc = fail_input(rank, msg);
+            goto done;
         }
     } else {
         gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
@@ -225,35 +241,22 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_plan_estimate(&shape, &plan, &predicted);
 
     /* model, parameters, optimizer */
-    gt_mem mem;
     gt_mem_init(&mem, ops);
-    gt_layout layout;
     gt_layout_init(&layout, &cfg->model);
     size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
-    gt_model *model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
+    model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
     float *init = malloc(layout.n_params * sizeof *init);
     if (!init) abort();
     gt_layout_init_params(&layout, init, cfg->train.seed);
     gt_model_set_params(model, init);
-    gt_optim opt;
     gt_optim_init(&opt, ops, &mem, comm, model, sharded, init);
     free(init);
 
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     uint64_t G = (uint64_t)B * A * world;
-    gt_run_state run = {0};
     rc = gt_runstate_begin(&run, cfg, comm, world_comm, model, &opt, G);
-    if (rc) {
-        gt_optim_free(&opt);
-        gt_model_destroy(model);
-        gt_layout_free(&layout);
-        gt_data_close(val_data);
-        gt_data_close(train_data);
-        gt_comm_destroy(comm);
-        return rc;
-    }
+    if (rc) goto done;
 
-    FILE *metrics = NULL;
     if (rank == 0 && cfg->log.metrics[0]) {
         metrics = fopen(cfg->log.metrics, run.first_step > 1 ? "a" : "w");
         if (!metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
@@ -272,13 +275,13 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         fflush(stdout);
     }
 
-    int32_t *inputs = malloc((size_t)B * T * sizeof *inputs);
-    int32_t *targets = malloc((size_t)B * T * sizeof *targets);
+    inputs = malloc((size_t)B * T * sizeof *inputs);
+    targets = malloc((size_t)B * T * sizeof *targets);
     if (!inputs || !targets) abort();
     float dloss = (float)(1.0 / ((double)G * T));
-    double flops_per_step = 3.0 * predicted.forward_flops * A + predicted.recompute_flops * A;
-    int exit_code = GT_EXIT_OK;
-    progress progress = {isatty(STDOUT_FILENO), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
+    /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
+    double flops_per_step = 3.0 * predicted.forward_flops * A;
+    progress progress = {progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
                          cfg->train.steps, cfg->log.every, 0.0, 0, 0};
 
     for (int step = run.first_step; step <= cfg->train.steps; step++) {
@@ -338,13 +341,11 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             }
         }
         rc = gt_runstate_after_step(&run, step);
-        if (rc) {
-            exit_code = rc;
-            break;
-        }
+        if (rc) break;
     }
-    if (exit_code == GT_EXIT_OK) exit_code = gt_runstate_end(&run);
+    if (rc == GT_EXIT_OK) rc = gt_runstate_end(&run);
 
+done:
     if (metrics) fclose(metrics);
     free(inputs);
     free(targets);
@@ -355,5 +356,5 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_data_close(val_data);
     gt_data_close(train_data);
     gt_comm_destroy(comm);
-    return exit_code;
+    return rc;
 }
