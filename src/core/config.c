@@ -134,7 +134,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.seq_len = 128;
     cfg->train.micro_batch = 8;
     cfg->train.grad_accum = 1;
-    cfg->train.steps = 200;
+    cfg->train.steps = 400;
     cfg->train.lr = 3e-3;
     cfg->train.min_lr = 3e-4;
     cfg->train.warmup_steps = 20;
@@ -153,7 +153,7 @@ void gt_config_defaults(gt_config *cfg) {
     snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
-    cfg->data.val_every = 50;
+    cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
     cfg->checkpoint.every = 0;
     cfg->checkpoint.keep = 3;
