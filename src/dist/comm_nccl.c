@@ -13,8 +13,11 @@
  *     the same answer: either all build the NCCL communicator or all return NULL with a reason.
  *   - Rank 0 makes the ncclUniqueId, MPI_Bcast hands it out, ncclCommInitRank builds the communicator.
  *   - Collectives run on a dedicated non-blocking stream with ncclSum (ncclFloat / ncclBfloat16,
- *     size_t counts: no chunking). After each one we wait for the stream while polling
- *     ncclCommGetAsyncError, so a peer that died turns into ncclCommAbort + MPI_Abort, not a hang.
+ *     size_t counts: no chunking). A non-blocking stream does not wait for the legacy default stream
+ *     the CUDA backend's kernels run on, so each collective first makes the stream wait (an event) for
+ *     everything already queued there: the gradients or parameters it reads are complete. After each
+ *     one we wait for the stream while polling ncclCommGetAsyncError, so a peer that died turns into
+ *     ncclCommAbort + MPI_Abort, not a hang.
  *   - Accounting, argument checks and timing live in comm_mpi.c's public wrappers, shared with MPI.
  * Without CUDA the file only provides gt_comm_create_nccl returning NULL ("built without CUDA").
  */
@@ -32,6 +35,7 @@
 typedef struct {
     ncclComm_t nccl;
     cudaStream_t stream;
+    cudaEvent_t compute_done; /* recorded on the legacy default stream before each collective */
     int device;
 } nccl_state;
 
@@ -77,8 +81,17 @@ static void nccl_wait(gt_comm *c, const char *what) {
     }
 }
 
+/* Order the collective after the kernels already queued on the legacy default stream (which a
+ * non-blocking stream does not synchronise with): they produced the buffers it is about to read. */
+static void nccl_after_compute(gt_comm *c) {
+    nccl_state *s = state(c);
+    cudaCheck(c, cudaEventRecord(s->compute_done, cudaStreamLegacy));
+    cudaCheck(c, cudaStreamWaitEvent(s->stream, s->compute_done, 0));
+}
+
 static void nccl_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     nccl_state *s = state(c);
+    nccl_after_compute(c);
     ncclCheck(c, ncclAllReduce(buf, buf, count, nccl_type(dtype), ncclSum, s->nccl, s->stream));
     nccl_wait(c, "ncclAllReduce");
 }
@@ -87,6 +100,7 @@ static void nccl_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dt
 static void nccl_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
                                     gt_dtype dtype) {
     nccl_state *s = state(c);
+    nccl_after_compute(c);
     ncclCheck(c, ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), ncclSum, s->nccl, s->stream));
     nccl_wait(c, "ncclReduceScatter");
 }
@@ -94,12 +108,14 @@ static void nccl_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, si
 /* In place: send == recv + rank*send_count, as NCCL expects. */
 static void nccl_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
     nccl_state *s = state(c);
+    nccl_after_compute(c);
     ncclCheck(c, ncclAllGather(send, recv, send_count, nccl_type(dtype), s->nccl, s->stream));
     nccl_wait(c, "ncclAllGather");
 }
 
 static void nccl_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     nccl_state *s = state(c);
+    nccl_after_compute(c);
     ncclCheck(c, ncclBroadcast(buf, buf, bytes, ncclInt8, root, s->nccl, s->stream));
     nccl_wait(c, "ncclBroadcast");
 }
@@ -112,6 +128,7 @@ static void nccl_destroy(gt_comm *c) {
     ncclCheck(c, ncclCommDestroy(s->nccl));
     s->nccl = NULL;
     cudaCheck(c, cudaStreamDestroy(s->stream));
+    cudaCheck(c, cudaEventDestroy(s->compute_done));
     free(s);
     c->impl = NULL;
 }
@@ -172,6 +189,7 @@ gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
     gt_mpi_check(c, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
     ncclCheck(c, ncclCommInitRank(&s->nccl, c->size, id, c->rank));
     cudaCheck(c, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    cudaCheck(c, cudaEventCreateWithFlags(&s->compute_done, cudaEventDisableTiming));
     if (why && why_len) why[0] = '\0';
     return c;
 }

@@ -22,7 +22,8 @@
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
  * Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
- * and in-place calls (rope, residual) give the out-of-place bits.
+ * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
+ * residual with out == res and out == branch, swiglu_backward with dgate == dout, dropout_backward).
  *
  * Data moves with the table's own functions: copy_to_device/copy_to_host of fp32 staging buffers
  * and to_working/to_master for the working type.
@@ -173,8 +174,7 @@ static void test_conversions(void) {
     free(want);
 }
 
-static void test_embedding(void) {
-    const int V = 61, C = 300, BT = 333;
+static void test_embedding(int V, int C, int BT) {
     int32_t *tok = xmalloc(BT * sizeof(int32_t));
     for (int i = 0; i < BT; i++) tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V;
     float *wte = rand_vec((size_t)V * C, 1.0f, 1), *dout = rand_vec((size_t)BT * C, 1.0f, 1);
@@ -334,6 +334,13 @@ static void test_rope(void) {
     gpu->rope_forward(io, io, B, T, NH, HD, theta);
     get_work(inplace, io, n);
     gpu->free(io);
+    float *dinplace = xmalloc(n * sizeof(float));
+    io = dev_work(x, n);
+    gpu->rope_backward(io, io, B, T, NH, HD, theta);
+    get_work(dinplace, io, n);
+    gpu->free(io);
+    check_same("rope_backward in place", dinplace, dgot[0], n);
+    free(dinplace);
     check_close("rope_forward", got[0], want, n, tol_of(1e-5, 1e-2));
     check_close("rope_backward", dgot[0], dwant, n, tol_of(1e-5, 1e-2));
     check_same("rope_forward repeat", got[0], got[1], n);
@@ -413,6 +420,15 @@ static void test_swiglu(void) {
         get_work(du[rep], b, n);
         gpu->free(out), gpu->free(a), gpu->free(b);
     }
+    float *dg_alias = xmalloc(n * sizeof(float)), *du_alias = xmalloc(n * sizeof(float));
+    void *da = dev_work(dout, n), *db = gpu->alloc(n * gpu->act_bytes);
+    gpu->swiglu_backward(da, db, da, dgate, dup, n); /* dgate aliases dout, as model.c calls it */
+    get_work(dg_alias, da, n);
+    get_work(du_alias, db, n);
+    gpu->free(da), gpu->free(db);
+    check_same("swiglu_backward dgate == dout", dg_alias, dg[0], n);
+    check_same("swiglu_backward dgate == dout (dup)", du_alias, du[0], n);
+    free(dg_alias), free(du_alias);
     check_close("swiglu_forward", got[0], want, n, tol_of(1e-5, 1e-2));
     check_close("swiglu_backward dgate", dg[0], dg_w, n, tol_of(1e-5, 1e-2));
     check_close("swiglu_backward dup", du[0], du_w, n, tol_of(1e-5, 1e-2));
@@ -448,13 +464,25 @@ static void test_residual_dropout(float dropout) {
     gpu->residual_forward(io, io, dbr, n, dropout, key);
     get_work(inplace, io, n);
     gpu->free(io);
+    float *inplace_br = xmalloc(n * sizeof(float)), *dinplace = xmalloc(n * sizeof(float));
+    io = dev_work(br, n);
+    gpu->residual_forward(io, dres, io, n, dropout, key); /* out aliases branch, as model.c calls it */
+    get_work(inplace_br, io, n);
+    gpu->free(io);
+    io = dev_work(dout, n);
+    gpu->dropout_backward(io, io, n, dropout, key);
+    get_work(dinplace, io, n);
+    gpu->free(io);
     snprintf(name, sizeof name, "residual_forward p=%.2f", dropout);
     check_close(name, got[0], want, n, tol_of(1e-6, 1e-2));
     check_same(name, got[0], got[1], n);
     check_same(name, inplace, got[0], n);
+    check_same(name, inplace_br, got[0], n);
     snprintf(name, sizeof name, "dropout_backward p=%.2f", dropout);
     check_close(name, dgot[0], dwant, n, tol_of(1e-6, 1e-2));
     check_same(name, dgot[0], dgot[1], n);
+    check_same(name, dinplace, dgot[0], n);
+    free(inplace_br), free(dinplace);
     gpu->free(dres), gpu->free(dbr), gpu->free(ddout);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
     free(res), free(br), free(dout), free(want), free(dwant), free(inplace);
@@ -553,7 +581,8 @@ int main(void) {
         }
         test_allocator_reuses_blocks();
         test_conversions();
-        test_embedding();
+        test_embedding(61, 300, 333);
+        test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
         test_rmsnorm();
         test_matmul(37, 96, 80);
         test_matmul(256, 512, 384);

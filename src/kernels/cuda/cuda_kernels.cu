@@ -297,8 +297,9 @@ __global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T 
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = load_f(gate + i), u = load_f(up + i), d = load_f(dout + i);
         const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-        const float dsilu = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig))));
-        store_f(dgate + i, __fmul_rn(__fmul_rn(d, u), dsilu));
+        /* the CPU's association: ((d * u) * sig) * (1 + g (1 - sig)) */
+        const float dsilu_rest = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)));
+        store_f(dgate + i, __fmul_rn(__fmul_rn(__fmul_rn(d, u), sig), dsilu_rest));
         store_f(dup + i, __fmul_rn(d, silu(g)));
     }
 }
