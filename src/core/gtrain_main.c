@@ -18,6 +18,7 @@
 #include "config.h"
 #include "ops.h"
 #include "planner.h"
+#include "signals.h"
 #include "train.h"
 
 static void usage(FILE *out) {
@@ -108,12 +109,17 @@ int main(int argc, char **argv) {
     }
 
     MPI_Init(&argc, &argv);
+    /* from here on a stop signal only sets the flag: one during start-up (loading a big state file
+     * can take minutes) is acted on after the first step, instead of killing the rank unsaved */
+    gt_signals_install();
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;
     char err[2048];
     int code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);
+    /* the config and data files may be missing on some nodes only: no rank may go on alone */
+    code = gt_agree_on_failure(MPI_COMM_WORLD, code, err, sizeof err);
     if (code != 0) {
         if (rank == 0) fprintf(stderr, "gtrain: %s\n", err);
     } else {

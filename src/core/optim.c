@@ -79,8 +79,6 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
     const gt_ops *ops = opt->ops;
     gt_model *model = opt->model;
     float *grads = gt_model_grads(model);
-    void *params = gt_model_params(model);
-    gt_dtype working = ops->act_bytes == 2 ? GT_DTYPE_BF16 : GT_DTYPE_F32;
     int rank = gt_comm_rank(opt->comm), world = gt_comm_size(opt->comm);
     size_t count = gt_shard_count(&opt->shard);
 
@@ -116,9 +114,15 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
     }
 
     /* 4. new working parameters of the slice, then everyone's */
-    size_t eb = (size_t)ops->act_bytes;
-    if (count) ops->to_working((char *)params + opt->shard.begin * eb, opt->master, count);
+    gt_optim_publish_params(opt);
+}
+
+void gt_optim_publish_params(gt_optim *opt) {
+    const gt_ops *ops = opt->ops;
+    char *params = gt_model_params(opt->model);
+    size_t eb = (size_t)ops->act_bytes, count = gt_shard_count(&opt->shard);
+    if (count) ops->to_working(params + opt->shard.begin * eb, opt->master, count);
     if (opt->sharded)
-        gt_comm_all_gather(opt->comm, (char *)params + (size_t)rank * opt->shard.slice_len * eb, params,
-                           opt->shard.slice_len, working);
+        gt_comm_all_gather(opt->comm, params + (size_t)gt_comm_rank(opt->comm) * opt->shard.slice_len * eb, params,
+                           opt->shard.slice_len, eb == 2 ? GT_DTYPE_BF16 : GT_DTYPE_F32);
 }

@@ -60,6 +60,10 @@ typedef struct gt_step_result {
 /* Reduces the gradients (one collective), clips, updates, gathers. */
 void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result *res);
 
+/* Working parameters := to_working(master) of this rank's slice, then all-gathered (with ZeRO-1):
+ * the end of every step, and after a state file filled the master weights. Collective. */
+void gt_optim_publish_params(gt_optim *opt);
+
 /* Bytes of optimizer state + master weights held by this rank. */
 uint64_t gt_optim_bytes(const gt_optim *opt);
 

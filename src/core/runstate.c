@@ -122,18 +122,6 @@ static void remove_stale_temporaries(const char *dir) {
     closedir(d);
 }
 
-/* All ranks learn the worst of their codes and the message of the lowest rank that had it. */
-static int agree_on_failure(gt_run_state *run, int code, char *msg, size_t msg_len) {
-    int worst = 0, world;
-    MPI_Comm_size(run->mpi_comm, &world);
-    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, run->mpi_comm);
-    if (!worst) return 0;
-    int mine = code == worst ? rank_of(run) : world, who = 0;
-    MPI_Allreduce(&mine, &who, 1, MPI_INT, MPI_MIN, run->mpi_comm);
-    MPI_Bcast(msg, (int)msg_len, MPI_CHAR, who, run->mpi_comm);
-    return worst;
-}
-
 /* Prints, on rank 0, every key whose value differs between the saved config and this run's. Both
  * texts come from gt_config_to_ini: `[section]` lines, then `key = value` lines. */
 static void report_config_changes(const char *saved, const char *now) {
@@ -175,20 +163,6 @@ static void report_config_changes(const char *saved, const char *now) {
     free(b);
 }
 
-/* Working parameters = to_working(master) of every slice, as after an optimizer step. */
-static void restore_working_params(gt_optim *opt) {
-    const gt_ops *ops = opt->ops;
-    char *params = gt_model_params(opt->model);
-    size_t eb = (size_t)ops->act_bytes, count = gt_shard_count(&opt->shard);
-    if (count) ops->to_working(params + opt->shard.begin * eb, opt->master, count);
-    if (opt->sharded) {
-        int rank = gt_comm_rank(opt->comm);
-        gt_comm_all_gather(opt->comm, params + (size_t)rank * opt->shard.slice_len * eb, params,
-                           opt->shard.slice_len, eb == 2 ? GT_DTYPE_BF16 : GT_DTYPE_F32);
-    }
-    ops->synchronize();
-}
-
 static off_t file_size(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 ? st.st_size : 0;
@@ -199,12 +173,13 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
     char *saved_config = NULL;
     double t0 = MPI_Wtime();
     int code = gt_state_read(path, run->opt, info, &saved_config, err, err_len);
-    code = agree_on_failure(run, code, err, err_len);
+    code = gt_agree_on_failure(run->mpi_comm, code, err, err_len);
     if (code) {
         free(saved_config);
         return code;
     }
-    restore_working_params(run->opt);
+    gt_optim_publish_params(run->opt);
+    run->opt->ops->synchronize();
     MPI_Barrier(run->mpi_comm);
     double seconds = MPI_Wtime() - t0;
 
@@ -318,7 +293,6 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     MPI_Comm_dup(world, &run->mpi_comm);
     run->config_text = gt_config_to_ini(cfg);
     if (!run->config_text) abort();
-    gt_signals_install();
 
     int rank = rank_of(run), bad = 0;
     if (cfg->checkpoint.dir[0] && rank == 0) {

@@ -31,7 +31,7 @@ typedef struct gt_run_state {
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
 } gt_run_state;
 
-/* Resumes (checkpoint.resume) or starts fresh; installs the signal handlers. Collective over
+/* Resumes (checkpoint.resume) or starts fresh. Collective over
  * world (the trainer's MPI communicator, which comm wraps). Returns 0 or an exit code (2 bad config,
  * 3 unusable state file), the same on every rank. */
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,

@@ -43,18 +43,48 @@ static int fail_input(int rank, const char *msg) {
     return GT_EXIT_BAD_INPUT;
 }
 
-/* Chooses the backend from train.device and train.precision. */
-static int choose_backend(const gt_config *cfg, int rank, const gt_ops **ops_out) {
-    char why[256] = "", msg[2048];
+int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len) {
+    int worst = 0, world, rank;
+    MPI_Comm_size(comm, &world);
+    MPI_Comm_rank(comm, &rank);
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, comm);
+    if (!worst) return 0;
+    int mine = code == worst ? rank : world, who = 0;
+    MPI_Allreduce(&mine, &who, 1, MPI_INT, MPI_MIN, comm);
+    MPI_Bcast(msg, (int)msg_len, MPI_CHAR, who, comm);
+    return worst;
+}
+
+/* A check that files or devices decide, which may differ between ranks and nodes: agreed, and
+ * reported once (by rank 0, with the failing rank's message), so no rank is left in a collective. */
+static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    code = gt_agree_on_failure(comm, code, msg, msg_len);
+    if (code && rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
+    return code;
+}
+
+/* Chooses the backend from train.device and train.precision; the same one on every rank (a rank
+ * without a GPU makes device = auto fall back to the CPU everywhere, and device = cuda fail). */
+static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
+    char why[256] = "", msg[2048] = "";
+    int rank;
+    MPI_Comm_rank(comm, &rank);
     const char *dev = cfg->train.device, *prec = cfg->train.precision;
     int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
     if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
         ops = gt_ops_cuda(want_bf16, why, sizeof why);
-        if (!ops && strcmp(dev, "cuda") == 0) {
-            snprintf(msg, sizeof msg, "%s: [train] device = cuda, but %s", cfg->path, why);
-            return fail_input(rank, msg);
-        }
+        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but rank %d: %s", cfg->path, dev, rank, why);
+        int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
+        if (code) return code;
+        int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
+        MPI_Allreduce(here, all, 2, MPI_INT, MPI_MIN, comm);
+        if (!all[0]) ops = NULL;
+        if (!all[0] && all[1] && rank == 0)
+            fprintf(stderr, "gtrain: %s: [train] device = auto: some ranks see no GPU, so every rank runs on the CPU\n",
+                    cfg->path);
     }
     if (!ops) {
         if (strcmp(prec, "bf16") == 0) {
@@ -67,10 +97,6 @@ static int choose_backend(const gt_config *cfg, int rank, const gt_ops **ops_out
     *ops_out = ops;
     return 0;
 }
-
-typedef struct metrics_sink {
-    FILE *file;
-} metrics_sink;
 
 static void write_json_number(FILE *f, const char *key, double v, int last) {
     if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
@@ -171,7 +197,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         return fail_input(rank, msg);
     }
     const gt_ops *ops = NULL;
-    rc = choose_backend(cfg, rank, &ops);
+    rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;
 
     /* communicator */
@@ -188,29 +214,32 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             return fail_input(rank, msg);
         }
     } else {
+        if (is_cuda && world > 1) { /* the MPI communicator moves host memory; CUDA tensors live on the GPU */
+            snprintf(msg, sizeof msg,
+                     "%s: [dist] comm = mpi works on host memory and the CUDA backend keeps its tensors on the "
+                     "GPU (expected comm = nccl or auto with a GPU, or train.device = cpu)", cfg->path);
+            return fail_input(rank, msg);
+        }
         comm = gt_comm_create_mpi(world_comm);
     }
 
-    /* data */
+    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
     err[0] = '\0';
-    train_data = gt_data_open(cfg->data.train, err, sizeof err);
-    if (!train_data || gt_data_check_seq(train_data, cfg->train.seq_len, err, sizeof err) != 0) {
-        rc = fail_input(rank, err);
-        goto done;
-    }
-    if (gt_data_max_token(train_data) >= cfg->model.vocab_size) {
-        snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", cfg->data.train,
-                 gt_data_max_token(train_data), cfg->model.vocab_size);
-        rc = fail_input(rank, err);
-        goto done;
-    }
-    if (cfg->data.val[0]) {
-        val_data = gt_data_open(cfg->data.val, err, sizeof err);
-        if (!val_data || gt_data_check_seq(val_data, cfg->train.seq_len, err, sizeof err) != 0) {
-            rc = fail_input(rank, err);
-            goto done;
+    int bad = 0;
+    const char *paths[2] = {cfg->data.train, cfg->data.val};
+    gt_data **sets[2] = {&train_data, &val_data};
+    for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
+        gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
+        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0) {
+            bad = 1;
+        } else if (gt_data_max_token(d) >= cfg->model.vocab_size) { /* an embedding row that does not exist */
+            snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", paths[i],
+                     gt_data_max_token(d), cfg->model.vocab_size);
+            bad = 1;
         }
     }
+    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
+    if (rc) goto done;
 
     /* plan */
     gt_policy policy;
