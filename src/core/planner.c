@@ -155,6 +155,12 @@ static void shaped_plan(gt_plan *plan, int N, int n_rec, int K, int n_sel) {
     }
 }
 
+/* v + stride, but never stepping over `last` itself: the extremes (none, all) are always tried. */
+static int next_count(int v, int stride, int last) {
+    if (v >= last) return last + 1;
+    return v + stride < last ? v + stride : last;
+}
+
 int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_estimate *best_est) {
     int N = sh->model.n_layers;
     int found = 0;
@@ -163,9 +169,12 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
     gt_mem_estimate smallest_est;
     gt_plan smallest;
     int have_smallest = 0;
-    for (int n_rec = 0; n_rec <= N; n_rec++) {
-        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K++) {
-            for (int n_sel = 0; n_sel <= N - n_rec; n_sel++) {
+    /* Exhaustive up to 64 blocks (N^3/2 plans, each priced in O(N)); beyond that every count moves
+     * in steps of N/64 so the search stays near a second even at 1024 blocks. */
+    int stride = N > 64 ? N / 64 : 1;
+    for (int n_rec = 0; n_rec <= N; n_rec = next_count(n_rec, stride, N)) {
+        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K += stride) {
+            for (int n_sel = 0; n_sel <= N - n_rec; n_sel = next_count(n_sel, stride, N - n_rec)) {
                 shaped_plan(&plan, N, n_rec, K, n_sel);
                 gt_plan_estimate(sh, &plan, &est);
                 if (!have_smallest || est.total_bytes < smallest_est.total_bytes) {
