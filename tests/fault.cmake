@@ -1,0 +1,6 @@
+# A rank that dies ends the job with an error on every rank, never a hang (label mpi).
+add_test(NAME rank_death_ends_the_job
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/rank_death_ends_job.sh $<TARGET_FILE:gtrain>
+                 $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/rank_death_ends_the_job
+                 ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(rank_death_ends_the_job PROPERTIES LABELS mpi TIMEOUT 300)

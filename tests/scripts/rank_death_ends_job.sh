@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A rank that dies ends the whole job with an error, never a hang: two ranks train, rank 1 is
+# killed with SIGKILL between steps, and the launcher must return non-zero within 120 s while
+# rank 0 would otherwise wait in the step's collectives forever.
+#   rank_death_ends_job.sh GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
+set -euo pipefail
+gtrain=$1 prep=$2 work=$3
+shift 3
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+"$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null
+cat >run.ini <<INI
+[model]
+dim = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+ffn_dim = 64
+max_seq_len = 32
+[train]
+seq_len = 32
+micro_batch = 2
+steps = 10000
+warmup_steps = 1
+[data]
+train = corpus.train.bin
+val =
+[log]
+metrics = metrics.jsonl
+INI
+export OMP_NUM_THREADS=1 GTRAIN_TEST_STEP_DELAY_MS=100
+"$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+  [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 3)) && break
+  sleep 0.1
+done
+(($(wc -l <metrics.jsonl) >= 3)) || { echo "the run did not reach step 3"; cat run.log; exit 1; }
+victim=""
+for pid in $(pgrep -f "$gtrain run.ini"); do
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
+done
+[[ -n $victim ]] || { echo "rank 1 not found"; exit 1; }
+echo "killing rank 1 (pid $victim) after step $(wc -l <metrics.jsonl)"
+kill -9 "$victim"
+start=$(date +%s)
+rc=0
+for _ in $(seq 1200); do
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL: the job still runs 120 s after rank 1 died (a hang)"
+  pkill -9 -f "$gtrain run.ini" || true
+  exit 1
+fi
+wait "$launcher" || rc=$?
+echo "the launcher returned $rc after $(( $(date +%s) - start )) s"
+tail -n 5 run.log
+((rc != 0)) || { echo "FAIL: exit status 0 after a rank died"; exit 1; }
+echo PASS
