@@ -23,19 +23,7 @@
 #endif
 
 static int rank, world;
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            if (failures < 20) {                                                         \
-                fprintf(stderr, "[rank %d] %s:%d: FAIL %s: ", rank, __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                            \
-                fprintf(stderr, "\n");                                                   \
-            }                                                                            \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 /* ------------------------------------------------------------------ memory: host or device */
 
@@ -243,7 +231,7 @@ static void check_stats_and_scalars(gt_comm *c, const mem_ops *m) {
 /* ------------------------------------------------------------------ main */
 
 static void report(const char *what, int failures_before) {
-    int bad = failures - failures_before, any = 0;
+    int bad = check_failures - failures_before, any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) printf("%-4s %s\n", any ? "FAIL" : "ok", what);
     fflush(stdout);
@@ -252,11 +240,12 @@ static void report(const char *what, int failures_before) {
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    check_rank = rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (rank == 0) printf("test_comm: %d rank(s)\n", world);
 
     gt_comm *c = gt_comm_create_mpi(MPI_COMM_WORLD);
-    int f0 = failures;
+    int f0 = check_failures;
     CHECK(strcmp(gt_comm_name(c), "mpi") == 0, "name %s", gt_comm_name(c));
     CHECK(gt_comm_rank(c) == rank && gt_comm_size(c) == world, "rank/size");
     CHECK(gt_comm_local_rank(c) >= 0 && gt_comm_local_rank(c) < gt_comm_local_size(c) &&
@@ -264,7 +253,7 @@ int main(int argc, char **argv) {
     if (gt_comm_local_size(c) == world) CHECK(gt_comm_local_rank(c) == rank, "one node: local rank == rank");
     report("mpi: name, rank, size, local rank", f0);
 
-    f0 = failures;
+    f0 = check_failures;
     check_collectives(c, &host_mem, (size_t)-1);
     report("mpi: all_reduce / reduce_scatter (+in place) / all_gather (+in place), f32 and bf16, "
            "counts 0 1 2 5 17 1000 4099; broadcast from every root", f0);
@@ -272,7 +261,7 @@ int main(int argc, char **argv) {
     size_t limits[] = {1, 3, 7, 64};
     for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
         gt_comm_set_max_call_elems(c, limits[k]);
-        f0 = failures;
+        f0 = check_failures;
         check_collectives(c, &host_mem, limits[k] == 1 ? 1000 : (size_t)-1);
         char what[160];
         snprintf(what, sizeof what, "mpi: the same with at most %zu element(s) per MPI call (chunked path)", limits[k]);
@@ -280,14 +269,14 @@ int main(int argc, char **argv) {
     }
     gt_comm_set_max_call_elems(c, GT_COMM_MPI_MAX_CALL_ELEMS);
 
-    f0 = failures;
+    f0 = check_failures;
     check_stats_and_scalars(c, &host_mem);
     report("mpi: stats (calls, bytes_sent ring model, seconds), scalar sum, int max", f0);
 
     /* NCCL: a communicator only with CUDA, a GPU and one rank per GPU; otherwise a reason on every rank. */
     char why[256] = "";
     gt_comm *g = gt_comm_create_nccl(MPI_COMM_WORLD, why, sizeof why);
-    f0 = failures;
+    f0 = check_failures;
     if (!g) {
         CHECK(why[0] != '\0', "NULL without a reason");
         if (rank == 0) printf("     nccl: unavailable (%s); device checks skipped\n", why);
@@ -304,7 +293,7 @@ int main(int argc, char **argv) {
 
     gt_comm_destroy(c);
     int any = 0;
-    MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&check_failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0) printf("test_comm: %s\n", any ? "FAILED" : "all passed");
     MPI_Finalize();
     return any ? 1 : 0;

@@ -33,19 +33,7 @@
 #include "shard.h"
 
 static int rank, world;
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures < 30) {                                                                   \
-                fprintf(stderr, "[rank %d] %s:%d: FAIL %s: ", rank, __FILE__, __LINE__, #cond);    \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 enum { B = 2, T = 8, ACCUM = 3, STEPS = 2 };
 
@@ -264,6 +252,7 @@ static void run_mode(const gt_ops *ops, gt_comm *comm, gt_comm *self_comm, int s
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    check_rank = rank;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     const gt_ops *ops = gt_ops_cpu();
     gt_comm *comm = gt_comm_create_mpi(MPI_COMM_WORLD);
@@ -275,8 +264,8 @@ int main(int argc, char **argv) {
     gt_comm_destroy(self_comm);
     gt_comm_destroy(comm);
     int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (rank == 0) printf("test_dist_step (%d ranks): %s (%d failures)\n", world, total ? "FAIL" : "ok", total);
+    MPI_Allreduce(&check_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("test_dist_step (%d ranks): %s (%d check_failures)\n", world, total ? "FAIL" : "ok", total);
     MPI_Finalize();
     return total ? 1 : 0;
 }

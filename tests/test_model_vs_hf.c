@@ -52,17 +52,7 @@
 #define TOL_GRAD_REL 1e-5
 #define TOL_ACCUM_REL 1e-6
 
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            g_failures++;                                                  \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 static const gt_fx_record *need(const gt_fixture *fx, const char *name, int dtype) {
     const gt_fx_record *r = gt_fx_find(fx, name);
@@ -240,7 +230,7 @@ int main(int argc, char **argv) {
     }
     CHECK(n_fixture_params == layout->n_tensors, "fixture has %d parameters, layout %d", n_fixture_params,
           layout->n_tensors);
-    if (g_failures) {
+    if (check_failures) {
         fprintf(stderr, "FAIL: the parameter layout does not match Hugging Face's; stopping\n");
         return 1;
     }
@@ -361,8 +351,8 @@ int main(int argc, char **argv) {
     free(params);
     gt_model_destroy(model);
     gt_fx_close(&fx);
-    if (g_failures) {
-        printf("\n%d check(s) FAILED\n", g_failures);
+    if (check_failures) {
+        printf("\n%d check(s) FAILED\n", check_failures);
         return 1;
     }
     printf("\nall checks passed\n");

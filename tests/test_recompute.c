@@ -37,17 +37,7 @@
 #include "planner.h"
 #include "recompute.h"
 
-static int g_failures = 0;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            g_failures++;                                                  \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 /* ------------------------------------------------------------------ shapes and plans */
 
@@ -268,7 +258,7 @@ static const char *backend_name(int variant) { return variant == 0 ? "cpu" : "cp
 /* ------------------------------------------------------------------ checks */
 
 static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) {
-    int before = g_failures;
+    int before = check_failures;
     for (int v = 0; v < 2; v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
@@ -312,11 +302,11 @@ static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) 
             runner_free(&r);
         }
     }
-    printf("%s all_policies_give_bit_identical_losses_and_grads_with_dropout\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s all_policies_give_bit_identical_losses_and_grads_with_dropout\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 static void measured_activation_peak_equals_prediction(void) {
-    int before = g_failures;
+    int before = check_failures;
     for (int v = 0; v < 2; v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
@@ -350,11 +340,11 @@ static void measured_activation_peak_equals_prediction(void) {
             runner_free(&r);
         }
     }
-    printf("%s measured_activation_peak_equals_prediction\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s measured_activation_peak_equals_prediction\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 static void activation_peaks_order_as_the_model_says(void) {
-    int before = g_failures;
+    int before = check_failures;
     for (int v = 0; v < 2; v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
@@ -383,7 +373,7 @@ static void activation_peaks_order_as_the_model_says(void) {
             runner_free(&r);
         }
     }
-    printf("%s activation_peaks_order_as_the_model_says\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s activation_peaks_order_as_the_model_says\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 static int expected_recomputed(const char *policy, int N) {
@@ -394,7 +384,7 @@ static int expected_recomputed(const char *policy, int N) {
 }
 
 static void recomputed_blocks_match_the_plan(void) {
-    int before = g_failures;
+    int before = check_failures;
     for (int s = 0; s < N_SHAPES; s++) {
         const gt_ops *ops = backend(0);
         runner r;
@@ -419,11 +409,11 @@ static void recomputed_blocks_match_the_plan(void) {
         }
         runner_free(&r);
     }
-    printf("%s recomputed_blocks_match_the_plan\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s recomputed_blocks_match_the_plan\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 static void bad_policy_strings_are_rejected(void) {
-    int before = g_failures;
+    int before = check_failures;
     const int N = 6;
     char too_many[32], blocks_too_many[32];
     snprintf(too_many, sizeof too_many, "uniform:%d", N + 1);
@@ -460,11 +450,11 @@ static void bad_policy_strings_are_rejected(void) {
         rc = gt_policy_parse(text, N, &again, err, sizeof err);
         CHECK(rc == 0 && again.kind == pol.kind && again.k == pol.k, "'%s' does not round-trip", good[i]);
     }
-    printf("%s bad_policy_strings_are_rejected\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s bad_policy_strings_are_rejected\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 static void auto_picks_least_recompute_that_fits(void) {
-    int before = g_failures;
+    int before = check_failures;
     for (int v = 0; v < 2; v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
@@ -541,7 +531,7 @@ static void auto_picks_least_recompute_that_fits(void) {
             }
         }
     }
-    printf("%s auto_picks_least_recompute_that_fits\n", g_failures == before ? "ok  " : "FAIL");
+    printf("%s auto_picks_least_recompute_that_fits\n", check_failures == before ? "ok  " : "FAIL");
 }
 
 /* ------------------------------------------------------------------ --predict */
@@ -594,8 +584,8 @@ int main(int argc, char **argv) {
     recomputed_blocks_match_the_plan();
     bad_policy_strings_are_rejected();
     auto_picks_least_recompute_that_fits();
-    if (g_failures) {
-        fprintf(stderr, "%d check(s) failed\n", g_failures);
+    if (check_failures) {
+        fprintf(stderr, "%d check(s) failed\n", check_failures);
         return 1;
     }
     printf("all recompute checks passed\n");
