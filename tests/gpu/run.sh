@@ -180,6 +180,22 @@ print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
                   "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
 PY
         done
+        # the opt-in tensor-core attention (src/kernels/cuda/cuda_attention_wmma.cu): the same losses
+        # within bf16 noise, hopefully faster
+        export GTRAIN_CUDA_ATTENTION=wmma
+        gt tiny-cuda-bf16-wmma configs/tiny.ini $T train.device=cuda train.precision=bf16
+        # shellcheck disable=SC2086
+        gt "1b-none-wmma" configs/llama1b.ini $B1 train.device=cuda train.precision=bf16 memory.recompute=none
+        unset GTRAIN_CUDA_ATTENTION
+        python3 - "$OUT_DIR/1b-none-wmma.jsonl" "none-wmma" >> "$GTRAIN_JSONL" <<'PY' || true
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
+print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
+                  "tokens_per_s": statistics.median(r["tok_per_s"] for r in rows),
+                  "step_ms": statistics.median(r["step_ms"] for r in rows),
+                  "mfu": statistics.median(r["mfu"] for r in rows),
+                  "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
+PY
         "$GTRAIN" --plan configs/llama1b.ini $B1 train.device=cuda > "$OUT_DIR/1b-plan.txt" 2>&1 || true
     fi
 else

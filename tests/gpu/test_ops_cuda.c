@@ -21,6 +21,9 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
+ * Attention runs twice in bf16 mode: with the default kernels, then with the opt-in tensor-core
+ * variant (cuda_attention_wmma.cu, GTRAIN_CUDA_ATTENTION=wmma) forced on, same tolerances, with a
+ * check that the variant really took the calls.
  * Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
  * residual with out == res and out == branch, swiglu_backward with dgate == dout, dropout_backward).
@@ -37,6 +40,12 @@
 #include "ops.h"
 
 static const gt_ops *cpu, *gpu;
+
+/* private to the CUDA backend (cuda_attention_wmma.cu): force the attention variant (1 the bf16
+ * tensor-core one, 0 the default kernels, -1 back to GTRAIN_CUDA_ATTENTION) and count its calls */
+void gt_cuda_attention_force_variant(int variant);
+long gt_cuda_attention_wmma_calls(void);
+static const char *attn_variant = ""; /* prefix of the attention checks' names */
 static int bf16_mode;
 static int failures, checks;
 
@@ -353,7 +362,7 @@ static void test_rope(void) {
 
 static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {
     char name[128], tag[64];
-    snprintf(tag, sizeof tag, "B%d T%d NH%d NKV%d HD%d p%.2f", B, T, NH, NKV, HD, dropout);
+    snprintf(tag, sizeof tag, "%sB%d T%d NH%d NKV%d HD%d p%.2f", attn_variant, B, T, NH, NKV, HD, dropout);
     const gt_rng_key key = {42, 7};
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
     float *q = rand_vec(nq, 2.0f, 1), *k = rand_vec(nk, 2.0f, 1), *v = rand_vec(nk, 1.0f, 1);
@@ -588,12 +597,36 @@ int main(void) {
         test_matmul(256, 512, 384);
         test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
         test_rope();
+        gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
         test_attention(2, 77, 4, 2, 64, 0.1f);
         test_attention(1, 130, 2, 1, 128, 0.0f);
         test_attention(1, 130, 4, 4, 128, 0.2f);
         test_attention(3, 33, 3, 3, 24, 0.0f);
         test_attention(1, 1, 2, 1, 16, 0.0f);
+        if (bf16_mode) {
+            /* the opt-in bf16 tensor-core variant: GQA, T not a multiple of its 64-row tiles, HD 32, 64
+             * and 128, with and without dropout; each call is also run twice and compared bytewise */
+            gt_cuda_attention_force_variant(1);
+            attn_variant = "wmma ";
+            const long calls0 = gt_cuda_attention_wmma_calls();
+            test_attention(2, 77, 4, 2, 64, 0.0f);
+            test_attention(2, 77, 4, 2, 64, 0.1f);
+            test_attention(1, 130, 2, 1, 128, 0.0f);
+            test_attention(1, 130, 4, 4, 128, 0.2f);
+            test_attention(1, 200, 8, 2, 64, 0.1f); /* several key and query tiles, groups of 4 */
+            test_attention(2, 50, 4, 1, 32, 0.0f);
+            test_attention(1, 1, 2, 1, 128, 0.0f);
+            /* 7 shapes x 2 repeats x (forward + backward) */
+            const long took = gt_cuda_attention_wmma_calls() - calls0;
+            checks++;
+            if (took != 7 * 2 * 2) {
+                failures++;
+                printf("FAIL bf16  attention wmma: the variant took %ld of %d calls\n", took, 7 * 2 * 2);
+            }
+            attn_variant = "";
+        }
+        gt_cuda_attention_force_variant(-1);
         test_swiglu();
         test_residual_dropout(0.0f);
         test_residual_dropout(0.1f);

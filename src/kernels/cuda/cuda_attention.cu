@@ -487,12 +487,23 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *q, const T 
     gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
 }
 
+/* Optional bf16 tensor-core variant (cuda_attention_wmma.cu), opt-in with GTRAIN_CUDA_ATTENTION=wmma:
+ * each returns 1 when it ran the call (bf16, HD 32/64/128, aligned inputs), 0 to use the kernels here. */
+int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
+                                   int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                                    const void *v, const float *lse, int B, int Tn, int NH, int NKV, int HD,
+                                    float dropout, gt_rng_key key);
+
 template <typename T>
 static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
                               int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) &&
+        gt_cuda_attention_wmma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
+        return;
     T *o = (T *)out;
     const T *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
     if (HD <= 16) forward_hd<T, 16>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
@@ -509,6 +520,9 @@ static void attention_backward(void *dq, void *dk, void *dv, const void *dout, c
     (void)probs;
     check_shapes(NH, NKV, HD);
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) &&
+        gt_cuda_attention_wmma_backward(dq, dk, dv, dout, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
+        return;
     T *a = (T *)dq, *bk = (T *)dk, *bv = (T *)dv;
     const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
     if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
