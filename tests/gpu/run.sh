@@ -117,7 +117,9 @@ GTRAIN_JSONL="$OUT_DIR/gtrain-bench.jsonl"
 : > "$GTRAIN_JSONL"
 GTRAIN="$BUILD_DIR/gtrain"
 trainer_rc=0
-if [ -x "$GTRAIN" ] && [ -x "$BUILD_DIR/gtrain-prep" ] && [ "${GTRAIN_TRAINER_CHECKS:-1}" = 1 ]; then
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    log "trainer-level checks skipped: no GPU visible (nvidia-smi -L fails)"
+elif [ -x "$GTRAIN" ] && [ -x "$BUILD_DIR/gtrain-prep" ] && [ "${GTRAIN_TRAINER_CHECKS:-1}" = 1 ]; then
     DATA="$OUT_DIR/data"; mkdir -p "$DATA"
     texts=$(ls /usr/share/common-licenses/* 2>/dev/null; ls "$ROOT"/docs/*.md "$ROOT"/README.md "$ROOT"/configs/*.md 2>/dev/null)
     # shellcheck disable=SC2086
@@ -129,6 +131,18 @@ if [ -x "$GTRAIN" ] && [ -x "$BUILD_DIR/gtrain-prep" ] && [ "${GTRAIN_TRAINER_CH
         # shellcheck disable=SC2086
         timeout "$STEP_TIMEOUT" "$GTRAIN" "$@" $D log.metrics="$OUT_DIR/$label.jsonl" log.every=10 \
             > "$OUT_DIR/$label.log" 2>&1 || { log "gtrain $label failed: exit $?"; trainer_rc=1; }
+    }
+    summarize() { # metrics label, table label: one summary line of a benchmark run for the table
+        python3 - "$OUT_DIR/$1.jsonl" "$2" >> "$GTRAIN_JSONL" <<'PY' || true
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]  # skip warm-up steps
+print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
+                  "tokens_per_s": statistics.median(r["tok_per_s"] for r in rows),
+                  "step_ms": statistics.median(r["step_ms"] for r in rows),
+                  "mfu": statistics.median(r["mfu"] for r in rows),
+                  "act_peak_bytes": max(r["act_peak_bytes"] for r in rows),
+                  "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
+PY
     }
     T="train.steps=40 train.warmup_steps=4"
     gt tiny-cpu configs/tiny.ini $T train.device=cpu
@@ -169,16 +183,7 @@ PY
         for pol in none full selective; do
             # shellcheck disable=SC2086
             gt "1b-$pol" configs/llama1b.ini $B1 train.device=cuda train.precision=bf16 memory.recompute=$pol
-            python3 - "$OUT_DIR/1b-$pol.jsonl" "$pol" >> "$GTRAIN_JSONL" <<'PY' || true
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]  # skip warm-up steps
-print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
-                  "tokens_per_s": statistics.median(r["tok_per_s"] for r in rows),
-                  "step_ms": statistics.median(r["step_ms"] for r in rows),
-                  "mfu": statistics.median(r["mfu"] for r in rows),
-                  "act_peak_bytes": max(r["act_peak_bytes"] for r in rows),
-                  "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
-PY
+            summarize "1b-$pol" "$pol"
         done
         # the opt-in tensor-core attention (src/kernels/cuda/cuda_attention_wmma.cu): the same losses
         # within bf16 noise, hopefully faster
@@ -187,15 +192,7 @@ PY
         # shellcheck disable=SC2086
         gt "1b-none-wmma" configs/llama1b.ini $B1 train.device=cuda train.precision=bf16 memory.recompute=none
         unset GTRAIN_CUDA_ATTENTION
-        python3 - "$OUT_DIR/1b-none-wmma.jsonl" "none-wmma" >> "$GTRAIN_JSONL" <<'PY' || true
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
-print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
-                  "tokens_per_s": statistics.median(r["tok_per_s"] for r in rows),
-                  "step_ms": statistics.median(r["step_ms"] for r in rows),
-                  "mfu": statistics.median(r["mfu"] for r in rows),
-                  "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
-PY
+        summarize "1b-none-wmma" "none-wmma"
         "$GTRAIN" --plan configs/llama1b.ini $B1 train.device=cuda > "$OUT_DIR/1b-plan.txt" 2>&1 || true
     fi
 else
