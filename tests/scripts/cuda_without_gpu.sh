@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# train.device = cuda on a machine without a GPU is a clear error with exit code 2 (not a crash and
+# not a silent CPU run). Skipped (77) where a GPU is visible.
+#   cuda_without_gpu.sh GTRAIN GTRAIN_PREP WORKDIR
+set -uo pipefail
+gtrain=$1 prep=$2 work=$3
+if nvidia-smi -L >/dev/null 2>&1; then echo "a GPU is visible: nothing to check"; exit 77; fi
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+"$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/GPL-3 >/dev/null || exit 1
+"$gtrain" --help >/dev/null || exit 1
+"$gtrain" /dev/null data.train=corpus.train.bin data.val= train.device=cuda >out.txt 2>err.txt
+rc=$?
+cat err.txt
+[[ $rc == 2 ]] || { echo "FAIL: exit $rc, expected 2"; exit 1; }
+grep -q "device = cuda" err.txt || { echo "FAIL: the message does not name [train] device = cuda"; exit 1; }
+! grep -q "^step" out.txt || { echo "FAIL: it trained anyway"; exit 1; }
+echo PASS
