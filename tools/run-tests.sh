@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup-debian.sh --slurm
-bash tools/build.sh
+# The Python packages the reference tests need (transformers, torch, tokenizers, safetensors, h5py) live
+# in a venv outside the clone, made once (tools/setup-venv.sh); no test skips for want of them.
+hf_python=$(bash tools/setup-venv.sh | tail -n 1)
+bash tools/build.sh -DGTRAIN_HF_PYTHON="$hf_python"
 cd build
 ctest --output-on-failure --timeout 1500 "$@"

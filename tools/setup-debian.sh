@@ -10,7 +10,7 @@ packages=(cmake make gcc g++ pkg-config
           libopenmpi-dev openmpi-bin
           libhdf5-openmpi-dev hdf5-tools
           libopenblas-openmp-dev libinih-dev
-          fortunes python3 python3-matplotlib)
+          fortunes python3 python3-venv python3-matplotlib)
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
 fi
