@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "recompute.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -750,27 +751,43 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
                 err_len);
 }
 
-static int check_one_file(const gt_config *cfg, const char *key, const char *path, int line, char *err,
+/* data.train / data.val: every file of the spec (commas, globs: data.h) must exist and be readable;
+ * a pattern matching nothing is an error too. Headers are checked later, by the loader. */
+static int check_one_file(const gt_config *cfg, const char *key, const char *spec, int line, char *err,
                           size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
     if (line > 0)
         snprintf(where, sizeof where, "%s:%d: [data] %s", cfg->path, line, key);
     else if (line < 0)
-        snprintf(where, sizeof where, "command line: data.%s=%s", key, path);
+        snprintf(where, sizeof where, "command line: data.%s=%s", key, spec);
     else
         snprintf(where, sizeof where, "%s%s[data] %s (default)", cfg->path, cfg->path[0] ? ": " : "", key);
-    struct stat st;
-    const char *why = NULL;
-    if (stat(path, &st) != 0)
-        why = strerror(errno);
-    else if (S_ISDIR(st.st_mode))
-        why = "it is a directory";
-    else if (access(path, R_OK) != 0)
-        why = strerror(errno);
-    if (!why) return 0;
-    snprintf(err, err_len, "%s: cannot read '%s': %s (expected a token file made by gtrain-prep)", where, path,
-             why);
-    return 2;
+    static const char expected[] =
+        "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
+        "paths separated by commas, or a glob";
+    char **paths = NULL, why_buf[GT_PATH_MAX + 256];
+    int n = 0;
+    if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
+        snprintf(err, err_len, "%s: %s (%s)", where, why_buf, expected);
+        return 2;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        struct stat st;
+        const char *why = NULL;
+        if (stat(paths[i], &st) != 0)
+            why = strerror(errno);
+        else if (S_ISDIR(st.st_mode))
+            why = "it is a directory";
+        else if (access(paths[i], R_OK) != 0)
+            why = strerror(errno);
+        if (why) {
+            snprintf(err, err_len, "%s: cannot read '%s': %s (%s)", where, paths[i], why, expected);
+            rc = 2;
+        }
+    }
+    gt_data_free_paths(paths, n);
+    return rc;
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {

@@ -1,9 +1,11 @@
-/* gtrain token data: see data.h for the file format and the sampling rules. */
+/* gtrain token data: see data.h for the file formats, the spec of several files and the sampling
+ * rules. */
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,16 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct gt_data {
-    char *path;
-    const unsigned char *map; /* whole file */
-    size_t map_len;
-    const unsigned char *tok; /* map + 32 */
-    uint64_t count;
-    uint32_t vocab;
-    int tb;
-    int max_tok; /* cached, -1 = not yet scanned */
-};
 
 static void seterr(char *err, size_t len, const char *fmt, ...) {
     if (!err || !len) return;
@@ -54,81 +46,222 @@ void gt_data_encode_header(unsigned char out[GT_DATA_HEADER_BYTES], uint32_t tok
     wr32(out + 28, 0);
 }
 
+/* ------------------------------------------------------------------ the spec */
+
+static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+static int push_path(char ***paths, int *n, int *cap, const char *p) {
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 8;
+        char **np = realloc(*paths, (size_t)nc * sizeof *np);
+        if (!np) return -1;
+        *paths = np;
+        *cap = nc;
+    }
+    char *c = strdup(p);
+    if (!c) return -1;
+    (*paths)[(*n)++] = c;
+    return 0;
+}
+
+void gt_data_free_paths(char **paths, int n) {
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+}
+
+int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, size_t err_len) {
+    *paths_out = NULL;
+    *n_out = 0;
+    if (!spec || !*spec) {
+        seterr(err, err_len, "token data: no file name given");
+        return -1;
+    }
+    char *copy = strdup(spec);
+    char **paths = NULL;
+    int n = 0, cap = 0, rc = 0;
+    if (!copy) {
+        seterr(err, err_len, "%s: out of memory", spec);
+        return -1;
+    }
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '\t') tok++;
+        size_t len = strlen(tok);
+        while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t')) tok[--len] = 0;
+        if (!len) continue; /* "a.bin, ,b.bin" or a trailing comma */
+        if (!has_glob_chars(tok)) {
+            if (push_path(&paths, &n, &cap, tok)) rc = -2;
+            continue;
+        }
+        glob_t g;
+        int grc = glob(tok, GLOB_ERR, NULL, &g); /* sorted by name (no GLOB_NOSORT) */
+        if (grc == GLOB_NOMATCH) {
+            seterr(err, err_len, "%s: the pattern matches no file", tok);
+            rc = -1;
+        } else if (grc != 0) {
+            seterr(err, err_len, "%s: cannot expand the pattern: %s", tok,
+                   grc == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
+            rc = -1;
+        } else {
+            for (size_t i = 0; i < g.gl_pathc && !rc; i++)
+                if (push_path(&paths, &n, &cap, g.gl_pathv[i])) rc = -2;
+        }
+        if (grc != GLOB_NOMATCH) globfree(&g);
+    }
+    free(copy);
+    if (rc == -2) seterr(err, err_len, "%s: out of memory", spec);
+    if (!rc && n == 0) {
+        seterr(err, err_len, "'%s': no file name given", spec);
+        rc = -1;
+    }
+    if (rc) {
+        gt_data_free_paths(paths, n);
+        return -1;
+    }
+    *paths_out = paths;
+    *n_out = n;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ reading */
 
-gt_data *gt_data_open(const char *path, char *err, size_t err_len) {
-    if (!path || !*path) {
-        seterr(err, err_len, "token data: no file name given");
-        return NULL;
-    }
+/* One mapped file. */
+typedef struct shard {
+    char *path;
+    const unsigned char *map; /* whole file */
+    size_t map_len;
+    const unsigned char *tok; /* first token */
+    uint64_t count;
+    uint32_t vocab; /* from a gtrain header; 0 for llm.c (not recorded) */
+    int tb;         /* 2 or 4 */
+    int llmc;
+    int max_tok;    /* cached, -1 = not yet scanned */
+} shard;
+
+struct gt_data {
+    char *spec;
+    shard *s;
+    int n;
+    uint64_t count;       /* all shards */
+    uint64_t *base;       /* [n+1]: global index of shard i's first token */
+    /* window tables for one T (made by ensure_tables; 0 = none yet) */
+    int T;
+    uint64_t *train_cum;  /* [n+1]: train windows in shards < i */
+    uint64_t *val_cum;    /* [n+1]: validation windows in shards < i */
+};
+
+static void unmap_shard(shard *s) {
+    if (s->map) munmap((void *)s->map, s->map_len);
+    free(s->path);
+}
+
+/* Opens one file into *s. 0, or -1 + a message naming the file. */
+static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
+    memset(s, 0, sizeof *s);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         seterr(err, err_len, "%s: cannot open token data file: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         seterr(err, err_len, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        return NULL;
+        return -1;
     }
     if (!S_ISREG(st.st_mode)) {
         seterr(err, err_len, "%s: not a regular file", path);
         close(fd);
-        return NULL;
+        return -1;
     }
     uint64_t fsize = (uint64_t)st.st_size;
-    if (fsize < GT_DATA_HEADER_BYTES) {
+    if (fsize < 8) {
         seterr(err, err_len, "%s: truncated header: file has %llu bytes, a gtrain token file has a "
-               "%d-byte header", path, (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
+               "%d-byte header (an llm.c shard %d)", path, (unsigned long long)fsize, GT_DATA_HEADER_BYTES,
+               GT_LLMC_HEADER_BYTES);
         close(fd);
-        return NULL;
+        return -1;
     }
     if (fsize > (uint64_t)SIZE_MAX) {
         seterr(err, err_len, "%s: file too large to map", path);
         close(fd);
-        return NULL;
+        return -1;
     }
     void *m = mmap(NULL, (size_t)fsize, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         seterr(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
     const unsigned char *h = m;
     const char *why = NULL;
-    char buf[200];
-    uint32_t version = rd32(h + 8), tb = rd32(h + 12), vocab = rd32(h + 24), reserved = rd32(h + 28);
-    uint64_t count = rd64(h + 16);
-    if (memcmp(h, GT_DATA_MAGIC, 8) != 0) {
-        why = "bad magic (not a gtrain token file; expected \"GTRNTOK\\0\" in the first 8 bytes; "
-              "make one with gtrain-prep)";
-    } else if (version != GT_DATA_VERSION) {
-        snprintf(buf, sizeof buf, "unsupported format version %u (this gtrain reads version %u)",
-                 version, GT_DATA_VERSION);
+    char buf[300];
+    uint64_t count = 0, hdr = 0;
+    uint32_t vocab = 0, tb = 0, magic = rd32(h);
+    int llmc = 0;
+    if (memcmp(h, GT_DATA_MAGIC, 8) == 0) {
+        hdr = GT_DATA_HEADER_BYTES;
+        uint32_t version = fsize >= hdr ? rd32(h + 8) : 0, reserved = fsize >= hdr ? rd32(h + 28) : 0;
+        tb = fsize >= hdr ? rd32(h + 12) : 0;
+        vocab = fsize >= hdr ? rd32(h + 24) : 0;
+        count = fsize >= hdr ? rd64(h + 16) : 0;
+        if (fsize < hdr) {
+            snprintf(buf, sizeof buf, "truncated header: file has %llu bytes, a gtrain token file has a "
+                     "%d-byte header", (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
+            why = buf;
+        } else if (version != GT_DATA_VERSION) {
+            snprintf(buf, sizeof buf, "unsupported format version %u (this gtrain reads version %u)",
+                     version, GT_DATA_VERSION);
+            why = buf;
+        } else if (tb != 2 && tb != 4) {
+            snprintf(buf, sizeof buf, "unsupported token width token_bytes=%u (must be 2 or 4)", tb);
+            why = buf;
+        } else if (vocab == 0) {
+            why = "vocab_size is 0";
+        } else if (tb == 2 && vocab > 65536u) {
+            snprintf(buf, sizeof buf, "vocab_size %u does not fit 2-byte tokens (max 65536)", vocab);
+            why = buf;
+        } else if (reserved != 0) {
+            snprintf(buf, sizeof buf, "reserved header field is %u, must be 0", reserved);
+            why = buf;
+        }
+    } else if (magic == GT_LLMC_MAGIC || magic == GT_LLMC_MAGIC_U32) {
+        llmc = 1;
+        hdr = GT_LLMC_HEADER_BYTES;
+        uint32_t want_version = magic == GT_LLMC_MAGIC ? 1u : 7u;
+        tb = magic == GT_LLMC_MAGIC ? 2u : 4u;
+        uint32_t version = fsize >= hdr ? rd32(h + 4) : 0;
+        int32_t n = fsize >= hdr ? (int32_t)rd32(h + 8) : 0;
+        count = n < 0 ? 0 : (uint64_t)n;
+        if (fsize < hdr) {
+            snprintf(buf, sizeof buf, "truncated llm.c header: file has %llu bytes, an llm.c shard has a "
+                     "%d-byte header (256 int32)", (unsigned long long)fsize, GT_LLMC_HEADER_BYTES);
+            why = buf;
+        } else if (version != want_version) {
+            snprintf(buf, sizeof buf, "unsupported llm.c shard version %u (magic %u goes with version %u)",
+                     version, magic, want_version);
+            why = buf;
+        } else if (n < 0) {
+            snprintf(buf, sizeof buf, "llm.c header has a negative token count %d", (int)n);
+            why = buf;
+        }
+    } else if (fsize < GT_DATA_HEADER_BYTES) {
+        snprintf(buf, sizeof buf, "truncated header: file has %llu bytes, a gtrain token file has a "
+                 "%d-byte header", (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
         why = buf;
-    } else if (tb != 2 && tb != 4) {
-        snprintf(buf, sizeof buf, "unsupported token width token_bytes=%u (must be 2 or 4)", tb);
-        why = buf;
-    } else if (vocab == 0) {
-        why = "vocab_size is 0";
-    } else if (tb == 2 && vocab > 65536u) {
-        snprintf(buf, sizeof buf, "vocab_size %u does not fit 2-byte tokens (max 65536)", vocab);
-        why = buf;
-    } else if (reserved != 0) {
-        snprintf(buf, sizeof buf, "reserved header field is %u, must be 0", reserved);
-        why = buf;
-    } else if (count > (UINT64_MAX - GT_DATA_HEADER_BYTES) / tb ||
-               fsize != GT_DATA_HEADER_BYTES + count * tb) {
+    } else {
+        why = "bad magic (neither a gtrain token file, \"GTRNTOK\\0\" in the first 8 bytes, made by "
+              "gtrain-prep or tools/prep_tokenized.py, nor an llm.c shard, int32 20240520 or 20240801)";
+    }
+    const char *kind = llmc ? "llm.c header" : "header";
+    if (!why && (count > (UINT64_MAX - hdr) / tb || fsize != hdr + count * tb)) {
         snprintf(buf, sizeof buf,
-                 "size mismatch: header says %llu tokens of %u bytes (%llu bytes with the header) "
+                 "size mismatch: %s says %llu tokens of %u bytes (%llu bytes with the header) "
                  "but the file has %llu bytes (truncated or corrupt?)",
-                 (unsigned long long)count, tb,
-                 count > (UINT64_MAX - GT_DATA_HEADER_BYTES) / tb
-                     ? 0ULL : (unsigned long long)(GT_DATA_HEADER_BYTES + count * tb),
+                 kind, (unsigned long long)count, tb,
+                 count > (UINT64_MAX - hdr) / tb ? 0ULL : (unsigned long long)(hdr + count * tb),
                  (unsigned long long)fsize);
         why = buf;
-    } else if (count < 2) {
+    } else if (!why && count < 2) {
         snprintf(buf, sizeof buf, "too few tokens: %llu (need at least 2, and seq_len+1 to train)",
                  (unsigned long long)count);
         why = buf;
@@ -136,81 +269,223 @@ gt_data *gt_data_open(const char *path, char *err, size_t err_len) {
     if (why) {
         seterr(err, err_len, "%s: %s", path, why);
         munmap(m, (size_t)fsize);
-        return NULL;
+        return -1;
     }
-    gt_data *d = calloc(1, sizeof *d);
-    char *p = d ? strdup(path) : NULL;
-    if (!d || !p) {
-        free(d);
+    s->path = strdup(path);
+    if (!s->path) {
         munmap(m, (size_t)fsize);
         seterr(err, err_len, "%s: out of memory", path);
-        return NULL;
+        return -1;
     }
-    d->path = p;
-    d->map = m;
-    d->map_len = (size_t)fsize;
-    d->tok = h + GT_DATA_HEADER_BYTES;
-    d->count = count;
-    d->vocab = vocab;
-    d->tb = (int)tb;
-    d->max_tok = -1;
+    s->map = m;
+    s->map_len = (size_t)fsize;
+    s->tok = h + hdr;
+    s->count = count;
+    s->vocab = llmc ? 0 : vocab;
+    s->tb = (int)tb;
+    s->llmc = llmc;
+    s->max_tok = -1;
 #ifdef MADV_RANDOM
     madvise(m, (size_t)fsize, MADV_RANDOM);
 #endif
+    return 0;
+}
+
+gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
+    char **paths = NULL;
+    int n = 0;
+    if (gt_data_expand(spec, &paths, &n, err, err_len) != 0) return NULL;
+    gt_data *d = calloc(1, sizeof *d);
+    if (d) {
+        d->spec = strdup(spec);
+        d->s = calloc((size_t)n, sizeof *d->s);
+        d->base = calloc((size_t)n + 1, sizeof *d->base);
+    }
+    if (!d || !d->spec || !d->s || !d->base) {
+        seterr(err, err_len, "%s: out of memory", spec);
+        gt_data_free_paths(paths, n);
+        gt_data_close(d);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (open_shard(paths[i], &d->s[i], err, err_len) != 0) {
+            gt_data_free_paths(paths, n);
+            gt_data_close(d);
+            return NULL;
+        }
+        d->n = i + 1;
+        d->base[i + 1] = d->base[i] + d->s[i].count;
+    }
+    d->count = d->base[n];
+    gt_data_free_paths(paths, n);
     return d;
 }
 
 void gt_data_close(gt_data *d) {
     if (!d) return;
-    munmap((void *)d->map, d->map_len);
-    free(d->path);
+    for (int i = 0; i < d->n; i++) unmap_shard(&d->s[i]);
+    free(d->s);
+    free(d->base);
+    free(d->train_cum);
+    free(d->val_cum);
+    free(d->spec);
     free(d);
 }
 
-const char *gt_data_path(const gt_data *d) { return d->path; }
+const char *gt_data_path(const gt_data *d) { return d->spec; }
+int gt_data_n_files(const gt_data *d) { return d->n; }
+const char *gt_data_file_path(const gt_data *d, int i) { return d->s[i].path; }
+uint64_t gt_data_file_tokens(const gt_data *d, int i) { return d->s[i].count; }
+const char *gt_data_file_format(const gt_data *d, int i) { return d->s[i].llmc ? "llm.c" : "gtrain"; }
 uint64_t gt_data_token_count(const gt_data *d) { return d->count; }
-uint32_t gt_data_vocab_size(const gt_data *d) { return d->vocab; }
-int gt_data_token_bytes(const gt_data *d) { return d->tb; }
 
-int32_t gt_data_token(const gt_data *d, uint64_t i) {
-    if (d->tb == 2) {
-        const unsigned char *p = d->tok + 2 * i;
+uint32_t gt_data_vocab_size(const gt_data *d) {
+    uint32_t v = 0;
+    for (int i = 0; i < d->n; i++) v = d->s[i].vocab > v ? d->s[i].vocab : v;
+    return v;
+}
+
+int gt_data_token_bytes(const gt_data *d) {
+    int tb = 2;
+    for (int i = 0; i < d->n; i++) tb = d->s[i].tb > tb ? d->s[i].tb : tb;
+    return tb;
+}
+
+static int32_t shard_token(const shard *s, uint64_t i) {
+    if (s->tb == 2) {
+        const unsigned char *p = s->tok + 2 * i;
         return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
     }
-    uint32_t v = rd32(d->tok + 4 * i);
+    uint32_t v = rd32(s->tok + 4 * i);
     return v > (uint32_t)INT32_MAX ? INT32_MAX : (int32_t)v;
 }
 
-int gt_data_max_token(const gt_data *d) {
-    if (d->max_tok >= 0) return d->max_tok;
+/* The largest i in [0, n) with cum[i] <= x (cum[0..n] non-decreasing, cum[0] = 0 <= x < cum[n]): the
+ * i with cum[i] <= x < cum[i+1], so a shard that contributes nothing (cum[i] == cum[i+1]) is never
+ * chosen. Binary search: log2(n) steps per window. */
+static int locate(const uint64_t *cum, int n, uint64_t x) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (cum[mid] <= x) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+int32_t gt_data_token(const gt_data *d, uint64_t i) {
+    int k = locate(d->base, d->n, i);
+    return shard_token(&d->s[k], i - d->base[k]);
+}
+
+static int shard_max_token(shard *s) {
+    if (s->max_tok >= 0) return s->max_tok;
     int32_t mx = 0;
-    if (d->tb == 2) {
-        for (uint64_t i = 0; i < d->count; i++) {
-            int32_t v = (int32_t)((uint32_t)d->tok[2 * i] | (uint32_t)d->tok[2 * i + 1] << 8);
+    if (s->tb == 2) {
+        for (uint64_t i = 0; i < s->count; i++) {
+            int32_t v = (int32_t)((uint32_t)s->tok[2 * i] | (uint32_t)s->tok[2 * i + 1] << 8);
             if (v > mx) mx = v;
         }
     } else {
-        for (uint64_t i = 0; i < d->count; i++) {
-            int32_t v = gt_data_token(d, i);
+        for (uint64_t i = 0; i < s->count; i++) {
+            int32_t v = shard_token(s, i);
             if (v > mx) mx = v;
         }
     }
-    ((gt_data *)d)->max_tok = mx; /* the object is heap-allocated and non-const: cache it */
+    s->max_tok = mx;
     return mx;
+}
+
+int gt_data_max_token(const gt_data *d) {
+    int mx = 0;
+    for (int i = 0; i < d->n; i++) { /* the object is heap-allocated and non-const: cache in it */
+        int m = shard_max_token(&((gt_data *)d)->s[i]);
+        mx = m > mx ? m : mx;
+    }
+    return mx;
+}
+
+int gt_data_check_vocab(const gt_data *d, int model_vocab, char *err, size_t err_len) {
+    for (int i = 0; i < d->n; i++) {
+        shard *s = &((gt_data *)d)->s[i];
+        if (!s->llmc && s->vocab <= (uint32_t)model_vocab) continue; /* the writer checked every id */
+        if (s->llmc && s->tb == 2 && model_vocab >= 65536) continue;
+        int mx = shard_max_token(s);
+        if (mx < model_vocab) continue;
+        if (s->llmc)
+            seterr(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (an llm.c shard: "
+                   "the data was tokenised for a larger vocabulary)", s->path, mx, model_vocab);
+        else
+            seterr(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (the file was made "
+                   "for a vocabulary of %u)", s->path, mx, model_vocab, s->vocab);
+        return -1;
+    }
+    return 0;
+}
+
+/* Window tables for T (cast away const like the max-token cache: the object is ours). */
+static void ensure_tables(const gt_data *cd, int T) {
+    gt_data *d = (gt_data *)cd;
+    if (d->T == T && d->train_cum) return;
+    if (!d->train_cum) {
+        d->train_cum = malloc(((size_t)d->n + 1) * sizeof *d->train_cum);
+        d->val_cum = malloc(((size_t)d->n + 1) * sizeof *d->val_cum);
+        if (!d->train_cum || !d->val_cum) abort();
+    }
+    d->train_cum[0] = d->val_cum[0] = 0;
+    for (int i = 0; i < d->n; i++) {
+        uint64_t c = d->s[i].count, ok = T >= 1 && c >= (uint64_t)T + 1;
+        d->train_cum[i + 1] = d->train_cum[i] + (ok ? c - (uint64_t)T : 0);
+        d->val_cum[i + 1] = d->val_cum[i] + (ok ? (c - 1) / (uint64_t)T : 0);
+    }
+    d->T = T;
 }
 
 int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len) {
     if (T < 1) {
-        seterr(err, err_len, "%s: sequence length %d must be >= 1", d->path, T);
+        seterr(err, err_len, "%s: sequence length %d must be >= 1", d->spec, T);
         return -1;
     }
-    if (d->count < (uint64_t)T + 1) {
+    ensure_tables(d, T);
+    if (d->train_cum[d->n] > 0) return 0;
+    int big = 0;
+    for (int i = 1; i < d->n; i++) big = d->s[i].count > d->s[big].count ? i : big;
+    if (d->n == 1)
         seterr(err, err_len, "%s: too few tokens for seq_len %d: the file has %llu tokens, "
-               "need at least seq_len+1 = %llu", d->path, T, (unsigned long long)d->count,
+               "need at least seq_len+1 = %llu", d->s[0].path, T, (unsigned long long)d->s[0].count,
                (unsigned long long)T + 1);
-        return -1;
+    else
+        seterr(err, err_len, "%s: too few tokens for seq_len %d: no file has seq_len+1 = %llu tokens "
+               "(windows never cross files; the largest, %s, has %llu)", d->spec, T,
+               (unsigned long long)T + 1, d->s[big].path, (unsigned long long)d->s[big].count);
+    return -1;
+}
+
+static void thousands(uint64_t v, char *out, size_t len) {
+    char raw[32];
+    snprintf(raw, sizeof raw, "%llu", (unsigned long long)v);
+    size_t n = strlen(raw), o = 0;
+    for (size_t i = 0; i < n && o + 2 < len; i++) {
+        if (i && (n - i) % 3 == 0) out[o++] = ',';
+        out[o++] = raw[i];
     }
-    return 0;
+    out[o] = 0;
+}
+
+void gt_data_describe(const gt_data *d, char *out, size_t len) {
+    char num[40];
+    thousands(d->count, num, sizeof num);
+    if (d->n == 1) {
+        snprintf(out, len, "%s (%s tokens%s)", d->s[0].path, num, d->s[0].llmc ? ", llm.c shard" : "");
+        return;
+    }
+    int llmc = 0;
+    for (int i = 0; i < d->n; i++) llmc += d->s[i].llmc;
+    size_t o = (size_t)snprintf(out, len, "%d files, %s tokens%s: ", d->n, num,
+                                llmc == d->n ? ", llm.c shards" : llmc ? ", some llm.c shards" : "");
+    enum { SHOWN = 3 };
+    for (int i = 0; i < d->n && i < SHOWN && o < len; i++)
+        o += (size_t)snprintf(out + o, len - o, "%s%s", i ? ", " : "", d->s[i].path);
+    if (d->n > SHOWN && o < len) snprintf(out + o, len - o, ", ...");
 }
 
 static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser */
@@ -219,15 +494,25 @@ static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser */
     return z ^ (z >> 31);
 }
 
-uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T) {
-    uint64_t n = d->count - (uint64_t)T; /* number of valid starts, >= 1 after check_seq */
+/* Training window k (of train_cum[n]) -> shard index and local start. */
+static int train_window(const gt_data *d, uint64_t seed, uint64_t s, int T, uint64_t *local) {
+    ensure_tables(d, T);
     uint64_t h = mix64(mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15ULL);
-    return h % n;
+    uint64_t k = h % d->train_cum[d->n]; /* >= 1 window after check_seq */
+    int i = locate(d->train_cum, d->n, k);
+    *local = k - d->train_cum[i];
+    return i;
 }
 
-static void copy_window(const gt_data *d, uint64_t start, int T, int32_t *in, int32_t *tg) {
-    if (d->tb == 2) {
-        const unsigned char *p = d->tok + 2 * start;
+uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T) {
+    uint64_t local;
+    int i = train_window(d, seed, s, T, &local);
+    return d->base[i] + local;
+}
+
+static void copy_window(const shard *s, uint64_t start, int T, int32_t *in, int32_t *tg) {
+    if (s->tb == 2) {
+        const unsigned char *p = s->tok + 2 * start;
         int32_t prev = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
         for (int t = 0; t < T; t++) {
             const unsigned char *q = p + 2 * (size_t)(t + 1);
@@ -238,8 +523,8 @@ static void copy_window(const gt_data *d, uint64_t start, int T, int32_t *in, in
         }
     } else {
         for (int t = 0; t < T; t++) {
-            in[t] = gt_data_token(d, start + (uint64_t)t);
-            tg[t] = gt_data_token(d, start + (uint64_t)t + 1);
+            in[t] = shard_token(s, start + (uint64_t)t);
+            tg[t] = shard_token(s, start + (uint64_t)t + 1);
         }
     }
 }
@@ -247,14 +532,16 @@ static void copy_window(const gt_data *d, uint64_t start, int T, int32_t *in, in
 void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample, int n_seq, int T,
                          int32_t *inputs, int32_t *targets) {
     for (int i = 0; i < n_seq; i++) {
-        uint64_t start = gt_data_sample_start(d, seed, first_sample + (uint64_t)i, T);
-        copy_window(d, start, T, inputs + (size_t)i * T, targets + (size_t)i * T);
+        uint64_t local;
+        int k = train_window(d, seed, first_sample + (uint64_t)i, T, &local);
+        copy_window(&d->s[k], local, T, inputs + (size_t)i * T, targets + (size_t)i * T);
     }
 }
 
 uint64_t gt_data_val_windows(const gt_data *d, int T) {
-    if (T < 1 || d->count < (uint64_t)T + 1) return 0;
-    return (d->count - 1) / (uint64_t)T;
+    if (T < 1) return 0;
+    ensure_tables(d, T);
+    return d->val_cum[d->n];
 }
 
 void gt_data_val_batch(const gt_data *d, int batch, int n_seq, int T, int32_t *inputs,
@@ -263,7 +550,9 @@ void gt_data_val_batch(const gt_data *d, int batch, int n_seq, int T, int32_t *i
     if (nw == 0) return; /* check_seq would have failed */
     for (int i = 0; i < n_seq; i++) {
         uint64_t w = ((uint64_t)(batch < 0 ? 0 : batch) * (uint64_t)n_seq + (uint64_t)i) % nw;
-        copy_window(d, w * (uint64_t)T, T, inputs + (size_t)i * T, targets + (size_t)i * T);
+        int k = locate(d->val_cum, d->n, w);
+        copy_window(&d->s[k], (w - d->val_cum[k]) * (uint64_t)T, T, inputs + (size_t)i * T,
+                    targets + (size_t)i * T);
     }
 }
 

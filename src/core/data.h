@@ -1,37 +1,52 @@
-/* gtrain token data: shard file format, loader and writer.
+/* gtrain token data: shard file formats, the multi-shard loader and the writer.
  *
- * File format (version 1; all integers little-endian; docs/data-format.md has the long form):
+ * A data set is one or more shard files, named by a SPEC: paths separated by commas, each a plain
+ * path or a glob pattern (*, ?, [...]) expanded in sorted order ("data/web.train.*.bin",
+ * "a.bin,b.bin"). A pattern that matches nothing is an error. docs/data-format.md has the long form.
  *
- *   offset size  field
- *        0    8  magic        "GTRNTOK\0" (the 7 ASCII letters and a NUL byte)
- *        8    4  version      u32, 1
- *       12    4  token_bytes  u32, 2 (u16 tokens) or 4 (u32 tokens)
- *       16    8  token_count  u64, number of tokens that follow
- *       24    4  vocab_size   u32, the tokenizer's vocabulary size (256 for gtrain-prep's bytes), > 0
- *       28    4  reserved     u32, 0
- *       32       token_count tokens, token_bytes each, little-endian, no padding
+ * Two shard formats, told apart by their first bytes:
  *
- * The file size must be exactly 32 + token_count * token_bytes, and token_count >= 2.
- * With token_bytes 4 a token must be < 2^31 to be representable as int32_t; gt_data_max_token()
- * reports larger ids as INT32_MAX so that the caller's "max token < model vocab" check rejects them.
+ *   gtrain (version 1; all integers little-endian):
+ *     offset size  field
+ *          0    8  magic        "GTRNTOK\0" (the 7 ASCII letters and a NUL byte)
+ *          8    4  version      u32, 1
+ *         12    4  token_bytes  u32, 2 (u16 tokens) or 4 (u32 tokens)
+ *         16    8  token_count  u64, number of tokens that follow
+ *         24    4  vocab_size   u32, the tokenizer's vocabulary size (256 for gtrain-prep's bytes), > 0
+ *         28    4  reserved     u32, 0
+ *         32       token_count tokens, token_bytes each, little-endian, no padding
+ *     The file size must be exactly 32 + token_count * token_bytes, and token_count >= 2.
+ *
+ *   llm.c (read as it is): 256 little-endian int32 header words, then the tokens.
+ *     word 0 magic 20240520, word 1 version 1, word 2 token_count; u16 tokens (GPT-2 style), or
+ *     word 0 magic 20240801, word 1 version 7, word 2 token_count; u32 tokens (llm.c's LLaMA-3 data).
+ *     The file size must be exactly 1024 + token_count * token bytes. No vocabulary is recorded.
+ *
+ * With 4-byte tokens a token must be < 2^31 to be representable as int32_t; gt_data_token() reports
+ * larger ids as INT32_MAX so that the caller's vocabulary check rejects them.
  *
  * Training samples live in one GLOBAL sample index space, independent of world size, grad_accum and
- * micro_batch: sample s (s = 0, 1, 2, ...) of a run with seed `seed` is the window of T+1 tokens
- * starting at
+ * micro_batch. A window of T+1 tokens never crosses a shard boundary: shard i (count_i tokens) offers
+ * n_i = count_i - T start positions (0 if count_i < T+1), N = sum n_i in all, numbered shard by shard.
+ * Sample s (s = 0, 1, 2, ...) of a run with seed `seed` is window number
  *
- *     start(seed, s) = mix64(mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15) mod (token_count - T)
+ *     k(seed, s) = mix64(mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15) mod N
  *
- * (mix64 = the splitmix64 finaliser; so start is uniform on [0, token_count - T - 1], up to a bias of
- * (token_count - T) / 2^64). inputs = window[0 .. T-1], targets = window[1 .. T]. It is a pure function:
- * resuming needs only the sample cursor (the number of samples consumed, = step * global_batch).
- * Suggested mapping for the trainer, G = micro_batch * grad_accum * world_size (global batch):
+ * (mix64 = the splitmix64 finaliser; uniform over all N windows, up to a bias of N / 2^64), i.e. start
+ * k - (n_0 + ... + n_{i-1}) of the shard i that holds window k. With one shard this is start = k.
+ * inputs = window[0 .. T-1], targets = window[1 .. T]. It is a pure function: resuming needs only the
+ * sample cursor (the number of samples consumed, = step * global_batch).
+ * Mapping for the trainer, G = micro_batch * grad_accum * world_size (global batch):
  *     first_sample(step k from 0, rank r, micro m) = k * G + (r * grad_accum + m) * micro_batch
  * Every optimizer step then consumes the same G samples whatever the world size.
  *
- * Validation uses fixed, non-overlapping windows: with nw = (token_count - 1) / T full windows,
- * window w covers tokens [ (w mod nw) * T, (w mod nw) * T + T ] (inputs the first T, targets shifted by
- * one), and validation batch b (from 0) holds windows b*n_seq .. b*n_seq + n_seq - 1. The same batches
- * are used at every evaluation, in every run and at every world size (split batches over ranks by b).
+ * Validation uses fixed, non-overlapping windows: shard i holds nw_i = (count_i - 1) / T of them,
+ * window j of shard i covers its tokens [ j*T, j*T + T ]; windows are numbered shard by shard (NW in
+ * all), and validation batch b (from 0) holds windows (b*n_seq .. b*n_seq + n_seq - 1) mod NW. The
+ * same batches are used at every evaluation, in every run and at every world size.
+ *
+ * Token positions in this interface (gt_data_token, gt_data_sample_start) are GLOBAL: an index into
+ * the concatenation of the shards in SPEC order.
  */
 #ifndef GTRAIN_DATA_H
 #define GTRAIN_DATA_H
@@ -42,30 +57,55 @@
 #define GT_DATA_MAGIC "GTRNTOK" /* + the terminating NUL: 8 bytes */
 #define GT_DATA_VERSION 1u
 #define GT_DATA_HEADER_BYTES 32
+#define GT_LLMC_MAGIC 20240520u        /* llm.c, u16 tokens, version 1 */
+#define GT_LLMC_MAGIC_U32 20240801u    /* llm.c's LLaMA-3 data, u32 tokens, version 7 */
+#define GT_LLMC_HEADER_BYTES 1024      /* 256 int32 */
 
 typedef struct gt_data gt_data;
 
-/* Map a token file read-only and validate its header and size. On failure returns NULL and writes a
- * message naming the file and the problem into err (bad magic, unsupported version, token width,
- * size mismatch vs token_count, too few tokens, I/O errors); callers exit 2. */
-gt_data *gt_data_open(const char *path, char *err, size_t err_len);
+/* Expands SPEC (see above) into file paths: *paths (malloc'd array of malloc'd strings) and *n.
+ * 0, or -1 and a message (a pattern matching nothing, an empty entry, out of memory). Nothing is
+ * opened; literal paths are not checked for existence. Free with gt_data_free_paths. */
+int gt_data_expand(const char *spec, char ***paths, int *n, char *err, size_t err_len);
+void gt_data_free_paths(char **paths, int n);
+
+/* Maps every file of SPEC read-only and validates each header and size. On failure returns NULL
+ * and writes a message naming the file and the problem into err (bad magic, unsupported version,
+ * token width, size mismatch vs token_count (truncated), too few tokens, a pattern matching
+ * nothing, I/O errors); callers exit 2. */
+gt_data *gt_data_open(const char *spec, char *err, size_t err_len);
 void gt_data_close(gt_data *d);                     /* NULL is fine */
 
-const char *gt_data_path(const gt_data *d);
-uint64_t gt_data_token_count(const gt_data *d);
-uint32_t gt_data_vocab_size(const gt_data *d);      /* from the header */
-int gt_data_token_bytes(const gt_data *d);          /* 2 or 4 */
-int32_t gt_data_token(const gt_data *d, uint64_t i); /* token i (i < token_count), INT32_MAX if >= 2^31 */
+const char *gt_data_path(const gt_data *d);         /* the spec as given */
+int gt_data_n_files(const gt_data *d);
+const char *gt_data_file_path(const gt_data *d, int i);
+uint64_t gt_data_file_tokens(const gt_data *d, int i);
+const char *gt_data_file_format(const gt_data *d, int i); /* "gtrain" or "llm.c" */
+uint64_t gt_data_token_count(const gt_data *d);     /* all files together */
+/* The largest vocab_size recorded in a gtrain header; 0 when every file is an llm.c shard. */
+uint32_t gt_data_vocab_size(const gt_data *d);
+int gt_data_token_bytes(const gt_data *d);          /* the widest: 2 or 4 */
+int32_t gt_data_token(const gt_data *d, uint64_t i); /* global token i, INT32_MAX if >= 2^31 */
 
-/* Largest token id in the file (scans once, then cached; not thread-safe on the first call). */
+/* Largest token id in all files (scans each file once, then cached; not thread-safe). */
 int gt_data_max_token(const gt_data *d);
 
-/* 0 if sequences of length T (T >= 1) can be drawn: token_count >= T + 1. Otherwise -1 and a message
- * naming the file, its token count and T. Call once at start-up, before the batch functions (which
- * assume it passed). */
+/* 0 if every token can index an embedding of model_vocab rows. A gtrain file whose header
+ * vocab_size <= model_vocab passes without a scan, and so does a u16 llm.c file when
+ * model_vocab >= 65536; any other file is scanned for its largest id. Otherwise -1 and a message
+ * naming the file, its largest id (and header vocabulary) and model_vocab. */
+int gt_data_check_vocab(const gt_data *d, int model_vocab, char *err, size_t err_len);
+
+/* 0 if sequences of length T (T >= 1) can be drawn: some file has at least T + 1 tokens.
+ * Otherwise -1 and a message naming the file(s), the token count and T. Call once at start-up,
+ * before the batch functions (which assume it passed). */
 int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len);
 
-/* Start position of training sample s (see the formula above). */
+/* One line for start-up logs: "PATH (N tokens)" for one file, "K files, N tokens: A, B, C, ..."
+ * for several (the first few names). */
+void gt_data_describe(const gt_data *d, char *out, size_t len);
+
+/* Global start position of training sample s (see the formula above). */
 uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T);
 
 /* Fill inputs/targets, each n_seq x T (row-major), with samples first_sample .. first_sample+n_seq-1.
@@ -73,7 +113,7 @@ uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T
 void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample, int n_seq, int T,
                          int32_t *inputs, int32_t *targets);
 
-/* Number of distinct validation windows for length T: (token_count - 1) / T (>= 1 after check_seq). */
+/* Number of distinct validation windows for length T (all files; >= 1 after check_seq). */
 uint64_t gt_data_val_windows(const gt_data *d, int T);
 
 /* Fill inputs/targets (n_seq x T) with validation batch `batch` (windows batch*n_seq .. +n_seq-1,

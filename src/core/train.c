@@ -230,13 +230,9 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_data **sets[2] = {&train_data, &val_data};
     for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
         gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
-        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0) {
+        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
+            gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
             bad = 1;
-        } else if (gt_data_max_token(d) >= cfg->model.vocab_size) { /* an embedding row that does not exist */
-            snprintf(err, sizeof err, "%s: token id %d is outside [model] vocab_size = %d", paths[i],
-                     gt_data_max_token(d), cfg->model.vocab_size);
-            bad = 1;
-        }
     }
     rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
     if (rc) goto done;
@@ -301,6 +297,18 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
                (unsigned long long)G, T);
         printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
                desc, params_b, act_b);
+        char files[1024];
+        gt_data_describe(train_data, files, sizeof files);
+        printf("gtrain: train data %s\n", files);
+        if (val_data) gt_data_describe(val_data, files, sizeof files);
+        printf("gtrain: validation data %s\n", val_data ? files : "none (data.val is empty)");
+        gt_config defaults; /* the built-in corpus: data/fortunes.{train,val}.bin */
+        gt_config_defaults(&defaults);
+        if (val_data && strcmp(cfg->data.train, defaults.data.train) != 0 &&
+            strcmp(cfg->data.val, defaults.data.val) == 0)
+            fprintf(stderr, "gtrain: warning: data.train is set to %s but data.val is still the built-in "
+                    "corpus %s; set [data] val to your own validation files (or to nothing)\n",
+                    cfg->data.train, cfg->data.val);
         fflush(stdout);
     }
 
