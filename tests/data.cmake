@@ -16,3 +16,29 @@ gtrain_data_prep_expect(data_prep_no_output "-o PREFIX" ${_src})
 gtrain_data_prep_expect(data_prep_missing_file "gtrain-no-such-input" -o ${_out} /nonexistent/gtrain-no-such-input)
 gtrain_data_prep_expect(data_prep_bad_fraction "val-fraction" --val-fraction 1.5 -o ${_out} ${_src})
 gtrain_data_prep_expect(data_prep_empty_input "empty input" -o ${_out} ${CMAKE_CURRENT_BINARY_DIR}/data_prep_empty.txt)
+
+# Real tokenizers and other shard formats, end to end (tests/data/hf_data_test.py says what each
+# scenario shows). GTRAIN_HF_PYTHON: a Python with the `tokenizers` package (tools/run-tests.sh passes
+# the venv of tools/setup-venv.sh); these tests fail rather than skip without it.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers/tokenizers for the reference tests")
+  string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
+  foreach(scenario tokenizer_roundtrip llmc_shard world_size bad_inputs)
+    add_test(NAME data_${scenario}
+             COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/data/hf_data_test.py ${scenario}
+                     --gtrain $<TARGET_FILE:gtrain> --sample $<TARGET_FILE:gtrain-sample>
+                     --prep-tool ${PROJECT_SOURCE_DIR}/tools/prep_tokenized.py
+                     --mpiexec=${MPIEXEC_EXECUTABLE} "--np-flag=${MPIEXEC_NUMPROC_FLAG}"
+                     "--mpi-flags=${_hf_mpi_flags}"
+                     --work ${CMAKE_CURRENT_BINARY_DIR}/data_${scenario})
+    set(_labels unit)
+    if(scenario STREQUAL "world_size")
+      set(_labels mpi)
+    endif()
+    set_tests_properties(data_${scenario} PROPERTIES LABELS ${_labels} TIMEOUT 300
+                         ENVIRONMENT "OMP_NUM_THREADS=1")
+  endforeach()
+else()
+  message(WARNING "python3 not found: the tokenizer and shard tests (data_*) are not registered")
+endif()

@@ -298,6 +298,143 @@ static void test_sampling(void) {
     CHECK(access(pth("bad.bin"), F_OK) != 0);
 }
 
+/* ---------------------------------------------------------------- several files, llm.c shards */
+
+/* An llm.c shard as llm.c's data scripts write it: 256 int32 (magic, version, count), u16 tokens. */
+static void write_llmc(const char *path, const uint16_t *t, size_t n, size_t claim) {
+    int32_t hdr[256] = {0};
+    hdr[0] = 20240520;
+    hdr[1] = 1;
+    hdr[2] = (int32_t)claim;
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(hdr, sizeof hdr, 1, f) != 1 || fwrite(t, 2, n, f) != n) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static void test_llmc_shard_is_read_as_it_is(void) {
+    uint16_t t[300];
+    for (int i = 0; i < 300; i++) t[i] = (uint16_t)((i * 7919) % 50257);
+    write_llmc(pth("l.bin"), t, 300, 300);
+    char err[512];
+    gt_data *d = gt_data_open(pth("l.bin"), err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) return;
+    CHECK(gt_data_token_count(d) == 300 && gt_data_token_bytes(d) == 2 && gt_data_vocab_size(d) == 0);
+    CHECK(!strcmp(gt_data_file_format(d, 0), "llm.c"));
+    int ok = 1, mx = 0;
+    for (int i = 0; i < 300; i++) {
+        ok &= gt_data_token(d, (uint64_t)i) == t[i];
+        mx = t[i] > mx ? t[i] : mx;
+    }
+    CHECK(ok);
+    /* no vocabulary in the header: the largest id decides; a u16 shard needs no scan for >= 65536 */
+    CHECK(gt_data_check_vocab(d, 50257, err, sizeof err) == 0);
+    CHECK(gt_data_check_vocab(d, 65536, err, sizeof err) == 0);
+    CHECK(gt_data_check_vocab(d, mx, err, sizeof err) != 0 && strstr(err, "l.bin") && strstr(err, "llm.c"));
+    gt_data_close(d);
+
+    /* truncated (fewer tokens than the header says), a header cut short, a wrong version */
+    write_llmc(pth("ltrunc.bin"), t, 299, 300);
+    d = gt_data_open(pth("ltrunc.bin"), err, sizeof err);
+    CHECK(!d && strstr(err, "ltrunc.bin") && strstr(err, "size mismatch") && strstr(err, "llm.c"));
+    int32_t h[100] = {20240520, 1, 10};
+    write_file(pth("lshort.bin"), h, sizeof h);
+    d = gt_data_open(pth("lshort.bin"), err, sizeof err);
+    CHECK(!d && strstr(err, "lshort.bin") && strstr(err, "truncated llm.c header"));
+    int32_t hv[256 + 5] = {20240520, 3, 10};
+    write_file(pth("lver.bin"), hv, 1024 + 20);
+    d = gt_data_open(pth("lver.bin"), err, sizeof err);
+    CHECK(!d && strstr(err, "lver.bin") && strstr(err, "version 3"));
+}
+
+static void test_several_files_one_sample_space(void) {
+    enum { T = 5 };
+    /* three shards: 40 tokens, 3 tokens (too short for T = 5: never sampled), 25 tokens; ids tell
+     * shard and position apart: shard k holds 1000*k + position */
+    int32_t a[40], b[3], c[25];
+    for (int i = 0; i < 40; i++) a[i] = i;
+    for (int i = 0; i < 3; i++) b[i] = 1000 + i;
+    for (int i = 0; i < 25; i++) c[i] = 2000 + i;
+    make_tokens(pth("m.000.bin"), 2, 4000, a, 40);
+    make_tokens(pth("m.001.bin"), 2, 4000, b, 3);
+    make_tokens(pth("m.002.bin"), 4, 4000, c, 25);
+    char err[512], spec[600];
+    snprintf(spec, sizeof spec, "%s", pth("m.*.bin"));
+    gt_data *d = gt_data_open(spec, err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) {
+        fprintf(stderr, "open: %s\n", err);
+        return;
+    }
+    CHECK(gt_data_n_files(d) == 3 && gt_data_token_count(d) == 68 && gt_data_token_bytes(d) == 4);
+    CHECK(strstr(gt_data_file_path(d, 0), "m.000.bin") && strstr(gt_data_file_path(d, 2), "m.002.bin"));
+    CHECK(gt_data_token(d, 39) == 39 && gt_data_token(d, 40) == 1000 && gt_data_token(d, 43) == 2000);
+    CHECK(gt_data_check_seq(d, T, err, sizeof err) == 0);
+    char line[512];
+    gt_data_describe(d, line, sizeof line);
+    CHECK(strstr(line, "3 files, 68 tokens") && strstr(line, "m.000.bin"));
+
+    /* every window lies inside one shard, shifted by one; all 35 + 20 windows are drawn */
+    int seen[68] = {0}, inside = 1;
+    for (uint64_t s = 0; s < 20000; s++) {
+        int32_t in[T], tg[T];
+        gt_data_train_batch(d, 11, s, 1, T, in, tg);
+        int shard = in[0] / 1000;
+        for (int t = 0; t < T; t++)
+            inside &= in[t] / 1000 == shard && tg[t] / 1000 == shard && tg[t] == in[t] + 1 && shard != 1;
+        seen[gt_data_sample_start(d, 11, s, T)] = 1;
+    }
+    CHECK(inside);
+    int n_seen = 0;
+    for (int i = 0; i < 68; i++) n_seen += seen[i];
+    CHECK(n_seen == 35 + 20 && seen[0] && seen[34] && !seen[35] && seen[43] && seen[43 + 19] && !seen[43 + 20]);
+
+    /* the same spec as a comma list gives the same samples (world-size independence is per sample) */
+    snprintf(spec, sizeof spec, "%s, %s,%s", pth("m.000.bin"), pth("m.001.bin"), pth("m.002.bin"));
+    gt_data *e = gt_data_open(spec, err, sizeof err);
+    CHECK(e != NULL);
+    if (e) {
+        int32_t x[4 * T], y[4 * T], u[4 * T], v[4 * T];
+        gt_data_train_batch(d, 5, 77, 4, T, x, y);
+        gt_data_train_batch(e, 5, 77, 2, T, u, v); /* "rank 0" */
+        gt_data_train_batch(e, 5, 79, 2, T, u + 2 * T, v + 2 * T); /* "rank 1" */
+        CHECK(!memcmp(x, u, sizeof x) && !memcmp(y, v, sizeof y));
+        gt_data_close(e);
+    }
+
+    /* validation windows: 7 of shard 0 ((40-1)/5), none of shard 1, 4 of shard 2 ((25-1)/5) */
+    CHECK(gt_data_val_windows(d, T) == 11);
+    int32_t vi[11 * T], vt[11 * T];
+    gt_data_val_batch(d, 0, 11, T, vi, vt);
+    CHECK(vi[0] == 0 && vi[6 * T] == 30 && vt[6 * T + T - 1] == 35 && vi[7 * T] == 2000 && vi[10 * T] == 2015);
+
+    /* vocabulary: headers say 4000 */
+    CHECK(gt_data_vocab_size(d) == 4000);
+    CHECK(gt_data_check_vocab(d, 4000, err, sizeof err) == 0);
+    CHECK(gt_data_check_vocab(d, 2024, err, sizeof err) != 0 && strstr(err, "m.002.bin") && strstr(err, "2024"));
+    CHECK(gt_data_check_vocab(d, 2025, err, sizeof err) == 0); /* a scan: the largest id is 2024 */
+    /* T = 25: only shard 0 has 26 tokens */
+    CHECK(gt_data_check_seq(d, 25, err, sizeof err) == 0 && gt_data_sample_start(d, 3, 9, 25) < 15);
+    CHECK(gt_data_check_seq(d, 40, err, sizeof err) != 0 && strstr(err, "no file has") && strstr(err, "m.000.bin"));
+    gt_data_close(d);
+
+    /* a pattern matching nothing; a bad file among several is named */
+    snprintf(spec, sizeof spec, "%s,%s", pth("m.000.bin"), pth("nothing.*.bin"));
+    d = gt_data_open(spec, err, sizeof err);
+    CHECK(!d && strstr(err, "nothing.*.bin") && strstr(err, "matches no file"));
+    write_file(pth("m.003.bin"), "junk junk junk junk junk junk junk junk", 39);
+    snprintf(spec, sizeof spec, "%s", pth("m.*.bin"));
+    d = gt_data_open(spec, err, sizeof err);
+    CHECK(!d && strstr(err, "m.003.bin") && strstr(err, "bad magic"));
+    unlink(pth("m.003.bin"));
+    char **paths = NULL;
+    int n = 0;
+    CHECK(gt_data_expand(" , ", &paths, &n, err, sizeof err) != 0 && n == 0);
+}
+
 /* ---------------------------------------------------------------- bad headers */
 
 static void expect_reject(const char *name, const void *bytes, size_t n, const char *what) {
@@ -384,6 +521,8 @@ int main(int argc, char **argv) {
     test_prep_errors(argv[1]);
     test_sampling();
     test_bad_headers();
+    test_llmc_shard_is_read_as_it_is();
+    test_several_files_one_sample_space();
     if (failures == 0) cleanup();
     else fprintf(stderr, "test_data: %d check(s) failed; files kept in %s\n", failures, dir);
     printf("test_data: %s\n", failures ? "FAILED" : "ok");

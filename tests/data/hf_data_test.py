@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""End-to-end tests of gtrain's data path with real tokenizers and other shard formats.
+
+Run by tests/data.cmake with GTRAIN_HF_PYTHON (a Python with `tokenizers`, e.g. /opt/gtrain-venv);
+they do not skip: a missing package is a failure. One scenario per call:
+
+  tokenizer_roundtrip  trains a byte-level BPE tokenizer (3000 tokens) on the fortunes text with the
+                       `tokenizers` library, prepares it with tools/prep_tokenized.py into several
+                       train shards and a validation shard (the same bytes with 1 and 2 workers),
+                       checks that every document comes back: shard ids -> text is the document and
+                       text -> ids is the shard's ids; trains gtrain 4 steps on the globs and samples
+                       with --tokenizer: the printed text is the decoding of the sampled ids, which
+                       start with the separator and the prompt's encoding. Without the tokenizer,
+                       gtrain-sample refuses the 3000-token model (exit 2).
+  llmc_shard           writes an llm.c shard (256 x int32 header, magic 20240520, u16 tokens) in a few
+                       lines, trains gtrain on it; the start-up line names it with its token count.
+  world_size           a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1
+                       train on the same samples: the losses of every step agree within 1e-5 relative
+                       (different samples differ by ~1e-2).
+  bad_inputs           gtrain exits 2 naming the file for a bad magic, a truncated llm.c shard, a glob
+                       matching nothing, and a shard made for a larger vocabulary than the model's.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+MASK64 = (1 << 64) - 1
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def run(cmd, expect_rc=0, env=None, **kw):
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    e.update(env or {})
+    p = subprocess.run(cmd, capture_output=True, env=e, **kw)
+    out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    if p.returncode != expect_rc:
+        fail("%s\nexited %d, expected %d\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), p.returncode, expect_rc,
+                                                                     out[-3000:], err[-3000:]))
+    return p, out, err
+
+
+def corpus_files():
+    files = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
+                   if os.path.isfile(f) and not f.endswith((".dat", ".u8")))
+    check(files, "no fortunes text in /usr/share/games/fortunes (tools/setup-debian.sh installs fortunes)")
+    return files
+
+
+def train_tokenizer(path, files, vocab_size):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(files, trainer)
+    tok.save(path)
+    return tok
+
+
+def read_shard(path):
+    raw = open(path, "rb").read()
+    magic, version, tb, count, vocab, reserved = struct.unpack("<8sIIQII", raw[:32])
+    check(magic == b"GTRNTOK\0" and version == 1 and reserved == 0, "%s: not a gtrain shard header" % path)
+    check(len(raw) == 32 + tb * count, "%s: size does not match the header" % path)
+    fmt = "<%d%s" % (count, "H" if tb == 2 else "I")
+    return list(struct.unpack(fmt, raw[32:])), vocab, tb
+
+
+def mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def documents(files, sep_line):
+    """The documents of text files split at lines equal to sep_line (docs/data-format.md)."""
+    docs = []
+    for f in files:
+        cur = []
+        for line in open(f, encoding="utf-8", newline=""):
+            if line.rstrip("\r\n") == sep_line:
+                if cur:
+                    docs.append("".join(cur))
+                cur = []
+            else:
+                cur.append(line)
+        if cur:
+            docs.append("".join(cur))
+    return docs
+
+
+def tiny_ini(path, vocab, train, val, steps, extra=""):
+    open(path, "w").write("""[model]
+dim = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+vocab_size = %d
+ffn_dim = 96
+max_seq_len = 64
+[train]
+seq_len = 32
+micro_batch = 4
+steps = %d
+warmup_steps = 1
+lr = 1e-2
+[data]
+train = %s
+val = %s
+val_every = %d
+val_batches = 2
+%s""" % (vocab, steps, train, val, steps, extra))
+
+
+def prep(args, tokenizer, prefix, files, *extra):
+    cmd = [sys.executable, args.prep_tool, "--tokenizer", tokenizer, "-o", prefix] + list(extra) + files
+    return run(cmd)
+
+
+# ------------------------------------------------------------------------------------------------ scenarios
+
+def tokenizer_roundtrip(args):
+    files = corpus_files()
+    tok = train_tokenizer("tokenizer.json", files, 3000)
+    vocab = tok.get_vocab_size()
+    check(vocab == 3000, "the BPE trainer made %d tokens, not 3000" % vocab)
+    eot = tok.token_to_id("<|endoftext|>")
+
+    common = ["--doc-sep", "%", "--val-fraction", "0.05", "--shard-tokens", "150000", "--seed", "3"]
+    _, out, err = prep(args, "tokenizer.json", "w2/corpus", files, "--workers", "2", *common)
+    check("EOS '<|endoftext|>' (id %d) after each document" % eot in err, "prep did not name the separator:\n" + err)
+    check("tokens/s" in err and "ETA" in err, "no progress line with tokens/s and ETA:\n" + err)
+    _, _, _ = prep(args, "tokenizer.json", "w1/corpus", files, "--workers", "1", *common)
+    train_shards = sorted(glob.glob("w2/corpus.train.*.bin"))
+    val_shards = sorted(glob.glob("w2/corpus.val.*.bin"))
+    check(len(train_shards) >= 3 and len(val_shards) >= 1,
+          "expected several train shards and a validation shard, got %s %s" % (train_shards, val_shards))
+    for p in train_shards + val_shards:
+        q = p.replace("w2/", "w1/")
+        check(open(p, "rb").read() == open(q, "rb").read(), "%s differs between 1 and 2 workers" % p)
+
+    # every document comes back, in order, in the split the documented hash gives it
+    streams = {}
+    for split, shards in (("train", train_shards), ("val", val_shards)):
+        ids = []
+        for p in shards:
+            t, v, tb = read_shard(p)
+            check(v == 3000 and tb == 2, "%s: vocab %d, token_bytes %d (expected 3000, 2)" % (p, v, tb))
+            check(len(t) <= 150000, "%s: %d tokens, more than --shard-tokens" % (p, len(t)))
+            ids += t
+        check(ids and ids[-1] == eot, "%s does not end with the EOS separator" % split)
+        docs, cur = [], []
+        for i in ids:
+            if i == eot:
+                docs.append(cur)
+                cur = []
+            else:
+                cur.append(i)
+        streams[split] = docs
+    want = documents(files, "%")
+    seed_mix = mix64(3)
+    split_of = ["val" if mix64((seed_mix + (d + 1) * 0x9E3779B97F4A7C15) & MASK64) < 0.05 * 2.0 ** 64 else "train"
+                for d in range(len(want))]
+    for split in ("train", "val"):
+        mine = [d for d, s in zip(want, split_of) if s == split]
+        got = streams[split]
+        check(len(got) == len(mine), "%s: %d documents in the shards, %d expected" % (split, len(got), len(mine)))
+        for k, (text, ids) in enumerate(zip(mine, got)):
+            back = tok.decode(ids, skip_special_tokens=False)
+            check(back == text, "%s document %d: ids -> text differs from the input:\n%r\n%r" % (split, k, back, text))
+            check(tok.encode(back, add_special_tokens=False).ids == ids,
+                  "%s document %d: ids -> text -> ids does not come back unchanged" % (split, k))
+    n_tokens = sum(len(read_shard(p)[0]) for p in train_shards)
+    print("tokenizer: %d documents, %d train shards (%d tokens), %d val shards, round trip exact" %
+          (len(want), len(train_shards), n_tokens, len(val_shards)))
+
+    # train on the globs, then sample with the tokenizer
+    tiny_ini("run.ini", 3000, "w2/corpus.train.*.bin", "w2/corpus.val.*.bin", 4, "[checkpoint]\ndir = ck\n")
+    _, out, err = run([args.gtrain, "run.ini"])
+    want_line = "gtrain: train data %d files, %s tokens: w2/corpus.train.000000.bin" % (len(train_shards),
+                                                                                    "{:,}".format(n_tokens))
+    check(want_line in out, "no start-up line %r in:\n%s" % (want_line, out))
+    check("gtrain: validation data w2/corpus.val.000000.bin" in out, "no validation start-up line:\n" + out)
+    check("val_loss" in out, "no validation loss:\n" + out)
+    state = "ck/step_00000004.h5"
+    sample = [args.sample, state, "--tokenizer", "tokenizer.json", "--python", sys.executable,
+              "--prompt", "The meaning of life", "--tokens", "40", "--seed", "5", "--temperature", "1.0"]
+    _, text, _ = run(sample)
+    _, ids_line, _ = run(sample + ["--ids"])
+    ids = [int(x) for x in ids_line.split()]
+    prompt_ids = tok.encode("The meaning of life", add_special_tokens=False).ids
+    check(ids[0] == eot and ids[1:1 + len(prompt_ids)] == prompt_ids,
+          "--ids does not start with the separator and the prompt's ids: %s" % ids[:12])
+    gen = ids[1 + len(prompt_ids):]
+    check(len(gen) == 40 and all(0 <= i < 3000 for i in gen), "not 40 generated ids in [0, 3000): %s" % gen)
+    check(text == "The meaning of life" + tok.decode(gen, skip_special_tokens=False),
+          "gtrain-sample's text is not the prompt followed by the decoding of its ids:\n%r" % text)
+    _, _, err = run([args.sample, state, "--tokens", "5"], expect_rc=2)
+    check("--tokenizer" in err and "3000" in err, "the refusal does not ask for --tokenizer:\n" + err)
+    print("sample: %r" % text[:120])
+
+
+def write_llmc(path, tokens, claim=None):
+    """llm.c's format: a 256 x int32 header (magic, version, token count), then u16 tokens."""
+    header = [20240520, 1, len(tokens) if claim is None else claim] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%dH" % len(tokens), *tokens))
+
+
+def llmc_shard(args):
+    text = b"".join(open(f, "rb").read() for f in corpus_files()[:3])
+    write_llmc("train.bin", list(text[:60000]))
+    write_llmc("val.bin", list(text[60000:70000]))
+    tiny_ini("run.ini", 256, "train.bin", "val.bin", 3)
+    _, out, _ = run([args.gtrain, "run.ini"])
+    check("gtrain: train data train.bin (60,000 tokens, llm.c shard)" in out, "no llm.c start-up line:\n" + out)
+    check("step 3/3" in out and "val_loss" in out, "training did not finish:\n" + out)
+    print("llm.c shard: trained\n" + "\n".join(l for l in out.splitlines() if l.startswith(("step", "gtrain: train"))))
+
+
+def world_size(args):
+    files = corpus_files()[:6]
+    train_tokenizer("tokenizer.json", files, 1000)
+    prep(args, "tokenizer.json", "corpus", files, "--doc-sep", "%", "--val-fraction", "0", "--shard-tokens", "20000",
+         "--workers", "2")
+    shards = sorted(glob.glob("corpus.train.*.bin"))
+    check(len(shards) >= 4, "expected several shards, got %s" % shards)
+    losses = {}
+    for world, accum in ((1, 2), (2, 1)):
+        name = "w%d" % world
+        tiny_ini(name + ".ini", 1000, "corpus.train.*.bin", "", 6)
+        cmd = [args.mpiexec, args.np_flag, str(world)] + args.mpi_flags.split() + [
+            args.gtrain, name + ".ini", "train.grad_accum=%d" % accum, "log.metrics=%s.jsonl" % name,
+            "data.val_every=0"]
+        run(cmd, env={"OMPI_MCA_rmaps_base_oversubscribe": "1"})
+        losses[name] = [json.loads(l)["loss"] for l in open(name + ".jsonl") if '"loss"' in l]
+    a, b = losses["w1"], losses["w2"]
+    check(len(a) == len(b) == 6, "not 6 steps each: %s %s" % (a, b))
+    for step, (x, y) in enumerate(zip(a, b), 1):
+        check(abs(x - y) <= 1e-5 * abs(x), "step %d: loss %.9g at 1 rank, %.9g at 2 ranks" % (step, x, y))
+    print("world size: %d shards; losses at 1 and 2 ranks agree: %s" % (len(shards), ["%.6f" % x for x in a]))
+
+
+def bad_inputs(args):
+    os.makedirs("data", exist_ok=True)
+    write_llmc("good.bin", list(range(200)))
+    with open("badmagic.bin", "wb") as f:
+        f.write(b"NOTATOKENFILE" + bytes(100))
+    write_llmc("trunc.bin", list(range(200)), claim=300)
+    with open("bigvocab.bin", "wb") as f:
+        f.write(struct.pack("<8sIIQII", b"GTRNTOK\0", 1, 2, 100, 5000, 0) + struct.pack("<100H", *([4000] * 100)))
+    cases = [
+        ("badmagic.bin", "badmagic.bin: bad magic"),
+        ("trunc.bin", "trunc.bin: size mismatch: llm.c header says 300 tokens"),
+        ("good.bin,nothing-here.*.bin", "nothing-here.*.bin: the pattern matches no file"),
+        ("bigvocab.bin", "bigvocab.bin: token id 4000 is outside [model] vocab_size = 256"),
+    ]
+    tiny_ini("run.ini", 256, "good.bin", "", 1)
+    for spec, msg in cases:
+        _, _, err = run([args.gtrain, "run.ini", "data.train=" + spec], expect_rc=2)
+        check(msg in err, "data.train=%s: stderr lacks %r:\n%s" % (spec, msg, err))
+        check(len(err.strip().splitlines()) == 1, "more than one line for data.train=%s:\n%s" % (spec, err))
+    _, _, err = run([args.gtrain, "run.ini", "data.val=bad*.bin,trunc.bin"], expect_rc=2)
+    check("badmagic.bin: bad magic" in err, "data.val: stderr lacks the bad file:\n" + err)
+    print("bad inputs: exit 2, one line naming the file, for %d cases" % (len(cases) + 1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario", choices=["tokenizer_roundtrip", "llmc_shard", "world_size", "bad_inputs"])
+    p.add_argument("--gtrain", required=True)
+    p.add_argument("--sample")
+    p.add_argument("--prep-tool")
+    p.add_argument("--mpiexec")
+    p.add_argument("--np-flag", default="-n")
+    p.add_argument("--mpi-flags", default="")
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    for k in ("gtrain", "sample", "prep_tool", "mpiexec"):
+        if getattr(args, k):
+            setattr(args, k, os.path.abspath(getattr(args, k)) if os.path.exists(getattr(args, k)) else getattr(args, k))
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(os.path.join(args.work, "w1"))
+    os.makedirs(os.path.join(args.work, "w2"))
+    os.chdir(args.work)
+    globals()[args.scenario](args)
+    print("%s: ok" % args.scenario)
+
+
+if __name__ == "__main__":
+    main()
