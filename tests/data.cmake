@@ -24,7 +24,7 @@ find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers/tokenizers for the reference tests")
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
-  foreach(scenario tokenizer_roundtrip llmc_shard world_size bad_inputs)
+  foreach(scenario tokenizer_roundtrip prep_jsonl_wide_vocab llmc_shard world_size bad_inputs)
     add_test(NAME data_${scenario}
              COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/data/hf_data_test.py ${scenario}
                      --gtrain $<TARGET_FILE:gtrain> --sample $<TARGET_FILE:gtrain-sample>

@@ -12,6 +12,9 @@ they do not skip: a missing package is a failure. One scenario per call:
                        with --tokenizer: the printed text is the decoding of the sampled ids, which
                        start with the separator and the prompt's encoding. Without the tokenizer,
                        gtrain-sample refuses the 3000-token model (exit 2).
+  prep_jsonl_wide_vocab  JSONL input with --text-field, a 70,000-token tokenizer with a BOS token:
+                       4-byte ids, BOS before every document; a record that is not JSON or lacks
+                       the field, and a missing input, exit 2 naming file and line, leaving nothing.
   llmc_shard           writes an llm.c shard (256 x int32 header, magic 20240520, u16 tokens) in a few
                        lines, trains gtrain on it; the start-up line names it with its token count.
   world_size           a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1
@@ -281,9 +284,46 @@ def bad_inputs(args):
     print("bad inputs: exit 2, one line naming the file, for %d cases" % (len(cases) + 1))
 
 
+def prep_jsonl_wide_vocab(args):
+    """JSONL with a named text field, a tokenizer with a BOS token and 70,000 tokens: 4-byte ids, BOS
+    before every document; bad records exit 2 naming the file and line."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    words = ["w%d" % i for i in range(69990)]
+    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>"] + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save("wide.json")
+    docs = ["w1 w2 w69000", "w68000 w5", "w7"]
+    with open("in.jsonl", "w") as f:
+        for d in docs:
+            f.write(json.dumps({"id": 1, "body": d}) + "\n\n")
+    _, _, err = prep(args, "wide.json", "wide", ["in.jsonl"], "--text-field", "body", "--val-fraction", "0",
+                     "--workers", "2")
+    check("BOS '<s>' (id 1) before each document" in err, "no BOS separator chosen:\n" + err)
+    ids, v, tb = read_shard("wide.train.000000.bin")
+    check(tb == 4 and v == 69993, "token_bytes %d, vocab %d (expected 4 and 69993)" % (tb, v))
+    want = []
+    for d in docs:
+        want += [1] + [vocab[w] for w in d.split()]
+    check(ids == want, "ids %s, expected %s" % (ids, want))
+    check(not os.path.exists("wide.val.000000.bin"), "--val-fraction 0 wrote a validation shard")
+    with open("bad.jsonl", "w") as f:
+        f.write('{"text": "w1"}\n{"text": w2}\n')
+    with open("nofield.jsonl", "w") as f:
+        f.write('{"text": "w1"}\n{"txt": "w2"}\n')
+    for name, msg in (("bad.jsonl", "bad.jsonl:2: not JSON"), ("nofield.jsonl", "nofield.jsonl:2: no text field 'text'"),
+                      ("missing.jsonl", "missing.jsonl: no such file")):
+        cmd = [sys.executable, args.prep_tool, "--tokenizer", "wide.json", "-o", "x", "--val-fraction", "0",
+               "--workers", "2", name]
+        _, _, err = run(cmd, expect_rc=2)
+        check(msg in err, "%s: stderr lacks %r:\n%s" % (name, msg, err))
+        check(not glob.glob("x.*"), "%s: output left behind: %s" % (name, glob.glob("x.*")))
+    print("prep: JSONL, 4-byte ids, BOS before each document; bad records exit 2")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["tokenizer_roundtrip", "llmc_shard", "world_size", "bad_inputs"])
+    p.add_argument("scenario", choices=["tokenizer_roundtrip", "prep_jsonl_wide_vocab", "llmc_shard", "world_size", "bad_inputs"])
     p.add_argument("--gtrain", required=True)
     p.add_argument("--sample")
     p.add_argument("--prep-tool")
