@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "\n"
             "Exit status: 0 done; 2 bad invocation or input (missing file, F out of range, no -o,\n"
             "empty input); 1 an I/O error while writing.\n"
-            "File format: docs/data-format.md.\n");
+            "File format: docs/data-format.md. For a real tokenizer (a Hugging Face tokenizer.json)\n"
+            "use tools/prep_tokenized.py instead.\n");
 }
 
 static int fail(int rc, const char *fmt, const char *a, const char *b) {

@@ -72,7 +72,8 @@ static void usage(FILE *out) {
             "  --prompt-ids IDS   the prompt as token ids (spaces or commas), instead of --prompt\n"
             "  --ids              print token ids (one line: the model's input and the generated ids)\n"
             "\n"
-            "stdout gets the prompt followed by the generated text. Without --tokenizer, tokens are bytes\n"
+            "stdout gets the prompt (not with --prompt-ids) followed by the generated text. Without\n"
+            "--tokenizer, tokens are bytes\n"
             "(vocab_size 256). No KV cache: each token re-runs the forward over the whole context (up to\n"
             "max_seq_len), O(T^2) per token — meant for small models.\n"
             "exit codes: 0 done, 2 bad arguments, not a usable gtrain state file, or an unusable tokenizer\n");
@@ -266,10 +267,14 @@ static const char HELPER[] =
     "            sys.stdout.write(text[len(shown):])\n"
     "            sys.stdout.flush()\n"
     "            shown = text\n"
-    "    for line in sys.stdin:\n"
-    "        gen.append(int(line))\n"
-    "        show(False)\n"
-    "    show(True)\n";
+    "    try:\n"
+    "        for line in sys.stdin:\n"
+    "            gen.append(int(line))\n"
+    "            show(False)\n"
+    "        show(True)\n"
+    "    except BrokenPipeError:\n"
+    "        import os\n"
+    "        os._exit(0)\n";
 
 /* The interpreter: --python, $GTRAIN_PYTHON, the tests' venv, python3. */
 static const char *choose_python(const char *given) {
@@ -285,6 +290,7 @@ static const char *choose_python(const char *given) {
 static pid_t start_helper(const char *py, const char *mode, const char *tokenizer, const char *doc_start,
                           FILE **to_child, FILE **from_child) {
     int in[2], out[2] = {-1, -1};
+    signal(SIGPIPE, SIG_IGN); /* a helper that died is noticed by its exit status, not by a signal */
     if (pipe(in) != 0 || (from_child && pipe(out) != 0)) return -1;
     fflush(NULL);
     pid_t pid = fork();
@@ -556,7 +562,6 @@ int main(int argc, char **argv) {
         if (!prompt_ids) fputs(prompt, stdout);
         decoder_pid = start_helper(py, "decode", tokenizer, doc_start, &decoder, NULL);
         if (decoder_pid < 0) abort();
-        signal(SIGPIPE, SIG_IGN); /* a helper that died is noticed by its exit status */
         for (size_t i = 0; i < n_prompt; i++) fprintf(decoder, "%s%d", i ? " " : "", (int)pids[i]);
         fputc('\n', decoder);
         fflush(decoder);
@@ -571,7 +576,7 @@ int main(int argc, char **argv) {
         seq[n] = next;
         if (decoder) {
             fprintf(decoder, "%d\n", next);
-            fflush(decoder);
+            if (fflush(decoder) != 0) break; /* the helper is gone (its status says why) */
         } else if (!print_ids) {
             putchar(next);
             if (next == '\n') fflush(stdout);
