@@ -4,24 +4,27 @@
 Run by tests/data.cmake with GTRAIN_HF_PYTHON (a Python with `tokenizers`, e.g. /opt/gtrain-venv);
 they do not skip: a missing package is a failure. One scenario per call:
 
-  tokenizer_roundtrip  trains a byte-level BPE tokenizer (3000 tokens) on the fortunes text with the
-                       `tokenizers` library, prepares it with tools/prep_tokenized.py into several
-                       train shards and a validation shard (the same bytes with 1 and 2 workers),
-                       checks that every document comes back: shard ids -> text is the document and
-                       text -> ids is the shard's ids; trains gtrain 4 steps on the globs and samples
-                       with --tokenizer: the printed text is the decoding of the sampled ids, which
-                       start with the separator and the prompt's encoding. Without the tokenizer,
-                       gtrain-sample refuses the 3000-token model (exit 2).
-  prep_jsonl_wide_vocab  JSONL input with --text-field, a 70,000-token tokenizer with a BOS token:
-                       4-byte ids, BOS before every document; a record that is not JSON or lacks
-                       the field, and a missing input, exit 2 naming file and line, leaving nothing.
-  llmc_shard           writes an llm.c shard (256 x int32 header, magic 20240520, u16 tokens) in a few
-                       lines, trains gtrain on it; the start-up line names it with its token count.
-  world_size           a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1
-                       train on the same samples: the losses of every step agree within 1e-5 relative
-                       (different samples differ by ~1e-2).
-  bad_inputs           gtrain exits 2 naming the file for a bad magic, a truncated llm.c shard, a glob
-                       matching nothing, and a shard made for a larger vocabulary than the model's.
+tokenizer_prep_train_sample_roundtrip
+    trains a byte-level BPE tokenizer (3000 tokens) on the fortunes text with the `tokenizers`
+    library, prepares it with tools/prep_tokenized.py into several train shards and a validation
+    shard (the same bytes with 1 and 2 workers), checks that every document comes back: shard ids ->
+    text is the document and text -> ids is the shard's ids; trains gtrain 4 steps on the globs and
+    samples with --tokenizer: the printed text is the decoding of the sampled ids, which start with
+    the separator and the prompt's encoding. Without the tokenizer, gtrain-sample refuses the
+    3000-token model (exit 2).
+prep_jsonl_4byte_ids_bos_separator
+    JSONL input with --text-field, a 70,000-token tokenizer with a BOS token: 4-byte ids, BOS before
+    every document; a record that is not JSON or lacks the field, and a missing input, exit 2 naming
+    file and line, leaving nothing behind.
+llmc_shard_is_trained_on
+    writes an llm.c shard (256 x int32 header, magic 20240520, u16 tokens) in a few lines and trains
+    gtrain on it; the start-up line names it with its token count.
+shards_same_samples_any_world_size
+    a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1 train on the same
+    samples: the losses of every step agree within 1e-5 relative.
+bad_shards_and_globs_exit_2
+    gtrain exits 2 with one line naming the file for a bad magic, a truncated llm.c shard, a glob
+    matching nothing, and a shard made for a larger vocabulary than the model's.
 """
 import argparse
 import glob
@@ -137,7 +140,7 @@ def prep(args, tokenizer, prefix, files, *extra):
 
 # ------------------------------------------------------------------------------------------------ scenarios
 
-def tokenizer_roundtrip(args):
+def tokenizer_prep_train_sample_roundtrip(args):
     files = corpus_files()
     tok = train_tokenizer("tokenizer.json", files, 3000)
     vocab = tok.get_vocab_size()
@@ -226,7 +229,7 @@ def write_llmc(path, tokens, claim=None):
         f.write(struct.pack("<%dH" % len(tokens), *tokens))
 
 
-def llmc_shard(args):
+def llmc_shard_is_trained_on(args):
     text = b"".join(open(f, "rb").read() for f in corpus_files()[:3])
     write_llmc("train.bin", list(text[:60000]))
     write_llmc("val.bin", list(text[60000:70000]))
@@ -237,7 +240,7 @@ def llmc_shard(args):
     print("llm.c shard: trained\n" + "\n".join(l for l in out.splitlines() if l.startswith(("step", "gtrain: train"))))
 
 
-def world_size(args):
+def shards_same_samples_any_world_size(args):
     files = corpus_files()[:6]
     train_tokenizer("tokenizer.json", files, 1000)
     prep(args, "tokenizer.json", "corpus", files, "--doc-sep", "%", "--val-fraction", "0", "--shard-tokens", "20000",
@@ -260,7 +263,7 @@ def world_size(args):
     print("world size: %d shards; losses at 1 and 2 ranks agree: %s" % (len(shards), ["%.6f" % x for x in a]))
 
 
-def bad_inputs(args):
+def bad_shards_and_globs_exit_2(args):
     os.makedirs("data", exist_ok=True)
     write_llmc("good.bin", list(range(200)))
     with open("badmagic.bin", "wb") as f:
@@ -284,7 +287,7 @@ def bad_inputs(args):
     print("bad inputs: exit 2, one line naming the file, for %d cases" % (len(cases) + 1))
 
 
-def prep_jsonl_wide_vocab(args):
+def prep_jsonl_4byte_ids_bos_separator(args):
     """JSONL with a named text field, a tokenizer with a BOS token and 70,000 tokens: 4-byte ids, BOS
     before every document; bad records exit 2 naming the file and line."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -323,7 +326,9 @@ def prep_jsonl_wide_vocab(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["tokenizer_roundtrip", "prep_jsonl_wide_vocab", "llmc_shard", "world_size", "bad_inputs"])
+    p.add_argument("scenario", choices=["tokenizer_prep_train_sample_roundtrip", "prep_jsonl_4byte_ids_bos_separator",
+                                        "llmc_shard_is_trained_on", "shards_same_samples_any_world_size",
+                                        "bad_shards_and_globs_exit_2"])
     p.add_argument("--gtrain", required=True)
     p.add_argument("--sample")
     p.add_argument("--prep-tool")
