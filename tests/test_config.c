@@ -499,7 +499,9 @@ static void to_ini_round_trips(void) {
     char *ov[] = {
         "model.dim=96", "model.n_layers=3", "model.n_heads=6", "model.n_kv_heads=3", "model.vocab_size=300",
         "model.ffn_dim=250", "model.norm_eps=1e-6", "model.rope_theta=500000", "model.max_seq_len=96",
-        "model.dropout=0.1", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.steps=77",
+        "model.dropout=0.1", "model.tie_word_embeddings=true", "model.rope_type=llama3", "model.rope_factor=32",
+        "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=2",
+        "model.rope_original_max_position_embeddings=4096", "model.init=hf/llama", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.steps=77",
         "train.lr=0.1", "train.min_lr=0.03", "train.warmup_steps=7", "train.lr_schedule=linear",
         "train.weight_decay=0.01", "train.beta1=0.8", "train.beta2=0.999", "train.adam_eps=1e-7",
         "train.grad_clip=0", "train.seed=18446744073709551615", "train.precision=fp32", "train.device=cpu",
