@@ -4,6 +4,7 @@
 #   hf_llama31   llama3 RoPE scaling, bf16 on disk, config.json with rope_theta + rope_scaling
 #   hf_tied      tied embeddings, fp16 on disk; bf16 export; a state file wins over model.init
 #   hf_broken    truncated files, lying offsets, unsupported dtypes, non-JSON headers, config mismatches
+#   hf_configs   configs/llama3.2_1b.ini, llama3_8b.ini: as many parameters as transformers counts
 # Each: loss and gradients of the import equal transformers' within 1e-5; 20 steps of training; the export
 # loads in transformers without warnings and its validation loss equals gtrain's within 1e-5.
 # hf_grads is the test program that runs gtrain's model on an imported checkpoint.
@@ -15,7 +16,7 @@ if(Python3_Interpreter_FOUND)
   # GTRAIN_HF_PYTHON: an interpreter with numpy, h5py, safetensors, torch and transformers (tools/setup-venv.sh)
   set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
-  foreach(case gqa llama31 tied broken)
+  foreach(case gqa llama31 tied broken configs)
     add_test(NAME hf_${case}
              COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/hf/hf_test.py --case ${case}
                      --gtrain $<TARGET_FILE:gtrain> --grads $<TARGET_FILE:hf_grads>

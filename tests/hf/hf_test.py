@@ -12,6 +12,8 @@ Cases (--case):
   tied     LLaMA-3.2: tie_word_embeddings, fp16 on disk; the export also in bf16; import + an existing state
            file resumes from the state file
   broken   broken checkpoints exit 2 naming the file and the tensor or key, never crash
+  configs  configs/llama3.2_1b.ini and configs/llama3_8b.ini: `gtrain --plan` counts as many parameters as
+           transformers' LlamaForCausalLM of the same [model] (built on the meta device, no memory)
 
 For gqa, llama31 and tied:
   1. transformers builds a small random LlamaForCausalLM (norm weights perturbed, so their gradients matter)
@@ -435,9 +437,40 @@ def check_broken(args, work):
             assert s in msg, f"{name}: the message does not name '{s}'"
 
 
+def hf_config_of_ini(path):
+    import configparser
+    ini = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    ini.read(path)
+    m = ini["model"]
+    rope = {"rope_type": m.get("rope_type", "default"), "rope_theta": float(m["rope_theta"])}
+    if rope["rope_type"] == "llama3":
+        rope.update(factor=float(m["rope_factor"]), low_freq_factor=float(m["rope_low_freq_factor"]),
+                    high_freq_factor=float(m["rope_high_freq_factor"]),
+                    original_max_position_embeddings=int(m["rope_original_max_position_embeddings"]))
+    return transformers.LlamaConfig(
+        hidden_size=int(m["dim"]), num_hidden_layers=int(m["n_layers"]), num_attention_heads=int(m["n_heads"]),
+        num_key_value_heads=int(m["n_kv_heads"]), vocab_size=int(m["vocab_size"]),
+        intermediate_size=int(m["ffn_dim"]), rms_norm_eps=float(m["norm_eps"]), rope_parameters=rope,
+        max_position_embeddings=131072, tie_word_embeddings=m.get("tie_word_embeddings", "false") == "true")
+
+
+def check_configs(args):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for name in ("llama3.2_1b.ini", "llama3_8b.ini"):
+        path = os.path.join(root, "configs", name)
+        p = run([args.gtrain, "--plan", "--world", "8", path])
+        assert p.returncode == 0, p.stderr
+        ours = int(p.stdout.split("model: ")[1].split()[0])
+        with torch.device("meta"):
+            model = transformers.LlamaForCausalLM(hf_config_of_ini(path))
+        theirs = sum(t.numel() for t in model.parameters())  # a tied tensor is listed once
+        log(f"{name}: gtrain --plan {ours} parameters, transformers {theirs}")
+        assert ours == theirs, f"{name}: parameter counts differ"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=["gqa", "llama31", "tied", "broken"])
+    ap.add_argument("--case", required=True, choices=["gqa", "llama31", "tied", "broken", "configs"])
     ap.add_argument("--gtrain", required=True)
     ap.add_argument("--grads", required=True)
     ap.add_argument("--tool", required=True)
@@ -449,6 +482,10 @@ def main():
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    if args.case == "configs":
+        check_configs(args)
+        print("PASS: configs")
+        return
     if args.case == "broken":
         check_broken(args, work)
         print("PASS: broken checkpoints exit 2 with the file and the tensor named")
