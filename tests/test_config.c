@@ -243,6 +243,10 @@ static void out_of_range_values_are_rejected(void) {
         {"model", "norm_eps", "0", "(expected a number > 0)"},
         {"model", "norm_eps", "1e-50", "(expected a number > 0)"}, /* 0 once stored as a float */
         {"model", "rope_theta", "-1", "(expected a number > 0)"},
+        {"model", "tie_word_embeddings", "yes", "(expected true or false)"},
+        {"model", "rope_type", "yarn", "(expected one of default, llama3)"},
+        {"model", "rope_factor", "0", "(expected a number > 0)"},
+        {"model", "rope_original_max_position_embeddings", "0", "(expected an integer in 1..16777216)"},
         {"train", "lr", "0", "(expected a number > 0)"},
         {"train", "min_lr", "-1e-4", "(expected a number >= 0)"},
         {"train", "beta1", "1", "(expected a number in [0, 1))"},
