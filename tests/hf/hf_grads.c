@@ -6,8 +6,9 @@
  *   hf_grads HF_DIR BATCH OUT_PREFIX
  *
  * BATCH: int32 little-endian B, T, then B*T input ids and B*T target ids. Writes OUT_PREFIX.txt
- * ("loss L", "inv_freq f0 f1 ...", then "NAME NUMEL" per tensor in layout order) and OUT_PREFIX.bin
- * (the gradients as fp32, in that order). The loss is the mean over the tokens, as transformers'.
+ * ("loss L", "inv_freq f0 f1 ...", then "NAME NUMEL" per tensor in layout order), OUT_PREFIX.bin
+ * (the gradients as fp32, in that order) and OUT_PREFIX.params.bin (the imported fp32 parameters, in
+ * the same order). The loss is the mean over the tokens, as transformers'.
  *
  * It also checks one property itself: the gradients are bit-identical under the recompute policies
  * none, full and selective (tied embeddings and llama3 RoPE included). Exit 0, 1 on a failed check,
@@ -133,6 +134,12 @@ int main(int argc, char **argv) {
     fwrite(g_none, sizeof(float), n, bin);
     fclose(txt);
     fclose(bin);
+    snprintf(path, sizeof path, "%s.params.bin", argv[3]);
+    FILE *pf = fopen(path, "wb");
+    if (!pf || fwrite(params, sizeof(float), n, pf) != n || fclose(pf) != 0) {
+        fprintf(stderr, "hf_grads: cannot write %s\n", path);
+        return 2;
+    }
 
     free(inv_freq);
     free(g_none);

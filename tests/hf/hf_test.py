@@ -18,7 +18,8 @@ Cases (--case):
 For gqa, llama31 and tied:
   1. transformers builds a small random LlamaForCausalLM (norm weights perturbed, so their gradients matter)
      and save_pretrained()s it;
-  2. gtrain imports it (tests/hf/hf_grads.c): the loss on a token batch equals transformers' within 1e-5
+  2. gtrain imports it (tests/hf/hf_grads.c): the weights equal transformers' fp32 ones bit for bit (BF16
+     and F16 on disk upcast alike); the loss on a token batch equals transformers' within 1e-5
      relative, every gradient within 1e-5 of its tensor's largest value, the RoPE inverse frequencies
      within 1 ulp; the gradients are bit-identical under recompute none/full/selective;
   3. gtrain trains 20 steps from `model.init`, tools/state_to_hf.py exports the final state file;
@@ -225,6 +226,14 @@ def check_grads(args, kind, hf_dir, ref, work):
 
     params = dict(ref.named_parameters())
     assert [n for n, _ in names] == list(params), f"names differ: {[n for n, _ in names]} vs {list(params)}"
+    # the import itself: BF16/F16/F32 on disk -> exactly the fp32 values transformers upcasts to
+    imported, at = np.fromfile(f"{work}/grads.params.bin", dtype="<f4"), 0
+    for name, numel in names:
+        want = params[name].detach().numpy().reshape(-1)
+        assert np.array_equal(imported[at: at + numel].view(np.uint32), want.view(np.uint32)), \
+            f"imported {name} differs from transformers' fp32 values"
+        at += numel
+    log(f"import: {len(names)} tensors equal transformers' fp32 weights bit for bit")
     at, worst = 0, (0.0, "")
     for name, numel in names:
         g = g_all[at: at + numel]
