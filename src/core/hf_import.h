@@ -8,10 +8,9 @@
  * values. Both spellings of RoPE found in the wild are read: `rope_theta` + `rope_scaling` (published
  * checkpoints) and `rope_parameters` (what transformers 5 writes).
  *
- * The weights are read natively: a safetensors file is an 8-byte little-endian header length N, N
- * bytes of JSON (parsed with jansson) mapping each tensor name to its dtype, shape and byte range,
- * then the raw little-endian tensors. A rank reads only the bytes of the elements it asks for (its
- * ZeRO slice of the flat parameter vector, src/dist/shard.h) and turns BF16, F16 or F32 into fp32.
+ * The weights are read natively (safetensors.h parses each file's header); a rank reads only the
+ * bytes of the elements it asks for (its ZeRO slice of the flat parameter vector, src/dist/shard.h)
+ * and turns BF16, F16 or F32 into fp32.
  *
  * Every problem is one line naming the file and, where there is one, the tensor or key, and the
  * functions return 2 (the trainer's exit code for bad input); nothing here aborts on bad input.
@@ -24,6 +23,7 @@
 
 #include "config.h"
 #include "model.h"
+#include "safetensors.h"
 
 /* ---- config.json ---- */
 
@@ -38,33 +38,6 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
  * the run's choice and not compared. 0, or 2 with err naming the key and both values. */
 int gt_hf_check_config(const char *dir, const gt_model_config *model, const char *ini_path, char *err,
                        size_t err_len);
-
-/* ---- safetensors ---- */
-
-typedef enum gt_st_dtype { GT_ST_F32, GT_ST_F16, GT_ST_BF16 } gt_st_dtype;
-
-typedef struct gt_st_tensor {
-    char *name;
-    gt_st_dtype dtype;
-    int ndim;               /* 0..8 */
-    uint64_t shape[8];
-    uint64_t begin, end;    /* byte range relative to the start of the data (after the header) */
-} gt_st_tensor;
-
-typedef struct gt_st_header {
-    uint64_t data_start;    /* 8 + header length */
-    uint64_t file_size;
-    int n_tensors;
-    gt_st_tensor *tensors;
-} gt_st_header;
-
-/* Parses the header of a safetensors file named `file` (for messages) of file_size bytes, given
- * its first len bytes (at least 8 + the header length, or the whole file). Checks that every entry
- * has a supported dtype, a shape and data_offsets that hold exactly shape x dtype bytes inside the
- * file. 0 with *out filled (free with gt_st_free), or 2 with err. */
-int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64_t file_size, gt_st_header *out,
-                char *err, size_t err_len);
-void gt_st_free(gt_st_header *h);
 
 /* ---- weights ---- */
 

@@ -1,21 +1,20 @@
 /*
- * fuzz_safetensors.c — libFuzzer harness for the safetensors header parser (src/core/hf_import.c).
+ * fuzz_safetensors.c — libFuzzer harness for the safetensors header parser (src/core/safetensors.c).
  *
  * The input is a whole safetensors file: an 8-byte little-endian header length, the JSON header, the
  * data. gt_st_parse must either accept it, with every tensor's byte range inside the data and equal
  * to shape x dtype, or return 2 with a message; never crash, read out of bounds or leak. The harness
  * re-checks the accepted ranges itself, so a parser that let a lying offset through would abort here.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc/core -Isrc/kernels -Isrc/dist \
- *         tests/fuzz/fuzz_safetensors.c src/core/hf_import.c src/core/config.c -ljansson -linih -lm
- *   ./a.out tests/fuzz/corpus/safetensors
- * (config.c only for gt_config_defaults, which hf_import.c calls for config.json.)
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Isrc/core \
+ *         tests/fuzz/fuzz_safetensors.c src/core/safetensors.c -ljansson -o fuzz_safetensors
+ *   ./fuzz_safetensors tests/fuzz/corpus/safetensors
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "hf_import.h"
+#include "safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gt_st_header h;
