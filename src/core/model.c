@@ -214,7 +214,9 @@ void gt_model_destroy(gt_model *m) {
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
     }
-    if (m->rope) gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->rope, (size_t)m->rope_T * (m->cfg.dim / m->cfg.n_heads) * sizeof(float));
+    if (m->rope)
+        gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->rope,
+                    (size_t)m->rope_T * (size_t)(m->cfg.dim / m->cfg.n_heads) * sizeof(float));
     free(m->layers);
     gt_layout_free(&m->layout);
     free(m);
