@@ -243,6 +243,10 @@ static void out_of_range_values_are_rejected(void) {
         {"model", "norm_eps", "0", "(expected a number > 0)"},
         {"model", "norm_eps", "1e-50", "(expected a number > 0)"}, /* 0 once stored as a float */
         {"model", "rope_theta", "-1", "(expected a number > 0)"},
+        {"model", "tie_word_embeddings", "yes", "(expected true or false)"},
+        {"model", "rope_type", "yarn", "(expected one of default, llama3)"},
+        {"model", "rope_factor", "0", "(expected a number > 0)"},
+        {"model", "rope_original_max_position_embeddings", "0", "(expected an integer in 1..16777216)"},
         {"train", "lr", "0", "(expected a number > 0)"},
         {"train", "min_lr", "-1e-4", "(expected a number >= 0)"},
         {"train", "beta1", "1", "(expected a number in [0, 1))"},
@@ -499,7 +503,9 @@ static void to_ini_round_trips(void) {
     char *ov[] = {
         "model.dim=96", "model.n_layers=3", "model.n_heads=6", "model.n_kv_heads=3", "model.vocab_size=300",
         "model.ffn_dim=250", "model.norm_eps=1e-6", "model.rope_theta=500000", "model.max_seq_len=96",
-        "model.dropout=0.1", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.steps=77",
+        "model.dropout=0.1", "model.tie_word_embeddings=true", "model.rope_type=llama3", "model.rope_factor=32",
+        "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=2",
+        "model.rope_original_max_position_embeddings=4096", "model.init=hf/llama", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.steps=77",
         "train.lr=0.1", "train.min_lr=0.03", "train.warmup_steps=7", "train.lr_schedule=linear",
         "train.weight_decay=0.01", "train.beta1=0.8", "train.beta2=0.999", "train.adam_eps=1e-7",
         "train.grad_clip=0", "train.seed=18446744073709551615", "train.precision=fp32", "train.device=cpu",

@@ -11,6 +11,7 @@ packages=(cmake make gcc g++ pkg-config
           libhdf5-openmpi-dev hdf5-tools
           libopenblas-openmp-dev libinih-dev
           fortunes python3 python3-venv python3-matplotlib)
+packages+=(libjansson-dev)   # JSON of Hugging Face checkpoints: config.json, safetensors headers (model.init)
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
 fi

@@ -49,6 +49,7 @@ typedef enum key_type {
     KEY_PATH,    /* free text; `min` = 1 means it must not be empty */
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
+    KEY_BOOL,    /* int 0 or 1, written true | false */
 } key_type;
 
 /* Range flags for numbers. */
@@ -84,6 +85,13 @@ static const key_spec keys[] = {
     NUM("model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
     INT("model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
     NUM("model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
+    {"model", "tie_word_embeddings", KEY_BOOL, OFF(model.tie_word_embeddings), 0, 0, 0, 0, NULL},
+    ENUM("model", "rope_type", model.rope_type, "default|llama3"),
+    NUM("model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
+    NUM("model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
+    NUM("model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
+    INT("model", "rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 1, 1 << 24),
+    TEXT("model", "init", KEY_PATH, model.init, 0),
 
     INT("train", "seq_len", train.seq_len, 1, 1 << 20),
     INT("train", "micro_batch", train.micro_batch, 1, 1 << 16),
@@ -131,6 +139,10 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->model = (gt_model_config){
         .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256, .ffn_dim = 352,
         .max_seq_len = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .dropout = 0.0f,
+        .tie_word_embeddings = 0, .rope_type = "default",
+        /* LLaMA-3.1's values; they only matter with rope_type = llama3 */
+        .rope_factor = 8.0, .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
+        .rope_original_max_position_embeddings = 8192,
     };
     cfg->train.seq_len = 128;
     cfg->train.micro_batch = 8;
@@ -308,6 +320,7 @@ static void expected_text(const key_spec *ks, char *out, size_t len) {
     case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
     case KEY_POLICY: snprintf(out, len, "none, full, selective, sqrt, auto, uniform:K or blocks:K"); break;
     case KEY_RESUME: snprintf(out, len, "auto, never or the path of a training-state file"); break;
+    case KEY_BOOL: snprintf(out, len, "true or false"); break;
     }
 }
 
@@ -409,6 +422,13 @@ static int set_key(loader *ld, int k, const char *value, const char *prefix) {
             fail(ld, "%s: '%s' is not a size (expected %s)", prefix, value, expected);
             return -1;
         }
+        return 0;
+    case KEY_BOOL:
+        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
+            fail(ld, "%s: '%s' is not a boolean (expected %s)", prefix, value, expected);
+            return -1;
+        }
+        *(int *)field = strcmp(value, "true") == 0;
         return 0;
     case KEY_ENUM:
         if (!enum_has(ks->choices, value)) {
@@ -664,6 +684,10 @@ static void check_across(loader *ld) {
         fail_at(ld, blame(ld, "model", "n_kv_heads", "model", "n_heads"),
                 "n_kv_heads %d does not divide n_heads %d (expected n_heads to be a multiple of n_kv_heads)",
                 m->n_kv_heads, m->n_heads);
+    if (strcmp(m->rope_type, "llama3") == 0 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
+        fail_at(ld, blame(ld, "model", "rope_high_freq_factor", "model", "rope_low_freq_factor"),
+                "rope_high_freq_factor %g is not above rope_low_freq_factor %g (expected high > low: llama3 "
+                "scaling divides by their difference)", m->rope_high_freq_factor, m->rope_low_freq_factor);
     if (c->train.seq_len > m->max_seq_len)
         fail_at(ld, blame(ld, "train", "seq_len", "model", "max_seq_len"),
                 "seq_len %d is longer than max_seq_len %d (expected seq_len <= max_seq_len)", c->train.seq_len,
@@ -839,6 +863,7 @@ char *gt_config_to_ini(const gt_config *cfg) {
         case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, sizeof value); break;
         case KEY_U64: snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)field); break;
         case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, sizeof value); break;
+        case KEY_BOOL: snprintf(value, sizeof value, "%s", *(const int *)field ? "true" : "false"); break;
         default: snprintf(value, sizeof value, "%s", field); break;
         }
         /* one section header per change, a key line per key; room for both */

@@ -25,6 +25,13 @@ typedef struct gt_model_config {
     float norm_eps;
     float rope_theta;
     float dropout;     /* attention-probability and residual-branch dropout, training only */
+    int tie_word_embeddings; /* 1: the LM head is model.embed_tokens.weight (no lm_head.weight) */
+    /* RoPE frequency scaling, Hugging Face's rope_parameters / rope_scaling: rope_type "default"
+     * (none) or "llama3" (LLaMA-3.1: the four numbers below, as transformers names them) */
+    char rope_type[16];
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
+    char init[GT_PATH_MAX]; /* a Hugging Face checkpoint directory to start from; "" = random init */
 } gt_model_config;
 
 typedef struct gt_config {

@@ -4,6 +4,8 @@
  * The names and order are transformers' LlamaForCausalLM.named_parameters(), so a state file, an
  * export and a log line all agree on "model.layers.3.mlp.up_proj.weight". Zeroing, reducing,
  * sharding and saving are loops over one buffer; this table is how they find the tensors in it.
+ * With tie_word_embeddings (LLaMA-3.2 1B/3B) there is no lm_head.weight: the head reads
+ * model.embed_tokens.weight, as transformers' named_parameters() of a tied model lists it.
  */
 #include "model.h"
 
@@ -53,7 +55,7 @@ void gt_layout_init(gt_layout *layout, const gt_model_config *cfg) {
 #undef LAYER
     }
     add_tensor(layout, "model.norm.weight", C, 0, 0);
-    add_tensor(layout, "lm_head.weight", V, C, 1);
+    if (!cfg->tie_word_embeddings) add_tensor(layout, "lm_head.weight", V, C, 1);
 }
 
 void gt_layout_free(gt_layout *layout) {

@@ -23,9 +23,15 @@
  *
  * Recompute is bit-exact: a recomputed forward calls the same kernels on the same inputs with the
  * same dropout keys, so gradients are identical under every plan.
+ *
+ * RoPE: the model builds the (cos, sin) table once (gt_rope_table: transformers' inv_freq, with
+ * LLaMA-3.1's llama3 scaling when rope_type says so) and hands it to the kernels. Tied embeddings
+ * (LLaMA-3.2): the head multiplies by model.embed_tokens.weight, and its weight gradient adds into
+ * the embedding's gradient, which the embedding backward then adds to as well: the sum of both uses.
  */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +53,8 @@ struct gt_model {
     size_t off_embed, off_norm, off_head;
     int32_t *d_inputs, *d_targets;  /* device copies of the token ids (BT) */
     size_t token_capacity;
+    float *rope;               /* (rope_T, HD/2, 2) fp32 cos/sin, device */
+    int rope_T;
 };
 
 /* Sizes of one micro-batch's tensors, in bytes. */
@@ -104,6 +112,64 @@ static void act_free(gt_model *m, void *p, size_t bytes) {
     if (p) gt_mem_free(m->mem, GT_MEM_ACT, p, bytes);
 }
 
+/* ------------------------------------------------------------------ RoPE table */
+
+/* transformers' _compute_default_rope_parameters and _compute_llama3_parameters
+ * (modeling_rope_utils.py), step by step in fp32 as torch evaluates them: a Python number meeting
+ * an fp32 tensor is rounded to fp32 first, and `number / tensor` is tensor.reciprocal() * number. */
+void gt_rope_inv_freq(const gt_model_config *cfg, float *inv_freq) {
+    int HD = cfg->dim / cfg->n_heads, half = HD / 2;
+    for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(cfg->rope_theta, (float)(2 * i) / (float)HD);
+    if (strcmp(cfg->rope_type, "llama3") != 0) return;
+    const float factor = (float)cfg->rope_factor;
+    const float low = (float)cfg->rope_low_freq_factor;
+    const double old_len = (double)cfg->rope_original_max_position_embeddings;
+    const float low_freq_wavelen = (float)(old_len / cfg->rope_low_freq_factor);
+    const float high_freq_wavelen = (float)(old_len / cfg->rope_high_freq_factor);
+    const float span = (float)(cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+    for (int i = 0; i < half; i++) {
+        float f = inv_freq[i];
+        float wavelen = (1.0f / f) * (float)(2.0 * M_PI);
+        float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+        float smooth = ((1.0f / wavelen) * (float)old_len - low) / span;
+        float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+        int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+        inv_freq[i] = medium ? smoothed : scaled;
+    }
+}
+
+/* (T, HD/2, 2): the angle is the fp32 product t * inv_freq_i as in LlamaRotaryEmbedding.forward;
+ * its cos and sin are taken in double and rounded (transformers takes them in fp32: within an ulp). */
+void gt_rope_table(const gt_model_config *cfg, int T, float *table) {
+    int half = cfg->dim / cfg->n_heads / 2;
+    float *inv_freq = malloc((size_t)half * sizeof *inv_freq);
+    if (!inv_freq) abort();
+    gt_rope_inv_freq(cfg, inv_freq);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            table[((size_t)t * half + i) * 2] = (float)cos((double)angle);
+            table[((size_t)t * half + i) * 2 + 1] = (float)sin((double)angle);
+        }
+    }
+    free(inv_freq);
+}
+
+/* The device table covers positions 0..T-1 (built for max_seq_len at creation; grown if a caller
+ * ever runs longer sequences). Workspace memory: (T, HD/2, 2) fp32. */
+static void ensure_rope(gt_model *m, int T) {
+    if (m->rope && m->rope_T >= T) return;
+    size_t HD = (size_t)(m->cfg.dim / m->cfg.n_heads);
+    if (m->rope) gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->rope, (size_t)m->rope_T * HD * sizeof(float));
+    float *host = malloc((size_t)T * HD * sizeof(float));
+    if (!host) abort();
+    gt_rope_table(&m->cfg, T, host);
+    m->rope = gt_mem_alloc(m->mem, GT_MEM_WORKSPACE, (size_t)T * HD * sizeof(float));
+    m->ops->copy_to_device(m->rope, host, (size_t)T * HD * sizeof(float));
+    free(host);
+    m->rope_T = T;
+}
+
 /* ------------------------------------------------------------------ construction */
 
 gt_model *gt_model_create(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg) {
@@ -134,7 +200,9 @@ gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_
                                        l[5].offset, l[6].offset, l[7].offset, l[8].offset};
     }
     m->off_norm = t[1 + 9 * cfg->n_layers].offset;
-    m->off_head = t[2 + 9 * cfg->n_layers].offset;
+    /* tied: the head is the embedding (layout.c then has no lm_head.weight) */
+    m->off_head = cfg->tie_word_embeddings ? m->off_embed : t[2 + 9 * cfg->n_layers].offset;
+    ensure_rope(m, cfg->max_seq_len);
     return m;
 }
 
@@ -146,6 +214,9 @@ void gt_model_destroy(gt_model *m) {
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
     }
+    if (m->rope)
+        gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->rope,
+                    (size_t)m->rope_T * (size_t)(m->cfg.dim / m->cfg.n_heads) * sizeof(float));
     free(m->layers);
     gt_layout_free(&m->layout);
     free(m);
@@ -250,8 +321,8 @@ static void block_forward(gt_model *m, int layer, const shapes *s, const void *x
     ops->matmul_forward(st->q, st->xn1, W(m, L->wq), BT, C, C);
     ops->matmul_forward(st->k, st->xn1, W(m, L->wk), BT, C, s->KVD);
     ops->matmul_forward(st->v, st->xn1, W(m, L->wv), BT, C, s->KVD);
-    ops->rope_forward(st->q, st->q, s->B, s->T, s->NH, s->HD, m->cfg.rope_theta);
-    ops->rope_forward(st->k, st->k, s->B, s->T, s->NKV, s->HD, m->cfg.rope_theta);
+    ops->rope_forward(st->q, st->q, m->rope, s->B, s->T, s->NH, s->HD);
+    ops->rope_forward(st->k, st->k, m->rope, s->B, s->T, s->NKV, s->HD);
     ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, s->B, s->T, s->NH, s->NKV,
                            s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     ops->matmul_forward(out, st->att, W(m, L->wo), BT, C, C); /* out holds the o-projection */
@@ -306,8 +377,8 @@ static void block_backward(gt_model *m, int layer, const shapes *s, const void *
     ops->matmul_backward(datt, G(m, L->wo), do_, st->att, W(m, L->wo), BT, C, C, 0);
     ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
                             s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
-    ops->rope_backward(dq, dq, s->B, s->T, s->NH, s->HD, m->cfg.rope_theta);
-    ops->rope_backward(dk, dk, s->B, s->T, s->NKV, s->HD, m->cfg.rope_theta);
+    ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
+    ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
     void *xn1 = st->xn1;
     if (selective) {
         xn1 = act_alloc(m, s->x);
@@ -348,6 +419,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     int N = m->cfg.n_layers;
     float p = m->cfg.dropout;
     int keep_probs = ops->can_keep_attention_probs;
+    ensure_rope(m, T);
     upload_tokens(m, inputs, targets, s.BT);
 
     void **xs = calloc((size_t)N + 1, sizeof *xs);   /* x_i: input of block i; x_N: last output */
@@ -440,6 +512,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     const gt_ops *ops = m->ops;
     shapes s = make_shapes(m, B, T);
     gt_rng_key no_key = {0, 0};
+    ensure_rope(m, T);
     upload_tokens(m, inputs, targets, s.BT);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);

@@ -16,7 +16,7 @@
  *   model.layers.{i}.input_layernorm.weight        [C]
  *   model.layers.{i}.post_attention_layernorm.weight [C]
  *   model.norm.weight                              [C]
- *   lm_head.weight                                 [V, C]
+ *   lm_head.weight                                 [V, C]   (absent with tie_word_embeddings)
  */
 #ifndef GT_MODEL_H
 #define GT_MODEL_H
@@ -52,6 +52,12 @@ const gt_tensor_info *gt_layout_find(const gt_layout *layout, const char *name);
 /* Initial fp32 parameters on the host: matrices and embeddings N(0, 0.02) (transformers'
  * initializer_range), norm weights 1. Deterministic in seed, independent of world size. */
 void gt_layout_init_params(const gt_layout *layout, float *params, uint64_t seed);
+
+/* RoPE inverse frequencies inv_freq (HD/2) exactly as transformers computes them for the config
+ * (rope_type default or llama3), and the (cos, sin) table (T, HD/2, 2) of positions 0..T-1 that the
+ * model hands to the kernels (ops.h rope_forward). */
+void gt_rope_inv_freq(const gt_model_config *cfg, float *inv_freq);
+void gt_rope_table(const gt_model_config *cfg, int T, float *table);
 
 typedef struct gt_model gt_model;
 

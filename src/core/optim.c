@@ -40,7 +40,8 @@ void gt_optim_init(gt_optim *opt, const gt_ops *ops, gt_mem *mem, gt_comm *comm,
     ops->zero(opt->exp_avg, bytes);
     ops->zero(opt->exp_avg_sq, bytes);
     size_t count = gt_shard_count(&opt->shard);
-    if (count) ops->copy_to_device(opt->master, initial_params_host + opt->shard.begin, count * sizeof(float));
+    if (count && initial_params_host)
+        ops->copy_to_device(opt->master, initial_params_host + opt->shard.begin, count * sizeof(float));
 
     gt_tensor_extent *ext = malloc((size_t)layout->n_tensors * sizeof *ext);
     if (!ext) abort();

@@ -41,7 +41,8 @@ typedef struct gt_optim {
 } gt_optim;
 
 /* n_padded: the length of the model's parameter and gradient buffers (>= n_params, a multiple of
- * the world size when sharded). initial_params_host: the full fp32 initial parameters. */
+ * the world size when sharded). initial_params_host: the full fp32 initial parameters, or NULL to
+ * leave the master slice zero for the caller to fill (a checkpoint import, then publish). */
 void gt_optim_init(gt_optim *opt, const gt_ops *ops, gt_mem *mem, gt_comm *comm, gt_model *model,
                    int sharded, const float *initial_params_host);
 void gt_optim_free(gt_optim *opt);

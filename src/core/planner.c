@@ -101,7 +101,7 @@ uint64_t gt_model_param_count(const gt_model_config *m) {
     uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
     uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
     uint64_t per_layer = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
-    return 2 * V * C + (uint64_t)m->n_layers * per_layer + C;
+    return (m->tie_word_embeddings ? 1 : 2) * V * C + (uint64_t)m->n_layers * per_layer + C;
 }
 
 /* Model FLOPs of one forward (2 per multiply-add), causal attention counted as half the square. */
@@ -125,7 +125,9 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     est->params_bytes = P * (uint64_t)sh->act_bytes;
     est->grads_bytes = P * 4;
     est->optim_bytes = slice * 12;
-    est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4;
+    /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
+    est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
+                           (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
     est->act_peak_bytes = act_peak(&s, plan);
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
                        est->act_peak_bytes;

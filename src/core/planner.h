@@ -31,7 +31,7 @@ typedef struct gt_mem_estimate {
     uint64_t params_bytes;      /* working parameters */
     uint64_t grads_bytes;       /* fp32 gradients */
     uint64_t optim_bytes;       /* fp32 master + exp_avg + exp_avg_sq of this rank's slice */
-    uint64_t workspace_bytes;   /* token buffers */
+    uint64_t workspace_bytes;   /* token buffers and the RoPE table */
     uint64_t act_peak_bytes;    /* activation high-water mark of one micro-batch */
     uint64_t total_bytes;       /* sum of the above */
     double forward_flops;       /* one micro-batch forward, model FLOPs */

@@ -22,6 +22,7 @@
 
 #include "comm.h"
 #include "data.h"
+#include "hf_import.h"
 #include "memtrack.h"
 #include "model.h"
 #include "optim.h"
@@ -173,6 +174,45 @@ static void progress_update(progress *p, int step, double loss, double lr, doubl
     fflush(stdout);
 }
 
+/* model.init: the Hugging Face checkpoint's weights become the master weights, each rank reading
+ * only its own slice; the optimizer moments stay zero, so step 1 starts AdamW afresh. A state file
+ * found by checkpoint.resume wins (it is the same run, further on): then nothing is read. */
+static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layout *layout, MPI_Comm comm,
+                             int resumed) {
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    const char *dir = cfg->model.init;
+    if (resumed) {
+        if (rank == 0) {
+            printf("gtrain: model.init = %s not read: resuming from the state file in [checkpoint] dir instead\n",
+                   dir);
+            fflush(stdout);
+        }
+        return 0;
+    }
+    char msg[2048] = "";
+    int code = gt_hf_check_config(dir, &cfg->model, cfg->path, msg, sizeof msg);
+    code = agree_input(comm, code, msg, sizeof msg);
+    if (code) return code;
+    size_t count = gt_shard_count(&opt->shard);
+    float *slice = malloc((count ? count : 1) * sizeof *slice);
+    if (!slice) abort();
+    int n_files = 0;
+    code = gt_hf_read_slice(dir, layout, opt->shard.begin, opt->shard.end, slice, &n_files, msg, sizeof msg);
+    code = agree_input(comm, code, msg, sizeof msg);
+    if (!code) {
+        if (count) opt->ops->copy_to_device(opt->master, slice, count * sizeof(float));
+        gt_optim_publish_params(opt);
+        if (rank == 0) {
+            printf("gtrain: model.init: %zu parameters from %s (%d safetensors file%s)\n", layout->n_params, dir,
+                   n_files, n_files == 1 ? "" : "s");
+            fflush(stdout);
+        }
+    }
+    free(slice);
+    return code;
+}
+
 int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rank, world;
     MPI_Comm_rank(world_comm, &rank);
@@ -270,10 +310,13 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_layout_init(&layout, &cfg->model);
     size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
     model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
-    float *init = malloc(layout.n_params * sizeof *init);
-    if (!init) abort();
-    gt_layout_init_params(&layout, init, cfg->train.seed);
-    gt_model_set_params(model, init);
+    float *init = NULL;
+    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
+        init = malloc(layout.n_params * sizeof *init);
+        if (!init) abort();
+        gt_layout_init_params(&layout, init, cfg->train.seed);
+        gt_model_set_params(model, init);
+    }
     gt_optim_init(&opt, ops, &mem, comm, model, sharded, init);
     free(init);
 
@@ -281,6 +324,10 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     uint64_t G = (uint64_t)B * A * world;
     rc = gt_runstate_begin(&run, cfg, comm, world_comm, model, &opt, G);
     if (rc) goto done;
+    if (cfg->model.init[0]) {
+        rc = import_checkpoint(cfg, &opt, &layout, world_comm, run.first_step > 1);
+        if (rc) goto done;
+    }
 
     if (rank == 0 && cfg->log.metrics[0]) {
         metrics = fopen(cfg->log.metrics, run.first_step > 1 ? "a" : "w");

@@ -92,11 +92,15 @@ struct gt_ops {
     void (*matmul_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
                             const void *weight, int N, int IC, int OC, int accumulate_dinp);
 
-    /* ---- rotary embedding, rotate-half convention, positions 0..T-1, in place allowed ---- */
-    /* x (B, T, NH, HD): x' = x*cos + rotate_half(x)*sin, inv_freq_i = theta^(-2i/HD) */
-    void (*rope_forward)(void *out, const void *inp, int B, int T, int NH, int HD, float theta);
+    /* ---- rotary embedding, rotate-half convention, positions 0..T-1, in place allowed ----
+     * x (B, T, NH, HD), pairs (i, i + HD/2) of each head:
+     *   x'_i = x_i cos - x_{i+HD/2} sin ;  x'_{i+HD/2} = x_{i+HD/2} cos + x_i sin
+     * with (cos, sin) = rope[(t*HD/2 + i)*2 + {0, 1}]: rope (T_max >= T, HD/2, 2) fp32, a device table
+     * the model builds once from its inverse frequencies (plain theta^(-2i/HD), or llama3-scaled), so
+     * the kernels need not know how the frequencies were made and every backend uses the same numbers. */
+    void (*rope_forward)(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD);
     /* dinp = inverse rotation of dout (in place allowed) */
-    void (*rope_backward)(void *dinp, const void *dout, int B, int T, int NH, int HD, float theta);
+    void (*rope_backward)(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD);
 
     /* ---- causal grouped-query attention, scale 1/sqrt(HD) ----
      * q (B, T, NH, HD), k and v (B, T, NKV, HD) (NH % NKV == 0, head h reads kv head h/(NH/NKV));

@@ -325,27 +325,37 @@ static void test_rope(void) {
     const float theta = 10000.0f;
     size_t n = (size_t)B * T * NH * HD;
     float *x = rand_vec(n, 1.0f, 1), *want = xmalloc(n * sizeof(float)), *dwant = xmalloc(n * sizeof(float));
-    cpu->rope_forward(want, x, B, T, NH, HD, theta);
-    cpu->rope_backward(dwant, x, B, T, NH, HD, theta);
+    /* the (cos, sin) table (T, HD/2, 2) the model builds (gt_rope_table), here for plain theta */
+    float *tab = xmalloc((size_t)T * HD * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            float angle = (float)t * (1.0f / powf(theta, (float)(2 * i) / (float)HD));
+            tab[((size_t)t * HD / 2 + i) * 2] = (float)cos((double)angle);
+            tab[((size_t)t * HD / 2 + i) * 2 + 1] = (float)sin((double)angle);
+        }
+    float *dtab = gpu->alloc((size_t)T * HD * sizeof(float));
+    gpu->copy_to_device(dtab, tab, (size_t)T * HD * sizeof(float));
+    cpu->rope_forward(want, x, tab, B, T, NH, HD);
+    cpu->rope_backward(dwant, x, tab, B, T, NH, HD);
     float *got[2], *dgot[2], *inplace = xmalloc(n * sizeof(float));
     void *dx = dev_work(x, n);
     for (int rep = 0; rep < 2; rep++) {
         got[rep] = xmalloc(n * sizeof(float));
         dgot[rep] = xmalloc(n * sizeof(float));
         void *out = gpu->alloc(n * gpu->act_bytes), *dout = gpu->alloc(n * gpu->act_bytes);
-        gpu->rope_forward(out, dx, B, T, NH, HD, theta);
-        gpu->rope_backward(dout, dx, B, T, NH, HD, theta);
+        gpu->rope_forward(out, dx, dtab, B, T, NH, HD);
+        gpu->rope_backward(dout, dx, dtab, B, T, NH, HD);
         get_work(got[rep], out, n);
         get_work(dgot[rep], dout, n);
         gpu->free(out), gpu->free(dout);
     }
     void *io = dev_work(x, n);
-    gpu->rope_forward(io, io, B, T, NH, HD, theta);
+    gpu->rope_forward(io, io, dtab, B, T, NH, HD);
     get_work(inplace, io, n);
     gpu->free(io);
     float *dinplace = xmalloc(n * sizeof(float));
     io = dev_work(x, n);
-    gpu->rope_backward(io, io, B, T, NH, HD, theta);
+    gpu->rope_backward(io, io, dtab, B, T, NH, HD);
     get_work(dinplace, io, n);
     gpu->free(io);
     check_same("rope_backward in place", dinplace, dgot[0], n);
@@ -357,7 +367,8 @@ static void test_rope(void) {
     check_same("rope_forward in place", inplace, got[0], n);
     gpu->free(dx);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
-    free(x), free(want), free(dwant), free(inplace);
+    gpu->free(dtab);
+    free(x), free(want), free(dwant), free(inplace), free(tab);
 }
 
 static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {

@@ -44,8 +44,8 @@ void gt_cpu_rmsnorm_apply(void *out, const float *rstd, const void *inp, const v
                           int C);
 void gt_cpu_rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp,
                              const void *weight, const float *rstd, int N, int C);
-void gt_cpu_rope_forward(void *out, const void *inp, int B, int T, int NH, int HD, float theta);
-void gt_cpu_rope_backward(void *dinp, const void *dout, int B, int T, int NH, int HD, float theta);
+void gt_cpu_rope_forward(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD);
+void gt_cpu_rope_backward(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD);
 
 /* cpu_attention.c */
 void gt_cpu_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k,

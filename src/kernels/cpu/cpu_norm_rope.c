@@ -6,10 +6,9 @@
  * order; out = w * (x * rstd), the same expression (rmsnorm_out below) in forward and in apply, so
  * the recompute executor gets the bits forward kept.
  *
- * RoPE: pair (i, i + HD/2) of each head rotates by angle t * inv_freq_i. transformers computes
- * inv_freq = 1 / theta^(2i/HD) in fp32 and the angle as an fp32 product pos * inv_freq, then cos/sin
- * in fp32; we form inv_freq and the angle the same way in float, then take cos/sin of that float
- * angle in double and round, so the tables agree with transformers' to about 1 ulp.
+ * RoPE: pair (i, i + HD/2) of each head rotates by angle t * inv_freq_i. The (cos, sin) table comes
+ * from the model (gt_rope_table in model.c, which follows transformers' inv_freq, llama3 scaling
+ * included); this file only applies the rotation.
  */
 #include <math.h>
 
@@ -90,51 +89,31 @@ void gt_cpu_rmsnorm_backward(void *dinp_, float *dweight, const void *dout_, con
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* cos/sin tables (T, HD/2) for positions 0..T-1; the caller frees them (one allocation). */
-static float *rope_tables(int T, int HD, float theta, float **sin_out) {
-    int half = HD / 2;
-    float *tab = GT_CPU_MALLOC((size_t)2 * T * half * sizeof(float));
-    float *cos_t = tab, *sin_t = tab + (size_t)T * half;
-    for (int i = 0; i < half; i++) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
-        for (int t = 0; t < T; t++) {
-            float angle = (float)t * inv_freq;
-            cos_t[(size_t)t * half + i] = (float)cos((double)angle);
-            sin_t[(size_t)t * half + i] = (float)sin((double)angle);
-        }
-    }
-    *sin_out = sin_t;
-    return cos_t;
-}
-
 /* sign = +1: out = x*cos + rotate_half(x)*sin ; sign = -1: the inverse (transpose) rotation.
- * x (B, T, NH, HD); out may alias inp. */
-static void rope_rotate(float *out, const float *inp, int B, int T, int NH, int HD, float theta,
+ * x (B, T, NH, HD); rope (T_max, HD/2, 2); out may alias inp. */
+static void rope_rotate(float *out, const float *inp, const float *rope, int B, int T, int NH, int HD,
                         float sign) {
     GT_CPU_CHECK(HD % 2 == 0, "rope needs an even head dim, got %d", HD);
     int half = HD / 2;
-    float *sin_t;
-    float *cos_t = rope_tables(T, HD, theta, &sin_t);
 #pragma omp parallel for schedule(static)
     for (long row = 0; row < (long)B * T * NH; row++) {
         int t = (int)((row / NH) % T);
         const float *x = inp + (size_t)row * HD;
         float *o = out + (size_t)row * HD;
-        const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+        const float *cs = rope + (size_t)t * half * 2;
         for (int i = 0; i < half; i++) {
             float x1 = x[i], x2 = x[i + half];
-            float si = sign * s[i];
-            o[i] = x1 * c[i] - x2 * si;
-            o[i + half] = x2 * c[i] + x1 * si;
+            float c = cs[2 * i], si = sign * cs[2 * i + 1];
+            o[i] = x1 * c - x2 * si;
+            o[i + half] = x2 * c + x1 * si;
         }
     }
-    free(cos_t);
 }
 
-void gt_cpu_rope_forward(void *out, const void *inp, int B, int T, int NH, int HD, float theta) {
-    rope_rotate(out, inp, B, T, NH, HD, theta, 1.0f);
+void gt_cpu_rope_forward(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
+    rope_rotate(out, inp, rope, B, T, NH, HD, 1.0f);
 }
 
-void gt_cpu_rope_backward(void *dinp, const void *dout, int B, int T, int NH, int HD, float theta) {
-    rope_rotate(dinp, dout, B, T, NH, HD, theta, -1.0f);
+void gt_cpu_rope_backward(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD) {
+    rope_rotate(dinp, dout, rope, B, T, NH, HD, -1.0f);
 }

@@ -198,87 +198,44 @@ static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* cos/sin tables (T, HD/2) built on the host exactly as the CPU backend builds them (fp32 inv_freq
- * and angle as transformers does, cos/sin of the float angle in double, rounded), then kept on the
- * device: a few (HD, theta) slots, each grown when a longer T comes. Built once per run in practice. */
-typedef struct rope_table {
-    int HD, T_cap;
-    float theta;
-    float *cos_sin; /* device: cos (T_cap, HD/2) then sin (T_cap, HD/2) */
-} rope_table;
-
-#define ROPE_SLOTS 4
-static rope_table g_rope[ROPE_SLOTS];
-static int g_rope_next;
-
-static const rope_table *rope_cos_sin(int T, int HD, float theta) {
-    rope_table *slot = NULL;
-    for (int i = 0; i < ROPE_SLOTS; i++)
-        if (g_rope[i].cos_sin && g_rope[i].HD == HD && g_rope[i].theta == theta) slot = &g_rope[i];
-    if (slot && slot->T_cap >= T) return slot;
-    if (!slot) {
-        slot = &g_rope[g_rope_next];
-        g_rope_next = (g_rope_next + 1) % ROPE_SLOTS;
-    }
-    if (slot->cos_sin) gt_cuda_free(slot->cos_sin);
-    const int half = HD / 2;
-    const size_t count = (size_t)T * half;
-    float *host = (float *)malloc(2 * count * sizeof(float));
-    if (!host) GT_CUDA_FAIL("out of host memory");
-    for (int i = 0; i < half; i++) {
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
-        for (int t = 0; t < T; t++) {
-            float angle = (float)t * inv_freq;
-            host[(size_t)t * half + i] = (float)cos((double)angle);
-            host[count + (size_t)t * half + i] = (float)sin((double)angle);
-        }
-    }
-    slot->cos_sin = (float *)gt_cuda_alloc(2 * count * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(slot->cos_sin, host, 2 * count * sizeof(float), cudaMemcpyHostToDevice));
-    free(host);
-    slot->HD = HD;
-    slot->T_cap = T;
-    slot->theta = theta;
-    return slot;
-}
-
-/* one thread per rotated pair (i, i + HD/2); sign +1 forward, -1 the inverse rotation; in place ok */
+/* The (cos, sin) table (T_max, HD/2, 2) fp32 is the model's (gt_rope_table, already on the device),
+ * the same numbers the CPU backend uses. One thread per rotated pair (i, i + HD/2); sign +1 forward,
+ * -1 the inverse rotation; in place ok. */
 template <typename T>
-__global__ void rope_kernel(T *out, const T *inp, const float *cos_sin, int T_cap, int Tn, int NH, int HD, float sign,
+__global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int NH, int HD, float sign,
                             size_t npairs) {
     const int half = HD / 2;
-    const float *cos_t = cos_sin, *sin_t = cos_sin + (size_t)T_cap * half;
     for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < npairs; p += (size_t)gridDim.x * blockDim.x) {
         const size_t row = p / half; /* (b, t, h) */
         const int i = (int)(p - row * half);
         const int t = (int)((row / NH) % Tn);
         const size_t base = row * HD;
         const float x1 = load_f(inp + base + i), x2 = load_f(inp + base + i + half);
-        const float c = cos_t[(size_t)t * half + i], si = sign * sin_t[(size_t)t * half + i];
+        const float *cs = rope + ((size_t)t * half + i) * 2;
+        const float c = cs[0], si = sign * cs[1];
         store_f(out + base + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si)));
         store_f(out + base + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si)));
     }
 }
 
 template <typename T>
-static void rope_rotate(void *out, const void *inp, int B, int Tn, int NH, int HD, float theta, float sign) {
+static void rope_rotate(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD, float sign) {
     if (HD % 2 != 0) GT_CUDA_FAIL("rope needs an even head dim, got %d", HD);
     const size_t npairs = (size_t)B * Tn * NH * (HD / 2);
     if (npairs == 0) return;
-    const rope_table *tab = rope_cos_sin(Tn, HD, theta);
-    rope_kernel<T><<<grid_for(npairs, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)inp, tab->cos_sin, tab->T_cap,
-                                                                       Tn, NH, HD, sign, npairs);
+    rope_kernel<T><<<grid_for(npairs, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)inp, rope, Tn, NH, HD,
+                                                                       sign, npairs);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-static void rope_forward(void *out, const void *inp, int B, int Tn, int NH, int HD, float theta) {
-    rope_rotate<T>(out, inp, B, Tn, NH, HD, theta, 1.0f);
+static void rope_forward(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD) {
+    rope_rotate<T>(out, inp, rope, B, Tn, NH, HD, 1.0f);
 }
 
 template <typename T>
-static void rope_backward(void *dinp, const void *dout, int B, int Tn, int NH, int HD, float theta) {
-    rope_rotate<T>(dinp, dout, B, Tn, NH, HD, theta, -1.0f);
+static void rope_backward(void *dinp, const void *dout, const float *rope, int B, int Tn, int NH, int HD) {
+    rope_rotate<T>(dinp, dout, rope, B, Tn, NH, HD, -1.0f);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */
