@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""cpu_vs_torch.py — the Python side of bench/cpu_vs_torch.sh: gtrain against PyTorch eager on the CPU.
+
+For one model shape (read from a gtrain config), on the same cores and the same number of threads:
+  - gtrain trains it (recompute none, then full), its step times read from the metrics JSONL;
+  - PyTorch trains transformers' LlamaForCausalLM of the same shape (attn_implementation="sdpa",
+    fp32, torch.optim.AdamW with PyTorch's default CPU path, gradient_checkpointing_enable() for
+    full recompute) on random token ids;
+  - an sgemm loop runs every matrix product of one training step at the step's own shapes
+    (forward, and both backward products of each linear layer, the LM head included) through the
+    OpenBLAS library gtrain links, with ctypes: the time of that loop, plus the attention products'
+    FLOPs at the same measured rate, is the "GEMM ceiling", the step time if everything that is not
+    a matrix product took no time at all.
+The runs alternate (gtrain, torch, gtrain, torch, ...) so that a change in the machine's load hits
+both sides alike; each run's load average is printed beside its numbers. Step time is the median
+over the timed steps (the first WARMUP steps of a run are not timed); peak memory is the peak
+resident set of the process (ru_maxrss from wait4 for gtrain, getrusage for torch).
+
+  python3 bench/cpu_vs_torch.py compare --gtrain build/gtrain --config configs/llama100m.ini \
+      --data data.bin --threads 2 --steps 4 --warmup 1 --rounds 2 --blas /path/libopenblas.so.0
+  python3 bench/cpu_vs_torch.py torch  ...   (one torch run; prints one JSON line; used by compare)
+  python3 bench/cpu_vs_torch.py gemm   ...   (the ceiling alone; prints one JSON line)
+
+Not a test: numbers depend on the machine and on whatever else runs on it.
+"""
+import argparse
+import configparser
+import ctypes
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+# ---------------------------------------------------------------- the shape
+
+def read_shape(path, overrides=()):
+    """The [model] and [train] numbers of a gtrain config (inline ';' comments allowed)."""
+    cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+    cp.read(path)
+    m, t = cp["model"], cp["train"]
+    shape = {
+        "dim": int(m.get("dim", 128)), "layers": int(m.get("n_layers", 4)),
+        "heads": int(m.get("n_heads", 4)), "kv_heads": int(m.get("n_kv_heads", 2)),
+        "vocab": int(m.get("vocab_size", 256)), "ffn": int(m.get("ffn_dim", 352)),
+        "eps": float(m.get("norm_eps", 1e-5)), "theta": float(m.get("rope_theta", 10000)),
+        "seq": int(t.get("seq_len", 128)), "batch": int(t.get("micro_batch", 8)),
+    }
+    for o in overrides:
+        k, v = o.split("=", 1)
+        if k == "train.micro_batch":
+            shape["batch"] = int(v)
+        elif k == "train.seq_len":
+            shape["seq"] = int(v)
+    return shape
+
+
+def step_gemms(s):
+    """(M, N, K, transA, transB) of every sgemm in one training step, as gtrain calls them
+    (src/core/model.c, src/kernels/cpu/cpu_matmul.c): per linear layer (IC -> OC) over BT rows,
+    forward out = x W^T (BT, OC, IC, N, T), backward dx = dy W (BT, IC, OC, N, N) and
+    dW += dy^T x (OC, IC, BT, T, N)."""
+    BT, C, F, V = s["batch"] * s["seq"], s["dim"], s["ffn"], s["vocab"]
+    kvd = C // s["heads"] * s["kv_heads"]
+    layers = [(C, C), (C, kvd), (C, kvd), (C, C), (C, F), (C, F), (F, C)]
+    out = []
+    for ic, oc in layers * s["layers"] + [(C, V)]:
+        out.append((BT, oc, ic, 0, 1))
+        out.append((BT, ic, oc, 0, 0))
+        out.append((oc, ic, BT, 1, 0))
+    return out
+
+
+def attention_flops(s):
+    """Matrix-product FLOPs of causal attention in one training step: forward QK^T and PV
+    (2 * 2*B*NH*T*T*HD, halved for the causal mask), backward twice that."""
+    hd = s["dim"] // s["heads"]
+    fwd = 2 * 2 * s["batch"] * s["heads"] * s["seq"] * s["seq"] * hd / 2
+    return 3 * fwd * s["layers"]
+
+
+# ---------------------------------------------------------------- the GEMM ceiling
+
+def gemm_ceiling(s, blas_path, threads, repeats=1):
+    import numpy as np
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    lib = ctypes.CDLL(blas_path)
+    if hasattr(lib, "openblas_set_num_threads"):
+        lib.openblas_set_num_threads(threads)
+    sgemm = lib.cblas_sgemm
+    sgemm.restype = None
+    fp = ctypes.POINTER(ctypes.c_float)
+    sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_float, fp, ctypes.c_int, fp, ctypes.c_int, ctypes.c_float, fp, ctypes.c_int]
+    RowMajor, NoTrans, Trans = 101, 111, 112
+    gemms = step_gemms(s)
+    rng = np.random.default_rng(0)
+    bufs = {}
+
+    def buf(n):
+        if n not in bufs:
+            bufs[n] = rng.standard_normal(n, dtype=np.float32)
+        return bufs[n].ctypes.data_as(fp)
+
+    def run_some(which):
+        for (M, N, K, ta, tb) in which:
+            a, b, c = buf(M * K), buf(K * N), buf(M * N + 1)
+            lda = M if ta else K
+            ldb = K if tb else N
+            sgemm(RowMajor, Trans if ta else NoTrans, Trans if tb else NoTrans, M, N, K, 1.0, a, lda, b, ldb,
+                  0.0, c, N)
+
+    # warm-up: each distinct shape once (page faults, thread start-up)
+    run_some(sorted(set(gemms)))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run_some(gemms)
+        times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    flops = sum(2.0 * M * N * K for (M, N, K, _, _) in gemms)
+    rate = flops / t
+    attn = attention_flops(s)
+    return {"impl": "gemm", "gemm_s": t, "gemm_flops": flops, "gflops": rate / 1e9,
+            "attn_flops": attn, "ceiling_step_s": t + attn / rate, "load": os.getloadavg()[0]}
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_run(s, threads, steps, warmup, checkpoint, seed=0):
+    import resource
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=s["vocab"], hidden_size=s["dim"], intermediate_size=s["ffn"],
+                         num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                         num_key_value_heads=s["kv_heads"], max_position_embeddings=s["seq"],
+                         rms_norm_eps=s["eps"], rope_theta=s["theta"], tie_word_embeddings=False,
+                         attention_dropout=0.0, use_cache=False)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    model.train()
+    if checkpoint:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(seed)
+    times = []
+    for i in range(warmup + steps):
+        x = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
+        t0 = time.perf_counter()
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append(dt)
+    return {"impl": "torch", "checkpoint": checkpoint, "step_s": statistics.median(times),
+            "steps_s": times, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "load": os.getloadavg()[0], "torch": torch.__version__}
+
+
+# ---------------------------------------------------------------- gtrain
+
+def gtrain_run(gtrain, config, data, threads, steps, warmup, recompute, overrides):
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "m.jsonl")
+        cmd = [gtrain, config, f"train.steps={warmup + steps}", f"memory.recompute={recompute}",
+               f"data.train={data}", "data.val=", "data.val_every=0", f"log.metrics={metrics}",
+               "checkpoint.dir=", "checkpoint.resume=never", "train.grad_accum=1", "model.dropout=0",
+               "train.device=cpu", "train.precision=fp32", "train.warmup_steps=0"] + list(overrides)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, ru = os.wait4(p.pid, 0)
+        err = p.stderr.read().decode(errors="replace")
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            sys.exit(f"cpu_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
+        rows = [json.loads(line) for line in open(metrics)]
+    times = [r["step_ms"] / 1e3 for r in rows[warmup:]]
+    return {"impl": "gtrain", "recompute": recompute, "step_s": statistics.median(times), "steps_s": times,
+            "peak_rss": ru.ru_maxrss * 1024, "mem_peak_bytes": rows[-1].get("mem_peak_bytes"),
+            "load": os.getloadavg()[0]}
+
+
+# ---------------------------------------------------------------- compare
+
+def run_torch_subprocess(a, checkpoint):
+    """torch in a process of its own, so that its peak RSS is its own."""
+    cmd = [sys.executable, __file__, "torch", "--config", a.config, "--threads", str(a.threads),
+           "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--checkpoint"] if checkpoint else [])
+    for o in a.override:
+        cmd += ["--override", o]
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def compare(a):
+    s = read_shape(a.config, a.override)
+    tokens = s["batch"] * s["seq"]
+    ceils = []
+    print(f"# {os.path.basename(a.config)}: dim {s['dim']}, {s['layers']} layers, heads {s['heads']}/"
+          f"{s['kv_heads']}, ffn {s['ffn']}, vocab {s['vocab']}, {s['batch']} x {s['seq']} tokens per step, "
+          f"{a.threads} threads, medians of {a.steps} steps after {a.warmup}", flush=True)
+    res = {"gtrain": {"none": [], "full": []}, "torch": {"none": [], "full": []}}
+    for r in range(a.rounds):
+        ceil = gemm_ceiling(s, a.blas, a.threads)
+        ceils.append(ceil)
+        print(f"#   round {r + 1} GEMM ceiling: {ceil['gemm_flops'] / 1e12:.3f} TFLOP of linear-layer sgemm in "
+              f"{ceil['gemm_s']:.3f} s ({ceil['gflops']:.0f} GFLOP/s) + {ceil['attn_flops'] / 1e9:.0f} GFLOP of "
+              f"attention at that rate = {ceil['ceiling_step_s']:.3f} s/step (load {ceil['load']:.1f})", flush=True)
+        for pol in a.policies:
+            g = gtrain_run(a.gtrain, a.config, a.data, a.threads, a.steps, a.warmup, pol, a.override)
+            res["gtrain"][pol].append(g)
+            print(f"#   round {r + 1} gtrain {pol}: {g['step_s']:.3f} s/step (load {g['load']:.1f})", flush=True)
+            t = run_torch_subprocess(a, pol == "full")
+            res["torch"][pol].append(t)
+            print(f"#   round {r + 1} torch  {pol}: {t['step_s']:.3f} s/step (load {t['load']:.1f})", flush=True)
+    ceil_s = statistics.median(c["ceiling_step_s"] for c in ceils)
+    print(f"\nGEMM ceiling (median of rounds): {ceil_s:.3f} s/step, "
+          f"{statistics.median(c['gflops'] for c in ceils):.0f} GFLOP/s")
+    print()
+    print("| recompute | gtrain s/step | torch s/step | gtrain tok/s | torch tok/s | gtrain / torch | "
+          "gtrain peak RSS | torch peak RSS | gtrain % of GEMM ceiling | torch % of GEMM ceiling | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for pol in a.policies:
+        g = statistics.median(x["step_s"] for x in res["gtrain"][pol])
+        t = statistics.median(x["step_s"] for x in res["torch"][pol])
+        grss = max(x["peak_rss"] for x in res["gtrain"][pol]) / 2**20
+        trss = max(x["peak_rss"] for x in res["torch"][pol]) / 2**20
+        loads = [x["load"] for x in res["gtrain"][pol] + res["torch"][pol]]
+        print(f"| {pol} | {g:.3f} | {t:.3f} | {tokens / g:.0f} | {tokens / t:.0f} | {t / g:.2f}x | "
+              f"{grss:.0f} MiB | {trss:.0f} MiB | {100 * ceil_s / g:.0f}% | "
+              f"{100 * ceil_s / t:.0f}% | {min(loads):.1f}-{max(loads):.1f} |")
+    if "none" in a.policies and "full" in a.policies:
+        def over(impl):
+            n = statistics.median(x["step_s"] for x in res[impl]["none"])
+            f = statistics.median(x["step_s"] for x in res[impl]["full"])
+            return 100 * (f / n - 1)
+        print(f"\nfull-recompute overhead: gtrain {over('gtrain'):+.0f}%, torch {over('torch'):+.0f}%")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"shape": s, "ceilings": ceils, "runs": res}, f, indent=1)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("mode", choices=("compare", "torch", "gemm"))
+    p.add_argument("--config", required=True, help="gtrain config giving the shape")
+    p.add_argument("--override", action="append", default=[], help="train.micro_batch=N or train.seq_len=N")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--rounds", type=int, default=2, help="alternations of gtrain and torch")
+    p.add_argument("--policies", nargs="+", default=["none", "full"], choices=("none", "full"))
+    p.add_argument("--checkpoint", action="store_true", help="torch mode: gradient checkpointing")
+    p.add_argument("--gtrain", default="build/gtrain")
+    p.add_argument("--data", help="gtrain token file")
+    p.add_argument("--blas", help="libopenblas that gtrain links (for the GEMM ceiling)")
+    p.add_argument("--json", help="compare: also write every number here")
+    a = p.parse_args(argv)
+    s = read_shape(a.config, a.override)
+    if a.mode == "torch":
+        print(json.dumps(torch_run(s, a.threads, a.steps, a.warmup, a.checkpoint)))
+    elif a.mode == "gemm":
+        print(json.dumps(gemm_ceiling(s, a.blas, a.threads)))
+    else:
+        compare(a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

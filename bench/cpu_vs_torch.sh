@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# cpu_vs_torch.sh — gtrain against PyTorch eager (transformers' LlamaForCausalLM, sdpa, AdamW) on the
+# CPU, same shapes, same cores, same number of threads, runs alternating; prints one markdown table
+# per config: step time, tokens/s, their ratio, peak memory of each, and each side's share of the
+# GEMM ceiling (an sgemm loop at the step's shapes through the OpenBLAS gtrain links, measured by the
+# same run). bench/cpu_vs_torch.py does the work; this script finds the pieces. Not a test: numbers
+# depend on the machine and on whatever else runs on it (the table gives the load average).
+#
+#   bench/cpu_vs_torch.sh [BUILD_DIR]          (default: build)
+#
+# Environment (all optional):
+#   CONFIGS="configs/llama100m.ini configs/tiny.ini"   the shapes (micro_batch x seq_len of each)
+#   THREADS=2        OpenMP threads of gtrain and torch.set_num_threads of PyTorch
+#   STEPS=3 WARMUP=1 timed steps per run and untimed ones before them
+#   ROUNDS=2         alternations gtrain, torch, gtrain, torch, ...
+#   POLICIES="none full"   recompute policies (torch: gradient_checkpointing_enable for full)
+#   PYTHON=/opt/gtrain-venv/bin/python   with torch, transformers and numpy
+#   DATA=...         gtrain token file (default: made from /usr/share/common-licenses into OUT)
+#   OUT=runs/cpu_vs_torch-DATE   the data file and a JSON of every number
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+GTRAIN=$BUILD/gtrain
+[[ -x $GTRAIN ]] || { echo "cpu_vs_torch: $GTRAIN not found (build first, or pass the build dir)" >&2; exit 2; }
+PYTHON=${PYTHON:-/opt/gtrain-venv/bin/python}
+CONFIGS=${CONFIGS:-configs/llama100m.ini configs/tiny.ini}
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-3}
+WARMUP=${WARMUP:-1}
+ROUNDS=${ROUNDS:-2}
+POLICIES=${POLICIES:-none full}
+STAMP=$(date -u +%Y%m%d-%H%M%S)
+OUT=${OUT:-runs/cpu_vs_torch-$STAMP}
+mkdir -p "$OUT"
+
+BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ {print $3; exit}')
+[[ -n $BLAS ]] || { echo "cpu_vs_torch: $GTRAIN does not link OpenBLAS" >&2; exit 2; }
+
+DATA=${DATA:-}
+if [[ -z $DATA ]]; then
+  cat /usr/share/common-licenses/* >"$OUT/corpus.txt"
+  "$BUILD/gtrain-prep" --val-fraction 0 -o "$OUT/corpus" "$OUT/corpus.txt" >/dev/null
+  DATA=$OUT/corpus.train.bin
+fi
+
+echo "# gtrain $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')), BLAS $BLAS"
+for cfg in $CONFIGS; do
+  # shellcheck disable=SC2086
+  "$PYTHON" bench/cpu_vs_torch.py compare --config "$cfg" --gtrain "$GTRAIN" \
+    --data "$DATA" --blas "$BLAS" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
+    --policies $POLICIES --json "$OUT/$(basename "$cfg" .ini).json"
+  echo
+done
