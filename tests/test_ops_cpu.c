@@ -373,8 +373,10 @@ static double attn_loss(void *p) {
     return dotr(c->r, c->out, (size_t)B * T * NH * HD);
 }
 
-static void test_attention(float dropout) {
-    enum { B = 2, T = 19, NH = 4, NKV = 2, HD = 8 }; /* T > 16: two key blocks in backward */
+/* B x T: (2, 19) is one query block; (1, 70) crosses the CPU kernel's 64-row query blocks, so
+ * causal blocks are skipped and dk/dv add up over blocks */
+static void test_attention(float dropout, int B, int T) {
+    enum { NH = 4, NKV = 2, HD = 8 };
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nrow = (size_t)B * NH * T;
     gt_rng_key key = {42, 7};
     double *q_d, *k_d, *v_d, *r;
@@ -383,7 +385,8 @@ static void test_attention(float dropout) {
     float *out = fvec(nq), *out2 = fvec(nq), *lse = fvec(nrow), *lse2 = fvec(nrow), *probs = fvec(nrow * T);
     attn_ctx c = {q_d, k_d, v_d, r, dvec(nq), dvec(nrow), dvec(nrow * T), B, T, NH, NKV, HD, dropout, key};
     char name[128];
-    const char *tag = dropout > 0 ? "dropout 0.25" : "no dropout";
+    char tag[48];
+    snprintf(tag, sizeof tag, "%s, T %d", dropout > 0 ? "dropout 0.25" : "no dropout", T);
 
     ops->attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key);
     ops->attention_forward(out2, lse2, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
@@ -623,8 +626,10 @@ int main(void) {
     test_rmsnorm();
     test_matmul();
     test_rope();
-    test_attention(0.0f);
-    test_attention(0.25f);
+    test_attention(0.0f, 2, 19);
+    test_attention(0.25f, 2, 19);
+    test_attention(0.0f, 1, 70);
+    test_attention(0.25f, 1, 70);
     test_swiglu();
     test_residual(0.0f);
     test_residual(0.25f);

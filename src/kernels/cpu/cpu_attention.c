@@ -1,25 +1,29 @@
 /*
- * cpu_attention.c — causal grouped-query attention on the CPU, exact (not flash) but laid out so
- * that backward never needs the stored probabilities: each score row's log-sum-exp is kept, and
- * a probability is always produced by the same two compiled functions (attn_scores, attn_probs):
- *   s_j = dot(q_t, k_j) * scale        p_j = expf(s_j - lse_t)
- * Forward calls them, backward calls them again when probs == NULL; both are noinline so the
- * compiler cannot contract or reorder the arithmetic differently at the two call sites, and the
- * probabilities (hence the gradients) are bit-identical with or without stored probs.
+ * cpu_attention.c — causal grouped-query attention on the CPU, exact, blocked over the queries so
+ * that every inner product is an OpenBLAS sgemm (single-threaded: it runs inside our OpenMP loop)
+ * and the keys after a query block's last row are never touched (causal blocks skipped).
+ *
+ * A query block is QBLOCK consecutive rows [t0, t1) of one head h (kv head g = h / (NH/NKV)); it
+ * sees keys [0, t1). Its scores and probabilities always come from the same two compiled functions:
+ *   block_scores: S (nq, t1) = scale * q[t0:t1] @ k[0:t1]^T     (one sgemm)
+ *   block_probs:  P[t][j] = exp(S[t][j] - lse_t) for j <= t, 0 above the diagonal
+ * Forward calls them, backward calls them again with the same arguments when probs == NULL; both
+ * are noinline, and the exp is gt_cpu_expf (a fixed polynomial, no libm), so the probabilities
+ * (hence the gradients) are bit-identical with or without stored probs and across recompute
+ * policies. lse_t = max_t + log(sum_j exp(S_tj - max_t)), the sum over fixed lanes in index order.
  *
  * Dropout on the probabilities follows transformers' attention_dropout: p~_j = p_j * keep_j/(1-p),
  * keep_j = gt_dropout_keep(key, ((b*NH + h)*T + t)*T + j, p).
  *
- * Backward, per row t of head h (kv head g = h / (NH/NKV)):
- *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D = sum_j p_j dp_j
- *   ds_j = p_j (dp_j - D) * scale ; dq_t = sum_j ds_j k_j ; dk_j += ds_j q_t ; dv_j += p~_j dout_t
- * Two passes keep every write owned by one thread in a fixed order:
- *   pass 1, over rows (b, h, t): dq_t and D_t (into scratch);
- *   pass 2, over (b, g, block of key positions): dk_j, dv_j for the block, looping the group's
- *           query heads then rows t >= j in order, recomputing p_j and dp_j for the block's keys.
- * The scores of a row's own keys are therefore computed twice; in exchange both passes use all
- * cores even when B * NKV is small.
+ * Backward, per row t of head h:
+ *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D_t = sum_j p_j dp_j
+ *   ds_j = p_j (dp_j - D_t) * scale ; dq_t = sum_j ds_j k_j ; dk_j += ds_j q_t ; dv_j += p~_j dout_t
+ * One work item is one (b, kv head g): it owns dk and dv of g and dq of the group's query heads, and
+ * walks heads then query blocks in order, so every sum has one order whatever the thread count:
+ *   dP~ = dout_blk @ v^T ; dS ; dq_blk = dS @ k ; dk += dS^T @ q_blk ; dv += P~^T @ dout_blk
+ * (five sgemms per block, scores recomputed or read from probs). B * NKV items share the threads.
  */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -27,37 +31,60 @@
 
 #define NOINLINE __attribute__((noinline))
 
-/* Keys per pass-2 work item. */
-#define KEY_BLOCK 16
+/* Query rows per block: the scores of a block are QBLOCK x T floats (128 KiB at T = 512). */
+#define QBLOCK 64
 
-/* Dot product with 16 independent partial sums (one or two SIMD registers), added up in a fixed
- * order at the end: the compiler can vectorise it without -ffast-math, and the result depends only
- * on n, never on threads. */
-#define DOT_LANES 16
-static inline float dot(const float *a, const float *b, int n) {
-    float acc[DOT_LANES] = {0};
-    int i = 0;
-    for (; i + DOT_LANES <= n; i += DOT_LANES)
-        for (int l = 0; l < DOT_LANES; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
-    float s = 0.0f;
-    for (int l = 0; l < DOT_LANES; l++) s += acc[l];
-    return s;
-}
-
-/* s[j] = dot(q, k_j) * scale for j in [j0, j1); k_j = k + j * kstride */
-static NOINLINE void attn_scores(float *s, const float *q, const float *k, size_t kstride, int j0, int j1,
-                                 int HD, float scale) {
-    for (int j = j0; j < j1; j++) s[j] = dot(q, k + (size_t)j * kstride, HD) * scale;
-}
-
-/* p[j] = expf(s[j] - lse) for j in [j0, j1) */
-static NOINLINE void attn_probs(float *p, const float *s, float lse, int j0, int j1) {
-    for (int j = j0; j < j1; j++) p[j] = expf(s[j] - lse);
-}
+/* Lanes of the row sums: independent partial sums added in lane order at the end, so the compiler
+ * can vectorise without -ffast-math and the result depends only on n. */
+#define SUM_LANES 16
 
 static inline uint64_t drop_index(int b, int h, int t, int j, int NH, int T) {
     return (((uint64_t)b * NH + h) * T + t) * T + j;
+}
+
+/* S (nq, kend) = scale * q (nq rows, stride qstride) @ k (kend rows, stride kstride)^T */
+static NOINLINE void block_scores(float *S, const float *q, size_t qstride, const float *k, size_t kstride,
+                                  int nq, int kend, int HD, float scale) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kend, HD, scale, q, (int)qstride, k,
+                (int)kstride, 0.0f, S, kend);
+}
+
+/* P (nq, kend): row r (position t0 + r) = exp(S - lse) on j <= t0 + r, 0 after */
+static NOINLINE void block_probs(float *P, const float *S, const float *lse, int t0, int nq, int kend) {
+    for (int r = 0; r < nq; r++) {
+        const float *s = S + (size_t)r * kend;
+        float *p = P + (size_t)r * kend;
+        const int jend = t0 + r + 1;
+        const float l = lse[r];
+        for (int j = 0; j < jend; j++) p[j] = gt_cpu_expf(s[j] - l);
+        for (int j = jend; j < kend; j++) p[j] = 0.0f;
+    }
+}
+
+/* max over s[0..n) and then log-sum-exp, lanes in a fixed order */
+static float row_lse(const float *s, int n) {
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    float acc[SUM_LANES] = {0};
+    int j = 0;
+    for (; j + SUM_LANES <= n; j += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++) acc[l] += gt_cpu_expf(s[j + l] - mx);
+    for (int l = 0; j < n; j++, l++) acc[l] += gt_cpu_expf(s[j] - mx);
+    float sum = 0.0f;
+    for (int l = 0; l < SUM_LANES; l++) sum += acc[l];
+    return mx + logf(sum);
+}
+
+/* sum of a[j] * b[j] over j < n, lanes in a fixed order */
+static float lane_dot(const float *a, const float *b, int n) {
+    float acc[SUM_LANES] = {0};
+    int j = 0;
+    for (; j + SUM_LANES <= n; j += SUM_LANES)
+        for (int l = 0; l < SUM_LANES; l++) acc[l] += a[j + l] * b[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += a[j] * b[j];
+    float s = 0.0f;
+    for (int l = 0; l < SUM_LANES; l++) s += acc[l];
+    return s;
 }
 
 /* out (B,T,NH,HD) ; lse (B,NH,T) ; probs (B,NH,T,T) or NULL ; q (B,T,NH,HD) ; k, v (B,T,NKV,HD) */
@@ -71,58 +98,47 @@ void gt_cpu_attention_forward(void *out_, float *lse, float *probs, const void *
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     const size_t qstride = (size_t)NH * HD, kstride = (size_t)NKV * HD;
+    const int nqb = (T + QBLOCK - 1) / QBLOCK;
 
 #pragma omp parallel
     {
-        float *s = GT_CPU_MALLOC((size_t)2 * T * sizeof(float));
-        float *p = s + T;
-#pragma omp for schedule(static, 1)
-        for (long row = 0; row < (long)B * NH * T; row++) {
-            int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
+        float *S = GT_CPU_MALLOC((size_t)2 * QBLOCK * T * sizeof(float));
+        float *P = S + (size_t)QBLOCK * T;
+        /* the last query blocks see the most keys: hand them out first; dynamic is safe, an item
+         * writes only its own rows and its sgemms run on one thread */
+#pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NH * nqb; item++) {
+            int qb = nqb - 1 - (int)(item % nqb), h = (int)((item / nqb) % NH), b = (int)(item / ((long)nqb * NH));
             int g = h / group;
-            const float *qt = q + ((size_t)b * T + t) * qstride + (size_t)h * HD;
+            int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0, kend = t1;
+            const float *qb_ = q + ((size_t)b * T + t0) * qstride + (size_t)h * HD;
             const float *kb = k + (size_t)b * T * kstride + (size_t)g * HD;
             const float *vb = v + (size_t)b * T * kstride + (size_t)g * HD;
-            float *ot = out + ((size_t)b * T + t) * qstride + (size_t)h * HD;
+            float *lrow = lse + ((size_t)b * NH + h) * T + t0;
 
-            attn_scores(s, qt, kb, kstride, 0, t + 1, HD, scale);
-            float mx = -INFINITY;
-            for (int j = 0; j <= t; j++) mx = s[j] > mx ? s[j] : mx;
-            float sum = 0.0f;
-            for (int j = 0; j <= t; j++) sum += expf(s[j] - mx);
-            float l = mx + logf(sum);
-            lse[row] = l; /* row is exactly ((b*NH + h)*T + t) */
-            attn_probs(p, s, l, 0, t + 1);
+            block_scores(S, qb_, qstride, kb, kstride, nq, kend, HD, scale);
+            for (int r = 0; r < nq; r++) lrow[r] = row_lse(S + (size_t)r * kend, t0 + r + 1);
+            block_probs(P, S, lrow, t0, nq, kend);
             if (probs) {
-                float *pr = probs + (size_t)row * T;
-                memcpy(pr, p, (size_t)(t + 1) * sizeof(float));
-                for (int j = t + 1; j < T; j++) pr[j] = 0.0f;
+                for (int r = 0; r < nq; r++) {
+                    float *pr = probs + (((size_t)b * NH + h) * T + t0 + r) * T;
+                    memcpy(pr, P + (size_t)r * kend, (size_t)kend * sizeof(float));
+                    memset(pr + kend, 0, (size_t)(T - kend) * sizeof(float));
+                }
             }
             if (dropout > 0.0f) {
-                for (int j = 0; j <= t; j++)
-                    p[j] = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout) ? p[j] * keep_scale
-                                                                                         : 0.0f;
+                for (int r = 0; r < nq; r++) {
+                    float *p = P + (size_t)r * kend;
+                    for (int j = 0; j <= t0 + r; j++)
+                        p[j] = gt_dropout_keep(key, drop_index(b, h, t0 + r, j, NH, T), dropout) ? p[j] * keep_scale
+                                                                                                  : 0.0f;
+                }
             }
-            for (int d = 0; d < HD; d++) ot[d] = 0.0f;
-            for (int j = 0; j <= t; j++) {
-                const float *vj = vb + (size_t)j * kstride;
-                float pj = p[j];
-                for (int d = 0; d < HD; d++) ot[d] += pj * vj[d];
-            }
+            /* out_blk (nq, HD) = P~ (nq, kend) @ v (kend, HD) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, kend, 1.0f, P, kend, vb, (int)kstride,
+                        0.0f, out + ((size_t)b * T + t0) * qstride + (size_t)h * HD, (int)qstride);
         }
-        free(s);
-    }
-}
-
-/* Probabilities p[j0..j1) of row (b, h, t): from probs when kept, else recomputed bit-identically. */
-static inline void row_probs(float *p, float *s, const float *probs, size_t row, const float *qt,
-                             const float *kb, size_t kstride, int j0, int j1, int HD, float scale,
-                             float lse, int T) {
-    if (probs) {
-        memcpy(p + j0, probs + row * T + j0, (size_t)(j1 - j0) * sizeof(float));
-    } else {
-        attn_scores(s, qt, kb, kstride, j0, j1, HD, scale);
-        attn_probs(p, s, lse, j0, j1);
+        free(S);
     }
 }
 
@@ -136,90 +152,71 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     const size_t qstride = (size_t)NH * HD, kstride = (size_t)NKV * HD;
-    float *D = GT_CPU_MALLOC((size_t)B * NH * T * sizeof(float)); /* (B, NH, T) */
+    const int nqb = (T + QBLOCK - 1) / QBLOCK;
 
-    /* pass 1: dq and D, one row per work item */
 #pragma omp parallel
     {
-        float *s = GT_CPU_MALLOC((size_t)3 * T * sizeof(float));
-        float *p = s + T, *dp = s + 2 * (size_t)T;
-#pragma omp for schedule(static, 1)
-        for (long row = 0; row < (long)B * NH * T; row++) {
-            int t = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
-            int g = h / group;
-            const float *qt = q + ((size_t)b * T + t) * qstride + (size_t)h * HD;
-            const float *dot_ = dout + ((size_t)b * T + t) * qstride + (size_t)h * HD;
-            const float *kb = k + (size_t)b * T * kstride + (size_t)g * HD;
-            const float *vb = v + (size_t)b * T * kstride + (size_t)g * HD;
-            float *dqt = dq + ((size_t)b * T + t) * qstride + (size_t)h * HD;
-
-            row_probs(p, s, probs, (size_t)row, qt, kb, kstride, 0, t + 1, HD, scale, lse[row], T);
-            float Dsum = 0.0f;
-            for (int j = 0; j <= t; j++) {
-                float d = dot(dot_, vb + (size_t)j * kstride, HD);
-                if (dropout > 0.0f)
-                    d = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout) ? d * keep_scale : 0.0f;
-                dp[j] = d;
-                Dsum += p[j] * d;
-            }
-            D[row] = Dsum;
-            for (int d = 0; d < HD; d++) dqt[d] = 0.0f;
-            for (int j = 0; j <= t; j++) {
-                float ds = p[j] * (dp[j] - Dsum) * scale;
-                const float *kj = kb + (size_t)j * kstride;
-                for (int d = 0; d < HD; d++) dqt[d] += ds * kj[d];
-            }
-        }
-        free(s);
-    }
-
-    /* pass 2: dk and dv, one (b, kv head, key block) per work item */
-    const int nblocks = (T + KEY_BLOCK - 1) / KEY_BLOCK;
-#pragma omp parallel
-    {
-        float *s = GT_CPU_MALLOC((size_t)2 * T * sizeof(float));
-        float *p = s + T;
-#pragma omp for schedule(static, 1)
-        for (long item = 0; item < (long)B * NKV * nblocks; item++) {
-            int blk = (int)(item % nblocks), g = (int)((item / nblocks) % NKV);
-            int b = (int)(item / ((long)nblocks * NKV));
-            int j0 = blk * KEY_BLOCK, j1 = j0 + KEY_BLOCK < T ? j0 + KEY_BLOCK : T;
+        float *S = GT_CPU_MALLOC((size_t)3 * QBLOCK * T * sizeof(float));
+        float *P = S + (size_t)QBLOCK * T, *dP = P + (size_t)QBLOCK * T;
+#pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < (long)B * NKV; item++) {
+            int g = (int)(item % NKV), b = (int)(item / NKV);
             const float *kb = k + (size_t)b * T * kstride + (size_t)g * HD;
             const float *vb = v + (size_t)b * T * kstride + (size_t)g * HD;
             float *dkb = dk + (size_t)b * T * kstride + (size_t)g * HD;
             float *dvb = dv + (size_t)b * T * kstride + (size_t)g * HD;
-            for (int j = j0; j < j1; j++) {
+            for (int j = 0; j < T; j++) {
                 memset(dkb + (size_t)j * kstride, 0, (size_t)HD * sizeof(float));
                 memset(dvb + (size_t)j * kstride, 0, (size_t)HD * sizeof(float));
             }
             for (int h = g * group; h < (g + 1) * group; h++) {
-                for (int t = j0; t < T; t++) {
-                    size_t row = ((size_t)b * NH + h) * T + t;
-                    int jend = t + 1 < j1 ? t + 1 : j1; /* causal: keys j <= t */
-                    const float *qt = q + ((size_t)b * T + t) * qstride + (size_t)h * HD;
-                    const float *dot_ = dout + ((size_t)b * T + t) * qstride + (size_t)h * HD;
-                    row_probs(p, s, probs, row, qt, kb, kstride, j0, jend, HD, scale, lse[row], T);
-                    float Dt = D[row];
-                    for (int j = j0; j < jend; j++) {
-                        const float *vj = vb + (size_t)j * kstride;
-                        float d = dot(dot_, vj, HD);
-                        float pt = p[j]; /* p~_j, the probability after dropout */
+                for (int qb = 0; qb < nqb; qb++) {
+                    int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0, kend = t1;
+                    size_t off = ((size_t)b * T + t0) * qstride + (size_t)h * HD;
+                    const float *qb_ = q + off, *dob = dout + off;
+                    const float *lrow = lse + ((size_t)b * NH + h) * T + t0;
+
+                    if (probs) {
+                        for (int r = 0; r < nq; r++)
+                            memcpy(P + (size_t)r * kend, probs + (((size_t)b * NH + h) * T + t0 + r) * T,
+                                   (size_t)kend * sizeof(float));
+                    } else {
+                        block_scores(S, qb_, qstride, kb, kstride, nq, kend, HD, scale);
+                        block_probs(P, S, lrow, t0, nq, kend);
+                    }
+                    /* dP~ (nq, kend) = dout_blk @ v^T */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, kend, HD, 1.0f, dob, (int)qstride, vb,
+                                (int)kstride, 0.0f, dP, kend);
+                    for (int r = 0; r < nq; r++) {
+                        const int t = t0 + r, jend = t + 1;
+                        float *p = P + (size_t)r * kend, *dp = dP + (size_t)r * kend;
+                        float *ds = S + (size_t)r * kend; /* the scores are no longer needed */
                         if (dropout > 0.0f) {
-                            int keep = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout);
-                            d = keep ? d * keep_scale : 0.0f;
-                            pt = keep ? p[j] * keep_scale : 0.0f;
+                            /* dp := dp~ * keep/(1-p); p keeps the probabilities, turned into p~ below */
+                            for (int j = 0; j < jend; j++)
+                                dp[j] = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout)
+                                            ? dp[j] * keep_scale
+                                            : 0.0f;
                         }
-                        float ds = p[j] * (d - Dt) * scale;
-                        float *dkj = dkb + (size_t)j * kstride, *dvj = dvb + (size_t)j * kstride;
-                        for (int e = 0; e < HD; e++) {
-                            dkj[e] += ds * qt[e];
-                            dvj[e] += pt * dot_[e];
+                        const float D = lane_dot(p, dp, jend);
+                        for (int j = 0; j < jend; j++) ds[j] = p[j] * (dp[j] - D) * scale;
+                        for (int j = jend; j < kend; j++) ds[j] = 0.0f;
+                        if (dropout > 0.0f) {
+                            for (int j = 0; j < jend; j++)
+                                p[j] = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout) ? p[j] * keep_scale
+                                                                                                     : 0.0f;
                         }
                     }
+                    /* dq_blk (nq, HD) = dS @ k ; dk (kend, HD) += dS^T @ q_blk ; dv += P~^T @ dout_blk */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, kend, 1.0f, S, kend, kb,
+                                (int)kstride, 0.0f, dq + off, (int)qstride);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HD, nq, 1.0f, S, kend, qb_,
+                                (int)qstride, 1.0f, dkb, (int)kstride);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kend, HD, nq, 1.0f, P, kend, dob,
+                                (int)qstride, 1.0f, dvb, (int)kstride);
                 }
             }
         }
-        free(s);
+        free(S);
     }
-    free(D);
 }
