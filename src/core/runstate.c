@@ -2,11 +2,11 @@
  * runstate.c — the training loop's side of training-state files and signals (see runstate.h);
  * state.c owns the file format, this file owns the policy around it:
  *
- *   the directory        before the first step every rank creates checkpoint.dir and writes,
- *                        fsyncs and deletes a probe file in it (the dir may be node-local): a
- *                        read-only mount or a path that is a file is exit 2 with the path and the
- *                        OS error, not a lost run at the first save. Less free space than one state
- *                        file (statvfs against gt_state_file_bytes) is a warning.
+ *   the directory        before the first step the first rank of every node creates checkpoint.dir
+ *                        and writes, fsyncs and deletes a probe file in it (the dir may be
+ *                        node-local): a read-only mount or a path that is a file is exit 2 with the
+ *                        path and the OS error, not a lost run at the first save. Less free space
+ *                        than one state file (statvfs against gt_state_file_bytes) is a warning.
  *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
  *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
  *                        truncation) is reported and the next older one is tried; none usable:
@@ -149,8 +149,8 @@ static void remove_stale_temporaries(const char *dir) {
  * The directory: usable before the first step
  * ---------------------------------------------------------------------------------------------- */
 
-/* Creates dir, then creates, writes, fsyncs and deletes a probe file in it. Every rank, since the
- * directory may be node-local. 0, or -1 with errno set and what failed in `what`. */
+/* Creates dir, then creates, writes, fsyncs and deletes a probe file in it. One rank per node,
+ * since the directory may be node-local. 0, or -1 with errno set and what failed in `what`. */
 static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
     if (make_dirs(dir) != 0) {
         snprintf(what, what_len, "cannot create");
@@ -182,16 +182,20 @@ static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
     return 0;
 }
 
-/* exit 2 (agreed) when some rank cannot use checkpoint.dir; a warning when some rank sees less free
- * space than one state file. Collective. */
+/* exit 2 (agreed) when checkpoint.dir is not usable on some node (the first rank of each node
+ * probes it); a warning when some rank sees less free space than one state file. Collective. */
 static int check_dir(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
-    int rank = rank_of(run);
+    int rank = rank_of(run), node_rank = 0;
+    MPI_Comm node;
+    MPI_Comm_split_type(run->mpi_comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_free(&node);
     char msg[2 * GT_PATH_MAX + 1024] = "", what[64], host[256] = "";
     gethostname(host, sizeof host);
     host[sizeof host - 1] = '\0';
     int code = 0;
-    if (probe_dir(cfg->checkpoint.dir, rank, what, sizeof what) != 0) {
+    if (node_rank == 0 && probe_dir(cfg->checkpoint.dir, rank, what, sizeof what) != 0) {
         snprintf(msg, sizeof msg, "%s: [checkpoint] dir: %s '%s' (rank %d on %s): %s (expected a writable directory)",
                  cfg->path, what, cfg->checkpoint.dir, rank, host, strerror(errno));
         code = GT_EXIT_BAD_INPUT;

@@ -35,7 +35,7 @@ typedef struct gt_run_state {
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
 } gt_run_state;
 
-/* Checks checkpoint.dir (every rank creates it and writes a probe file in it: exit 2 with the path
+/* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path
  * and the OS error when it cannot; a warning when it has less free space than one state file),
  * then resumes (checkpoint.resume) or starts fresh. Collective over world (the trainer's MPI
  * communicator, which comm wraps). Returns 0 or an exit code (2 bad config or unusable directory,
