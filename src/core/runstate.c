@@ -601,7 +601,7 @@ static int save(gt_run_state *run, int step, const char *then) {
         if (rank == 0) {
             char newest[GT_PATH_MAX + 128];
             gt_runstate_describe_newest(run, newest, sizeof newest);
-            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; the partial file is deleted, older state files "
+            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; its temporary file is deleted, older state files "
                     "are untouched and %s; %s\n", step, final_path, err, newest, then);
             fflush(stderr);
         }
