@@ -27,6 +27,7 @@
 #include "model.h"
 #include "optim.h"
 #include "planner.h"
+#include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
 
@@ -213,6 +214,30 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
     return code;
 }
 
+/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad]] (tests only): at optimizer step STEP, after
+ * micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless `grad`
+ * is given, so does that micro-batch's loss, as an overflow in the forward pass would make them. */
+typedef struct nan_hook {
+    int step, micro, rank, grad_only; /* step 0: off */
+} nan_hook;
+
+static nan_hook test_nan_hook(void) {
+    nan_hook h = {0, 0, 0, 0};
+    const char *env = getenv("GTRAIN_TEST_NAN_AT");
+    char kind[8] = "";
+    if (env && sscanf(env, "%d:%d:%d:%7s", &h.step, &h.micro, &h.rank, kind) >= 2)
+        h.grad_only = strcmp(kind, "grad") == 0;
+    else
+        h.step = 0;
+    return h;
+}
+
+static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, double loss) {
+    float nan_value = NAN;
+    ops->copy_to_device(gt_model_grads(model), &nan_value, sizeof nan_value);
+    return grad_only ? loss : NAN;
+}
+
 int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rank, world;
     MPI_Comm_rank(world_comm, &rank);
@@ -263,20 +288,6 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         comm = gt_comm_create_mpi(world_comm);
     }
 
-    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
-    err[0] = '\0';
-    int bad = 0;
-    const char *paths[2] = {cfg->data.train, cfg->data.val};
-    gt_data **sets[2] = {&train_data, &val_data};
-    for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
-        gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
-        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
-            gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
-            bad = 1;
-    }
-    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
-    if (rc) goto done;
-
     /* plan */
     gt_policy policy;
     gt_plan plan;
@@ -304,6 +315,23 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     }
     gt_mem_estimate predicted;
     gt_plan_estimate(&shape, &plan, &predicted);
+    /* before the first allocation: does the plan fit what each rank can have? */
+    rc = gt_preflight_memory(cfg, ops, world_comm, &predicted);
+    if (rc) goto done;
+
+    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
+    err[0] = '\0';
+    int bad = 0;
+    const char *paths[2] = {cfg->data.train, cfg->data.val};
+    gt_data **sets[2] = {&train_data, &val_data};
+    for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
+        gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
+        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
+            gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
+            bad = 1;
+    }
+    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
+    if (rc) goto done;
 
     /* model, parameters, optimizer */
     gt_mem_init(&mem, ops);
@@ -365,6 +393,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     float dloss = (float)(1.0 / ((double)G * T));
     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double flops_per_step = 3.0 * predicted.forward_flops * A;
+    int stop_on_nonfinite = strcmp(cfg->train.nonfinite, "stop") == 0;
+    nan_hook nan_hook = test_nan_hook();
     progress progress = {progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
                          cfg->train.steps, cfg->log.every, 0.0, 0, 0};
 
@@ -374,16 +404,33 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_comm_stats_reset(comm);
         ops->zero(gt_model_grads(model), n_padded * sizeof(float));
         double loss_sum = 0.0;
-        int recomputed = 0;
+        int recomputed = 0, bad_micro = -1;
         for (int m = 0; m < A; m++) {
             uint64_t micro_index = (uint64_t)rank * A + m; /* within the global batch */
             uint64_t first = run.first_sample + (uint64_t)(step - run.first_step) * G + micro_index * B;
             gt_data_train_batch(train_data, cfg->train.seed, first, B, T, inputs, targets);
             gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
-            loss_sum += gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
+            double micro_loss = gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
+            if (nan_hook.step == step && nan_hook.micro == m && nan_hook.rank == rank)
+                micro_loss = inject_nan(ops, model, nan_hook.grad_only, micro_loss);
+            if (!isfinite(micro_loss) && bad_micro < 0) bad_micro = m;
+            loss_sum += micro_loss;
         }
-        gt_step_result sr;
-        gt_optim_step(&opt, cfg, step, &sr);
+        /* a non-finite loss on any rank: agreed before the optimizer step, which is then not taken;
+         * a non-finite gradient norm: the optimizer step applies nothing (sr.applied = 0) */
+        err[0] = '\0';
+        if (bad_micro >= 0)
+            snprintf(err, sizeof err, "step %d: the loss of micro-batch %d of %d on rank %d is not finite", step,
+                     bad_micro, A, rank);
+        int nonfinite = gt_agree_on_failure(world_comm, bad_micro >= 0, err, sizeof err);
+        gt_step_result sr = {NAN, gt_lr_at(cfg, step), 0};
+        if (!nonfinite) gt_optim_step(&opt, cfg, step, &sr);
+        if (!nonfinite && !sr.applied) {
+            nonfinite = 1;
+            snprintf(err, sizeof err, "step %d: the gradient norm is %g, though the loss of every micro-batch was "
+                     "finite", step, sr.grad_norm);
+        }
+        if (nonfinite && !stop_on_nonfinite) run.skipped_steps++;
         gt_comm_stats stats;
         gt_comm_stats_get(comm, &stats);
         double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
@@ -405,11 +452,25 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             write_json_number(metrics, "mfu", mfu, 0);
             fprintf(metrics,
                     "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f}\n",
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"skipped_steps\":%lld}\n",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
-                    stats.seconds * 1e3);
+                    stats.seconds * 1e3, (long long)run.skipped_steps);
             fflush(metrics);
+        }
+        if (nonfinite) {
+            char newest[GT_PATH_MAX + 128];
+            gt_runstate_describe_newest(&run, newest, sizeof newest);
+            if (stop_on_nonfinite) {
+                if (rank == 0)
+                    fprintf(stderr, "gtrain: %s; no update was applied and nothing was saved; %s (train.nonfinite "
+                            "= stop; exit %d)\n", err, newest, GT_EXIT_FAILURE);
+                rc = GT_EXIT_FAILURE;
+                break;
+            }
+            if (rank == 0)
+                fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.nonfinite = skip; %lld "
+                        "skipped so far)\n", err, (long long)run.skipped_steps);
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
             double val_loss = evaluate(model, val_data, cfg, comm);

@@ -69,6 +69,10 @@ struct gt_ops {
     void (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);   /* device to device */
     void (*synchronize)(void);
+    /* Optional: the device memory this process can still allocate, and the device's total, in
+     * bytes; 0, or -1 when it cannot tell. NULL when the backend's memory is the host's (the CPU):
+     * the core then reads the host's. Used before the first allocation (src/core/preflight.c). */
+    int (*memory_available)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- embedding ---- */
     /* out (BT, C) = wte[tokens] ; tokens (BT) int32 ; wte (V, C) working */

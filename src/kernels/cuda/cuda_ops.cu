@@ -160,6 +160,10 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
 
 static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+static int cuda_memory_available(size_t *free_bytes, size_t *total_bytes) {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}
+
 /* ---------------------------------------------------------------- the tables */
 
 static gt_ops g_table[2]; /* [0] fp32 working tensors, [1] bf16 */
@@ -177,6 +181,7 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     ops->copy_to_host = cuda_copy_to_host;
     ops->copy = cuda_copy;
     ops->synchronize = cuda_synchronize;
+    ops->memory_available = cuda_memory_available;
     gt_cuda_fill_matmul(ops, use_bf16);
     gt_cuda_fill_attention(ops, use_bf16);
     gt_cuda_fill_kernels(ops, use_bf16);
