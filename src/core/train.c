@@ -68,15 +68,22 @@ static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
 /* Chooses the backend from train.device and train.precision; the same one on every rank (a rank
  * without a GPU makes device = auto fall back to the CPU everywhere, and device = cuda fail). */
 static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
-    char why[256] = "", msg[2048] = "";
+    char why[512] = "", msg[2048] = "";
     int rank;
     MPI_Comm_rank(comm, &rank);
     const char *dev = cfg->train.device, *prec = cfg->train.precision;
     int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
     if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
-        ops = gt_ops_cuda(want_bf16, why, sizeof why);
-        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but rank %d: %s", cfg->path, dev, rank, why);
+        /* the GPU of this rank (local rank modulo the visible devices); two ranks on one GPU is an
+         * error with either setting, since the user clearly meant to use the GPUs */
+        int gpu = gt_cuda_select_device(comm, why, sizeof why);
+        if (gpu == GT_CUDA_SHARED_GPU) {
+            snprintf(msg, sizeof msg, "%s: [train] device = %s: %s", cfg->path, dev, why);
+            return fail_input(rank, msg);
+        }
+        ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
+        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
         int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
@@ -202,7 +209,15 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
+    if (is_cuda && world == 1 && strcmp(cfg->dist.comm, "nccl") != 0) {
+        /* one GPU: nothing to reduce, so no NCCL (or host MPI) for collectives never made */
+        char why[256];
+        comm = gt_comm_create_local(world_comm, ops->copy, why, sizeof why);
+        if (!comm) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm: %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    } else if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
         if (!is_cuda) {
             snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
             return fail_input(rank, msg);
