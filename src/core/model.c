@@ -304,8 +304,8 @@ static void block_backward(gt_model *m, int layer, const shapes *s, const void *
     void *dv = (char *)dk + s->kv;
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->matmul_backward(datt, G(m, L->wo), do_, st->att, W(m, L->wo), BT, C, C, 0);
-    ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
-                            s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T,
+                            s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     ops->rope_backward(dq, dq, s->B, s->T, s->NH, s->HD, m->cfg.rope_theta);
     ops->rope_backward(dk, dk, s->B, s->T, s->NKV, s->HD, m->cfg.rope_theta);
     void *xn1 = st->xn1;
@@ -356,7 +356,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
 
     /* ---- forward ---- */
     xs[0] = act_alloc(m, s.x);
-    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
     for (int a = 0; a < N;) {
         int b = gt_plan_segment_end(plan, a);
         for (int i = a; i < b; i++) {
@@ -428,7 +428,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     act_free(m, sc.c2, s.x);
     act_free(m, sc.big, sc.big_bytes);
 
-    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C);
+    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C, s.V);
     act_free(m, dx, s.x);
     free(xs);
     free(st);
@@ -443,7 +443,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     upload_tokens(m, inputs, targets, s.BT);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
-    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         stash st;
         stash_alloc(m, &s, &st, GT_KEEP_RECOMPUTE, 0);

@@ -105,6 +105,17 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
     return 0;
 }
 
+/* Bad input a backend found on the device (a token id outside the vocabulary: the CUDA kernels raise a
+ * flag instead of reading out of bounds), read once per step and after each evaluation; every rank
+ * agrees, and the run stops with exit 2 and the data file named, as the loader's own check does. */
+static int device_faults(const gt_ops *ops, MPI_Comm comm, const char *path, char *msg, size_t msg_len) {
+    if (!ops->take_fault) return 0;
+    char fault[512] = "";
+    int bad = ops->take_fault(fault, sizeof fault);
+    if (bad) snprintf(msg, msg_len, "%s: %s", path, fault);
+    return agree_input(comm, bad ? GT_EXIT_BAD_INPUT : 0, msg, msg_len);
+}
+
 static void write_json_number(FILE *f, const char *key, double v, int last) {
     if (isfinite(v)) fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
     else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
@@ -349,6 +360,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
         ops->synchronize();
         double step_s = now_seconds() - t0;
+        rc = device_faults(ops, world_comm, cfg->data.train, err, sizeof err);
+        if (rc) break;
         run.tokens_seen += G * (uint64_t)T;
         double tok_per_s = (double)G * T / step_s;
         double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
@@ -373,6 +386,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
             double val_loss = evaluate(model, val_data, cfg, comm);
+            rc = device_faults(ops, world_comm, cfg->data.val, err, sizeof err);
+            if (rc) break;
             if (rank == 0) {
                 if (progress.partial) printf("\r\033[K");
                 progress.partial = 0;

@@ -71,10 +71,13 @@ struct gt_ops {
     void (*synchronize)(void);
 
     /* ---- embedding ---- */
-    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 ; wte (V, C) working */
-    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C);
-    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row) */
-    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C);
+    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 in [0, V) ; wte (V, C) working. A token id outside
+     * [0, V) is never read through: the CPU aborts naming it; CUDA writes a zero row and raises the
+     * flag that take_fault reports. */
+    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
+    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row);
+     * ids outside [0, V) add nothing */
+    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V);
 
     /* ---- RMSNorm (Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w, in fp32) ---- */
     /* out (N, C), rstd (N) fp32 = rsqrt(mean(x^2)+eps); inp (N, C); weight (C) */
@@ -108,11 +111,15 @@ struct gt_ops {
     void (*attention_forward)(void *out, float *lse, float *probs, const void *q, const void *k,
                               const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
                               gt_rng_key key);
-    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; probs may be NULL (recomputed from
-     * q, k, lse); the result is bit-identical either way. */
-    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *q,
-                               const void *k, const void *v, const float *lse, const float *probs,
-                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; out (B,T,NH,HD) is attention_forward's
+     * output for these q, k, v (bit for bit, as forward or a recompute made it): backward takes the
+     * softmax-gradient row term D = rowsum(dout * out) from it instead of recomputing P V over the
+     * whole triangle. probs may be NULL (recomputed from q, k, lse); the result is bit-identical
+     * either way. */
+    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                               const void *q, const void *k, const void *v, const float *lse,
+                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key);
 
     /* ---- SwiGLU: out = silu(gate) * up, elementwise over n ---- */
     void (*swiglu_forward)(void *out, const void *gate, const void *up, size_t n);
@@ -147,6 +154,12 @@ struct gt_ops {
     void (*to_working)(void *working, const float *master, size_t n);
     /* master (n) fp32 = working (n) */
     void (*to_master)(float *master, const void *working, size_t n);
+
+    /* ---- faults found on the device (optional: NULL where kernels check synchronously, the CPU) ----
+     * 0, or 1 and a one-line message ("token id 40000 is outside [model] vocab_size = 32000 ...")
+     * when a kernel met bad input (a token id or target outside [0, V)) since the last call; clears
+     * the flag. One small device-to-host read: the core calls it once per step. */
+    int (*take_fault)(char *msg, size_t msg_len);
 };
 
 /* The CPU backend: fp32, OpenBLAS sgemm, OpenMP. */

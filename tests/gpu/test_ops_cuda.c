@@ -191,8 +191,8 @@ static void test_embedding(int V, int C, int BT) {
     size_t no = (size_t)BT * C, nw = (size_t)V * C;
 
     float *want = xmalloc(no * sizeof(float)), *dwant = dup_vec(dwte0, nw);
-    cpu->embedding_forward(want, tok, wte, BT, C);
-    cpu->embedding_backward(dwant, dout, tok, BT, C);
+    cpu->embedding_forward(want, tok, wte, BT, C, V);
+    cpu->embedding_backward(dwant, dout, tok, BT, C, V);
 
     float *got[2], *dgot[2];
     int32_t *dtok = dev_i32(tok, BT);
@@ -202,8 +202,8 @@ static void test_embedding(int V, int C, int BT) {
         dgot[rep] = xmalloc(nw * sizeof(float));
         void *out = gpu->alloc(no * gpu->act_bytes);
         float *dw = dev_f32(dwte0, nw);
-        gpu->embedding_forward(out, dtok, dwte_w, BT, C);
-        gpu->embedding_backward(dw, ddout, dtok, BT, C);
+        gpu->embedding_forward(out, dtok, dwte_w, BT, C, V);
+        gpu->embedding_backward(dw, ddout, dtok, BT, C, V);
         get_work(got[rep], out, no);
         get_f32(dgot[rep], dw, nw);
         gpu->free(out);
@@ -370,7 +370,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     float *out_w = xmalloc(nq * sizeof(float)), *lse_w = xmalloc(nl * sizeof(float));
     float *dq_w = xmalloc(nq * sizeof(float)), *dk_w = xmalloc(nk * sizeof(float)), *dv_w = xmalloc(nk * sizeof(float));
     cpu->attention_forward(out_w, lse_w, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
-    cpu->attention_backward(dq_w, dk_w, dv_w, dout, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_w, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
 
     float *o[2], *l[2], *gq[2], *gk[2], *gv[2];
     void *dq_in = dev_work(q, nq), *dk_in = dev_work(k, nk), *dv_in = dev_work(v, nk), *ddout = dev_work(dout, nq);
@@ -384,7 +384,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
         gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
-        gpu->attention_backward(dq, dk, dv, ddout, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
         get_work(gq[rep], dq, nq);

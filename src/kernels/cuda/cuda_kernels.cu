@@ -24,22 +24,79 @@
 #define THREADS 256
 #define MAX_BLOCKS ((size_t)65535 * 4)
 
-/* ---------------------------------------------------------------- embedding */
+/* ---------------------------------------------------------------- bad token ids */
 
-template <typename T>
-__global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, int BT, int C) {
-    size_t n = (size_t)BT * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t row = i / (size_t)C, c = i - row * (size_t)C;
-        out[i] = wte[(size_t)tokens[row] * C + c];
+/* The first token id or target outside [0, V) any kernel met since the last take_fault: {raised,
+ * position, id, V, site}. Kernels never read through such an id (a zero row, a zero loss), so the
+ * step finishes with finite numbers and the core stops the run with the message at the step's end. */
+__device__ int g_token_fault[5];
+
+__device__ __forceinline__ void raise_token_fault(int position, int id, int V, int site) {
+    if (atomicCAS(&g_token_fault[0], 0, 1) == 0) {
+        g_token_fault[1] = position;
+        g_token_fault[2] = id;
+        g_token_fault[3] = V;
+        g_token_fault[4] = site;
     }
 }
 
+static int take_fault(char *msg, size_t msg_len) {
+    int f[5];
+    CUDA_CHECK(cudaMemcpyFromSymbol(f, g_token_fault, sizeof f)); /* waits for the kernels before it */
+    if (!f[0]) return 0;
+    static const int zero[5] = {0, 0, 0, 0, 0};
+    CUDA_CHECK(cudaMemcpyToSymbol(g_token_fault, zero, sizeof zero));
+    if (msg && msg_len)
+        snprintf(msg, msg_len, "%s %d is outside [model] vocab_size = %d (position %d of a micro-batch, found on the GPU)",
+                 f[4] == 0 ? "token id" : "target token id", f[2], f[3], f[1]);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+/* the fallback for a C that is not a multiple of the 16-byte vector: one element per thread */
 template <typename T>
-static void embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C) {
+__global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, int BT, int C, int V) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / (size_t)C, c = i - row * (size_t)C;
+        const int tok = tokens[row];
+        if (tok < 0 || tok >= V) {
+            if (c == 0) raise_token_fault((int)row, tok, V, 0);
+            store_f(out + i, 0.0f);
+            continue;
+        }
+        out[i] = wte[(size_t)tok * C + c];
+    }
+}
+
+/* 16-byte copies: C a multiple of the vector width (every model dim in practice), rows aligned */
+template <typename T>
+__global__ void embedding_forward_vec_kernel(int4 *out, const int32_t *tokens, const int4 *wte, int BT, int C4, int V) {
+    const int row = blockIdx.x;
+    const int tok = tokens[row];
+    int4 *dst = out + (size_t)row * C4;
+    if (tok < 0 || tok >= V) {
+        if (threadIdx.x == 0) raise_token_fault(row, tok, V, 0);
+        for (int c = threadIdx.x; c < C4; c += blockDim.x) dst[c] = make_int4(0, 0, 0, 0);
+        return;
+    }
+    const int4 *src = wte + (size_t)tok * C4;
+    for (int c = threadIdx.x; c < C4; c += blockDim.x) dst[c] = src[c];
+}
+
+template <typename T>
+static void embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V) {
     size_t n = (size_t)BT * C;
     if (n == 0) return;
-    embedding_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, tokens, (const T *)wte, BT, C);
+    const int per16 = 16 / (int)sizeof(T);
+    if (C % per16 == 0 && ((uintptr_t)out % 16) == 0 && ((uintptr_t)wte % 16) == 0) {
+        const int C4 = C / per16;
+        embedding_forward_vec_kernel<T><<<BT, C4 < THREADS ? ((C4 + 31) / 32) * 32 : THREADS>>>(
+            (int4 *)out, tokens, (const int4 *)wte, BT, C4, V);
+    } else {
+        embedding_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, tokens, (const T *)wte, BT, C, V);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
@@ -48,7 +105,7 @@ static void embedding_forward(void *out, const int32_t *tokens, const void *wte,
 
 /* grid (ceil(C / 256), EMB_BUCKETS) */
 template <typename T>
-__global__ void embedding_backward_kernel(float *dwte, const T *dout, const int32_t *tokens, int BT, int C) {
+__global__ void embedding_backward_kernel(float *dwte, const T *dout, const int32_t *tokens, int BT, int C, int V) {
     __shared__ int32_t s_tok[EMB_CHUNK];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int bucket = blockIdx.y;
@@ -60,7 +117,7 @@ __global__ void embedding_backward_kernel(float *dwte, const T *dout, const int3
         if (c >= C) continue;
         for (int i = 0; i < n; i++) {
             const int tok = s_tok[i];
-            if (tok < 0 || tok % EMB_BUCKETS != bucket) continue;
+            if (tok < 0 || tok >= V || tok % EMB_BUCKETS != bucket) continue;
             float *dst = dwte + (size_t)tok * C + c;
             *dst = *dst + load_f(dout + (size_t)(i0 + i) * C + c);
         }
@@ -68,10 +125,10 @@ __global__ void embedding_backward_kernel(float *dwte, const T *dout, const int3
 }
 
 template <typename T>
-static void embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C) {
+static void embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V) {
     if (BT <= 0 || C <= 0 || !dwte) return;
     dim3 grid((unsigned)((C + THREADS - 1) / THREADS), EMB_BUCKETS);
-    embedding_backward_kernel<T><<<grid, THREADS>>>(dwte, (const T *)dout, tokens, BT, C);
+    embedding_backward_kernel<T><<<grid, THREADS>>>(dwte, (const T *)dout, tokens, BT, C, V);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -400,7 +457,8 @@ crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const in
         const float row_lse = (float)((double)mx + log(sum));
         lse[row] = row_lse;
         const int tgt = targets[row];
-        losses[row] = tgt < 0 ? 0.0f : (tgt < V ? row_lse - load_f(l + tgt) : NAN); /* NaN: target out of range */
+        if (tgt >= V) raise_token_fault((int)row, tgt, V, 1); /* never read past the row */
+        losses[row] = tgt < 0 || tgt >= V ? 0.0f : row_lse - load_f(l + tgt);
     }
 }
 
@@ -412,7 +470,7 @@ __global__ void crossentropy_backward_kernel(T *logits, const float *lse, const 
     const float row_lse = lse[row];
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = 0.0f;
-        if (tgt >= 0) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
+        if (tgt >= 0 && tgt < V) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
         store_f(l + j, g);
     }
 }
@@ -448,6 +506,7 @@ static void fill(gt_ops *ops) {
     ops->dropout_backward = dropout_backward<T>;
     ops->crossentropy_forward = crossentropy_forward<T>;
     ops->crossentropy_backward = crossentropy_backward<T>;
+    ops->take_fault = take_fault;
 }
 
 void gt_cuda_fill_kernels(gt_ops *ops, int use_bf16) {
