@@ -5,7 +5,9 @@
  * Exits 77 (skipped) when gt_ops_cuda() finds no device. Otherwise, for each working type (fp32,
  * then bf16), every op of the table runs on random inputs on both backends and the results are
  * compared as  max|gpu - cpu| / max|cpu|  (error relative to the tensor's scale, so values near zero
- * do not dominate). In bf16 mode the CPU gets the same bf16-rounded inputs the GPU sees, so the
+ * do not dominate), and for attention and matmul outputs also row by row (check_rows: each row's error
+ * relative to that row's own scale, at twice the tensor tolerance), so a head or a token whose values
+ * are small cannot be wrong unnoticed. In bf16 mode the CPU gets the same bf16-rounded inputs the GPU sees, so the
  * difference is the GPU's rounding of its outputs (and of accumulated outputs) to bf16, 2^-8
  * relative per element, plus summation order.
  *
@@ -21,10 +23,12 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
- * Attention runs twice in bf16 mode: with the default kernels, then with the opt-in tensor-core
+ * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16 mode:
+ * with the default kernels, then with the opt-in tensor-core
  * variant (cuda_attention_wmma.cu, GTRAIN_CUDA_ATTENTION=wmma) forced on, same tolerances, with a
  * check that the variant really took the calls.
- * Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
+ * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
+ * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
  * residual with out == res and out == branch, swiglu_backward with dgate == dout, dropout_backward).
  *
@@ -145,6 +149,39 @@ static void check_close(const char *name, const float *got, const float *want, s
     }
 }
 
+/* The same comparison row by row: for rows of row_len elements, max|got - want| over the row divided by
+ * the row's own max|want| (floored at 1e-3 of the tensor's max, so an all-but-zero row is judged on the
+ * tensor's scale): a row with small values cannot hide behind the tensor's largest one, as it can in
+ * check_close. Reports the worst row. */
+static void check_rows(const char *name, const float *got, const float *want, size_t n, size_t row_len, double tol) {
+    double max_ref = 0.0, worst = 0.0;
+    size_t worst_row = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)want[i]) > max_ref) max_ref = fabs((double)want[i]);
+    for (size_t r = 0; r * row_len < n; r++) {
+        double d = 0.0, ref = 1e-3 * max_ref;
+        for (size_t i = r * row_len; i < (r + 1) * row_len && i < n; i++) {
+            if (!isfinite(got[i]) && isfinite(want[i])) bad = 1;
+            double e = fabs((double)got[i] - (double)want[i]);
+            if (e > d) d = e;
+            if (fabs((double)want[i]) > ref) ref = fabs((double)want[i]);
+        }
+        double rel = ref > 0.0 ? d / ref : d;
+        if (rel > worst) worst = rel, worst_row = r;
+    }
+    checks++;
+    char label[160];
+    snprintf(label, sizeof label, "%s per row", name);
+    if (bad || !(worst <= tol)) {
+        failures++;
+        printf("FAIL %-5s %-40s worst row %zu rel err %.3e > tol %.1e%s\n", bf16_mode ? "bf16" : "fp32", label,
+               worst_row, worst, tol, bad ? " (non-finite values)" : "");
+    } else {
+        printf("ok   %-5s %-40s worst row rel err %.3e (tol %.1e)\n", bf16_mode ? "bf16" : "fp32", label, worst, tol);
+    }
+}
+
 static void check_same(const char *name, const float *a, const float *b, size_t n) {
     checks++;
     if (memcmp(a, b, n * sizeof(float)) != 0) {
@@ -221,6 +258,55 @@ static void test_embedding(int V, int C, int BT) {
         free(dgot[rep]);
     }
     free(tok), free(wte), free(dout), free(dwte0), free(want), free(dwant);
+}
+
+/* Token ids outside [0, V): no out-of-bounds read, a zero row (a zero loss for a target), and the
+ * fault flag that take_fault reports once, with the id and the vocabulary size in its message. */
+static void test_token_fault(void) {
+    const int V = 11, C = 64, BT = 6;
+    int32_t tok[6] = {0, 3, 11, 5, -2, 10};
+    float *wte = rand_vec((size_t)V * C, 1.0f, 1), *got = xmalloc((size_t)BT * C * sizeof(float));
+    char msg[512] = "";
+    int stale = gpu->take_fault(msg, sizeof msg); /* clear anything earlier tests left */
+    int32_t *dtok = dev_i32(tok, BT);
+    void *dwte = dev_work(wte, (size_t)V * C), *out = gpu->alloc((size_t)BT * C * gpu->act_bytes);
+    gpu->embedding_forward(out, dtok, dwte, BT, C, V);
+    get_work(got, out, (size_t)BT * C);
+    int raised = gpu->take_fault(msg, sizeof msg), again = gpu->take_fault(NULL, 0);
+    int zero_rows = 1, good_rows = 1;
+    for (int c = 0; c < C; c++) {
+        zero_rows &= got[2 * C + c] == 0.0f && got[4 * C + c] == 0.0f;
+        good_rows &= got[1 * C + c] == wte[3 * C + c] && got[5 * C + c] == wte[10 * C + c];
+    }
+    checks++;
+    if (stale || !raised || again || !zero_rows || !good_rows || !strstr(msg, "vocab_size = 11") ||
+        (!strstr(msg, "token id 11 ") && !strstr(msg, "token id -2 "))) {
+        failures++;
+        printf("FAIL %-5s token id out of range: stale %d raised %d again %d zero rows %d good rows %d msg \"%s\"\n",
+               bf16_mode ? "bf16" : "fp32", stale, raised, again, zero_rows, good_rows, msg);
+    } else {
+        printf("ok   %-5s %-40s \"%s\"\n", bf16_mode ? "bf16" : "fp32", "embedding: bad token id flagged", msg);
+    }
+
+    /* a target past the vocabulary: loss 0 (not NaN, not a read past the row), flagged */
+    int32_t tg[2] = {4, 99};
+    float *logits = rand_vec((size_t)2 * V, 1.0f, 1), loss[2] = {NAN, NAN};
+    void *dlog = dev_work(logits, (size_t)2 * V);
+    int32_t *dtg = dev_i32(tg, 2);
+    float *dloss = gpu->alloc(2 * sizeof(float)), *dlse = gpu->alloc(2 * sizeof(float));
+    gpu->crossentropy_forward(dloss, dlse, dlog, dtg, 2, V);
+    get_f32(loss, dloss, 2);
+    raised = gpu->take_fault(msg, sizeof msg);
+    checks++;
+    if (!raised || loss[1] != 0.0f || !isfinite(loss[0]) || !strstr(msg, "target token id 99")) {
+        failures++;
+        printf("FAIL %-5s target out of range: raised %d losses %g %g msg \"%s\"\n", bf16_mode ? "bf16" : "fp32",
+               raised, loss[0], loss[1], msg);
+    } else {
+        printf("ok   %-5s %-40s \"%s\"\n", bf16_mode ? "bf16" : "fp32", "crossentropy: bad target flagged", msg);
+    }
+    gpu->free(dtok), gpu->free(dwte), gpu->free(out), gpu->free(dlog), gpu->free(dtg), gpu->free(dloss), gpu->free(dlse);
+    free(wte), free(got), free(logits);
 }
 
 static void test_rmsnorm(void) {
@@ -305,6 +391,7 @@ static void test_matmul(int N, int IC, int OC) {
     }
     snprintf(name, sizeof name, "matmul_forward %dx%dx%d", N, IC, OC);
     check_close(name, got[0], want, no, tol_of(1e-5, 1e-2));
+    check_rows(name, got[0], want, no, (size_t)OC, tol_of(2e-5, 2e-2));
     check_same(name, got[0], got[1], no);
     snprintf(name, sizeof name, "matmul_backward dinp (=) %dx%dx%d", N, IC, OC);
     check_close(name, gset[0], dinp_set, ni, tol_of(1e-5, 1e-2));
@@ -395,7 +482,8 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
 #define ATT_CHECK(label, got, want, n, t32, t16)                                                               \
     do {                                                                                                      \
         snprintf(name, sizeof name, "attention %s %s", label, tag);                                           \
-        check_close(name, got[0], want, n, tol_of(t32, t16));                                                 \
+        check_close(name, got[0], want, n, tol_of(t32, t16));                                                \
+        if (n != nl) check_rows(name, got[0], want, n, (size_t)HD, 2.0 * tol_of(t32, t16));                  \
         check_same(name, got[0], got[1], n);                                                                  \
     } while (0)
     ATT_CHECK("out", o, out_w, nq, 1e-4, 2e-2);
@@ -592,6 +680,8 @@ int main(void) {
         test_conversions();
         test_embedding(61, 300, 333);
         test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
+        test_embedding(50, 36, 7);    /* C not a multiple of the 16-byte vector: the element kernel */
+        test_token_fault();
         test_rmsnorm();
         test_matmul(37, 96, 80);
         test_matmul(256, 512, 384);
@@ -604,6 +694,7 @@ int main(void) {
         test_attention(1, 130, 4, 4, 128, 0.2f);
         test_attention(3, 33, 3, 3, 24, 0.0f);
         test_attention(1, 1, 2, 1, 16, 0.0f);
+        if (bf16_mode) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
             /* the opt-in bf16 tensor-core variant: GQA, T not a multiple of its 64-row tiles, HD 32, 64
              * and 128, with and without dropout; each call is also run twice and compared bytewise */
@@ -617,12 +708,13 @@ int main(void) {
             test_attention(1, 200, 8, 2, 64, 0.1f); /* several key and query tiles, groups of 4 */
             test_attention(2, 50, 4, 1, 32, 0.0f);
             test_attention(1, 1, 2, 1, 128, 0.0f);
-            /* 7 shapes x 2 repeats x (forward + backward) */
+            test_attention(1, 2048, 32, 32, 128, 0.0f);
+            /* 8 shapes x 2 repeats x (forward + backward) */
             const long took = gt_cuda_attention_wmma_calls() - calls0;
             checks++;
-            if (took != 7 * 2 * 2) {
+            if (took != 8 * 2 * 2) {
                 failures++;
-                printf("FAIL bf16  attention wmma: the variant took %ld of %d calls\n", took, 7 * 2 * 2);
+                printf("FAIL bf16  attention wmma: the variant took %ld of %d calls\n", took, 8 * 2 * 2);
             }
             attn_variant = "";
         }
