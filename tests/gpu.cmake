@@ -3,3 +3,9 @@
 if(GTRAIN_HAVE_CUDA)
   gtrain_add_c_test(test_ops_cuda SOURCES ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c LIBS gtrain_kernels LABELS gpu)
 endif()
+# Per-op timings at the 1B and 7B shapes beside their rooflines (tests/gpu/run.sh runs it; not a test:
+# it asserts nothing).
+if(GTRAIN_HAVE_CUDA)
+  add_executable(bench_ops_cuda ${GTRAIN_TEST_DIR}/gpu/bench_ops_cuda.c)
+  target_link_libraries(bench_ops_cuda PRIVATE gtrain_kernels)
+endif()
