@@ -91,7 +91,7 @@ if [ -n "$BUNDLE" ]; then
         # shellcheck disable=SC1091
         . "$RT/env.sh"
         BUILD_DIR="$RT"
-        log "runtime bundle $BUNDLE unpacked to $RT"
+        log "runtime bundle $BUNDLE unpacked to $RT (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
     else
         log "could not unpack the runtime bundle $BUNDLE"
     fi
@@ -101,6 +101,10 @@ case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
 GTRAIN="$BUILD_DIR/gtrain"
 PREP="$BUILD_DIR/gtrain-prep"
 TESTS="$BUILD_DIR/tests"
+if [ -x "$BUILD_DIR/bin/gtrain" ]; then # a bundle's layout: bin/, tests/, lib/
+    GTRAIN="$BUILD_DIR/bin/gtrain"
+    PREP="$BUILD_DIR/bin/gtrain-prep"
+fi
 log "root $ROOT, binaries from $BUILD_DIR, out $OUT_DIR, budget ${RUN_BUDGET}s, phases: $PHASES"
 
 HAVE_GPU=0
