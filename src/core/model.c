@@ -161,6 +161,8 @@ void gt_model_set_params(gt_model *m, const float *params_host) {
     m->ops->copy_to_device(staging, params_host, n * sizeof(float));
     m->ops->to_working(m->params, staging, n);
     m->ops->free(staging);
+    /* a caching allocator would keep the 4-bytes-per-parameter staging block for nothing */
+    if (m->ops->release_cached) m->ops->release_cached();
 }
 
 static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int BT) {

@@ -378,10 +378,14 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             write_json_number(metrics, "mfu", mfu, 0);
             fprintf(metrics,
                     "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f}\n",
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
                     stats.seconds * 1e3);
+            if (ops->reserved_bytes)
+                fprintf(metrics, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)ops->reserved_bytes());
+            else
+                fprintf(metrics, "\"mem_reserved_bytes\":null}\n");
             fflush(metrics);
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {

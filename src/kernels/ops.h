@@ -160,6 +160,14 @@ struct gt_ops {
      * when a kernel met bad input (a token id or target outside [0, V)) since the last call; clears
      * the flag. One small device-to-host read: the core calls it once per step. */
     int (*take_fault)(char *msg, size_t msg_len);
+
+    /* ---- the allocator's own memory (optional: NULL where alloc/free go straight to the system) ----
+     * reserved_bytes: what the backend holds from the device for alloc (live blocks and the cache of
+     * freed ones, rounded to its size classes): the figure beside the tracked peaks in the metrics.
+     * release_cached: gives every cached (freed, not live) block back to the device; the core calls it
+     * after a one-off large buffer, such as the fp32 staging copy of the parameters, is freed. */
+    size_t (*reserved_bytes)(void);
+    void (*release_cached)(void);
 };
 
 /* The CPU backend: fp32, OpenBLAS sgemm, OpenMP. */

@@ -205,6 +205,25 @@ static void test_allocator_reuses_blocks(void) {
     }
     gpu->free(b);
     gpu->free(NULL);
+
+    /* reserved bytes count live and cached blocks; release_cached gives the cache back */
+    const size_t big = (size_t)64 << 20;
+    size_t r0 = gpu->reserved_bytes();
+    void *p = gpu->alloc(big);
+    size_t r1 = gpu->reserved_bytes();
+    gpu->free(p);
+    size_t r2 = gpu->reserved_bytes();
+    gpu->release_cached();
+    size_t r3 = gpu->reserved_bytes();
+    checks++;
+    if (!(r1 >= r0 + big && r2 == r1 && r3 + big <= r2)) {
+        failures++;
+        printf("FAIL       allocator: reserved %zu, after a 64 MiB alloc %zu, after free %zu, after release %zu\n", r0,
+               r1, r2, r3);
+    } else {
+        printf("ok         allocator: reserved bytes follow alloc, free and release_cached (%zu -> %zu -> %zu)\n", r1,
+               r2, r3);
+    }
 }
 
 static void test_conversions(void) {

@@ -7,7 +7,9 @@
  * on free lists keyed by a rounded size ("size class") and handed out again; cudaFree is called only
  * when a cudaMalloc fails, to give the cache back before retrying (never on the hot path). Size
  * classes: 512-byte granularity below 16 KiB, above it 32 steps per power of two (at most ~3% of a
- * block wasted). Every block comes from cudaMalloc (256-byte aligned; never managed memory). All work
+ * block wasted). Every block comes from cudaMalloc (256-byte aligned; never managed memory). The cache
+ * is also given back on request (release_cached of the table: the core asks after freeing the fp32
+ * staging copy of the parameters, 27 GB at 7B, which nothing would reuse). All work
  * is on the legacy default stream, so a block freed here and reused by the next alloc is only touched
  * by kernels ordered after every kernel that used it before.
  *
@@ -73,7 +75,7 @@ static size_class *find_class(size_t bytes, int create) {
     return c;
 }
 
-/* cudaFree every cached (not live) block: the out-of-memory path only */
+/* cudaFree every cached (not live) block: the out-of-memory path, and release_cached of the table */
 static void release_cache(void) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int h = 0; h < CLASS_BUCKETS; h++)
@@ -160,6 +162,8 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
 }
 
 static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+static size_t cuda_reserved_bytes(void) { return g_bytes_reserved; }
 
 /* ---------------------------------------------------------------- faults, GTRAIN_CUDA_SYNC */
 
@@ -333,6 +337,8 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     ops->copy_to_host = cuda_copy_to_host;
     ops->copy = cuda_copy;
     ops->synchronize = cuda_synchronize;
+    ops->reserved_bytes = cuda_reserved_bytes;
+    ops->release_cached = release_cache;
     gt_cuda_fill_matmul(ops, use_bf16);
     gt_cuda_fill_attention(ops, use_bf16);
     gt_cuda_fill_kernels(ops, use_bf16);
