@@ -276,7 +276,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     }
     int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, sharded};
+                          ops->can_keep_attention_probs, world, sharded, gt_plan_library_bytes(is_cuda, world)};
     if (policy.kind == GT_POLICY_AUTO) {
         gt_mem_estimate est;
         if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
