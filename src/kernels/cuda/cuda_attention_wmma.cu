@@ -540,7 +540,6 @@ int wmma_selected(void) {
     return g_env_variant;
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* the shapes and pointers this variant takes: the tensors read with 16-byte loads (q, k, v and, in
  * backward, dout) must be 16-byte aligned; outputs are written element by element */

@@ -82,6 +82,31 @@ __device__ __forceinline__ bool dev_dropout_keep(uint64_t base, uint64_t index, 
     return u >= p;
 }
 
+/* ---------------------------------------------------------------- 16-byte accesses */
+
+/* VEC elements of the working type in one 16-byte (128-bit) load or store: 8 bf16 or 4 float. The
+ * elementwise kernels take this path when every pointer is 16-byte aligned (cudaMalloc blocks are,
+ * and so are offsets that are multiples of 16 bytes) and finish a tail of n % VEC elements singly. */
+template <typename T>
+struct __align__(16) pack16 {
+    static constexpr int VEC = 16 / (int)sizeof(T);
+    T v[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ pack16<T> load16(const T *p) {
+    pack16<T> r;
+    *reinterpret_cast<int4 *>(&r) = *reinterpret_cast<const int4 *>(p);
+    return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void store16(T *p, const pack16<T> &r) {
+    *reinterpret_cast<int4 *>(p) = *reinterpret_cast<const int4 *>(&r);
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ---------------------------------------------------------------- deterministic reductions */
 
 /* xor butterfly: every lane ends with the same bits (a+b == b+a exactly) */

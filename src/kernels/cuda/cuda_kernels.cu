@@ -9,6 +9,14 @@
  * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
  * bit) — this is a convenience for the tests, not a contract.
  *
+ * Memory access: the elementwise kernels (SwiGLU, residual) and the embedding rows move 16 bytes per
+ * access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with a scalar tail;
+ * per-element index arithmetic is a multiply, never a 64-bit division (row-wise kernels run one block
+ * per row). RMSNorm backward, for the usual shapes (C a multiple of the vector, C <= 1024 vectors),
+ * is one fused kernel that reads each row's x and dout once into registers for both dinp and the
+ * dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
+ * out of bounds.
+ *
  * Reductions that feed gradients never use atomics:
  *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
  *     order) into scratch, then one pass adding the chunks in order;
@@ -155,13 +163,14 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const 
     for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
+/* one block per row (no index division per element) */
 template <typename T>
-__global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int N, int C) {
-    size_t n = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t row = i / (size_t)C, c = i - row * (size_t)C;
-        store_f(out + i, rmsnorm_out(load_f(inp + i), rstd[row], load_f(weight + c)));
-    }
+__global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int C) {
+    const size_t row = blockIdx.x;
+    const T *x = inp + row * C;
+    T *o = out + row * C;
+    const float r = rstd[row];
+    for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
 /* dx_j += r w_j d_j - x_j * (r^3 / C * sum_i d_i w_i x_i) ; one block per row */
@@ -212,6 +221,76 @@ __global__ void sum_partials_kernel(float *dweight, const float *partial, int nc
     dweight[j] += acc;
 }
 
+/* The fused backward: one block per chunk of `rows` rows (the dweight chunks above), 16-byte loads.
+ * Thread t owns the 16-byte groups t, t + 256, ... (G of them) of every row, so it reads each row's
+ * x and dout once into registers, takes its part of the row's dot product, writes its dx, and adds
+ * d_j * (x_j * r) into its columns' dweight partials in row order — the same expression and order as
+ * rmsnorm_dweight_partial_kernel, so the partials (and dweight) have the same bits. */
+template <typename T, int G>
+__global__ void __launch_bounds__(THREADS)
+rmsnorm_backward_fused_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *weight, const float *rstd,
+                              int N, int C, int rows) {
+    constexpr int VEC = pack16<T>::VEC;
+    __shared__ double scratch[32];
+    const int groups = C / VEC;
+    const int n0 = blockIdx.x * rows, n1 = min(n0 + rows, N);
+    float w[G][VEC], acc[G][VEC];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        pack16<T> wp;
+        if (grp < groups) wp = load16(weight + (size_t)grp * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            w[g][j] = grp < groups ? load_f(&wp.v[j]) : 0.0f;
+            acc[g][j] = 0.0f;
+        }
+    }
+    for (int n = n0; n < n1; n++) {
+        const size_t base = (size_t)n * C;
+        const float r = rstd[n];
+        float x[G][VEC], d[G][VEC];
+        double dot = 0.0;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int grp = threadIdx.x + g * THREADS;
+            if (grp >= groups) continue;
+            const pack16<T> xp = load16(inp + base + (size_t)grp * VEC), dp = load16(dout + base + (size_t)grp * VEC);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                x[g][j] = load_f(&xp.v[j]);
+                d[g][j] = load_f(&dp.v[j]);
+                dot += (double)d[g][j] * (double)w[g][j] * (double)x[g][j];
+            }
+        }
+        dot = block_sum_d(dot, scratch);
+        const float coef = (float)(dot * r * r * r / C);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int grp = threadIdx.x + g * THREADS;
+            if (grp >= groups) continue;
+            T *dxp = dinp + base + (size_t)grp * VEC;
+            pack16<T> out = load16(dxp);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float gr = __fmul_rn(__fmul_rn(r, w[g][j]), d[g][j]);
+                const float v = __fsub_rn(gr, __fmul_rn(x[g][j], coef));
+                store_f(&out.v[j], __fadd_rn(load_f(&out.v[j]), v));
+                acc[g][j] = __fadd_rn(acc[g][j], __fmul_rn(d[g][j], __fmul_rn(x[g][j], r)));
+            }
+            store16(dxp, out);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        float *pp = partial + (size_t)blockIdx.x * C + (size_t)grp * VEC;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) pp[j] = acc[g][j];
+    }
+}
+
 template <typename T>
 static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
@@ -223,8 +302,7 @@ template <typename T>
 static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *weight, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    rmsnorm_apply_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, rstd, (const T *)inp,
-                                                                           (const T *)weight, N, C);
+    rmsnorm_apply_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -232,18 +310,35 @@ template <typename T>
 static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
                              const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    /* rows per chunk: a function of N alone (determinism), at least RMS_DW_ROWS, and few enough
+     * chunks for gridDim.y */
+    const int rows = N / RMS_DW_ROWS < 65535 ? RMS_DW_ROWS : (N + 65534) / 65535;
+    const int nchunks = (N + rows - 1) / rows;
+    const unsigned cblocks = (unsigned)((C + THREADS - 1) / THREADS);
+    constexpr int VEC = pack16<T>::VEC;
+    const int groups = C % VEC == 0 ? C / VEC : 0, G = (groups + THREADS - 1) / THREADS;
+    if (dinp && dweight && groups && G <= 4 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+        aligned16(weight)) {
+        /* the fused kernel: x and dout read once for both gradients */
+        float *partial = (float *)gt_cuda_alloc(sizeof(float) * (size_t)nchunks * C);
+        T *di = (T *)dinp;
+        const T *d = (const T *)dout, *x = (const T *)inp, *w = (const T *)weight;
+        if (G == 1) rmsnorm_backward_fused_kernel<T, 1><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        else if (G == 2) rmsnorm_backward_fused_kernel<T, 2><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        else rmsnorm_backward_fused_kernel<T, 4><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        CUDA_CHECK_LAUNCH();
+        sum_partials_kernel<<<cblocks, THREADS>>>(dweight, partial, nchunks, C);
+        CUDA_CHECK_LAUNCH();
+        gt_cuda_free(partial);
+        return;
+    }
     if (dinp) {
         rmsnorm_backward_dinp_kernel<T><<<N, THREADS>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight,
                                                         rstd, C);
         CUDA_CHECK_LAUNCH();
     }
     if (dweight) {
-        /* rows per chunk: a function of N alone (determinism), at least RMS_DW_ROWS, and few enough
-         * chunks for gridDim.y */
-        const int rows = N / RMS_DW_ROWS < 65535 ? RMS_DW_ROWS : (N + 65534) / 65535;
-        const int nchunks = (N + rows - 1) / rows;
         float *partial = (float *)gt_cuda_alloc(sizeof(float) * (size_t)nchunks * C);
-        const unsigned cblocks = (unsigned)((C + THREADS - 1) / THREADS);
         rmsnorm_dweight_partial_kernel<T><<<dim3(cblocks, (unsigned)nchunks), THREADS>>>(
             partial, (const T *)dout, (const T *)inp, rstd, N, C, rows);
         CUDA_CHECK_LAUNCH();
@@ -361,18 +456,75 @@ __global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T 
     }
 }
 
+/* the same arithmetic with 16-byte accesses: nv = n / VEC packs, then the n % VEC tail singly */
+template <typename T>
+__global__ void swiglu_forward_vec_kernel(T *out, const T *gate, const T *up, size_t nv, size_t n) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> g = load16(gate + p * VEC), u = load16(up + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) store_f(&o.v[j], __fmul_rn(silu(load_f(&g.v[j])), load_f(&u.v[j])));
+        store16(out + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_f(out + i, __fmul_rn(silu(load_f(gate + i)), load_f(up + i)));
+}
+
+__device__ __forceinline__ void swiglu_grad(float g, float u, float d, float *dg, float *du) {
+    const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+    const float dsilu_rest = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)));
+    *dg = __fmul_rn(__fmul_rn(__fmul_rn(d, u), sig), dsilu_rest);
+    *du = __fmul_rn(d, silu(g));
+}
+
+template <typename T>
+__global__ void swiglu_backward_vec_kernel(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t nv,
+                                           size_t n) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> g = load16(gate + p * VEC), u = load16(up + p * VEC), d = load16(dout + p * VEC);
+        pack16<T> dg, du;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float a, b;
+            swiglu_grad(load_f(&g.v[j]), load_f(&u.v[j]), load_f(&d.v[j]), &a, &b);
+            store_f(&dg.v[j], a);
+            store_f(&du.v[j], b);
+        }
+        store16(dgate + p * VEC, dg);
+        store16(dup + p * VEC, du);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float a, b;
+        swiglu_grad(load_f(gate + i), load_f(up + i), load_f(dout + i), &a, &b);
+        store_f(dgate + i, a);
+        store_f(dup + i, b);
+    }
+}
+
 template <typename T>
 static void swiglu_forward(void *out, const void *gate, const void *up, size_t n) {
     if (n == 0) return;
-    swiglu_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate, (const T *)up, n);
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(out) && aligned16(gate) && aligned16(up))
+        swiglu_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate,
+                                                                                         (const T *)up, nv, n);
+    else
+        swiglu_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate, (const T *)up, n);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
     if (n == 0) return;
-    swiglu_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dgate, (T *)dup, (const T *)dout,
-                                                                             (const T *)gate, (const T *)up, n);
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up))
+        swiglu_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)dgate, (T *)dup, (const T *)dout, (const T *)gate, (const T *)up, nv, n);
+    else
+        swiglu_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dgate, (T *)dup, (const T *)dout,
+                                                                                 (const T *)gate, (const T *)up, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -399,12 +551,41 @@ __global__ void dropout_backward_kernel(T *dbranch, const T *dout, size_t n, flo
     }
 }
 
+/* the same with 16-byte accesses (element index p * VEC + j keeps the RNG index), then the tail */
+template <typename T>
+__global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branch, size_t nv, size_t n, float dropout,
+                                            float keep_scale, uint64_t rng) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> r = load16(res + p * VEC), b = load16(branch + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float bj = load_f(&b.v[j]);
+            if (dropout > 0.0f) bj = dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
+            store_f(&o.v[j], __fadd_rn(load_f(&r.v[j]), bj));
+        }
+        store16(out + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float b = load_f(branch + i);
+        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        store_f(out + i, __fadd_rn(load_f(res + i), b));
+    }
+}
+
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    residual_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(
-        (T *)out, (const T *)res, (const T *)branch, n, dropout, keep_scale, dropout > 0.0f ? rng_base(key) : 0);
+    const uint64_t rng = dropout > 0.0f ? rng_base(key) : 0;
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(out) && aligned16(res) && aligned16(branch))
+        residual_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)out, (const T *)res, (const T *)branch, nv, n, dropout, keep_scale, rng);
+    else
+        residual_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)out, (const T *)res, (const T *)branch, n, dropout, keep_scale, rng);
     CUDA_CHECK_LAUNCH();
 }
 
