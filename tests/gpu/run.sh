@@ -114,6 +114,12 @@ if nvidia-smi -L > "$RES/nvidia-smi-L.txt" 2>&1 && grep -q "^GPU" "$RES/nvidia-s
 cat "$RES/nvidia-smi-L.txt" >> "$LOG"
 HAVE_PY=0
 command -v python3 > /dev/null 2>&1 && HAVE_PY=1
+# what the programs link against here: a library not found (libnccl, libcudart) is the first thing to read
+for b in "$GTRAIN" "$PREP" "$TESTS/test_ops_cuda" "$TESTS/test_comm" "$TESTS/bench_ops_cuda"; do
+    [ -e "$b" ] || { log "missing $b"; continue; }
+    ldd "$b" > "$RES/ldd-$(basename "$b").txt" 2>&1
+    grep "not found" "$RES/ldd-$(basename "$b").txt" | sed "s|^|$(basename "$b"): |" >> "$LOG"
+done
 
 skip_all_reason=""
 [ "$HAVE_GPU" = 1 ] || skip_all_reason="no GPU visible (nvidia-smi -L)"
