@@ -122,7 +122,7 @@ static void run_op(op_ctx *x) {
     case OP_RMS_BWD: gpu->rmsnorm_backward(x->d, x->fb, x->c, x->a, x->b, x->fa, x->N, x->IC); break;
     case OP_SWIGLU_FWD: gpu->swiglu_forward(x->c, x->a, x->b, x->n); break;
     case OP_SWIGLU_BWD: gpu->swiglu_backward(x->d, x->e, x->c, x->a, x->b, x->n); break;
-    case OP_RESIDUAL: gpu->residual_forward(x->c, x->a, x->b, x->n, 0.0f, key); break;
+    case OP_RESIDUAL: gpu->residual_forward(x->c, x->a, x->d, x->n, 0.0f, key); break;
     case OP_CE_FWD: gpu->crossentropy_forward(x->fa, x->fb, x->a, x->tok, x->N, x->V); break;
     case OP_CE_BWD: gpu->crossentropy_backward(x->a, x->fb, x->tok, x->N, x->V, 1e-4f); break;
     case OP_EMB_FWD: gpu->embedding_forward(x->c, x->tok, x->a, x->N, x->IC, x->V); break;

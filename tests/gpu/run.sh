@@ -139,8 +139,8 @@ phase_ops() {
     local a7 w7
     a7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
-    w7=$(grep -E "^(ok|FAIL) +bf16 +attention wmma (out|dq) B1 T2048" "$RES/ops.log" | grep -v "per row" |
-        sed -E 's/.*attention wmma (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
@@ -349,7 +349,8 @@ for pol in ("none", "full", "selective", "none-wmma"):
     mfu = statistics.median(r["mfu"] for r in rows if r.get("mfu") is not None)
     ms = statistics.median(r["step_ms"] for r in rows)
     mem = max(r["mem_peak_bytes"] for r in rows) / 2**30
-    out.append(f"{pol}: {tps:.0f} tok/s, {ms:.0f} ms, MFU {mfu:.1%}, peak {mem:.1f} GiB")
+    res_b = max((r.get("mem_reserved_bytes") or 0) for r in rows) / 2**30
+    out.append(f"{pol}: {tps:.0f} tok/s, {ms:.0f} ms, MFU {mfu:.1%}, peak {mem:.1f} GiB (reserved {res_b:.1f})")
     with open(os.path.join(res, "bench-train.jsonl"), "a") as f:
         f.write(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + pol, "tokens_per_s": tps, "step_ms": ms,
                             "mfu": mfu, "peak_mem_bytes": mem * 2**30}) + "\n")
@@ -380,10 +381,23 @@ phase_bench_torch() {
         return
     fi
     tail -n 1 "$RES/torch-1b.txt" >> "$RES/bench-train.jsonl"
-    key=$(tail -n 1 "$RES/torch-1b.txt" | python3 -c '
-import json, sys
-d = json.loads(sys.stdin.read())
-print(f"torch sdpa amp: {d.get(\"tokens_per_s\", 0):.0f} tok/s, {d.get(\"step_ms\", 0):.0f} ms, peak {d.get(\"peak_mem_bytes\", 0) / 2**30:.1f} GiB")' 2>&1)
+    key=$(python3 - "$RES" <<'PY' 2>&1
+import json, os, sys
+res = sys.argv[1]
+d = json.loads(open(os.path.join(res, "torch-1b.txt")).read().strip().splitlines()[-1])
+tps = d.get("tokens_per_s", 0)
+line = f"torch sdpa amp: {tps:.0f} tok/s, {d.get('step_ms', 0):.0f} ms, peak {d.get('peak_mem_bytes', 0) / 2**30:.1f} GiB"
+try:
+    rows = [json.loads(l) for l in open(os.path.join(res, "bench-train.jsonl")) if '"gtrain"' in l]
+    mine = {r["label"]: r["tokens_per_s"] for r in rows}
+    g = mine.get("1b-s2048-b4-none")
+    if g and tps:
+        line += f"; gtrain none / torch = {g / tps:.2f}x"
+except OSError:
+    pass
+print(line)
+PY
+)
     phase_line bench-torch PASS $(($(date +%s) - t0)) "$key"
 }
 
