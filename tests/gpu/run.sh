@@ -380,11 +380,11 @@ phase_bench_torch() {
         phase_line bench-torch FAIL $(($(date +%s) - t0)) "exit $rc (torch-1b.txt)"
         return
     fi
-    tail -n 1 "$RES/torch-1b.txt" >> "$RES/bench-train.jsonl"
+    grep '^{' "$RES/torch-1b.txt" | tail -n 1 >> "$RES/bench-train.jsonl"
     key=$(python3 - "$RES" <<'PY' 2>&1
 import json, os, sys
 res = sys.argv[1]
-d = json.loads(open(os.path.join(res, "torch-1b.txt")).read().strip().splitlines()[-1])
+d = json.loads([l for l in open(os.path.join(res, "torch-1b.txt")) if l.startswith("{")][-1])
 tps = d.get("tokens_per_s", 0)
 line = f"torch sdpa amp: {tps:.0f} tok/s, {d.get('step_ms', 0):.0f} ms, peak {d.get('peak_mem_bytes', 0) / 2**30:.1f} GiB"
 try:
