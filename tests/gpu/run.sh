@@ -11,10 +11,12 @@
 #   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
 #                   repeats and recompute policies, the local and the NCCL communicator give the same
 #                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma attention tracks the default
-#   4. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
-#   5. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective
+#   4. sanitize     compute-sanitizer (when the machine has it): memcheck over test_ops_cuda's small
+#                   shapes, then racecheck over its attention checks (kernels that never ran before)
+#   5. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
+#   6. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective
 #                   and none with the wmma attention: tokens/s, step ms, MFU, peak memory
-#   6. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
+#   7. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
 # Each phase prints ONE line on stdout: "PHASE <name> PASS|FAIL|SKIP <key numbers> [<seconds> s]".
 #
 # Files under $OUT (else ./gpu-out): summary.json (one object per phase: status, seconds, key numbers),
@@ -25,7 +27,7 @@
 #                  when it exists): unpacked to a temporary folder, its env.sh sourced, its binaries used
 #   BUILD_DIR      otherwise, a build folder holding gtrain, gtrain-prep and tests/ (default build)
 #   RUN_BUDGET     seconds for the whole run (default 520)
-#   PHASES         the phases to run, space separated (default: all six)
+#   PHASES         the phases to run, space separated (default: all seven)
 #   GPU_RUN_FORCE  1: run the phases even when nvidia-smi sees no GPU (they then fail or skip on their own)
 # Exit status: 0 when no phase failed (skips included), 1 otherwise.
 set -u
@@ -33,7 +35,7 @@ set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 T_START=$(date +%s)
 RUN_BUDGET="${RUN_BUDGET:-520}"
-PHASES="${PHASES:-ops comm trainer bench-ops bench-train bench-torch}"
+PHASES="${PHASES:-ops comm trainer sanitize bench-ops bench-train bench-torch}"
 OUT_DIR="${OUT:-./gpu-out}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
@@ -273,7 +275,48 @@ PY
     phase_line trainer "$status" $(($(date +%s) - t0)) "$key"
 }
 
-# ---------------------------------------------------------------- 4. per-op benchmark
+# ---------------------------------------------------------------- 4. compute-sanitizer
+
+phase_sanitize() {
+    local t0 lim san rc1 rc2 key status
+    t0=$(date +%s)
+    lim=$(limit_for 100)
+    [ "$lim" -gt 0 ] || { phase_line sanitize SKIP 0 "out of time"; return; }
+    san=$(command -v compute-sanitizer || true)
+    [ -n "$san" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || san=/usr/local/cuda/bin/compute-sanitizer
+    [ -n "$san" ] || { phase_line sanitize SKIP 0 "compute-sanitizer not found"; return; }
+    [ -x "$TESTS/test_ops_cuda" ] || { phase_line sanitize FAIL 0 "missing $TESTS/test_ops_cuda"; return; }
+    local half=$((lim * 6 / 10))
+    (cd "$WORK" && run_timed "$half" "$RES/sanitize-memcheck.log" "$san" --tool memcheck --error-exitcode 3 \
+        --print-limit 20 env GT_TEST_QUICK=1 "$TESTS/test_ops_cuda")
+    rc1=$?
+    local rest=$((lim - ($(date +%s) - t0)))
+    rc2=124
+    if [ "$rest" -ge 10 ]; then
+        (cd "$WORK" && run_timed "$rest" "$RES/sanitize-racecheck.log" "$san" --tool racecheck --racecheck-report hazard \
+            --error-exitcode 3 --print-limit 20 env GT_TEST_QUICK=1 GT_TEST_ONLY=attention "$TESTS/test_ops_cuda")
+        rc2=$?
+    fi
+    summary() { # LOG: the sanitizer's own summary line, or what stopped it
+        grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid" "$1" 2> /dev/null | head -n 2 | tr '\n' ' '
+    }
+    key="memcheck exit $rc1: $(summary "$RES/sanitize-memcheck.log")| racecheck exit $rc2: $(summary "$RES/sanitize-racecheck.log")"
+    if [ $rc1 -eq 3 ] || [ $rc2 -eq 3 ]; then
+        status=FAIL
+    elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
+        status=PASS
+    elif [ $rc1 -eq 77 ]; then
+        status=SKIP
+    elif [ $rc1 -eq 124 ] || [ $rc2 -eq 124 ]; then
+        status=SKIP
+        key="stopped at its limit before finishing (no finding so far); $key"
+    else
+        status=FAIL
+    fi
+    phase_line sanitize "$status" $(($(date +%s) - t0)) "$key"
+}
+
+# ---------------------------------------------------------------- 5. per-op benchmark
 
 phase_bench_ops() {
     local t0 lim rc status key
@@ -309,7 +352,7 @@ PY
     phase_line bench-ops "$status" $(($(date +%s) - t0)) "$key"
 }
 
-# ---------------------------------------------------------------- 5. trainer benchmark, 1B shape
+# ---------------------------------------------------------------- 6. trainer benchmark, 1B shape
 
 phase_bench_train() {
     local t0 lim status key
@@ -362,7 +405,7 @@ PY
     phase_line bench-train "$status" $(($(date +%s) - t0)) "${key#* }"
 }
 
-# ---------------------------------------------------------------- 6. PyTorch at the same shape
+# ---------------------------------------------------------------- 7. PyTorch at the same shape
 
 phase_bench_torch() {
     local t0 lim rc key
@@ -403,7 +446,7 @@ PY
 
 # ---------------------------------------------------------------- run, then pack up
 
-for p in ops comm trainer bench-ops bench-train bench-torch; do
+for p in ops comm trainer sanitize bench-ops bench-train bench-torch; do
     wants "$p" || continue
     if [ -n "$skip_all_reason" ]; then
         phase_line "$p" SKIP 0 "$skip_all_reason"
@@ -413,6 +456,7 @@ for p in ops comm trainer bench-ops bench-train bench-torch; do
     ops) phase_ops ;;
     comm) phase_comm ;;
     trainer) phase_trainer ;;
+    sanitize) phase_sanitize ;;
     bench-ops) phase_bench_ops ;;
     bench-train) phase_bench_train ;;
     bench-torch) phase_bench_torch ;;

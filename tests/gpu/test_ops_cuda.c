@@ -328,8 +328,9 @@ static void test_token_fault(void) {
     free(wte), free(got), free(logits);
 }
 
-static void test_rmsnorm(void) {
-    const int N = 37, C = 300;
+/* C 300: the separate kernels in bf16 (not a multiple of 8), the fused one in fp32; C 2048 and 8192:
+ * the fused backward with 1, 2 and 4 groups per thread (8192 fp32: the separate kernels again) */
+static void test_rmsnorm(int N, int C) {
     const float eps = 1e-5f;
     size_t n = (size_t)N * C;
     float *x = rand_vec(n, 2.0f, 1), *w = rand_vec(C, 1.0f, 1), *dout = rand_vec(n, 1.0f, 1);
@@ -363,15 +364,25 @@ static void test_rmsnorm(void) {
         }
         gpu->free(out), gpu->free(dinp), gpu->free(rstd), gpu->free(dw);
     }
-    check_close("rmsnorm_forward out", got[0], want, n, tol_of(1e-5, 1e-2));
-    check_close("rmsnorm_forward rstd", rstd_got[0], rstd_want, N, tol_of(1e-5, 1e-4));
-    check_close("rmsnorm_backward dinp (+=)", dinp_got[0], dinp_want, n, tol_of(1e-4, 2e-2));
-    check_close("rmsnorm_backward dweight (+=)", dw_got[0], dw_want, C, tol_of(1e-5, 1e-4));
-    check_same("rmsnorm_apply == rmsnorm_forward out", applied, got[0], n);
-    check_same("rmsnorm_forward repeat", got[0], got[1], n);
-    check_same("rmsnorm_forward rstd repeat", rstd_got[0], rstd_got[1], N);
-    check_same("rmsnorm_backward dinp repeat", dinp_got[0], dinp_got[1], n);
-    check_same("rmsnorm_backward dweight repeat", dw_got[0], dw_got[1], C);
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm_forward out C=%d", C);
+    check_close(name, got[0], want, n, tol_of(1e-5, 1e-2));
+    snprintf(name, sizeof name, "rmsnorm_forward rstd C=%d", C);
+    check_close(name, rstd_got[0], rstd_want, N, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "rmsnorm_backward dinp (+=) C=%d", C);
+    check_close(name, dinp_got[0], dinp_want, n, tol_of(1e-4, 2e-2));
+    snprintf(name, sizeof name, "rmsnorm_backward dweight (+=) C=%d", C);
+    check_close(name, dw_got[0], dw_want, C, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "rmsnorm_apply == rmsnorm_forward out C=%d", C);
+    check_same(name, applied, got[0], n);
+    snprintf(name, sizeof name, "rmsnorm_forward repeat C=%d", C);
+    check_same(name, got[0], got[1], n);
+    snprintf(name, sizeof name, "rmsnorm_forward rstd repeat C=%d", C);
+    check_same(name, rstd_got[0], rstd_got[1], N);
+    snprintf(name, sizeof name, "rmsnorm_backward dinp repeat C=%d", C);
+    check_same(name, dinp_got[0], dinp_got[1], n);
+    snprintf(name, sizeof name, "rmsnorm_backward dweight repeat C=%d", C);
+    check_same(name, dw_got[0], dw_got[1], C);
     gpu->free(dx), gpu->free(dwt), gpu->free(ddout);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(rstd_got[rep]), free(dinp_got[rep]), free(dw_got[rep]);
     free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(rstd_want), free(dinp_want), free(dw_want);
@@ -683,6 +694,11 @@ static void test_vector_utilities(void) {
 
 int main(void) {
     char why[256] = "";
+    /* GT_TEST_QUICK=1: leave out the large shapes (for compute-sanitizer, which runs kernels 10-100x
+     * slower); GT_TEST_ONLY=attention: only the attention checks (for racecheck) */
+    const char *quick_env = getenv("GT_TEST_QUICK"), *only_env = getenv("GT_TEST_ONLY");
+    const int quick = quick_env && atoi(quick_env) != 0;
+    const int attention_only = only_env && strcmp(only_env, "attention") == 0;
     if (!gt_ops_cuda(0, why, sizeof why)) {
         printf("skipped: %s\n", why);
         return 77;
@@ -695,17 +711,21 @@ int main(void) {
                    gpu->can_keep_attention_probs);
             failures++;
         }
-        test_allocator_reuses_blocks();
-        test_conversions();
-        test_embedding(61, 300, 333);
-        test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
-        test_embedding(50, 36, 7);    /* C not a multiple of the 16-byte vector: the element kernel */
-        test_token_fault();
-        test_rmsnorm();
-        test_matmul(37, 96, 80);
-        test_matmul(256, 512, 384);
-        test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
-        test_rope();
+        if (!attention_only) {
+            test_allocator_reuses_blocks();
+            test_conversions();
+            test_embedding(61, 300, 333);
+            if (!quick) test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
+            test_embedding(50, 36, 7);    /* C not a multiple of the 16-byte vector: the element kernel */
+            test_token_fault();
+            test_rmsnorm(37, 300);
+            test_rmsnorm(70, 2048);
+            test_rmsnorm(9, 8192);
+            test_matmul(37, 96, 80);
+            if (!quick) test_matmul(256, 512, 384);
+            test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
+            test_rope();
+        }
         gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
         test_attention(2, 77, 4, 2, 64, 0.1f);
@@ -713,7 +733,7 @@ int main(void) {
         test_attention(1, 130, 4, 4, 128, 0.2f);
         test_attention(3, 33, 3, 3, 24, 0.0f);
         test_attention(1, 1, 2, 1, 16, 0.0f);
-        if (bf16_mode) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
+        if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
             /* the opt-in bf16 tensor-core variant: GQA, T not a multiple of its 64-row tiles, HD 32, 64
              * and 128, with and without dropout; each call is also run twice and compared bytewise */
@@ -727,22 +747,24 @@ int main(void) {
             test_attention(1, 200, 8, 2, 64, 0.1f); /* several key and query tiles, groups of 4 */
             test_attention(2, 50, 4, 1, 32, 0.0f);
             test_attention(1, 1, 2, 1, 128, 0.0f);
-            test_attention(1, 2048, 32, 32, 128, 0.0f);
-            /* 8 shapes x 2 repeats x (forward + backward) */
-            const long took = gt_cuda_attention_wmma_calls() - calls0;
+            if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
+            /* 8 shapes (7 when quick) x 2 repeats x (forward + backward) */
+            const long took = gt_cuda_attention_wmma_calls() - calls0, want = (quick ? 7 : 8) * 2 * 2;
             checks++;
-            if (took != 8 * 2 * 2) {
+            if (took != want) {
                 failures++;
-                printf("FAIL bf16  attention wmma: the variant took %ld of %d calls\n", took, 8 * 2 * 2);
+                printf("FAIL bf16  attention wmma: the variant took %ld of %ld calls\n", took, want);
             }
             attn_variant = "";
         }
         gt_cuda_attention_force_variant(-1);
-        test_swiglu();
-        test_residual_dropout(0.0f);
-        test_residual_dropout(0.1f);
-        test_crossentropy();
-        test_vector_utilities();
+        if (!attention_only) {
+            test_swiglu();
+            test_residual_dropout(0.0f);
+            test_residual_dropout(0.1f);
+            test_crossentropy();
+            test_vector_utilities();
+        }
         gpu->synchronize();
     }
     printf("%d of %d checks failed\n", failures, checks);
