@@ -12,9 +12,9 @@
  * Memory access: the elementwise kernels (SwiGLU, residual) and the embedding rows move 16 bytes per
  * access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with a scalar tail;
  * per-element index arithmetic is a multiply, never a 64-bit division (row-wise kernels run one block
- * per row). RMSNorm backward, for the usual shapes (C a multiple of the vector, C <= 1024 vectors),
- * is one fused kernel that reads each row's x and dout once into registers for both dinp and the
- * dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
+ * per row). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
+ * row in registers: forward reads x once for the sum of squares and the output, and backward is one
+ * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
  * out of bounds.
  *
  * Reductions that feed gradients never use atomics:
@@ -163,6 +163,43 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const 
     for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
+/* the same with 16-byte accesses, the row held in registers between the two passes (x read once);
+ * thread t owns the row's 16-byte groups t, t + 256, ... (G of them) */
+template <typename T, int G>
+__global__ void __launch_bounds__(THREADS)
+rmsnorm_forward_vec_kernel(T *out, float *rstd, const T *inp, const T *weight, int C, float eps) {
+    constexpr int VEC = pack16<T>::VEC;
+    __shared__ double scratch[32];
+    const size_t base = (size_t)blockIdx.x * C;
+    const int groups = C / VEC;
+    pack16<T> x[G];
+    double ss = 0.0;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        x[g] = load16(inp + base + (size_t)grp * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const double xi = (double)load_f(&x[g].v[j]);
+            ss += xi * xi;
+        }
+    }
+    ss = block_sum_d(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / C) + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        const pack16<T> w = load16(weight + (size_t)grp * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) store_f(&o.v[j], rmsnorm_out(load_f(&x[g].v[j]), r, load_f(&w.v[j])));
+        store16(out + base + (size_t)grp * VEC, o);
+    }
+}
+
 /* one block per row (no index division per element) */
 template <typename T>
 __global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int C) {
@@ -294,7 +331,17 @@ rmsnorm_backward_fused_kernel(T *dinp, float *partial, const T *dout, const T *i
 template <typename T>
 static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C, eps);
+    constexpr int VEC = pack16<T>::VEC;
+    const int groups = C % VEC == 0 ? C / VEC : 0, G = (groups + THREADS - 1) / THREADS;
+    T *o = (T *)out;
+    const T *x = (const T *)inp, *w = (const T *)weight;
+    if (groups && G <= 4 && aligned16(out) && aligned16(inp) && aligned16(weight)) {
+        if (G == 1) rmsnorm_forward_vec_kernel<T, 1><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+        else if (G == 2) rmsnorm_forward_vec_kernel<T, 2><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+        else rmsnorm_forward_vec_kernel<T, 4><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+    } else {
+        rmsnorm_forward_kernel<T><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
