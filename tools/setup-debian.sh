@@ -11,6 +11,7 @@ packages=(cmake make gcc g++ pkg-config
           libhdf5-openmpi-dev hdf5-tools
           libopenblas-openmp-dev libinih-dev
           fortunes python3 python3-venv python3-matplotlib)
+packages+=(shellcheck)   # tests: shellcheck of the GPU check scripts (tests/gpu.cmake)
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
 fi
