@@ -143,9 +143,12 @@ static const gt_comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
-/* One rank's choice as the other ranks of its node see it. */
+/* One rank's choice as the other ranks of its node see it: the GPU's identity is its UUID, or where a
+ * virtualised device reports none (all zero) its PCI domain, bus and device; known = 0 when neither
+ * is available, and then no sharing is claimed. */
 typedef struct {
     int world_rank, device;        /* device -1: none */
+    int known;
     unsigned char uuid[16];
 } gpu_choice;
 
@@ -185,6 +188,14 @@ int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
         } else {
             mine.device = device;
             memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
+            static const unsigned char zero[16];
+            mine.known = memcmp(mine.uuid, zero, sizeof zero) != 0;
+            if (!mine.known && (prop.pciBusID || prop.pciDeviceID || prop.pciDomainID)) {
+                int pci[3] = {prop.pciDomainID, prop.pciBusID, prop.pciDeviceID};
+                memcpy(mine.uuid, pci, sizeof pci); /* the PCI address in the UUID's place */
+                mine.uuid[15] = 0xFF;                /* never equal to a real UUID's bytes by chance */
+                mine.known = 1;
+            }
         }
     }
 
@@ -198,7 +209,7 @@ int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
     char share[512] = "";
     for (int a = 0; a < local_size && !share[0]; a++)
         for (int b = a + 1; b < local_size && !share[0]; b++)
-            if (all[a].device >= 0 && all[b].device >= 0 && memcmp(all[a].uuid, all[b].uuid, 16) == 0) {
+            if (all[a].known && all[b].known && memcmp(all[a].uuid, all[b].uuid, 16) == 0) {
                 char id[64];
                 format_uuid(all[a].uuid, id, sizeof id);
                 snprintf(share, sizeof share,
