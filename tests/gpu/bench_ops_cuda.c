@@ -17,7 +17,7 @@
  * are each input read once and each output written once. "roof%" = floor / measured. The first two
  * lines measure the ceilings actually reached here: a large device-to-device copy (bytes read +
  * written) and an 8192^3 bf16 matmul. Attention is timed with the default kernels and with the
- * opt-in tensor-core variant (GTRAIN_CUDA_ATTENTION=wmma). The last line per shape adds the ops of one
+ * opt-in tensor-core variants (GTRAIN_CUDA_ATTENTION=wmma, and =mma: its forward, the wmma backward). The last line per shape adds the ops of one
  * micro-batch's forward and backward (every op measured here; rope and dropout are not) and the
  * optimizer step (adamw, to_working and sumsq per parameter) into a step estimate and its MFU, to set
  * beside the trainer's own.
@@ -270,10 +270,11 @@ static double bench_attention(const model_shape *m, int variant) {
     const double causal = (double)m->B * m->NH * (double)m->T * m->T * HD; /* T^2/2 pairs x 2 flops */
     const double io = eb * (2.0 * N * m->C + 2.0 * N * KVD);                /* q, k, v, out */
     x.op = OP_ATTN_FWD;
-    snprintf(op, sizeof op, "attention_forward %s", variant ? "wmma" : "default");
+    static const char *names[3] = {"default", "wmma", "mma"};
+    snprintf(op, sizeof op, "attention_forward %s", names[variant]);
     double f = report(m->name, op, dims, time_op(&x), 2.0 * causal, io);
     x.op = OP_ATTN_BWD; /* reads q, k, v, out, dout, lse; writes dq, dk, dv */
-    snprintf(op, sizeof op, "attention_backward %s", variant ? "wmma" : "default");
+    snprintf(op, sizeof op, "attention_backward %s", names[variant]);
     double b = report(m->name, op, dims, time_op(&x), 5.0 * causal, io + eb * (2.0 * N * m->C + 2.0 * N * KVD));
     gpu->free(x.a), gpu->free(x.b), gpu->free(x.c), gpu->free(x.d), gpu->free(x.e), gpu->free(x.f);
     gpu->free(x.g), gpu->free(x.h), gpu->free(x.fa);
@@ -296,6 +297,7 @@ static void bench_shape(const model_shape *m) {
     block += bench_linear(m, "down (F->C)", F, C);
     double attn_default = bench_attention(m, 0);
     double attn_wmma = bench_attention(m, 1);
+    double attn_mma = bench_attention(m, 2); /* the mma forward, the wmma backward */
     block += attn_default;
 
     op_ctx x = {0};
@@ -361,15 +363,18 @@ static void bench_shape(const model_shape *m) {
     double micro = m->L * block + head;
     double flops = 6.0 * P * N + 3.0 * 2.0 * m->L * (double)m->B * m->NH * (double)m->T * m->T * HD;
     printf("%-3s step estimate from the ops: %.1f ms per micro-batch (blocks %.1f, head %.1f) + optimizer %.1f ms;"
-           " model FLOPs %.3g -> MFU %.1f%% at one micro-batch per step (attention wmma instead: %.1f ms)\n",
+           " model FLOPs %.3g -> MFU %.1f%% at one micro-batch per step (attention wmma instead: %.1f ms,"
+           " mma: %.1f ms)\n",
            m->name, micro * 1e3, m->L * block * 1e3, head * 1e3, opt * 1e3, flops,
-           100.0 * flops / (micro + opt) / PEAK_FLOPS, (micro + m->L * (attn_wmma - attn_default)) * 1e3);
+           100.0 * flops / (micro + opt) / PEAK_FLOPS, (micro + m->L * (attn_wmma - attn_default)) * 1e3,
+           (micro + m->L * (attn_mma - attn_default)) * 1e3);
     if (jsonl)
         fprintf(jsonl,
                 "{\"shape\":\"%s\",\"op\":\"step_estimate\",\"micro_batch_ms\":%.6g,\"optimizer_ms\":%.6g,"
-                "\"model_flops\":%.6g,\"mfu\":%.4g,\"micro_batch_ms_wmma_attention\":%.6g}\n",
+                "\"model_flops\":%.6g,\"mfu\":%.4g,\"micro_batch_ms_wmma_attention\":%.6g,"
+                "\"micro_batch_ms_mma_attention\":%.6g}\n",
                 m->name, micro * 1e3, opt * 1e3, flops, flops / (micro + opt) / PEAK_FLOPS,
-                (micro + m->L * (attn_wmma - attn_default)) * 1e3);
+                (micro + m->L * (attn_wmma - attn_default)) * 1e3, (micro + m->L * (attn_mma - attn_default)) * 1e3);
 }
 
 int main(int argc, char **argv) {

@@ -143,10 +143,13 @@ phase_ops() {
         sed -E 's/.*attention (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    local m7
+    m7=$(grep -E "^(ok|FAIL) +bf16 +attention out mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention out mma .*rel err ([0-9.e+-]+).*/out \1/' | tr '\n' ' ')
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
-    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}"
+    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}, mma ${m7:-?}"
 }
 
 # ---------------------------------------------------------------- 2. comm
@@ -343,6 +346,7 @@ for s in ("1b", "7b"):
     out.append(f"{s}: attn fwd/bwd " + g(s, "attention_forward default", "ms", "{:.2f}") + "/" +
                g(s, "attention_backward default", "ms", "{:.2f}") + " ms (wmma " +
                g(s, "attention_forward wmma", "ms", "{:.2f}") + "/" + g(s, "attention_backward wmma", "ms", "{:.2f}") +
+               ", mma fwd " + g(s, "attention_forward mma", "ms", "{:.2f}") +
                "), est. MFU " + g(s, "step_estimate", "mfu", "{:.0%}"))
 print("; ".join(out))
 PY
@@ -366,11 +370,12 @@ phase_bench_train() {
               data.val_every=0 train.device=cuda train.precision=bf16"
     "$GTRAIN" --plan "$ROOT/configs/llama1b.ini" train.micro_batch=4 train.device=cuda > "$RES/1b-plan.txt" 2>&1
     local pol rest
-    for pol in none full selective none-wmma; do
+    for pol in none full selective none-wmma none-mma; do
         rest=$((deadline - $(date +%s)))
         [ "$rest" -ge 20 ] || { log "bench-train: no time left for $pol"; break; }
         local envs="" policy=$pol
         [ "$pol" = none-wmma ] && envs=GTRAIN_CUDA_ATTENTION=wmma policy=none
+        [ "$pol" = none-mma ] && envs=GTRAIN_CUDA_ATTENTION=mma policy=none
         # shellcheck disable=SC2086
         GT_ENV="$envs" gt "$(((rest < 60) ? rest : 60))" "1b-$pol" "$ROOT/configs/llama1b.ini" $B1 memory.recompute="$policy"
     done
@@ -378,14 +383,17 @@ phase_bench_train() {
     key=$(python3 - "$RES" <<'PY'
 import json, os, statistics, sys
 res, out, ok = sys.argv[1], [], True
-for pol in ("none", "full", "selective", "none-wmma"):
+for pol in ("none", "full", "selective", "none-wmma", "none-mma"):
     try:
         rows = [json.loads(l) for l in open(os.path.join(res, f"1b-{pol}.jsonl")) if '"loss"' in l]
     except OSError:
         rows = []
     rows = rows[2:]  # warm-up steps
+    if not rows and not os.path.exists(os.path.join(res, f"1b-{pol}.log")):
+        out.append(f"{pol}: not run (out of time)")
+        continue
     if not rows:
-        out.append(f"{pol}: no steps")
+        out.append(f"{pol}: no steps (1b-{pol}.log)")
         ok = False
         continue
     tps = statistics.median(r["tok_per_s"] for r in rows)

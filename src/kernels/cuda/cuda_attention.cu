@@ -494,8 +494,12 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
     gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
 }
 
-/* Optional bf16 tensor-core variant (cuda_attention_wmma.cu), opt-in with GTRAIN_CUDA_ATTENTION=wmma:
- * each returns 1 when it ran the call (bf16, HD 32/64/128, aligned inputs), 0 to use the kernels here. */
+/* Optional bf16 tensor-core variants, opt-in: GTRAIN_CUDA_ATTENTION=wmma (cuda_attention_wmma.cu, forward
+ * and backward) or =mma (cuda_attention_mma.cu's forward, the wmma backward). Each returns 1 when it ran
+ * the call (bf16, supported HD, aligned inputs), 0 to use the kernels here. */
+int gt_cuda_attention_variant(void);
+int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
+                                  int NH, int NKV, int HD, float dropout, gt_rng_key key);
 int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                    int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key);
 int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
@@ -508,6 +512,9 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
+        gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
+        return;
     if (sizeof(T) == sizeof(bf16) &&
         gt_cuda_attention_wmma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
         return;
