@@ -70,15 +70,22 @@ static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
 /* Chooses the backend from train.device and train.precision; the same one on every rank (a rank
  * without a GPU makes device = auto fall back to the CPU everywhere, and device = cuda fail). */
 static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
-    char why[256] = "", msg[2048] = "";
+    char why[512] = "", msg[2048] = "";
     int rank;
     MPI_Comm_rank(comm, &rank);
     const char *dev = cfg->train.device, *prec = cfg->train.precision;
     int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
     if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
-        ops = gt_ops_cuda(want_bf16, why, sizeof why);
-        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but rank %d: %s", cfg->path, dev, rank, why);
+        /* the GPU of this rank (local rank modulo the visible devices); two ranks on one GPU is an
+         * error with either setting, since the user clearly meant to use the GPUs */
+        int gpu = gt_cuda_select_device(comm, why, sizeof why);
+        if (gpu == GT_CUDA_SHARED_GPU) {
+            snprintf(msg, sizeof msg, "%s: [train] device = %s: %s", cfg->path, dev, why);
+            return fail_input(rank, msg);
+        }
+        ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
+        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
         int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
@@ -98,6 +105,17 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
     }
     *ops_out = ops;
     return 0;
+}
+
+/* Bad input a backend found on the device (a token id outside the vocabulary: the CUDA kernels raise a
+ * flag instead of reading out of bounds), read once per step and after each evaluation; every rank
+ * agrees, and the run stops with exit 2 and the data file named, as the loader's own check does. */
+static int device_faults(const gt_ops *ops, MPI_Comm comm, const char *path, char *msg, size_t msg_len) {
+    if (!ops->take_fault) return 0;
+    char fault[512] = "";
+    int bad = ops->take_fault(fault, sizeof fault);
+    if (bad) snprintf(msg, msg_len, "%s: %s", path, fault);
+    return agree_input(comm, bad ? GT_EXIT_BAD_INPUT : 0, msg, msg_len);
 }
 
 static void write_json_number(FILE *f, const char *key, double v, int last) {
@@ -267,7 +285,15 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
+    if (is_cuda && world == 1 && strcmp(cfg->dist.comm, "nccl") != 0) {
+        /* one GPU: nothing to reduce, so no NCCL (or host MPI) for collectives never made */
+        char why[256];
+        comm = gt_comm_create_local(world_comm, ops->copy, why, sizeof why);
+        if (!comm) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm: %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    } else if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
         if (!is_cuda) {
             snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
             return fail_input(rank, msg);
@@ -297,7 +323,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     }
     int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, sharded};
+                          ops->can_keep_attention_probs, world, sharded, gt_plan_library_bytes(is_cuda, world)};
     if (policy.kind == GT_POLICY_AUTO) {
         gt_mem_estimate est;
         if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
@@ -436,6 +462,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
         ops->synchronize();
         double step_s = now_seconds() - t0;
+        rc = device_faults(ops, world_comm, cfg->data.train, err, sizeof err);
+        if (rc) break;
         run.tokens_seen += G * (uint64_t)T;
         double tok_per_s = (double)G * T / step_s;
         double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
@@ -452,10 +480,14 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             write_json_number(metrics, "mfu", mfu, 0);
             fprintf(metrics,
                     "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"skipped_steps\":%lld}\n",
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"skipped_steps\":%lld,",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
                     stats.seconds * 1e3, (long long)run.skipped_steps);
+            if (ops->reserved_bytes)
+                fprintf(metrics, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)ops->reserved_bytes());
+            else
+                fprintf(metrics, "\"mem_reserved_bytes\":null}\n");
             fflush(metrics);
         }
         if (nonfinite) {
@@ -474,6 +506,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
             double val_loss = evaluate(model, val_data, cfg, comm);
+            rc = device_faults(ops, world_comm, cfg->data.val, err, sizeof err);
+            if (rc) break;
             if (rank == 0) {
                 if (progress.partial) printf("\r\033[K");
                 progress.partial = 0;
