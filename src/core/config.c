@@ -109,6 +109,7 @@ static const key_spec keys[] = {
     {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
     ENUM("train", "precision", train.precision, "auto|fp32|bf16"),
     ENUM("train", "device", train.device, "auto|cpu|cuda"),
+    ENUM("train", "nonfinite", train.nonfinite, "stop|skip"),
 
     TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
     {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
@@ -123,8 +124,10 @@ static const key_spec keys[] = {
 
     TEXT("checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT("checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    NUM("checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
     INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
+    ENUM("checkpoint", "allow_model_change", checkpoint.allow_model_change, "false|true"),
 
     INT("log", "every", log.every, 1, INT_MAX),
     TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
@@ -160,6 +163,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.seed = 1337;
     snprintf(cfg->train.precision, sizeof cfg->train.precision, "auto");
     snprintf(cfg->train.device, sizeof cfg->train.device, "auto");
+    snprintf(cfg->train.nonfinite, sizeof cfg->train.nonfinite, "stop");
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
     snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
@@ -169,8 +173,10 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
     cfg->checkpoint.every = 0;
+    cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
+    snprintf(cfg->checkpoint.allow_model_change, sizeof cfg->checkpoint.allow_model_change, "false");
     cfg->log.every = 1;
 }
 

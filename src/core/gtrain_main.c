@@ -85,7 +85,8 @@ static int run_plan(int argc, char **argv) {
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
-                          strcmp(cfg.dist.shard, "optimizer") == 0}; /* as train.c: ZeRO-2/3 not yet */
+                          strcmp(cfg.dist.shard, "optimizer") == 0, gt_plan_library_bytes(gpu, world)};
+    /* as train.c: ZeRO-2/3 not yet; library workspaces on the GPU */
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            gpu ? ", attention probabilities never stored" : "");
     gt_plan_report(stdout, &cfg, &shape);

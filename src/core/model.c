@@ -232,6 +232,8 @@ void gt_model_set_params(gt_model *m, const float *params_host) {
     m->ops->copy_to_device(staging, params_host, n * sizeof(float));
     m->ops->to_working(m->params, staging, n);
     m->ops->free(staging);
+    /* a caching allocator would keep the 4-bytes-per-parameter staging block for nothing */
+    if (m->ops->release_cached) m->ops->release_cached();
 }
 
 static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int BT) {
@@ -375,8 +377,8 @@ static void block_backward(gt_model *m, int layer, const shapes *s, const void *
     void *dv = (char *)dk + s->kv;
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->matmul_backward(datt, G(m, L->wo), do_, st->att, W(m, L->wo), BT, C, C, 0);
-    ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
-                            s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T,
+                            s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
     void *xn1 = st->xn1;
@@ -428,7 +430,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
 
     /* ---- forward ---- */
     xs[0] = act_alloc(m, s.x);
-    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
     for (int a = 0; a < N;) {
         int b = gt_plan_segment_end(plan, a);
         for (int i = a; i < b; i++) {
@@ -500,7 +502,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     act_free(m, sc.c2, s.x);
     act_free(m, sc.big, sc.big_bytes);
 
-    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C);
+    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C, s.V);
     act_free(m, dx, s.x);
     free(xs);
     free(st);
@@ -516,7 +518,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     upload_tokens(m, inputs, targets, s.BT);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
-    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C);
+    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         stash st;
         stash_alloc(m, &s, &st, GT_KEEP_RECOMPUTE, 0);

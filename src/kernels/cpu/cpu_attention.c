@@ -16,8 +16,10 @@
  * keep_j = gt_dropout_keep(key, ((b*NH + h)*T + t)*T + j, p).
  *
  * Backward, per row t of head h:
- *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D_t = sum_j p_j dp_j
+ *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D_t = sum_j p_j dp_j = dout_t . out_t
  *   ds_j = p_j (dp_j - D_t) * scale ; dq_t = sum_j ds_j k_j ; dk_j += ds_j q_t ; dv_j += p~_j dout_t
+ * D_t is taken from the forward output (sum_j p_j dp_j = dout_t . sum_j p~_j v_j = dout_t . out_t,
+ * dropout included), one dot product of HD per row, as the GPU backends do.
  * One work item is one (b, kv head g): it owns dk and dv of g and dq of the group's query heads, and
  * walks heads then query blocks in order, so every sum has one order whatever the thread count:
  *   dP~ = dout_blk @ v^T ; dS ; dq_blk = dS @ k ; dk += dS^T @ q_blk ; dv += P~^T @ dout_blk
@@ -142,12 +144,13 @@ void gt_cpu_attention_forward(void *out_, float *lse, float *probs, const void *
     }
 }
 
-void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout_, const void *q_,
-                               const void *k_, const void *v_, const float *lse, const float *probs,
-                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout_, const void *out_,
+                               const void *q_, const void *k_, const void *v_, const float *lse,
+                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key) {
     GT_CPU_CHECK(NKV > 0 && NH % NKV == 0, "NH=%d is not a multiple of NKV=%d", NH, NKV);
     float *dq = dq_, *dk = dk_, *dv = dv_;
-    const float *dout = dout_, *q = q_, *k = k_, *v = v_;
+    const float *dout = dout_, *out = out_, *q = q_, *k = k_, *v = v_;
     const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -173,7 +176,7 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
                 for (int qb = 0; qb < nqb; qb++) {
                     int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0, kend = t1;
                     size_t off = ((size_t)b * T + t0) * qstride + (size_t)h * HD;
-                    const float *qb_ = q + off, *dob = dout + off;
+                    const float *qb_ = q + off, *dob = dout + off, *ob = out + off;
                     const float *lrow = lse + ((size_t)b * NH + h) * T + t0;
 
                     if (probs) {
@@ -198,7 +201,7 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
                                             ? dp[j] * keep_scale
                                             : 0.0f;
                         }
-                        const float D = lane_dot(p, dp, jend);
+                        const float D = lane_dot(dob + (size_t)r * qstride, ob + (size_t)r * qstride, HD);
                         for (int j = 0; j < jend; j++) ds[j] = p[j] * (dp[j] - D) * scale;
                         for (int j = jend; j < kend; j++) ds[j] = 0.0f;
                         if (dropout > 0.0f) {
