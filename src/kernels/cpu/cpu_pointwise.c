@@ -116,10 +116,17 @@ void gt_cpu_crossentropy_forward(float *losses, float *lse, const void *logits_,
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
         const float *l = logits + (size_t)i * V;
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
-        double acc[CE_LANES] = {0};
+        /* the max is the same whatever the order: lanes let the compiler vectorise it */
+        float mxl[CE_LANES];
+        for (int k = 0; k < CE_LANES; k++) mxl[k] = -INFINITY;
         int j = 0;
+        for (; j + CE_LANES <= V; j += CE_LANES)
+            for (int k = 0; k < CE_LANES; k++) mxl[k] = l[j + k] > mxl[k] ? l[j + k] : mxl[k];
+        for (int k = 0; j < V; j++, k++) mxl[k] = l[j] > mxl[k] ? l[j] : mxl[k];
+        float mx = -INFINITY;
+        for (int k = 0; k < CE_LANES; k++) mx = mxl[k] > mx ? mxl[k] : mx;
+        double acc[CE_LANES] = {0};
+        j = 0;
         for (; j + CE_LANES <= V; j += CE_LANES)
             for (int k = 0; k < CE_LANES; k++) acc[k] += (double)gt_cpu_expf(l[j + k] - mx);
         for (int k = 0; j < V; j++, k++) acc[k] += (double)gt_cpu_expf(l[j] - mx);
