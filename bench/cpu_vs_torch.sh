@@ -17,6 +17,7 @@
 #   PYTHON=/opt/gtrain-venv/bin/python   with torch, transformers and numpy
 #   DATA=...         gtrain token file (default: made from /usr/share/common-licenses into OUT)
 #   OUT=runs/cpu_vs_torch-DATE   the data file and a JSON of every number
+#   CONFIG_DIR=...   read CONFIGS' basenames from here instead (an older binary's own configs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -33,6 +34,11 @@ STAMP=$(date -u +%Y%m%d-%H%M%S)
 OUT=${OUT:-runs/cpu_vs_torch-$STAMP}
 mkdir -p "$OUT"
 
+# One OpenMP wait policy for all three (gtrain, torch, the sgemm loop; all use libgomp): gtrain sets
+# GOMP_SPINCOUNT=1000 for itself when neither variable is set (src/kernels/cpu/ops_cpu.c), and under
+# load libgomp's default spinning would slow the other two by several times, so they get the same.
+if [[ -z ${OMP_WAIT_POLICY:-} && -z ${GOMP_SPINCOUNT:-} ]]; then export GOMP_SPINCOUNT=1000; fi
+
 BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ {print $3; exit}')
 [[ -n $BLAS ]] || { echo "cpu_vs_torch: $GTRAIN does not link OpenBLAS" >&2; exit 2; }
 
@@ -43,8 +49,9 @@ if [[ -z $DATA ]]; then
   DATA=$OUT/corpus.train.bin
 fi
 
-echo "# gtrain $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')), BLAS $BLAS"
+echo "# gtrain $GTRAIN at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')), BLAS $BLAS, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
 for cfg in $CONFIGS; do
+  [[ -n ${CONFIG_DIR:-} ]] && cfg=$CONFIG_DIR/$(basename "$cfg")
   # shellcheck disable=SC2086
   "$PYTHON" bench/cpu_vs_torch.py compare --config "$cfg" --gtrain "$GTRAIN" \
     --data "$DATA" --blas "$BLAS" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
