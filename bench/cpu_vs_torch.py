@@ -150,19 +150,20 @@ def torch_run(s, threads, steps, warmup, checkpoint, seed=0):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     gen = torch.Generator().manual_seed(seed)
-    times = []
+    times, cpu = [], []
     for i in range(warmup + steps):
         x = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if i >= warmup:
             times.append(dt)
+            cpu.append(dc)
     return {"impl": "torch", "checkpoint": checkpoint, "step_s": statistics.median(times),
-            "steps_s": times, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "steps_s": times, "cpu_steps_s": cpu, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "load": os.getloadavg()[0], "torch": torch.__version__}
 
 
@@ -177,14 +178,32 @@ def gtrain_run(gtrain, config, data, threads, steps, warmup, recompute, override
                "train.device=cpu", "train.precision=fp32", "train.warmup_steps=0"] + list(overrides)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, ru = os.wait4(p.pid, 0)
+        # CPU seconds (all threads) at each step's end: /proc/PID/stat read when the step's metrics
+        # line appears (polled every 5 ms, so a step's CPU time is known to about 10 ms)
+        tick = os.sysconf("SC_CLK_TCK")
+        cpu_marks, seen = [], 0
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                break
+            time.sleep(0.005)
+            try:
+                n = sum(1 for _ in open(metrics))
+                if n > seen:
+                    f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+                    cpu_marks += [(int(f[11]) + int(f[12])) / tick] * (n - seen)
+                    seen = n
+            except (OSError, IndexError, ValueError):
+                pass
         err = p.stderr.read().decode(errors="replace")
         p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
             sys.exit(f"cpu_vs_torch: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
         rows = [json.loads(line) for line in open(metrics)]
     times = [r["step_ms"] / 1e3 for r in rows[warmup:]]
+    cpu = [b - a for a, b in zip(cpu_marks[warmup - 1:], cpu_marks[warmup:])] if warmup >= 1 else []
     return {"impl": "gtrain", "recompute": recompute, "step_s": statistics.median(times), "steps_s": times,
+            "cpu_steps_s": cpu,
             "peak_rss": ru.ru_maxrss * 1024, "mem_peak_bytes": rows[-1].get("mem_peak_bytes"),
             "load": os.getloadavg()[0]}
 
@@ -233,10 +252,16 @@ def compare(a):
     print("| recompute | estimate | gtrain s/step | torch s/step | gtrain tok/s | torch tok/s | gtrain / torch | "
           "gtrain peak RSS | torch peak RSS | gtrain % of GEMM ceiling | torch % of GEMM ceiling | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cpu_rows = []
     for pol in a.policies:
         grss = max(x["peak_rss"] for x in res["gtrain"][pol]) / 2**20
         trss = max(x["peak_rss"] for x in res["torch"][pol]) / 2**20
         loads = [x["load"] for x in res["gtrain"][pol] + res["torch"][pol]]
+        gc = [c for x in res["gtrain"][pol] for c in x.get("cpu_steps_s", [])]
+        tc = [c for x in res["torch"][pol] for c in x.get("cpu_steps_s", [])]
+        if gc and tc:
+            cpu_rows.append(f"| {pol} | {statistics.median(gc):.2f} | {statistics.median(tc):.2f} | "
+                            f"{statistics.median(tc) / statistics.median(gc):.2f}x |")
         for est, ceil_s in (("median", ceil_med), ("best", ceil_best)):
             pick = statistics.median if est == "median" else min
             g = pick(t for x in res["gtrain"][pol] for t in x["steps_s"])
@@ -244,6 +269,12 @@ def compare(a):
             print(f"| {pol} | {est} | {g:.3f} | {t:.3f} | {tokens / g:.0f} | {tokens / t:.0f} | {t / g:.2f}x | "
                   f"{grss:.0f} MiB | {trss:.0f} MiB | {100 * ceil_s / g:.0f}% | "
                   f"{100 * ceil_s / t:.0f}% | {min(loads):.1f}-{max(loads):.1f} |")
+    if cpu_rows:
+        # CPU seconds (all threads) per step: hardly changed by waiting for the cores, so the fairer
+        # comparison when other processes run (both sides spin the same short time)
+        print("\n| recompute | gtrain CPU s/step | torch CPU s/step | torch / gtrain |")
+        print("|---|---|---|---|")
+        print("\n".join(cpu_rows))
     if "none" in a.policies and "full" in a.policies:
         def over(impl, pick):
             n = pick(t for x in res[impl]["none"] for t in x["steps_s"])
