@@ -118,17 +118,21 @@ def gemm_ceiling(s, blas_path, threads, repeats=1):
     # warm-up: each distinct shape once (page faults, thread start-up)
     run_some(sorted(set(gemms)))
     # passes until 2 s have gone (at least `repeats`, at most 20); the fastest pass is the ceiling
-    times = []
+    times, cpus = [], []
     while len(times) < repeats or (sum(times) < 2.0 and len(times) < 20):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run_some(gemms)
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     t = min(times)
+    # CPU seconds (all threads) of the fastest pass, scaled like the wall time for attention
+    tc = cpus[times.index(t)]
     flops = sum(2.0 * M * N * K for (M, N, K, _, _) in gemms)
     rate = flops / t
     attn = attention_flops(s)
     return {"impl": "gemm", "gemm_s": t, "gemm_flops": flops, "gflops": rate / 1e9,
-            "attn_flops": attn, "ceiling_step_s": t + attn / rate, "load": os.getloadavg()[0]}
+            "attn_flops": attn, "ceiling_step_s": t + attn / rate, "ceiling_cpu_s": tc * (1 + attn / flops),
+            "load": os.getloadavg()[0]}
 
 
 # ---------------------------------------------------------------- PyTorch
@@ -260,8 +264,10 @@ def compare(a):
         gc = [c for x in res["gtrain"][pol] for c in x.get("cpu_steps_s", [])]
         tc = [c for x in res["torch"][pol] for c in x.get("cpu_steps_s", [])]
         if gc and tc:
-            cpu_rows.append(f"| {pol} | {statistics.median(gc):.2f} | {statistics.median(tc):.2f} | "
-                            f"{statistics.median(tc) / statistics.median(gc):.2f}x |")
+            cc = min(c["ceiling_cpu_s"] for c in ceils)
+            g_, t_ = statistics.median(gc), statistics.median(tc)
+            cpu_rows.append(f"| {pol} | {g_:.2f} | {t_:.2f} | {t_ / g_:.2f}x | {cc:.2f} | {100 * cc / g_:.0f}% | "
+                            f"{100 * cc / t_:.0f}% |")
         for est, ceil_s in (("median", ceil_med), ("best", ceil_best)):
             pick = statistics.median if est == "median" else min
             g = pick(t for x in res["gtrain"][pol] for t in x["steps_s"])
@@ -272,8 +278,9 @@ def compare(a):
     if cpu_rows:
         # CPU seconds (all threads) per step: hardly changed by waiting for the cores, so the fairer
         # comparison when other processes run (both sides spin the same short time)
-        print("\n| recompute | gtrain CPU s/step | torch CPU s/step | torch / gtrain |")
-        print("|---|---|---|---|")
+        print("\n| recompute | gtrain CPU s/step | torch CPU s/step | torch / gtrain | GEMM ceiling CPU s | "
+              "gtrain % of ceiling (CPU) | torch % of ceiling (CPU) |")
+        print("|---|---|---|---|---|---|---|")
         print("\n".join(cpu_rows))
     if "none" in a.policies and "full" in a.policies:
         def over(impl, pick):
