@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# run.sh — builds the libFuzzer fuzzers (build-fuzz/, clang, ASan+UBSan) and runs them, one after the
+# other, each for SECONDS (default 600); new inputs collect in a work corpus outside the repository
+# and crashes in WORK/artifacts. With --merge, the work corpus is minimised (-merge=1) back into
+# tests/fuzz/corpus/<name>/ (the replay tests' inputs). docs/fuzzing.md has the details.
+#
+#   bash tests/fuzz/run.sh [--merge] [--work DIR] [SECONDS] [NAME ...]      NAME: config data state
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+merge=0 work=/tmp/gtrain-fuzz
+while [[ "${1:-}" == --* ]]; do
+  case "$1" in
+    --merge) merge=1; shift ;;
+    --work) work=$2; shift 2 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+seconds=${1:-600}; shift || true
+names=("$@")
+((${#names[@]})) || names=(config data state)
+
+if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
+  CC=${CC:-clang} cmake -S . -B build-fuzz -DGTRAIN_FUZZ=ON -DGTRAIN_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build build-fuzz -j "$(nproc)" --target "${names[@]/#/fuzz_}" >/dev/null
+
+# HDF5 1.10.8 leaks a little on files from newer writers (tests/fuzz/lsan.supp); the slow unwinder
+# gives the suppressions the function names they match.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-fast_unwind_on_malloc=0}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
+mkdir -p "$work/artifacts"
+for name in "${names[@]}"; do
+  mkdir -p "$work/$name"
+  echo "== fuzz_$name for ${seconds}s (work corpus $work/$name)"
+  nice -n 10 build-fuzz/tests/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" "$work/$name" "tests/fuzz/corpus/$name" \
+    >"$work/$name.log" 2>&1 || echo "fuzz_$name stopped: see $work/$name.log and $work/artifacts/" >&2
+  grep -E "^stat::|^Done|SUMMARY|ERROR" "$work/$name.log" | sed "s/^/  /" || true
+  if ((merge)); then
+    fresh="$work/$name.merged"
+    rm -rf "$fresh"; mkdir -p "$fresh"
+    build-fuzz/tests/fuzz_"$name" -merge=1 "$fresh" "tests/fuzz/corpus/$name" "$work/$name" >"$work/$name.merge.log" 2>&1
+    rm -rf "tests/fuzz/corpus/$name"; mkdir -p "tests/fuzz/corpus/$name"
+    for f in "$fresh"/*; do cp "$f" "tests/fuzz/corpus/$name/"; done
+    echo "  merged: $(ls "tests/fuzz/corpus/$name" | wc -l) files, $(du -sh "tests/fuzz/corpus/$name" | cut -f1)"
+  fi
+done
