@@ -7,7 +7,9 @@
 #include <nccl.h>
 #include <stdio.h>
 
+extern "C" {
 #include "ops.h"
+}
 
 /* 12040 -> "12.4" (CUDA's encoding: 1000 * major + 10 * minor) */
 static void cuda_version_text(int v, char *out, size_t len) {
