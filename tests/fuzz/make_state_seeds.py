@@ -64,6 +64,8 @@ def main():
         "shard_int": lambda f: f.attrs.__setitem__("shard", np.int64(1)),
         "lr_string": lambda f: f["train"].attrs.__setitem__("lr", np.bytes_("fast")),
         "seq_len_array": lambda f: f["train"].attrs.__setitem__("seq_len", np.arange(3)),
+        "format_array": lambda f: f.attrs.__setitem__("format", np.array([b"gtrain-state", b"gtrain-state"])),
+        "config_array": lambda f: replace(f, "config", np.array([f["config"][()]] * 3)),
         "config_int": lambda f: replace(f, "config", np.arange(5)),
         "config_vlen": lambda f: replace(f, "config", "[model]\ndim = 8\n"),
         "config_bad_ini": lambda f: replace(f, "config", np.bytes_("[model]\ndim = abc\n[nope]\n")),

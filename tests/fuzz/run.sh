@@ -24,15 +24,16 @@ if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
 fi
 cmake --build build-fuzz -j "$(nproc)" --target "${names[@]/#/fuzz_}" >/dev/null
 
-# HDF5 1.10.8 leaks a little on files from newer writers (tests/fuzz/lsan.supp); the slow unwinder
-# gives the suppressions the function names they match.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-fast_unwind_on_malloc=0}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
 mkdir -p "$work/artifacts"
 for name in "${names[@]}"; do
   mkdir -p "$work/$name"
   echo "== fuzz_$name for ${seconds}s (work corpus $work/$name)"
-  nice -n 10 build-fuzz/tests/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # Debian 12's HDF5 1.10.8 itself leaks on damaged files (metadata cache entries when the close
+  # fails; 64 bytes of a layout message on files from newer writers): no leak checks for the
+  # state reader, whose allocations are all HDF5's. One process (-jobs would fork workers).
+  leaks=1
+  [[ $name == state ]] && leaks=0
+  nice -n 10 build-fuzz/tests/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" "$work/$name" "tests/fuzz/corpus/$name" \
     >"$work/$name.log" 2>&1 || echo "fuzz_$name stopped: see $work/$name.log and $work/artifacts/" >&2
   grep -E "^stat::|^Done|SUMMARY|ERROR" "$work/$name.log" | sed "s/^/  /" || true
