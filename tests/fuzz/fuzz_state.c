@@ -8,9 +8,11 @@
  * temporary file and read as one rank of a world of 1, 2 or 3 (picked from the input size), so the
  * slice arithmetic of every rank is exercised too. Besides memory errors, the harness aborts when a
  * refused file comes without a message or with a code other than the two documented ones, or when
- * an accepted file's /config does not load as a config.
+ * an HDF5 handle is left open (a file, group, dataset, attribute or type: every path must close what
+ * it opened, or a long run that retries damaged files keeps them open).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <hdf5.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +94,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* what resume and gtrain-sample do next: the saved config is parsed like a file */
         (void)gt_config_load_string(&saved, config_text, "state:/config", 0, NULL, err, sizeof err);
         free(config_text);
+    }
+    ssize_t open_handles = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+    if (open_handles != 0) {
+        fprintf(stderr, "fuzz_state: %zd HDF5 handles left open (code %d: %s)\n", open_handles, code, err);
+        abort();
     }
     free(opt.master);
     free(opt.exp_avg);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run.sh — builds the libFuzzer fuzzers (build-fuzz/, clang, ASan+UBSan) and runs them, one after the
 # other, each for SECONDS (default 600); new inputs collect in a work corpus outside the repository
-# and crashes in WORK/artifacts. With --merge, the work corpus is minimised (-merge=1) back into
-# tests/fuzz/corpus/<name>/ (the replay tests' inputs). docs/fuzzing.md has the details.
+# and crashes in WORK/artifacts. With --merge, the inputs of the work corpus that add coverage are
+# merged (-merge=1) into tests/fuzz/corpus/<name>/ (the replay tests' inputs). docs/fuzzing.md has
+# the details.
 #
 #   bash tests/fuzz/run.sh [--merge] [--work DIR] [SECONDS] [NAME ...]      NAME: config data state
 set -euo pipefail
@@ -33,16 +34,17 @@ for name in "${names[@]}"; do
   # state reader, whose allocations are all HDF5's. One process (-jobs would fork workers).
   leaks=1
   [[ $name == state ]] && leaks=0
-  nice -n 10 build-fuzz/tests/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks \
+  export ASAN_OPTIONS=detect_leaks=$leaks
+  nice -n 10 build-fuzz/tests/fuzz_"$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/artifacts/$name-" "$work/$name" "tests/fuzz/corpus/$name" \
     >"$work/$name.log" 2>&1 || echo "fuzz_$name stopped: see $work/$name.log and $work/artifacts/" >&2
   grep -E "^stat::|^Done|SUMMARY|ERROR" "$work/$name.log" | sed "s/^/  /" || true
   if ((merge)); then
-    fresh="$work/$name.merged"
-    rm -rf "$fresh"; mkdir -p "$fresh"
-    build-fuzz/tests/fuzz_"$name" -merge=1 "$fresh" "tests/fuzz/corpus/$name" "$work/$name" >"$work/$name.merge.log" 2>&1
-    rm -rf "tests/fuzz/corpus/$name"; mkdir -p "tests/fuzz/corpus/$name"
-    for f in "$fresh"/*; do cp "$f" "tests/fuzz/corpus/$name/"; done
+    # the committed files stay (named seeds and crash inputs); new inputs are added only when they
+    # reach coverage the corpus does not
+    before=$(ls "tests/fuzz/corpus/$name" | wc -l)
+    build-fuzz/tests/fuzz_"$name" -merge=1 "tests/fuzz/corpus/$name" "$work/$name" >"$work/$name.merge.log" 2>&1
+    echo "  merge added $(($(ls "tests/fuzz/corpus/$name" | wc -l) - before)) inputs"
     echo "  merged: $(ls "tests/fuzz/corpus/$name" | wc -l) files, $(du -sh "tests/fuzz/corpus/$name" | cut -f1)"
   fi
 done
