@@ -41,9 +41,9 @@ for name in "${names[@]}"; do
   grep -E "^stat::|^Done|SUMMARY|ERROR" "$work/$name.log" | sed "s/^/  /" || true
   if ((merge)); then
     # the committed files stay (named seeds and crash inputs); new inputs are added only when they
-    # reach coverage the corpus does not
+    # reach an edge the corpus does not (-use_counters=0 keeps the corpus small)
     before=$(ls "tests/fuzz/corpus/$name" | wc -l)
-    build-fuzz/tests/fuzz_"$name" -merge=1 "tests/fuzz/corpus/$name" "$work/$name" >"$work/$name.merge.log" 2>&1
+    build-fuzz/tests/fuzz_"$name" -merge=1 -use_counters=0 "tests/fuzz/corpus/$name" "$work/$name" >"$work/$name.merge.log" 2>&1
     echo "  merge added $(($(ls "tests/fuzz/corpus/$name" | wc -l) - before)) inputs"
     echo "  merged: $(ls "tests/fuzz/corpus/$name" | wc -l) files, $(du -sh "tests/fuzz/corpus/$name" | cut -f1)"
   fi
