@@ -16,7 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
+/* optional in libFuzzer, so weak here: a harness without it links and simply has no set-up */
+__attribute__((weak)) int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static unsigned char *read_all(const char *path, size_t *size) {
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
         return 2;
     }
-    LLVMFuzzerInitialize(&argc, &argv);
+    if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
     struct dirent **names = NULL;
     int n = scandir(argv[1], &names, NULL, alphasort);
     if (n < 0) {
