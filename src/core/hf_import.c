@@ -139,9 +139,10 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
     *out = defaults.model;
     snprintf(out->init, sizeof out->init, "%s", dir);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return failf(err, err_len, "%s: not a directory (expected a Hugging Face checkpoint directory with config.json "
-                     "and model.safetensors)", dir);
+    int st_rc = stat(dir, &st);
+    if (st_rc != 0 || !S_ISDIR(st.st_mode)) /* e.g. "[model] init = /models/x: No such file or directory" */
+        return failf(err, err_len, "[model] init = %s: %s (expected a Hugging Face checkpoint directory with "
+                     "config.json and model.safetensors)", dir, st_rc != 0 ? strerror(errno) : "not a directory");
     FILE *f = fopen(path, "r");
     if (!f) return failf(err, err_len, "%s: cannot read: %s", path, strerror(errno));
     json_error_t jerr;

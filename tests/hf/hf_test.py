@@ -291,6 +291,19 @@ def check_bf16_export(args, state, fp32_model, work):
     log(f"bf16 export: {n} tensors equal torch's fp32 -> bf16 rounding")
 
 
+def check_export_bad_out(args, state, work):
+    """An output path that is a file (a typo, a tab-completed file name) exits 2 with one line, no traceback."""
+    out = f"{work}/export_is_a_file"
+    open(out, "w").write("not a directory\n")
+    for target in (out, f"{out}/sub"):
+        p = subprocess.run([sys.executable, args.tool, state, target], capture_output=True, text=True)
+        msg = p.stderr.strip()
+        log(f"export to {target}: exit {p.returncode}: {msg}")
+        assert p.returncode == 2, f"export to {target}: exit {p.returncode}, expected 2"
+        assert len(msg.splitlines()) == 1 and target in msg, f"export to {target}: expected one line naming it"
+    assert open(out).read() == "not a directory\n", "the file in the way was changed"
+
+
 def check_resume_wins(args, ini, work):
     p = run([args.gtrain, ini, "train.steps=21"])
     print(p.stdout, end="")
@@ -421,6 +434,10 @@ def check_broken(args, work):
         ("config_mismatch", lambda d: None, ["model.dim=32"], ["config.json", "hidden_size = 64", "dim = 32"]),
         ("tie_mismatch", lambda d: None, ["model.tie_word_embeddings=true"], ["config.json", "tie_word_embeddings"]),
         ("no_weights", lambda d: os.remove(f"{d}/model.safetensors"), [], ["no model.safetensors"]),
+        ("init_missing", lambda d: None, [f"model.init={work}/no_such_dir"],
+         ["[model] init", "no_such_dir", "No such file or directory"]),
+        ("init_is_a_file", lambda d: None, [f"model.init={good}/config.json"],
+         ["[model] init", "config.json", "not a directory"]),
     ]
     for name, edit, overrides, needles in cases:
         d = variant(name, edit)
@@ -497,6 +514,7 @@ def main():
     ini, state, exported = train_export_compare(args, args.case, hf_dir, cfg, work)
     if args.case == "tied":
         check_bf16_export(args, state, exported, work)
+        check_export_bad_out(args, state, work)
         check_resume_wins(args, ini, work)
     if args.case == "gqa":
         check_world_sizes(args, hf_dir, cfg, work)
