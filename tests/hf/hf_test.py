@@ -481,6 +481,14 @@ def check_configs(args):
         theirs = sum(t.numel() for t in model.parameters())  # a tied tensor is listed once
         log(f"{name}: gtrain --plan {ours} parameters, transformers {theirs}")
         assert ours == theirs, f"{name}: parameter counts differ"
+        # the [data] paths must match what tools/prep_tokenized.py -o data/llama3 writes (PREFIX.SPLIT.NNNNNN.bin)
+        import configparser
+        import fnmatch
+        ini = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+        ini.read(path)
+        for split in ("train", "val"):
+            pattern, made = ini["data"][split], f"data/llama3.{split}.000000.bin"
+            assert fnmatch.fnmatch(made, pattern), f"{name}: [data] {split} = {pattern} does not match {made}"
 
 
 def main():
