@@ -455,7 +455,8 @@ def run(args):
         raise_after = ("no document went to validation (%d document%s, --val-fraction %g): give more "
                        "documents (e.g. --doc-sep), a larger --val-fraction, another --seed, or "
                        "--val-fraction 0" % (n_docs, "" if n_docs == 1 else "s", args.val_fraction))
-        for w in writers.values():
+        for w in writers.values():  # the train shard being written is still open: its .tmp goes too
+            w.abort()
             for p in w.paths:
                 os.unlink(p)
         raise BadInput(raise_after)

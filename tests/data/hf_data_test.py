@@ -321,6 +321,14 @@ def prep_jsonl_4byte_ids_bos_separator(args):
         _, _, err = run(cmd, expect_rc=2)
         check(msg in err, "%s: stderr lacks %r:\n%s" % (name, msg, err))
         check(not glob.glob("x.*"), "%s: output left behind: %s" % (name, glob.glob("x.*")))
+    # one document and --val-fraction 0.01: it goes to train, validation stays empty -> exit 2, and the
+    # train shard still open at that moment (its .tmp file) is removed too
+    with open("one.jsonl", "w") as f:
+        f.write('{"text": "w1 w2 w3"}\n')
+    _, _, err = run([sys.executable, args.prep_tool, "--tokenizer", "wide.json", "-o", "x", "--val-fraction", "0.01",
+                     "one.jsonl"], expect_rc=2)
+    check("no document went to validation" in err, "one.jsonl: stderr lacks the reason:\n" + err)
+    check(not glob.glob("x.*"), "one.jsonl: output left behind: %s" % glob.glob("x.*"))
     print("prep: JSONL, 4-byte ids, BOS before each document; bad records exit 2")
 
 
