@@ -146,7 +146,8 @@ def main():
         import h5py
         import numpy as np
     except ImportError as e:
-        fail(f"needs numpy and h5py ({e})")
+        fail(f"needs numpy and h5py ({e}) in {sys.executable}: pip install h5py numpy, or run this script with "
+             f"/opt/gtrain-venv/bin/python (tools/setup-venv.sh)")
 
     if not os.path.isfile(args.state):
         fail(f"{args.state}: no such file")
