@@ -83,6 +83,7 @@ typedef struct gt_config {
     /* Where data.train and data.val were set, so gt_config_check_files can name the line:
      * a line of `path`, 0 = default, -1 = command line. Filled by gt_config_load. */
     int data_train_line, data_val_line;
+    int log_metrics_line; /* the same for log.metrics */
 } gt_config;
 
 /* Defaults for every key (the tiny CPU model). */
@@ -102,6 +103,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 
 /* Checks that the data files named by the config exist and are readable. 0 or 2 with err. */
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len);
+
+/* Checks that log.metrics (when set) can be written: creates its missing parent directories (as
+ * checkpoint.dir is created) and refuses a path that is a directory or lies under a file. Rank 0 calls
+ * it (only rank 0 writes the metrics). 0 or 2 with err naming the file and line. */
+int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len);
 
 /* Writes the effective configuration (every key, after overrides) as INI text into a malloc'd
  * string: stored in training-state files and printed by --plan. */
