@@ -793,6 +793,16 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
     cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
     const origin *m = &ld->where[key_index("log", "metrics")];
     cfg->log_metrics_line = m->kind == ORIGIN_FILE ? m->line : m->kind == ORIGIN_CLI ? -1 : 0;
+    _Static_assert(N_KEYS <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
+    for (int k = 0; k < N_KEYS; k++) {
+        const origin *o = &ld->where[k];
+        cfg->key_line[k] = o->kind == ORIGIN_FILE ? o->line : o->kind == ORIGIN_CLI ? -1 : 0;
+    }
+}
+
+int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
+    int k = key_index(section, name);
+    return k < 0 ? 0 : cfg->key_line[k];
 }
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,

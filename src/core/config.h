@@ -14,6 +14,8 @@
 
 #define GT_PATH_MAX 1024
 
+#define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
+
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */
     int n_layers;      /* N, transformer blocks */
@@ -84,7 +86,13 @@ typedef struct gt_config {
      * a line of `path`, 0 = default, -1 = command line. Filled by gt_config_load. */
     int data_train_line, data_val_line;
     int log_metrics_line; /* the same for log.metrics */
+    /* The same for every key, in the order of config.c's key table (gt_config_key_line reads it). */
+    int key_line[GT_CONFIG_MAX_KEYS];
 } gt_config;
+
+/* Where [section] name was set: a line of cfg->path (> 0), the command line (-1) or nowhere, the
+ * default (0; also for a name that is no key). */
+int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
 
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);

@@ -419,6 +419,11 @@ def check_broken(args, work):
         c["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
         json.dump(c, open(f"{d}/config.json", "w"))
 
+    def ffn_bigger(d):
+        c = json.load(open(f"{d}/config.json"))
+        c["intermediate_size"] += 32
+        json.dump(c, open(f"{d}/config.json", "w"))
+
     st = "model.safetensors"
     cases = [  # (name, edit, INI override, strings the message must contain)
         ("truncated", truncated, [], [st, last]),
@@ -431,7 +436,10 @@ def check_broken(args, work):
         ("wrong_shape", wrong_shape, [], [st, victim, "shape"]),
         ("attention_bias", bias, [], ["config.json", "attention_bias"]),
         ("rope_yarn", rope_yarn, [], ["config.json", "yarn"]),
-        ("config_mismatch", lambda d: None, ["model.dim=32"], ["config.json", "hidden_size = 64", "dim = 32"]),
+        ("config_mismatch", lambda d: None, ["model.dim=32"],
+         ["config.json", "hidden_size = 64", "[model] dim (set on the command line) = 32"]),
+        ("ffn_mismatch_names_the_ini_line", ffn_bigger, [],
+         ["config.json", "intermediate_size = ", "ffn_mismatch_names_the_ini_line.ini:", "[model] ffn_dim = "]),
         ("tie_mismatch", lambda d: None, ["model.tie_word_embeddings=true"], ["config.json", "tie_word_embeddings"]),
         ("no_weights", lambda d: os.remove(f"{d}/model.safetensors"), [], ["no model.safetensors"]),
         ("init_missing", lambda d: None, [f"model.init={work}/no_such_dir"],
