@@ -7,7 +7,9 @@
  * row in configs/README.md).
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
- * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. The line
+ * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. Things
+ * worth saying about an accepted config (a warm-up cut to the run's length, a file that sets no key)
+ * come back as notes, one per line, in the same buffer, for the caller to print. The line
  * of every key is remembered, so checks that involve two keys (dim % n_heads, seq_len <= max_seq_len)
  * name the line of one of them: the one set last (command line over file over default).
  *
@@ -202,6 +204,7 @@ typedef struct loader {
     size_t err_len;
     int failed;
     int err_line;     /* the file line of the first handler error, 0 if none */
+    char notes[1024]; /* notes for an accepted config, one per line */
 
     /* the reader's side: a FILE or a string, the current line number, the last line in full */
     FILE *file;
@@ -218,6 +221,17 @@ static void fail(loader *ld, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ld->err, ld->err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Adds a line to the notes of an accepted config. */
+static void note(loader *ld, const char *fmt, ...) {
+    size_t used = strlen(ld->notes);
+    if (used + 2 >= sizeof ld->notes) return;
+    if (used) ld->notes[used++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->notes + used, sizeof ld->notes - used, fmt, ap);
     va_end(ap);
 }
 
@@ -265,6 +279,17 @@ static int edit_distance(const char *a, const char *b) {
         }
     }
     return row[lb];
+}
+
+/* The sections other than `section` (NULL: none) that have a key `name`: "[model]" or
+ * "[checkpoint] or [log]", or "" when none has it. For the hint at a missing section line. */
+static void home_of(const char *section, const char *name, char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int k = 0; k < N_KEYS && used < len; k++) {
+        if (strcmp(keys[k].name, name) != 0 || (section && strcmp(keys[k].section, section) == 0)) continue;
+        used += (size_t)snprintf(out + used, len - used, "%s[%s]", used ? " or " : "", keys[k].section);
+    }
 }
 
 /* "did you mean steps? known keys: seq_len, micro_batch, ..." */
@@ -454,6 +479,21 @@ static int set_key(loader *ld, int k, const char *value, const char *prefix) {
             fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
             return -1;
         }
+        /* The effective config is stored as INI text in every state file and read back on resume:
+         * a value must read back as itself. Control characters would not (libinih trims them or
+         * ends the line), nor would a ';' or '#' that starts a comment (possible in an override). */
+        for (const char *c = value; *c; c++) {
+            unsigned char u = (unsigned char)*c;
+            if (u < 0x20 || u == 0x7f) {
+                fail(ld, "%s: the value contains a control character (byte 0x%02x) (expected printable text)", prefix, u);
+                return -1;
+            }
+            if ((u == ';' || u == '#') && (c == value || c[-1] == ' ')) {
+                fail(ld, "%s: '%s': '%c' at the start or after a space begins a comment in a config file (expected "
+                     "a value without one)", prefix, value, u);
+                return -1;
+            }
+        }
         snprintf(field, ks->size, "%s", value);
         return 0;
     }
@@ -574,7 +614,13 @@ static int handler(void *user, const char *section, const char *name, const char
     clean_value(value, clean, sizeof clean);
 
     if (!section[0]) {
-        fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it)", ld->name, line, name);
+        char home[256];
+        home_of(NULL, name, home, sizeof home);
+        if (home[0])
+            fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it: %s is a key of %s)",
+                 ld->name, line, name, name, home);
+        else
+            fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it)", ld->name, line, name);
     } else if (!section_known(section)) {
         char known[512];
         known_list(NULL, section, known, sizeof known);
@@ -584,9 +630,14 @@ static int handler(void *user, const char *section, const char *name, const char
         char prefix[GT_PATH_MAX + 128];
         snprintf(prefix, sizeof prefix, "%s:%d: [%s] %s", ld->name, line, section, name);
         if (k < 0) {
-            char known[512];
+            char known[512], home[256];
             known_list(section, name, known, sizeof known);
-            fail(ld, "%s:%d: unknown key [%s] %s (%s)", ld->name, line, section, name, known);
+            home_of(section, name, home, sizeof home);
+            if (home[0])
+                fail(ld, "%s:%d: unknown key [%s] %s (%s is a key of %s: is that section line missing above it? %s)",
+                     ld->name, line, section, name, name, home, known);
+            else
+                fail(ld, "%s:%d: unknown key [%s] %s (%s)", ld->name, line, section, name, known);
         } else if (ld->where[k].kind == ORIGIN_FILE) {
             fail(ld, "%s: set twice (first on line %d)", prefix, ld->where[k].line);
         } else if (set_key(ld, k, clean, prefix) == 0) {
@@ -643,9 +694,14 @@ static void apply_override(loader *ld, const char *text) {
     }
     int k = key_index(section, name);
     if (k < 0) {
-        char known[512];
+        char known[512], home[256];
         known_list(section, name, known, sizeof known);
-        fail(ld, "command line: %s: unknown key [%s] %s (%s)", text, section, name, known);
+        home_of(section, name, home, sizeof home);
+        if (home[0])
+            fail(ld, "command line: %s: unknown key [%s] %s (%s is a key of %s; %s)", text, section, name, name, home,
+                 known);
+        else
+            fail(ld, "command line: %s: unknown key [%s] %s (%s)", text, section, name, known);
         return;
     }
     char prefix[GT_PATH_MAX + 128];
@@ -701,10 +757,14 @@ static void check_across(loader *ld) {
     if (c->train.min_lr > c->train.lr)
         fail_at(ld, blame(ld, "train", "min_lr", "train", "lr"),
                 "min_lr %g is above lr %g (expected 0 <= min_lr <= lr)", c->train.min_lr, c->train.lr);
-    if (c->train.warmup_steps > c->train.steps)
-        fail_at(ld, blame(ld, "train", "warmup_steps", "train", "steps"),
-                "warmup_steps %d is more than steps %d (expected 0 <= warmup_steps <= steps)",
-                c->train.warmup_steps, c->train.steps);
+    if (c->train.warmup_steps > c->train.steps && !ld->failed) {
+        /* a short run (train.steps=10 on a config made for 400) just works: the warm-up is cut */
+        char where[GT_PATH_MAX + 128];
+        describe_origin(ld, blame(ld, "train", "warmup_steps", "train", "steps"), where, sizeof where);
+        note(ld, "note: %s: warmup_steps %d is more than steps %d: the warm-up is shortened to %d steps", where,
+             c->train.warmup_steps, c->train.steps, c->train.steps);
+        ld->cfg->train.warmup_steps = c->train.steps;
+    }
     if (strcmp(c->train.precision, "bf16") == 0 && strcmp(c->train.device, "cpu") == 0)
         fail_at(ld, blame(ld, "train", "precision", "train", "device"),
                 "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
@@ -731,10 +791,23 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
     const origin *t = &ld->where[key_index("data", "train")], *v = &ld->where[key_index("data", "val")];
     cfg->data_train_line = t->kind == ORIGIN_FILE ? t->line : t->kind == ORIGIN_CLI ? -1 : 0;
     cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
+    const origin *m = &ld->where[key_index("log", "metrics")];
+    cfg->log_metrics_line = m->kind == ORIGIN_FILE ? m->line : m->kind == ORIGIN_CLI ? -1 : 0;
+    _Static_assert(N_KEYS <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
+    for (int k = 0; k < N_KEYS; k++) {
+        const origin *o = &ld->where[k];
+        cfg->key_line[k] = o->kind == ORIGIN_FILE ? o->line : o->kind == ORIGIN_CLI ? -1 : 0;
+    }
+}
+
+int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
+    int k = key_index(section, name);
+    return k < 0 ? 0 : cfg->key_line[k];
 }
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
                 char *const *overrides, char *err, size_t err_len) {
+    /* file: a config file the user named (text: a config from a state file, a test or a fuzzer) */
     loader ld;
     memset(&ld, 0, sizeof ld);
     ld.cfg = cfg;
@@ -749,10 +822,16 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
         ld.text = text;
         parse_ini(&ld);
     }
+    int keys_from_file = 0;
+    for (int k = 0; k < N_KEYS; k++) keys_from_file += ld.where[k].kind == ORIGIN_FILE;
+    if (file && !ld.failed && keys_from_file == 0)
+        note(&ld, "warning: %s sets no keys: %s (configs/README.md lists them)", ld.name,
+             n_overrides ? "every key not overridden on the command line has its default" : "every key has its default");
     for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
     if (!ld.failed) check_across(&ld);
     free(ld.full);
     remember_data_lines(cfg, &ld);
+    if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
     return ld.failed ? 2 : 0;
 }
 
@@ -818,6 +897,40 @@ static int check_one_file(const gt_config *cfg, const char *key, const char *spe
     }
     gt_data_free_paths(paths, n);
     return rc;
+}
+
+int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
+    const char *path = cfg->log.metrics;
+    if (!path[0]) return 0;
+    char where[GT_PATH_MAX * 2 + 64];
+    if (cfg->log_metrics_line > 0)
+        snprintf(where, sizeof where, "%s:%d: [log] metrics", cfg->path, cfg->log_metrics_line);
+    else
+        snprintf(where, sizeof where, "command line: log.metrics=%s", path);
+    /* mkdir -p of the parent: "runs/x/metrics.jsonl" works before runs/x exists */
+    char dir[GT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *why = NULL;
+    struct stat st;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; *p && !why; p++) {
+            if (*p != '/') continue;
+            *p = '\0';
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+            *p = '/';
+        }
+        if (!why && mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+        if (!why && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) why = "a part of the path is not a directory";
+    }
+    if (!why && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) why = "it is a directory";
+    if (why) {
+        snprintf(err, err_len, "%s: cannot write '%s': %s (expected a file path for the JSONL metrics)", where, path,
+                 why);
+        return 2;
+    }
+    return 0;
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {

@@ -562,11 +562,26 @@ static int fail(reader *r, int code, int with_h5_reason, const char *fmt, ...) {
 static int read_attr(reader *r, hid_t obj, const char *obj_name, const char *name, hid_t mem_type, void *value) {
     if (H5Aexists(obj, name) <= 0) return fail(r, GT_STATE_UNREADABLE, 1, "attribute %s%s is missing", obj_name, name);
     hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t rc = attr < 0 ? -1 : H5Aread(attr, mem_type, value);
+    /* one value: H5Aread writes every element, and an array attribute would overrun `value` */
+    hid_t space = attr < 0 ? -1 : H5Aget_space(attr);
+    hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+    herr_t rc = n != 1 ? -1 : H5Aread(attr, mem_type, value);
     if (rc < 0) capture(r);
+    if (space >= 0) H5Sclose(space);
     if (attr >= 0) H5Aclose(attr);
+    if (n >= 0 && n != 1)
+        return fail(r, GT_STATE_UNREADABLE, 0, "attribute %s%s holds %lld values (expected one)", obj_name, name,
+                    (long long)n);
     if (rc < 0) return fail(r, GT_STATE_UNREADABLE, 1, "cannot read attribute %s%s", obj_name, name);
     return 0;
+}
+
+/* Elements in a dataspace (closed here): a string attribute or /config must hold exactly one, since
+ * a read writes every element into a buffer sized for one. */
+static hssize_t n_points(hid_t space) {
+    hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+    if (space >= 0) H5Sclose(space);
+    return n;
 }
 
 static int read_attr_str(reader *r, hid_t obj, const char *obj_name, const char *name, char *out, size_t len) {
@@ -574,7 +589,8 @@ static int read_attr_str(reader *r, hid_t obj, const char *obj_name, const char 
     if (H5Aexists(obj, name) <= 0) return fail(r, GT_STATE_UNREADABLE, 1, "attribute %s%s is missing", obj_name, name);
     hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t ftype = attr < 0 ? -1 : H5Aget_type(attr);
-    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype);
+    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype) &&
+             n_points(H5Aget_space(attr)) == 1;
     size_t size = ok ? H5Tget_size(ftype) : 0;
     char *buf = ok ? calloc(size + 1, 1) : NULL;
     hid_t mtype = ok ? H5Tcopy(H5T_C_S1) : -1;
@@ -593,7 +609,8 @@ static int read_config_text(reader *r, char **text) {
     hid_t dset = H5Dopen2(r->file, "/config", H5P_DEFAULT);
     if (dset < 0) return fail(r, GT_STATE_UNREADABLE, 1, "cannot open /config");
     hid_t ftype = H5Dget_type(dset);
-    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype);
+    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype) &&
+             n_points(H5Dget_space(dset)) == 1;
     size_t size = ok ? H5Tget_size(ftype) : 0;
     char *buf = ok ? calloc(size + 1, 1) : NULL;
     hid_t mtype = ok ? H5Tcopy(H5T_C_S1) : -1;

@@ -185,4 +185,8 @@ const gt_ops *gt_ops_cpu(void);
  * bf16 selects bf16 working tensors; otherwise fp32. */
 const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len);
 
+/* One line for `gtrain --version`: the CUDA runtime, driver and NCCL versions, or that the backend
+ * was not built. Needs no GPU. */
+void gt_cuda_versions(char *buf, size_t len);
+
 #endif
