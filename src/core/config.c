@@ -115,6 +115,7 @@ static const key_spec keys[] = {
 
     ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters"),
     ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
+    ENUM("dist", "grad_sync", dist.grad_sync, "auto|step|micro"),
 
     TEXT("data", "train", KEY_PATH, data.train, 1),
     TEXT("data", "val", KEY_PATH, data.val, 0),
@@ -164,6 +165,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->memory.budget = 0;
     snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
     snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
+    snprintf(cfg->dist.grad_sync, sizeof cfg->dist.grad_sync, "auto");
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
     cfg->data.val_every = 100;

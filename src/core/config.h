@@ -57,6 +57,7 @@ typedef struct gt_config {
     struct {
         char shard[16];        /* none | optimizer | gradients | parameters */
         char comm[8];          /* auto | nccl | mpi */
+        char grad_sync[8];     /* auto | step | micro: when ZeRO-2/3 reduce gradients (zero.h) */
     } dist;
     struct {
         char train[GT_PATH_MAX];

@@ -116,15 +116,71 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *head = 2 * BT * C * V;
 }
 
-void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
-    memset(est, 0, sizeof *est);
+void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
+    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    *embed = V * C;
+    *block = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
+    *head = C + (m->tie_word_embeddings ? 0 : V * C);
+}
+
+/* Longest run of blocks one recompute segment holds gathered in backward (1 without recompute). */
+static int longest_segment(const gt_plan *plan) {
+    int longest = 1;
+    for (int i = 0; i < plan->n_blocks;) {
+        int end = gt_plan_segment_end(plan, i);
+        if (end - i > longest) longest = end - i;
+        i = end;
+    }
+    return longest;
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
+ * what they hold at their high-water marks, and the ring-model bytes of one step. */
+static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
-    uint64_t slice = sh->shard_optimizer ? (P + W - 1) / W : P;
-    sizes s = make_sizes(sh);
-    est->params_bytes = P * (uint64_t)sh->act_bytes;
-    est->grads_bytes = P * 4;
+    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int micro = stage >= 2 && sh->grad_micro;
+    int sharded = stage >= 1 && W > 1;
+    uint64_t slice = stage >= 1 ? (P + W - 1) / W : P;
+    uint64_t n_pad = sharded ? slice * W : P;
+    uint64_t e = (uint64_t)sh->act_bytes;
+    uint64_t Ue, Ub, Uh, t = (uint64_t)sh->model.tie_word_embeddings, N = (uint64_t)sh->model.n_layers;
+    gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
     est->optim_bytes = slice * 12;
+    if (stage == 3) {
+        est->gather_bytes = max3(Ue, Uh + t * Ue, (uint64_t)longest_segment(plan) * Ub) * e;
+        est->params_bytes = slice * e + est->gather_bytes;
+    } else {
+        est->params_bytes = n_pad * e;
+    }
+    if (micro) {
+        est->grad_buffer_bytes = max3(Ue, Uh + t * Ue, t * Ue + Ub) * 4;
+        est->grads_bytes = slice * 4 + est->grad_buffer_bytes;
+    } else {
+        est->grads_bytes = n_pad * 4;
+    }
+    /* communication per step, ring model; v-collectives at their mean (W-1)/W of the unit */
+    double A = sh->grad_accum > 0 ? sh->grad_accum : 1, w1 = (double)(W - 1), ring = w1 / (double)W;
+    double gathered_per_micro = (double)(P + t * Ue + N * Ub); /* forward all units, backward the blocks */
+    double bytes = 0;
+    if (W > 1) {
+        if (stage == 0) bytes = 2.0 * ring * (double)P * 4;
+        else if (!micro) bytes = w1 * (double)slice * 4; /* one reduce-scatter at the step */
+        else bytes = A * ring * (double)P * 4;           /* one per micro-batch, unit by unit */
+        if (stage == 1 || stage == 2) bytes += w1 * (double)slice * (double)e; /* the step's all-gather */
+        if (stage == 3) bytes += A * ring * gathered_per_micro * (double)e;
+    }
+    est->comm_bytes = bytes;
+}
+
+void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
+    memset(est, 0, sizeof *est);
+    sizes s = make_sizes(sh);
+    zero_state(sh, plan, est);
     /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
@@ -296,4 +352,15 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
     } else {
         fprintf(out, "\nconfigured policy: %s\n", cfg->memory.recompute);
     }
+}
+
+int gt_grad_sync_auto(const gt_mem_shape *sh, const gt_plan *plan, uint64_t budget) {
+    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    if (stage < 2) return 0;
+    if (sh->grad_accum <= 1 || !budget) return 1;
+    gt_mem_shape step = *sh;
+    step.grad_micro = 0;
+    gt_mem_estimate est;
+    gt_plan_estimate(&step, plan, &est);
+    return est.total_bytes > budget;
 }

@@ -25,6 +25,9 @@ typedef struct gt_mem_shape {
     int keep_probs;           /* backend keeps attention probabilities (CPU) */
     int world;                /* data-parallel ranks */
     int shard_optimizer;      /* 1: optimizer state and master weights split over ranks (ZeRO-1) */
+    int stage;                /* ZeRO stage 0..3 (zero.h); 0 with shard_optimizer means 1 */
+    int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
+    int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {
@@ -34,6 +37,11 @@ typedef struct gt_mem_estimate {
     uint64_t workspace_bytes;   /* token buffers and the RoPE table */
     uint64_t act_peak_bytes;    /* activation high-water mark of one micro-batch */
     uint64_t total_bytes;       /* sum of the above */
+    /* ZeRO-2/3 parts of params_bytes and grads_bytes (0 otherwise): */
+    uint64_t gather_bytes;      /* high-water mark of gathered units (ZeRO-3) */
+    uint64_t grad_buffer_bytes; /* high-water mark of unit gradient accumulators (grad_sync micro) */
+    double comm_bytes;          /* bytes a rank sends per optimizer step, ring model (comm.h),
+                                   with the v-collectives at their mean (W-1)/W x total */
     double forward_flops;       /* one micro-batch forward, model FLOPs */
     double recompute_flops;     /* extra forward FLOPs the plan spends in backward */
 } gt_mem_estimate;
@@ -43,6 +51,13 @@ uint64_t gt_model_param_count(const gt_model_config *model);
 
 /* Predicts memory and FLOPs of `plan` for `shape`. */
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
+
+/* Unit sizes in elements (model.h): the embedding, one block, the head unit. */
+void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
+
+/* dist.grad_sync = auto for stage >= 2: micro when grad_accum is 1 (the same traffic, no full
+ * buffer) or when the step mode does not fit the budget (or no budget is set), else step. */
+int gt_grad_sync_auto(const gt_mem_shape *shape, const gt_plan *plan, uint64_t budget_bytes);
 
 /* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes`. Returns 0, or
  * -1 when nothing fits (then *plan is the smallest-memory plan and est its estimate). */

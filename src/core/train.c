@@ -29,6 +29,7 @@
 #include "planner.h"
 #include "recompute.h"
 #include "runstate.h"
+#include "zero.h"
 
 #define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
 
@@ -104,15 +105,21 @@ static void write_json_number(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm) {
+static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm, int lockstep) {
     int B = cfg->train.micro_batch, T = cfg->train.seq_len;
     int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) abort();
     double sum = 0.0;
-    for (int b = rank; b < cfg->data.val_batches; b += world) {
-        gt_data_val_batch(val, b, B, T, in, tg);
-        sum += gt_model_eval(model, in, tg, B, T, NULL);
+    /* Every rank runs the same number of forwards: under ZeRO-3 each one gathers units collectively,
+     * so a rank without a batch of its own left runs batch 0 again and drops the result. */
+    int rounds = (cfg->data.val_batches + world - 1) / world;
+    for (int i = 0; i < rounds; i++) {
+        int b = i * world + rank, mine = b < cfg->data.val_batches;
+        if (!mine && !lockstep) break;
+        gt_data_val_batch(val, mine ? b : 0, B, T, in, tg);
+        double l = gt_model_eval(model, in, tg, B, T, NULL);
+        if (mine) sum += l;
     }
     free(in);
     free(tg);
@@ -226,19 +233,15 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_layout layout = {0};
     gt_model *model = NULL;
     gt_optim opt = {0};
+    gt_zero zero = {0};
     gt_run_state run = {0};
     FILE *metrics = NULL;
     int32_t *inputs = NULL, *targets = NULL;
 
-    if (strcmp(cfg->dist.shard, "gradients") == 0 || strcmp(cfg->dist.shard, "parameters") == 0) {
-        snprintf(msg, sizeof msg,
-                 "%s: [dist] shard = %s (ZeRO-%d) is not implemented yet; use optimizer (ZeRO-1) or none",
-                 cfg->path, cfg->dist.shard, strcmp(cfg->dist.shard, "gradients") == 0 ? 2 : 3);
-        return fail_input(rank, msg);
-    }
     const gt_ops *ops = NULL;
     rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;
+    int stage = gt_zero_stage(cfg->dist.shard);
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
@@ -284,9 +287,12 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         rc = fail_input(rank, err);
         goto done;
     }
-    int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
+    int sharded = stage >= 1;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, sharded};
+                          ops->can_keep_attention_probs, world, sharded, stage, 0, cfg->train.grad_accum};
+    /* grad_sync: micro or step as written; auto decides below, once the plan is known */
+    int grad_micro = stage >= 2 && strcmp(cfg->dist.grad_sync, "step") != 0;
+    shape.grad_micro = grad_micro;
     if (policy.kind == GT_POLICY_AUTO) {
         gt_mem_estimate est;
         if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
@@ -302,23 +308,38 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     } else {
         gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
     }
+    if (stage >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0) {
+        grad_micro = gt_grad_sync_auto(&shape, &plan, cfg->memory.budget);
+        shape.grad_micro = grad_micro;
+    }
     gt_mem_estimate predicted;
     gt_plan_estimate(&shape, &plan, &predicted);
 
-    /* model, parameters, optimizer */
+    /* model, parameters, optimizer: ZeRO-3 holds no full parameter buffer and grad_sync = micro no
+     * full gradient buffer; zero.c gathers and reduces their units */
     gt_mem_init(&mem, ops);
     gt_layout_init(&layout, &cfg->model);
     size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
-    model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
-    float *init = NULL;
-    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
-        init = malloc(layout.n_params * sizeof *init);
-        if (!init) abort();
-        gt_layout_init_params(&layout, init, cfg->train.seed);
-        gt_model_set_params(model, init);
+    model = gt_model_create_buffers(ops, &mem, &cfg->model, stage == 3 ? 0 : n_padded, grad_micro ? 0 : n_padded);
+    if (stage >= 2) {
+        gt_zero_init(&zero, ops, &mem, comm, &layout, stage, grad_micro);
+        gt_unit_hooks hooks;
+        gt_zero_hooks(&zero, &hooks);
+        gt_model_set_unit_hooks(model, &hooks);
     }
-    gt_optim_init(&opt, ops, &mem, comm, model, sharded, init);
-    free(init);
+    gt_optim_init(&opt, ops, &mem, comm, model, sharded, NULL);
+    opt.grad_slice = zero.grad_slice;
+    opt.param_shard = zero.param_shard;
+    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
+        /* each rank draws only its own slice (counter-based: the same values at any world size) */
+        size_t count = gt_shard_count(&opt.shard);
+        float *init = malloc((count ? count : 1) * sizeof *init);
+        if (!init) abort();
+        gt_layout_init_params_range(&layout, init, opt.shard.begin, opt.shard.end, cfg->train.seed);
+        if (count) ops->copy_to_device(opt.master, init, count * sizeof(float));
+        free(init);
+        gt_optim_publish_params(&opt);
+    }
 
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     uint64_t G = (uint64_t)B * A * world;
@@ -344,6 +365,11 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
                (unsigned long long)G, T);
         printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
                desc, params_b, act_b);
+        if (stage >= 2)
+            printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
+                   "grads_peak_bytes %llu\n", stage, grad_micro ? "micro" : "step",
+                   strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
+                   (unsigned long long)predicted.params_bytes, (unsigned long long)predicted.grads_bytes);
         char files[1024];
         gt_data_describe(train_data, files, sizeof files);
         printf("gtrain: train data %s\n", files);
@@ -372,7 +398,9 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         double t0 = now_seconds();
         gt_mem_reset_peaks(&mem);
         gt_comm_stats_reset(comm);
-        ops->zero(gt_model_grads(model), n_padded * sizeof(float));
+        if (grad_micro) ops->zero(zero.grad_slice, zero.shard.slice_len * sizeof(float));
+        else ops->zero(gt_model_grads(model), n_padded * sizeof(float));
+        uint64_t gathers0 = zero.gathers;
         double loss_sum = 0.0;
         int recomputed = 0;
         for (int m = 0; m < A; m++) {
@@ -405,14 +433,21 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             write_json_number(metrics, "mfu", mfu, 0);
             fprintf(metrics,
                     "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f}\n",
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_total_ms\":%.3f,"
+                    "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
+                    "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
+                    "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu}}\n",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
-                    stats.seconds * 1e3);
+                    stats.seconds * 1e3, stats.seconds * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
+                    (unsigned long long)mem.peak[GT_MEM_GRADS], (unsigned long long)(zero.gathers - gathers0),
+                    (unsigned long long)stats.calls_all_reduce, (unsigned long long)stats.calls_reduce_scatter,
+                    (unsigned long long)stats.calls_all_gather, (unsigned long long)stats.calls_reduce_scatter_v,
+                    (unsigned long long)stats.calls_all_gather_v, (unsigned long long)stats.calls_scalar);
             fflush(metrics);
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
-            double val_loss = evaluate(model, val_data, cfg, comm);
+            double val_loss = evaluate(model, val_data, cfg, comm, stage == 3);
             if (rank == 0) {
                 if (progress.partial) printf("\r\033[K");
                 progress.partial = 0;
@@ -435,6 +470,7 @@ done:
     free(targets);
     gt_runstate_free(&run);
     gt_optim_free(&opt);
+    gt_zero_free(&zero);
     gt_model_destroy(model);
     gt_layout_free(&layout);
     gt_data_close(val_data);

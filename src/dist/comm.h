@@ -27,6 +27,12 @@
  *                                                                  all-gather; rounded down per call)
  *   reduce_scatter_sum(recv_count)  bytes_sent += (W-1)*recv_count*elem
  *   all_gather(send_count)          bytes_sent += (W-1)*send_count*elem
+ *   reduce_scatter_v(counts)        bytes_sent += (total - counts[rank])*elem    (total = sum of counts:
+ *                                                  a ring rank sends every block's partial sum but
+ *                                                  the one it ends up owning)
+ *   all_gather_v(counts)            bytes_sent += (total - counts[(rank+1) % W])*elem (a ring rank
+ *                                                  forwards every block but its successor's own)
+ *                                   (both equal the fixed-count formulas when all counts are equal)
  *   broadcast(bytes, root)          bytes_sent += bytes on the root when W > 1, 0 on the other ranks
  *   scalar reductions, barrier      bytes_sent += 0 (a few bytes, not tensor traffic)
  * All terms are 0 when W == 1. This is a model of what a ring algorithm sends, identical for both
@@ -72,6 +78,19 @@ void gt_comm_reduce_scatter_sum(gt_comm *comm, const void *send, void *recv, siz
 void gt_comm_all_gather(gt_comm *comm, const void *send, void *recv, size_t send_count,
                         gt_dtype dtype);
 
+/* Variable counts (ZeRO-2/3 units: a unit's range of the flat vector cut by the ranks' flat slices,
+ * src/core/zero.h). counts (W entries, identical on every rank) may be 0; total = their sum, and
+ * block r starts at the sum of counts[0..r). Each count and the total must fit an int (MPI; the
+ * call aborts otherwise, naming the sizes): a unit is at most one block or the embedding.
+ * reduce_scatter_v: send (total) from every rank; recv (counts[rank]) := the sum over ranks of
+ *   block `rank`. In place allowed: recv == send + (start of block `rank`); otherwise recv must
+ *   not overlap send.
+ * all_gather_v: in place: on entry buf (total) holds this rank's block at its place; on return
+ *   every block. */
+void gt_comm_reduce_scatter_v_sum(gt_comm *comm, const void *send, void *recv, const size_t *counts,
+                                  gt_dtype dtype);
+void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
+
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);
 
@@ -83,6 +102,7 @@ int gt_comm_all_reduce_int_max(gt_comm *comm, int x);
 
 typedef struct {
     uint64_t calls_all_reduce, calls_reduce_scatter, calls_all_gather, calls_broadcast, calls_scalar;
+    uint64_t calls_reduce_scatter_v, calls_all_gather_v;
     uint64_t bytes_sent;   /* see the model above */
     double seconds;        /* wall time inside communicating calls */
 } gt_comm_stats;

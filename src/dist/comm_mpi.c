@@ -208,6 +208,41 @@ static void mpi_all_gather(gt_comm *c, const void *send, void *recv, size_t send
     }
 }
 
+/* int counts and displacements for the v-collectives (the wrapper checked they fit). */
+static void int_counts(const gt_comm *c, const size_t *counts, const size_t *displs, int *ic, int *id) {
+    for (int r = 0; r < c->size; r++) {
+        ic[r] = (int)counts[r];
+        if (id) id[r] = (int)displs[r];
+    }
+}
+
+static void mpi_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                     const size_t *displs, gt_dtype dtype) {
+    int *ic = malloc((size_t)c->size * sizeof *ic);
+    if (!ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, NULL, ic, NULL);
+    size_t elem = gt_dtype_bytes(dtype);
+    char *own = (char *)send + displs[c->rank] * elem;
+    if ((char *)recv == own) {
+        /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our block. */
+        gt_mpi_check(c, MPI_Reduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
+                                           c->world));
+        if (displs[c->rank]) memmove(recv, send, counts[c->rank] * elem);
+    } else {
+        gt_mpi_check(c, MPI_Reduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world));
+    }
+    free(ic);
+}
+
+static void mpi_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    int *ic = malloc(2 * (size_t)c->size * sizeof *ic);
+    if (!ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, displs, ic, ic + c->size);
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, ic, ic + c->size, type, c->world));
+    free(ic);
+}
+
 static void mpi_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     for (size_t off = 0; off < bytes; off += c->max_call_elems) {
         size_t len = min_size(c->max_call_elems, bytes - off);
@@ -224,6 +259,8 @@ static const gt_comm_ops mpi_ops = {
     .reduce_scatter_sum = mpi_reduce_scatter_sum,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
+    .reduce_scatter_v_sum = mpi_reduce_scatter_v_sum,
+    .all_gather_v = mpi_all_gather_v,
     .destroy = mpi_destroy,
 };
 
@@ -291,6 +328,43 @@ void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_co
     c->stats.seconds += MPI_Wtime() - t0;
     c->stats.calls_all_gather++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
+}
+
+/* Displacements of the v-collectives, and the total; aborts when MPI's int cannot carry them. */
+static size_t v_layout(gt_comm *c, const size_t *counts, size_t *displs) {
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        displs[r] = total;
+        total += counts[r];
+    }
+    if (total > INT_MAX)
+        gt_comm_abort(c, "variable-count collective of %zu elements: more than an int carries", total);
+    return total;
+}
+
+void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                  gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_reduce_scatter_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
+    free(displs);
+}
+
+void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_all_gather_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
+    free(displs);
 }
 
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {

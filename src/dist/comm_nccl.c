@@ -120,6 +120,38 @@ static void nccl_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     nccl_wait(c, "ncclBroadcast");
 }
 
+/* Variable counts: NCCL has no v-collectives, so one grouped ncclReduce / ncclBroadcast per
+ * rank's block (rooted at that rank) forms them; non-roots' recvbuff is unused by ncclReduce. */
+static void nccl_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                      const size_t *displs, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        const char *src = (const char *)send + displs[r] * elem;
+        ncclCheck(c, ncclReduce(src, r == c->rank ? recv : (void *)src, counts[r], nccl_type(dtype), ncclSum, r,
+                                s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    nccl_wait(c, "ncclReduce (reduce-scatter-v)");
+}
+
+static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        char *block = (char *)buf + displs[r] * elem;
+        ncclCheck(c, ncclBroadcast(block, block, counts[r], nccl_type(dtype), r, s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    nccl_wait(c, "ncclBroadcast (all-gather-v)");
+}
+
 static void nccl_destroy(gt_comm *c) {
     nccl_state *s = state(c);
     if (!s) return;
@@ -138,6 +170,8 @@ static const gt_comm_ops nccl_ops = {
     .reduce_scatter_sum = nccl_reduce_scatter_sum,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
+    .reduce_scatter_v_sum = nccl_reduce_scatter_v_sum,
+    .all_gather_v = nccl_all_gather_v,
     .destroy = nccl_destroy,
 };
 
