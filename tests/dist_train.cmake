@@ -58,7 +58,7 @@ set(_dt_runs
   "w2_a2 2 2 optimizer"
   "w4_a1 4 1 optimizer"
   "w2_none 2 2 none"
-  "w2_a2_grad_sel 2 2 gradients --recompute selective"
+  "w2_a2_grad_sel 2 2 gradients --recompute selective --sync micro"
   "w4_a1_param_full 4 1 parameters --recompute full --save-half"
   "w2_a2_param_uni_step 2 2 parameters --recompute uniform:3 --sync step"
   "w1_a4_param 1 4 parameters --recompute full")
@@ -113,7 +113,7 @@ set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
 # Tied embeddings: the head uses the embedding unit (gathered again for the head, one gradient
 # accumulator from the head's backward to the embedding's): ZeRO-3 and ZeRO-2 against ZeRO-1.
 foreach(run "tied_w1_a4 1 4 optimizer" "tied_w4_a1_param 4 1 parameters --recompute full"
-            "tied_w2_a2_grad 2 2 gradients")
+            "tied_w2_a2_grad 2 2 gradients --sync micro")
   string(REPLACE " " ";" run ${run})
   list(GET run 0 name)
   list(GET run 1 w)

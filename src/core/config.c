@@ -113,7 +113,7 @@ static const key_spec keys[] = {
     TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
     {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
 
-    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters"),
+    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters|auto"),
     ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
     ENUM("dist", "grad_sync", dist.grad_sync, "auto|step|micro"),
 

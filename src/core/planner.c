@@ -354,13 +354,63 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
     }
 }
 
-int gt_grad_sync_auto(const gt_mem_shape *sh, const gt_plan *plan, uint64_t budget) {
-    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
-    if (stage < 2) return 0;
-    if (sh->grad_accum <= 1 || !budget) return 1;
-    gt_mem_shape step = *sh;
-    step.grad_micro = 0;
-    gt_mem_estimate est;
-    gt_plan_estimate(&step, plan, &est);
-    return est.total_bytes > budget;
+double gt_plan_cost(const gt_mem_shape *sh, const gt_mem_estimate *est) {
+    int gpu = sh->act_bytes == 2;
+    double flops = gpu ? 400e12 : 100e9, bw = gpu ? 100e9 : 5e9;
+    double A = sh->grad_accum > 0 ? sh->grad_accum : 1;
+    return A * est->recompute_flops / flops + est->comm_bytes / bw;
+}
+
+int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_policy *policy, uint64_t budget,
+                     gt_plan *best_plan, gt_mem_estimate *best_est) {
+    int found = 0, have_small = 0;
+    double best_cost = 0;
+    gt_mem_shape best_shape = *sh, small_shape = *sh;
+    gt_plan small_plan;
+    gt_mem_estimate small_est;
+    int recompute_auto = !policy || policy->kind == GT_POLICY_AUTO;
+    for (int st = 0; st <= 3; st++) {
+        if (stage >= 0 && st != stage) continue;
+        for (int mi = 0; mi <= 1; mi++) {
+            if (mi && st < 2) continue;
+            if (st >= 2 && grad_micro >= 0 && mi != grad_micro) continue;
+            gt_mem_shape s = *sh;
+            s.stage = st;
+            s.shard_optimizer = st >= 1;
+            s.grad_micro = mi;
+            gt_plan plan;
+            gt_mem_estimate est;
+            int fits;
+            if (recompute_auto) {
+                fits = gt_plan_auto(&s, budget ? budget : UINT64_MAX, &plan, &est) == 0;
+            } else {
+                gt_plan_from_policy(&plan, policy, s.model.n_layers);
+                gt_plan_estimate(&s, &plan, &est);
+                fits = !budget || est.total_bytes <= budget;
+            }
+            if (!have_small || est.total_bytes < small_est.total_bytes) {
+                small_shape = s;
+                small_plan = plan;
+                small_est = est;
+                have_small = 1;
+            }
+            if (!fits) continue;
+            double cost = gt_plan_cost(&s, &est);
+            if (!found || cost < best_cost || (cost == best_cost && est.total_bytes < best_est->total_bytes)) {
+                best_shape = s;
+                *best_plan = plan;
+                *best_est = est;
+                best_cost = cost;
+                found = 1;
+            }
+        }
+    }
+    if (!found) {
+        *sh = small_shape;
+        *best_plan = small_plan;
+        *best_est = small_est;
+        return -1;
+    }
+    *sh = best_shape;
+    return 0;
 }

@@ -55,13 +55,23 @@ void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_est
 /* Unit sizes in elements (model.h): the embedding, one block, the head unit. */
 void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
 
-/* dist.grad_sync = auto for stage >= 2: micro when grad_accum is 1 (the same traffic, no full
- * buffer) or when the step mode does not fit the budget (or no budget is set), else step. */
-int gt_grad_sync_auto(const gt_mem_shape *shape, const gt_plan *plan, uint64_t budget_bytes);
-
 /* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes`. Returns 0, or
  * -1 when nothing fits (then *plan is the smallest-memory plan and est its estimate). */
 int gt_plan_auto(const gt_mem_shape *shape, uint64_t budget_bytes, gt_plan *plan, gt_mem_estimate *est);
+
+/* dist.shard = auto and/or dist.grad_sync = auto and/or memory.recompute = auto, chosen together:
+ * among the (stage, grad_sync, plan) that fit `budget_bytes` (everything fits with no budget), the
+ * least estimated time of recompute FLOPs plus communication (gt_plan_cost); ties go to the least
+ * memory. stage < 0: any of 0..3; grad_micro < 0: either (stage >= 2); policy NULL or auto: the
+ * least-recompute plan that fits for each (stage, grad_sync). Writes the choice into *shape and
+ * *plan; returns 0, or -1 when nothing fits (then the smallest choice). */
+int gt_plan_auto_all(gt_mem_shape *shape, int stage, int grad_micro, const gt_policy *policy, uint64_t budget_bytes,
+                     gt_plan *plan, gt_mem_estimate *est);
+
+/* Seconds a step spends on recompute and communication, from nominal rates: on 2-byte (GPU)
+ * activations 400 TFLOP/s and 100 GB/s per rank, on 4-byte (CPU) 100 GFLOP/s and 5 GB/s. A ranking
+ * for auto, not a prediction of step time. */
+double gt_plan_cost(const gt_mem_shape *shape, const gt_mem_estimate *est);
 
 /* The `gtrain --plan` report: model state, every policy's activations, extra FLOPs and fit. */
 void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape);

@@ -241,7 +241,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     const gt_ops *ops = NULL;
     rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;
-    int stage = gt_zero_stage(cfg->dist.shard);
+    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
@@ -287,31 +287,30 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         rc = fail_input(rank, err);
         goto done;
     }
-    int sharded = stage >= 1;
+    /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
+    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, sharded, stage, 0, cfg->train.grad_accum};
-    /* grad_sync: micro or step as written; auto decides below, once the plan is known */
-    int grad_micro = stage >= 2 && strcmp(cfg->dist.grad_sync, "step") != 0;
-    shape.grad_micro = grad_micro;
-    if (policy.kind == GT_POLICY_AUTO) {
+                          ops->can_keep_attention_probs, world, stage >= 1, stage, want_micro == 1,
+                          cfg->train.grad_accum};
+    if (stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0)) {
         gt_mem_estimate est;
-        if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
+        if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
             char need[32], have[32];
             gt_format_bytes(est.total_bytes, need, sizeof need);
             gt_format_bytes(cfg->memory.budget, have, sizeof have);
             snprintf(msg, sizeof msg,
-                     "%s: [memory] budget = %s: no recompute plan fits; the smallest needs %s per rank",
-                     cfg->path, have, need);
+                     "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
+                     "memory.recompute = %s); the smallest needs %s per rank",
+                     cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
             rc = fail_input(rank, msg);
             goto done;
         }
+        stage = shape.stage;
     } else {
         gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
     }
-    if (stage >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0) {
-        grad_micro = gt_grad_sync_auto(&shape, &plan, cfg->memory.budget);
-        shape.grad_micro = grad_micro;
-    }
+    int sharded = stage >= 1, grad_micro = stage >= 2 && shape.grad_micro;
+    shape.grad_micro = grad_micro;
     gt_mem_estimate predicted;
     gt_plan_estimate(&shape, &plan, &predicted);
 
@@ -360,8 +359,10 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_format_bytes(predicted.params_bytes + predicted.grads_bytes + predicted.optim_bytes, params_b,
                         sizeof params_b);
         gt_format_bytes(predicted.act_peak_bytes, act_b, sizeof act_b);
-        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s, global batch %llu x %d tokens\n",
-               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), cfg->dist.shard,
+        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
+        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
+               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), stage_names[stage],
+               strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
                (unsigned long long)G, T);
         printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
                desc, params_b, act_b);

@@ -71,11 +71,15 @@ def overlap(a0, a1, b0, b1):
     return max(0, min(a1, b1) - max(a0, b0))
 
 
-def grad_micro_of(shard, sync, accum):
-    """dist.grad_sync as train.c resolves it (no memory.budget in these configs)."""
+def grad_micro_of(shard, sync, accum, world):
+    """dist.grad_sync as train.c resolves it (no memory.budget in these configs, so everything fits and
+    auto takes the least traffic, then the least memory: micro at grad_accum 1 on several ranks; on one
+    rank the slice is the whole vector, so step's one buffer is smaller)."""
     if shard not in ("gradients", "parameters"):
         return False
-    return sync != "step"
+    if sync == "auto":
+        return accum == 1 and world > 1
+    return sync == "micro"
 
 
 def longest_segment(recompute, n_layers):
@@ -93,7 +97,7 @@ def expected(m, world, accum, shard, sync, recompute, rank=0):
     sl, sls = slices(n, world)
     W, e = world, 4
     stage = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}[shard]
-    micro = grad_micro_of(shard, sync, accum)
+    micro = grad_micro_of(shard, sync, accum, world)
     sharded = stage >= 1 and W > 1
     us = units(m)
     tied = 1 if m.get("tie_word_embeddings") else 0
