@@ -305,6 +305,51 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
 
     uint64_t budget = cfg->memory.budget;
     if (budget) gt_format_bytes(budget, b5, sizeof b5);
+
+    /* every stage the trainer runs, at the configured world, with the configured recompute policy
+     * (none when it is auto) */
+    {
+        int N0 = shape->model.n_layers;
+        gt_policy pol;
+        char perr[128];
+        if (gt_policy_parse(cfg->memory.recompute, N0, &pol, perr, sizeof perr) != 0 || pol.kind == GT_POLICY_AUTO)
+            pol = (gt_policy){GT_POLICY_NONE, 0};
+        gt_plan plan;
+        gt_plan_from_policy(&plan, &pol, N0);
+        char pdesc[32];
+        gt_policy_format(&pol, pdesc, sizeof pdesc);
+        int A = shape->grad_accum > 0 ? shape->grad_accum : 1;
+        fprintf(out, "\nper stage at world %d, recompute %s, grad_accum k = %d (peaks per rank; gather = ZeRO-3's "
+                     "gathered units, buffers = unit gradient accumulators; comm = bytes a rank sends per step):\n",
+                shape->world, pdesc, A);
+        fprintf(out, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
+                "(gather)", "grads", "(buffers)", "optimizer", "activations", "total", "comm/step", "fits");
+        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
+        for (int st = 0; st <= 3; st++) {
+            for (int mi = 0; mi <= (st >= 2); mi++) {
+                gt_mem_shape ss = *shape;
+                ss.stage = st;
+                ss.shard_optimizer = st >= 1;
+                ss.grad_micro = mi;
+                gt_mem_estimate e;
+                gt_plan_estimate(&ss, &plan, &e);
+                char label[40], c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], c8[32];
+                snprintf(label, sizeof label, "%s%s", stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
+                gt_format_bytes(e.params_bytes, c1, sizeof c1);
+                gt_format_bytes(e.gather_bytes, c2, sizeof c2);
+                gt_format_bytes(e.grads_bytes, c3, sizeof c3);
+                gt_format_bytes(e.grad_buffer_bytes, c4, sizeof c4);
+                gt_format_bytes(e.optim_bytes, c5, sizeof c5);
+                gt_format_bytes(e.act_peak_bytes, c6, sizeof c6);
+                gt_format_bytes(e.total_bytes, c7, sizeof c7);
+                gt_format_bytes((uint64_t)e.comm_bytes, c8, sizeof c8);
+                fprintf(out, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c1, c2, c3, c4, c5, c6,
+                        c7, c8, !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
+            }
+        }
+        fprintf(out, "  (comm: the ring model of src/dist/comm.h; per-unit collectives at their mean (W-1)/W)\n");
+    }
+
     fprintf(out, "\nactivations per rank (one micro-batch) and fit at world %d%s%s:\n", shape->world,
             budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
     fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
@@ -333,21 +378,30 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
 
     gt_policy configured;
     char err[256];
-    if (gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0 &&
-        configured.kind == GT_POLICY_AUTO) {
+    int policy_ok = gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0;
+    int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+    int cfg_stage = shard_auto ? -1 : shape->stage ? shape->stage : shape->shard_optimizer;
+    if (policy_ok && (configured.kind == GT_POLICY_AUTO || shard_auto || (cfg_stage >= 2 && sync_auto))) {
         gt_plan plan;
         gt_mem_estimate e;
-        int rc = gt_plan_auto(shape, budget, &plan, &e);
+        gt_mem_shape chosen = *shape;
+        int rc = gt_plan_auto_all(&chosen, cfg_stage, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0,
+                                  &configured, budget, &plan, &e);
         char desc[256];
         gt_plan_describe(&plan, desc, sizeof desc);
         gt_format_bytes(e.total_bytes, b1, sizeof b1);
         gt_format_bytes(e.act_peak_bytes, b2, sizeof b2);
+        gt_format_bytes((uint64_t)e.comm_bytes, b3, sizeof b3);
+        static const char *const names4[] = {"none", "optimizer", "gradients", "parameters"};
         if (rc == 0) {
-            fprintf(out, "\nauto: %s\n  total %s (activations %s) fits the budget %s with the least recompute "
-                         "(+%.1f%% forward FLOPs) of all plans searched\n",
-                    desc, b1, b2, b5, 100.0 * e.recompute_flops / (3.0 * e.forward_flops));
+            fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
+                         "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
+                    names4[chosen.stage], chosen.stage < 2 ? "-" : chosen.grad_micro ? "micro" : "step", desc, b1, b2,
+                    budget ? "the budget " : "(no budget set)", budget ? b5 : "",
+                    100.0 * e.recompute_flops / (3.0 * e.forward_flops), b3);
         } else {
-            fprintf(out, "\nauto: nothing fits the budget %s; the smallest plan (%s) needs %s\n", b5, desc, b1);
+            fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
+                    names4[chosen.stage], desc, b1);
         }
     } else {
         fprintf(out, "\nconfigured policy: %s\n", cfg->memory.recompute);
