@@ -6,6 +6,7 @@
  */
 #include "zero.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,21 @@ void gt_zero_free(gt_zero *z) {
 
 static gt_dtype working_dtype(const gt_zero *z) { return z->eb == 2 ? GT_DTYPE_BF16 : GT_DTYPE_F32; }
 
+/* GTRAIN_TEST_DIE_IN_GATHER=K (tests only): rank 1 kills itself (SIGKILL) as it enters its K-th
+ * gather, while the other ranks are inside theirs: the job must end with an error, not hang. */
+static void maybe_die_in_gather(gt_zero *z) {
+    static long die_at = -1;
+    if (die_at < 0) {
+        const char *env = getenv("GTRAIN_TEST_DIE_IN_GATHER");
+        die_at = env && *env ? atol(env) : 0;
+    }
+    if (die_at > 0 && gt_comm_rank(z->comm) == 1 && (long)z->gathers + 1 == die_at) {
+        fprintf(stderr, "[rank 1] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld\n", die_at);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+}
+
 /* ZeRO-3: the unit's working parameters, gathered on first use. */
 static void *unit_params(void *ctx, int u) {
     gt_zero *z = ctx;
@@ -79,6 +95,7 @@ static void *unit_params(void *ctx, int u) {
         if (U->own_count)
             z->ops->copy((char *)U->gathered + U->own_start * z->eb, (char *)z->param_shard + U->own_in_slice * z->eb,
                          U->own_count * z->eb);
+        maybe_die_in_gather(z);
         gt_comm_all_gather_v(z->comm, U->gathered, U->counts, working_dtype(z));
         z->gathers++;
     }
