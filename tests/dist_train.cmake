@@ -139,3 +139,13 @@ add_test(NAME dist_train_tied_compare
                  --ref tied_w1_a4 tied_w4_a1_param tied_w2_a2_grad)
 set_tests_properties(dist_train_tied_compare PROPERTIES LABELS mpi TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_tied;dist_train_data")
+
+# The big configs' memory arithmetic: `gtrain --plan` finds a plan within the 70 GiB budget (of 80 GB).
+foreach(cfg "llama13b 8" "llama70b 64")
+  string(REPLACE " " ";" cfg ${cfg})
+  list(GET cfg 0 name)
+  list(GET cfg 1 w)
+  add_test(NAME plan_${name}_fits COMMAND $<TARGET_FILE:gtrain> --plan ${PROJECT_SOURCE_DIR}/configs/${name}.ini --world ${w})
+  set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\nauto: dist.shard [a-z]+, grad_sync micro, recompute [^\n]*\n  total [0-9.]+ GiB [^\n]*fits the budget 70.00 GiB")
+endforeach()

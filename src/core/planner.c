@@ -271,19 +271,41 @@ void gt_format_bytes(uint64_t bytes, char *out, size_t out_len) {
     else snprintf(out, out_len, "%.2f %s", v, units[u]);
 }
 
-void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_in) {
     char b1[32], b2[32], b3[32], b4[32], b5[32];
+    /* dist.shard or dist.grad_sync = auto: the tables describe what auto chooses (as train.c would) */
+    gt_mem_shape resolved = *shape_in;
+    const gt_mem_shape *shape = &resolved;
+    {
+        int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+        int st = shard_auto ? -1 : resolved.stage ? resolved.stage : resolved.shard_optimizer;
+        gt_policy pol;
+        char perr[128];
+        if ((shard_auto || (st >= 2 && sync_auto)) &&
+            gt_policy_parse(cfg->memory.recompute, resolved.model.n_layers, &pol, perr, sizeof perr) == 0) {
+            gt_plan p;
+            gt_mem_estimate e;
+            gt_plan_auto_all(&resolved, st, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0, &pol,
+                             cfg->memory.budget, &p, &e);
+        }
+    }
     uint64_t P = gt_model_param_count(&shape->model);
     fprintf(out, "gtrain plan for %s\n", cfg->path);
     fprintf(out, "model: %llu parameters (%.3f B), %d blocks, dim %d, ffn %d, heads %d/%d kv, vocab %d\n",
             (unsigned long long)P, P / 1e9, shape->model.n_layers, shape->model.dim, shape->model.ffn_dim,
             shape->model.n_heads, shape->model.n_kv_heads, shape->model.vocab_size);
-    fprintf(out, "micro-batch %d x %d tokens, %d-byte activations%s, world %d, shard %s\n\n", shape->micro_batch,
-            shape->seq_len, shape->act_bytes, shape->keep_probs ? ", attention probabilities kept" : "",
-            shape->world, cfg->dist.shard);
+    static const char *const stage_name[] = {"none", "optimizer", "gradients", "parameters"};
+    int stage_now = shape->stage ? shape->stage : shape->shard_optimizer;
+    fprintf(out, "micro-batch %d x %d tokens, grad_accum %d, %d-byte activations%s, world %d, shard %s%s%s%s\n\n",
+            shape->micro_batch, shape->seq_len, shape->grad_accum, shape->act_bytes,
+            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, stage_name[stage_now],
+            strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+            stage_now >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
+            stage_now >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
 
-    fprintf(out, "model state per rank (params %dB + grads 4B + master/exp_avg/exp_avg_sq 12B/W):\n",
-            shape->act_bytes);
+    fprintf(out, "model state per rank at recompute none (shard %s%s; params and grads are peaks: with ZeRO-3 "
+                 "the shard plus gathered units, with grad_sync micro the slice plus unit accumulators):\n",
+            stage_name[stage_now], stage_now >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
     fprintf(out, "  %6s %14s %14s %14s %14s\n", "world", "params", "grads", "optimizer", "state total");
     int worlds[] = {1, 2, 4, 8, shape->world};
     int n_worlds = shape->world == 1 || shape->world == 2 || shape->world == 4 || shape->world == 8 ? 4 : 5;
