@@ -30,7 +30,9 @@ import sys
 
 # The model and schedule every run shares. Global batch = MICRO * grad_accum * world = 16 sequences.
 MODEL = dict(dim=64, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=256, ffn_dim=128, max_seq_len=32)
-SEQ, MICRO, GLOBAL_MICROS, STEPS = 32, 4, 4, 20
+SEQ, MICRO, STEPS = 32, 4, 20
+# micro-batches per step over all ranks (the global batch is MICRO x this); bench/zero_grid.sh varies it
+GLOBAL_MICROS = int(os.environ.get("DT_GLOBAL_MICROS", "4"))
 LOSS_RTOL = 1e-5        # the brief: summation order only
 GRAD_NORM_RTOL = 1e-5   # observed ~1e-8 between world sizes
 WEIGHT_ATOL = 1e-5      # final weights (absolute; parameters are O(0.02..1), updates O(lr = 1e-3))
