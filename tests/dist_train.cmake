@@ -60,7 +60,7 @@ set(_dt_runs
   "w2_none 2 2 none"
   "w2_a2_grad_sel 2 2 gradients --recompute selective --sync micro"
   "w4_a1_param_full 4 1 parameters --recompute full --save-half"
-  "w2_a2_param_uni_step 2 2 parameters --recompute uniform:3 --sync step"
+  "w2_a2_param_uni_step 2 2 parameters --recompute uniform:3 --sync step --prefetch 0"
   "w1_a4_param 1 4 parameters --recompute full")
 set(_dt_names)
 foreach(run ${_dt_runs})
@@ -113,7 +113,8 @@ set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
 # Tied embeddings: the head uses the embedding unit (gathered again for the head, one gradient
 # accumulator from the head's backward to the embedding's): ZeRO-3 and ZeRO-2 against ZeRO-1.
 foreach(run "tied_w1_a4 1 4 optimizer" "tied_w4_a1_param 4 1 parameters --recompute full"
-            "tied_w2_a2_grad 2 2 gradients --sync micro")
+            "tied_w2_a2_grad 2 2 gradients --sync micro"
+            "tied_w2_a2_param_p0 2 2 parameters --recompute selective --prefetch 0")
   string(REPLACE " " ";" run ${run})
   list(GET run 0 name)
   list(GET run 1 w)
@@ -136,7 +137,7 @@ foreach(run "tied_w1_a4 1 4 optimizer" "tied_w4_a1_param 4 1 parameters --recomp
 endforeach()
 add_test(NAME dist_train_tied_compare
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
-                 --ref tied_w1_a4 tied_w4_a1_param tied_w2_a2_grad)
+                 --ref tied_w1_a4 tied_w4_a1_param tied_w2_a2_grad tied_w2_a2_param_p0)
 set_tests_properties(dist_train_tied_compare PROPERTIES LABELS mpi TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_tied;dist_train_data")
 

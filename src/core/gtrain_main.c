@@ -87,7 +87,8 @@ static int run_plan(int argc, char **argv) {
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
-                          stage >= 1, stage, strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum};
+                          stage >= 1, stage, strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum,
+                          cfg.dist.prefetch};
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            gpu ? ", attention probabilities never stored" : "");
     gt_plan_report(stdout, &cfg, &shape);

@@ -106,6 +106,89 @@ static float *unit_grads(gt_model *m, int u) {
 static void unit_grads_done(gt_model *m, int u) {
     if (m->hooks.grads_done) m->hooks.grads_done(m->hooks.ctx, u);
 }
+static void progress(const gt_model *m) {
+    if (m->hooks.progress) m->hooks.progress(m->hooks.ctx);
+}
+
+/* The units in the order of their first acquisition by gt_model_train_micro (eval = 0) or
+ * gt_model_eval (eval = 1): forward every unit, the head (and, tied, the embedding again), then
+ * backward segment by segment from the last: a recompute segment's blocks in forward order, any
+ * other block alone. out: at least 2 n_layers + 3 entries. */
+static int unit_schedule(const gt_model_config *cfg, const gt_plan *plan, int eval, int *out) {
+    int N = cfg->n_layers, n = 0;
+    out[n++] = 0;
+    for (int i = 0; i < N; i++) out[n++] = 1 + i;
+    out[n++] = N + 1;
+    if (cfg->tie_word_embeddings) out[n++] = 0;
+    if (eval) return n;
+    for (int b = N; b > 0;) {
+        int a = b - 1;
+        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE)
+            for (int i = a; i < b; i++) out[n++] = 1 + i;
+        else
+            out[n++] = 1 + a;
+        b = a;
+    }
+    return n;
+}
+
+static void announce_schedule(gt_model *m, const gt_plan *plan, int eval) {
+    if (!m->hooks.schedule) return;
+    int *order = malloc((2 * (size_t)m->cfg.n_layers + 3) * sizeof *order);
+    if (!order) abort();
+    int n = unit_schedule(&m->cfg, plan, eval, order);
+    m->hooks.schedule(m->hooks.ctx, order, n);
+    free(order);
+}
+
+void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *h) {
+    int N = cfg->n_layers, tied = cfg->tie_word_embeddings, H = N + 1;
+    void *c = h->ctx;
+    int *order = malloc((2 * (size_t)N + 3) * sizeof *order);
+    if (!order) abort();
+    int n = unit_schedule(cfg, plan, eval, order);
+    if (h->schedule) h->schedule(c, order, n);
+    free(order);
+    /* forward: gt_model_train_micro / gt_model_eval below, call for call */
+    h->params(c, 0);
+    h->params_done(c, 0);
+    for (int i = 0; i < N; i++) {
+        h->params(c, 1 + i);
+        h->params_done(c, 1 + i);
+    }
+    h->params(c, H);
+    if (tied) h->params(c, 0);
+    if (eval) {
+        if (tied) h->params_done(c, 0);
+        h->params_done(c, H);
+        return;
+    }
+    h->grads(c, H);
+    if (tied) h->grads(c, 0);
+    if (tied) h->params_done(c, 0);
+    h->params_done(c, H);
+    h->grads_done(c, H);
+    for (int b = N; b > 0;) {
+        int a = b - 1;
+        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+        int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
+        if (recompute)
+            for (int i = a; i < b; i++) h->params(c, 1 + i);
+        for (int i = b - 1; i >= a; i--) {
+            h->params(c, 1 + i);
+            h->grads(c, 1 + i);
+            h->grads_done(c, 1 + i);
+            h->params_done(c, 1 + i);
+            if (recompute) h->params_done(c, 1 + i);
+        }
+        b = a;
+    }
+    h->grads(c, 0);
+    h->grads_done(c, 0);
+    if (tied) h->grads_done(c, 0);
+    if (h->micro_end) h->micro_end(c);
+}
 
 static shapes make_shapes(const gt_model *m, int B, int T) {
     shapes s;
@@ -367,19 +450,27 @@ static void block_forward(gt_model *m, int layer, const void *pw, const shapes *
     int BT = s->BT, C = s->C, F = s->F;
     ops->rmsnorm_forward(st->xn1, st->rstd1, x, PW(L->ln1), BT, C, m->cfg.norm_eps);
     ops->matmul_forward(st->q, st->xn1, PW(L->wq), BT, C, C);
+    progress(m);
     ops->matmul_forward(st->k, st->xn1, PW(L->wk), BT, C, s->KVD);
+    progress(m);
     ops->matmul_forward(st->v, st->xn1, PW(L->wv), BT, C, s->KVD);
+    progress(m);
     ops->rope_forward(st->q, st->q, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_forward(st->k, st->k, m->rope, s->B, s->T, s->NKV, s->HD);
     ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, s->B, s->T, s->NH, s->NKV,
                            s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
-    ops->matmul_forward(out, st->att, PW(L->wo), BT, C, C); /* out holds the o-projection */
+    progress(m);
+    ops->matmul_forward(out, st->att, PW(L->wo), BT, C, C);
+    progress(m); /* out holds the o-projection */
     ops->residual_forward(st->x2, x, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->rmsnorm_forward(st->xn2, st->rstd2, st->x2, PW(L->ln2), BT, C, m->cfg.norm_eps);
     ops->matmul_forward(st->gate, st->xn2, PW(L->wg), BT, C, F);
+    progress(m);
     ops->matmul_forward(st->up, st->xn2, PW(L->wu), BT, C, F);
+    progress(m);
     ops->swiglu_forward(st->h, st->gate, st->up, (size_t)BT * F);
-    ops->matmul_forward(out, st->h, PW(L->wd), BT, F, C); /* out holds the down-projection */
+    ops->matmul_forward(out, st->h, PW(L->wd), BT, F, C);
+    progress(m); /* out holds the down-projection */
     ops->residual_forward(out, st->x2, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_MLP_RESIDUAL));
 }
 
@@ -403,6 +494,7 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
         ops->swiglu_forward(h, st->gate, st->up, n_f);
     }
     ops->matmul_backward(dh, PG(L->wd), dd, h, PW(L->wd), BT, F, C, 0);
+    progress(m);
     if (selective) act_free(m, h, s->ff);
     ops->swiglu_backward(dh, dup, dh, st->gate, st->up, n_f);
     void *xn2 = st->xn2;
@@ -412,7 +504,9 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
     }
     void *dxn2 = sc->c1;
     ops->matmul_backward(dxn2, PG(L->wg), dh, xn2, PW(L->wg), BT, C, F, 0);
+    progress(m);
     ops->matmul_backward(dxn2, PG(L->wu), dup, xn2, PW(L->wu), BT, C, F, 1);
+    progress(m);
     if (selective) act_free(m, xn2, s->x);
     ops->rmsnorm_backward(dx, PG(L->ln2), dxn2, st->x2, PW(L->ln2), st->rstd2, BT, C); /* dx = dL/dx2 */
 
@@ -423,8 +517,10 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
     void *dv = (char *)dk + s->kv;
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->matmul_backward(datt, PG(L->wo), do_, st->att, PW(L->wo), BT, C, C, 0);
+    progress(m);
     ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
                             s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    progress(m);
     ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
     void *xn1 = st->xn1;
@@ -434,8 +530,11 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
     }
     void *dxn1 = sc->c1;
     ops->matmul_backward(dxn1, PG(L->wq), dq, xn1, PW(L->wq), BT, C, C, 0);
+    progress(m);
     ops->matmul_backward(dxn1, PG(L->wk), dk, xn1, PW(L->wk), BT, C, s->KVD, 1);
+    progress(m);
     ops->matmul_backward(dxn1, PG(L->wv), dv, xn1, PW(L->wv), BT, C, s->KVD, 1);
+    progress(m);
     if (selective) act_free(m, xn1, s->x);
     ops->rmsnorm_backward(dx, PG(L->ln1), dxn1, x, PW(L->ln1), st->rstd1, BT, C); /* dx = dL/dx */
 }
@@ -476,6 +575,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
 
     /* ---- forward ---- */
     int tied = m->cfg.tie_word_embeddings, U_HEAD = N + 1;
+    announce_schedule(m, plan, 0);
     xs[0] = act_alloc(m, s.x);
     ops->embedding_forward(xs[0], m->d_inputs, unit_params(m, 0), s.BT, s.C);
     unit_params_done(m, 0);
@@ -571,6 +671,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     ops->embedding_backward(unit_grads(m, 0), dx, m->d_inputs, s.BT, s.C);
     unit_grads_done(m, 0);
     if (tied) unit_grads_done(m, 0);
+    if (m->hooks.micro_end) m->hooks.micro_end(m->hooks.ctx);
     act_free(m, dx, s.x);
     free(xs);
     free(st);
@@ -584,6 +685,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     gt_rng_key no_key = {0, 0};
     ensure_rope(m, T);
     upload_tokens(m, inputs, targets, s.BT);
+    announce_schedule(m, NULL, 1);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
     ops->embedding_forward(x, m->d_inputs, unit_params(m, 0), s.BT, s.C);

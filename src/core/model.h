@@ -92,8 +92,16 @@ typedef struct gt_unit_hooks {
     void (*params_done)(void *ctx, int unit);
     float *(*grads)(void *ctx, int unit);
     void (*grads_done)(void *ctx, int unit);
+    /* the order of first acquisitions of this micro-batch (or evaluation), for prefetching */
+    void (*schedule)(void *ctx, const int *units, int n);
+    void (*progress)(void *ctx);     /* called between kernels: lets transfers in flight advance */
+    void (*micro_end)(void *ctx);    /* the micro-batch's backward is done: finish its reductions */
 } gt_unit_hooks;
 void gt_model_set_unit_hooks(gt_model *model, const gt_unit_hooks *hooks);
+
+/* Calls `hooks` in exactly the order gt_model_train_micro does for `plan` (eval = 0) or
+ * gt_model_eval (eval = 1), without computing anything: the planner replays ZeRO's memory with it. */
+void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *hooks);
 const gt_layout *gt_model_layout(const gt_model *model);
 void *gt_model_params(gt_model *model);      /* (n_params) working type, device */
 float *gt_model_grads(gt_model *model);      /* (n_params) fp32, device */

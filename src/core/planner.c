@@ -15,6 +15,7 @@
  * costs one more attention-score product (QK^T) per block.
  */
 #include "planner.h"
+#include "zero.h"
 
 #include <math.h>
 #include <string.h>
@@ -124,19 +125,6 @@ void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, u
     *head = C + (m->tie_word_embeddings ? 0 : V * C);
 }
 
-/* Longest run of blocks one recompute segment holds gathered in backward (1 without recompute). */
-static int longest_segment(const gt_plan *plan) {
-    int longest = 1;
-    for (int i = 0; i < plan->n_blocks;) {
-        int end = gt_plan_segment_end(plan, i);
-        if (end - i > longest) longest = end - i;
-        i = end;
-    }
-    return longest;
-}
-
-static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-
 /* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
  * what they hold at their high-water marks, and the ring-model bytes of one step. */
 static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
@@ -151,14 +139,15 @@ static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estim
     uint64_t Ue, Ub, Uh, t = (uint64_t)sh->model.tie_word_embeddings, N = (uint64_t)sh->model.n_layers;
     gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
     est->optim_bytes = slice * 12;
+    if (stage == 3 || micro) /* zero.c's own state machine, replayed over model.c's order of unit calls */
+        gt_zero_predict(&sh->model, plan, stage, micro, sh->prefetch, sh->act_bytes, &est->gather_bytes,
+                        &est->grad_buffer_bytes);
     if (stage == 3) {
-        est->gather_bytes = max3(Ue, Uh + t * Ue, (uint64_t)longest_segment(plan) * Ub) * e;
         est->params_bytes = slice * e + est->gather_bytes;
     } else {
         est->params_bytes = n_pad * e;
     }
     if (micro) {
-        est->grad_buffer_bytes = max3(Ue, Uh + t * Ue, t * Ue + Ub) * 4;
         est->grads_bytes = slice * 4 + est->grad_buffer_bytes;
     } else {
         est->grads_bytes = n_pad * 4;

@@ -28,6 +28,7 @@ typedef struct gt_mem_shape {
     int stage;                /* ZeRO stage 0..3 (zero.h); 0 with shard_optimizer means 1 */
     int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
     int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
+    int prefetch;             /* ZeRO-3 gathers in flight ahead of use (dist.prefetch) */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {

@@ -291,7 +291,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
                           ops->can_keep_attention_probs, world, stage >= 1, stage, want_micro == 1,
-                          cfg->train.grad_accum};
+                          cfg->train.grad_accum, cfg->dist.prefetch};
     if (stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0)) {
         gt_mem_estimate est;
         if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
@@ -321,7 +321,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
     model = gt_model_create_buffers(ops, &mem, &cfg->model, stage == 3 ? 0 : n_padded, grad_micro ? 0 : n_padded);
     if (stage >= 2) {
-        gt_zero_init(&zero, ops, &mem, comm, &layout, stage, grad_micro);
+        gt_zero_init(&zero, ops, &mem, comm, &layout, stage, grad_micro, cfg->dist.prefetch);
         gt_unit_hooks hooks;
         gt_zero_hooks(&zero, &hooks);
         gt_model_set_unit_hooks(model, &hooks);
@@ -440,7 +440,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
                     "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu}}\n",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
-                    stats.seconds * 1e3, stats.seconds * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
+                    stats.seconds * 1e3, stats.seconds_total * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
                     (unsigned long long)mem.peak[GT_MEM_GRADS], (unsigned long long)(zero.gathers - gathers0),
                     (unsigned long long)stats.calls_all_reduce, (unsigned long long)stats.calls_reduce_scatter,
                     (unsigned long long)stats.calls_all_gather, (unsigned long long)stats.calls_reduce_scatter_v,

@@ -91,6 +91,23 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *comm, const void *send, void *recv, c
                                   gt_dtype dtype);
 void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
 
+/* Non-blocking forms of the two (ZeRO-3 prefetch, reduce-scatters waited for later): the same
+ * arguments and results, which are defined once gt_comm_wait returns. Every started request is
+ * waited for exactly once (that frees it), in any order; the buffers must stay untouched until then.
+ * Collective like the blocking forms: every rank starts the same requests in the same order.
+ * gt_comm_test makes progress (MPI: MPI_Test; NCCL: a stream query) and says whether the request is
+ * complete, without freeing it; call it while computing so transfers advance (MPI on the CPU moves
+ * data only inside MPI calls). Accounting: calls and bytes_sent at start; seconds counts the time
+ * spent inside wait and test (exposed communication), seconds_total from start to the completion
+ * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ireduce_scatter; NCCL: queued on
+ * the communicator's stream after the compute already queued (an event), completion by stream query. */
+typedef struct gt_comm_request gt_comm_request;
+gt_comm_request *gt_comm_all_gather_v_start(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
+gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *comm, const void *send, void *recv,
+                                                    const size_t *counts, gt_dtype dtype);
+int gt_comm_test(gt_comm *comm, gt_comm_request *req);
+void gt_comm_wait(gt_comm *comm, gt_comm_request *req);
+
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);
 
@@ -104,7 +121,9 @@ typedef struct {
     uint64_t calls_all_reduce, calls_reduce_scatter, calls_all_gather, calls_broadcast, calls_scalar;
     uint64_t calls_reduce_scatter_v, calls_all_gather_v;
     uint64_t bytes_sent;   /* see the model above */
-    double seconds;        /* wall time inside communicating calls */
+    double seconds;        /* wall time inside communicating calls (blocking ones, and waits/tests) */
+    double seconds_total;  /* the collectives' whole time: blocking calls as in seconds, started
+                              requests from start to completion (seconds_total - seconds is hidden) */
 } gt_comm_stats;
 
 void gt_comm_stats_get(const gt_comm *comm, gt_comm_stats *out);
