@@ -7,7 +7,8 @@
 #   2. the PyTorch benchmark (bench/torch_llama_bench.py), one JSON line per configuration
 #      -> torch-bench.jsonl, and a markdown table of everything -> bench-table.md
 #   3. trainer-level checks (gtrain with train.device=cuda): cuda vs cpu losses, bf16 learning,
-#      recompute bit-identity and determinism on the GPU, and the ~1B benchmark -> trainer-checks.txt
+#      recompute bit-identity, ZeRO-2/3 through NCCL (bit-identical to ZeRO-1 at one rank) and
+#      determinism on the GPU, and the ~1B benchmark -> trainer-checks.txt
 #
 # Environment:
 #   BUILD_DIR    the prepared build carried over (default: build); holds tests/test_ops_cuda, gtrain
@@ -152,6 +153,10 @@ PY
     for pol in full selective uniform:2; do
         gt "tiny-cuda-bf16-${pol/:/}" configs/tiny.ini $T train.device=cuda train.precision=bf16 memory.recompute=$pol
     done
+    # ZeRO-2 (per-unit reduce-scatters) and ZeRO-3 (unit gathers, prefetch) on one GPU through NCCL: the
+    # collectives are copies at one rank, so the losses must equal ZeRO-1's bit for bit
+    gt tiny-cuda-bf16-zero2 configs/tiny.ini $T train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
+    gt tiny-cuda-bf16-zero3 configs/tiny.ini $T train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full
     python3 - "$OUT_DIR" > "$OUT_DIR/trainer-checks.txt" 2>&1 <<'PY' || trainer_rc=1
 import json, sys, os
 out = sys.argv[1]
@@ -172,6 +177,8 @@ check("bf16 learns", b16[-1] < b16[0] - 1.0, f"{b16[0]:.3f} -> {b16[-1]:.3f}")
 check("deterministic", b16 == losses("tiny-cuda-bf16-again"), "same run twice, identical losses")
 for pol in ("full", "selective", "uniform2"):
     check(f"recompute {pol} bit-identical", losses("tiny-cuda-bf16-" + pol) == b16, "losses vs none")
+for z in ("zero2", "zero3"):
+    check(f"{z} bit-identical at one rank", losses("tiny-cuda-bf16-" + z) == b16, "losses vs dist.shard=optimizer")
 sys.exit(0 if ok else 1)
 PY
     cat "$OUT_DIR/trainer-checks.txt" | tee -a "$OUT_DIR/run.log"
