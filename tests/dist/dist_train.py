@@ -73,15 +73,33 @@ def overlap(a0, a1, b0, b1):
     return max(0, min(a1, b1) - max(a0, b0))
 
 
-def grad_micro_of(shard, sync, accum, world):
-    """dist.grad_sync as train.c resolves it (no memory.budget in these configs, so everything fits and
-    auto takes the least traffic, then the least memory: micro at grad_accum 1 on several ranks; on one
-    rank the slice is the whole vector, so step's one buffer is smaller)."""
+def micro_acc_peak(us, tied, N):
+    """Elements of gradient accumulators at their peak under grad_sync = micro (zero.h): the one being
+    filled and the previous unit's, still reducing; tied, the embedding's stays open all backward."""
+    Ue, Ub, Uh = us[0][1], us[1][1], us[-1][1]
+    if tied:
+        return max(Uh + Ue + Ub, Ue + 2 * Ub if N >= 2 else 0)
+    return max(Uh + Ub, 2 * Ub if N >= 2 else 0, Ub + Ue)
+
+
+def grad_micro_of(m, shard, sync, accum, world):
+    """dist.grad_sync as train.c resolves it. These configs set no memory.budget, so everything fits and
+    auto takes the least communication by the planner's formula (mean (W-1)/W for per-unit reductions,
+    the same float arithmetic as planner.c), then the least memory (only the gradients differ)."""
     if shard not in ("gradients", "parameters"):
         return False
-    if sync == "auto":
-        return accum == 1 and world > 1
-    return sync == "micro"
+    if sync != "auto":
+        return sync == "micro"
+    n, W = n_params(m), world
+    sl = -(-n // W)
+    ring = (W - 1) / W
+    micro_cost = accum * ring * n * 4 if W > 1 else 0.0
+    step_cost = (W - 1) * sl * 4.0 if W > 1 else 0.0
+    if micro_cost != step_cost:
+        return micro_cost < step_cost
+    us = units(m)
+    n_pad = sl * W if W > 1 else n
+    return sl * 4 + micro_acc_peak(us, 1 if m.get("tie_word_embeddings") else 0, m["n_layers"]) * 4 < n_pad * 4
 
 
 def longest_segment(recompute, n_layers):
@@ -99,7 +117,7 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0):
     sl, sls = slices(n, world)
     W, e = world, 4
     stage = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}[shard]
-    micro = grad_micro_of(shard, sync, accum, world)
+    micro = grad_micro_of(m, shard, sync, accum, world)
     sharded = stage >= 1 and W > 1
     us = units(m)
     tied = 1 if m.get("tie_word_embeddings") else 0
@@ -143,11 +161,7 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0):
     if micro:
         # the accumulator in use and the previous unit's, still reducing (one reduce-scatter in flight);
         # tied: the embedding's accumulator stays open from the head's backward to its own
-        if tied:
-            acc = max(Uh + Ue + Ub, Ue + 2 * Ub if N >= 2 else 0)
-        else:
-            acc = max(Uh + Ub, 2 * Ub if N >= 2 else 0, Ub + Ue)
-        grads_peak = slice_len * 4 + acc * 4
+        grads_peak = slice_len * 4 + micro_acc_peak(us, tied, N) * 4
     else:
         grads_peak = n_pad * 4
     optim = 12 * (sl if sharded else n)
