@@ -30,3 +30,37 @@ gtrain_cli_bad(missing_data bad_missing_data.ini "configs/bad_missing_data.ini:5
 gtrain_cli_bad(override good_for_overrides.ini "command line: train.lr=abc: 'abc' is not a number" OVERRIDE train.lr=abc)
 gtrain_cli_bad(malformed_override good_for_overrides.ini "command line: train.=3: not an override" OVERRIDE train.=3)
 gtrain_cli_bad(missing_config no-such-config.ini "configs/no-such-config.ini: cannot open the config file")
+gtrain_cli_bad(missing_section bad_missing_section.ini
+  "configs/bad_missing_section.ini:6: unknown key .train. dim .dim is a key of .model.: is that section line missing above it")
+gtrain_cli_bad(key_before_section bad_key_before_section.ini
+  "configs/bad_key_before_section.ini:1: key 'dim' outside any section .expected a .section. line before it: dim is a key of .model.")
+
+# The binary on accepted input: exit code and output (tests/scripts/check_run.cmake). CMD words are
+# separated by |.
+function(gtrain_cli_run name cmd expect)
+  cmake_parse_arguments(C "" "REJECT" "" ${ARGN})
+  set(extra)
+  if(C_REJECT)
+    set(extra "-DREJECT=${C_REJECT}")
+  endif()
+  add_test(NAME cli_${name}
+           COMMAND ${CMAKE_COMMAND} "-DCMD=${cmd}" "-DEXPECT=${expect}" ${extra} -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake
+           WORKING_DIRECTORY ${GTRAIN_TEST_DIR})
+  set_tests_properties(cli_${name} PROPERTIES LABELS unit)
+endfunction()
+
+gtrain_cli_run(version_names_the_libraries "$<TARGET_FILE:gtrain>|--version"
+  "^gtrain [0-9]+\\.[0-9]+\\.[0-9]+ \\(git [^)]+\\)\nbackends: cpu[^\n]*\nBLAS: OpenBLAS [0-9][^\n]*\nMPI: [^\n]*[0-9][^\n]*\nHDF5: [0-9]+\\.[0-9]+\\.[0-9]+\nCUDA: [^\n]*NCCL: [^\n]*\n$")
+gtrain_cli_run(short_run_shortens_the_warmup "$<TARGET_FILE:gtrain>|--plan|../configs/tiny.ini|train.steps=10"
+  "gtrain: note: command line: train.steps=10: warmup_steps 20 is more than steps 10: the warm-up is shortened to 10 steps\n")
+gtrain_cli_run(empty_config_warns_defaults_are_used "$<TARGET_FILE:gtrain>|--plan|configs/empty.ini"
+  "gtrain: warning: configs/empty.ini sets no keys: every key has its default")
+gtrain_cli_run(full_config_has_no_notes "$<TARGET_FILE:gtrain>|--plan|../configs/tiny.ini"
+  "memory" REJECT "note:|warning:")
+
+# Threads per rank with OMP_NUM_THREADS unset (cores / ranks on the node, also under a plain mpirun),
+# OpenBLAS following, and the one-line warning when ranks x threads exceed the cores.
+add_test(NAME threads_per_rank_follow_cores_and_ranks
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/threads_per_rank.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/threads_per_rank)
+set_tests_properties(threads_per_rank_follow_cores_and_ranks PROPERTIES LABELS mpi TIMEOUT 300)

@@ -3,3 +3,24 @@
 if(GTRAIN_HAVE_CUDA)
   gtrain_add_c_test(test_ops_cuda SOURCES ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c LIBS gtrain_kernels LABELS gpu)
 endif()
+# Per-op timings at the 1B and 7B shapes beside their rooflines (tests/gpu/run.sh runs it; not a test:
+# it asserts nothing).
+if(GTRAIN_HAVE_CUDA)
+  add_executable(bench_ops_cuda ${GTRAIN_TEST_DIR}/gpu/bench_ops_cuda.c)
+  target_link_libraries(bench_ops_cuda PRIVATE gtrain_kernels)
+endif()
+
+# The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the
+# script exits 0, and summary.json parses with the seven phases in order (skipped where a GPU is
+# visible: there the script would run for real). And shellcheck over the GPU scripts.
+add_test(NAME gpu_run_script_skips_cleanly_without_gpu
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/gpu_run_dry.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/gpu_run_dry)
+set_tests_properties(gpu_run_script_skips_cleanly_without_gpu PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 120)
+find_program(GTRAIN_SHELLCHECK shellcheck)
+if(GTRAIN_SHELLCHECK)
+  add_test(NAME gpu_scripts_pass_shellcheck
+           COMMAND ${GTRAIN_SHELLCHECK} ${GTRAIN_TEST_DIR}/gpu/run.sh ${CMAKE_SOURCE_DIR}/tools/bundle-runtime.sh
+                   ${CMAKE_SOURCE_DIR}/tools/gpu-prepare.sh)
+  set_tests_properties(gpu_scripts_pass_shellcheck PROPERTIES LABELS unit)
+endif()

@@ -8,7 +8,9 @@
  * buffers; then the accounting contract of comm.h (call counts, bytes_sent formulas) and the scalar
  * reductions; the variable-count collectives of ZeRO-2/3 (uneven and zero counts, in place, their
  * bytes_sent). If gt_comm_create_nccl gives a communicator (a GPU build on a GPU, one rank per GPU),
- * the same checks run on device buffers; otherwise its reason is printed.
+ * the same checks run on device buffers; otherwise its reason is printed. The local communicator
+ * (one rank, no library) runs the same checks on one rank, on host buffers and, with a GPU, on device
+ * buffers; on more ranks it must refuse with a reason.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +60,9 @@ static void dev_upload(void *dst, const void *host, size_t bytes) {
 }
 static void dev_download(void *host, const void *src, size_t bytes) {
     cuda_ok(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    cuda_ok(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
 }
 static const mem_ops dev_mem = {dev_alloc, dev_release, dev_upload, dev_download};
 #endif
@@ -356,6 +361,38 @@ int main(int argc, char **argv) {
     f0 = check_failures;
     check_stats_and_scalars(c, &host_mem);
     report("mpi: stats (calls, bytes_sent ring model, seconds), scalar sum, int max", f0);
+
+    /* local: one rank only; the same arithmetic truth (W = 1), on host and device buffers */
+    char why_local[256] = "";
+    gt_comm *l = gt_comm_create_local(MPI_COMM_WORLD, host_copy, why_local, sizeof why_local);
+    f0 = check_failures;
+    if (world == 1) {
+        CHECK(l != NULL, "local communicator refused at world size 1: %s", why_local);
+        if (l) {
+            CHECK(strcmp(gt_comm_name(l), "local") == 0, "name %s", gt_comm_name(l));
+            check_collectives(l, &host_mem, (size_t)-1);
+            check_stats_and_scalars(l, &host_mem);
+            check_v_collectives(l, &host_mem);
+        }
+        report("local: every collective on host buffers, f32 and bf16; stats (all bytes 0); scalars", f0);
+#ifdef GTRAIN_HAVE_CUDA
+        int ndev = 0;
+        if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) {
+            gt_comm *ld = gt_comm_create_local(MPI_COMM_WORLD, dev_copy, NULL, 0);
+            f0 = check_failures;
+            check_collectives(ld, &dev_mem, (size_t)-1);
+            check_stats_and_scalars(ld, &dev_mem);
+            check_v_collectives(ld, &dev_mem);
+            report("local: every collective on device buffers (cudaMemcpy device to device)", f0);
+            gt_comm_destroy(ld);
+        }
+        (void)cudaGetLastError();
+#endif
+    } else {
+        CHECK(l == NULL && why_local[0] != '\0', "local communicator on %d ranks: expected NULL and a reason", world);
+        report("local: refused on more than one rank, with a reason", f0);
+    }
+    gt_comm_destroy(l);
 
     /* NCCL: a communicator only with CUDA, a GPU and one rank per GPU; otherwise a reason on every rank. */
     char why[256] = "";

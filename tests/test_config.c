@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "optim.h"
 
 static int failures;
 static const char *current;
@@ -213,7 +214,55 @@ static void key_outside_a_section_is_rejected(void) {
     gt_config cfg;
     const char *path = write_file("nosection.ini", "dim = 64\n");
     CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
-    CHECK_PREFIX(err, fmt("%s:1: key 'dim' outside any section", path));
+    CHECK_STR(err, fmt("%s:1: key 'dim' outside any section (expected a [section] line before it: dim is a key of "
+                       "[model])", path));
+    /* a name two sections share gets both; one no section has gets no hint */
+    path = write_file("nosection2.ini", "; run length\n\nevery = 5\n[train]\nsteps = 9\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_HAS(err, fmt("%s:3: key 'every' outside any section", path));
+    CHECK_HAS(err, "every is a key of [checkpoint] or [log])");
+    path = write_file("nosection3.ini", "colour = blue\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_STR(err, fmt("%s:1: key 'colour' outside any section (expected a [section] line before it)", path));
+}
+
+static void key_of_another_section_hints_at_the_missing_header(void) {
+    /* [model] forgotten: its keys land in the section before */
+    gt_config cfg;
+    const char *path = write_file("lost.ini", "[train]\nsteps = 10\ndim = 64\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:3: unknown key [train] dim (dim is a key of [model]: is that section line missing "
+                          "above it? known keys: seq_len,", path));
+    char *ov[] = {"train.dim=64"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov, err, sizeof err) == 2);
+    CHECK_PREFIX(err, "command line: train.dim=64: unknown key [train] dim (dim is a key of [model]; known keys:");
+    /* a plain misspelling keeps the plain message */
+    path = write_file("typo.ini", "[train]\nstepz = 10\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:2: unknown key [train] stepz (did you mean steps?", path));
+}
+
+static void empty_file_warns_that_defaults_are_used(void) {
+    gt_config cfg, def;
+    gt_config_defaults(&def);
+    const char *path = write_file("empty.ini", "");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK_STR(err, fmt("warning: %s sets no keys: every key has its default (configs/README.md lists them)", path));
+    char *a = gt_config_to_ini(&cfg), *b = gt_config_to_ini(&def);
+    CHECK_STR(a, b);
+    free(a), free(b);
+    /* comments and section lines alone set nothing either */
+    path = write_file("comments.ini", "; nothing yet\n[model]\n\n[train]\n# later\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK_PREFIX(err, fmt("warning: %s sets no keys", path));
+    char *ov[] = {"train.steps=50"};
+    CHECK(gt_config_load(&cfg, path, 1, ov, err, sizeof err) == 0);
+    CHECK_STR(err, fmt("warning: %s sets no keys: every key not overridden on the command line has its default "
+                       "(configs/README.md lists them)", path));
+    /* one key is enough to say nothing */
+    path = write_file("one.ini", "[train]\nsteps = 50\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK_STR(err, "");
 }
 
 static void wrong_type_names_file_line_key(void) {
@@ -355,9 +404,33 @@ static void schedule_keys_must_agree(void) {
     const char *path = write_file("sched.ini", "[train]\nlr = 1e-3\nmin_lr = 1e-2\n");
     CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
     CHECK_PREFIX(err, fmt("%s:3: [train] min_lr: min_lr 0.01 is above lr 0.001", path));
-    path = write_file("warm.ini", "[train]\nsteps = 10\nwarmup_steps = 11\n");
-    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
-    CHECK_PREFIX(err, fmt("%s:3: [train] warmup_steps: warmup_steps 11 is more than steps 10", path));
+}
+
+static void warmup_longer_than_steps_is_shortened_with_a_note(void) {
+    gt_config cfg;
+    const char *path = write_file("warm.ini", "[train]\nsteps = 10\nwarmup_steps = 11\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK_STR(err, fmt("note: %s:3: [train] warmup_steps: warmup_steps 11 is more than steps 10: the warm-up is "
+                       "shortened to 10 steps", path));
+    CHECK(cfg.train.warmup_steps == 10 && cfg.train.steps == 10);
+    /* the schedule then warms up over the whole run and ends at lr */
+    CHECK(gt_lr_at(&cfg, 1) == cfg.train.lr / 10 && gt_lr_at(&cfg, 10) == cfg.train.lr);
+
+    /* gtrain configs/tiny.ini train.steps=10: the note names the override, set last */
+    char *ov[] = {"train.steps=10"};
+    CHECK(gt_config_load(&cfg, fmt("%s/configs/tiny.ini", source_dir), 1, ov, err, sizeof err) == 0);
+    CHECK_STR(err, "note: command line: train.steps=10: warmup_steps 20 is more than steps 10: the warm-up is "
+                   "shortened to 10 steps");
+    CHECK(cfg.train.warmup_steps == 10);
+
+    /* equal is fine and silent; a negative warm-up is still an error */
+    char *ov2[] = {"train.steps=20"};
+    CHECK(gt_config_load(&cfg, fmt("%s/configs/tiny.ini", source_dir), 1, ov2, err, sizeof err) == 0);
+    CHECK_STR(err, "");
+    CHECK(cfg.train.warmup_steps == 20);
+    char *ov3[] = {"train.steps=10", "train.warmup_steps=-1"};
+    CHECK(gt_config_load(&cfg, NULL, 2, ov3, err, sizeof err) == 2);
+    CHECK_PREFIX(err, "command line: train.warmup_steps=-1: -1 is out of range (expected an integer >= 0)");
 }
 
 static void bf16_and_nccl_need_a_gpu(void) {
@@ -462,6 +535,30 @@ static void long_lines_keep_values_and_line_numbers(void) {
     CHECK_STR(cfg.checkpoint.dir, longpath);
 }
 
+static void text_values_read_back_as_themselves(void) {
+    /* found by fuzzing (tests/fuzz/corpus/config/crash_control_chars_in_path): the effective config
+     * goes into every state file as INI text, so a value that would not read back is refused */
+    gt_config cfg;
+    const char *path = write_file("ctl.ini", "[data]\ntrain = tok\vens.bin\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_STR(err, fmt("%s:2: [data] train: the value contains a control character (byte 0x0b) (expected printable "
+                       "text)", path));
+    char *ov[] = {"checkpoint.dir=runs/a ;b"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov, err, sizeof err) == 2);
+    CHECK_PREFIX(err, "command line: checkpoint.dir=runs/a ;b: 'runs/a ;b': ';' at the start or after a space begins "
+                      "a comment");
+    char *ov2[] = {"log.metrics=#m.jsonl"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov2, err, sizeof err) == 2);
+    /* inside a word they are plain characters, and round-trip */
+    char *ov3[] = {"checkpoint.dir=runs/a;b#c"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov3, err, sizeof err) == 0);
+    char *text = gt_config_to_ini(&cfg);
+    gt_config again;
+    CHECK(gt_config_load_string(&again, text, "round", 0, NULL, err, sizeof err) == 0);
+    CHECK_STR(again.checkpoint.dir, "runs/a;b#c");
+    free(text);
+}
+
 static void bytes_parse(void) {
     static const struct {
         const char *text;
@@ -513,6 +610,7 @@ static void to_ini_round_trips(void) {
         "data.train=a b/train.bin", "data.val=", "data.val_every=0", "data.val_batches=9",
         "checkpoint.dir=runs/x", "checkpoint.every=10", "checkpoint.keep=0", "checkpoint.resume=runs/x/s.h5",
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
+        "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;
@@ -613,6 +711,8 @@ int main(int argc, char **argv) {
     RUN(unknown_key_names_file_line_key);
     RUN(unknown_section_is_rejected);
     RUN(key_outside_a_section_is_rejected);
+    RUN(key_of_another_section_hints_at_the_missing_header);
+    RUN(empty_file_warns_that_defaults_are_used);
     RUN(wrong_type_names_file_line_key);
     RUN(out_of_range_values_are_rejected);
     RUN(override_error_names_the_override);
@@ -623,6 +723,7 @@ int main(int argc, char **argv) {
     RUN(kv_heads_must_divide_heads);
     RUN(seq_len_longer_than_max_seq_len_is_rejected);
     RUN(schedule_keys_must_agree);
+    RUN(warmup_longer_than_steps_is_shortened_with_a_note);
     RUN(bf16_and_nccl_need_a_gpu);
     RUN(bad_recompute_policy_is_rejected);
     RUN(auto_without_budget_is_rejected);
@@ -631,6 +732,7 @@ int main(int argc, char **argv) {
     RUN(missing_config_file_is_an_error);
     RUN(indented_keys_and_comments_are_plain);
     RUN(long_lines_keep_values_and_line_numbers);
+    RUN(text_values_read_back_as_themselves);
     RUN(bytes_parse);
     RUN(to_ini_round_trips);
     RUN(check_files_names_missing_file_line_key);

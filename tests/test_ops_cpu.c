@@ -168,10 +168,10 @@ static void test_embedding(void) {
     float *dw = frand((size_t)V * C, 1, &dw0);
     emb_ctx c = {wte_d, r, dvec((size_t)BT * C), tok, BT, C};
 
-    ops->embedding_forward(out, tok, wte, BT, C);
+    ops->embedding_forward(out, tok, wte, BT, C, V);
     emb_loss(&c);
     check_close("embedding_forward matches reference", out, c.out, (size_t)BT * C, FWD_TOL);
-    ops->embedding_backward(dw, dout, tok, BT, C);
+    ops->embedding_backward(dw, dout, tok, BT, C, V);
     double *g = fd_grad(wte_d, (size_t)V * C, emb_loss, &c);
     check_close("embedding_backward dwte (accumulate) vs finite diff", fdelta(dw, dw0, (size_t)V * C), g,
                 (size_t)V * C, GRAD_TOL);
@@ -400,8 +400,8 @@ static void test_attention(float dropout) {
     float *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk), *dq2 = fvec(nq), *dk2 = fvec(nk), *dv2 = fvec(nk);
     for (size_t i = 0; i < nq; i++) dq[i] = dq2[i] = NAN; /* overwritten, not accumulated */
     for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = dk2[i] = dv2[i] = NAN;
-    ops->attention_backward(dq, dk, dv, dout, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key);
-    ops->attention_backward(dq2, dk2, dv2, dout, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
 
     snprintf(name, sizeof name, "attention_backward dq vs finite diff (%s)", tag);
     check_close(name, dq, fd_grad(q_d, nq, attn_loss, &c), nq, GRAD_TOL);
@@ -415,7 +415,7 @@ static void test_attention(float dropout) {
 
     /* determinism across runs and thread counts */
     omp_set_num_threads(1);
-    ops->attention_backward(dq2, dk2, dv2, dout, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
     omp_set_num_threads(3);
     snprintf(name, sizeof name, "attention_backward repeat run with 1 thread (%s)", tag);
     same = !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
@@ -606,9 +606,9 @@ static void test_embedding_determinism(void) {
     float *d1 = fvec((size_t)V * C), *d2 = fvec((size_t)V * C);
     ops->zero(d1, (size_t)V * C * 4);
     ops->zero(d2, (size_t)V * C * 4);
-    ops->embedding_backward(d1, dout, tok, BT, C);
+    ops->embedding_backward(d1, dout, tok, BT, C, V);
     omp_set_num_threads(1);
-    ops->embedding_backward(d2, dout, tok, BT, C);
+    ops->embedding_backward(d2, dout, tok, BT, C, V);
     omp_set_num_threads(3);
     check_same_bits("embedding_backward same bits with 1 thread", d1, d2, (size_t)V * C * 4);
 }

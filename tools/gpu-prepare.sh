@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
 # Prepares the one GPU check for a bare GPU machine (CUDA driver and libraries, maybe PyTorch, but no
-# Open MPI, HDF5, OpenBLAS or inih): builds with CUDA for sm_90 into build-gpu/, then packs the
-# binaries and their runtime (../shared/tools/bundle-runtime.sh, DESIGN.md's last section) into the
-# git-ignored folder .bundle/. On the GPU machine, from the repository root:
-#   mkdir -p /tmp/rt && tar -xJf .bundle/rt.tar.xz -C /tmp/rt && \
-#     GTRAIN_ENV=/tmp/rt/env.sh BUILD_DIR=.bundle/build bash tests/gpu/run.sh
-# (with the device tool: carry [".bundle"]; results land in $OUT).
+# Open MPI, HDF5, OpenBLAS or inih): builds with CUDA for sm_90 into build-gpu/ and packs the programs,
+# the GPU test programs and their runtime into the git-ignored .bundle/gtrain-runtime.tar.gz
+# (tools/bundle-runtime.sh; pass --check to also verify the bundle here with the system's libraries
+# hidden). Then, on the GPU machine, from the repository root (with the device tool: carry [".bundle"]):
+#   bash tests/gpu/run.sh
+# which finds the bundle, unpacks it, and leaves summary.json, log.txt and results.tar.gz in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DGTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-cmake --build build-gpu -j "$(nproc)" --target gtrain gtrain-prep test_ops_cuda
-rm -rf .bundle && mkdir -p .bundle/build/tests
-cp build-gpu/gtrain build-gpu/gtrain-prep .bundle/build/
-cp build-gpu/tests/test_ops_cuda .bundle/build/tests/
-bundle=../shared/tools/bundle-runtime.sh
-[[ -x $bundle || -f $bundle ]] || { echo "gpu-prepare: $bundle not found" >&2; exit 1; }
-bash "$bundle" .bundle/rt.tar.xz build-gpu/gtrain build-gpu/gtrain-prep build-gpu/tests/test_ops_cuda
-du -sh .bundle
+bash tools/bundle-runtime.sh "$@"
+echo "next, on the GPU machine: bash tests/gpu/run.sh   (carry .bundle; about 9 minutes at most)"

@@ -8,5 +8,10 @@ bash tools/setup-debian.sh --slurm
 # in a venv outside the clone, made once (tools/setup-venv.sh); no test skips for want of them.
 hf_python=$(bash tools/setup-venv.sh | tail -n 1)
 bash tools/build.sh -DGTRAIN_HF_PYTHON="$hf_python"
-cd build
-ctest --output-on-failure --timeout 1500 "$@"
+# The ctest output is kept (build/ctest-output.txt) for the summary of skipped tests at the end.
+set +e
+(cd build && ctest --output-on-failure --timeout 1500 "$@") 2>&1 | tee build/ctest-output.txt
+rc=${PIPESTATUS[0]}
+set -e
+bash tools/ctest-skipped.sh build/ctest-output.txt build
+exit "$rc"

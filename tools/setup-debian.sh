@@ -12,6 +12,7 @@ packages=(cmake make gcc g++ pkg-config
           libopenblas-openmp-dev libinih-dev
           fortunes python3 python3-venv python3-matplotlib)
 packages+=(libjansson-dev)   # JSON of Hugging Face checkpoints: config.json, safetensors headers (model.init)
+packages+=(shellcheck)   # tests: shellcheck of the GPU check scripts (tests/gpu.cmake)
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
 fi

@@ -7,7 +7,9 @@
  * row in configs/README.md).
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
- * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. The line
+ * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. Things
+ * worth saying about an accepted config (a warm-up cut to the run's length, a file that sets no key)
+ * come back as notes, one per line, in the same buffer, for the caller to print. The line
  * of every key is remembered, so checks that involve two keys (dim % n_heads, seq_len <= max_seq_len)
  * name the line of one of them: the one set last (command line over file over default).
  *
@@ -109,6 +111,7 @@ static const key_spec keys[] = {
     {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
     ENUM("train", "precision", train.precision, "auto|fp32|bf16"),
     ENUM("train", "device", train.device, "auto|cpu|cuda"),
+    ENUM("train", "nonfinite", train.nonfinite, "stop|skip"),
 
     TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
     {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
@@ -125,8 +128,10 @@ static const key_spec keys[] = {
 
     TEXT("checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT("checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    NUM("checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
     INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
+    ENUM("checkpoint", "allow_model_change", checkpoint.allow_model_change, "false|true"),
 
     INT("log", "every", log.every, 1, INT_MAX),
     TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
@@ -162,6 +167,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.seed = 1337;
     snprintf(cfg->train.precision, sizeof cfg->train.precision, "auto");
     snprintf(cfg->train.device, sizeof cfg->train.device, "auto");
+    snprintf(cfg->train.nonfinite, sizeof cfg->train.nonfinite, "stop");
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
     snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
@@ -173,8 +179,10 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
     cfg->checkpoint.every = 0;
+    cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
+    snprintf(cfg->checkpoint.allow_model_change, sizeof cfg->checkpoint.allow_model_change, "false");
     cfg->log.every = 1;
 }
 
@@ -200,6 +208,7 @@ typedef struct loader {
     size_t err_len;
     int failed;
     int err_line;     /* the file line of the first handler error, 0 if none */
+    char notes[1024]; /* notes for an accepted config, one per line */
 
     /* the reader's side: a FILE or a string, the current line number, the last line in full */
     FILE *file;
@@ -216,6 +225,17 @@ static void fail(loader *ld, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ld->err, ld->err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Adds a line to the notes of an accepted config. */
+static void note(loader *ld, const char *fmt, ...) {
+    size_t used = strlen(ld->notes);
+    if (used + 2 >= sizeof ld->notes) return;
+    if (used) ld->notes[used++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->notes + used, sizeof ld->notes - used, fmt, ap);
     va_end(ap);
 }
 
@@ -263,6 +283,17 @@ static int edit_distance(const char *a, const char *b) {
         }
     }
     return row[lb];
+}
+
+/* The sections other than `section` (NULL: none) that have a key `name`: "[model]" or
+ * "[checkpoint] or [log]", or "" when none has it. For the hint at a missing section line. */
+static void home_of(const char *section, const char *name, char *out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int k = 0; k < N_KEYS && used < len; k++) {
+        if (strcmp(keys[k].name, name) != 0 || (section && strcmp(keys[k].section, section) == 0)) continue;
+        used += (size_t)snprintf(out + used, len - used, "%s[%s]", used ? " or " : "", keys[k].section);
+    }
 }
 
 /* "did you mean steps? known keys: seq_len, micro_batch, ..." */
@@ -452,6 +483,21 @@ static int set_key(loader *ld, int k, const char *value, const char *prefix) {
             fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
             return -1;
         }
+        /* The effective config is stored as INI text in every state file and read back on resume:
+         * a value must read back as itself. Control characters would not (libinih trims them or
+         * ends the line), nor would a ';' or '#' that starts a comment (possible in an override). */
+        for (const char *c = value; *c; c++) {
+            unsigned char u = (unsigned char)*c;
+            if (u < 0x20 || u == 0x7f) {
+                fail(ld, "%s: the value contains a control character (byte 0x%02x) (expected printable text)", prefix, u);
+                return -1;
+            }
+            if ((u == ';' || u == '#') && (c == value || c[-1] == ' ')) {
+                fail(ld, "%s: '%s': '%c' at the start or after a space begins a comment in a config file (expected "
+                     "a value without one)", prefix, value, u);
+                return -1;
+            }
+        }
         snprintf(field, ks->size, "%s", value);
         return 0;
     }
@@ -572,7 +618,13 @@ static int handler(void *user, const char *section, const char *name, const char
     clean_value(value, clean, sizeof clean);
 
     if (!section[0]) {
-        fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it)", ld->name, line, name);
+        char home[256];
+        home_of(NULL, name, home, sizeof home);
+        if (home[0])
+            fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it: %s is a key of %s)",
+                 ld->name, line, name, name, home);
+        else
+            fail(ld, "%s:%d: key '%s' outside any section (expected a [section] line before it)", ld->name, line, name);
     } else if (!section_known(section)) {
         char known[512];
         known_list(NULL, section, known, sizeof known);
@@ -582,9 +634,14 @@ static int handler(void *user, const char *section, const char *name, const char
         char prefix[GT_PATH_MAX + 128];
         snprintf(prefix, sizeof prefix, "%s:%d: [%s] %s", ld->name, line, section, name);
         if (k < 0) {
-            char known[512];
+            char known[512], home[256];
             known_list(section, name, known, sizeof known);
-            fail(ld, "%s:%d: unknown key [%s] %s (%s)", ld->name, line, section, name, known);
+            home_of(section, name, home, sizeof home);
+            if (home[0])
+                fail(ld, "%s:%d: unknown key [%s] %s (%s is a key of %s: is that section line missing above it? %s)",
+                     ld->name, line, section, name, name, home, known);
+            else
+                fail(ld, "%s:%d: unknown key [%s] %s (%s)", ld->name, line, section, name, known);
         } else if (ld->where[k].kind == ORIGIN_FILE) {
             fail(ld, "%s: set twice (first on line %d)", prefix, ld->where[k].line);
         } else if (set_key(ld, k, clean, prefix) == 0) {
@@ -641,9 +698,14 @@ static void apply_override(loader *ld, const char *text) {
     }
     int k = key_index(section, name);
     if (k < 0) {
-        char known[512];
+        char known[512], home[256];
         known_list(section, name, known, sizeof known);
-        fail(ld, "command line: %s: unknown key [%s] %s (%s)", text, section, name, known);
+        home_of(section, name, home, sizeof home);
+        if (home[0])
+            fail(ld, "command line: %s: unknown key [%s] %s (%s is a key of %s; %s)", text, section, name, name, home,
+                 known);
+        else
+            fail(ld, "command line: %s: unknown key [%s] %s (%s)", text, section, name, known);
         return;
     }
     char prefix[GT_PATH_MAX + 128];
@@ -699,10 +761,14 @@ static void check_across(loader *ld) {
     if (c->train.min_lr > c->train.lr)
         fail_at(ld, blame(ld, "train", "min_lr", "train", "lr"),
                 "min_lr %g is above lr %g (expected 0 <= min_lr <= lr)", c->train.min_lr, c->train.lr);
-    if (c->train.warmup_steps > c->train.steps)
-        fail_at(ld, blame(ld, "train", "warmup_steps", "train", "steps"),
-                "warmup_steps %d is more than steps %d (expected 0 <= warmup_steps <= steps)",
-                c->train.warmup_steps, c->train.steps);
+    if (c->train.warmup_steps > c->train.steps && !ld->failed) {
+        /* a short run (train.steps=10 on a config made for 400) just works: the warm-up is cut */
+        char where[GT_PATH_MAX + 128];
+        describe_origin(ld, blame(ld, "train", "warmup_steps", "train", "steps"), where, sizeof where);
+        note(ld, "note: %s: warmup_steps %d is more than steps %d: the warm-up is shortened to %d steps", where,
+             c->train.warmup_steps, c->train.steps, c->train.steps);
+        ld->cfg->train.warmup_steps = c->train.steps;
+    }
     if (strcmp(c->train.precision, "bf16") == 0 && strcmp(c->train.device, "cpu") == 0)
         fail_at(ld, blame(ld, "train", "precision", "train", "device"),
                 "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
@@ -733,6 +799,7 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
                 char *const *overrides, char *err, size_t err_len) {
+    /* file: a config file the user named (text: a config from a state file, a test or a fuzzer) */
     loader ld;
     memset(&ld, 0, sizeof ld);
     ld.cfg = cfg;
@@ -747,10 +814,16 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
         ld.text = text;
         parse_ini(&ld);
     }
+    int keys_from_file = 0;
+    for (int k = 0; k < N_KEYS; k++) keys_from_file += ld.where[k].kind == ORIGIN_FILE;
+    if (file && !ld.failed && keys_from_file == 0)
+        note(&ld, "warning: %s sets no keys: %s (configs/README.md lists them)", ld.name,
+             n_overrides ? "every key not overridden on the command line has its default" : "every key has its default");
     for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
     if (!ld.failed) check_across(&ld);
     free(ld.full);
     remember_data_lines(cfg, &ld);
+    if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
     return ld.failed ? 2 : 0;
 }
 

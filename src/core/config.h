@@ -49,6 +49,7 @@ typedef struct gt_config {
         uint64_t seed;
         char precision[8];     /* fp32 | bf16 | auto (bf16 on cuda, fp32 on cpu) */
         char device[8];        /* auto | cpu | cuda */
+        char nonfinite[8];     /* stop | skip: a step whose loss or gradient norm is not finite */
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto */
@@ -69,8 +70,10 @@ typedef struct gt_config {
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */
         int every;             /* steps; 0 = only at the end and on signals */
+        double every_minutes;  /* also save when this many minutes passed since the last save; 0 = off */
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
+        char allow_model_change[8]; /* false | true: resume a file saved with other model keys */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */
@@ -88,7 +91,9 @@ typedef struct gt_config {
 void gt_config_defaults(gt_config *cfg);
 
 /* Loads `path`, applies `overrides` ("section.key=value"), validates everything but the
- * existence of data files. Returns 0, or 2 with a message in err. */
+ * existence of data files. Returns 0, or 2 with a message in err. On 0, err holds the notes worth
+ * printing (one per line, e.g. "note: ...: the warm-up is shortened to 10 steps", "warning: ... sets
+ * no keys"), or "". A warmup_steps above steps is no error: the warm-up is cut to steps. */
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
                    size_t err_len);
 

@@ -3,17 +3,28 @@
  *
  *   gtrain CONFIG.ini [section.key=value ...]           train
  *   gtrain --plan [--world N] CONFIG.ini [overrides]    print the memory plan and exit
+ *   gtrain --version                                    versions of gtrain and of the libraries
  *   gtrain --help
  *
  * Exit codes (DESIGN.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
  * 75 stopped by SIGTERM/SIGUSR1 after saving; 1 anything else. MPI is initialised before anything
- * else for training, so `gtrain` runs the same as a plain process and under mpirun/srun; --plan and
- * --help need no MPI, no data and no GPU.
+ * else for training, so `gtrain` runs the same as a plain process and under mpirun/srun; --plan,
+ * --version and --help need no MPI, no data and no GPU.
+ *
+ * Threads: with OMP_NUM_THREADS unset, each rank runs (cores of its node) / (ranks on its node)
+ * OpenMP threads, never more than the cores it may run on (its affinity mask, e.g. when mpirun binds
+ * it to one core), so a plain `mpirun -np 4` on 2 cores does not run 4 x 2 threads. OpenBLAS is told
+ * the same number. A node with more ranks x threads than cores gets one warning line.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <hdf5.h>
 #include <mpi.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "ops.h"
@@ -22,10 +33,23 @@
 #include "signals.h"
 #include "train.h"
 
+/* OpenBLAS (linked through the CPU kernels; its cblas.h is theirs to include) */
+void openblas_set_num_threads(int n);
+int openblas_get_num_threads(void);
+char *openblas_get_config(void);
+
+#ifndef GTRAIN_VERSION
+#define GTRAIN_VERSION "unknown"
+#endif
+#ifndef GTRAIN_GIT_COMMIT
+#define GTRAIN_GIT_COMMIT "unknown"
+#endif
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: gtrain CONFIG.ini [section.key=value ...]\n"
             "       gtrain --plan [--world N] CONFIG.ini [section.key=value ...]\n"
+            "       gtrain --version\n"
             "       gtrain --help\n"
             "\n"
             "Trains a LLaMA-family model as CONFIG.ini says (keys: configs/README.md); overrides after\n"
@@ -36,6 +60,16 @@ static void usage(FILE *out) {
             "\n"
             "exit codes: 0 done, 2 bad invocation/config/data, 3 unusable training-state file,\n"
             "            75 stopped by SIGTERM/SIGUSR1 after saving state, 1 other failure\n");
+}
+
+/* Prints the notes of an accepted config (one per line), each as "gtrain: ...". */
+static void print_notes(const char *notes) {
+    for (const char *p = notes; *p;) {
+        size_t n = strcspn(p, "\n");
+        fprintf(stderr, "gtrain: %.*s\n", (int)n, p);
+        p += n;
+        if (*p) p++;
+    }
 }
 
 static int world_from_env(void) {
@@ -81,18 +115,92 @@ static int run_plan(int argc, char **argv) {
         fprintf(stderr, "gtrain: %s\n", err);
         return 2;
     }
+    print_notes(err);
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
     int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
-                          stage >= 1, stage, strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum,
-                          cfg.dist.prefetch};
+                          stage >= 1, gt_plan_library_bytes(gpu, world), stage,
+                          strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
+    /* library workspaces on the GPU */
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            gpu ? ", attention probabilities never stored" : "");
     gt_plan_report(stdout, &cfg, &shape);
     return 0;
+}
+
+/* gtrain --version: what to paste into a bug report. MPI_Get_library_version may be called before
+ * MPI_Init; nothing here starts MPI or touches a GPU. */
+static int print_version(void) {
+    char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    MPI_Get_library_version(mpi, &len);
+    mpi[strcspn(mpi, "\n")] = '\0'; /* Open MPI adds its repository and date on more lines */
+    unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+    H5get_libversion(&h5_major, &h5_minor, &h5_release);
+    char cuda[256];
+    gt_cuda_versions(cuda, sizeof cuda);
+    printf("gtrain %s (git %s)\n", GTRAIN_VERSION, GTRAIN_GIT_COMMIT);
+#ifdef GTRAIN_HAVE_CUDA
+    printf("backends: cpu, cuda\n");
+#else
+    printf("backends: cpu (built without CUDA)\n");
+#endif
+    printf("BLAS: %s\n", openblas_get_config());
+    printf("MPI: %s\n", mpi);
+    printf("HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
+    printf("%s\n", cuda);
+    return 0;
+}
+
+/* Sets the OpenMP and OpenBLAS threads of this rank (see the top of the file). Collective. */
+static void set_threads(int rank) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int local_ranks = 1;
+    MPI_Comm_size(node, &local_ranks);
+    /* the cores of the node: every core some rank on it may run on */
+    cpu_set_t mine, node_cores;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        for (long c = 0; c < n && c < CPU_SETSIZE; c++) CPU_SET((int)c, &mine);
+    }
+    MPI_Allreduce(&mine, &node_cores, (int)sizeof mine, MPI_BYTE, MPI_BOR, node);
+    MPI_Comm_free(&node);
+    int allowed = CPU_COUNT(&mine), cores = CPU_COUNT(&node_cores);
+    if (allowed < 1) allowed = 1;
+    if (cores < 1) cores = 1;
+
+    const char *env = getenv("OMP_NUM_THREADS");
+    int from_env = env && *env;
+    int threads = omp_get_max_threads();
+    if (!from_env) {
+        threads = cores / local_ranks;
+        if (threads > allowed) threads = allowed;
+        if (threads < 1) threads = 1;
+        omp_set_num_threads(threads);
+    }
+    openblas_set_num_threads(threads);
+
+    /* the most oversubscribed node's numbers, for one warning */
+    int over[3] = {0, 0, 0};
+    if (local_ranks * threads > cores) over[0] = local_ranks, over[1] = threads, over[2] = cores;
+    MPI_Allreduce(MPI_IN_PLACE, over, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank != 0) return;
+    printf("gtrain: threads: %d per rank (OpenMP %d, OpenBLAS %d), %d rank%s on the %d core%s of this node; %s%s\n",
+           threads, omp_get_max_threads(), openblas_get_num_threads(), local_ranks, local_ranks == 1 ? "" : "s",
+           cores, cores == 1 ? "" : "s", from_env ? "OMP_NUM_THREADS=" : "OMP_NUM_THREADS unset: cores / ranks",
+           from_env ? env : "");
+    if (over[0])
+        fprintf(stderr,
+                "gtrain: warning: %d rank%s x %d thread%s on a node with %d core%s: oversubscribed, which can slow "
+                "training many times (%s)\n",
+                over[0], over[0] == 1 ? "" : "s", over[1], over[1] == 1 ? "" : "s", over[2], over[2] == 1 ? "" : "s",
+                from_env ? "unset OMP_NUM_THREADS for cores / ranks each" : "start fewer ranks per node");
+    fflush(stdout);
 }
 
 int main(int argc, char **argv) {
@@ -104,6 +212,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (strcmp(argv[1], "--version") == 0) return print_version();
     if (strcmp(argv[1], "--plan") == 0) return run_plan(argc - 2, argv + 2);
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);
@@ -126,6 +235,8 @@ int main(int argc, char **argv) {
     if (code != 0) {
         if (rank == 0) fprintf(stderr, "gtrain: %s\n", err);
     } else {
+        if (rank == 0) print_notes(err);
+        set_threads(rank);
         code = gt_train(&cfg, MPI_COMM_WORLD);
     }
     MPI_Finalize();

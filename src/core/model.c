@@ -363,6 +363,8 @@ void gt_model_set_params(gt_model *m, const float *params_host) {
     m->ops->copy_to_device(staging, params_host, n * sizeof(float));
     m->ops->to_working(m->params, staging, n);
     m->ops->free(staging);
+    /* a caching allocator would keep the 4-bytes-per-parameter staging block for nothing */
+    if (m->ops->release_cached) m->ops->release_cached();
 }
 
 static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int BT) {
@@ -518,8 +520,8 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->matmul_backward(datt, PG(L->wo), do_, st->att, PW(L->wo), BT, C, C, 0);
     progress(m);
-    ops->attention_backward(dq, dk, dv, datt, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T, s->NH,
-                            s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T,
+                            s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     progress(m);
     ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
@@ -577,7 +579,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     int tied = m->cfg.tie_word_embeddings, U_HEAD = N + 1;
     announce_schedule(m, plan, 0);
     xs[0] = act_alloc(m, s.x);
-    ops->embedding_forward(xs[0], m->d_inputs, unit_params(m, 0), s.BT, s.C);
+    ops->embedding_forward(xs[0], m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);
     unit_params_done(m, 0);
     for (int a = 0; a < N;) {
         int b = gt_plan_segment_end(plan, a);
@@ -668,7 +670,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     act_free(m, sc.c2, s.x);
     act_free(m, sc.big, sc.big_bytes);
 
-    ops->embedding_backward(unit_grads(m, 0), dx, m->d_inputs, s.BT, s.C);
+    ops->embedding_backward(unit_grads(m, 0), dx, m->d_inputs, s.BT, s.C, s.V);
     unit_grads_done(m, 0);
     if (tied) unit_grads_done(m, 0);
     if (m->hooks.micro_end) m->hooks.micro_end(m->hooks.ctx);
@@ -688,7 +690,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     announce_schedule(m, NULL, 1);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
-    ops->embedding_forward(x, m->d_inputs, unit_params(m, 0), s.BT, s.C);
+    ops->embedding_forward(x, m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);
     unit_params_done(m, 0);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         stash st;

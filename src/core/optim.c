@@ -99,6 +99,9 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
     if (opt->sharded) sumsq = gt_comm_all_reduce_scalar_sum(opt->comm, sumsq);
     double norm = sqrt(sumsq);
     res->grad_norm = norm;
+    res->lr = gt_lr_at(cfg, step);
+    res->applied = 0;
+    if (!isfinite(norm)) return; /* one NaN would spread into every weight it touches */
     double clip = cfg->train.grad_clip;
     if (clip > 0 && norm > clip && count) ops->scale(slice, count, (float)(clip / (norm + 1e-6)));
 
@@ -118,6 +121,7 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
 
     /* 4. new working parameters of the slice, then everyone's */
     gt_optim_publish_params(opt);
+    res->applied = 1;
 }
 
 void gt_optim_publish_params(gt_optim *opt) {

@@ -117,6 +117,11 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *head = 2 * BT * C * V;
 }
 
+uint64_t gt_plan_library_bytes(int cuda, int world) {
+    if (!cuda) return 0;
+    return GT_PLAN_CUBLASLT_WORKSPACE + (world > 1 ? GT_PLAN_NCCL_BUFFERS : 0);
+}
+
 void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
     uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
     uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
@@ -174,8 +179,9 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
     est->act_peak_bytes = act_peak(&s, plan);
+    est->library_bytes = sh->library_bytes;
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
-                       est->act_peak_bytes;
+                       est->act_peak_bytes + est->library_bytes;
     double block, head, scores;
     forward_flops(sh, &block, &head, &scores);
     est->forward_flops = block * sh->model.n_layers + head;
@@ -312,6 +318,12 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         gt_format_bytes(e.params_bytes + e.grads_bytes + e.optim_bytes, b4, sizeof b4);
         fprintf(out, "  %5d%s %14s %14s %14s %14s\n", worlds[w], worlds[w] == shape->world ? "*" : " ", b1, b2,
                 b3, b4);
+    }
+    if (shape->library_bytes) {
+        gt_format_bytes(shape->library_bytes, b1, sizeof b1);
+        fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s), in every total below\n",
+                shape->world, b1, (unsigned long long)(GT_PLAN_CUBLASLT_WORKSPACE >> 20),
+                shape->world > 1 ? ", NCCL buffers ~512 MiB (an estimate)" : "; one rank: no NCCL");
     }
 
     uint64_t budget = cfg->memory.budget;

@@ -25,6 +25,8 @@ typedef struct gt_mem_shape {
     int keep_probs;           /* backend keeps attention probabilities (CPU) */
     int world;                /* data-parallel ranks */
     int shard_optimizer;      /* 1: optimizer state and master weights split over ranks (ZeRO-1) */
+    uint64_t library_bytes;   /* device memory libraries hold beside the tracked buffers (0 on the CPU):
+                                 gt_plan_library_bytes */
     int stage;                /* ZeRO stage 0..3 (zero.h); 0 with shard_optimizer means 1 */
     int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
     int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
@@ -37,6 +39,8 @@ typedef struct gt_mem_estimate {
     uint64_t optim_bytes;       /* fp32 master + exp_avg + exp_avg_sq of this rank's slice */
     uint64_t workspace_bytes;   /* token buffers and the RoPE table */
     uint64_t act_peak_bytes;    /* activation high-water mark of one micro-batch */
+    uint64_t library_bytes;     /* cuBLASLt and NCCL workspaces (shape.library_bytes); not in the tracked
+                                   mem_peak_bytes, which counts gtrain's own buffers only */
     uint64_t total_bytes;       /* sum of the above */
     /* ZeRO-2/3 parts of params_bytes and grads_bytes (0 otherwise): */
     uint64_t gather_bytes;      /* high-water mark of gathered units (ZeRO-3) */
@@ -46,6 +50,14 @@ typedef struct gt_mem_estimate {
     double forward_flops;       /* one micro-batch forward, model FLOPs */
     double recompute_flops;     /* extra forward FLOPs the plan spends in backward */
 } gt_mem_estimate;
+
+/* Workspaces the CUDA backend's libraries hold outside gtrain's allocation accounting: cuBLASLt's
+ * fixed workspace (cuda_matmul.cu), and with more than one rank NCCL's communication buffers, an
+ * estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends on the topology).
+ * With one rank the trainer uses the local communicator and NCCL holds nothing. */
+#define GT_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
+#define GT_PLAN_NCCL_BUFFERS ((uint64_t)512 << 20)
+uint64_t gt_plan_library_bytes(int cuda, int world);
 
 /* Parameters of the model. */
 uint64_t gt_model_param_count(const gt_model_config *model);

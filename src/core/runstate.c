@@ -2,25 +2,45 @@
  * runstate.c — the training loop's side of training-state files and signals (see runstate.h);
  * state.c owns the file format, this file owns the policy around it:
  *
+ *   the directory        before the first step the first rank of every node creates checkpoint.dir
+ *                        and writes, fsyncs and deletes a probe file in it (the dir may be
+ *                        node-local): a read-only mount or a path that is a file is exit 2 with the
+ *                        path and the OS error, not a lost run at the first save. Less free space
+ *                        than one state file (statvfs against gt_state_file_bytes) is a warning.
  *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
  *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
  *                        truncation) is reported and the next older one is tried; none usable:
- *                        fresh if DIR holds no state files at all, else exit 3. A file that reads
- *                        but does not fit the model (a tensor's shape) is exit 3 at once: an older
- *                        file of the same run would not fit either.
- *   saving               every checkpoint.every steps, at the last step, and on a stop signal:
+ *                        fresh if DIR holds no state files at all, else exit 3. When an older file
+ *                        is used, the newer ones that failed are renamed aside to step_N.h5.bad
+ *                        (one line says so): they no longer count toward checkpoint.keep, and
+ *                        gtrain never deletes them. A file that reads but does not fit the model
+ *                        (a tensor's shape) is exit 3 at once: an older file of the same run would
+ *                        not fit either. So is one saved with another value of a key that changes
+ *                        what the model computes (MODEL_KEYS below), unless
+ *                        checkpoint.allow_model_change = true; any other changed key is a note.
+ *   saving               every checkpoint.every steps, every checkpoint.every_minutes (rank 0's
+ *                        clock, agreed at a step boundary), at the last step, and on a stop signal:
  *                        write DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
  *                        leaves the complete new file or none; only then are files beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback
- *                        skipped, and the run will overwrite them when it gets there).
+ *                        skipped, and the run will overwrite them when it gets there). Files that
+ *                        failed verification were renamed aside, so only files that verified (or
+ *                        that no run has found fault with) count, and the file just saved, the
+ *                        newest that verified, is never deleted.
+ *   a failed save        (a full disk, a quota): state.c agrees on it over the ranks; rank 0 deletes
+ *                        the .tmp and says so in one line with the OS error; older files are never
+ *                        touched. A periodic save that fails costs only that save: training goes
+ *                        on and the next save tries again. A failed final save, or a failed save
+ *                        on a stop signal, is exit 1 (75 would tell a batch script to requeue a run
+ *                        whose state was not saved); the message names the newest file there is.
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
  *                        it, save and return 75.
  *
  * Every decision is taken identically on all ranks: rank 0 lists the directory and broadcasts,
  * read failures are all-reduced, messages come from rank 0.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* fallocate */
 
 #include "runstate.h"
 
@@ -28,13 +48,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "planner.h"
 #include "signals.h"
 #include "state.h"
 #include "train.h"
@@ -122,45 +145,164 @@ static void remove_stale_temporaries(const char *dir) {
     closedir(d);
 }
 
-/* Prints, on rank 0, every key whose value differs between the saved config and this run's. Both
- * texts come from gt_config_to_ini: `[section]` lines, then `key = value` lines. */
-static void report_config_changes(const char *saved, const char *now) {
-    char *a = strdup(saved), *b = strdup(now);
-    if (!a || !b) abort();
-    int printed = 0;
-    char sec_a[64] = "", *save_a = NULL;
-    for (char *line = strtok_r(a, "\n", &save_a); line; line = strtok_r(NULL, "\n", &save_a)) {
+/* ------------------------------------------------------------------------------------------------
+ * The directory: usable before the first step
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Creates dir, then creates, writes, fsyncs and deletes a probe file in it. One rank per node,
+ * since the directory may be node-local. 0, or -1 with errno set and what failed in `what`. */
+static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
+    if (make_dirs(dir) != 0) {
+        snprintf(what, what_len, "cannot create");
+        return -1;
+    }
+    char host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    char path[GT_PATH_MAX + 384];
+    snprintf(path, sizeof path, "%s/.gtrain-probe.%s.%d.%ld", dir, host, rank, (long)getpid());
+    errno = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        snprintf(what, what_len, "cannot create a file in");
+        return -1;
+    }
+    char block[4096];
+    memset(block, 0, sizeof block);
+    errno = 0;
+    int ok = write(fd, block, sizeof block) == (ssize_t)sizeof block && fsync(fd) == 0;
+    int saved = ok ? 0 : (errno ? errno : ENOSPC); /* a short write without an error: no room */
+    if (close(fd) != 0 && ok) ok = 0, saved = errno;
+    unlink(path);
+    if (!ok) {
+        snprintf(what, what_len, "cannot write a file in");
+        errno = saved;
+        return -1;
+    }
+    return 0;
+}
+
+/* exit 2 (agreed) when checkpoint.dir is not usable on some node (the first rank of each node
+ * probes it); a warning when some rank sees less free space than one state file. Collective. */
+static int check_dir(gt_run_state *run) {
+    const gt_config *cfg = run->cfg;
+    int rank = rank_of(run), node_rank = 0;
+    MPI_Comm node;
+    MPI_Comm_split_type(run->mpi_comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_free(&node);
+    char msg[2 * GT_PATH_MAX + 1024] = "", what[64], host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    int code = 0;
+    if (node_rank == 0 && probe_dir(cfg->checkpoint.dir, rank, what, sizeof what) != 0) {
+        snprintf(msg, sizeof msg, "%s: [checkpoint] dir: %s '%s' (rank %d on %s): %s (expected a writable directory)",
+                 cfg->path, what, cfg->checkpoint.dir, rank, host, strerror(errno));
+        code = GT_EXIT_BAD_INPUT;
+    }
+    code = gt_agree_on_failure(run->mpi_comm, code, msg, sizeof msg);
+    if (code) {
+        if (rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
+        return code;
+    }
+
+    struct statvfs st;
+    int low = 0;
+    msg[0] = '\0';
+    if (statvfs(cfg->checkpoint.dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < run->file_bytes) {
+        char free_s[32], need_s[32];
+        gt_format_bytes((uint64_t)st.f_bavail * st.f_frsize, free_s, sizeof free_s);
+        gt_format_bytes(run->file_bytes, need_s, sizeof need_s);
+        snprintf(msg, sizeof msg,
+                 "warning: checkpoint.dir '%s' has %s free (rank %d on %s), less than one state file (about %s): "
+                 "saves will fail until there is room; the run goes on and each save tries again",
+                 cfg->checkpoint.dir, free_s, rank, host, need_s);
+        low = 1;
+    }
+    if (gt_agree_on_failure(run->mpi_comm, low, msg, sizeof msg) && rank == 0) {
+        fprintf(stderr, "gtrain: %s\n", msg);
+        fflush(stderr);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * What changed since the save
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Keys whose value is part of the function the model computes. A state file saved with another
+ * value would be resumed into a different function even when every tensor keeps its shape
+ * (n_heads or n_kv_heads at the same dim and kv width, rope_theta, norm_eps), so a change is exit 3
+ * unless checkpoint.allow_model_change = true. Shape changes are caught earlier, by tensor, in
+ * state.c; they are listed for completeness. Add a key here when the model gains one (RoPE scaling,
+ * tied embeddings, ...); a key that a file's /config lacks (an older file) is not compared. */
+static const char *const MODEL_KEYS[] = {
+    "model.dim",        "model.n_layers", "model.n_heads",  "model.n_kv_heads",
+    "model.vocab_size", "model.ffn_dim",  "model.norm_eps", "model.rope_theta",
+    "model.tie_word_embeddings", "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor",
+    "model.rope_high_freq_factor", "model.rope_original_max_position_embeddings",
+};
+
+static int is_model_key(const char *key) {
+    for (size_t i = 0; i < sizeof MODEL_KEYS / sizeof MODEL_KEYS[0]; i++)
+        if (strcmp(MODEL_KEYS[i], key) == 0) return 1;
+    return 0;
+}
+
+/* The next `key = value` line of INI text written by gt_config_to_ini, as "section.key" and value;
+ * *p moves past it. 0 at the end. */
+static int ini_next(const char **p, char *section, size_t section_len, char *key, size_t key_len, char *value,
+                    size_t value_len) {
+    while (**p) {
+        const char *line = *p, *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        *p = line + n + (nl ? 1 : 0);
         if (line[0] == '[') {
-            snprintf(sec_a, sizeof sec_a, "%.*s", (int)strcspn(line + 1, "]"), line + 1);
+            snprintf(section, section_len, "%.*s", (int)strcspn(line + 1, "]\n"), line + 1);
             continue;
         }
-        char *eq = strstr(line, " = ");
+        const char *eq = NULL;
+        for (const char *c = line; c + 3 <= line + n && !eq; c++)
+            if (strncmp(c, " = ", 3) == 0) eq = c;
         if (!eq) continue;
-        *eq = '\0';
-        const char *key = line, *old_value = eq + 3;
-        /* the same key in the current config */
-        char *copy = strdup(b), *save_b = NULL, sec_b[64] = "";
-        const char *new_value = NULL;
-        if (!copy) abort();
-        for (char *l = strtok_r(copy, "\n", &save_b); l && !new_value; l = strtok_r(NULL, "\n", &save_b)) {
-            if (l[0] == '[') {
-                snprintf(sec_b, sizeof sec_b, "%.*s", (int)strcspn(l + 1, "]"), l + 1);
-                continue;
-            }
-            char *e = strstr(l, " = ");
-            if (e && strcmp(sec_a, sec_b) == 0 && (size_t)(e - l) == strlen(key) && strncmp(l, key, strlen(key)) == 0)
-                new_value = e + 3;
-        }
-        if (new_value && strcmp(old_value, new_value) != 0) {
-            printf("%s %s.%s: %s -> %s", printed ? "," : "gtrain: changed since the save:", sec_a, key,
-                   old_value[0] ? old_value : "\"\"", new_value[0] ? new_value : "\"\"");
-            printed = 1;
-        }
-        free(copy);
+        snprintf(key, key_len, "%s.%.*s", section, (int)(eq - line), line);
+        snprintf(value, value_len, "%.*s", (int)(line + n - (eq + 3)), eq + 3);
+        return 1;
     }
-    if (printed) printf("\n");
-    free(a);
-    free(b);
+    return 0;
+}
+
+/* The value of "section.key" in INI text; 0 when the key is not there. */
+static int ini_lookup(const char *text, const char *want, char *value, size_t value_len) {
+    char section[64] = "", key[192];
+    const char *p = text;
+    while (ini_next(&p, section, sizeof section, key, sizeof key, value, value_len))
+        if (strcmp(key, want) == 0) return 1;
+    return 0;
+}
+
+static void append(char *out, size_t len, const char *fmt, ...) {
+    size_t used = strlen(out);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Every key whose value differs between the saved config and this run's, as
+ * "section.key: old -> new", comma-separated: MODEL_KEYS into `model`, the rest into `other`. */
+static void config_changes(const char *saved, const char *now, char *model, size_t model_len, char *other,
+                           size_t other_len) {
+    model[0] = other[0] = '\0';
+    char section[64] = "", key[192], old_value[GT_PATH_MAX + 64], new_value[GT_PATH_MAX + 64];
+    const char *p = saved;
+    while (ini_next(&p, section, sizeof section, key, sizeof key, old_value, sizeof old_value)) {
+        if (!ini_lookup(now, key, new_value, sizeof new_value) || strcmp(old_value, new_value) == 0) continue;
+        char *out = is_model_key(key) ? model : other;
+        append(out, is_model_key(key) ? model_len : other_len, "%s%s: %s -> %s", out[0] ? ", " : "", key,
+               old_value[0] ? old_value : "\"\"", new_value[0] ? new_value : "\"\"");
+    }
 }
 
 static off_t file_size(const char *path) {
@@ -178,12 +320,26 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
         free(saved_config);
         return code;
     }
+    const gt_config *cfg = run->cfg;
+    /* every rank read the same /config, so every rank reaches the same verdict */
+    char model_changes[2048], other_changes[4096];
+    config_changes(saved_config ? saved_config : "", run->config_text, model_changes, sizeof model_changes,
+                   other_changes, sizeof other_changes);
+    free(saved_config);
+    int allow = strcmp(cfg->checkpoint.allow_model_change, "true") == 0;
+    if (model_changes[0] && !allow) {
+        snprintf(err, err_len,
+                 "%s: the model changed since the save: %s (these keys change what the model computes; set "
+                 "checkpoint.allow_model_change = true to resume anyway)",
+                 path, model_changes);
+        return GT_STATE_INCOMPATIBLE;
+    }
+
     gt_optim_publish_params(run->opt);
     run->opt->ops->synchronize();
     MPI_Barrier(run->mpi_comm);
     double seconds = MPI_Wtime() - t0;
 
-    const gt_config *cfg = run->cfg;
     int world = gt_comm_size(run->comm);
     if (rank_of(run) == 0) {
         double gb = (double)file_size(path) / 1e9;
@@ -199,11 +355,32 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
                    "the global order\n",
                    (unsigned long long)info->global_batch, (unsigned long long)run->global_batch,
                    (unsigned long long)info->data_cursor);
-        if (saved_config) report_config_changes(saved_config, run->config_text);
+        if (model_changes[0])
+            printf("gtrain: the model changed since the save (checkpoint.allow_model_change = true): %s\n",
+                   model_changes);
+        if (other_changes[0]) printf("gtrain: changed since the save: %s\n", other_changes);
         fflush(stdout);
     }
-    free(saved_config);
     return GT_STATE_OK;
+}
+
+/* Files that failed verification while an older one was usable: renamed aside to step_N.h5.bad,
+ * out of checkpoint.keep's count and out of every later resume's way; reported in one line. Rank 0. */
+static void move_aside(const char *dir, const int64_t *steps, size_t n) {
+    if (!n) return;
+    char line[4096] = "";
+    for (size_t i = 0; i < n; i++) {
+        char path[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80];
+        state_path(path, sizeof path, dir, steps[i], 0);
+        snprintf(bad, sizeof bad, "%s.bad", path);
+        if (rename(path, bad) == 0)
+            append(line, sizeof line, "%s%s -> %s", line[0] ? ", " : "", path, bad);
+        else
+            append(line, sizeof line, "%s%s (cannot rename: %s)", line[0] ? ", " : "", path, strerror(errno));
+    }
+    fprintf(stderr, "gtrain: set aside %zu state file%s that failed verification: %s (not counted toward "
+            "checkpoint.keep; gtrain never deletes them)\n", n, n == 1 ? "" : "s", line);
+    fflush(stderr);
 }
 
 /* Picks and loads the file to resume from. Returns 0 (resumed, or nothing to resume) or 3. */
@@ -234,10 +411,11 @@ static int resume(gt_run_state *run) {
         return 0; /* a fresh run */
     }
 
-    char path[GT_PATH_MAX + 64], err[2048];
+    char path[GT_PATH_MAX + 64], err[GT_PATH_MAX + 4096];
     gt_state_info info;
     int code = GT_STATE_UNREADABLE;
-    for (long long i = 0; i < n; i++) {
+    long long i = 0;
+    for (; i < n; i++) {
         if (explicit_path) snprintf(path, sizeof path, "%s", cfg->checkpoint.resume);
         else state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
         code = try_load(run, path, &info, err, sizeof err);
@@ -253,6 +431,9 @@ static int resume(gt_run_state *run) {
         }
         if (code == GT_STATE_INCOMPATIBLE) break;
     }
+    /* the files before the usable one all failed to read: set them aside (when none is usable they
+     * stay where they are, and the run stops with exit 3 for a person to look) */
+    if (code == GT_STATE_OK && !explicit_path && rank == 0) move_aside(cfg->checkpoint.dir, steps, (size_t)i);
     free(steps);
     if (code != GT_STATE_OK) {
         if (rank == 0 && code == GT_STATE_UNREADABLE && !explicit_path)
@@ -265,6 +446,7 @@ static int resume(gt_run_state *run) {
     run->first_step = (int)info.step + 1;
     run->first_sample = info.data_cursor;
     run->tokens_seen = info.tokens_seen;
+    run->skipped_steps = info.skipped_steps;
     /* the final save is skipped when it would rewrite the file we came from */
     char own[GT_PATH_MAX + 64];
     state_path(own, sizeof own, cfg->checkpoint.dir, info.step, 0);
@@ -293,25 +475,22 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     MPI_Comm_dup(world, &run->mpi_comm);
     run->config_text = gt_config_to_ini(cfg);
     if (!run->config_text) abort();
+    run->file_bytes = gt_state_file_bytes(gt_model_layout(model));
 
-    int rank = rank_of(run), bad = 0;
-    if (cfg->checkpoint.dir[0] && rank == 0) {
-        if (make_dirs(cfg->checkpoint.dir) != 0) {
-            fprintf(stderr, "gtrain: %s: [checkpoint] dir: cannot create '%s': %s\n", cfg->path, cfg->checkpoint.dir,
-                    strerror(errno));
-            bad = 1;
-        } else {
-            remove_stale_temporaries(cfg->checkpoint.dir);
-        }
+    int rc = 0;
+    if (cfg->checkpoint.dir[0]) {
+        rc = check_dir(run);
+        if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     }
-    MPI_Bcast(&bad, 1, MPI_INT, 0, run->mpi_comm);
-    int rc = bad ? GT_EXIT_BAD_INPUT : 0;
     if (!rc && strcmp(cfg->checkpoint.resume, "never") != 0) rc = resume(run);
+    run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;
 }
 
-/* Drops the oldest files beyond checkpoint.keep, counting the one just saved. Rank 0. */
+/* Drops the oldest files beyond checkpoint.keep, counting the one just saved. Files that failed
+ * verification were renamed aside at the resume, so they are not counted; the one just saved is
+ * the newest that verified and always among the kept. Rank 0. */
 static void prune(const gt_config *cfg, int64_t saved_step) {
     if (cfg->checkpoint.keep <= 0) return;
     int64_t *steps = NULL;
@@ -319,7 +498,10 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
     size_t kept = 0;
     char path[GT_PATH_MAX + 64];
     for (size_t i = 0; i < n; i++) {
-        if (steps[i] > saved_step) continue; /* newer than ours: see the header comment */
+        if (steps[i] >= saved_step) { /* ours, and newer ones: see the header comment */
+            if (steps[i] == saved_step) kept++;
+            continue;
+        }
         if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
         if (unlink(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
@@ -327,8 +509,47 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
     free(steps);
 }
 
-/* Writes DIR/step_N.h5 atomically. Collective. Returns 0 or GT_EXIT_FAILURE. */
-static int save(gt_run_state *run, int step) {
+/* Rank 0, before HDF5 writes the file: reserves its planned size under its temporary name, so that
+ * a disk or quota without room fails here, cleanly, and not inside HDF5's collective calls (HDF5
+ * 1.10 leaves the other ranks waiting in a barrier when one rank's write fails while it allocates
+ * a dataset's chunks). HDF5 truncates the file and writes it right after. Where the file system
+ * cannot reserve space (EOPNOTSUPP), statvfs stands in. GTRAIN_TEST_NO_RESERVE=1 (tests only)
+ * skips it, to reach the failure path inside the writer. 0, or -1 with errno set. */
+static int reserve_space(const char *path, const char *dir, uint64_t bytes) {
+    const char *skip = getenv("GTRAIN_TEST_NO_RESERVE");
+    if (skip && strcmp(skip, "1") == 0) return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    int rc = fallocate(fd, 0, 0, (off_t)bytes);
+    int err = rc ? errno : 0;
+    if (rc != 0 && (err == EOPNOTSUPP || err == ENOSYS)) {
+        struct statvfs st;
+        rc = 0;
+        if (statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < bytes) rc = -1, err = ENOSPC;
+    }
+    close(fd);
+    if (rc != 0) {
+        unlink(path);
+        errno = err;
+    }
+    return rc;
+}
+
+/* "the newest state file is DIR/step_N.h5" or "there is no state file of this run yet". */
+void gt_runstate_describe_newest(const gt_run_state *run, char *out, size_t len) {
+    if (run->last_saved_step > 0) {
+        char path[GT_PATH_MAX + 64];
+        state_path(path, sizeof path, run->cfg->checkpoint.dir, run->last_saved_step, 0);
+        snprintf(out, len, "the newest state file is %s", path);
+    } else {
+        snprintf(out, len, "there is no state file of this run yet");
+    }
+}
+
+/* Writes DIR/step_N.h5 atomically. Collective. Returns 0, or -1 when it failed on some rank (a full
+ * disk): then the .tmp is deleted, older files are untouched, and rank 0 has printed one line
+ * ending in `then` (what the run does next). */
+static int save(gt_run_state *run, int step, const char *then) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run);
     char tmp[GT_PATH_MAX + 64], final_path[GT_PATH_MAX + 64];
@@ -346,24 +567,48 @@ static int save(gt_run_state *run, int step) {
     info.grad_accum = cfg->train.grad_accum;
     info.seq_len = cfg->train.seq_len;
     info.lr = gt_lr_at(cfg, step);
+    info.skipped_steps = run->skipped_steps;
     snprintf(info.shard, sizeof info.shard, "%s", cfg->dist.shard);
 
     run->opt->ops->synchronize();
-    MPI_Barrier(run->mpi_comm);
     double t0 = MPI_Wtime();
-    gt_state_write(tmp, run->mpi_comm, run->opt, run->config_text, &info);
-    MPI_Barrier(run->mpi_comm); /* every rank has closed the file */
+    char err[1024] = "";
     int ok = 1;
+    if (rank == 0 && reserve_space(tmp, cfg->checkpoint.dir, run->file_bytes) != 0) {
+        char need[32];
+        gt_format_bytes(run->file_bytes, need, sizeof need);
+        snprintf(err, sizeof err, "%s (reserving %s for it)", strerror(errno), need);
+        ok = 0;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
+    if (ok) ok = gt_state_write(tmp, run->mpi_comm, run->opt, run->config_text, &info, err, sizeof err) == 0;
+    MPI_Barrier(run->mpi_comm); /* every rank has closed the file */
     if (rank == 0) {
         /* data first, then the name: after a crash the name never points at missing data */
-        if (fsync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0 || fsync_path(cfg->checkpoint.dir, 1) != 0) {
-            fprintf(stderr, "gtrain: cannot make %s durable: %s\n", final_path, strerror(errno));
+        if (ok && (fsync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0)) {
+            snprintf(err, sizeof err, "%s (making it durable: fsync and rename)", strerror(errno));
             ok = 0;
         }
+        if (!ok && unlink(tmp) != 0 && errno != ENOENT)
+            fprintf(stderr, "gtrain: cannot delete %s: %s\n", tmp, strerror(errno));
+        if (ok && fsync_path(cfg->checkpoint.dir, 1) != 0) /* the file is complete; only the rename may not last */
+            fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, final_path,
+                    strerror(errno));
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     double seconds = MPI_Wtime() - t0;
-    if (!ok) return GT_EXIT_FAILURE;
+    run->last_save_time = MPI_Wtime();
+    run->last_save_failed = !ok;
+    if (!ok) {
+        if (rank == 0) {
+            char newest[GT_PATH_MAX + 128];
+            gt_runstate_describe_newest(run, newest, sizeof newest);
+            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; its temporary file is deleted, older state files "
+                    "are untouched and %s; %s\n", step, final_path, err, newest, then);
+            fflush(stderr);
+        }
+        return -1;
+    }
     run->last_saved_step = step;
     if (rank == 0) {
         double gb = (double)file_size(final_path) / 1e9;
@@ -386,27 +631,33 @@ static void test_step_delay(void) {
     }
 }
 
+#define PERIODIC_THEN "training goes on and the next save tries again"
+
 int gt_runstate_after_step(gt_run_state *run, int step) {
     const gt_config *cfg = run->cfg;
-    if (cfg->checkpoint.dir[0] && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0) {
-        int rc = save(run, step);
-        if (rc) return rc;
-    }
+    int has_dir = cfg->checkpoint.dir[0] != '\0';
+    int by_steps = has_dir && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
     test_step_delay();
     if (step >= cfg->train.steps) return 0; /* the last step: gt_runstate_end saves, the run ends with 0 */
-    int sig = gt_comm_all_reduce_int_max(run->comm, gt_signals_pending());
-    if (!sig) return 0;
+    /* one agreement per step: a stop signal on any rank, and rank 0's clock for every_minutes */
+    int mine[2] = {gt_signals_pending(), 0}, all[2] = {0, 0};
+    if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
+        mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
+    MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, run->mpi_comm);
+    int sig = all[0];
+    if (!sig) {
+        if (by_steps || all[1]) save(run, step, PERIODIC_THEN);
+        return 0;
+    }
     const char *name = sig == SIGTERM ? "SIGTERM" : "SIGUSR1";
-    if (!cfg->checkpoint.dir[0]) {
+    if (!has_dir) {
         if (rank_of(run) == 0)
             fprintf(stderr, "gtrain: stopped by %s after step %d; checkpoint.dir is empty, so nothing was saved\n",
                     name, step);
         return GT_EXIT_FAILURE;
     }
-    if (run->last_saved_step != step) {
-        int rc = save(run, step);
-        if (rc) return rc;
-    }
+    if (run->last_saved_step != step && save(run, step, "exit 1 (not 75: there is no new state to resume from)") != 0)
+        return GT_EXIT_FAILURE;
     if (rank_of(run) == 0) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
         fflush(stdout);
@@ -419,7 +670,7 @@ int gt_runstate_end(gt_run_state *run) {
     if (!cfg->checkpoint.dir[0]) return 0;
     if (run->first_step > cfg->train.steps) return 0;    /* resumed at or past the end: nothing new */
     if (run->last_saved_step == cfg->train.steps) return 0; /* the periodic save was the last step */
-    return save(run, cfg->train.steps);
+    return save(run, cfg->train.steps, "exit 1") == 0 ? 0 : GT_EXIT_FAILURE;
 }
 
 void gt_runstate_free(gt_run_state *run) {

@@ -28,21 +28,35 @@ typedef struct gt_run_state {
                                 first_sample + (s - first_step) * global_batch */
     uint64_t tokens_seen;    /* tokens trained on before the current step */
     int last_saved_step;     /* the step of the newest state file of this run (or resumed from), 0 if none */
+    int64_t skipped_steps;   /* steps skipped for a non-finite loss (train.nonfinite = skip), saved in files */
+    uint64_t file_bytes;     /* the planned size of one state file (gt_state_file_bytes) */
+    double last_save_time;   /* rank 0's MPI_Wtime of the start or the last save: checkpoint.every_minutes */
+    int last_save_failed;    /* the newest save attempt failed (a full disk): see gt_runstate_after_step */
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
 } gt_run_state;
 
-/* Resumes (checkpoint.resume) or starts fresh. Collective over
- * world (the trainer's MPI communicator, which comm wraps). Returns 0 or an exit code (2 bad config,
- * 3 unusable state file), the same on every rank. */
+/* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path
+ * and the OS error when it cannot; a warning when it has less free space than one state file),
+ * then resumes (checkpoint.resume) or starts fresh. Collective over world (the trainer's MPI
+ * communicator, which comm wraps). Returns 0 or an exit code (2 bad config or unusable directory,
+ * 3 unusable state file or a changed model), the same on every rank. */
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,
                       gt_optim *opt, uint64_t global_batch);
 
-/* After optimizer step `step`: periodic save, and the collective check for a stop signal.
- * Returns 0 to go on, or 75 (GT_EXIT_PREEMPTED) after saving when a signal arrived. */
+/* After optimizer step `step`: the periodic save (checkpoint.every steps, or checkpoint.every_minutes
+ * since the last save by rank 0's clock, agreed), and the collective check for a stop signal.
+ * A periodic save that fails (a full disk) is reported in one line and the run goes on: the next
+ * save tries again. Returns 0 to go on, 75 (GT_EXIT_PREEMPTED) after saving when a signal arrived,
+ * or 1 when a signal arrived and that save failed. */
 int gt_runstate_after_step(gt_run_state *run, int step);
 
-/* After the last step: the final save. Returns 0 or an exit code. */
+/* After the last step: the final save. Returns 0, or 1 when it failed (the message names the
+ * newest state file that is there). */
 int gt_runstate_end(gt_run_state *run);
+
+/* "the newest state file is DIR/step_N.h5" (of this run or the one it resumed from), or that there
+ * is none yet: for messages about a run that stops. */
+void gt_runstate_describe_newest(const gt_run_state *run, char *out, size_t len);
 
 void gt_runstate_free(gt_run_state *run);
 

@@ -10,8 +10,10 @@
  *   - no single transfer moves more than 1 GiB per rank (MPI-IO and some file systems fail on
  *     2 GiB requests): a larger slice of a tensor is written in rounds, and the number of rounds of
  *     a tensor is agreed with one all-reduce (max) over ranks;
- *   - objects of 1 MiB or more start on 1 MiB boundaries (H5Pset_alignment), which parallel file
- *     systems stripe on.
+ *   - allocations of 512 KiB or more (the chunks of large tensors) start on 1 MiB boundaries
+ *     (H5Pset_alignment), which parallel file systems stripe on; small ones are packed;
+ *   - a failed file operation (a full disk) is agreed over the ranks and returned, never a hang
+ *     and never an abort (see "Writing" below).
  * A rank's slice of the flat parameter vector cuts a [out, in] tensor at arbitrary elements, so a
  * piece is up to three blocks (a partial first row, full rows, a partial last row), each moved by
  * its own H5Dwrite/H5Dread with a memory dataspace of the block's own shape. (One call with the
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "model.h"
@@ -44,8 +47,12 @@
 
 #define MAX_IO_BYTES_DEFAULT ((size_t)1 << 30) /* per rank per transfer */
 #define CHUNK_BYTES ((size_t)4 << 20)         /* per chunk with its checksum: one Fletcher32 sum each */
-#define ALIGN_BYTES ((hsize_t)1 << 20)      /* file-system stripe friendly */
-#define ALIGN_THRESHOLD ((hsize_t)64 << 10) /* objects of this size or more are aligned */
+#define ALIGN_BYTES ((hsize_t)1 << 20)       /* file-system stripe friendly */
+/* Only allocations of this size or more are aligned: the chunks of large tensors (every chunk of a
+ * tensor over 1 MiB is at least ALIGN_BYTES - one row, see chunk_dims). Small tensors (norm weights,
+ * a tiny model's matrices) and metadata are packed; aligning them wasted up to 1 MiB each, which
+ * made a 9.6 MB tiny model's file 69 MB. */
+#define ALIGN_THRESHOLD ((hsize_t)512 << 10)
 
 static const char *const GROUPS[3] = {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"};
 
@@ -61,11 +68,13 @@ static void tensor_dims(const gt_tensor_info *t, hsize_t *dims) {
     for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
 }
 
-/* Chunks of whole rows. Each chunk carries a 4-byte Fletcher32 sum and, being over the alignment
- * threshold, starts on an ALIGN_BYTES boundary, so it occupies whole slots of ALIGN_BYTES; and a
- * tensor's last chunk is stored full size. Among chunks of up to CHUNK_BYTES that fill 1, 2, 3 or
- * 4 slots exactly (less the checksum), pick the one that wastes the least file space (ties: the
- * larger chunk): a [2048, 2048] tensor (16 MiB) takes 17 MiB, not 20. */
+/* Chunks of whole rows. Each chunk carries a 4-byte Fletcher32 sum and, when it is over the
+ * alignment threshold (every chunk of a tensor larger than ALIGN_BYTES is), starts on an ALIGN_BYTES
+ * boundary, so it occupies whole slots of ALIGN_BYTES; and a tensor's last chunk is stored full
+ * size. Among chunks of up to CHUNK_BYTES that fill 1, 2, 3 or 4 slots exactly (less the checksum),
+ * pick the one that wastes the least file space (ties: the larger chunk): a [2048, 2048] tensor
+ * (16 MiB) takes 17 MiB, not 20. A tensor smaller than that is one chunk, packed when it is under
+ * the threshold. */
 static void chunk_dims(int ndim, const hsize_t *dims, hsize_t *chunk) {
     hsize_t len = dims[ndim - 1], outer = ndim == 2 ? dims[0] : 1;
     hsize_t row_bytes = ndim == 2 ? len * sizeof(float) : sizeof(float);
@@ -81,6 +90,37 @@ static void chunk_dims(int ndim, const hsize_t *dims, hsize_t *chunk) {
     }
     chunk[0] = best;
     if (ndim == 2) chunk[1] = len;
+}
+
+/* Bytes one dataset of dims takes in the file: its chunks, aligned ones rounded up to whole
+ * slots, plus an allowance for its object header and chunk index. *aligned: whether its chunks are. */
+static uint64_t dataset_file_bytes(int ndim, const hsize_t *dims, int *aligned) {
+    hsize_t chunk[2];
+    chunk_dims(ndim, dims, chunk);
+    hsize_t units = dims[0], per = chunk[0];
+    hsize_t row_bytes = ndim == 2 ? dims[1] * sizeof(float) : sizeof(float);
+    hsize_t chunk_bytes = per * row_bytes + 4, n_chunks = (units + per - 1) / per;
+    *aligned = chunk_bytes >= ALIGN_THRESHOLD;
+    if (*aligned) chunk_bytes = (chunk_bytes + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
+    return (uint64_t)(n_chunks * chunk_bytes) + 1024;
+}
+
+/* An upper bound: a packed (small) dataset between aligned ones can leave a gap of up to
+ * ALIGN_BYTES before the next aligned chunk, so each is counted as that much more. Measured: a
+ * dim-512, 2-block, vocab-8192 model's file is 195.00 MiB, this says 207.15 MiB; configs/tiny.ini's
+ * (no aligned chunks) is 9.25 MiB, this says 9.38 MiB. */
+uint64_t gt_state_file_bytes(const gt_layout *layout) {
+    uint64_t bytes = 64 << 10, small = 0; /* superblock, groups, attributes, /config */
+    int any_aligned = 0;
+    for (int i = 0; i < layout->n_tensors; i++) {
+        hsize_t dims[2] = {1, 1};
+        int aligned = 0;
+        tensor_dims(&layout->tensors[i], dims);
+        bytes += 3 * dataset_file_bytes(layout->tensors[i].ndim, dims, &aligned);
+        any_aligned |= aligned;
+        small += !aligned;
+    }
+    return bytes + (any_aligned ? 3 * small * ALIGN_BYTES : 0);
 }
 
 /* One rectangular block of a tensor: file offset `start`, shape `size` (ndim 1 or 2), and where its
@@ -136,6 +176,22 @@ static hid_t select_block(hid_t file_space, int ndim, const block *b) {
 
 /* ------------------------------------------------------------------------------------------------
  * Writing
+ *
+ * A save can fail for reasons outside the program (a full disk, a quota, a file system that went
+ * away). Such a failure costs that save, never the run, and must never leave one rank waiting in a
+ * collective call that another rank skipped. So the calls come in two kinds:
+ *   - in-memory calls (dataspaces, property lists, types) fail only on a bug or without memory:
+ *     they abort the job with file:line, as every broken invariant does;
+ *   - calls that touch the file are checked: a rank records its first failure (the call, the
+ *     object, errno right after it, HDF5's innermost message) and goes on. After every call that
+ *     creates an object (the file, a group, an attribute, a dataset) and after each tensor's
+ *     writes the ranks agree with one all-reduce, because a rank without the object could not make
+ *     the collective calls that follow. Once any rank failed, every rank stops writing, closes
+ *     what it has open, and gt_state_write returns the failure (the lowest failing rank's message)
+ *     on every rank. A failed H5Dwrite leaves the ids valid, so the tensor's remaining writes are
+ *     still made by everyone and the agreement comes after them.
+ * HDF5's automatic error printing is off while writing; GTRAIN_HDF5_DEBUG=1 prints the error stack
+ * of a failure.
  * ---------------------------------------------------------------------------------------------- */
 
 typedef struct writer {
@@ -147,32 +203,81 @@ typedef struct writer {
     float *stage;          /* host staging buffer */
     size_t stage_len;
     size_t max_elems;      /* per transfer */
+    int debug;             /* GTRAIN_HDF5_DEBUG: print HDF5's error stack at a failure */
+    int failed;            /* this rank: a file operation failed (the first one is described below) */
+    int abandoned;         /* agreed over the ranks: some rank failed, nobody writes any more */
+    int err_no;            /* errno right after the first failure (0: the call set none) */
+    char what[352];        /* the first failed call and its object */
+    char why[256];         /* HDF5's innermost message for it */
 } writer;
 
-static void write_failed(const writer *w, const char *what, const char *file, int line) {
+/* The innermost message of the HDF5 error stack: the one that says what was wrong. */
+static herr_t innermost_error(unsigned n, const H5E_error2_t *e, void *data) {
+    if (n == 0 && e->desc) snprintf((char *)data, 256, "%s", e->desc);
+    return 0;
+}
+
+/* An in-memory HDF5 call failed: a bug or no memory, not a property of the file. */
+static void local_failed(const writer *w, const char *what, int line) {
     H5Eprint2(H5E_DEFAULT, stderr);
-    fprintf(stderr, "gtrain: rank %d: %s:%d: %s failed while writing %s\n", w->rank, file, line, what, w->path);
+    fprintf(stderr, "gtrain: rank %d: %s:%d: %s failed while writing %s\n", w->rank, __FILE__, line, what, w->path);
     fflush(stderr);
     MPI_Abort(w->comm, 1);
 }
 
-#define WCHECK(w, call)                                                   \
-    do {                                                                  \
-        if ((call) < 0) write_failed((w), #call, __FILE__, __LINE__);     \
+#define LOCAL(w, call)                                          \
+    do {                                                        \
+        if ((call) < 0) local_failed((w), #call, __LINE__);     \
     } while (0)
 
-static hid_t wcheck_id(const writer *w, hid_t id, const char *what, int line) {
-    if (id < 0) write_failed(w, what, __FILE__, line);
+static hid_t local_id(const writer *w, hid_t id, const char *what, int line) {
+    if (id < 0) local_failed(w, what, line);
     return id;
 }
-#define WID(w, call) wcheck_id((w), (call), #call, __LINE__)
+#define LOCAL_ID(w, call) local_id((w), (call), #call, __LINE__)
+
+/* Records a failed file operation: the first one on this rank is the one reported. */
+static void file_failed(writer *w, const char *call, const char *object) {
+    int saved_errno = errno;
+    if (!w->failed) {
+        w->failed = 1;
+        w->err_no = saved_errno;
+        snprintf(w->what, sizeof w->what, "%s %s", call, object);
+        H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_error, w->why);
+        if (w->debug) H5Eprint2(H5E_DEFAULT, stderr);
+    }
+    H5Eclear2(H5E_DEFAULT);
+}
+
+static herr_t file_rc(writer *w, herr_t rc, const char *call, const char *object) {
+    if (rc < 0) file_failed(w, call, object);
+    return rc;
+}
+static hid_t file_id(writer *w, hid_t id, const char *call, const char *object) {
+    if (id < 0) file_failed(w, call, object);
+    return id;
+}
+/* errno is cleared before the call, so that after a failure it holds what this call set. */
+#define FILE_RC(w, name, object, call) (errno = 0, file_rc((w), (call), (name), (object)))
+#define FILE_ID(w, name, object, call) (errno = 0, file_id((w), (call), (name), (object)))
+
+/* Did a file operation fail on any rank? Collective while nothing has failed; once the ranks
+ * agreed that something did, every rank returns 1 without communicating. */
+static int agree(writer *w) {
+    if (w->abandoned) return 1;
+    int any = 0;
+    MPI_Allreduce(&w->failed, &any, 1, MPI_INT, MPI_MAX, w->comm);
+    w->abandoned = any;
+    return any;
+}
 
 static void write_attr(writer *w, hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *value) {
-    hid_t space = WID(w, H5Screate(H5S_SCALAR));
-    hid_t attr = WID(w, H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT));
-    WCHECK(w, H5Awrite(attr, mem_type, value));
-    WCHECK(w, H5Aclose(attr));
-    WCHECK(w, H5Sclose(space));
+    if (w->abandoned) return;
+    hid_t space = LOCAL_ID(w, H5Screate(H5S_SCALAR));
+    hid_t attr = FILE_ID(w, "H5Acreate2", name, H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT));
+    if (!agree(w)) FILE_RC(w, "H5Awrite", name, H5Awrite(attr, mem_type, value));
+    if (attr >= 0) FILE_RC(w, "H5Aclose", name, H5Aclose(attr));
+    LOCAL(w, H5Sclose(space));
 }
 
 static void write_attr_i64(writer *w, hid_t obj, const char *name, int64_t v) {
@@ -186,72 +291,95 @@ static void write_attr_f64(writer *w, hid_t obj, const char *name, double v) {
 }
 /* Fixed-length strings: variable-length ones live in the global heap, which has no checksum. */
 static void write_attr_str(writer *w, hid_t obj, const char *name, const char *s) {
-    hid_t type = WID(w, H5Tcopy(H5T_C_S1));
-    WCHECK(w, H5Tset_size(type, strlen(s) + 1));
-    WCHECK(w, H5Tset_strpad(type, H5T_STR_NULLTERM));
+    hid_t type = LOCAL_ID(w, H5Tcopy(H5T_C_S1));
+    LOCAL(w, H5Tset_size(type, strlen(s) + 1));
+    LOCAL(w, H5Tset_strpad(type, H5T_STR_NULLTERM));
     write_attr(w, obj, name, type, type, s);
-    WCHECK(w, H5Tclose(type));
+    LOCAL(w, H5Tclose(type));
+}
+
+/* A group, or -1 (then w->abandoned is set on every rank). Collective. */
+static hid_t create_group(writer *w, hid_t parent, const char *name) {
+    if (w->abandoned) return -1;
+    hid_t group = FILE_ID(w, "H5Gcreate2", name, H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    agree(w);
+    return group;
+}
+
+static void close_group(writer *w, hid_t group, const char *name) {
+    if (group >= 0) FILE_RC(w, "H5Gclose", name, H5Gclose(group));
 }
 
 /* A chunked, Fletcher32-checked dataset creation property list for dims. */
 static hid_t checked_dcpl(writer *w, int ndim, const hsize_t *dims) {
     hsize_t chunk[2];
     chunk_dims(ndim, dims, chunk);
-    hid_t dcpl = WID(w, H5Pcreate(H5P_DATASET_CREATE));
-    WCHECK(w, H5Pset_chunk(dcpl, ndim, chunk));
-    WCHECK(w, H5Pset_fletcher32(dcpl));
-    WCHECK(w, H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER)); /* every element gets written */
+    hid_t dcpl = LOCAL_ID(w, H5Pcreate(H5P_DATASET_CREATE));
+    LOCAL(w, H5Pset_chunk(dcpl, ndim, chunk));
+    LOCAL(w, H5Pset_fletcher32(dcpl));
+    LOCAL(w, H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER)); /* every element gets written */
     return dcpl;
 }
 
 /* /config: one fixed-length string, chunked so that Fletcher32 covers it; rank 0 writes it. */
 static void write_config(writer *w, hid_t file, const char *text) {
+    if (w->abandoned) return;
     hsize_t one = 1;
-    hid_t type = WID(w, H5Tcopy(H5T_C_S1));
-    WCHECK(w, H5Tset_size(type, strlen(text) + 1));
-    WCHECK(w, H5Tset_strpad(type, H5T_STR_NULLTERM));
-    hid_t space = WID(w, H5Screate_simple(1, &one, NULL));
+    hid_t type = LOCAL_ID(w, H5Tcopy(H5T_C_S1));
+    LOCAL(w, H5Tset_size(type, strlen(text) + 1));
+    LOCAL(w, H5Tset_strpad(type, H5T_STR_NULLTERM));
+    hid_t space = LOCAL_ID(w, H5Screate_simple(1, &one, NULL));
     hid_t dcpl = checked_dcpl(w, 1, &one);
-    hid_t dset = WID(w, H5Dcreate2(file, "config", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-    hid_t mspace = WID(w, H5Screate_simple(1, &one, NULL));
-    if (w->rank != 0) {
-        WCHECK(w, H5Sselect_none(space));
-        WCHECK(w, H5Sselect_none(mspace));
+    hid_t mspace = LOCAL_ID(w, H5Screate_simple(1, &one, NULL));
+    hid_t dset = FILE_ID(w, "H5Dcreate2", "/config", H5Dcreate2(file, "config", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    if (!agree(w)) {
+        if (w->rank != 0) {
+            LOCAL(w, H5Sselect_none(space));
+            LOCAL(w, H5Sselect_none(mspace));
+        }
+        FILE_RC(w, "H5Dwrite", "/config", H5Dwrite(dset, type, mspace, space, w->dxpl, text));
     }
-    WCHECK(w, H5Dwrite(dset, type, mspace, space, w->dxpl, text));
-    WCHECK(w, H5Sclose(mspace));
-    WCHECK(w, H5Dclose(dset));
-    WCHECK(w, H5Pclose(dcpl));
-    WCHECK(w, H5Sclose(space));
-    WCHECK(w, H5Tclose(type));
+    if (dset >= 0) FILE_RC(w, "H5Dclose", "/config", H5Dclose(dset));
+    LOCAL(w, H5Sclose(mspace));
+    LOCAL(w, H5Pclose(dcpl));
+    LOCAL(w, H5Sclose(space));
+    LOCAL(w, H5Tclose(type));
+    agree(w);
 }
 
 /* One tensor of one group. `mine` is the part of the flat vector this rank writes; src (device)
  * holds the flat elements [src_begin, ...). rounds: collective writes, agreed over ranks. */
-static void write_tensor(writer *w, hid_t group, const gt_tensor_info *t, const gt_shard *mine, const float *src,
-                         size_t src_begin, int rounds) {
+static void write_tensor(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t,
+                         const gt_shard *mine, const float *src, size_t src_begin, int rounds) {
+    if (w->abandoned) return;
+    char object[320];
+    snprintf(object, sizeof object, "%s/%s", group_name, t->name);
     hsize_t dims[2];
     tensor_dims(t, dims);
-    hid_t space = WID(w, H5Screate_simple(t->ndim, dims, NULL));
+    hid_t space = LOCAL_ID(w, H5Screate_simple(t->ndim, dims, NULL));
     hid_t dcpl = checked_dcpl(w, t->ndim, dims);
-    hid_t dset = WID(w, H5Dcreate2(group, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-    size_t start = 0, count = 0;
-    gt_shard_intersect(mine, t->offset, t->numel, &start, &count);
-    for (int k = 0; k < rounds; k++) {
-        size_t a = (size_t)k * w->max_elems;
-        size_t n = a < count ? (count - a < w->max_elems ? count - a : w->max_elems) : 0;
-        if (n) w->ops->copy_to_host(w->stage, src + (t->offset + start + a - src_begin), n * sizeof(float));
-        block b[3];
-        int nb = flat_blocks(t->ndim, dims, start + a, n, b);
-        for (int i = 0; i < nb; i++) { /* the same number of calls on every rank, empty or not */
-            hid_t mspace = WID(w, select_block(space, t->ndim, &b[i]));
-            WCHECK(w, H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space, w->dxpl, w->stage + b[i].at));
-            WCHECK(w, H5Sclose(mspace));
+    hid_t dset = FILE_ID(w, "H5Dcreate2", object,
+                         H5Dcreate2(group, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    if (!agree(w)) {
+        size_t start = 0, count = 0;
+        gt_shard_intersect(mine, t->offset, t->numel, &start, &count);
+        for (int k = 0; k < rounds; k++) {
+            size_t a = (size_t)k * w->max_elems;
+            size_t n = a < count ? (count - a < w->max_elems ? count - a : w->max_elems) : 0;
+            if (n) w->ops->copy_to_host(w->stage, src + (t->offset + start + a - src_begin), n * sizeof(float));
+            block b[3];
+            int nb = flat_blocks(t->ndim, dims, start + a, n, b);
+            for (int i = 0; i < nb; i++) { /* the same number of calls on every rank, empty or not */
+                hid_t mspace = LOCAL_ID(w, select_block(space, t->ndim, &b[i]));
+                FILE_RC(w, "H5Dwrite", object, H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space, w->dxpl, w->stage + b[i].at));
+                LOCAL(w, H5Sclose(mspace));
+            }
         }
     }
-    WCHECK(w, H5Dclose(dset));
-    WCHECK(w, H5Pclose(dcpl));
-    WCHECK(w, H5Sclose(space));
+    if (dset >= 0) FILE_RC(w, "H5Dclose", object, H5Dclose(dset));
+    LOCAL(w, H5Pclose(dcpl));
+    LOCAL(w, H5Sclose(space));
+    agree(w);
 }
 
 /* GTRAIN_TEST_SLOW_SAVE=S (tests only): sleep S seconds in the middle of every save, after /model
@@ -265,13 +393,76 @@ static void test_slow_save(void) {
     }
 }
 
-void gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
-                    const gt_state_info *info) {
-    writer w = {comm, path, 0, -1, opt->ops, NULL, 0, max_io_elems()};
+/* Everything inside the open file. Each helper does nothing once the ranks agreed on a failure. */
+static void write_contents(writer *w, hid_t file, const gt_optim *opt, const char *text, const gt_state_info *info,
+                           const gt_shard *mine, const int *rounds) {
+    const gt_layout *layout = gt_model_layout(opt->model);
+    write_attr_str(w, file, "format", GT_STATE_FORMAT);
+    write_attr_i64(w, file, "format_version", GT_STATE_FORMAT_VERSION);
+    write_attr_i64(w, file, "step", info->step);
+    write_attr_u64(w, file, "tokens_seen", info->tokens_seen);
+    write_attr_i64(w, file, "world_size", info->world_size);
+    write_attr_str(w, file, "shard", info->shard);
+    write_config(w, file, text);
+
+    hid_t train = create_group(w, file, "train");
+    write_attr_i64(w, train, "step", info->step);
+    write_attr_i64(w, train, "adam_step", info->adam_step);
+    write_attr_u64(w, train, "data_cursor", info->data_cursor);
+    write_attr_u64(w, train, "tokens_seen", info->tokens_seen);
+    write_attr_u64(w, train, "seed", info->seed);
+    write_attr_u64(w, train, "global_batch", info->global_batch);
+    write_attr_i64(w, train, "micro_batch", info->micro_batch);
+    write_attr_i64(w, train, "grad_accum", info->grad_accum);
+    write_attr_i64(w, train, "seq_len", info->seq_len);
+    write_attr_f64(w, train, "lr", info->lr);
+    write_attr_i64(w, train, "skipped_steps", info->skipped_steps);
+    close_group(w, train, "/train");
+    close_group(w, create_group(w, file, "optim"), "/optim");
+
+    const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
+    for (int g = 0; g < 3 && !w->abandoned; g++) {
+        if (g == 1) test_slow_save();
+        hid_t group = create_group(w, file, GROUPS[g]);
+        for (int i = 0; i < layout->n_tensors; i++)
+            write_tensor(w, group, GROUPS[g], &layout->tensors[i], mine, buffers[g], opt->shard.begin, rounds[i]);
+        close_group(w, group, GROUPS[g]);
+    }
+}
+
+/* The message of a failed save: what the OS said when it said anything. A write that ran out of
+ * room often says nothing (MPI-IO reports a short write, HDF5 "file write failed", errno stays 0),
+ * so when the file's directory has less than ALIGN_BYTES free, that is named as the cause. Else
+ * HDF5's reason. */
+static void describe_failure(const writer *w, char *err, size_t err_len) {
+    const char *why = w->why[0] ? w->why : "an HDF5 call failed";
+    if (w->err_no) {
+        snprintf(err, err_len, "%s (rank %d: %s)", strerror(w->err_no), w->rank, w->what);
+        return;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", w->path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    struct statvfs st;
+    if (statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < ALIGN_BYTES)
+        snprintf(err, err_len, "%s: %llu bytes free (rank %d: %s: %s)", strerror(ENOSPC),
+                 (unsigned long long)st.f_bavail * st.f_frsize, w->rank, w->what, why);
+    else
+        snprintf(err, err_len, "%s (rank %d: %s)", why, w->rank, w->what);
+}
+
+int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
+                   const gt_state_info *info, char *err, size_t err_len) {
+    writer w = {comm, path, 0, -1, opt->ops, NULL, 0, max_io_elems(), 0, 0, 0, 0, "", ""};
+    const char *debug = getenv("GTRAIN_HDF5_DEBUG");
+    w.debug = debug && debug[0] && strcmp(debug, "0") != 0;
     int world;
     MPI_Comm_rank(comm, &w.rank);
     MPI_Comm_size(comm, &world);
     const gt_layout *layout = gt_model_layout(opt->model);
+    err[0] = '\0';
 
     /* The part each rank writes: its own slice with ZeRO-1, else the slice it would own. */
     gt_shard mine = opt->shard;
@@ -301,54 +492,40 @@ void gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const 
     if (w.rank == 0) memcpy(text, config_text, text_len + 1);
     MPI_Bcast(text, (int)text_len + 1, MPI_CHAR, 0, comm);
 
-    hid_t fapl = WID(&w, H5Pcreate(H5P_FILE_ACCESS));
-    WCHECK(&w, H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-    WCHECK(&w, H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST)); /* checksummed metadata */
-    WCHECK(&w, H5Pset_alignment(fapl, ALIGN_THRESHOLD, ALIGN_BYTES));
-    WCHECK(&w, H5Pset_all_coll_metadata_ops(fapl, 1));
-    WCHECK(&w, H5Pset_coll_metadata_write(fapl, 1));
-    hid_t file = WID(&w, H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-    w.dxpl = WID(&w, H5Pcreate(H5P_DATASET_XFER));
-    WCHECK(&w, H5Pset_dxpl_mpio(w.dxpl, H5FD_MPIO_COLLECTIVE));
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 
-    write_attr_str(&w, file, "format", GT_STATE_FORMAT);
-    write_attr_i64(&w, file, "format_version", GT_STATE_FORMAT_VERSION);
-    write_attr_i64(&w, file, "step", info->step);
-    write_attr_u64(&w, file, "tokens_seen", info->tokens_seen);
-    write_attr_i64(&w, file, "world_size", info->world_size);
-    write_attr_str(&w, file, "shard", info->shard);
-    write_config(&w, file, text);
+    hid_t fapl = LOCAL_ID(&w, H5Pcreate(H5P_FILE_ACCESS));
+    LOCAL(&w, H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+    LOCAL(&w, H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST)); /* checksummed metadata */
+    LOCAL(&w, H5Pset_alignment(fapl, ALIGN_THRESHOLD, ALIGN_BYTES));
+    LOCAL(&w, H5Pset_all_coll_metadata_ops(fapl, 1));
+    LOCAL(&w, H5Pset_coll_metadata_write(fapl, 1));
+    w.dxpl = LOCAL_ID(&w, H5Pcreate(H5P_DATASET_XFER));
+    LOCAL(&w, H5Pset_dxpl_mpio(w.dxpl, H5FD_MPIO_COLLECTIVE));
+    hid_t file = FILE_ID(&w, "H5Fcreate", "", H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!agree(&w)) write_contents(&w, file, opt, text, info, &mine, rounds);
+    if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file)); /* the metadata is written here */
+    LOCAL(&w, H5Pclose(w.dxpl));
+    LOCAL(&w, H5Pclose(fapl));
 
-    hid_t train = WID(&w, H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    write_attr_i64(&w, train, "step", info->step);
-    write_attr_i64(&w, train, "adam_step", info->adam_step);
-    write_attr_u64(&w, train, "data_cursor", info->data_cursor);
-    write_attr_u64(&w, train, "tokens_seen", info->tokens_seen);
-    write_attr_u64(&w, train, "seed", info->seed);
-    write_attr_u64(&w, train, "global_batch", info->global_batch);
-    write_attr_i64(&w, train, "micro_batch", info->micro_batch);
-    write_attr_i64(&w, train, "grad_accum", info->grad_accum);
-    write_attr_i64(&w, train, "seq_len", info->seq_len);
-    write_attr_f64(&w, train, "lr", info->lr);
-    WCHECK(&w, H5Gclose(train));
-    hid_t optim = WID(&w, H5Gcreate2(file, "optim", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    WCHECK(&w, H5Gclose(optim));
-
-    const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
-    for (int g = 0; g < 3; g++) {
-        if (g == 1) test_slow_save();
-        hid_t group = WID(&w, H5Gcreate2(file, GROUPS[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-        for (int i = 0; i < layout->n_tensors; i++)
-            write_tensor(&w, group, &layout->tensors[i], &mine, buffers[g], opt->shard.begin, rounds[i]);
-        WCHECK(&w, H5Gclose(group));
+    /* one verdict for all ranks, with the message of the lowest rank that failed */
+    int failed_rank = w.failed ? w.rank : world, first = world;
+    MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first < world) {
+        char msg[1024] = "";
+        if (w.rank == first) describe_failure(&w, msg, sizeof msg);
+        MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm);
+        snprintf(err, err_len, "%s", msg);
     }
-
-    WCHECK(&w, H5Pclose(w.dxpl));
-    WCHECK(&w, H5Fclose(file));
-    WCHECK(&w, H5Pclose(fapl));
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
     free(text);
     free(w.stage);
     free(rounds);
+    return first < world ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -362,12 +539,6 @@ typedef struct reader {
     size_t err_len;
     char why[256];  /* the HDF5 reason of the first failed call, captured before anything clears it */
 } reader;
-
-/* The innermost message of the HDF5 error stack: the one that says what was wrong. */
-static herr_t innermost_error(unsigned n, const H5E_error2_t *e, void *data) {
-    if (n == 0 && e->desc) snprintf((char *)data, 256, "%s", e->desc);
-    return 0;
-}
 
 /* Call right after a failed HDF5 call: any later call clears the error stack. */
 static void capture(reader *r) {
@@ -391,11 +562,26 @@ static int fail(reader *r, int code, int with_h5_reason, const char *fmt, ...) {
 static int read_attr(reader *r, hid_t obj, const char *obj_name, const char *name, hid_t mem_type, void *value) {
     if (H5Aexists(obj, name) <= 0) return fail(r, GT_STATE_UNREADABLE, 1, "attribute %s%s is missing", obj_name, name);
     hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t rc = attr < 0 ? -1 : H5Aread(attr, mem_type, value);
+    /* one value: H5Aread writes every element, and an array attribute would overrun `value` */
+    hid_t space = attr < 0 ? -1 : H5Aget_space(attr);
+    hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+    herr_t rc = n != 1 ? -1 : H5Aread(attr, mem_type, value);
     if (rc < 0) capture(r);
+    if (space >= 0) H5Sclose(space);
     if (attr >= 0) H5Aclose(attr);
+    if (n >= 0 && n != 1)
+        return fail(r, GT_STATE_UNREADABLE, 0, "attribute %s%s holds %lld values (expected one)", obj_name, name,
+                    (long long)n);
     if (rc < 0) return fail(r, GT_STATE_UNREADABLE, 1, "cannot read attribute %s%s", obj_name, name);
     return 0;
+}
+
+/* Elements in a dataspace (closed here): a string attribute or /config must hold exactly one, since
+ * a read writes every element into a buffer sized for one. */
+static hssize_t n_points(hid_t space) {
+    hssize_t n = space < 0 ? -1 : H5Sget_simple_extent_npoints(space);
+    if (space >= 0) H5Sclose(space);
+    return n;
 }
 
 static int read_attr_str(reader *r, hid_t obj, const char *obj_name, const char *name, char *out, size_t len) {
@@ -403,7 +589,8 @@ static int read_attr_str(reader *r, hid_t obj, const char *obj_name, const char 
     if (H5Aexists(obj, name) <= 0) return fail(r, GT_STATE_UNREADABLE, 1, "attribute %s%s is missing", obj_name, name);
     hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t ftype = attr < 0 ? -1 : H5Aget_type(attr);
-    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype);
+    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype) &&
+             n_points(H5Aget_space(attr)) == 1;
     size_t size = ok ? H5Tget_size(ftype) : 0;
     char *buf = ok ? calloc(size + 1, 1) : NULL;
     hid_t mtype = ok ? H5Tcopy(H5T_C_S1) : -1;
@@ -422,7 +609,8 @@ static int read_config_text(reader *r, char **text) {
     hid_t dset = H5Dopen2(r->file, "/config", H5P_DEFAULT);
     if (dset < 0) return fail(r, GT_STATE_UNREADABLE, 1, "cannot open /config");
     hid_t ftype = H5Dget_type(dset);
-    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype);
+    int ok = ftype >= 0 && H5Tget_class(ftype) == H5T_STRING && !H5Tis_variable_str(ftype) &&
+             n_points(H5Dget_space(dset)) == 1;
     size_t size = ok ? H5Tget_size(ftype) : 0;
     char *buf = ok ? calloc(size + 1, 1) : NULL;
     hid_t mtype = ok ? H5Tcopy(H5T_C_S1) : -1;
@@ -602,6 +790,9 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
         if (!code) code = read_attr(r, train, "/train/", "grad_accum", H5T_NATIVE_INT64, &ga);
         if (!code) code = read_attr(r, train, "/train/", "seq_len", H5T_NATIVE_INT64, &sl);
         if (!code) code = read_attr(r, train, "/train/", "lr", H5T_NATIVE_DOUBLE, &info->lr);
+        /* added after format_version 1 was first written: optional, 0 when absent */
+        if (!code && H5Aexists(train, "skipped_steps") > 0)
+            code = read_attr(r, train, "/train/", "skipped_steps", H5T_NATIVE_INT64, &info->skipped_steps);
         info->micro_batch = (int)mb;
         info->grad_accum = (int)ga;
         info->seq_len = (int)sl;

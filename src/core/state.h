@@ -9,7 +9,7 @@
  *   /optim/exp_avg/<name>     AdamW first moment, same shapes
  *   /optim/exp_avg_sq/<name>  AdamW second moment
  *   /train                    attributes: adam_step, data_cursor, seed, global_batch, micro_batch,
- *                             grad_accum, seq_len, lr, step, tokens_seen
+ *                             grad_accum, seq_len, lr, step, tokens_seen, skipped_steps
  *
  * Every dataset is chunked with the Fletcher32 filter, and the file uses HDF5's newest format, whose
  * metadata (superblock, object headers with the attributes, chunk indexes) carries checksums too:
@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
 #include "optim.h"
 
 #define GT_STATE_FORMAT "gtrain-state"
@@ -41,6 +42,8 @@ typedef struct gt_state_info {
     int world_size;
     int micro_batch, grad_accum, seq_len;
     double lr;              /* learning rate of the last step taken */
+    int64_t skipped_steps;  /* steps skipped for a non-finite loss or gradient (train.nonfinite = skip);
+                               0 when the file predates the attribute */
     char shard[16];         /* dist.shard of the run that saved */
 } gt_state_info;
 
@@ -48,10 +51,13 @@ typedef struct gt_state_info {
  * slice): creates `path` (truncating it) and writes the state. With ZeRO-1 each rank writes the
  * hyperslabs of its own slice; with shard=none every rank holds everything and each writes the
  * slice it would own, so the writes are split across ranks either way. config_text is taken from
- * rank 0. Aborts the job (MPI_Abort) on any HDF5 failure: a partial file only ever exists under the
- * caller's temporary name. */
-void gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
-                    const gt_state_info *info);
+ * rank 0. Returns 0, or -1 on every rank when a file operation failed on any rank (a full disk, a
+ * quota, an I/O error), with one line in err on every rank: the OS error (strerror) when there is
+ * one, else HDF5's reason, and the rank and call, e.g. "No space left on device (rank 0: H5Dcreate2
+ * /model/lm_head.weight)". The partial file is left for the caller to delete: it only ever exists
+ * under the caller's temporary name. */
+int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
+                   const gt_state_info *info, char *err, size_t err_len);
 
 enum {
     GT_STATE_OK = 0,
@@ -68,6 +74,10 @@ enum {
  * together the ranks verify the whole file. */
 int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **config_text, char *err,
                   size_t err_len);
+
+/* The size a state file of this layout will have on disk, from the same chunking and alignment
+ * rules the writer uses, plus an allowance for metadata: for the free-space check at start. */
+uint64_t gt_state_file_bytes(const gt_layout *layout);
 
 /* Bytes of tensor data in a state file for n parameters: master + two moments, fp32. */
 static inline uint64_t gt_state_tensor_bytes(size_t n_params) { return 3 * (uint64_t)n_params * 4; }

@@ -27,6 +27,7 @@
 #include "model.h"
 #include "optim.h"
 #include "planner.h"
+#include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
 #include "zero.h"
@@ -70,15 +71,22 @@ static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
 /* Chooses the backend from train.device and train.precision; the same one on every rank (a rank
  * without a GPU makes device = auto fall back to the CPU everywhere, and device = cuda fail). */
 static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
-    char why[256] = "", msg[2048] = "";
+    char why[512] = "", msg[2048] = "";
     int rank;
     MPI_Comm_rank(comm, &rank);
     const char *dev = cfg->train.device, *prec = cfg->train.precision;
     int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
     if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
-        ops = gt_ops_cuda(want_bf16, why, sizeof why);
-        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but rank %d: %s", cfg->path, dev, rank, why);
+        /* the GPU of this rank (local rank modulo the visible devices); two ranks on one GPU is an
+         * error with either setting, since the user clearly meant to use the GPUs */
+        int gpu = gt_cuda_select_device(comm, why, sizeof why);
+        if (gpu == GT_CUDA_SHARED_GPU) {
+            snprintf(msg, sizeof msg, "%s: [train] device = %s: %s", cfg->path, dev, why);
+            return fail_input(rank, msg);
+        }
+        ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
+        if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
         int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
@@ -98,6 +106,17 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
     }
     *ops_out = ops;
     return 0;
+}
+
+/* Bad input a backend found on the device (a token id outside the vocabulary: the CUDA kernels raise a
+ * flag instead of reading out of bounds), read once per step and after each evaluation; every rank
+ * agrees, and the run stops with exit 2 and the data file named, as the loader's own check does. */
+static int device_faults(const gt_ops *ops, MPI_Comm comm, const char *path, char *msg, size_t msg_len) {
+    if (!ops->take_fault) return 0;
+    char fault[512] = "";
+    int bad = ops->take_fault(fault, sizeof fault);
+    if (bad) snprintf(msg, msg_len, "%s: %s", path, fault);
+    return agree_input(comm, bad ? GT_EXIT_BAD_INPUT : 0, msg, msg_len);
 }
 
 static void write_json_number(FILE *f, const char *key, double v, int last) {
@@ -220,6 +239,30 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
     return code;
 }
 
+/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad]] (tests only): at optimizer step STEP, after
+ * micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless `grad`
+ * is given, so does that micro-batch's loss, as an overflow in the forward pass would make them. */
+typedef struct nan_hook {
+    int step, micro, rank, grad_only; /* step 0: off */
+} nan_hook;
+
+static nan_hook test_nan_hook(void) {
+    nan_hook h = {0, 0, 0, 0};
+    const char *env = getenv("GTRAIN_TEST_NAN_AT");
+    char kind[8] = "";
+    if (env && sscanf(env, "%d:%d:%d:%7s", &h.step, &h.micro, &h.rank, kind) >= 2)
+        h.grad_only = strcmp(kind, "grad") == 0;
+    else
+        h.step = 0;
+    return h;
+}
+
+static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, double loss) {
+    float nan_value = NAN;
+    ops->copy_to_device(gt_model_grads(model), &nan_value, sizeof nan_value);
+    return grad_only ? loss : NAN;
+}
+
 int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rank, world;
     MPI_Comm_rank(world_comm, &rank);
@@ -245,7 +288,15 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
+    if (is_cuda && world == 1 && strcmp(cfg->dist.comm, "nccl") != 0) {
+        /* one GPU: nothing to reduce, so no NCCL (or host MPI) for collectives never made */
+        char why[256];
+        comm = gt_comm_create_local(world_comm, ops->copy, why, sizeof why);
+        if (!comm) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm: %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    } else if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
         if (!is_cuda) {
             snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
             return fail_input(rank, msg);
@@ -266,20 +317,6 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         comm = gt_comm_create_mpi(world_comm);
     }
 
-    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
-    err[0] = '\0';
-    int bad = 0;
-    const char *paths[2] = {cfg->data.train, cfg->data.val};
-    gt_data **sets[2] = {&train_data, &val_data};
-    for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
-        gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
-        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
-            gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
-            bad = 1;
-    }
-    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
-    if (rc) goto done;
-
     /* plan */
     gt_policy policy;
     gt_plan plan;
@@ -290,8 +327,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
     int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, stage >= 1, stage, want_micro == 1,
-                          cfg->train.grad_accum, cfg->dist.prefetch};
+                          ops->can_keep_attention_probs, world, stage >= 1, gt_plan_library_bytes(is_cuda, world),
+                          stage, want_micro == 1, cfg->train.grad_accum, cfg->dist.prefetch};
     if (stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0)) {
         gt_mem_estimate est;
         if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
@@ -313,6 +350,23 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     shape.grad_micro = grad_micro;
     gt_mem_estimate predicted;
     gt_plan_estimate(&shape, &plan, &predicted);
+    /* before the first allocation: does the plan fit what each rank can have? */
+    rc = gt_preflight_memory(cfg, ops, world_comm, &predicted);
+    if (rc) goto done;
+
+    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
+    err[0] = '\0';
+    int bad = 0;
+    const char *paths[2] = {cfg->data.train, cfg->data.val};
+    gt_data **sets[2] = {&train_data, &val_data};
+    for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
+        gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
+        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
+            gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
+            bad = 1;
+    }
+    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
+    if (rc) goto done;
 
     /* model, parameters, optimizer: ZeRO-3 holds no full parameter buffer and grad_sync = micro no
      * full gradient buffer; zero.c gathers and reduces their units */
@@ -392,6 +446,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     float dloss = (float)(1.0 / ((double)G * T));
     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double flops_per_step = 3.0 * predicted.forward_flops * A;
+    int stop_on_nonfinite = strcmp(cfg->train.nonfinite, "stop") == 0;
+    nan_hook nan_hook = test_nan_hook();
     progress progress = {progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
                          cfg->train.steps, cfg->log.every, 0.0, 0, 0};
 
@@ -403,21 +459,40 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         else ops->zero(gt_model_grads(model), n_padded * sizeof(float));
         uint64_t gathers0 = zero.gathers;
         double loss_sum = 0.0;
-        int recomputed = 0;
+        int recomputed = 0, bad_micro = -1;
         for (int m = 0; m < A; m++) {
             uint64_t micro_index = (uint64_t)rank * A + m; /* within the global batch */
             uint64_t first = run.first_sample + (uint64_t)(step - run.first_step) * G + micro_index * B;
             gt_data_train_batch(train_data, cfg->train.seed, first, B, T, inputs, targets);
             gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
-            loss_sum += gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
+            double micro_loss = gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
+            if (nan_hook.step == step && nan_hook.micro == m && nan_hook.rank == rank)
+                micro_loss = inject_nan(ops, model, nan_hook.grad_only, micro_loss);
+            if (!isfinite(micro_loss) && bad_micro < 0) bad_micro = m;
+            loss_sum += micro_loss;
         }
-        gt_step_result sr;
-        gt_optim_step(&opt, cfg, step, &sr);
+        /* a non-finite loss on any rank: agreed before the optimizer step, which is then not taken;
+         * a non-finite gradient norm: the optimizer step applies nothing (sr.applied = 0) */
+        err[0] = '\0';
+        if (bad_micro >= 0)
+            snprintf(err, sizeof err, "step %d: the loss of micro-batch %d of %d on rank %d is not finite", step,
+                     bad_micro, A, rank);
+        int nonfinite = gt_agree_on_failure(world_comm, bad_micro >= 0, err, sizeof err);
+        gt_step_result sr = {NAN, gt_lr_at(cfg, step), 0};
+        if (!nonfinite) gt_optim_step(&opt, cfg, step, &sr);
+        if (!nonfinite && !sr.applied) {
+            nonfinite = 1;
+            snprintf(err, sizeof err, "step %d: the gradient norm is %g, though the loss of every micro-batch was "
+                     "finite", step, sr.grad_norm);
+        }
+        if (nonfinite && !stop_on_nonfinite) run.skipped_steps++;
         gt_comm_stats stats;
         gt_comm_stats_get(comm, &stats);
         double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
         ops->synchronize();
         double step_s = now_seconds() - t0;
+        rc = device_faults(ops, world_comm, cfg->data.train, err, sizeof err);
+        if (rc) break;
         run.tokens_seen += G * (uint64_t)T;
         double tok_per_s = (double)G * T / step_s;
         double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
@@ -437,18 +512,39 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
                     "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_total_ms\":%.3f,"
                     "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
                     "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
-                    "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu}}\n",
+                    "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
                     stats.seconds * 1e3, stats.seconds_total * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
                     (unsigned long long)mem.peak[GT_MEM_GRADS], (unsigned long long)(zero.gathers - gathers0),
                     (unsigned long long)stats.calls_all_reduce, (unsigned long long)stats.calls_reduce_scatter,
                     (unsigned long long)stats.calls_all_gather, (unsigned long long)stats.calls_reduce_scatter_v,
-                    (unsigned long long)stats.calls_all_gather_v, (unsigned long long)stats.calls_scalar);
+                    (unsigned long long)stats.calls_all_gather_v, (unsigned long long)stats.calls_scalar,
+                    (long long)run.skipped_steps);
+            if (ops->reserved_bytes)
+                fprintf(metrics, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)ops->reserved_bytes());
+            else
+                fprintf(metrics, "\"mem_reserved_bytes\":null}\n");
             fflush(metrics);
+        }
+        if (nonfinite) {
+            char newest[GT_PATH_MAX + 128];
+            gt_runstate_describe_newest(&run, newest, sizeof newest);
+            if (stop_on_nonfinite) {
+                if (rank == 0)
+                    fprintf(stderr, "gtrain: %s; no update was applied and nothing was saved; %s (train.nonfinite "
+                            "= stop; exit %d)\n", err, newest, GT_EXIT_FAILURE);
+                rc = GT_EXIT_FAILURE;
+                break;
+            }
+            if (rank == 0)
+                fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.nonfinite = skip; %lld "
+                        "skipped so far)\n", err, (long long)run.skipped_steps);
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
             double val_loss = evaluate(model, val_data, cfg, comm, stage == 3);
+            rc = device_faults(ops, world_comm, cfg->data.val, err, sizeof err);
+            if (rc) break;
             if (rank == 0) {
                 if (progress.partial) printf("\r\033[K");
                 progress.partial = 0;

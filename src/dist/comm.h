@@ -6,8 +6,12 @@
  *   gt_comm_create_mpi   MPI on HOST buffers (CPU backend). fp32 and bf16 (bf16 sums through a user
  *                        MPI_Op that adds in float and rounds to nearest-even once per pairwise add).
  *   gt_comm_create_nccl  NCCL on DEVICE buffers (CUDA backend), one GPU per rank; returns NULL and a
- *                        reason when it cannot run (built without CUDA, no GPU, more ranks on a node
- *                        than GPUs) — the same answer on every rank, so callers may fall back to MPI.
+ *                        reason when it cannot run (built without CUDA, no GPU, two ranks of a node
+ *                        on one GPU) — the same answer on every rank, so callers may fall back to MPI.
+ *   gt_comm_create_local one rank only, any buffers: nothing to reduce, so no library is touched;
+ *                        reduce-scatter and all-gather copy with the caller's copy function when not in
+ *                        place. What a single-GPU run uses, so it never waits on NCCL for collectives
+ *                        it does not need.
  *
  * Rules every call follows:
  *   - Every tensor collective is collective: all ranks call it, in the same order, with the same
@@ -56,6 +60,21 @@ typedef struct gt_comm gt_comm;
 
 gt_comm *gt_comm_create_mpi(MPI_Comm world);
 gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len);
+/* NULL with a reason when world has more than one rank. `copy` moves bytes within the buffers' memory
+ * (the backend's device-to-device copy, or memcpy for host buffers). */
+gt_comm *gt_comm_create_local(MPI_Comm world, void (*copy)(void *dst, const void *src, size_t bytes), char *why,
+                              size_t why_len);
+
+/* The GPU of this rank: device = local rank (among the ranks sharing this node) modulo the devices this
+ * process sees, made current with cudaSetDevice. So 8 ranks on an 8-GPU node take one each, and ranks
+ * that each see one GPU (Slurm --gpus-per-task=1, one container per rank) take device 0, their own.
+ * The ranks of a node compare the UUIDs of the GPUs they chose; two ranks on one GPU is refused on
+ * every rank with the same reason (NCCL cannot run that way, and it would halve each rank's memory).
+ * Collective over world. Returns the device index, GT_CUDA_SHARED_GPU and the reason (the same on every
+ * rank), or -1 and this rank's own reason: no CUDA device visible here, or a build without CUDA (the
+ * caller agrees over ranks). */
+#define GT_CUDA_SHARED_GPU (-2)
+int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len);
 void gt_comm_destroy(gt_comm *comm);      /* collective; NULL is a no-op */
 
 int gt_comm_rank(const gt_comm *comm);

@@ -7,8 +7,10 @@
  * real hardware, treat this file as unverified.
  *
  * How it works:
- *   - Each rank picks GPU local_rank % device_count (local rank from MPI_COMM_TYPE_SHARED). NCCL
- *     refuses two ranks on one GPU, so creation returns NULL when a node has more ranks than GPUs.
+ *   - Each rank picks GPU local_rank % device_count (local rank from MPI_COMM_TYPE_SHARED) in
+ *     gt_cuda_select_device, which also compares the chosen GPUs' UUIDs over the node: NCCL refuses
+ *     two ranks on one GPU, so creation returns NULL then. Ranks that each see one GPU of their own
+ *     (Slurm --gpus-per-task=1) all pick their device 0, which is fine.
  *   - Whether NCCL can run is agreed over MPI first (every rank must find a GPU), so all ranks get
  *     the same answer: either all build the NCCL communicator or all return NULL with a reason.
  *   - Rank 0 makes the ncclUniqueId, MPI_Bcast hands it out, ncclCommInitRank builds the communicator.
@@ -247,6 +249,104 @@ static const gt_comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
+/* One rank's choice as the other ranks of its node see it: the GPU's identity is its UUID, or where a
+ * virtualised device reports none (all zero) its PCI domain, bus and device; known = 0 when neither
+ * is available, and then no sharing is claimed. */
+typedef struct {
+    int world_rank, device;        /* device -1: none */
+    int known;
+    unsigned char uuid[16];
+} gpu_choice;
+
+static void format_uuid(const unsigned char *u, char *out, size_t len) {
+    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
+    int rank = 0, local_rank = 0, local_size = 1;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local_size);
+
+    char reason[512] = "";
+    gpu_choice mine;
+    memset(&mine, 0, sizeof mine);
+    mine.world_rank = rank;
+    mine.device = -1;
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0) {
+        snprintf(reason, sizeof reason, "rank %d: no CUDA device is visible (%s)", rank,
+                 e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+        (void)cudaGetLastError();
+    } else {
+        int device = local_rank % devices;
+        struct cudaDeviceProp prop;
+        e = cudaSetDevice(device);
+        if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+        if (e != cudaSuccess) {
+            snprintf(reason, sizeof reason, "rank %d: CUDA device %d of %d cannot be used (%s)", rank, device,
+                     devices, cudaGetErrorString(e));
+            (void)cudaGetLastError();
+        } else {
+            mine.device = device;
+            memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
+            static const unsigned char zero[16];
+            mine.known = memcmp(mine.uuid, zero, sizeof zero) != 0;
+            if (!mine.known && (prop.pciBusID || prop.pciDeviceID || prop.pciDomainID)) {
+                int pci[3] = {prop.pciDomainID, prop.pciBusID, prop.pciDeviceID};
+                memcpy(mine.uuid, pci, sizeof pci); /* the PCI address in the UUID's place */
+                mine.uuid[15] = 0xFF;                /* never equal to a real UUID's bytes by chance */
+                mine.known = 1;
+            }
+        }
+    }
+
+    /* the node's choices: two ranks with one UUID share a GPU */
+    gpu_choice *all = calloc((size_t)local_size, sizeof *all);
+    if (!all) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+    char share[512] = "";
+    for (int a = 0; a < local_size && !share[0]; a++)
+        for (int b = a + 1; b < local_size && !share[0]; b++)
+            if (all[a].known && all[b].known && memcmp(all[a].uuid, all[b].uuid, 16) == 0) {
+                char id[64];
+                format_uuid(all[a].uuid, id, sizeof id);
+                snprintf(share, sizeof share,
+                         "ranks %d and %d (local ranks %d and %d of %d on one node) would share GPU %s: each "
+                         "rank sees %d GPU(s) (expected one GPU per rank: at most as many ranks per node as "
+                         "GPUs, or srun --gpus-per-task=1)",
+                         all[a].world_rank, all[b].world_rank, a, b, local_size, id, devices);
+            }
+    free(all);
+    MPI_Comm_free(&node);
+
+    /* a shared GPU anywhere is refused everywhere, with the first such node's words */
+    int shared = share[0] != '\0', any = 0;
+    MPI_Allreduce(&shared, &any, 1, MPI_INT, MPI_MAX, world);
+    if (any) {
+        int size = 1, first = 0;
+        MPI_Comm_size(world, &size);
+        int cand = shared ? rank : size;
+        MPI_Allreduce(&cand, &first, 1, MPI_INT, MPI_MIN, world);
+        MPI_Bcast(share, (int)sizeof share, MPI_CHAR, first, world);
+        if (why && why_len) snprintf(why, why_len, "%s", share);
+        return GT_CUDA_SHARED_GPU;
+    }
+    if (mine.device < 0) {
+        if (why && why_len) snprintf(why, why_len, "%s", reason);
+        return -1;
+    }
+    if (why && why_len) why[0] = '\0';
+    return mine.device;
+}
+
 gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
     gt_comm *c = calloc(1, sizeof *c);
     if (!c) {
@@ -257,19 +357,9 @@ gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
     c->ops = &nccl_ops;
 
     /* Can this rank run NCCL? Agree before any rank enters ncclCommInitRank. */
-    char local_why[256] = "";
-    int devices = 0;
-    cudaError_t e = cudaGetDeviceCount(&devices);
-    if (e != cudaSuccess) {
-        snprintf(local_why, sizeof local_why, "rank %d: no CUDA device (%s)", c->rank, cudaGetErrorString(e));
-        devices = 0;
-    } else if (devices == 0) {
-        snprintf(local_why, sizeof local_why, "rank %d: no CUDA device", c->rank);
-    } else if (c->local_size > devices) {
-        snprintf(local_why, sizeof local_why,
-                 "%d ranks on this node but %d GPU(s); NCCL needs one GPU per rank", c->local_size, devices);
-    }
-    int ok = local_why[0] == '\0', all_ok = 0;
+    char local_why[512] = "";
+    int device = gt_cuda_select_device(c->world, local_why, sizeof local_why);
+    int ok = device >= 0, all_ok = 0;
     gt_mpi_check(c, MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->world));
     if (!all_ok) {
         /* Report the first failing rank's reason on every rank. */
@@ -288,8 +378,7 @@ gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
         abort();
     }
     c->impl = s;
-    s->device = c->local_rank % devices;
-    cudaCheck(c, cudaSetDevice(s->device));
+    s->device = device;   /* made current by gt_cuda_select_device */
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(c, ncclGetUniqueId(&id));
     gt_mpi_check(c, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
@@ -306,6 +395,12 @@ gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
     (void)world;
     if (why && why_len) snprintf(why, why_len, "gtrain was built without CUDA, so without NCCL");
     return NULL;
+}
+
+int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
+    (void)world;
+    if (why && why_len) snprintf(why, why_len, "gtrain was built without CUDA");
+    return -1;
 }
 
 #endif

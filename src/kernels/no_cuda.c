@@ -11,3 +11,5 @@ const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len) {
     snprintf(why, why_len, "this gtrain was built without the CUDA backend (no nvcc at build time)");
     return NULL;
 }
+
+void gt_cuda_versions(char *buf, size_t len) { snprintf(buf, len, "CUDA: not built (no nvcc at build time); NCCL: not built"); }

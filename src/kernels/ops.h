@@ -69,12 +69,19 @@ struct gt_ops {
     void (*copy_to_host)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);   /* device to device */
     void (*synchronize)(void);
+    /* Optional: the device memory this process can still allocate, and the device's total, in
+     * bytes; 0, or -1 when it cannot tell. NULL when the backend's memory is the host's (the CPU):
+     * the core then reads the host's. Used before the first allocation (src/core/preflight.c). */
+    int (*memory_available)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- embedding ---- */
-    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 ; wte (V, C) working */
-    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C);
-    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row) */
-    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C);
+    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 in [0, V) ; wte (V, C) working. A token id outside
+     * [0, V) is never read through: the CPU aborts naming it; CUDA writes a zero row and raises the
+     * flag that take_fault reports. */
+    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
+    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row);
+     * ids outside [0, V) add nothing */
+    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V);
 
     /* ---- RMSNorm (Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w, in fp32) ---- */
     /* out (N, C), rstd (N) fp32 = rsqrt(mean(x^2)+eps); inp (N, C); weight (C) */
@@ -112,11 +119,15 @@ struct gt_ops {
     void (*attention_forward)(void *out, float *lse, float *probs, const void *q, const void *k,
                               const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
                               gt_rng_key key);
-    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; probs may be NULL (recomputed from
-     * q, k, lse); the result is bit-identical either way. */
-    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *q,
-                               const void *k, const void *v, const float *lse, const float *probs,
-                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; out (B,T,NH,HD) is attention_forward's
+     * output for these q, k, v (bit for bit, as forward or a recompute made it): backward takes the
+     * softmax-gradient row term D = rowsum(dout * out) from it instead of recomputing P V over the
+     * whole triangle. probs may be NULL (recomputed from q, k, lse); the result is bit-identical
+     * either way. */
+    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                               const void *q, const void *k, const void *v, const float *lse,
+                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key);
 
     /* ---- SwiGLU: out = silu(gate) * up, elementwise over n ---- */
     void (*swiglu_forward)(void *out, const void *gate, const void *up, size_t n);
@@ -151,6 +162,20 @@ struct gt_ops {
     void (*to_working)(void *working, const float *master, size_t n);
     /* master (n) fp32 = working (n) */
     void (*to_master)(float *master, const void *working, size_t n);
+
+    /* ---- faults found on the device (optional: NULL where kernels check synchronously, the CPU) ----
+     * 0, or 1 and a one-line message ("token id 40000 is outside [model] vocab_size = 32000 ...")
+     * when a kernel met bad input (a token id or target outside [0, V)) since the last call; clears
+     * the flag. One small device-to-host read: the core calls it once per step. */
+    int (*take_fault)(char *msg, size_t msg_len);
+
+    /* ---- the allocator's own memory (optional: NULL where alloc/free go straight to the system) ----
+     * reserved_bytes: what the backend holds from the device for alloc (live blocks and the cache of
+     * freed ones, rounded to its size classes): the figure beside the tracked peaks in the metrics.
+     * release_cached: gives every cached (freed, not live) block back to the device; the core calls it
+     * after a one-off large buffer, such as the fp32 staging copy of the parameters, is freed. */
+    size_t (*reserved_bytes)(void);
+    void (*release_cached)(void);
 };
 
 /* The CPU backend: fp32, OpenBLAS sgemm, OpenMP. */
@@ -159,5 +184,9 @@ const gt_ops *gt_ops_cpu(void);
 /* The CUDA backend, or NULL with a reason in `why` when it was not built or no GPU is visible.
  * bf16 selects bf16 working tensors; otherwise fp32. */
 const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len);
+
+/* One line for `gtrain --version`: the CUDA runtime, driver and NCCL versions, or that the backend
+ * was not built. Needs no GPU. */
+void gt_cuda_versions(char *buf, size_t len);
 
 #endif

@@ -1,233 +1,503 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — the one GPU check script, for a machine with a GPU (an H200 when one is lent).
+# tests/gpu/run.sh — the one GPU check, sized for a lent H200 (about 15 minutes of device time with
+# the machine's start, at most 8 files back). The whole run stays under 9 minutes (RUN_BUDGET).
 #
-# Runs, in order, writing logs and tables under $OUT (else ./gpu-out):
-#   1. the GPU tests: `ctest -L gpu` in the prepared build (or the test binary itself when the machine
-#      has no ctest) -> ctest-gpu.log
-#   2. the PyTorch benchmark (bench/torch_llama_bench.py), one JSON line per configuration
-#      -> torch-bench.jsonl, and a markdown table of everything -> bench-table.md
-#   3. trainer-level checks (gtrain with train.device=cuda): cuda vs cpu losses, bf16 learning,
-#      recompute bit-identity, ZeRO-2/3 through NCCL (bit-identical to ZeRO-1 at one rank) and
-#      determinism on the GPU, and the ~1B benchmark -> trainer-checks.txt
+# Phases, in order of value; each has its own time limit, cut further to what is left of the budget,
+# and is skipped when too little is left:
+#   1. ops          test_ops_cuda: every op of the CUDA backend against the CPU backend, fp32 and bf16,
+#                   per-row errors, the 7B attention shape, both attention variants, bad token ids
+#   2. comm         test_comm as a singleton: the MPI, local and NCCL communicators for real at world
+#                   size 1 (NCCL: every collective on device buffers)
+#   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
+#                   repeats and recompute policies, the local and the NCCL communicator give the same
+#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma attention tracks the default, ZeRO-2 and
+#                   ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
+#   4. sanitize     compute-sanitizer (when the machine has it): memcheck over test_ops_cuda's small
+#                   shapes, then racecheck over its attention checks (kernels that never ran before)
+#   5. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
+#   6. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective
+#                   and none with the wmma attention: tokens/s, step ms, MFU, peak memory
+#   7. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
+# Each phase prints ONE line on stdout: "PHASE <name> PASS|FAIL|SKIP <key numbers> [<seconds> s]".
+#
+# Files under $OUT (else ./gpu-out): summary.json (one object per phase: status, seconds, key numbers),
+# log.txt (what was printed, with times) and results.tar.gz (every log, table and metrics file).
 #
 # Environment:
-#   BUILD_DIR    the prepared build carried over (default: build); holds tests/test_ops_cuda, gtrain
-#   OUT          output folder (default: ./gpu-out)
-#   BENCH_SHAPES which torch benchmark set to run: quick (default) | full | none
-#   STEP_TIMEOUT seconds allowed per benchmark command (default 300)
-#   GTRAIN_ENV   optional env.sh of a runtime bundle to source first
-#
-# Exit status: 0 when the GPU tests passed (or were skipped for lack of a device), 1 otherwise.
-# Benchmarks never fail the script: their errors are logged and the table says so.
+#   GTRAIN_BUNDLE  a runtime tarball made by tools/bundle-runtime.sh (default .bundle/gtrain-runtime.tar.gz
+#                  when it exists): unpacked to a temporary folder, its env.sh sourced, its binaries used
+#   BUILD_DIR      otherwise, a build folder holding gtrain, gtrain-prep and tests/ (default build)
+#   RUN_BUDGET     seconds for the whole run (default 520)
+#   PHASES         the phases to run, space separated (default: all seven)
+#   GPU_RUN_FORCE  1: run the phases even when nvidia-smi sees no GPU (they then fail or skip on their own)
+# Exit status: 0 when no phase failed (skips included), 1 otherwise.
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD_DIR="${BUILD_DIR:-build}"
-case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
+T_START=$(date +%s)
+RUN_BUDGET="${RUN_BUDGET:-520}"
+PHASES="${PHASES:-ops comm trainer sanitize bench-ops bench-train bench-torch}"
 OUT_DIR="${OUT:-./gpu-out}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-BENCH_SHAPES="${BENCH_SHAPES:-quick}"
-STEP_TIMEOUT="${STEP_TIMEOUT:-300}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gtrain-gpu.XXXXXX")"
+RES="$WORK/results"   # what goes into results.tar.gz
+mkdir -p "$RES"
+LOG="$OUT_DIR/log.txt"
+: > "$LOG"
+PHASE_LINES="$WORK/phases.tsv" # name, status, seconds, key numbers (tab separated)
+: > "$PHASE_LINES"
 
-log() { printf '[gpu-run %s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$OUT_DIR/run.log"; }
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >> "$LOG"; }
+elapsed() { echo $(($(date +%s) - T_START)); }
+left() { echo $((RUN_BUDGET - $(elapsed))); }
 
-log "root $ROOT, build $BUILD_DIR, out $OUT_DIR"
-# a runtime bundle made by ../shared/tools/bundle-runtime.sh (OpenBLAS, Open MPI, HDF5 for a bare
-# machine): source its env.sh first when given
-if [ -n "${GTRAIN_ENV:-}" ]; then
-    # shellcheck disable=SC1090
-    . "$GTRAIN_ENV"
-fi
-{ nvidia-smi 2>&1 || echo "nvidia-smi not available"; } > "$OUT_DIR/nvidia-smi.txt"
-
-# ---------------------------------------------------------------- 1. GPU tests
-GPU_TESTS="test_ops_cuda" # the binaries labelled gpu in tests/gpu.cmake
-tests_rc=0
-ran_ctest=0
-if command -v ctest >/dev/null 2>&1 && [ -f "$BUILD_DIR/CTestTestfile.cmake" ]; then
-    log "ctest -L gpu"
-    (cd "$BUILD_DIR" && ctest -L gpu --output-on-failure) > "$OUT_DIR/ctest-gpu.log" 2>&1 || tests_rc=$?
-    ran_ctest=1
-    # a build made under another path: ctest cannot find its binaries; run them directly instead
-    if grep -q -e "Could not find executable" -e "Not Run" "$OUT_DIR/ctest-gpu.log"; then
-        log "ctest could not run the binaries (build made elsewhere?): running them directly"
-        ran_ctest=0
-        tests_rc=0
-    fi
-fi
-if [ $ran_ctest = 0 ]; then
-    # no ctest here (a bare GPU machine): run the GPU test binaries directly; 77 means skipped
-    log "running the gpu test binaries directly"
-    for name in $GPU_TESTS; do
-        t="$BUILD_DIR/tests/$name"
-        if [ ! -x "$t" ]; then echo "missing $t" >> "$OUT_DIR/ctest-gpu.log"; tests_rc=1; continue; fi
-        (cd "$BUILD_DIR/tests" && "$t") >> "$OUT_DIR/ctest-gpu.log" 2>&1
-        rc=$?
-        echo "$(basename "$t") exit status $rc (77 = skipped)" >> "$OUT_DIR/ctest-gpu.log"
-        if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then tests_rc=$rc; fi
-    done
-fi
-log "gpu tests exit status $tests_rc (details in ctest-gpu.log)"
-tail -n 5 "$OUT_DIR/ctest-gpu.log" | tee -a "$OUT_DIR/run.log"
-
-# ---------------------------------------------------------------- 2. PyTorch benchmark
-BENCH_JSONL="$OUT_DIR/torch-bench.jsonl"
-: > "$BENCH_JSONL"
-run_torch() { # args: label, then torch_llama_bench.py arguments
-    local label="$1"; shift
-    log "torch bench $label: $*"
-    if ! timeout "$STEP_TIMEOUT" python3 "$ROOT/bench/torch_llama_bench.py" "$@" \
-            > "$OUT_DIR/torch-$label.out" 2> "$OUT_DIR/torch-$label.err"; then
-        log "torch bench $label failed (see torch-$label.err)"
-        printf '{"impl": "torch", "label": "%s", "error": "failed, see torch-%s.err"}\n' "$label" "$label" >> "$BENCH_JSONL"
-        return 0
-    fi
-    tail -n 1 "$OUT_DIR/torch-$label.out" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d["label"]=sys.argv[1]; print(json.dumps(d))' "$label" >> "$BENCH_JSONL"
+# phase_line NAME STATUS SECONDS TEXT: the one stdout line of a phase, and its summary entry
+phase_line() {
+    local line
+    line=$(printf 'PHASE %-11s %s %s [%s s]' "$1" "$2" "$4" "$3")
+    echo "$line"
+    echo "$line" >> "$LOG"
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$PHASE_LINES"
 }
 
-if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
-    # 1B-class LLaMA (dim 2048, 16 layers, 16 heads, MHA); the same shapes are gtrain's bench configs
-    LLAMA1B=(--dim 2048 --layers 16 --heads 16 --kv-heads 16 --ffn 5632 --vocab 32000)
-    case "$BENCH_SHAPES" in
-    none) log "torch bench skipped (BENCH_SHAPES=none)" ;;
-    quick)
-        run_torch 1b-s2048-b4 "${LLAMA1B[@]}" --seq 2048 --batch 4 --steps 8 --warmup 3
-        run_torch 1b-s2048-b4-ckpt "${LLAMA1B[@]}" --seq 2048 --batch 4 --steps 8 --warmup 3 --checkpoint
-        ;;
-    full)
-        for b in 4 8; do
-            run_torch "1b-s2048-b$b" "${LLAMA1B[@]}" --seq 2048 --batch $b --steps 10
-            run_torch "1b-s2048-b$b-ckpt" "${LLAMA1B[@]}" --seq 2048 --batch $b --steps 10 --checkpoint
-        done
-        run_torch 1b-gqa4-s4096-b2 --dim 2048 --layers 16 --heads 16 --kv-heads 4 --ffn 5632 --vocab 32000 \
-            --seq 4096 --batch 2 --steps 10
-        run_torch 1b-s2048-b4-purebf16 "${LLAMA1B[@]}" --seq 2048 --batch 4 --steps 10 --precision bf16
-        ;;
-    esac
-else
-    log "python3 with torch and transformers not found: torch bench skipped"
-fi
+# limit_for WANTED: the seconds a phase may use (its own limit, cut to what is left, 10 s kept for
+# packing up); 0 when too little is left to start it
+limit_for() {
+    local want=$1 rest
+    rest=$(($(left) - 10))
+    if [ "$rest" -lt 15 ]; then echo 0; elif [ "$rest" -lt "$want" ]; then echo "$rest"; else echo "$want"; fi
+}
 
-# ---------------------------------------------------------------- 3. trainer-level checks
-# The same core on the CUDA backend: a) tiny config fp32 on cuda vs cpu (losses within 1e-2, the
-# issue's bar; fp32 should in fact agree to ~1e-4), b) bf16 learns, c) recompute policies give
-# bit-identical losses on the GPU, d) determinism, e) the 1B-class benchmark with recompute none /
-# full / selective. Each run leaves its metrics JSONL here; e) appends summary lines to the table.
-GTRAIN_JSONL="$OUT_DIR/gtrain-bench.jsonl"
-: > "$GTRAIN_JSONL"
+# run_timed LIMIT LOGFILE CMD...: runs CMD with a time limit, output to LOGFILE; returns its status
+# (124 when the limit stopped it)
+run_timed() {
+    local lim=$1 out=$2
+    shift 2
+    log "run (limit ${lim}s): $*"
+    timeout --kill-after=5 "$lim" "$@" > "$out" 2>&1
+    local rc=$?
+    log "exit $rc: $*"
+    return $rc
+}
+
+wants() { case " $PHASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+# ---------------------------------------------------------------- setup: runtime, binaries, GPU
+
+BUNDLE="${GTRAIN_BUNDLE:-}"
+[ -z "$BUNDLE" ] && [ -f "$ROOT/.bundle/gtrain-runtime.tar.gz" ] && BUNDLE="$ROOT/.bundle/gtrain-runtime.tar.gz"
+if [ -n "$BUNDLE" ]; then
+    RT="$WORK/rt"
+    mkdir -p "$RT"
+    if tar -xzf "$BUNDLE" -C "$RT" >> "$LOG" 2>&1 && [ -f "$RT/env.sh" ]; then
+        # shellcheck disable=SC1091
+        . "$RT/env.sh"
+        BUILD_DIR="$RT"
+        log "runtime bundle $BUNDLE unpacked to $RT (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    else
+        log "could not unpack the runtime bundle $BUNDLE"
+    fi
+fi
+BUILD_DIR="${BUILD_DIR:-build}"
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$ROOT/$BUILD_DIR" ;; esac
 GTRAIN="$BUILD_DIR/gtrain"
-trainer_rc=0
-if ! nvidia-smi -L >/dev/null 2>&1; then
-    log "trainer-level checks skipped: no GPU visible (nvidia-smi -L fails)"
-elif [ -x "$GTRAIN" ] && [ -x "$BUILD_DIR/gtrain-prep" ] && [ "${GTRAIN_TRAINER_CHECKS:-1}" = 1 ]; then
-    DATA="$OUT_DIR/data"; mkdir -p "$DATA"
-    texts=$(ls /usr/share/common-licenses/* 2>/dev/null; ls "$ROOT"/docs/*.md "$ROOT"/README.md "$ROOT"/configs/*.md 2>/dev/null)
+PREP="$BUILD_DIR/gtrain-prep"
+TESTS="$BUILD_DIR/tests"
+if [ -x "$BUILD_DIR/bin/gtrain" ]; then # a bundle's layout: bin/, tests/, lib/
+    GTRAIN="$BUILD_DIR/bin/gtrain"
+    PREP="$BUILD_DIR/bin/gtrain-prep"
+fi
+log "root $ROOT, binaries from $BUILD_DIR, out $OUT_DIR, budget ${RUN_BUDGET}s, phases: $PHASES"
+
+HAVE_GPU=0
+if nvidia-smi -L > "$RES/nvidia-smi-L.txt" 2>&1 && grep -q "^GPU" "$RES/nvidia-smi-L.txt"; then HAVE_GPU=1; fi
+[ "${GPU_RUN_FORCE:-0}" = 1 ] && HAVE_GPU=1
+{ nvidia-smi 2>&1 || echo "nvidia-smi not available"; } > "$RES/nvidia-smi.txt"
+cat "$RES/nvidia-smi-L.txt" >> "$LOG"
+HAVE_PY=0
+command -v python3 > /dev/null 2>&1 && HAVE_PY=1
+# what the programs link against here: a library not found (libnccl, libcudart) is the first thing to read
+for b in "$GTRAIN" "$PREP" "$TESTS/test_ops_cuda" "$TESTS/test_comm" "$TESTS/bench_ops_cuda"; do
+    [ -e "$b" ] || { log "missing $b"; continue; }
+    ldd "$b" > "$RES/ldd-$(basename "$b").txt" 2>&1
+    grep "not found" "$RES/ldd-$(basename "$b").txt" | sed "s|^|$(basename "$b"): |" >> "$LOG"
+done
+
+skip_all_reason=""
+[ "$HAVE_GPU" = 1 ] || skip_all_reason="no GPU visible (nvidia-smi -L)"
+
+# ---------------------------------------------------------------- 1. ops
+
+phase_ops() {
+    local t0 lim rc key status
+    t0=$(date +%s)
+    lim=$(limit_for 150)
+    [ "$lim" -gt 0 ] || { phase_line ops SKIP 0 "out of time"; return; }
+    [ -x "$TESTS/test_ops_cuda" ] || { phase_line ops FAIL 0 "missing $TESTS/test_ops_cuda"; return; }
+    (cd "$WORK" && run_timed "$lim" "$RES/ops.log" "$TESTS/test_ops_cuda")
+    rc=$?
+    key=$(grep -E "checks failed" "$RES/ops.log" | tail -n 1)
+    # the 7B attention shape's errors, default and wmma (tensor-relative, then worst row)
+    local a7 w7
+    a7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    local m7
+    m7=$(grep -E "^(ok|FAIL) +bf16 +attention out mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention out mma .*rel err ([0-9.e+-]+).*/out \1/' | tr '\n' ' ')
+    grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
+    if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
+    [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
+    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}, mma ${m7:-?}"
+}
+
+# ---------------------------------------------------------------- 2. comm
+
+phase_comm() {
+    local t0 lim rc status key
+    t0=$(date +%s)
+    lim=$(limit_for 40)
+    [ "$lim" -gt 0 ] || { phase_line comm SKIP 0 "out of time"; return; }
+    [ -x "$TESTS/test_comm" ] || { phase_line comm FAIL 0 "missing $TESTS/test_comm"; return; }
+    # a singleton MPI_Init: world size 1, no launcher needed
+    (cd "$WORK" && run_timed "$lim" "$RES/comm.log" "$TESTS/test_comm")
+    rc=$?
+    local nccl local_dev
+    nccl=$(grep -E "nccl:" "$RES/comm.log" | head -n 2 | tr -s ' ' | tr '\n' ';')
+    local_dev=$(grep -cE "^ok +local: every collective on device" "$RES/comm.log")
+    if [ $rc -eq 0 ] && grep -qE "^ok +nccl: every collective" "$RES/comm.log"; then
+        status=PASS
+    else
+        status=FAIL
+    fi
+    key="exit $rc; $(grep -cE '^ok ' "$RES/comm.log") ok, $(grep -cE '^FAIL ' "$RES/comm.log") FAIL; local on device: $local_dev; $nccl"
+    phase_line comm "$status" $(($(date +%s) - t0)) "$key"
+}
+
+# ---------------------------------------------------------------- 3. trainer checks
+
+prepare_corpus() {
+    [ -f "$WORK/data/corpus.train.bin" ] && return 0
+    mkdir -p "$WORK/data"
+    local texts
+    # shellcheck disable=SC2012
+    texts=$(ls /usr/share/common-licenses/* "$ROOT"/docs/*.md "$ROOT"/README.md "$ROOT"/configs/*.md 2>/dev/null)
     # shellcheck disable=SC2086
-    "$BUILD_DIR/gtrain-prep" --val-fraction 0.05 -o "$DATA/corpus" $texts > "$OUT_DIR/prep.log" 2>&1
-    D="data.train=$DATA/corpus.train.bin data.val=$DATA/corpus.val.bin"
-    gt() { # label, then gtrain arguments; metrics land in $OUT_DIR/<label>.jsonl
-        local label="$1"; shift
-        log "gtrain $label: $*"
+    "$PREP" --val-fraction 0.05 -o "$WORK/data/corpus" $texts > "$RES/prep.log" 2>&1
+}
+
+# gt LIMIT LABEL ARGS...: one gtrain run, metrics in $RES/LABEL.jsonl, output in $RES/LABEL.log;
+# GT_ENV may hold VAR=VALUE words for its environment
+gt() {
+    local lim=$1 label=$2
+    shift 2
+    # shellcheck disable=SC2086
+    (cd "$WORK" && run_timed "$lim" "$RES/$label.log" env ${GT_ENV:-} "$GTRAIN" "$@" \
+        data.train="$WORK/data/corpus.train.bin" data.val="$WORK/data/corpus.val.bin" \
+        log.metrics="$RES/$label.jsonl" log.every=10 checkpoint.dir=)
+}
+
+phase_trainer() {
+    local t0 lim status key
+    t0=$(date +%s)
+    lim=$(limit_for 120)
+    [ "$lim" -gt 0 ] || { phase_line trainer SKIP 0 "out of time"; return; }
+    if [ ! -x "$GTRAIN" ] || [ ! -x "$PREP" ]; then phase_line trainer FAIL 0 "missing $GTRAIN or $PREP"; return; fi
+    [ "$HAVE_PY" = 1 ] || { phase_line trainer SKIP 0 "no python3 to compare the runs"; return; }
+    prepare_corpus || { phase_line trainer FAIL $(($(date +%s) - t0)) "gtrain-prep failed (prep.log)"; return; }
+    local deadline=$(($(date +%s) + lim)) T="train.steps=40 train.warmup_steps=4" runs label args
+    # label | environment | overrides
+    runs=(
+        "tiny-cpu||train.device=cpu"
+        "tiny-cuda-fp32||train.device=cuda train.precision=fp32"
+        "tiny-cuda-bf16||train.device=cuda train.precision=bf16"
+        "tiny-cuda-bf16-again||train.device=cuda train.precision=bf16"
+        "tiny-cuda-bf16-full||train.device=cuda train.precision=bf16 memory.recompute=full"
+        "tiny-cuda-bf16-selective||train.device=cuda train.precision=bf16 memory.recompute=selective"
+        "tiny-cuda-bf16-nccl||train.device=cuda train.precision=bf16 dist.comm=nccl"
+        "tiny-cuda-bf16-zero2||train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro"
+        "tiny-cuda-bf16-zero3-nccl||train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full dist.comm=nccl"
+        "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
+        "tiny-cuda-bf16-wmma|GTRAIN_CUDA_ATTENTION=wmma|train.device=cuda train.precision=bf16"
+    )
+    local r rest envs
+    for r in "${runs[@]}"; do
+        IFS='|' read -r label envs args <<< "$r"
+        rest=$((deadline - $(date +%s)))
+        [ "$rest" -ge 5 ] || { log "trainer: no time left for $label"; break; }
         # shellcheck disable=SC2086
-        timeout "$STEP_TIMEOUT" "$GTRAIN" "$@" $D log.metrics="$OUT_DIR/$label.jsonl" log.every=10 \
-            > "$OUT_DIR/$label.log" 2>&1 || { log "gtrain $label failed: exit $?"; trainer_rc=1; }
-    }
-    summarize() { # metrics label, table label: one summary line of a benchmark run for the table
-        python3 - "$OUT_DIR/$1.jsonl" "$2" >> "$GTRAIN_JSONL" <<'PY' || true
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]  # skip warm-up steps
-print(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + sys.argv[2],
-                  "tokens_per_s": statistics.median(r["tok_per_s"] for r in rows),
-                  "step_ms": statistics.median(r["step_ms"] for r in rows),
-                  "mfu": statistics.median(r["mfu"] for r in rows),
-                  "act_peak_bytes": max(r["act_peak_bytes"] for r in rows),
-                  "peak_mem_bytes": max(r["mem_peak_bytes"] for r in rows)}))
-PY
-    }
-    T="train.steps=40 train.warmup_steps=4"
-    gt tiny-cpu configs/tiny.ini $T train.device=cpu
-    gt tiny-cuda-fp32 configs/tiny.ini $T train.device=cuda train.precision=fp32
-    gt tiny-cuda-bf16 configs/tiny.ini $T train.device=cuda train.precision=bf16
-    gt tiny-cuda-bf16-again configs/tiny.ini $T train.device=cuda train.precision=bf16
-    for pol in full selective uniform:2; do
-        gt "tiny-cuda-bf16-${pol/:/}" configs/tiny.ini $T train.device=cuda train.precision=bf16 memory.recompute=$pol
+        GT_ENV="$envs" gt "$rest" "$label" "$ROOT/configs/tiny.ini" $T $args
     done
-    # ZeRO-2 (per-unit reduce-scatters) and ZeRO-3 (unit gathers, prefetch) on one GPU through NCCL: the
-    # collectives are copies at one rank, so the losses must equal ZeRO-1's bit for bit
-    gt tiny-cuda-bf16-zero2 configs/tiny.ini $T train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
-    gt tiny-cuda-bf16-zero3 configs/tiny.ini $T train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full
-    python3 - "$OUT_DIR" > "$OUT_DIR/trainer-checks.txt" 2>&1 <<'PY' || trainer_rc=1
-import json, sys, os
-out = sys.argv[1]
+    python3 - "$RES" > "$RES/trainer-checks.txt" 2>&1 <<'PY'
+import json, os, sys
+res = sys.argv[1]
 def losses(label):
-    rows = [json.loads(l) for l in open(os.path.join(out, label + ".jsonl"))]
+    try:
+        rows = [json.loads(l) for l in open(os.path.join(res, label + ".jsonl")) if l.strip()]
+    except OSError:
+        return []
     return [r["loss"] for r in rows if "loss" in r]
-ok = True
+def said(label, text):
+    try:
+        return text in open(os.path.join(res, label + ".log")).read()
+    except OSError:
+        return False
+ok, lines = True, []
 def check(name, cond, detail):
     global ok
     ok &= bool(cond)
-    print(("PASS " if cond else "FAIL ") + name + ": " + detail)
+    lines.append(("PASS " if cond else "FAIL ") + name + ": " + detail)
 cpu, f32, b16 = losses("tiny-cpu"), losses("tiny-cuda-fp32"), losses("tiny-cuda-bf16")
-d = max(abs(a - b) for a, b in zip(cpu, f32))
-check("fp32 cuda matches cpu", d < 1e-2, f"max |loss diff| over {len(cpu)} steps = {d:.3g}")
-d = max(abs(a - b) for a, b in zip(cpu, b16))
-check("bf16 cuda tracks cpu", d < 5e-2, f"max |loss diff| = {d:.3g} (bf16)")
-check("bf16 learns", b16[-1] < b16[0] - 1.0, f"{b16[0]:.3f} -> {b16[-1]:.3f}")
-check("deterministic", b16 == losses("tiny-cuda-bf16-again"), "same run twice, identical losses")
-for pol in ("full", "selective", "uniform2"):
-    check(f"recompute {pol} bit-identical", losses("tiny-cuda-bf16-" + pol) == b16, "losses vs none")
-for z in ("zero2", "zero3"):
-    check(f"{z} bit-identical at one rank", losses("tiny-cuda-bf16-" + z) == b16, "losses vs dist.shard=optimizer")
+n = min(len(cpu), len(f32), len(b16))
+check("runs finished", n == 40, f"{len(cpu)}/{len(f32)}/{len(b16)} of 40 steps (cpu/fp32/bf16)")
+d32 = max((abs(a - b) for a, b in zip(cpu, f32)), default=float("nan"))
+check("fp32 cuda matches cpu", n and d32 < 1e-2, f"max |loss diff| {d32:.3g} (40 steps; ~1e-4 expected)")
+d16 = max((abs(a - b) for a, b in zip(cpu, b16)), default=float("nan"))
+check("bf16 cuda tracks cpu", n and d16 < 0.1, f"max |loss diff| {d16:.3g}")
+check("bf16 learns", n and b16[-1] < b16[0] - 1.0, f"{b16[0]:.3f} -> {b16[-1]:.3f}" if n else "no losses")
+check("deterministic", n and b16 == losses("tiny-cuda-bf16-again"), "the same run twice: identical losses")
+for pol in ("full", "selective"):
+    check(f"recompute {pol} bit-identical", n and losses("tiny-cuda-bf16-" + pol) == b16, "losses vs none")
+check("one GPU uses the local communicator", said("tiny-cuda-bf16", "(local)"), "startup line names it")
+check("NCCL communicator at world 1", said("tiny-cuda-bf16-nccl", "(nccl)") and losses("tiny-cuda-bf16-nccl") == b16,
+      "dist.comm=nccl: same losses as local")
+check("GTRAIN_CUDA_SYNC=1", losses("tiny-cuda-bf16-sync") == b16, "same losses, synchronised")
+# ZeRO-2 (per-unit reduce-scatters, local communicator) and ZeRO-3 (unit gathers with prefetch, NCCL's
+# grouped v-collectives) at one rank: the collectives are copies, so the losses equal ZeRO-1's bit for bit
+check("ZeRO-2 micro bit-identical", n and losses("tiny-cuda-bf16-zero2") == b16, "losses vs dist.shard=optimizer")
+check("ZeRO-3 over NCCL bit-identical", n and losses("tiny-cuda-bf16-zero3-nccl") == b16,
+      "losses vs dist.shard=optimizer")
+w = losses("tiny-cuda-bf16-wmma")
+dw = max((abs(a - b) for a, b in zip(w, b16)), default=float("nan"))
+check("wmma attention tracks default", len(w) == 40 and dw < 0.1, f"max |loss diff| {dw:.3g}")
+print("\n".join(lines))
+print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g}; wmma-vs-default {dw:.2g}")
 sys.exit(0 if ok else 1)
 PY
-    cat "$OUT_DIR/trainer-checks.txt" | tee -a "$OUT_DIR/run.log"
-    # e) the ~1B benchmark (dim 2048, 16 blocks, seq 2048, bf16, one GPU)
-    if [ "$BENCH_SHAPES" != none ]; then
-        B1="model.dim=2048 model.n_layers=16 model.n_heads=16 model.n_kv_heads=16 model.ffn_dim=5632
-            model.vocab_size=32000 model.max_seq_len=2048 train.seq_len=2048 train.micro_batch=4
-            train.grad_accum=1 train.steps=8 train.warmup_steps=1 data.val= checkpoint.dir="
-        for pol in none full selective; do
-            # shellcheck disable=SC2086
-            gt "1b-$pol" configs/llama1b.ini $B1 train.device=cuda train.precision=bf16 memory.recompute=$pol
-            summarize "1b-$pol" "$pol"
-        done
-        # the opt-in tensor-core attention (src/kernels/cuda/cuda_attention_wmma.cu): the same losses
-        # within bf16 noise, hopefully faster
-        export GTRAIN_CUDA_ATTENTION=wmma
-        gt tiny-cuda-bf16-wmma configs/tiny.ini $T train.device=cuda train.precision=bf16
-        # shellcheck disable=SC2086
-        gt "1b-none-wmma" configs/llama1b.ini $B1 train.device=cuda train.precision=bf16 memory.recompute=none
-        unset GTRAIN_CUDA_ATTENTION
-        summarize "1b-none-wmma" "none-wmma"
-        "$GTRAIN" --plan configs/llama1b.ini $B1 train.device=cuda > "$OUT_DIR/1b-plan.txt" 2>&1 || true
+    local rc=$?
+    cat "$RES/trainer-checks.txt" >> "$LOG"
+    status=PASS
+    [ $rc -eq 0 ] || status=FAIL
+    key="$(grep -c '^PASS' "$RES/trainer-checks.txt") checks passed, $(grep -c '^FAIL' "$RES/trainer-checks.txt") failed"
+    key="$key; $(grep '^SUMMARY' "$RES/trainer-checks.txt" | cut -d' ' -f3-)"
+    [ $rc -eq 0 ] || key="$key; first failure: $(grep -m1 '^FAIL' "$RES/trainer-checks.txt")"
+    phase_line trainer "$status" $(($(date +%s) - t0)) "$key"
+}
+
+# ---------------------------------------------------------------- 4. compute-sanitizer
+
+phase_sanitize() {
+    local t0 lim san rc1 rc2 key status
+    t0=$(date +%s)
+    lim=$(limit_for 100)
+    [ "$lim" -gt 0 ] || { phase_line sanitize SKIP 0 "out of time"; return; }
+    san=$(command -v compute-sanitizer || true)
+    [ -n "$san" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || san=/usr/local/cuda/bin/compute-sanitizer
+    [ -n "$san" ] || { phase_line sanitize SKIP 0 "compute-sanitizer not found"; return; }
+    [ -x "$TESTS/test_ops_cuda" ] || { phase_line sanitize FAIL 0 "missing $TESTS/test_ops_cuda"; return; }
+    local half=$((lim * 6 / 10))
+    (cd "$WORK" && run_timed "$half" "$RES/sanitize-memcheck.log" "$san" --tool memcheck --error-exitcode 3 \
+        --print-limit 20 env GT_TEST_QUICK=1 "$TESTS/test_ops_cuda")
+    rc1=$?
+    local rest=$((lim - ($(date +%s) - t0)))
+    rc2=124
+    if [ "$rest" -ge 10 ]; then
+        (cd "$WORK" && run_timed "$rest" "$RES/sanitize-racecheck.log" "$san" --tool racecheck --racecheck-report hazard \
+            --error-exitcode 3 --print-limit 20 env GT_TEST_QUICK=1 GT_TEST_ONLY=attention "$TESTS/test_ops_cuda")
+        rc2=$?
     fi
-else
-    log "trainer-level checks skipped (no $GTRAIN or GTRAIN_TRAINER_CHECKS=0)"
-fi
-[ $trainer_rc -ne 0 ] && tests_rc=1
+    summary() { # LOG: the sanitizer's own summary line, or what stopped it
+        grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|Program hit|Invalid" "$1" 2> /dev/null | head -n 2 | tr '\n' ' '
+    }
+    key="memcheck exit $rc1: $(summary "$RES/sanitize-memcheck.log")| racecheck exit $rc2: $(summary "$RES/sanitize-racecheck.log")"
+    if [ $rc1 -eq 3 ] || [ $rc2 -eq 3 ]; then
+        status=FAIL
+    elif [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]; then
+        status=PASS
+    elif [ $rc1 -eq 77 ]; then
+        status=SKIP
+    elif [ $rc1 -eq 124 ] || [ $rc2 -eq 124 ]; then
+        status=SKIP
+        key="stopped at its limit before finishing (no finding so far); $key"
+    else
+        status=FAIL
+    fi
+    phase_line sanitize "$status" $(($(date +%s) - t0)) "$key"
+}
 
-# ---------------------------------------------------------------- table
-python3 - "$BENCH_JSONL" "$GTRAIN_JSONL" > "$OUT_DIR/bench-table.md" <<'PY' || log "could not build bench-table.md"
+# ---------------------------------------------------------------- 5. per-op benchmark
+
+phase_bench_ops() {
+    local t0 lim rc status key
+    t0=$(date +%s)
+    lim=$(limit_for 100)
+    [ "$lim" -gt 0 ] || { phase_line bench-ops SKIP 0 "out of time"; return; }
+    [ -x "$TESTS/bench_ops_cuda" ] || { phase_line bench-ops FAIL 0 "missing $TESTS/bench_ops_cuda"; return; }
+    (cd "$WORK" && run_timed "$lim" "$RES/bench-ops.txt" "$TESTS/bench_ops_cuda" "$RES/bench-ops.jsonl")
+    rc=$?
+    if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
+    key="exit $rc"
+    if [ "$HAVE_PY" = 1 ] && [ -s "$RES/bench-ops.jsonl" ]; then
+        key=$(python3 - "$RES/bench-ops.jsonl" <<'PY'
 import json, sys
-rows = []
-for path in sys.argv[1:]:
-    try:
-        with open(path) as f:
-            rows += [json.loads(line) for line in f if line.strip()]
-    except OSError:
-        pass
-print("| impl | label | precision | recompute | tokens/s | step ms | peak mem GiB | model TFLOP/s |")
-print("|---|---|---|---|---:|---:|---:|---:|")
-for r in rows:
-    if "error" in r:
-        print(f"| {r.get('impl','?')} | {r.get('label','?')} | | | error: {r['error']} | | | |")
-        continue
-    gib = r.get("peak_mem_bytes", 0) / 2**30
-    print(f"| {r.get('impl')} | {r.get('label')} | {r.get('precision')} | {'full' if r.get('checkpoint') else 'none'} "
-          f"| {r.get('tokens_per_s')} | {r.get('step_ms')} | {gib:.2f} | {r.get('model_tflops')} |")
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {(r["shape"], r["op"]): r for r in rows}
+out = []
+def g(shape, op, field, fmt):
+    r = by.get((shape, op))
+    return fmt.format(r[field]) if r and field in r else "?"
+out.append("copy " + g("-", "copy (device to device)", "gbps", "{:.0f} GB/s"))
+out.append("matmul " + g("-", "matmul 8192^3 (cuBLASLt)", "tflops", "{:.0f} TFLOP/s"))
+for s in ("1b", "7b"):
+    out.append(f"{s}: attn fwd/bwd " + g(s, "attention_forward default", "ms", "{:.2f}") + "/" +
+               g(s, "attention_backward default", "ms", "{:.2f}") + " ms (wmma " +
+               g(s, "attention_forward wmma", "ms", "{:.2f}") + "/" + g(s, "attention_backward wmma", "ms", "{:.2f}") +
+               ", mma fwd " + g(s, "attention_forward mma", "ms", "{:.2f}") +
+               "), est. MFU " + g(s, "step_estimate", "mfu", "{:.0%}"))
+print("; ".join(out))
 PY
-tee -a "$OUT_DIR/run.log" < "$OUT_DIR/bench-table.md"
+)
+    fi
+    [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
+    phase_line bench-ops "$status" $(($(date +%s) - t0)) "$key"
+}
 
-log "done; gpu tests status $tests_rc"
-[ "$tests_rc" -eq 0 ]
+# ---------------------------------------------------------------- 6. trainer benchmark, 1B shape
+
+phase_bench_train() {
+    local t0 lim status key
+    t0=$(date +%s)
+    lim=$(limit_for 200)
+    [ "$lim" -gt 0 ] || { phase_line bench-train SKIP 0 "out of time"; return; }
+    if [ ! -x "$GTRAIN" ] || [ ! -x "$PREP" ]; then phase_line bench-train FAIL 0 "missing $GTRAIN or $PREP"; return; fi
+    prepare_corpus || { phase_line bench-train FAIL 0 "gtrain-prep failed"; return; }
+    local deadline=$(($(date +%s) + lim))
+    local B1="train.seq_len=2048 train.micro_batch=4 train.grad_accum=1 train.steps=6 train.warmup_steps=1
+              data.val_every=0 train.device=cuda train.precision=bf16"
+    "$GTRAIN" --plan "$ROOT/configs/llama1b.ini" train.micro_batch=4 train.device=cuda > "$RES/1b-plan.txt" 2>&1
+    local pol rest
+    for pol in none full selective none-wmma none-mma; do
+        rest=$((deadline - $(date +%s)))
+        [ "$rest" -ge 20 ] || { log "bench-train: no time left for $pol"; break; }
+        local envs="" policy=$pol
+        [ "$pol" = none-wmma ] && envs=GTRAIN_CUDA_ATTENTION=wmma policy=none
+        [ "$pol" = none-mma ] && envs=GTRAIN_CUDA_ATTENTION=mma policy=none
+        # shellcheck disable=SC2086
+        GT_ENV="$envs" gt "$(((rest < 60) ? rest : 60))" "1b-$pol" "$ROOT/configs/llama1b.ini" $B1 memory.recompute="$policy"
+    done
+    if [ "$HAVE_PY" != 1 ]; then phase_line bench-train SKIP $(($(date +%s) - t0)) "no python3 to read the metrics"; return; fi
+    key=$(python3 - "$RES" <<'PY'
+import json, os, statistics, sys
+res, out, ok = sys.argv[1], [], True
+for pol in ("none", "full", "selective", "none-wmma", "none-mma"):
+    try:
+        rows = [json.loads(l) for l in open(os.path.join(res, f"1b-{pol}.jsonl")) if '"loss"' in l]
+    except OSError:
+        rows = []
+    rows = rows[2:]  # warm-up steps
+    if not rows and not os.path.exists(os.path.join(res, f"1b-{pol}.log")):
+        out.append(f"{pol}: not run (out of time)")
+        continue
+    if not rows:
+        out.append(f"{pol}: no steps (1b-{pol}.log)")
+        ok = False
+        continue
+    tps = statistics.median(r["tok_per_s"] for r in rows)
+    mfu = statistics.median(r["mfu"] for r in rows if r.get("mfu") is not None)
+    ms = statistics.median(r["step_ms"] for r in rows)
+    mem = max(r["mem_peak_bytes"] for r in rows) / 2**30
+    res_b = max((r.get("mem_reserved_bytes") or 0) for r in rows) / 2**30
+    out.append(f"{pol}: {tps:.0f} tok/s, {ms:.0f} ms, MFU {mfu:.1%}, peak {mem:.1f} GiB (reserved {res_b:.1f})")
+    with open(os.path.join(res, "bench-train.jsonl"), "a") as f:
+        f.write(json.dumps({"impl": "gtrain", "label": "1b-s2048-b4-" + pol, "tokens_per_s": tps, "step_ms": ms,
+                            "mfu": mfu, "peak_mem_bytes": mem * 2**30}) + "\n")
+print(("OK " if ok else "BAD ") + "; ".join(out))
+PY
+)
+    status=FAIL
+    case "$key" in OK*) status=PASS ;; esac
+    phase_line bench-train "$status" $(($(date +%s) - t0)) "${key#* }"
+}
+
+# ---------------------------------------------------------------- 7. PyTorch at the same shape
+
+phase_bench_torch() {
+    local t0 lim rc key
+    t0=$(date +%s)
+    lim=$(limit_for 90)
+    [ "$lim" -gt 0 ] || { phase_line bench-torch SKIP 0 "out of time"; return; }
+    if [ "$HAVE_PY" != 1 ] || ! python3 -c 'import torch, transformers' > /dev/null 2>&1; then
+        phase_line bench-torch SKIP 0 "python3 with torch and transformers not found"
+        return
+    fi
+    run_timed "$lim" "$RES/torch-1b.txt" python3 "$ROOT/bench/torch_llama_bench.py" --dim 2048 --layers 16 \
+        --heads 32 --kv-heads 8 --ffn 8192 --vocab 32000 --seq 2048 --batch 4 --steps 6 --warmup 2
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        phase_line bench-torch FAIL $(($(date +%s) - t0)) "exit $rc (torch-1b.txt)"
+        return
+    fi
+    grep '^{' "$RES/torch-1b.txt" | tail -n 1 >> "$RES/bench-train.jsonl"
+    key=$(python3 - "$RES" <<'PY' 2>&1
+import json, os, sys
+res = sys.argv[1]
+d = json.loads([l for l in open(os.path.join(res, "torch-1b.txt")) if l.startswith("{")][-1])
+tps = d.get("tokens_per_s", 0)
+line = f"torch sdpa amp: {tps:.0f} tok/s, {d.get('step_ms', 0):.0f} ms, peak {d.get('peak_mem_bytes', 0) / 2**30:.1f} GiB"
+try:
+    rows = [json.loads(l) for l in open(os.path.join(res, "bench-train.jsonl")) if '"gtrain"' in l]
+    mine = {r["label"]: r["tokens_per_s"] for r in rows}
+    g = mine.get("1b-s2048-b4-none")
+    if g and tps:
+        line += f"; gtrain none / torch = {g / tps:.2f}x"
+except OSError:
+    pass
+print(line)
+PY
+)
+    phase_line bench-torch PASS $(($(date +%s) - t0)) "$key"
+}
+
+# ---------------------------------------------------------------- run, then pack up
+
+for p in ops comm trainer sanitize bench-ops bench-train bench-torch; do
+    wants "$p" || continue
+    if [ -n "$skip_all_reason" ]; then
+        phase_line "$p" SKIP 0 "$skip_all_reason"
+        continue
+    fi
+    case "$p" in
+    ops) phase_ops ;;
+    comm) phase_comm ;;
+    trainer) phase_trainer ;;
+    sanitize) phase_sanitize ;;
+    bench-ops) phase_bench_ops ;;
+    bench-train) phase_bench_train ;;
+    bench-torch) phase_bench_torch ;;
+    esac
+done
+
+# summary.json, in plain shell (no python3 needed): one object per phase
+json_str() { printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\000-\037'; }
+{
+    printf '{"elapsed_s": %s, "budget_s": %s, "gpu": "%s", "phases": [' "$(elapsed)" "$RUN_BUDGET" \
+        "$(json_str "$(grep -m1 "^GPU" "$RES/nvidia-smi-L.txt" 2>/dev/null || echo none)")"
+    first=1
+    while IFS=$'\t' read -r name status secs text; do
+        [ $first = 1 ] || printf ', '
+        first=0
+        printf '{"phase": "%s", "status": "%s", "seconds": %s, "key": "%s"}' "$name" "$status" "${secs:-0}" \
+            "$(json_str "$text")"
+    done < "$PHASE_LINES"
+    printf ']}\n'
+} > "$OUT_DIR/summary.json"
+
+cp "$PHASE_LINES" "$RES/phases.tsv"
+tar -C "$WORK" -czf "$OUT_DIR/results.tar.gz" results 2>> "$LOG" || log "could not pack results.tar.gz"
+rm -rf "$WORK"
+failed=$(grep -o '"status": "FAIL"' "$OUT_DIR/summary.json" | wc -l)
+log "done in $(elapsed) s; $failed phase(s) failed"
+echo "gpu run: $(elapsed) s, $failed phase(s) failed; summary.json, log.txt, results.tar.gz in $OUT_DIR"
+[ "$failed" -eq 0 ]

@@ -5,7 +5,9 @@
  * Exits 77 (skipped) when gt_ops_cuda() finds no device. Otherwise, for each working type (fp32,
  * then bf16), every op of the table runs on random inputs on both backends and the results are
  * compared as  max|gpu - cpu| / max|cpu|  (error relative to the tensor's scale, so values near zero
- * do not dominate). In bf16 mode the CPU gets the same bf16-rounded inputs the GPU sees, so the
+ * do not dominate), and for attention and matmul outputs also row by row (check_rows: each row's error
+ * relative to that row's own scale, at twice the tensor tolerance), so a head or a token whose values
+ * are small cannot be wrong unnoticed. In bf16 mode the CPU gets the same bf16-rounded inputs the GPU sees, so the
  * difference is the GPU's rounding of its outputs (and of accumulated outputs) to bf16, 2^-8
  * relative per element, plus summation order.
  *
@@ -21,10 +23,13 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
- * Attention runs twice in bf16 mode: with the default kernels, then with the opt-in tensor-core
+ * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16 mode:
+ * with the default kernels, then with the opt-in tensor-core (and, third, with the opt-in mma forward of
+ * cuda_attention_mma.cu paired with the WMMA backward, GTRAIN_CUDA_ATTENTION=mma); the
  * variant (cuda_attention_wmma.cu, GTRAIN_CUDA_ATTENTION=wmma) forced on, same tolerances, with a
  * check that the variant really took the calls.
- * Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
+ * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
+ * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
  * residual with out == res and out == branch, swiglu_backward with dgate == dout, dropout_backward).
  *
@@ -45,6 +50,7 @@ static const gt_ops *cpu, *gpu;
  * tensor-core one, 0 the default kernels, -1 back to GTRAIN_CUDA_ATTENTION) and count its calls */
 void gt_cuda_attention_force_variant(int variant);
 long gt_cuda_attention_wmma_calls(void);
+long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward calls it took */
 static const char *attn_variant = ""; /* prefix of the attention checks' names */
 static int bf16_mode;
 static int failures, checks;
@@ -145,6 +151,39 @@ static void check_close(const char *name, const float *got, const float *want, s
     }
 }
 
+/* The same comparison row by row: for rows of row_len elements, max|got - want| over the row divided by
+ * the row's own max|want| (floored at 1e-3 of the tensor's max, so an all-but-zero row is judged on the
+ * tensor's scale): a row with small values cannot hide behind the tensor's largest one, as it can in
+ * check_close. Reports the worst row. */
+static void check_rows(const char *name, const float *got, const float *want, size_t n, size_t row_len, double tol) {
+    double max_ref = 0.0, worst = 0.0;
+    size_t worst_row = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)want[i]) > max_ref) max_ref = fabs((double)want[i]);
+    for (size_t r = 0; r * row_len < n; r++) {
+        double d = 0.0, ref = 1e-3 * max_ref;
+        for (size_t i = r * row_len; i < (r + 1) * row_len && i < n; i++) {
+            if (!isfinite(got[i]) && isfinite(want[i])) bad = 1;
+            double e = fabs((double)got[i] - (double)want[i]);
+            if (e > d) d = e;
+            if (fabs((double)want[i]) > ref) ref = fabs((double)want[i]);
+        }
+        double rel = ref > 0.0 ? d / ref : d;
+        if (rel > worst) worst = rel, worst_row = r;
+    }
+    checks++;
+    char label[160];
+    snprintf(label, sizeof label, "%s per row", name);
+    if (bad || !(worst <= tol)) {
+        failures++;
+        printf("FAIL %-5s %-40s worst row %zu rel err %.3e > tol %.1e%s\n", bf16_mode ? "bf16" : "fp32", label,
+               worst_row, worst, tol, bad ? " (non-finite values)" : "");
+    } else {
+        printf("ok   %-5s %-40s worst row rel err %.3e (tol %.1e)\n", bf16_mode ? "bf16" : "fp32", label, worst, tol);
+    }
+}
+
 static void check_same(const char *name, const float *a, const float *b, size_t n) {
     checks++;
     if (memcmp(a, b, n * sizeof(float)) != 0) {
@@ -168,6 +207,25 @@ static void test_allocator_reuses_blocks(void) {
     }
     gpu->free(b);
     gpu->free(NULL);
+
+    /* reserved bytes count live and cached blocks; release_cached gives the cache back */
+    const size_t big = (size_t)64 << 20;
+    size_t r0 = gpu->reserved_bytes();
+    void *p = gpu->alloc(big);
+    size_t r1 = gpu->reserved_bytes();
+    gpu->free(p);
+    size_t r2 = gpu->reserved_bytes();
+    gpu->release_cached();
+    size_t r3 = gpu->reserved_bytes();
+    checks++;
+    if (!(r1 >= r0 + big && r2 == r1 && r3 + big <= r2)) {
+        failures++;
+        printf("FAIL       allocator: reserved %zu, after a 64 MiB alloc %zu, after free %zu, after release %zu\n", r0,
+               r1, r2, r3);
+    } else {
+        printf("ok         allocator: reserved bytes follow alloc, free and release_cached (%zu -> %zu -> %zu)\n", r1,
+               r2, r3);
+    }
 }
 
 static void test_conversions(void) {
@@ -191,8 +249,8 @@ static void test_embedding(int V, int C, int BT) {
     size_t no = (size_t)BT * C, nw = (size_t)V * C;
 
     float *want = xmalloc(no * sizeof(float)), *dwant = dup_vec(dwte0, nw);
-    cpu->embedding_forward(want, tok, wte, BT, C);
-    cpu->embedding_backward(dwant, dout, tok, BT, C);
+    cpu->embedding_forward(want, tok, wte, BT, C, V);
+    cpu->embedding_backward(dwant, dout, tok, BT, C, V);
 
     float *got[2], *dgot[2];
     int32_t *dtok = dev_i32(tok, BT);
@@ -202,8 +260,8 @@ static void test_embedding(int V, int C, int BT) {
         dgot[rep] = xmalloc(nw * sizeof(float));
         void *out = gpu->alloc(no * gpu->act_bytes);
         float *dw = dev_f32(dwte0, nw);
-        gpu->embedding_forward(out, dtok, dwte_w, BT, C);
-        gpu->embedding_backward(dw, ddout, dtok, BT, C);
+        gpu->embedding_forward(out, dtok, dwte_w, BT, C, V);
+        gpu->embedding_backward(dw, ddout, dtok, BT, C, V);
         get_work(got[rep], out, no);
         get_f32(dgot[rep], dw, nw);
         gpu->free(out);
@@ -223,8 +281,58 @@ static void test_embedding(int V, int C, int BT) {
     free(tok), free(wte), free(dout), free(dwte0), free(want), free(dwant);
 }
 
-static void test_rmsnorm(void) {
-    const int N = 37, C = 300;
+/* Token ids outside [0, V): no out-of-bounds read, a zero row (a zero loss for a target), and the
+ * fault flag that take_fault reports once, with the id and the vocabulary size in its message. */
+static void test_token_fault(void) {
+    const int V = 11, C = 64, BT = 6;
+    int32_t tok[6] = {0, 3, 11, 5, -2, 10};
+    float *wte = rand_vec((size_t)V * C, 1.0f, 1), *got = xmalloc((size_t)BT * C * sizeof(float));
+    char msg[512] = "";
+    int stale = gpu->take_fault(msg, sizeof msg); /* clear anything earlier tests left */
+    int32_t *dtok = dev_i32(tok, BT);
+    void *dwte = dev_work(wte, (size_t)V * C), *out = gpu->alloc((size_t)BT * C * gpu->act_bytes);
+    gpu->embedding_forward(out, dtok, dwte, BT, C, V);
+    get_work(got, out, (size_t)BT * C);
+    int raised = gpu->take_fault(msg, sizeof msg), again = gpu->take_fault(NULL, 0);
+    int zero_rows = 1, good_rows = 1;
+    for (int c = 0; c < C; c++) {
+        zero_rows &= got[2 * C + c] == 0.0f && got[4 * C + c] == 0.0f;
+        good_rows &= got[1 * C + c] == wte[3 * C + c] && got[5 * C + c] == wte[10 * C + c];
+    }
+    checks++;
+    if (stale || !raised || again || !zero_rows || !good_rows || !strstr(msg, "vocab_size = 11") ||
+        (!strstr(msg, "token id 11 ") && !strstr(msg, "token id -2 "))) {
+        failures++;
+        printf("FAIL %-5s token id out of range: stale %d raised %d again %d zero rows %d good rows %d msg \"%s\"\n",
+               bf16_mode ? "bf16" : "fp32", stale, raised, again, zero_rows, good_rows, msg);
+    } else {
+        printf("ok   %-5s %-40s \"%s\"\n", bf16_mode ? "bf16" : "fp32", "embedding: bad token id flagged", msg);
+    }
+
+    /* a target past the vocabulary: loss 0 (not NaN, not a read past the row), flagged */
+    int32_t tg[2] = {4, 99};
+    float *logits = rand_vec((size_t)2 * V, 1.0f, 1), loss[2] = {NAN, NAN};
+    void *dlog = dev_work(logits, (size_t)2 * V);
+    int32_t *dtg = dev_i32(tg, 2);
+    float *dloss = gpu->alloc(2 * sizeof(float)), *dlse = gpu->alloc(2 * sizeof(float));
+    gpu->crossentropy_forward(dloss, dlse, dlog, dtg, 2, V);
+    get_f32(loss, dloss, 2);
+    raised = gpu->take_fault(msg, sizeof msg);
+    checks++;
+    if (!raised || loss[1] != 0.0f || !isfinite(loss[0]) || !strstr(msg, "target token id 99")) {
+        failures++;
+        printf("FAIL %-5s target out of range: raised %d losses %g %g msg \"%s\"\n", bf16_mode ? "bf16" : "fp32",
+               raised, loss[0], loss[1], msg);
+    } else {
+        printf("ok   %-5s %-40s \"%s\"\n", bf16_mode ? "bf16" : "fp32", "crossentropy: bad target flagged", msg);
+    }
+    gpu->free(dtok), gpu->free(dwte), gpu->free(out), gpu->free(dlog), gpu->free(dtg), gpu->free(dloss), gpu->free(dlse);
+    free(wte), free(got), free(logits);
+}
+
+/* C 300: the separate kernels in bf16 (not a multiple of 8), the fused one in fp32; C 2048 and 8192:
+ * the fused backward with 1, 2 and 4 groups per thread (8192 fp32: the separate kernels again) */
+static void test_rmsnorm(int N, int C) {
     const float eps = 1e-5f;
     size_t n = (size_t)N * C;
     float *x = rand_vec(n, 2.0f, 1), *w = rand_vec(C, 1.0f, 1), *dout = rand_vec(n, 1.0f, 1);
@@ -258,15 +366,25 @@ static void test_rmsnorm(void) {
         }
         gpu->free(out), gpu->free(dinp), gpu->free(rstd), gpu->free(dw);
     }
-    check_close("rmsnorm_forward out", got[0], want, n, tol_of(1e-5, 1e-2));
-    check_close("rmsnorm_forward rstd", rstd_got[0], rstd_want, N, tol_of(1e-5, 1e-4));
-    check_close("rmsnorm_backward dinp (+=)", dinp_got[0], dinp_want, n, tol_of(1e-4, 2e-2));
-    check_close("rmsnorm_backward dweight (+=)", dw_got[0], dw_want, C, tol_of(1e-5, 1e-4));
-    check_same("rmsnorm_apply == rmsnorm_forward out", applied, got[0], n);
-    check_same("rmsnorm_forward repeat", got[0], got[1], n);
-    check_same("rmsnorm_forward rstd repeat", rstd_got[0], rstd_got[1], N);
-    check_same("rmsnorm_backward dinp repeat", dinp_got[0], dinp_got[1], n);
-    check_same("rmsnorm_backward dweight repeat", dw_got[0], dw_got[1], C);
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm_forward out C=%d", C);
+    check_close(name, got[0], want, n, tol_of(1e-5, 1e-2));
+    snprintf(name, sizeof name, "rmsnorm_forward rstd C=%d", C);
+    check_close(name, rstd_got[0], rstd_want, N, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "rmsnorm_backward dinp (+=) C=%d", C);
+    check_close(name, dinp_got[0], dinp_want, n, tol_of(1e-4, 2e-2));
+    snprintf(name, sizeof name, "rmsnorm_backward dweight (+=) C=%d", C);
+    check_close(name, dw_got[0], dw_want, C, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "rmsnorm_apply == rmsnorm_forward out C=%d", C);
+    check_same(name, applied, got[0], n);
+    snprintf(name, sizeof name, "rmsnorm_forward repeat C=%d", C);
+    check_same(name, got[0], got[1], n);
+    snprintf(name, sizeof name, "rmsnorm_forward rstd repeat C=%d", C);
+    check_same(name, rstd_got[0], rstd_got[1], N);
+    snprintf(name, sizeof name, "rmsnorm_backward dinp repeat C=%d", C);
+    check_same(name, dinp_got[0], dinp_got[1], n);
+    snprintf(name, sizeof name, "rmsnorm_backward dweight repeat C=%d", C);
+    check_same(name, dw_got[0], dw_got[1], C);
     gpu->free(dx), gpu->free(dwt), gpu->free(ddout);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(rstd_got[rep]), free(dinp_got[rep]), free(dw_got[rep]);
     free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(rstd_want), free(dinp_want), free(dw_want);
@@ -305,6 +423,7 @@ static void test_matmul(int N, int IC, int OC) {
     }
     snprintf(name, sizeof name, "matmul_forward %dx%dx%d", N, IC, OC);
     check_close(name, got[0], want, no, tol_of(1e-5, 1e-2));
+    check_rows(name, got[0], want, no, (size_t)OC, tol_of(2e-5, 2e-2));
     check_same(name, got[0], got[1], no);
     snprintf(name, sizeof name, "matmul_backward dinp (=) %dx%dx%d", N, IC, OC);
     check_close(name, gset[0], dinp_set, ni, tol_of(1e-5, 1e-2));
@@ -381,7 +500,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     float *out_w = xmalloc(nq * sizeof(float)), *lse_w = xmalloc(nl * sizeof(float));
     float *dq_w = xmalloc(nq * sizeof(float)), *dk_w = xmalloc(nk * sizeof(float)), *dv_w = xmalloc(nk * sizeof(float));
     cpu->attention_forward(out_w, lse_w, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
-    cpu->attention_backward(dq_w, dk_w, dv_w, dout, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_w, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
 
     float *o[2], *l[2], *gq[2], *gk[2], *gv[2];
     void *dq_in = dev_work(q, nq), *dk_in = dev_work(k, nk), *dv_in = dev_work(v, nk), *ddout = dev_work(dout, nq);
@@ -395,7 +514,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
         gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
-        gpu->attention_backward(dq, dk, dv, ddout, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
         get_work(gq[rep], dq, nq);
@@ -406,7 +525,8 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
 #define ATT_CHECK(label, got, want, n, t32, t16)                                                               \
     do {                                                                                                      \
         snprintf(name, sizeof name, "attention %s %s", label, tag);                                           \
-        check_close(name, got[0], want, n, tol_of(t32, t16));                                                 \
+        check_close(name, got[0], want, n, tol_of(t32, t16));                                                \
+        if (n != nl) check_rows(name, got[0], want, n, (size_t)HD, 2.0 * tol_of(t32, t16));                  \
         check_same(name, got[0], got[1], n);                                                                  \
     } while (0)
     ATT_CHECK("out", o, out_w, nq, 1e-4, 2e-2);
@@ -587,6 +707,11 @@ static void test_vector_utilities(void) {
 
 int main(void) {
     char why[256] = "";
+    /* GT_TEST_QUICK=1: leave out the large shapes (for compute-sanitizer, which runs kernels 10-100x
+     * slower); GT_TEST_ONLY=attention: only the attention checks (for racecheck) */
+    const char *quick_env = getenv("GT_TEST_QUICK"), *only_env = getenv("GT_TEST_ONLY");
+    const int quick = quick_env && atoi(quick_env) != 0;
+    const int attention_only = only_env && strcmp(only_env, "attention") == 0;
     if (!gt_ops_cuda(0, why, sizeof why)) {
         printf("skipped: %s\n", why);
         return 77;
@@ -599,15 +724,21 @@ int main(void) {
                    gpu->can_keep_attention_probs);
             failures++;
         }
-        test_allocator_reuses_blocks();
-        test_conversions();
-        test_embedding(61, 300, 333);
-        test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
-        test_rmsnorm();
-        test_matmul(37, 96, 80);
-        test_matmul(256, 512, 384);
-        test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
-        test_rope();
+        if (!attention_only) {
+            test_allocator_reuses_blocks();
+            test_conversions();
+            test_embedding(61, 300, 333);
+            if (!quick) test_embedding(37, 40, 5000); /* more tokens than one shared-memory chunk (2048) */
+            test_embedding(50, 36, 7);    /* C not a multiple of the 16-byte vector: the element kernel */
+            test_token_fault();
+            test_rmsnorm(37, 300);
+            test_rmsnorm(70, 2048);
+            test_rmsnorm(9, 8192);
+            test_matmul(37, 96, 80);
+            if (!quick) test_matmul(256, 512, 384);
+            test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
+            test_rope();
+        }
         gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
         test_attention(2, 77, 4, 2, 64, 0.1f);
@@ -615,6 +746,7 @@ int main(void) {
         test_attention(1, 130, 4, 4, 128, 0.2f);
         test_attention(3, 33, 3, 3, 24, 0.0f);
         test_attention(1, 1, 2, 1, 16, 0.0f);
+        if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
             /* the opt-in bf16 tensor-core variant: GQA, T not a multiple of its 64-row tiles, HD 32, 64
              * and 128, with and without dropout; each call is also run twice and compared bytewise */
@@ -628,21 +760,42 @@ int main(void) {
             test_attention(1, 200, 8, 2, 64, 0.1f); /* several key and query tiles, groups of 4 */
             test_attention(2, 50, 4, 1, 32, 0.0f);
             test_attention(1, 1, 2, 1, 128, 0.0f);
-            /* 7 shapes x 2 repeats x (forward + backward) */
-            const long took = gt_cuda_attention_wmma_calls() - calls0;
+            if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
+            /* 8 shapes (7 when quick) x 2 repeats x (forward + backward) */
+            const long took = gt_cuda_attention_wmma_calls() - calls0, want = (quick ? 7 : 8) * 2 * 2;
             checks++;
-            if (took != 7 * 2 * 2) {
+            if (took != want) {
                 failures++;
-                printf("FAIL bf16  attention wmma: the variant took %ld of %d calls\n", took, 7 * 2 * 2);
+                printf("FAIL bf16  attention wmma: the variant took %ld of %ld calls\n", took, want);
+            }
+            /* the opt-in mma forward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu) with the wmma
+             * backward: HD 64 and 128, GQA, dropout, T not a multiple of its tiles, one row */
+            gt_cuda_attention_force_variant(2);
+            attn_variant = "mma ";
+            const long mma0 = gt_cuda_attention_mma_calls();
+            test_attention(2, 77, 4, 2, 64, 0.0f);
+            test_attention(2, 77, 4, 2, 64, 0.1f);
+            test_attention(1, 130, 2, 1, 128, 0.0f);
+            test_attention(1, 130, 4, 4, 128, 0.2f);
+            test_attention(1, 200, 8, 2, 64, 0.1f);
+            test_attention(1, 1, 2, 1, 128, 0.0f);
+            if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
+            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2;
+            checks++;
+            if (mtook != mwant) {
+                failures++;
+                printf("FAIL bf16  attention mma: the forward took %ld of %ld calls\n", mtook, mwant);
             }
             attn_variant = "";
         }
         gt_cuda_attention_force_variant(-1);
-        test_swiglu();
-        test_residual_dropout(0.0f);
-        test_residual_dropout(0.1f);
-        test_crossentropy();
-        test_vector_utilities();
+        if (!attention_only) {
+            test_swiglu();
+            test_residual_dropout(0.0f);
+            test_residual_dropout(0.1f);
+            test_crossentropy();
+            test_vector_utilities();
+        }
         gpu->synchronize();
     }
     printf("%d of %d checks failed\n", failures, checks);

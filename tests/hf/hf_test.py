@@ -127,22 +127,9 @@ def corpus(vocab, n, seed):
     return out
 
 
-def val_loss_reference(model, val_path, B, T, n_batches):
-    """gtrain's val_loss (src/core/data.h: fixed windows; mean over all target tokens)."""
-    raw = open(val_path, "rb").read()
-    tokens = np.frombuffer(raw[32:], dtype="<u2").astype(np.int64)
-    nw = (len(tokens) - 1) // T
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for b in range(n_batches):
-            ws = [(b * B + i) % nw for i in range(B)]
-            x = torch.tensor(np.stack([tokens[w * T: w * T + T] for w in ws]))
-            y = torch.tensor(np.stack([tokens[w * T + 1: w * T + T + 1] for w in ws]))
-            logits = model(input_ids=x).logits.double()
-            total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                                       reduction="sum").item()
-            count += y.numel()
-    return total / count
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from val_loss_reference import val_loss_reference  # noqa: E402  (tests/val_loss_reference.py)
+
 
 
 def ini_text(cfg, init, work, steps, extra=""):

@@ -23,6 +23,7 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped.
 """
 import argparse
+import filecmp
 import json
 import os
 import random
@@ -103,8 +104,9 @@ class Env:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         self.config = os.path.join(work, "tiny.ini")
+        self.data = make_corpus(work)
         with open(self.config, "w") as f:
-            f.write(CONFIG.format(data=make_corpus(work)))
+            f.write(CONFIG.format(data=self.data))
 
     def rundir(self, name):
         return os.path.join(self.work, name)
@@ -148,7 +150,10 @@ class Env:
         return os.path.join(d, f"step_{step:08d}.h5" + (".tmp" if tmp else ""))
 
     def steps_saved(self, name):
-        d = self.ck(name)
+        return self.steps_saved_in(self.ck(name))
+
+    @staticmethod
+    def steps_saved_in(d):
         if not os.path.isdir(d):
             return []
         return sorted(int(f[5:-3]) for f in os.listdir(d) if f.startswith("step_") and f.endswith(".h5"))
@@ -460,7 +465,260 @@ def sigterm(e):
     same_state(e.ck("ref2", 12), e.ck("two", 12), "2 ranks resumed after the signals: bit-identical")
 
 
-SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, corrupt_fallback, shape_mismatch, sigterm)}
+class Tmpfs:
+    """A tmpfs mounted at path for the duration of a with block (as root); .ok says whether it mounted."""
+
+    def __init__(self, path, size_bytes, read_only=False):
+        self.path, self.size, self.read_only, self.ok = path, size_bytes, read_only, False
+
+    def __enter__(self):
+        os.makedirs(self.path, exist_ok=True)
+        opts = f"size={max(4, self.size // 1024)}k" + (",ro" if self.read_only else "")
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        self.ok = p.returncode == 0
+        if not self.ok:
+            print(f"    cannot mount a tmpfs ({p.stdout.strip()})", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.ok:
+            subprocess.run(["umount", "-l", self.path])
+        return False
+
+
+def gtrain_lines(text):
+    return [line for line in text.splitlines() if line.startswith("gtrain:")]
+
+
+def trained_steps(out):
+    return [line for line in out.splitlines() if line.startswith("step ")]
+
+
+def bad_files_never_count_toward_keep(e):
+    e.run(1, "run", "train.steps=4", "checkpoint.every=1")
+    os.remove(e.ck("run", 1))
+    # good step 2, truncated step 3, flipped bytes in step 4: the issue's step_200, 250 and 255
+    with open(e.ck("run", 3), "r+b") as f:
+        f.truncate(os.path.getsize(e.ck("run", 3)) // 2)
+    flip_in_chunk(e.ck("run", 4), "/model/model.embed_tokens.weight")
+    out, err = e.run(1, "run", "train.steps=6", "checkpoint.every=0", "checkpoint.keep=3")
+    print("   ", err.strip().replace("\n", "\n    "))
+    check("resumed from " + e.ck("run", 2) in out, "the fallback resumed from the good step 2")
+    aside = [line for line in gtrain_lines(err) if "set aside" in line]
+    check(len(aside) == 1 and e.ck("run", 3) + ".bad" in aside[0] and e.ck("run", 4) + ".bad" in aside[0],
+          "one line reports both failed files renamed to .bad")
+    check(os.path.exists(e.ck("run", 3) + ".bad") and os.path.exists(e.ck("run", 4) + ".bad"), "the .bad files exist")
+    check(e.steps_saved("run") == [2, 6], "keep = 3 kept the good step 2 beside the new step 6 (bad files not counted)")
+    check(state_check("verify", e.ck("run", 2))[0] == 0, "step 2 still verifies")
+
+    # the new file is damaged later: step 2 is still there
+    flip_in_chunk(e.ck("run", 6), "/optim/exp_avg/lm_head.weight")
+    out, err = e.run(1, "run", "train.steps=8", "checkpoint.every=0", "checkpoint.keep=3")
+    check("resumed from " + e.ck("run", 2) in out, "step 6 damaged too: resumed from step 2 again")
+    check(os.path.exists(e.ck("run", 6) + ".bad") and e.steps_saved("run") == [2, 8], "step 6 set aside, 2 and 8 kept")
+
+    # keep = 1: the newest file that verified (the one just saved) is the one kept; .bad files stay
+    e.run(1, "run", "train.steps=10", "checkpoint.every=0", "checkpoint.keep=1")
+    check(e.steps_saved("run") == [10], "keep = 1: only the file just saved remains")
+    check(all(os.path.exists(e.ck("run", s) + ".bad") for s in (3, 4, 6)), "rotation never deletes .bad files")
+    check(state_check("verify", e.ck("run", 10))[0] == 0, "step 10 verifies")
+
+
+def unusable_dir(e):
+    a_file = os.path.join(e.work, "a_file")
+    with open(a_file, "w") as f:
+        f.write("not a directory\n")
+    for np_ in (1, 2):
+        for path in (a_file, a_file + "/sub"):
+            out, err = e.run(np_, "u", f"checkpoint.dir={path}", expect=2)
+            lines = gtrain_lines(err)
+            check(len(lines) == 1 and "[checkpoint] dir" in lines[0] and f"'{path}'" in lines[0]
+                  and "Not a directory" in lines[0], f"{np_} rank(s), dir {path}: exit 2, one line: {lines}")
+            check(not trained_steps(out), "no step was trained")
+    with Tmpfs(os.path.join(e.work, "ro"), 1 << 20, read_only=True) as ro:
+        if ro.ok:
+            for path in (ro.path, ro.path + "/ck"):
+                out, err = e.run(2, "u", f"checkpoint.dir={path}", expect=2)
+                lines = gtrain_lines(err)
+                check(len(lines) == 1 and f"'{path}'" in lines[0] and "Read-only file system" in lines[0],
+                      f"read-only mount, dir {path}: exit 2 naming the path and the OS error: {lines}")
+                check(not trained_steps(out), "no step was trained")
+        else:
+            print("    (not root: the read-only mount case was not run)", flush=True)
+
+
+def full_disk(e):
+    e.run(1, "size", "train.steps=2", "checkpoint.every=0")
+    one = os.path.getsize(e.ck("size", 2))
+    mnt = os.path.join(e.work, "mnt")
+    with Tmpfs(mnt, one * 3 // 2) as fs:
+        if not fs.ok:
+            print("SKIP: a tmpfs cannot be mounted here (the test needs root)", flush=True)
+            sys.exit(77)
+        ck = os.path.join(mnt, "ck")
+        os.makedirs(ck)
+        older = os.path.join(ck, "step_00000001.h5")  # an older state file that takes the room
+        shutil.copy(e.ck("size", 2), older)
+
+        # every save fails: a warning at the start, one line per failed save, training goes on, exit 1
+        out, err = e.run(2, "full", f"checkpoint.dir={ck}", "checkpoint.resume=never", "train.steps=4",
+                         "checkpoint.every=2", expect=1)
+        print("   ", err.strip().replace("\n", "\n    "))
+        lines = gtrain_lines(err)
+        check(any("less than one state file" in l for l in lines), "the start warns: less than one state file free")
+        failed = [l for l in lines if "cannot save step" in l]
+        check(len(failed) == 2 and all("No space left on device" in l for l in failed),
+              "each failed save is one line with 'No space left on device'")
+        check("cannot save step 2" in failed[0] and "training goes on" in failed[0], "the periodic save failed, training went on")
+        check("cannot save step 4" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
+        check(max(e.losses("full")) == 4, "all 4 steps were trained")
+        check("HDF5-DIAG" not in out + err and "MPI_ABORT" not in out + err, "no HDF5 error stack, no MPI_ABORT")
+        check(sorted(os.listdir(ck)) == ["step_00000001.h5"], "no .tmp left, the older file is still there")
+        check(filecmp.cmp(e.ck("size", 2), older, shallow=False), "the older file is untouched, byte for byte")
+
+        # room comes back during the run: the next save succeeds and the run ends 0
+        p = subprocess.Popen(e.command(2, "room", [f"checkpoint.dir={ck}", "checkpoint.resume=never", "train.steps=4",
+                                                    "checkpoint.every=2", "checkpoint.keep=1"]),
+                             env=e.environ({"GTRAIN_TEST_STEP_DELAY_MS": "1000"}), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        seen = ""
+        for line in p.stderr:
+            seen += line
+            if "cannot save step 2" in line:
+                os.remove(older)  # two steps of 1 s each before the next save
+        p.wait(timeout=120)
+        check("cannot save step 2" in seen and p.returncode == 0, f"save 2 failed, then room was made: exit {p.returncode}")
+        check(e.steps_saved_in(ck) == [4] and state_check("verify", os.path.join(ck, "step_00000004.h5"))[0] == 0,
+              "the next save (step 4) succeeded and verifies")
+
+        # a failure inside the HDF5 writer itself (no reservation first), one rank
+        os.remove(os.path.join(ck, "step_00000004.h5"))
+        shutil.copy(e.ck("size", 2), older)
+        for debug in ("0", "1"):
+            out, err = e.run(1, "writer", f"checkpoint.dir={ck}", "checkpoint.resume=never", "train.steps=2",
+                             "checkpoint.every=0", env={"GTRAIN_TEST_NO_RESERVE": "1", "GTRAIN_HDF5_DEBUG": debug},
+                             expect=1)
+            failed = [l for l in gtrain_lines(err) if "cannot save step 2" in l]
+            check(len(failed) == 1 and "No space left on device" in failed[0],
+                  f"GTRAIN_HDF5_DEBUG={debug}: a failure inside the writer is one line with the OS error")
+            if debug == "0":
+                print("   ", failed[0])
+                check("HDF5-DIAG" not in err, "no HDF5 error stack by default")
+            else:
+                check("HDF5-DIAG" in err, "GTRAIN_HDF5_DEBUG=1 prints HDF5's error stack")
+            check(sorted(os.listdir(ck)) == ["step_00000001.h5"], "no .tmp left")
+
+
+def nonfinite(e):
+    e.run(2, "ref")
+    out, err = e.run(2, "stop", env={"GTRAIN_TEST_NAN_AT": "5:1"}, expect=1)
+    lines = gtrain_lines(err)
+    print("   ", "\n    ".join(lines))
+    check(len(lines) == 1 and "step 5" in lines[0] and "micro-batch 1 of 2 on rank 0" in lines[0]
+          and "train.nonfinite = stop" in lines[0] and "exit 1" in lines[0],
+          "stop: one line names the step, the micro-batch and the rank")
+    check(e.steps_saved("stop") == [2, 4], "nothing was saved after the NaN")
+    same_state(e.ck("ref", 4), e.ck("stop", 4), "the newest state file (step 4) is intact")
+
+    out, err = e.run(2, "grad", env={"GTRAIN_TEST_NAN_AT": "3:0:1:grad"}, expect=1)
+    check("step 3: the gradient norm is nan" in err and e.steps_saved("grad") == [2],
+          "a NaN only in a gradient of rank 1: stop at step 3, step 2 is the newest file")
+
+    out, err = e.run(2, "skip", "train.nonfinite=skip", "checkpoint.every=1",
+                     env={"GTRAIN_TEST_NAN_AT": "5:0:1"})
+    check("step 5: the loss of micro-batch 0 of 2 on rank 1 is not finite; the step is skipped" in err,
+          "skip: the step is reported as skipped")
+    same_state(e.ck("skip", 4), e.ck("skip", 5), "the skipped step changed no weight and no moment")
+    counts = {}
+    with open(os.path.join(e.rundir("skip"), "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if "skipped_steps" in rec:
+                counts[rec["step"]] = rec["skipped_steps"]
+    check([counts[s] for s in range(1, 9)] == [0, 0, 0, 0, 1, 1, 1, 1], "skipped_steps in the metrics: 1 from step 5")
+    for name, want in (("/train/skipped_steps", "1"), ("/train/adam_step", "7")):
+        got = h5_attr(e.ck("skip", 8), name)
+        check(got in (None, want), f"step 8's file: {name} = {want}")
+
+
+def model_change(e):
+    e.run(1, "m", "train.steps=2")
+    cases = [(["model.n_heads=8", "model.n_kv_heads=4"], ["model.n_heads: 4 -> 8", "model.n_kv_heads: 2 -> 4"]),
+             (["model.rope_theta=500000"], ["model.rope_theta: 10000 -> 500000"]),
+             (["model.norm_eps=1e-6"], ["model.norm_eps: 1e-05 -> 1e-06"])]
+    for overrides, keys in cases:
+        _, err = e.run(1, "m", *overrides, expect=3)
+        check(all(k in err for k in keys) and "checkpoint.allow_model_change = true" in err,
+              f"{' '.join(overrides)} (same tensor shapes): exit 3 naming {keys}")
+    _, err = e.run(1, "m", "model.vocab_size=300", expect=3)
+    check("model.embed_tokens.weight" in err and "[256, 64]" in err, "vocab_size 256 -> 300: exit 3 naming the tensor")
+    check(e.steps_saved("m") == [2], "refused resumes leave the files alone")
+    out, _ = e.run(1, "m", "model.rope_theta=500000", "checkpoint.allow_model_change=true", "train.steps=4",
+                   "train.lr=1e-3")
+    check("the model changed since the save (checkpoint.allow_model_change = true): model.rope_theta: 10000 -> 500000"
+          in out and "train.lr: 0.003 -> 0.001" in out, "allow_model_change = true: resumed, the change is a note")
+    check("continuing at step 3" in out and e.steps_saved("m")[-1] == 4, "and the run continues")
+
+
+def time_cadence(e):
+    env = {"GTRAIN_TEST_STEP_DELAY_MS": "400"}
+    e.run(2, "t", "checkpoint.every=0", "checkpoint.every_minutes=0.01", env=env)
+    saved = e.steps_saved("t")
+    print(f"    every_minutes = 0.01 (0.6 s), 0.4 s per step: saved steps {saved}", flush=True)
+    # every step sleeps 0.4 s, so 0.6 s have passed at the second step boundary after a save at the latest
+    gaps = [b - a for a, b in zip([0] + saved, saved)]
+    check(saved[-1] == 8 and max(gaps) <= 2 and len(saved) >= 4, "a time-based save at least every second step")
+    check(all(state_check("verify", e.ck("t", s))[0] == 0 for s in saved), "every file verifies")
+    e.run(1, "t0", "checkpoint.every=0", "checkpoint.every_minutes=0", env=env)
+    check(e.steps_saved("t0") == [8], "every_minutes = 0: only the final save")
+
+
+def memory_preflight(e):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tiny = os.path.join(repo, "configs", "tiny.ini")
+    base = [f"data.train={e.data}", "data.val=", "checkpoint.dir=", "log.metrics="]
+    with open("/proc/meminfo") as f:
+        avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+
+    def run(np_, *overrides):
+        cmd = [ARGS.gtrain, tiny] + base + list(overrides)
+        if np_ > 1:
+            cmd = [ARGS.mpiexec, ARGS.np_flag, str(np_)] + ARGS.mpi_flags.split() + cmd
+        p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        return p.returncode, p.stdout, p.stderr
+
+    def plan_total(np_, *overrides):
+        p = subprocess.run([ARGS.gtrain, "--plan", "--world", str(np_), tiny] + base + list(overrides),
+                           stdout=subprocess.PIPE, text=True)
+        row = next(l for l in p.stdout.splitlines() if l.strip().startswith("none "))
+        return " ".join(row.split()[3:5])  # the total column, e.g. "342.83 GiB"
+
+    cases = [(1, ["train.micro_batch=65536"], "MemAvailable"),
+             (2, ["train.micro_batch=65536"], "shared by 2 ranks on this node"),
+             (1, ["train.seq_len=1000000", "model.max_seq_len=1000000"], "MemAvailable"),
+             (1, ["memory.budget=10MiB"], ": memory.budget")]
+    for np_, overrides, limit in cases:
+        total = plan_total(np_, *overrides)
+        value, unit = total.split()
+        scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+        if limit != ": memory.budget" and float(value) * scale <= avail / np_:
+            print(f"    {overrides}: {total} fits this machine's {avail} bytes; case not run", flush=True)
+            continue
+        rc, out, err = run(np_, *overrides)
+        lines = gtrain_lines(err)
+        check(rc == 2 and len(lines) == 1 and f"the memory plan needs {total} per rank" in lines[0] and limit in lines[0],
+              f"{np_} rank(s), {' '.join(overrides)}: exit 2 with --plan's total {total} and the limit ({limit})")
+        check(not trained_steps(out) and "parameters" not in out, "refused before anything was allocated")
+    print("   ", lines[0])
+    rc, out, _ = run(1, "train.steps=2", "train.warmup_steps=1")
+    check(rc == 0 and len(trained_steps(out)) == 2, "a plan that fits trains")
+
+
+SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, corrupt_fallback, shape_mismatch, sigterm,
+                                     bad_files_never_count_toward_keep, unusable_dir, full_disk, nonfinite,
+                                     model_change, time_cadence, memory_preflight)}
 
 
 def main():

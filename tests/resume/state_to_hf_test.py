@@ -55,22 +55,9 @@ metrics = {work}/metrics.jsonl
 """
 
 
-def gtrain_val_loss_reference(model, val_path, B, T, n_batches):
-    """The val_loss gtrain computes (src/core/data.h: fixed windows; mean over all target tokens)."""
-    raw = open(val_path, "rb").read()
-    tokens = np.frombuffer(raw[32:], dtype="<u2").astype(np.int64)
-    nw = (len(tokens) - 1) // T
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for b in range(n_batches):
-            ws = [(b * B + i) % nw for i in range(B)]
-            x = torch.tensor(np.stack([tokens[w * T: w * T + T] for w in ws]))
-            y = torch.tensor(np.stack([tokens[w * T + 1: w * T + T + 1] for w in ws]))
-            logits = model(input_ids=x).logits.double()
-            total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                                       reduction="sum").item()
-            count += y.numel()
-    return total / count
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from val_loss_reference import val_loss_reference  # noqa: E402
+
 
 
 def main():
@@ -111,7 +98,7 @@ def main():
             assert np.array_equal(sd[name].numpy(), f["model"][name][()]), f"{name} differs"
     print(f"ok: {len(names)} tensors loaded by LlamaForCausalLM equal /model of {os.path.basename(state)}")
 
-    hf_loss = gtrain_val_loss_reference(model, f"{work}/corpus.val.bin", 4, 32, 3)
+    hf_loss = val_loss_reference(model, f"{work}/corpus.val.bin", 4, 32, 3)
     rel = abs(hf_loss - val_loss) / abs(val_loss)
     print(f"val_loss: gtrain {val_loss:.7f}, transformers {hf_loss:.7f}, relative difference {rel:.2e}")
     assert rel < 1e-4, "the exported model does not compute what gtrain computed"

@@ -45,9 +45,10 @@ train = [r for r in rows if "loss" in r]
 val = [r["val_loss"] for r in rows if "val_loss" in r]
 assert [r["step"] for r in train] == list(range(1, 61)), "one metrics line per step, counted from 1"
 for key in ("step", "loss", "lr", "grad_norm", "tokens", "tok_per_s", "step_ms", "mfu", "act_peak_bytes",
-            "mem_peak_bytes", "recomputed_blocks", "optim_bytes", "comm_bytes"):
+            "mem_peak_bytes", "recomputed_blocks", "optim_bytes", "comm_bytes", "mem_reserved_bytes"):
     assert key in train[0], f"metrics line lacks {key}"
 assert train[0]["mfu"] is None, "mfu is null on the CPU"
+assert train[0]["mem_reserved_bytes"] is None, "mem_reserved_bytes is null on the CPU (no caching allocator)"
 assert train[0]["act_peak_bytes"] > 0 and train[0]["mem_peak_bytes"] > train[0]["act_peak_bytes"]
 first, last = train[0]["loss"], sum(r["loss"] for r in train[-10:]) / 10
 print(f"loss: step 1 {first:.4f} -> mean of last 10 {last:.4f}; val {val}")

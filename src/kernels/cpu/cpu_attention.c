@@ -11,10 +11,12 @@
  * keep_j = gt_dropout_keep(key, ((b*NH + h)*T + t)*T + j, p).
  *
  * Backward, per row t of head h (kv head g = h / (NH/NKV)):
- *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D = sum_j p_j dp_j
+ *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D = sum_j p_j dp_j = dout_t . out_t
  *   ds_j = p_j (dp_j - D) * scale ; dq_t = sum_j ds_j k_j ; dk_j += ds_j q_t ; dv_j += p~_j dout_t
+ * D is taken from the forward output (sum_j p_j dp_j = dout_t . sum_j p~_j v_j = dout_t . out_t, dropout
+ * included), one dot product of HD per row, as the GPU backends do.
  * Two passes keep every write owned by one thread in a fixed order:
- *   pass 1, over rows (b, h, t): dq_t and D_t (into scratch);
+ *   pass 1, over rows (b, h, t): D_t (into scratch) and dq_t;
  *   pass 2, over (b, g, block of key positions): dk_j, dv_j for the block, looping the group's
  *           query heads then rows t >= j in order, recomputing p_j and dp_j for the block's keys.
  * The scores of a row's own keys are therefore computed twice; in exchange both passes use all
@@ -126,12 +128,13 @@ static inline void row_probs(float *p, float *s, const float *probs, size_t row,
     }
 }
 
-void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout_, const void *q_,
-                               const void *k_, const void *v_, const float *lse, const float *probs,
-                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout_, const void *out_,
+                               const void *q_, const void *k_, const void *v_, const float *lse,
+                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key) {
     GT_CPU_CHECK(NKV > 0 && NH % NKV == 0, "NH=%d is not a multiple of NKV=%d", NH, NKV);
     float *dq = dq_, *dk = dk_, *dv = dv_;
-    const float *dout = dout_, *q = q_, *k = k_, *v = v_;
+    const float *dout = dout_, *out = out_, *q = q_, *k = k_, *v = v_;
     const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -151,18 +154,18 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
             const float *dot_ = dout + ((size_t)b * T + t) * qstride + (size_t)h * HD;
             const float *kb = k + (size_t)b * T * kstride + (size_t)g * HD;
             const float *vb = v + (size_t)b * T * kstride + (size_t)g * HD;
+            const float *ot = out + ((size_t)b * T + t) * qstride + (size_t)h * HD;
             float *dqt = dq + ((size_t)b * T + t) * qstride + (size_t)h * HD;
 
             row_probs(p, s, probs, (size_t)row, qt, kb, kstride, 0, t + 1, HD, scale, lse[row], T);
-            float Dsum = 0.0f;
+            const float Dsum = dot(dot_, ot, HD);
+            D[row] = Dsum;
             for (int j = 0; j <= t; j++) {
                 float d = dot(dot_, vb + (size_t)j * kstride, HD);
                 if (dropout > 0.0f)
                     d = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout) ? d * keep_scale : 0.0f;
                 dp[j] = d;
-                Dsum += p[j] * d;
             }
-            D[row] = Dsum;
             for (int d = 0; d < HD; d++) dqt[d] = 0.0f;
             for (int j = 0; j <= t; j++) {
                 float ds = p[j] * (dp[j] - Dsum) * scale;

@@ -51,13 +51,14 @@ void gt_cpu_rope_backward(void *dinp, const void *dout, const float *rope, int B
 void gt_cpu_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k,
                               const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
                               gt_rng_key key);
-void gt_cpu_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
-                               const void *k, const void *v, const float *lse, const float *probs,
-                               int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+void gt_cpu_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                               const void *q, const void *k, const void *v, const float *lse,
+                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key);
 
 /* cpu_pointwise.c: embedding, SwiGLU, residual dropout, cross-entropy */
-void gt_cpu_embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C);
-void gt_cpu_embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C);
+void gt_cpu_embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
+void gt_cpu_embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V);
 void gt_cpu_swiglu_forward(void *out, const void *gate, const void *up, size_t n);
 void gt_cpu_swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
                             size_t n);

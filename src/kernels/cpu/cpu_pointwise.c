@@ -14,12 +14,13 @@
 /* ---------------------------------------------------------------- embedding */
 
 /* out (BT, C) = wte[tokens] ; wte (V, C) */
-void gt_cpu_embedding_forward(void *out_, const int32_t *tokens, const void *wte_, int BT, int C) {
+void gt_cpu_embedding_forward(void *out_, const int32_t *tokens, const void *wte_, int BT, int C, int V) {
     float *out = out_;
     const float *wte = wte_;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
-        GT_CPU_CHECK(tokens[i] >= 0, "negative token id %d at position %d", (int)tokens[i], i);
+        GT_CPU_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id %d at position %d is outside [0, vocab %d)",
+                     (int)tokens[i], i, V);
         memcpy(out + (size_t)i * C, wte + (size_t)tokens[i] * C, (size_t)C * sizeof(float));
     }
 }
@@ -29,13 +30,14 @@ void gt_cpu_embedding_forward(void *out_, const int32_t *tokens, const void *wte
 
 /* dwte (V, C) += scatter of dout (BT, C). Each thread owns a block of columns and walks the tokens
  * in order, so repeated tokens add up in the same order for any thread count. */
-void gt_cpu_embedding_backward(float *dwte, const void *dout_, const int32_t *tokens, int BT, int C) {
+void gt_cpu_embedding_backward(float *dwte, const void *dout_, const int32_t *tokens, int BT, int C, int V) {
     const float *dout = dout_;
     int nblocks = (C + EMBED_COL_BLOCK - 1) / EMBED_COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
         int lo = blk * EMBED_COL_BLOCK, hi = lo + EMBED_COL_BLOCK < C ? lo + EMBED_COL_BLOCK : C;
         for (int i = 0; i < BT; i++) {
+            if (tokens[i] < 0 || tokens[i] >= V) continue;   /* forward refused it already */
             float *dst = dwte + (size_t)tokens[i] * C;
             const float *src = dout + (size_t)i * C;
             for (int c = lo; c < hi; c++) dst[c] += src[c];

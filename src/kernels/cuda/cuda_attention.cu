@@ -20,12 +20,14 @@
  *
  * Backward, without atomics (every output element has one owning thread, summing in fixed order):
  *   with dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp, ds = p (dp - D_t) * scale:
- *   kernel 1, per (query tile, head, batch): pass 1 over key tiles computes D_t (from the masked dp
- *     and p, which stays right under dropout), pass 2 computes dq_t = sum_s ds k_s; D goes to scratch;
+ *   kernel 0 (attention_rowdot_kernel, shared with the WMMA variant), one warp per row: D_t =
+ *     dout_t . out_t from the forward output (equal to sum_s p dp, dropout included, since out_t =
+ *     sum_s p~ v_s), so no pass over the key tiles is spent on it; D goes to a (B, NH, T) scratch;
+ *   kernel 1, per (query tile, head, batch): one pass over key tiles computes dq_t = sum_s ds k_s;
  *   kernel 2, per (key tile, kv head, batch): loops over the group's query heads and the query tiles
  *     at or after the diagonal, recomputing p, dp and ds, and sums dk_s = sum ds q_t and
  *     dv_s = sum p~ dout_t (p~ the probability after dropout).
- * That recomputes the scores three times in backward (the CPU backend does the same); correctness,
+ * That recomputes the scores twice in backward (the CPU backend does the same); correctness,
  * determinism and O(T) memory come first here, speed second.
  */
 #include <math.h>
@@ -197,11 +199,43 @@ attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v,
     }
 }
 
-/* ---------------------------------------------------------------- backward: dq and D */
+/* ---------------------------------------------------------------- backward: D from the output */
+
+/* D (B, NH, T) fp32: D[(b*NH + h)*T + t] = dout_t . out_t over HD, rows of (B, T, NH, HD). One warp per
+ * (b, t, h) row, lanes strided over HD, one xor-butterfly sum: fixed order, the same bits every run. */
+template <typename T>
+__global__ void attention_rowdot_kernel(float *D, const T *dout, const T *out, int Tn, int NH, int HD, size_t rows) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const T *a = dout + row * HD, *o = out + row * HD;
+    float acc = 0.0f;
+    for (int d = lane; d < HD; d += 32) acc += load_f(a + d) * load_f(o + d);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        /* row = (b*T + t)*NH + h -> (b*NH + h)*T + t */
+        const size_t h = row % (size_t)NH, bt = row / (size_t)NH, t = bt % (size_t)Tn, b = bt / (size_t)Tn;
+        D[(b * NH + h) * Tn + t] = acc;
+    }
+}
+
+void gt_cuda_attention_rowdot(float *D, const void *dout, const void *out, int B, int Tn, int NH, int HD, int bf16_io) {
+    const size_t rows = (size_t)B * Tn * NH;
+    if (rows == 0) return;
+    const int warps = 8;
+    const unsigned blocks = (unsigned)((rows + warps - 1) / warps);
+    if (bf16_io)
+        attention_rowdot_kernel<bf16><<<blocks, 32 * warps>>>(D, (const bf16 *)dout, (const bf16 *)out, Tn, NH, HD, rows);
+    else
+        attention_rowdot_kernel<float><<<blocks, 32 * warps>>>(D, (const float *)dout, (const float *)out, Tn, NH, HD, rows);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---------------------------------------------------------------- backward: dq */
 
 template <typename T, int BM, int BN, int HDM>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attention_backward_dq_kernel(T *dq, float *Dbuf, const T *dout, const T *q, const T *k, const T *v, const float *lse,
+attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q, const T *k, const T *v, const float *lse,
                              int Tn, int NH, int NKV, int HD, float scale, float dropout, float keep_scale,
                              uint64_t rng) {
     constexpr int RM = BM / 16, RN = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
@@ -229,38 +263,11 @@ attention_backward_dq_kernel(T *dq, float *Dbuf, const T *dout, const T *q, cons
     for (int i = 0; i < RM; i++) {
         const int t = q0 + ty + 16 * i;
         row_lse[i] = t < Tn ? lse_bh[t] : 0.0f;
-        Dt[i] = 0.0f;
+        Dt[i] = t < Tn ? Dbuf[((size_t)b * NH + h) * Tn + t] : 0.0f;
     }
     const int last = min(q0 + BM, Tn) - 1;
 
-    /* pass 1: D_t = sum_s p dp over the whole row */
-    for (int k0 = 0; k0 <= last; k0 += BN) {
-        __syncthreads();
-        load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
-        load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
-        __syncthreads();
-        float s[RM][RN], dp[RM][RN];
-        tile_dots<RM, RN, true>(s, dp, sQ, sK, sO, sV, HD, LD);
-#pragma unroll
-        for (int i = 0; i < RM; i++) {
-            const int t = q0 + ty + 16 * i;
-#pragma unroll
-            for (int j = 0; j < RN; j++) {
-                const int sk = k0 + tx + 16 * j;
-                if (t < Tn && sk <= t) {
-                    const float p = expf(s[i][j] * scale - row_lse[i]);
-                    float d = dp[i][j];
-                    if (dropout > 0.0f)
-                        d = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
-                    Dt[i] += p * d;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < RM; i++) Dt[i] = half_warp_sum(Dt[i]);
-
-    /* pass 2: dq_t = sum_s ds k_s */
+    /* dq_t = sum_s ds k_s */
     float acc[RM][DJ];
 #pragma unroll
     for (int i = 0; i < RM; i++)
@@ -307,7 +314,6 @@ attention_backward_dq_kernel(T *dq, float *Dbuf, const T *dout, const T *q, cons
     for (int i = 0; i < RM; i++) {
         const int t = q0 + ty + 16 * i;
         if (t >= Tn) continue;
-        if (tx == 0) Dbuf[((size_t)b * NH + h) * Tn + t] = Dt[i];
         T *dqt = dq + ((size_t)b * Tn + t) * qs + (size_t)h * HD;
 #pragma unroll
         for (int jd = 0; jd < DJ; jd++) {
@@ -461,13 +467,14 @@ static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, i
 }
 
 template <typename T, int HDM>
-static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const float *lse,
-                        int B, int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const T *q, const T *k, const T *v,
+                        const float *lse, int B, int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     constexpr int BM = BWD_BM, BN = BWD_BN, LD = HDM + 1, LP = BN + 1;
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     const uint64_t rng = rng_base(key);
     float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
+    gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, sizeof(T) == sizeof(bf16));
 
     const size_t smem_dq = sizeof(float) * ((size_t)(2 * BM + 2 * BN) * LD + (size_t)BM * LP);
     static int dq_set;
@@ -487,13 +494,17 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *q, const T 
     gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
 }
 
-/* Optional bf16 tensor-core variant (cuda_attention_wmma.cu), opt-in with GTRAIN_CUDA_ATTENTION=wmma:
- * each returns 1 when it ran the call (bf16, HD 32/64/128, aligned inputs), 0 to use the kernels here. */
+/* Optional bf16 tensor-core variants, opt-in: GTRAIN_CUDA_ATTENTION=wmma (cuda_attention_wmma.cu, forward
+ * and backward) or =mma (cuda_attention_mma.cu's forward, the wmma backward). Each returns 1 when it ran
+ * the call (bf16, supported HD, aligned inputs), 0 to use the kernels here. */
+int gt_cuda_attention_variant(void);
+int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
+                                  int NH, int NKV, int HD, float dropout, gt_rng_key key);
 int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                    int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key);
-int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                                    const void *v, const float *lse, int B, int Tn, int NH, int NKV, int HD,
-                                    float dropout, gt_rng_key key);
+int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                    const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
+                                    int HD, float dropout, gt_rng_key key);
 
 template <typename T>
 static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
@@ -501,6 +512,9 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
+        gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
+        return;
     if (sizeof(T) == sizeof(bf16) &&
         gt_cuda_attention_wmma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
         return;
@@ -514,21 +528,21 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
 
 /* probs is ignored: the probabilities are always recomputed from q, k and lse */
 template <typename T>
-static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                               const void *v, const float *lse, const float *probs, int B, int Tn, int NH, int NKV,
-                               int HD, float dropout, gt_rng_key key) {
+static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                               const void *k, const void *v, const float *lse, const float *probs, int B, int Tn,
+                               int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     (void)probs;
     check_shapes(NH, NKV, HD);
     if (B <= 0 || Tn <= 0) return;
     if (sizeof(T) == sizeof(bf16) &&
-        gt_cuda_attention_wmma_backward(dq, dk, dv, dout, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
+        gt_cuda_attention_wmma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
         return;
     T *a = (T *)dq, *bk = (T *)dk, *bv = (T *)dv;
-    const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
-    if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 32) backward_hd<T, 32>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 64) backward_hd<T, 64>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else backward_hd<T, 128>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    const T *o = (const T *)dout, *ou = (const T *)out, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+    if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 32) backward_hd<T, 32>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 64) backward_hd<T, 64>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    else backward_hd<T, 128>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
 }
 
 void gt_cuda_fill_attention(gt_ops *ops, int use_bf16) {

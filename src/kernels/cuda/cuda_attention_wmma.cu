@@ -6,7 +6,8 @@
  *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
  *   *** on careful reading only until tests/gpu/test_ops_cuda.c has passed on a real GPU.
  *
- * Selection. Opt-in: used only when the environment variable GTRAIN_CUDA_ATTENTION=wmma is set (read
+ * Selection. Opt-in: used only when the environment variable GTRAIN_CUDA_ATTENTION=wmma (or =mma: then
+ * the forward is cuda_attention_mma.cu's and the backward this file's) is set (read
  * once, on the first attention call), or when a test forces it (gt_cuda_attention_force_variant), and
  * then only for the bf16 working type with HD in {32, 64, 128} and 16-byte aligned q, k, v (and dout
  * in backward: they are read with 16-byte loads). Everything else keeps using the fp32 CUDA-core
@@ -49,13 +50,14 @@
  * Shared memory: 3*64*(HD+8)*2 + 64*68*4 + 64*72*2 + 64*(HD+4)*4 bytes = 110 KiB at HD 128, 70 KiB at
  * HD 64, 50 KiB at HD 32.
  *
- * Backward, as cuda_attention.cu (dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp,
- * ds = p (dp - D_t) * scale), without atomics:
- *   dq kernel (grid: query tiles of 64 x NH x B): Q and dO tiles stay in shared memory; pass 1 over
- *     the key tiles computes S = Q K^T and dP~ = dO V^T with wmma into fp32 tiles and sums D_t in fp32;
- *     pass 2 recomputes them, writes dS in bf16 and accumulates dQ += dS K in HD/16 fp32 accumulator
- *     fragments in registers (no rescaling is needed in backward). dQ goes out through an fp32 staging
- *     tile that reuses the K/V tiles' shared memory; D goes to a (B, NH, T) fp32 scratch buffer.
+ * Backward, as cuda_attention.cu (dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp
+ * = dout_t . out_t, ds = p (dp - D_t) * scale), without atomics:
+ *   D kernel (cuda_attention.cu's gt_cuda_attention_rowdot): D_t = dout_t . out_t from the forward
+ *     output into a (B, NH, T) fp32 scratch buffer, one warp per row;
+ *   dq kernel (grid: query tiles of 64 x NH x B): Q and dO tiles stay in shared memory; one pass over
+ *     the key tiles computes S = Q K^T and dP~ = dO V^T with wmma into fp32 tiles, writes dS in bf16
+ *     and accumulates dQ += dS K in HD/16 fp32 accumulator fragments in registers (no rescaling is
+ *     needed in backward). dQ goes out through an fp32 staging tile over the K/V tiles' shared memory.
  *     Shared memory: 4*64*(HD+8)*2 + 2*64*68*4 + 64*72*2 bytes = 111 KiB at HD 128 (79 at 64, 63 at 32).
  *   dk/dv kernel (grid: key tiles of 64 x NKV x B): each block owns 64 keys (16 per warp) of one kv
  *     head and loops, in fixed order, over the group's query heads and the query tiles of 64 from the
@@ -66,7 +68,7 @@
  *     bytes = 120.5 KiB at HD 128 (88.5 at 64, 72.5 at 32).
  * Registers (ptxas, nvcc 13.0, sm_90, no spills): forward 96/96/72 at HD 128/64/32, dq 128/96/72,
  * dk/dv 237/126/72 (its kk loop is kept rolled: unrolled, HD 128 spilled at 255).
- * Like the existing kernels this recomputes the scores three times in backward; the point here is the
+ * Like the existing kernels this recomputes the scores twice in backward; the point here is the
  * tensor cores, not the flash-attention-2 schedule (no cp.async pipelining, no wgmma).
  */
 #include <math.h>
@@ -283,7 +285,7 @@ wmma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *
 
 template <int HD>
 __global__ void __launch_bounds__(WM_THREADS)
-wmma_attention_backward_dq_kernel(bf16 *dq, float *Dbuf, const bf16 *dout, const bf16 *q, const bf16 *k,
+wmma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, const bf16 *q, const bf16 *k,
                                   const bf16 *v, const float *lse, int Tn, int NH, int NKV, float scale,
                                   float dropout, float keep_scale, uint64_t rng) {
     typedef Tiles<HD> TL;
@@ -323,33 +325,10 @@ wmma_attention_backward_dq_kernel(bf16 *dq, float *Dbuf, const bf16 *dout, const
     bf16 *dsrow = sdS + (r0 + row) * LDP;
     const int last = min(q0 + BM, Tn) - 1;
 
-    /* pass 1: D_t = sum_s p dp over the whole row */
-    float Dt = 0.0f;
-    for (int k0 = 0; k0 <= last; k0 += BN) {
-        __syncthreads(); /* previous sK, sV reads are done (and, the first time, sQ/sdO are loaded) */
-        load_tile<HD, BN>(sK, kb, ks, k0, Tn);
-        load_tile<HD, BN>(sV, vb, ks, k0, Tn);
-        __syncthreads();
-        if (!warp_active || k0 > warp_last) continue;
-        warp_scores<HD>(sS + r0 * LDS, sQ + r0 * LDH, sK);
-        warp_scores<HD>(sDP + r0 * LDS, sdO + r0 * LDH, sV);
-        __syncwarp();
-#pragma unroll 4
-        for (int i = 0; i < BN / 2; i++) {
-            const int c = 2 * i + half, sk = k0 + c;
-            if (t < Tn && sk <= t) {
-                const float p = expf(srow[c] * scale - row_lse);
-                float d = dprow[c];
-                if (dropout > 0.0f)
-                    d = dev_dropout_keep(rng, wm_drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
-                Dt += p * d;
-            }
-        }
-        __syncwarp(); /* the lanes' reads of sS/sDP are done before the next stores */
-    }
-    Dt += __shfl_xor_sync(0xffffffffu, Dt, 1);
+    /* D_t = dout_t . out_t, made by gt_cuda_attention_rowdot */
+    const float Dt = t < Tn ? Dbuf[((size_t)b * NH + h) * Tn + t] : 0.0f;
 
-    /* pass 2: dq_t = sum_s ds k_s, accumulated in fragments */
+    /* dq_t = sum_s ds k_s, accumulated in fragments */
     frag_acc acc[HD / 16];
 #pragma unroll
     for (int jd = 0; jd < HD / 16; jd++) wmma::fill_fragment(acc[jd], 0.0f);
@@ -396,7 +375,6 @@ wmma_attention_backward_dq_kernel(bf16 *dq, float *Dbuf, const bf16 *dout, const
         wmma::store_matrix_sync(sStage + r0 * LDO + jd * 16, acc[jd], LDO, wmma::mem_row_major);
     __syncwarp();
     if (warp_active && t < Tn) {
-        if (half == 0) Dbuf[((size_t)b * NH + h) * Tn + t] = Dt;
         const float *strow = sStage + (r0 + row) * LDO;
         bf16 *dqt = dq + ((size_t)b * Tn + t) * qs + (size_t)h * HD;
 #pragma unroll 4
@@ -543,7 +521,8 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
 
 /* ---------------------------------------------------------------- host side */
 
-/* -1: follow the environment; 0: the default kernels; 1: this variant (tests force it) */
+/* -1: follow the environment; 0: the default kernels; 1: this variant; 2: the mma forward
+ * (cuda_attention_mma.cu) with this variant's backward (tests force them) */
 int g_forced_variant = -1;
 int g_env_variant = -1; /* -1: GTRAIN_CUDA_ATTENTION not read yet */
 long g_wmma_calls = 0;
@@ -555,15 +534,16 @@ int wmma_selected(void) {
         g_env_variant = 0;
         if (e && strcmp(e, "wmma") == 0) {
             g_env_variant = 1;
+        } else if (e && strcmp(e, "mma") == 0) {
+            g_env_variant = 2;
         } else if (e && *e && strcmp(e, "default") != 0) {
-            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (wmma or default); using the default "
-                            "attention kernels\n", e);
+            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (wmma, mma or default); using the "
+                            "default attention kernels\n", e);
         }
     }
     return g_env_variant;
 }
 
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* the shapes and pointers this variant takes: the tensors read with 16-byte loads (q, k, v and, in
  * backward, dout) must be 16-byte aligned; outputs are written element by element */
@@ -595,12 +575,13 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 }
 
 template <int HD>
-void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
-                 const float *lse, int B, int Tn, int NH, int NKV, float dropout, gt_rng_key key) {
+void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out, const bf16 *q, const bf16 *k,
+                 const bf16 *v, const float *lse, int B, int Tn, int NH, int NKV, float dropout, gt_rng_key key) {
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     const uint64_t rng = rng_base(key);
     float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
+    gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, 1);
 
     const size_t smem_dq = Tiles<HD>::DQ;
     static int dq_set;
@@ -627,8 +608,11 @@ void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, 
 /* Tests: 1 forces this variant (where it applies), 0 forces the default kernels, -1 returns to what
  * GTRAIN_CUDA_ATTENTION says. */
 extern "C" void gt_cuda_attention_force_variant(int variant) {
-    g_forced_variant = variant < 0 ? -1 : (variant ? 1 : 0);
+    g_forced_variant = variant < 0 ? -1 : variant > 2 ? 0 : variant;
 }
+
+/* 0 default, 1 wmma, 2 mma forward + wmma backward: what GTRAIN_CUDA_ATTENTION (or a test) chose */
+int gt_cuda_attention_variant(void) { return wmma_selected(); }
 
 /* Tests: how many attention calls (forward or backward) this variant has taken so far. */
 extern "C" long gt_cuda_attention_wmma_calls(void) { return g_wmma_calls; }
@@ -647,15 +631,16 @@ int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const v
     return 1;
 }
 
-int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                                    const void *v, const float *lse, int B, int Tn, int NH, int NKV, int HD,
-                                    float dropout, gt_rng_key key) {
+int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                    const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
+                                    int HD, float dropout, gt_rng_key key) {
     if (!wmma_takes(HD, q, k, v, dout)) return 0;
     bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *bv = (bf16 *)dv;
-    const bf16 *o = (const bf16 *)dout, *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
-    if (HD == 32) backward_hd<32>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
-    else if (HD == 64) backward_hd<64>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
-    else backward_hd<128>(a, bk, bv, o, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
+    const bf16 *o = (const bf16 *)dout, *ou = (const bf16 *)out;
+    const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    if (HD == 32) backward_hd<32>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
+    else if (HD == 64) backward_hd<64>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
+    else backward_hd<128>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
     g_wmma_calls++;
     return 1;
 }

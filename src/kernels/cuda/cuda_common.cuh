@@ -27,18 +27,25 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
+/* Fault reporting. Kernels run asynchronously, so a fault inside one surfaces at some later CUDA
+ * call. With GTRAIN_CUDA_SYNC=1 in the environment (read once) the backend synchronises after every
+ * kernel launch and after every op of the table (cuBLASLt calls included), and names the op and its
+ * shapes in the message: slow, for finding the op that faults. gt_cuda_current_op() is the op being
+ * run in that mode ("" otherwise). */
+int gt_cuda_sync_enabled(void);
+const char *gt_cuda_current_op(void);
+void gt_cuda_fail_at(cudaError_t err, const char *what, const char *file, int line);
+void gt_cuda_check_launch_at(const char *file, int line);
+
 #define CUDA_CHECK(call)                                                                         \
     do {                                                                                         \
         cudaError_t cuda_check_err_ = (call);                                                    \
-        if (cuda_check_err_ != cudaSuccess) {                                                    \
-            fprintf(stderr, "%s:%d: CUDA error in %s: %s\n", __FILE__, __LINE__, #call,          \
-                    cudaGetErrorString(cuda_check_err_));                                        \
-            abort();                                                                             \
-        }                                                                                        \
+        if (cuda_check_err_ != cudaSuccess) gt_cuda_fail_at(cuda_check_err_, #call, __FILE__, __LINE__); \
     } while (0)
 
-/* after every kernel launch: catches bad launch configurations at the call site */
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+/* after every kernel launch: catches bad launch configurations at the call site, and with
+ * GTRAIN_CUDA_SYNC=1 faults of the kernel itself */
+#define CUDA_CHECK_LAUNCH() gt_cuda_check_launch_at(__FILE__, __LINE__)
 
 #define GT_CUDA_FAIL(...)                                                                        \
     do {                                                                                         \
@@ -74,6 +81,31 @@ __device__ __forceinline__ bool dev_dropout_keep(uint64_t base, uint64_t index, 
     float u = (float)(h >> 40) * (1.0f / 16777216.0f);
     return u >= p;
 }
+
+/* ---------------------------------------------------------------- 16-byte accesses */
+
+/* VEC elements of the working type in one 16-byte (128-bit) load or store: 8 bf16 or 4 float. The
+ * elementwise kernels take this path when every pointer is 16-byte aligned (cudaMalloc blocks are,
+ * and so are offsets that are multiples of 16 bytes) and finish a tail of n % VEC elements singly. */
+template <typename T>
+struct __align__(16) pack16 {
+    static constexpr int VEC = 16 / (int)sizeof(T);
+    T v[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ pack16<T> load16(const T *p) {
+    pack16<T> r;
+    *reinterpret_cast<int4 *>(&r) = *reinterpret_cast<const int4 *>(p);
+    return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void store16(T *p, const pack16<T> &r) {
+    *reinterpret_cast<int4 *>(p) = *reinterpret_cast<const int4 *>(&r);
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* ---------------------------------------------------------------- deterministic reductions */
 
@@ -124,6 +156,10 @@ static inline unsigned grid_for(size_t n, int threads, size_t max_blocks) {
 /* the caching allocator (cuda_ops.cu), also used for kernels' scratch buffers */
 void *gt_cuda_alloc(size_t bytes);
 void gt_cuda_free(void *ptr);
+
+/* D (B, NH, T) fp32 = rowsum(dout * out) over HD for attention backward (cuda_attention.cu); dout and
+ * out (B, T, NH, HD) in bf16 (bf16_io) or fp32 */
+void gt_cuda_attention_rowdot(float *D, const void *dout, const void *out, int B, int Tn, int NH, int HD, int bf16_io);
 
 /* each source file fills its part of the table for the working type chosen */
 void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16);

@@ -9,6 +9,14 @@
  * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
  * bit) — this is a convenience for the tests, not a contract.
  *
+ * Memory access: the elementwise kernels (SwiGLU, residual) and the embedding rows move 16 bytes per
+ * access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with a scalar tail;
+ * per-element index arithmetic is a multiply, never a 64-bit division (row-wise kernels run one block
+ * per row). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
+ * row in registers: forward reads x once for the sum of squares and the output, and backward is one
+ * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
+ * out of bounds.
+ *
  * Reductions that feed gradients never use atomics:
  *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
  *     order) into scratch, then one pass adding the chunks in order;
@@ -24,22 +32,79 @@
 #define THREADS 256
 #define MAX_BLOCKS ((size_t)65535 * 4)
 
-/* ---------------------------------------------------------------- embedding */
+/* ---------------------------------------------------------------- bad token ids */
 
-template <typename T>
-__global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, int BT, int C) {
-    size_t n = (size_t)BT * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t row = i / (size_t)C, c = i - row * (size_t)C;
-        out[i] = wte[(size_t)tokens[row] * C + c];
+/* The first token id or target outside [0, V) any kernel met since the last take_fault: {raised,
+ * position, id, V, site}. Kernels never read through such an id (a zero row, a zero loss), so the
+ * step finishes with finite numbers and the core stops the run with the message at the step's end. */
+__device__ int g_token_fault[5];
+
+__device__ __forceinline__ void raise_token_fault(int position, int id, int V, int site) {
+    if (atomicCAS(&g_token_fault[0], 0, 1) == 0) {
+        g_token_fault[1] = position;
+        g_token_fault[2] = id;
+        g_token_fault[3] = V;
+        g_token_fault[4] = site;
     }
 }
 
+static int take_fault(char *msg, size_t msg_len) {
+    int f[5];
+    CUDA_CHECK(cudaMemcpyFromSymbol(f, g_token_fault, sizeof f)); /* waits for the kernels before it */
+    if (!f[0]) return 0;
+    static const int zero[5] = {0, 0, 0, 0, 0};
+    CUDA_CHECK(cudaMemcpyToSymbol(g_token_fault, zero, sizeof zero));
+    if (msg && msg_len)
+        snprintf(msg, msg_len, "%s %d is outside [model] vocab_size = %d (position %d of a micro-batch, found on the GPU)",
+                 f[4] == 0 ? "token id" : "target token id", f[2], f[3], f[1]);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+/* the fallback for a C that is not a multiple of the 16-byte vector: one element per thread */
 template <typename T>
-static void embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C) {
+__global__ void embedding_forward_kernel(T *out, const int32_t *tokens, const T *wte, int BT, int C, int V) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / (size_t)C, c = i - row * (size_t)C;
+        const int tok = tokens[row];
+        if (tok < 0 || tok >= V) {
+            if (c == 0) raise_token_fault((int)row, tok, V, 0);
+            store_f(out + i, 0.0f);
+            continue;
+        }
+        out[i] = wte[(size_t)tok * C + c];
+    }
+}
+
+/* 16-byte copies: C a multiple of the vector width (every model dim in practice), rows aligned */
+template <typename T>
+__global__ void embedding_forward_vec_kernel(int4 *out, const int32_t *tokens, const int4 *wte, int BT, int C4, int V) {
+    const int row = blockIdx.x;
+    const int tok = tokens[row];
+    int4 *dst = out + (size_t)row * C4;
+    if (tok < 0 || tok >= V) {
+        if (threadIdx.x == 0) raise_token_fault(row, tok, V, 0);
+        for (int c = threadIdx.x; c < C4; c += blockDim.x) dst[c] = make_int4(0, 0, 0, 0);
+        return;
+    }
+    const int4 *src = wte + (size_t)tok * C4;
+    for (int c = threadIdx.x; c < C4; c += blockDim.x) dst[c] = src[c];
+}
+
+template <typename T>
+static void embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V) {
     size_t n = (size_t)BT * C;
     if (n == 0) return;
-    embedding_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, tokens, (const T *)wte, BT, C);
+    const int per16 = 16 / (int)sizeof(T);
+    if (C % per16 == 0 && ((uintptr_t)out % 16) == 0 && ((uintptr_t)wte % 16) == 0) {
+        const int C4 = C / per16;
+        embedding_forward_vec_kernel<T><<<BT, C4 < THREADS ? ((C4 + 31) / 32) * 32 : THREADS>>>(
+            (int4 *)out, tokens, (const int4 *)wte, BT, C4, V);
+    } else {
+        embedding_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, tokens, (const T *)wte, BT, C, V);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
@@ -48,7 +113,7 @@ static void embedding_forward(void *out, const int32_t *tokens, const void *wte,
 
 /* grid (ceil(C / 256), EMB_BUCKETS) */
 template <typename T>
-__global__ void embedding_backward_kernel(float *dwte, const T *dout, const int32_t *tokens, int BT, int C) {
+__global__ void embedding_backward_kernel(float *dwte, const T *dout, const int32_t *tokens, int BT, int C, int V) {
     __shared__ int32_t s_tok[EMB_CHUNK];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int bucket = blockIdx.y;
@@ -60,7 +125,7 @@ __global__ void embedding_backward_kernel(float *dwte, const T *dout, const int3
         if (c >= C) continue;
         for (int i = 0; i < n; i++) {
             const int tok = s_tok[i];
-            if (tok < 0 || tok % EMB_BUCKETS != bucket) continue;
+            if (tok < 0 || tok >= V || tok % EMB_BUCKETS != bucket) continue;
             float *dst = dwte + (size_t)tok * C + c;
             *dst = *dst + load_f(dout + (size_t)(i0 + i) * C + c);
         }
@@ -68,10 +133,10 @@ __global__ void embedding_backward_kernel(float *dwte, const T *dout, const int3
 }
 
 template <typename T>
-static void embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C) {
+static void embedding_backward(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V) {
     if (BT <= 0 || C <= 0 || !dwte) return;
     dim3 grid((unsigned)((C + THREADS - 1) / THREADS), EMB_BUCKETS);
-    embedding_backward_kernel<T><<<grid, THREADS>>>(dwte, (const T *)dout, tokens, BT, C);
+    embedding_backward_kernel<T><<<grid, THREADS>>>(dwte, (const T *)dout, tokens, BT, C, V);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -98,13 +163,51 @@ __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const 
     for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
-template <typename T>
-__global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int N, int C) {
-    size_t n = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t row = i / (size_t)C, c = i - row * (size_t)C;
-        store_f(out + i, rmsnorm_out(load_f(inp + i), rstd[row], load_f(weight + c)));
+/* the same with 16-byte accesses, the row held in registers between the two passes (x read once);
+ * thread t owns the row's 16-byte groups t, t + 256, ... (G of them) */
+template <typename T, int G>
+__global__ void __launch_bounds__(THREADS)
+rmsnorm_forward_vec_kernel(T *out, float *rstd, const T *inp, const T *weight, int C, float eps) {
+    constexpr int VEC = pack16<T>::VEC;
+    __shared__ double scratch[32];
+    const size_t base = (size_t)blockIdx.x * C;
+    const int groups = C / VEC;
+    pack16<T> x[G];
+    double ss = 0.0;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        x[g] = load16(inp + base + (size_t)grp * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const double xi = (double)load_f(&x[g].v[j]);
+            ss += xi * xi;
+        }
     }
+    ss = block_sum_d(ss, scratch);
+    const float r = 1.0f / sqrtf((float)(ss / C) + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        const pack16<T> w = load16(weight + (size_t)grp * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) store_f(&o.v[j], rmsnorm_out(load_f(&x[g].v[j]), r, load_f(&w.v[j])));
+        store16(out + base + (size_t)grp * VEC, o);
+    }
+}
+
+/* one block per row (no index division per element) */
+template <typename T>
+__global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, const T *weight, int C) {
+    const size_t row = blockIdx.x;
+    const T *x = inp + row * C;
+    T *o = out + row * C;
+    const float r = rstd[row];
+    for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
 /* dx_j += r w_j d_j - x_j * (r^3 / C * sum_i d_i w_i x_i) ; one block per row */
@@ -155,10 +258,90 @@ __global__ void sum_partials_kernel(float *dweight, const float *partial, int nc
     dweight[j] += acc;
 }
 
+/* The fused backward: one block per chunk of `rows` rows (the dweight chunks above), 16-byte loads.
+ * Thread t owns the 16-byte groups t, t + 256, ... (G of them) of every row, so it reads each row's
+ * x and dout once into registers, takes its part of the row's dot product, writes its dx, and adds
+ * d_j * (x_j * r) into its columns' dweight partials in row order — the same expression and order as
+ * rmsnorm_dweight_partial_kernel, so the partials (and dweight) have the same bits. */
+template <typename T, int G>
+__global__ void __launch_bounds__(THREADS)
+rmsnorm_backward_fused_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *weight, const float *rstd,
+                              int N, int C, int rows) {
+    constexpr int VEC = pack16<T>::VEC;
+    __shared__ double scratch[32];
+    const int groups = C / VEC;
+    const int n0 = blockIdx.x * rows, n1 = min(n0 + rows, N);
+    float w[G][VEC], acc[G][VEC];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        pack16<T> wp;
+        if (grp < groups) wp = load16(weight + (size_t)grp * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            w[g][j] = grp < groups ? load_f(&wp.v[j]) : 0.0f;
+            acc[g][j] = 0.0f;
+        }
+    }
+    for (int n = n0; n < n1; n++) {
+        const size_t base = (size_t)n * C;
+        const float r = rstd[n];
+        float x[G][VEC], d[G][VEC];
+        double dot = 0.0;
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int grp = threadIdx.x + g * THREADS;
+            if (grp >= groups) continue;
+            const pack16<T> xp = load16(inp + base + (size_t)grp * VEC), dp = load16(dout + base + (size_t)grp * VEC);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                x[g][j] = load_f(&xp.v[j]);
+                d[g][j] = load_f(&dp.v[j]);
+                dot += (double)d[g][j] * (double)w[g][j] * (double)x[g][j];
+            }
+        }
+        dot = block_sum_d(dot, scratch);
+        const float coef = (float)(dot * r * r * r / C);
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const int grp = threadIdx.x + g * THREADS;
+            if (grp >= groups) continue;
+            T *dxp = dinp + base + (size_t)grp * VEC;
+            pack16<T> out = load16(dxp);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float gr = __fmul_rn(__fmul_rn(r, w[g][j]), d[g][j]);
+                const float v = __fsub_rn(gr, __fmul_rn(x[g][j], coef));
+                store_f(&out.v[j], __fadd_rn(load_f(&out.v[j]), v));
+                acc[g][j] = __fadd_rn(acc[g][j], __fmul_rn(d[g][j], __fmul_rn(x[g][j], r)));
+            }
+            store16(dxp, out);
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const int grp = threadIdx.x + g * THREADS;
+        if (grp >= groups) continue;
+        float *pp = partial + (size_t)blockIdx.x * C + (size_t)grp * VEC;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) pp[j] = acc[g][j];
+    }
+}
+
 template <typename T>
 static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
-    rmsnorm_forward_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C, eps);
+    constexpr int VEC = pack16<T>::VEC;
+    const int groups = C % VEC == 0 ? C / VEC : 0, G = (groups + THREADS - 1) / THREADS;
+    T *o = (T *)out;
+    const T *x = (const T *)inp, *w = (const T *)weight;
+    if (groups && G <= 4 && aligned16(out) && aligned16(inp) && aligned16(weight)) {
+        if (G == 1) rmsnorm_forward_vec_kernel<T, 1><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+        else if (G == 2) rmsnorm_forward_vec_kernel<T, 2><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+        else rmsnorm_forward_vec_kernel<T, 4><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+    } else {
+        rmsnorm_forward_kernel<T><<<N, THREADS>>>(o, rstd, x, w, C, eps);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
@@ -166,8 +349,7 @@ template <typename T>
 static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *weight, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    rmsnorm_apply_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, rstd, (const T *)inp,
-                                                                           (const T *)weight, N, C);
+    rmsnorm_apply_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -175,18 +357,35 @@ template <typename T>
 static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
                              const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
+    /* rows per chunk: a function of N alone (determinism), at least RMS_DW_ROWS, and few enough
+     * chunks for gridDim.y */
+    const int rows = N / RMS_DW_ROWS < 65535 ? RMS_DW_ROWS : (N + 65534) / 65535;
+    const int nchunks = (N + rows - 1) / rows;
+    const unsigned cblocks = (unsigned)((C + THREADS - 1) / THREADS);
+    constexpr int VEC = pack16<T>::VEC;
+    const int groups = C % VEC == 0 ? C / VEC : 0, G = (groups + THREADS - 1) / THREADS;
+    if (dinp && dweight && groups && G <= 4 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+        aligned16(weight)) {
+        /* the fused kernel: x and dout read once for both gradients */
+        float *partial = (float *)gt_cuda_alloc(sizeof(float) * (size_t)nchunks * C);
+        T *di = (T *)dinp;
+        const T *d = (const T *)dout, *x = (const T *)inp, *w = (const T *)weight;
+        if (G == 1) rmsnorm_backward_fused_kernel<T, 1><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        else if (G == 2) rmsnorm_backward_fused_kernel<T, 2><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        else rmsnorm_backward_fused_kernel<T, 4><<<nchunks, THREADS>>>(di, partial, d, x, w, rstd, N, C, rows);
+        CUDA_CHECK_LAUNCH();
+        sum_partials_kernel<<<cblocks, THREADS>>>(dweight, partial, nchunks, C);
+        CUDA_CHECK_LAUNCH();
+        gt_cuda_free(partial);
+        return;
+    }
     if (dinp) {
         rmsnorm_backward_dinp_kernel<T><<<N, THREADS>>>((T *)dinp, (const T *)dout, (const T *)inp, (const T *)weight,
                                                         rstd, C);
         CUDA_CHECK_LAUNCH();
     }
     if (dweight) {
-        /* rows per chunk: a function of N alone (determinism), at least RMS_DW_ROWS, and few enough
-         * chunks for gridDim.y */
-        const int rows = N / RMS_DW_ROWS < 65535 ? RMS_DW_ROWS : (N + 65534) / 65535;
-        const int nchunks = (N + rows - 1) / rows;
         float *partial = (float *)gt_cuda_alloc(sizeof(float) * (size_t)nchunks * C);
-        const unsigned cblocks = (unsigned)((C + THREADS - 1) / THREADS);
         rmsnorm_dweight_partial_kernel<T><<<dim3(cblocks, (unsigned)nchunks), THREADS>>>(
             partial, (const T *)dout, (const T *)inp, rstd, N, C, rows);
         CUDA_CHECK_LAUNCH();
@@ -261,18 +460,75 @@ __global__ void swiglu_backward_kernel(T *dgate, T *dup, const T *dout, const T 
     }
 }
 
+/* the same arithmetic with 16-byte accesses: nv = n / VEC packs, then the n % VEC tail singly */
+template <typename T>
+__global__ void swiglu_forward_vec_kernel(T *out, const T *gate, const T *up, size_t nv, size_t n) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> g = load16(gate + p * VEC), u = load16(up + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) store_f(&o.v[j], __fmul_rn(silu(load_f(&g.v[j])), load_f(&u.v[j])));
+        store16(out + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_f(out + i, __fmul_rn(silu(load_f(gate + i)), load_f(up + i)));
+}
+
+__device__ __forceinline__ void swiglu_grad(float g, float u, float d, float *dg, float *du) {
+    const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+    const float dsilu_rest = __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, sig)));
+    *dg = __fmul_rn(__fmul_rn(__fmul_rn(d, u), sig), dsilu_rest);
+    *du = __fmul_rn(d, silu(g));
+}
+
+template <typename T>
+__global__ void swiglu_backward_vec_kernel(T *dgate, T *dup, const T *dout, const T *gate, const T *up, size_t nv,
+                                           size_t n) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> g = load16(gate + p * VEC), u = load16(up + p * VEC), d = load16(dout + p * VEC);
+        pack16<T> dg, du;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float a, b;
+            swiglu_grad(load_f(&g.v[j]), load_f(&u.v[j]), load_f(&d.v[j]), &a, &b);
+            store_f(&dg.v[j], a);
+            store_f(&du.v[j], b);
+        }
+        store16(dgate + p * VEC, dg);
+        store16(dup + p * VEC, du);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float a, b;
+        swiglu_grad(load_f(gate + i), load_f(up + i), load_f(dout + i), &a, &b);
+        store_f(dgate + i, a);
+        store_f(dup + i, b);
+    }
+}
+
 template <typename T>
 static void swiglu_forward(void *out, const void *gate, const void *up, size_t n) {
     if (n == 0) return;
-    swiglu_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate, (const T *)up, n);
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(out) && aligned16(gate) && aligned16(up))
+        swiglu_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate,
+                                                                                         (const T *)up, nv, n);
+    else
+        swiglu_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)gate, (const T *)up, n);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n) {
     if (n == 0) return;
-    swiglu_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dgate, (T *)dup, (const T *)dout,
-                                                                             (const T *)gate, (const T *)up, n);
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(dgate) && aligned16(dup) && aligned16(dout) && aligned16(gate) && aligned16(up))
+        swiglu_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)dgate, (T *)dup, (const T *)dout, (const T *)gate, (const T *)up, nv, n);
+    else
+        swiglu_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dgate, (T *)dup, (const T *)dout,
+                                                                                 (const T *)gate, (const T *)up, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -299,12 +555,41 @@ __global__ void dropout_backward_kernel(T *dbranch, const T *dout, size_t n, flo
     }
 }
 
+/* the same with 16-byte accesses (element index p * VEC + j keeps the RNG index), then the tail */
+template <typename T>
+__global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branch, size_t nv, size_t n, float dropout,
+                                            float keep_scale, uint64_t rng) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> r = load16(res + p * VEC), b = load16(branch + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            float bj = load_f(&b.v[j]);
+            if (dropout > 0.0f) bj = dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
+            store_f(&o.v[j], __fadd_rn(load_f(&r.v[j]), bj));
+        }
+        store16(out + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float b = load_f(branch + i);
+        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        store_f(out + i, __fadd_rn(load_f(res + i), b));
+    }
+}
+
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    residual_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(
-        (T *)out, (const T *)res, (const T *)branch, n, dropout, keep_scale, dropout > 0.0f ? rng_base(key) : 0);
+    const uint64_t rng = dropout > 0.0f ? rng_base(key) : 0;
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(out) && aligned16(res) && aligned16(branch))
+        residual_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)out, (const T *)res, (const T *)branch, nv, n, dropout, keep_scale, rng);
+    else
+        residual_forward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)out, (const T *)res, (const T *)branch, n, dropout, keep_scale, rng);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -357,7 +642,8 @@ crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const in
         const float row_lse = (float)((double)mx + log(sum));
         lse[row] = row_lse;
         const int tgt = targets[row];
-        losses[row] = tgt < 0 ? 0.0f : (tgt < V ? row_lse - load_f(l + tgt) : NAN); /* NaN: target out of range */
+        if (tgt >= V) raise_token_fault((int)row, tgt, V, 1); /* never read past the row */
+        losses[row] = tgt < 0 || tgt >= V ? 0.0f : row_lse - load_f(l + tgt);
     }
 }
 
@@ -369,7 +655,7 @@ __global__ void crossentropy_backward_kernel(T *logits, const float *lse, const 
     const float row_lse = lse[row];
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = 0.0f;
-        if (tgt >= 0) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
+        if (tgt >= 0 && tgt < V) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
         store_f(l + j, g);
     }
 }
@@ -405,6 +691,7 @@ static void fill(gt_ops *ops) {
     ops->dropout_backward = dropout_backward<T>;
     ops->crossentropy_forward = crossentropy_forward<T>;
     ops->crossentropy_backward = crossentropy_backward<T>;
+    ops->take_fault = take_fault;
 }
 
 void gt_cuda_fill_kernels(gt_ops *ops, int use_bf16) {

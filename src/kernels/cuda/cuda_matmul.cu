@@ -30,7 +30,9 @@
     do {                                                                                         \
         cublasStatus_t cublas_check_st_ = (call);                                                \
         if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS)                                           \
-            GT_CUDA_FAIL("cuBLASLt error in %s: status %d", #call, (int)cublas_check_st_);       \
+            GT_CUDA_FAIL("cuBLASLt error in %s: %s (status %d)%s%s", #call,                       \
+                         cublasLtGetStatusString(cublas_check_st_), (int)cublas_check_st_,               \
+                         gt_cuda_current_op()[0] ? ", during " : "", gt_cuda_current_op());           \
     } while (0)
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
@@ -166,8 +168,13 @@ static void lt_matmul(cudaDataType ab_type, cudaDataType cd_type, cublasOperatio
     key.align_d = ptr_align(D);
     const plan *p = get_plan(&key);
     const float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo,
-                                g_workspace, WORKSPACE_BYTES, 0));
+    cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo,
+                                       g_workspace, WORKSPACE_BYTES, 0);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        GT_CUDA_FAIL("cublasLtMatmul failed: %s (status %d), m=%d n=%d k=%d lda=%d ldb=%d ldd=%d op_a=%c op_b=%c%s%s",
+                     cublasLtGetStatusString(st), (int)st, m, n, k, lda, ldb, ldd, op_a == CUBLAS_OP_T ? 'T' : 'N',
+                     op_b == CUBLAS_OP_T ? 'T' : 'N', gt_cuda_current_op()[0] ? ", during " : "", gt_cuda_current_op());
+    CUDA_CHECK_LAUNCH(); /* with GTRAIN_CUDA_SYNC=1: synchronise after the library call too */
 }
 
 template <cudaDataType AB>

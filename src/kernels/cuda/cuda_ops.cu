@@ -7,7 +7,9 @@
  * on free lists keyed by a rounded size ("size class") and handed out again; cudaFree is called only
  * when a cudaMalloc fails, to give the cache back before retrying (never on the hot path). Size
  * classes: 512-byte granularity below 16 KiB, above it 32 steps per power of two (at most ~3% of a
- * block wasted). Every block comes from cudaMalloc (256-byte aligned; never managed memory). All work
+ * block wasted). Every block comes from cudaMalloc (256-byte aligned; never managed memory). The cache
+ * is also given back on request (release_cached of the table: the core asks after freeing the fp32
+ * staging copy of the parameters, 27 GB at 7B, which nothing would reuse). All work
  * is on the legacy default stream, so a block freed here and reused by the next alloc is only touched
  * by kernels ordered after every kernel that used it before.
  *
@@ -17,6 +19,7 @@
  *
  * This file does not launch kernels; the other cuda_*.cu files own the math and fill their entries.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,7 +75,7 @@ static size_class *find_class(size_t bytes, int create) {
     return c;
 }
 
-/* cudaFree every cached (not live) block: the out-of-memory path only */
+/* cudaFree every cached (not live) block: the out-of-memory path, and release_cached of the table */
 static void release_cache(void) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int h = 0; h < CLASS_BUCKETS; h++)
@@ -160,6 +163,167 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
 
 static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+static int cuda_memory_available(size_t *free_bytes, size_t *total_bytes) {
+    return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}
+
+static size_t cuda_reserved_bytes(void) { return g_bytes_reserved; }
+
+/* ---------------------------------------------------------------- faults, GTRAIN_CUDA_SYNC */
+
+static int g_sync = -1;      /* GTRAIN_CUDA_SYNC, read once */
+static char g_op[384] = "";  /* the op running under the sync wrappers, with its shapes */
+
+int gt_cuda_sync_enabled(void) {
+    if (g_sync < 0) {
+        const char *e = getenv("GTRAIN_CUDA_SYNC");
+        g_sync = e && *e && strcmp(e, "0") != 0;
+    }
+    return g_sync;
+}
+
+const char *gt_cuda_current_op(void) { return g_op; }
+
+void gt_cuda_fail_at(cudaError_t err, const char *what, const char *file, int line) {
+    fprintf(stderr, "gtrain: CUDA error: %s, in %s at %s:%d", cudaGetErrorString(err), what, file, line);
+    if (g_op[0]) fprintf(stderr, ", during %s", g_op);
+    else if (!gt_cuda_sync_enabled())
+        fprintf(stderr, " (kernels run asynchronously, so the fault may belong to an earlier op: run with "
+                        "GTRAIN_CUDA_SYNC=1 to have it reported by the op that made it)");
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+void gt_cuda_check_launch_at(const char *file, int line) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && gt_cuda_sync_enabled()) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) gt_cuda_fail_at(err, "a kernel launched", file, line);
+}
+
+/* The sync wrappers: when GTRAIN_CUDA_SYNC=1, every op of the table is replaced by one that records
+ * its name and shapes, runs the real op (whose launches each synchronise too), then synchronises
+ * and checks, so a fault inside a cuBLASLt call or a kernel is reported by the op that made it:
+ *   gtrain: CUDA error: an illegal memory access was encountered, in ..., during matmul_forward N=8192 IC=2048 OC=2048
+ * Template over the table index (0 fp32, 1 bf16) so both tables can be wrapped at once. */
+static gt_ops g_real[2];
+
+static void op_begin(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void op_begin(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_op, sizeof g_op, fmt, ap);
+    va_end(ap);
+}
+
+static void op_end(void) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) gt_cuda_fail_at(err, "GTRAIN_CUDA_SYNC's check after the op", __FILE__, __LINE__);
+    g_op[0] = '\0';
+}
+
+#define WRAP(I, call, ...) \
+    do {                   \
+        op_begin(__VA_ARGS__); \
+        g_real[I].call;    \
+        op_end();          \
+    } while (0)
+
+template <int I>
+struct sync_ops {
+    static void embedding_forward(void *out, const int32_t *tok, const void *wte, int BT, int C, int V) {
+        WRAP(I, embedding_forward(out, tok, wte, BT, C, V), "embedding_forward BT=%d C=%d V=%d", BT, C, V);
+    }
+    static void embedding_backward(float *dwte, const void *dout, const int32_t *tok, int BT, int C, int V) {
+        WRAP(I, embedding_backward(dwte, dout, tok, BT, C, V), "embedding_backward BT=%d C=%d V=%d", BT, C, V);
+    }
+    static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
+        WRAP(I, rmsnorm_forward(out, rstd, inp, w, N, C, eps), "rmsnorm_forward N=%d C=%d", N, C);
+    }
+    static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *w, int N, int C) {
+        WRAP(I, rmsnorm_apply(out, rstd, inp, w, N, C), "rmsnorm_apply N=%d C=%d", N, C);
+    }
+    static void rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                                 const float *rstd, int N, int C) {
+        WRAP(I, rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C), "rmsnorm_backward N=%d C=%d", N, C);
+    }
+    static void matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC) {
+        WRAP(I, matmul_forward(out, inp, w, N, IC, OC), "matmul_forward N=%d IC=%d OC=%d", N, IC, OC);
+    }
+    static void matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC,
+                                int OC, int acc) {
+        WRAP(I, matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, acc), "matmul_backward N=%d IC=%d OC=%d", N, IC, OC);
+    }
+    static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
+                                  int B, int T, int NH, int NKV, int HD, float p, gt_rng_key key) {
+        WRAP(I, attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, p, key),
+             "attention_forward B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, p);
+    }
+    static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                   const void *k, const void *v, const float *lse, const float *probs, int B, int T,
+                                   int NH, int NKV, int HD, float p, gt_rng_key key) {
+        WRAP(I, attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, p, key),
+             "attention_backward B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, p);
+    }
+    static void swiglu_forward(void *out, const void *g, const void *u, size_t n) {
+        WRAP(I, swiglu_forward(out, g, u, n), "swiglu_forward n=%zu", n);
+    }
+    static void swiglu_backward(void *dg, void *du, const void *dout, const void *g, const void *u, size_t n) {
+        WRAP(I, swiglu_backward(dg, du, dout, g, u, n), "swiglu_backward n=%zu", n);
+    }
+    static void residual_forward(void *out, const void *res, const void *br, size_t n, float p, gt_rng_key key) {
+        WRAP(I, residual_forward(out, res, br, n, p, key), "residual_forward n=%zu dropout=%g", n, p);
+    }
+    static void dropout_backward(void *db, const void *dout, size_t n, float p, gt_rng_key key) {
+        WRAP(I, dropout_backward(db, dout, n, p, key), "dropout_backward n=%zu dropout=%g", n, p);
+    }
+    static void crossentropy_forward(float *losses, float *lse, const void *logits, const int32_t *tg, int BT, int V) {
+        WRAP(I, crossentropy_forward(losses, lse, logits, tg, BT, V), "crossentropy_forward BT=%d V=%d", BT, V);
+    }
+    static void crossentropy_backward(void *logits, const float *lse, const int32_t *tg, int BT, int V, float dl) {
+        WRAP(I, crossentropy_backward(logits, lse, tg, BT, V, dl), "crossentropy_backward BT=%d V=%d", BT, V);
+    }
+    static double sumsq(const float *x, size_t n) {
+        op_begin("sumsq n=%zu", n);
+        double r = g_real[I].sumsq(x, n);
+        op_end();
+        return r;
+    }
+    static void scale(float *x, size_t n, float s) { WRAP(I, scale(x, n, s), "scale n=%zu", n); }
+    static void adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2, float eps,
+                      float wd, int t) {
+        WRAP(I, adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t), "adamw n=%zu t=%d", n, t);
+    }
+    static void to_working(void *w, const float *m, size_t n) { WRAP(I, to_working(w, m, n), "to_working n=%zu", n); }
+    static void to_master(float *m, const void *w, size_t n) { WRAP(I, to_master(m, w, n), "to_master n=%zu", n); }
+
+    static void install(gt_ops *ops) {
+        g_real[I] = *ops;
+        ops->embedding_forward = embedding_forward;
+        ops->embedding_backward = embedding_backward;
+        ops->rmsnorm_forward = rmsnorm_forward;
+        ops->rmsnorm_apply = rmsnorm_apply;
+        ops->rmsnorm_backward = rmsnorm_backward;
+        ops->matmul_forward = matmul_forward;
+        ops->matmul_backward = matmul_backward;
+        ops->attention_forward = attention_forward;
+        ops->attention_backward = attention_backward;
+        ops->swiglu_forward = swiglu_forward;
+        ops->swiglu_backward = swiglu_backward;
+        ops->residual_forward = residual_forward;
+        ops->dropout_backward = dropout_backward;
+        ops->crossentropy_forward = crossentropy_forward;
+        ops->crossentropy_backward = crossentropy_backward;
+        ops->sumsq = sumsq;
+        ops->scale = scale;
+        ops->adamw = adamw;
+        ops->to_working = to_working;
+        ops->to_master = to_master;
+    }
+};
+#undef WRAP
+
 /* ---------------------------------------------------------------- the tables */
 
 static gt_ops g_table[2]; /* [0] fp32 working tensors, [1] bf16 */
@@ -177,6 +341,9 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     ops->copy_to_host = cuda_copy_to_host;
     ops->copy = cuda_copy;
     ops->synchronize = cuda_synchronize;
+    ops->memory_available = cuda_memory_available;
+    ops->reserved_bytes = cuda_reserved_bytes;
+    ops->release_cached = release_cache;
     gt_cuda_fill_matmul(ops, use_bf16);
     gt_cuda_fill_attention(ops, use_bf16);
     gt_cuda_fill_kernels(ops, use_bf16);
@@ -207,7 +374,12 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     REQUIRE_SET(adamw);
     REQUIRE_SET(to_working);
     REQUIRE_SET(to_master);
+    REQUIRE_SET(take_fault);
 #undef REQUIRE_SET
+    if (gt_cuda_sync_enabled()) {
+        if (use_bf16) sync_ops<1>::install(ops);
+        else sync_ops<0>::install(ops);
+    }
 }
 
 extern "C" const gt_ops *gt_ops_cuda(int use_bf16, char *why, size_t why_len) {

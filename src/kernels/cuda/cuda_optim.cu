@@ -82,6 +82,31 @@ __global__ void adamw_kernel(float *param, float *exp_avg, float *exp_avg_sq, co
 }
 
 /* torch.optim.AdamW (see the CPU backend's comment for the step-by-step torch source); t counts from 1 */
+/* the same step on float4s: 16-byte loads of the four inputs and stores of the three outputs */
+__device__ __forceinline__ void adamw_one(float &p, float &m, float &v, float g, float decay, float w1, float beta2,
+                                          float w2, float step_size, float bc2_sqrt, float eps) {
+    p = __fmul_rn(p, decay);
+    m = __fadd_rn(m, __fmul_rn(w1, __fsub_rn(g, m)));
+    v = __fadd_rn(__fmul_rn(v, beta2), __fmul_rn(__fmul_rn(w2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);
+    p = __fadd_rn(p, __fdiv_rn(__fmul_rn(-step_size, m), denom));
+}
+
+__global__ void adamw_vec_kernel(float4 *param, float4 *exp_avg, float4 *exp_avg_sq, const float4 *grad, size_t nv,
+                                 float decay, float w1, float beta2, float w2, float step_size, float bc2_sqrt, float eps) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv; i += (size_t)gridDim.x * blockDim.x) {
+        float4 p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+        const float4 g = grad[i];
+        adamw_one(p.x, m.x, v.x, g.x, decay, w1, beta2, w2, step_size, bc2_sqrt, eps);
+        adamw_one(p.y, m.y, v.y, g.y, decay, w1, beta2, w2, step_size, bc2_sqrt, eps);
+        adamw_one(p.z, m.z, v.z, g.z, decay, w1, beta2, w2, step_size, bc2_sqrt, eps);
+        adamw_one(p.w, m.w, v.w, g.w, decay, w1, beta2, w2, step_size, bc2_sqrt, eps);
+        param[i] = p;
+        exp_avg[i] = m;
+        exp_avg_sq[i] = v;
+    }
+}
+
 static void cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int t) {
     if (t < 1) GT_CUDA_FAIL("adamw step count t=%d must start at 1", t);
@@ -93,6 +118,15 @@ static void cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const fl
     const double bc2 = 1.0 - pow((double)beta2, (double)t);
     const float step_size = (float)((double)lr / bc1);
     const float bc2_sqrt = (float)sqrt(bc2);
+    const size_t nv = n / 4, done = nv * 4;
+    if (nv && aligned16(param) && aligned16(exp_avg) && aligned16(exp_avg_sq) && aligned16(grad)) {
+        adamw_vec_kernel<<<grid_for(nv, THREADS, MAX_BLOCKS), THREADS>>>((float4 *)param, (float4 *)exp_avg,
+                                                                         (float4 *)exp_avg_sq, (const float4 *)grad, nv,
+                                                                         decay, w1, beta2, w2, step_size, bc2_sqrt, eps);
+        CUDA_CHECK_LAUNCH();
+        if (done == n) return;
+        param += done, exp_avg += done, exp_avg_sq += done, grad += done, n -= done;
+    }
     adamw_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(param, exp_avg, exp_avg_sq, grad, n, decay, w1, beta2, w2,
                                                                step_size, bc2_sqrt, eps);
     CUDA_CHECK_LAUNCH();
@@ -110,14 +144,52 @@ __global__ void from_bf16_kernel(float *out, const bf16 *in, size_t n) {
         out[i] = __bfloat162float(in[i]);
 }
 
+/* 8 floats (two 16-byte loads) to 8 bf16 (one 16-byte store), and back */
+__global__ void to_bf16_vec_kernel(pack16<bf16> *out, const float4 *in, size_t nv) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 a = in[2 * i], b = in[2 * i + 1];
+        pack16<bf16> o;
+        o.v[0] = __float2bfloat16(a.x), o.v[1] = __float2bfloat16(a.y), o.v[2] = __float2bfloat16(a.z);
+        o.v[3] = __float2bfloat16(a.w), o.v[4] = __float2bfloat16(b.x), o.v[5] = __float2bfloat16(b.y);
+        o.v[6] = __float2bfloat16(b.z), o.v[7] = __float2bfloat16(b.w);
+        out[i] = o;
+    }
+}
+
+__global__ void from_bf16_vec_kernel(float4 *out, const pack16<bf16> *in, size_t nv) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nv; i += (size_t)gridDim.x * blockDim.x) {
+        const pack16<bf16> x = in[i];
+        out[2 * i] = make_float4(__bfloat162float(x.v[0]), __bfloat162float(x.v[1]), __bfloat162float(x.v[2]),
+                                 __bfloat162float(x.v[3]));
+        out[2 * i + 1] = make_float4(__bfloat162float(x.v[4]), __bfloat162float(x.v[5]), __bfloat162float(x.v[6]),
+                                     __bfloat162float(x.v[7]));
+    }
+}
+
 static void to_working_bf16(void *working, const float *master, size_t n) {
     if (n == 0) return;
+    const size_t nv = n / 8, done = nv * 8;
+    if (nv && aligned16(working) && aligned16(master)) {
+        to_bf16_vec_kernel<<<grid_for(nv, THREADS, MAX_BLOCKS), THREADS>>>((pack16<bf16> *)working,
+                                                                           (const float4 *)master, nv);
+        CUDA_CHECK_LAUNCH();
+        if (done == n) return;
+        working = (bf16 *)working + done, master += done, n -= done;
+    }
     to_bf16_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((bf16 *)working, master, n);
     CUDA_CHECK_LAUNCH();
 }
 
 static void to_master_bf16(float *master, const void *working, size_t n) {
     if (n == 0) return;
+    const size_t nv = n / 8, done = nv * 8;
+    if (nv && aligned16(working) && aligned16(master)) {
+        from_bf16_vec_kernel<<<grid_for(nv, THREADS, MAX_BLOCKS), THREADS>>>((float4 *)master,
+                                                                             (const pack16<bf16> *)working, nv);
+        CUDA_CHECK_LAUNCH();
+        if (done == n) return;
+        working = (const bf16 *)working + done, master += done, n -= done;
+    }
     from_bf16_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(master, (const bf16 *)working, n);
     CUDA_CHECK_LAUNCH();
 }

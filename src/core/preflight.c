@@ -1,0 +1,151 @@
+/*
+ * preflight.c — the memory check before the first allocation (see preflight.h).
+ *
+ * Every rank measures its own limit (ranks on different nodes see different machines), the ranks
+ * agree on the outcome (gt_agree_on_failure), and rank 0 prints the failing rank's line. The plan
+ * is per rank, so it is compared with a per-rank share: on the CPU the node's memory divided by
+ * the ranks that share it; a GPU belongs to one rank.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "preflight.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train.h"
+
+#define NO_LIMIT UINT64_MAX
+
+/* MemAvailable of /proc/meminfo in bytes, or NO_LIMIT when it cannot be read. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return NO_LIMIT;
+    char line[256];
+    unsigned long long kib = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    return found ? (uint64_t)kib * 1024 : NO_LIMIT;
+}
+
+/* A number from a cgroup file ("max", or a v1 "unlimited" near 2^63, mean none). */
+static uint64_t read_limit(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NO_LIMIT;
+    unsigned long long v = 0;
+    int ok = fscanf(f, "%llu", &v) == 1;
+    fclose(f);
+    return ok && v < (1ull << 60) ? (uint64_t)v : NO_LIMIT;
+}
+
+/* The smallest memory limit on the way from this process's cgroup up to the root (a batch system
+ * may set it on the job and start the ranks in a child): cgroup v2 memory.max, or v1
+ * memory.limit_in_bytes. NO_LIMIT when there is none. */
+static uint64_t cgroup_limit(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return NO_LIMIT;
+    char line[4096], path[4096] = "";
+    const char *root = NULL, *file = NULL;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = '\0';
+        const char *controllers = c1 + 1;
+        if (controllers[0] == '\0' && !root) { /* v2: "0::/path" */
+            root = "/sys/fs/cgroup", file = "memory.max";
+            snprintf(path, sizeof path, "%s", c2 + 1);
+        } else if (strstr(controllers, "memory")) { /* v1: "N:memory:/path" (or "cpu,memory") */
+            root = "/sys/fs/cgroup/memory", file = "memory.limit_in_bytes";
+            snprintf(path, sizeof path, "%s", c2 + 1);
+            break;
+        }
+    }
+    fclose(f);
+    if (!root) return NO_LIMIT;
+    uint64_t limit = NO_LIMIT;
+    for (;;) {
+        char name[8192 + 64];
+        snprintf(name, sizeof name, "%s%s/%s", root, strcmp(path, "/") == 0 ? "" : path, file);
+        uint64_t v = read_limit(name);
+        if (v < limit) limit = v;
+        char *slash = strrchr(path, '/');
+        if (!slash || slash == path) {
+            if (strcmp(path, "/") == 0 || path[0] == '\0') break;
+            snprintf(path, sizeof path, "/");
+        } else {
+            *slash = '\0';
+        }
+    }
+    return limit;
+}
+
+int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan) {
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int node_ranks;
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+    char host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+
+    /* the smallest limit, and what it is */
+    uint64_t limit = NO_LIMIT;
+    char what[512] = "", a[32], b[32];
+    if (ops->memory_available) {
+        size_t free_bytes = 0, total_bytes = 0;
+        if (ops->memory_available(&free_bytes, &total_bytes) == 0) {
+            limit = free_bytes;
+            gt_format_bytes(free_bytes, a, sizeof a);
+            gt_format_bytes(total_bytes, b, sizeof b);
+            snprintf(what, sizeof what, "%s free of %s on its %s device", a, b, ops->name);
+        }
+    } else {
+        uint64_t avail = mem_available(), cgroup = cgroup_limit();
+        uint64_t node_bytes = avail < cgroup ? avail : cgroup;
+        if (node_bytes != NO_LIMIT) {
+            limit = node_bytes / (uint64_t)node_ranks;
+            gt_format_bytes(limit, a, sizeof a);
+            gt_format_bytes(node_bytes, b, sizeof b);
+            snprintf(what, sizeof what, "%s: %s %s shared by %d rank%s on this node", a,
+                     avail <= cgroup ? "MemAvailable" : "the cgroup memory limit", b, node_ranks,
+                     node_ranks == 1 ? "" : "s");
+        }
+    }
+    if (cfg->memory.budget && cfg->memory.budget < limit) {
+        limit = cfg->memory.budget;
+        gt_format_bytes(limit, a, sizeof a);
+        snprintf(what, sizeof what, "%s: memory.budget", a);
+    }
+
+    int code = 0;
+    char msg[2048] = "";
+    if (plan->total_bytes > limit) {
+        char total[32], params[32], grads[32], optim[32], act[32], work[32];
+        gt_format_bytes(plan->total_bytes, total, sizeof total);
+        gt_format_bytes(plan->params_bytes, params, sizeof params);
+        gt_format_bytes(plan->grads_bytes, grads, sizeof grads);
+        gt_format_bytes(plan->optim_bytes, optim, sizeof optim);
+        gt_format_bytes(plan->act_peak_bytes, act, sizeof act);
+        gt_format_bytes(plan->workspace_bytes, work, sizeof work);
+        snprintf(msg, sizeof msg,
+                 "%s: the memory plan needs %s per rank (params %s, grads %s, optimizer %s, activations %s with "
+                 "memory.recompute = %s, workspace %s) but rank %d on %s can have %s (expected a smaller "
+                 "train.micro_batch or train.seq_len, more memory.recompute, or more ranks; gtrain --plan shows "
+                 "the options)",
+                 cfg->path, total, params, grads, optim, act, cfg->memory.recompute, work, rank, host, what);
+        code = GT_EXIT_BAD_INPUT;
+    }
+    code = gt_agree_on_failure(comm, code, msg, sizeof msg);
+    if (code && rank == 0) {
+        fprintf(stderr, "gtrain: %s\n", msg);
+        fflush(stderr);
+    }
+    return code;
+}

@@ -1,0 +1,27 @@
+/*
+ * preflight.h — before a run allocates anything: does the memory plan (planner.h, the numbers
+ * `gtrain --plan` prints) fit what this rank can have?
+ *
+ * What a rank can have is the smallest of:
+ *   - on the CPU backend: MemAvailable (/proc/meminfo), capped by the memory limit of the
+ *     process's cgroup (v2 memory.max or v1 memory.limit_in_bytes) when one is set, divided by
+ *     the ranks on this node (MPI_Comm_split_type shared);
+ *   - on a GPU backend: the free device memory (gt_ops.memory_available, cudaMemGetInfo);
+ *   - memory.budget, when set.
+ * A plan larger than that is refused with exit 2 before the first allocation, naming the plan's
+ * parts and the limit, instead of a crash (or the kernel's OOM killer) minutes later.
+ */
+#ifndef GT_PREFLIGHT_H
+#define GT_PREFLIGHT_H
+
+#include <mpi.h>
+
+#include "config.h"
+#include "ops.h"
+#include "planner.h"
+
+/* Collective over comm. Returns 0, or 2 (GT_EXIT_BAD_INPUT) on every rank when the plan does not
+ * fit on some rank; rank 0 then has printed one line with the plan's numbers and the limit. */
+int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan);
+
+#endif

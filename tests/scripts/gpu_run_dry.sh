@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh without a GPU: every phase prints one SKIP line, the script exits 0, and $OUT holds
+# summary.json (valid JSON, the seven phases in order of value, all SKIP), log.txt and results.tar.gz,
+# nothing else. Skipped (77) where a GPU is visible.
+#   gpu_run_dry.sh SOURCE_DIR WORKDIR
+set -uo pipefail
+src=$1 work=$2
+if nvidia-smi -L > /dev/null 2>&1; then echo "a GPU is visible: the script would run for real"; exit 77; fi
+rm -rf "$work" && mkdir -p "$work" || exit 1
+OUT="$work/out" bash "$src/tests/gpu/run.sh" > "$work/stdout.txt" 2>&1
+rc=$?
+cat "$work/stdout.txt"
+[[ $rc == 0 ]] || { echo "FAIL: exit $rc, expected 0"; exit 1; }
+[[ $(grep -c '^PHASE .* SKIP ' "$work/stdout.txt") == 7 ]] || { echo "FAIL: expected 7 SKIP phase lines"; exit 1; }
+files=$(cd "$work/out" && ls | tr '\n' ' ')
+[[ $files == "log.txt results.tar.gz summary.json " ]] || { echo "FAIL: files in OUT: $files"; exit 1; }
+python3 - "$work/out/summary.json" << 'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = [p["phase"] for p in d["phases"]]
+want = ["ops", "comm", "trainer", "sanitize", "bench-ops", "bench-train", "bench-torch"]
+assert names == want, f"phases {names}, expected {want}"
+assert all(p["status"] == "SKIP" for p in d["phases"]), d["phases"]
+assert d["budget_s"] <= 540, d["budget_s"]
+print("PASS: summary.json has the seven phases in order, all SKIP")
+PY
+tar -tzf "$work/out/results.tar.gz" > /dev/null || { echo "FAIL: results.tar.gz does not list"; exit 1; }
+echo PASS

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The unit and mpi tests built with AddressSanitizer and UndefinedBehaviorSanitizer (CPU only, in
+# build-asan/, -DGTRAIN_SANITIZE=ON); any finding fails the test it happens in. CI runs it after
+# the README test command (.ci/run). Extra arguments go to ctest.
+#
+# Leak detection is off (detect_leaks=0): Open MPI keeps allocations until exit by design, and
+# every gtrain process starts MPI, so LeakSanitizer would report Open MPI's, not gtrain's. The
+# fuzzers (tests/fuzz/run.sh) check leaks in the parsers, which run without MPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+hf_python=${GTRAIN_HF_PYTHON:-/opt/gtrain-venv/bin/python}
+[[ -x "$hf_python" ]] || hf_python=$(bash tools/setup-venv.sh | tail -n 1)
+start=$SECONDS
+mkdir -p build-asan
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGTRAIN_SANITIZE=ON -DGTRAIN_CUDA=OFF \
+  -DGTRAIN_HF_PYTHON="$hf_python" >build-asan/configure.log 2>&1 || { cat build-asan/configure.log >&2; exit 1; }
+cmake --build build-asan -j "$(nproc)" >build-asan/build.log 2>&1 || { tail -n 50 build-asan/build.log >&2; exit 1; }
+echo "run-sanitizers: built in $((SECONDS - start)) s"
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+set +e
+(cd build-asan && ctest --output-on-failure --timeout 1500 -L 'unit|mpi' "$@") 2>&1 | tee build-asan/ctest-output.txt
+rc=${PIPESTATUS[0]}
+set -e
+bash tools/ctest-skipped.sh build-asan/ctest-output.txt build-asan
+echo "run-sanitizers: ASan+UBSan unit and mpi tests: exit $rc, $((SECONDS - start)) s in all"
+exit "$rc"
