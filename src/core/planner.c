@@ -345,7 +345,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         fprintf(out, "\nper stage at world %d, recompute %s, grad_accum k = %d (peaks per rank; gather = ZeRO-3's "
                      "gathered units, buffers = unit gradient accumulators; comm = bytes a rank sends per step):\n",
                 shape->world, pdesc, A);
-        fprintf(out, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
+        fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
                 "(gather)", "grads", "(buffers)", "optimizer", "activations", "total", "comm/step", "fits");
         static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
         for (int st = 0; st <= 3; st++) {
@@ -357,7 +357,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
                 gt_mem_estimate e;
                 gt_plan_estimate(&ss, &plan, &e);
                 char label[40], c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], c8[32];
-                snprintf(label, sizeof label, "%s%s", stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
+                snprintf(label, sizeof label, "ZeRO-%d %s%s", st, stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
                 gt_format_bytes(e.params_bytes, c1, sizeof c1);
                 gt_format_bytes(e.gather_bytes, c2, sizeof c2);
                 gt_format_bytes(e.grads_bytes, c3, sizeof c3);
@@ -366,7 +366,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
                 gt_format_bytes(e.act_peak_bytes, c6, sizeof c6);
                 gt_format_bytes(e.total_bytes, c7, sizeof c7);
                 gt_format_bytes((uint64_t)e.comm_bytes, c8, sizeof c8);
-                fprintf(out, "  %-22s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c1, c2, c3, c4, c5, c6,
+                fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c1, c2, c3, c4, c5, c6,
                         c7, c8, !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
             }
         }
