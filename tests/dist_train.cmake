@@ -61,7 +61,7 @@ set(_dt_runs
   "w2_a2_grad_sel 2 2 gradients --recompute selective --sync micro"
   "w4_a1_param_full 4 1 parameters --recompute full --save-half"
   "w2_a2_param_uni_step 2 2 parameters --recompute uniform:3 --sync step --prefetch 0"
-  "w1_a4_param 1 4 parameters --recompute full")
+  "w1_a4_param 1 4 parameters --recompute full --prefetch 2")
 set(_dt_names)
 foreach(run ${_dt_runs})
   string(REPLACE " " ";" run ${run})
