@@ -29,6 +29,8 @@ gtrain_cli_bad(auto_budget bad_auto_budget.ini "configs/bad_auto_budget.ini:5: .
 gtrain_cli_bad(missing_data bad_missing_data.ini "configs/bad_missing_data.ini:5: .data. train: cannot read 'configs/no-such-file.bin'")
 gtrain_cli_bad(override good_for_overrides.ini "command line: train.lr=abc: 'abc' is not a number" OVERRIDE train.lr=abc)
 gtrain_cli_bad(malformed_override good_for_overrides.ini "command line: train.=3: not an override" OVERRIDE train.=3)
+gtrain_cli_bad(metrics_path bad_metrics_path.ini
+  "configs/bad_metrics_path.ini:7: .log. metrics: cannot write 'configs/empty.ini/metrics.jsonl'")
 gtrain_cli_bad(missing_config no-such-config.ini "configs/no-such-config.ini: cannot open the config file")
 gtrain_cli_bad(missing_section bad_missing_section.ini
   "configs/bad_missing_section.ini:6: unknown key .train. dim .dim is a key of .model.: is that section line missing above it")

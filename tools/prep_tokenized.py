@@ -27,8 +27,9 @@ of gtrain's sampler), so the split does not depend on --workers and spreads over
 
 Output: PREFIX.train.000000.bin, PREFIX.train.000001.bin, ... and PREFIX.val.000000.bin, ..., each
 at most --shard-tokens tokens (default 100,000,000), in gtrain's shard format: 2-byte ids, 4-byte
-when the vocabulary is over 65,536. Each shard is written under a temporary name and renamed into
-place; shards of an earlier run with the same PREFIX and higher numbers are removed, so the globs
+when the vocabulary is over 65,536. Each shard is written under a temporary name; all are renamed
+into place only when the whole input was read without error (a failed run leaves an earlier run's
+shards as they were); shards of an earlier run with the same PREFIX and higher numbers are removed, so the globs
 PREFIX.train.*.bin and PREFIX.val.*.bin name exactly this run's output. The output is the same for
 any --workers.
 
@@ -221,6 +222,7 @@ class ShardWriter:
     def __init__(self, prefix, split, token_bytes, vocab, max_tokens):
         self.prefix, self.split, self.tb, self.vocab, self.max = prefix, split, token_bytes, vocab, max_tokens
         self.paths, self.counts, self.f, self.n, self.tmp = [], [], None, 0, None
+        self.done = []  # temporary names of the finished shards, renamed to self.paths by finish()
         self.dropped = 0
 
     def _path(self, i):
@@ -257,14 +259,16 @@ class ShardWriter:
         os.fsync(f.fileno())
         f.close()
         os.chmod(self.tmp, 0o644)
-        path = self._path(len(self.paths))
-        os.replace(self.tmp, path)
-        self.paths.append(path)
+        self.done.append(self.tmp)
+        self.paths.append(self._path(len(self.paths)))
         self.counts.append(self.n)
 
     def finish(self):
         if self.f is not None:
             self._close()
+        for tmp, path in zip(self.done, self.paths):
+            os.replace(tmp, path)
+        self.done = []
         # shards of an earlier, longer run with this prefix would join the glob: remove them
         stale, i = [], len(self.paths)
         while os.path.exists(self._path(i)):
@@ -274,10 +278,14 @@ class ShardWriter:
         return stale
 
     def abort(self):
+        """Removes this run's temporary files; an earlier run's shards stay as they were."""
         if self.f is not None:
             self.f.close()
             os.unlink(self.tmp)
             self.f = None
+        for tmp in self.done:
+            os.unlink(tmp)
+        self.done = []
 
 
 # ---------------------------------------------------------------------------------- progress
@@ -441,23 +449,20 @@ def run(args):
             pool.terminate()
         for w in writers.values():  # nothing of this run stays behind
             w.abort()
-            for path in w.paths:
-                os.unlink(path)
         raise
     progress.update(0, 0, final=True)
 
     n_docs = docs[False] + docs[True]
     if n_docs == 0:
         for w in writers.values():
-            w.finish()
+            w.abort()
         raise BadInput("empty input: no document in %s" % ", ".join(args.files))
     if args.val_fraction > 0 and docs[True] == 0:
         raise_after = ("no document went to validation (%d document%s, --val-fraction %g): give more "
                        "documents (e.g. --doc-sep), a larger --val-fraction, another --seed, or "
                        "--val-fraction 0" % (n_docs, "" if n_docs == 1 else "s", args.val_fraction))
         for w in writers.values():
-            for p in w.paths:
-                os.unlink(p)
+            w.abort()
         raise BadInput(raise_after)
     for split in (False, True):
         w = writers[split]

@@ -146,10 +146,13 @@ def main():
         import h5py
         import numpy as np
     except ImportError as e:
-        fail(f"needs numpy and h5py ({e})")
+        fail(f"needs numpy and h5py ({e}) in {sys.executable}: pip install h5py numpy, or run this script with "
+             f"/opt/gtrain-venv/bin/python (tools/setup-venv.sh)")
 
     if not os.path.isfile(args.state):
         fail(f"{args.state}: no such file")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"{args.out}: exists and is not a directory (expected the output directory, created when missing)")
     try:
         f = h5py.File(args.state, "r")
     except OSError as e:
@@ -189,7 +192,10 @@ def main():
             size = 0
         shards[-1].append(name)
         size += nbytes
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        fail(f"{args.out}: cannot create the output directory: {e.strerror}")
     for old in os.listdir(args.out):  # a previous export's files would confuse the loader
         if re.fullmatch(r"model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?", old):
             os.remove(os.path.join(args.out, old))

@@ -795,6 +795,18 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
     const origin *t = &ld->where[key_index("data", "train")], *v = &ld->where[key_index("data", "val")];
     cfg->data_train_line = t->kind == ORIGIN_FILE ? t->line : t->kind == ORIGIN_CLI ? -1 : 0;
     cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
+    const origin *m = &ld->where[key_index("log", "metrics")];
+    cfg->log_metrics_line = m->kind == ORIGIN_FILE ? m->line : m->kind == ORIGIN_CLI ? -1 : 0;
+    _Static_assert(N_KEYS <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
+    for (int k = 0; k < N_KEYS; k++) {
+        const origin *o = &ld->where[k];
+        cfg->key_line[k] = o->kind == ORIGIN_FILE ? o->line : o->kind == ORIGIN_CLI ? -1 : 0;
+    }
+}
+
+int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
+    int k = key_index(section, name);
+    return k < 0 ? 0 : cfg->key_line[k];
 }
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
@@ -889,6 +901,40 @@ static int check_one_file(const gt_config *cfg, const char *key, const char *spe
     }
     gt_data_free_paths(paths, n);
     return rc;
+}
+
+int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
+    const char *path = cfg->log.metrics;
+    if (!path[0]) return 0;
+    char where[GT_PATH_MAX * 2 + 64];
+    if (cfg->log_metrics_line > 0)
+        snprintf(where, sizeof where, "%s:%d: [log] metrics", cfg->path, cfg->log_metrics_line);
+    else
+        snprintf(where, sizeof where, "command line: log.metrics=%s", path);
+    /* mkdir -p of the parent: "runs/x/metrics.jsonl" works before runs/x exists */
+    char dir[GT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *why = NULL;
+    struct stat st;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        for (char *p = dir + 1; *p && !why; p++) {
+            if (*p != '/') continue;
+            *p = '\0';
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+            *p = '/';
+        }
+        if (!why && mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+        if (!why && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) why = "a part of the path is not a directory";
+    }
+    if (!why && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) why = "it is a directory";
+    if (why) {
+        snprintf(err, err_len, "%s: cannot write '%s': %s (expected a file path for the JSONL metrics)", where, path,
+                 why);
+        return 2;
+    }
+    return 0;
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {

@@ -14,6 +14,8 @@
 
 #define GT_PATH_MAX 1024
 
+#define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
+
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */
     int n_layers;      /* N, transformer blocks */
@@ -85,7 +87,14 @@ typedef struct gt_config {
     /* Where data.train and data.val were set, so gt_config_check_files can name the line:
      * a line of `path`, 0 = default, -1 = command line. Filled by gt_config_load. */
     int data_train_line, data_val_line;
+    int log_metrics_line; /* the same for log.metrics */
+    /* The same for every key, in the order of config.c's key table (gt_config_key_line reads it). */
+    int key_line[GT_CONFIG_MAX_KEYS];
 } gt_config;
+
+/* Where [section] name was set: a line of cfg->path (> 0), the command line (-1) or nowhere, the
+ * default (0; also for a name that is no key). */
+int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
 
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);
@@ -104,6 +113,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 
 /* Checks that the data files named by the config exist and are readable. 0 or 2 with err. */
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len);
+
+/* Checks that log.metrics (when set) can be written: creates its missing parent directories (as
+ * checkpoint.dir is created) and refuses a path that is a directory or lies under a file. Rank 0 calls
+ * it (only rank 0 writes the metrics). 0 or 2 with err naming the file and line. */
+int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len);
 
 /* Writes the effective configuration (every key, after overrides) as INI text into a malloc'd
  * string: stored in training-state files and printed by --plan. */

@@ -229,6 +229,7 @@ int main(int argc, char **argv) {
     gt_config cfg;
     char err[2048];
     int code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
+    if (code == 0 && rank == 0) code = gt_config_check_metrics(&cfg, err, sizeof err);
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);
     /* the config and data files may be missing on some nodes only: no rank may go on alone */
     code = gt_agree_on_failure(MPI_COMM_WORLD, code, err, sizeof err);

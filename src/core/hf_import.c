@@ -139,9 +139,10 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
     *out = defaults.model;
     snprintf(out->init, sizeof out->init, "%s", dir);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return failf(err, err_len, "%s: not a directory (expected a Hugging Face checkpoint directory with config.json "
-                     "and model.safetensors)", dir);
+    int st_rc = stat(dir, &st);
+    if (st_rc != 0 || !S_ISDIR(st.st_mode)) /* e.g. "[model] init = /models/x: No such file or directory" */
+        return failf(err, err_len, "[model] init = %s: %s (expected a Hugging Face checkpoint directory with "
+                     "config.json and model.safetensors)", dir, st_rc != 0 ? strerror(errno) : "not a directory");
     FILE *f = fopen(path, "r");
     if (!f) return failf(err, err_len, "%s: cannot read: %s", path, strerror(errno));
     json_error_t jerr;
@@ -184,15 +185,29 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
     return r.failed ? 2 : 0;
 }
 
-int gt_hf_check_config(const char *dir, const gt_model_config *m, const char *ini_path, char *err, size_t err_len) {
+/* "run.ini:12 [model] dim", "[model] dim (set on the command line)" or "[model] dim (the default; run.ini
+ * does not set it)": where the value compared with config.json came from. */
+static const char *ini_key(const gt_config *cfg, const char *key, char *buf, size_t len) {
+    int line = gt_config_key_line(cfg, "model", key);
+    if (line > 0)
+        snprintf(buf, len, "%s:%d [model] %s", cfg->path, line, key);
+    else if (line < 0)
+        snprintf(buf, len, "[model] %s (set on the command line)", key);
+    else
+        snprintf(buf, len, "[model] %s (the default; %s does not set it)", key, cfg->path[0] ? cfg->path : "the INI");
+    return buf;
+}
+
+int gt_hf_check_config(const char *dir, const gt_config *cfg, char *err, size_t err_len) {
+    const gt_model_config *m = &cfg->model;
     gt_model_config hf;
     if (gt_hf_read_config(dir, &hf, err, err_len) != 0) return 2;
-    char where[GT_PATH_MAX + 32];
+    char where[GT_PATH_MAX + 32], k[GT_PATH_MAX + 96];
     snprintf(where, sizeof where, "%s/config.json", dir);
 #define SAME_INT(hf_key, key)                                                                                  \
     if (hf.key != m->key)                                                                                      \
-        return failf(err, err_len, "%s: %s = %d, but %s [model] %s = %d (expected the same value)", where,     \
-                     hf_key, hf.key, ini_path, #key, m->key);
+        return failf(err, err_len, "%s: %s = %d, but %s = %d (expected the same value)", where, hf_key, hf.key, \
+                     ini_key(cfg, #key, k, sizeof k), m->key);
     SAME_INT("hidden_size", dim)
     SAME_INT("num_hidden_layers", n_layers)
     SAME_INT("num_attention_heads", n_heads)
@@ -201,25 +216,24 @@ int gt_hf_check_config(const char *dir, const gt_model_config *m, const char *in
     SAME_INT("intermediate_size", ffn_dim)
 #undef SAME_INT
     if (hf.norm_eps != m->norm_eps)
-        return failf(err, err_len, "%s: rms_norm_eps = %g, but %s [model] norm_eps = %g (expected the same value)",
-                     where, hf.norm_eps, ini_path, m->norm_eps);
+        return failf(err, err_len, "%s: rms_norm_eps = %g, but %s = %g (expected the same value)", where, hf.norm_eps,
+                     ini_key(cfg, "norm_eps", k, sizeof k), m->norm_eps);
     if (hf.rope_theta != m->rope_theta)
-        return failf(err, err_len, "%s: rope_theta = %g, but %s [model] rope_theta = %g (expected the same value)",
-                     where, hf.rope_theta, ini_path, m->rope_theta);
+        return failf(err, err_len, "%s: rope_theta = %g, but %s = %g (expected the same value)", where,
+                     hf.rope_theta, ini_key(cfg, "rope_theta", k, sizeof k), m->rope_theta);
     if (hf.tie_word_embeddings != m->tie_word_embeddings)
-        return failf(err, err_len,
-                     "%s: tie_word_embeddings = %s, but %s [model] tie_word_embeddings = %s (expected the same value)",
-                     where, hf.tie_word_embeddings ? "true" : "false", ini_path,
+        return failf(err, err_len, "%s: tie_word_embeddings = %s, but %s = %s (expected the same value)", where,
+                     hf.tie_word_embeddings ? "true" : "false", ini_key(cfg, "tie_word_embeddings", k, sizeof k),
                      m->tie_word_embeddings ? "true" : "false");
     int m_llama3 = strcmp(m->rope_type, "llama3") == 0;
     if (strcmp(hf.rope_type, "llama3") == 0 ? !m_llama3 : m_llama3)
-        return failf(err, err_len, "%s: rope_type = %s, but %s [model] rope_type = %s (expected the same value)",
-                     where, hf.rope_type, ini_path, m->rope_type[0] ? m->rope_type : "default");
+        return failf(err, err_len, "%s: rope_type = %s, but %s = %s (expected the same value)", where, hf.rope_type,
+                     ini_key(cfg, "rope_type", k, sizeof k), m->rope_type[0] ? m->rope_type : "default");
     if (m_llama3) {
 #define SAME_NUM(hf_key, key)                                                                                  \
     if ((double)hf.key != (double)m->key)                                                                      \
-        return failf(err, err_len, "%s: rope %s = %g, but %s [model] %s = %g (expected the same value)", where, \
-                     hf_key, (double)hf.key, ini_path, #key, (double)m->key);
+        return failf(err, err_len, "%s: rope %s = %g, but %s = %g (expected the same value)", where, hf_key,    \
+                     (double)hf.key, ini_key(cfg, #key, k, sizeof k), (double)m->key);
         SAME_NUM("factor", rope_factor)
         SAME_NUM("low_freq_factor", rope_low_freq_factor)
         SAME_NUM("high_freq_factor", rope_high_freq_factor)

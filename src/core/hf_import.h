@@ -34,10 +34,10 @@
  * and llama3. 0, or 2 with err. */
 int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t err_len);
 
-/* Compares DIR/config.json with `model` (from the INI named ini_path). max_seq_len and dropout are
- * the run's choice and not compared. 0, or 2 with err naming the key and both values. */
-int gt_hf_check_config(const char *dir, const gt_model_config *model, const char *ini_path, char *err,
-                       size_t err_len);
+/* Compares DIR/config.json with cfg->model. max_seq_len and dropout are the run's choice and not
+ * compared. 0, or 2 with err naming the key, both values and where the INI value was set
+ * ("run.ini:12", the command line, or the default). */
+int gt_hf_check_config(const char *dir, const gt_config *cfg, char *err, size_t err_len);
 
 /* ---- weights ---- */
 

@@ -217,7 +217,7 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
         return 0;
     }
     char msg[2048] = "";
-    int code = gt_hf_check_config(dir, &cfg->model, cfg->path, msg, sizeof msg);
+    int code = gt_hf_check_config(dir, cfg, msg, sizeof msg);
     code = agree_input(comm, code, msg, sizeof msg);
     if (code) return code;
     size_t count = gt_shard_count(&opt->shard);

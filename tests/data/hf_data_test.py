@@ -310,6 +310,21 @@ def prep_jsonl_4byte_ids_bos_separator(args):
         want += [1] + [vocab[w] for w in d.split()]
     check(ids == want, "ids %s, expected %s" % (ids, want))
     check(not os.path.exists("wide.val.000000.bin"), "--val-fraction 0 wrote a validation shard")
+    # a failed run with the same prefix (a bad record after a shard was finished, an empty input)
+    # leaves the earlier run's shards as they were
+    with open("first_good.jsonl", "w") as f:  # more records than one chunk (4096): shards finish before the error
+        f.write('{"body": "w1 w2 w3 w4 w5"}\n' * 5000)
+    with open("later_bad.jsonl", "w") as f:
+        f.write('{"body": w2}\n')
+    before = open("wide.train.000000.bin", "rb").read()
+    open("empty.txt", "w").close()
+    for extra in (["--text-field", "body", "--shard-tokens", "1000", "--workers", "1",
+                   "first_good.jsonl", "later_bad.jsonl"], ["empty.txt"]):
+        run([sys.executable, args.prep_tool, "--tokenizer", "wide.json", "-o", "wide", "--val-fraction", "0"] + extra,
+            expect_rc=2)
+        check(sorted(glob.glob("wide.*.bin*")) == ["wide.train.000000.bin"] and
+              open("wide.train.000000.bin", "rb").read() == before,
+              "%s: a failed run changed the earlier output: %s" % (extra[-1], sorted(glob.glob("wide.*.bin*"))))
     with open("bad.jsonl", "w") as f:
         f.write('{"text": "w1"}\n{"text": w2}\n')
     with open("nofield.jsonl", "w") as f:
@@ -321,6 +336,14 @@ def prep_jsonl_4byte_ids_bos_separator(args):
         _, _, err = run(cmd, expect_rc=2)
         check(msg in err, "%s: stderr lacks %r:\n%s" % (name, msg, err))
         check(not glob.glob("x.*"), "%s: output left behind: %s" % (name, glob.glob("x.*")))
+    # one document and --val-fraction 0.01: it goes to train, validation stays empty -> exit 2, and the
+    # train shard still open at that moment (its .tmp file) is removed too
+    with open("one.jsonl", "w") as f:
+        f.write('{"text": "w1 w2 w3"}\n')
+    _, _, err = run([sys.executable, args.prep_tool, "--tokenizer", "wide.json", "-o", "x", "--val-fraction", "0.01",
+                     "one.jsonl"], expect_rc=2)
+    check("no document went to validation" in err, "one.jsonl: stderr lacks the reason:\n" + err)
+    check(not glob.glob("x.*"), "one.jsonl: output left behind: %s" % glob.glob("x.*"))
     print("prep: JSONL, 4-byte ids, BOS before each document; bad records exit 2")
 
 

@@ -291,6 +291,19 @@ def check_bf16_export(args, state, fp32_model, work):
     log(f"bf16 export: {n} tensors equal torch's fp32 -> bf16 rounding")
 
 
+def check_export_bad_out(args, state, work):
+    """An output path that is a file (a typo, a tab-completed file name) exits 2 with one line, no traceback."""
+    out = f"{work}/export_is_a_file"
+    open(out, "w").write("not a directory\n")
+    for target in (out, f"{out}/sub"):
+        p = subprocess.run([sys.executable, args.tool, state, target], capture_output=True, text=True)
+        msg = p.stderr.strip()
+        log(f"export to {target}: exit {p.returncode}: {msg}")
+        assert p.returncode == 2, f"export to {target}: exit {p.returncode}, expected 2"
+        assert len(msg.splitlines()) == 1 and target in msg, f"export to {target}: expected one line naming it"
+    assert open(out).read() == "not a directory\n", "the file in the way was changed"
+
+
 def check_resume_wins(args, ini, work):
     p = run([args.gtrain, ini, "train.steps=21"])
     print(p.stdout, end="")
@@ -406,6 +419,11 @@ def check_broken(args, work):
         c["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}
         json.dump(c, open(f"{d}/config.json", "w"))
 
+    def ffn_bigger(d):
+        c = json.load(open(f"{d}/config.json"))
+        c["intermediate_size"] += 32
+        json.dump(c, open(f"{d}/config.json", "w"))
+
     st = "model.safetensors"
     cases = [  # (name, edit, INI override, strings the message must contain)
         ("truncated", truncated, [], [st, last]),
@@ -418,9 +436,16 @@ def check_broken(args, work):
         ("wrong_shape", wrong_shape, [], [st, victim, "shape"]),
         ("attention_bias", bias, [], ["config.json", "attention_bias"]),
         ("rope_yarn", rope_yarn, [], ["config.json", "yarn"]),
-        ("config_mismatch", lambda d: None, ["model.dim=32"], ["config.json", "hidden_size = 64", "dim = 32"]),
+        ("config_mismatch", lambda d: None, ["model.dim=32"],
+         ["config.json", "hidden_size = 64", "[model] dim (set on the command line) = 32"]),
+        ("ffn_mismatch_names_the_ini_line", ffn_bigger, [],
+         ["config.json", "intermediate_size = ", "ffn_mismatch_names_the_ini_line.ini:", "[model] ffn_dim = "]),
         ("tie_mismatch", lambda d: None, ["model.tie_word_embeddings=true"], ["config.json", "tie_word_embeddings"]),
         ("no_weights", lambda d: os.remove(f"{d}/model.safetensors"), [], ["no model.safetensors"]),
+        ("init_missing", lambda d: None, [f"model.init={work}/no_such_dir"],
+         ["[model] init", "no_such_dir", "No such file or directory"]),
+        ("init_is_a_file", lambda d: None, [f"model.init={good}/config.json"],
+         ["[model] init", "config.json", "not a directory"]),
     ]
     for name, edit, overrides, needles in cases:
         d = variant(name, edit)
@@ -464,6 +489,14 @@ def check_configs(args):
         theirs = sum(t.numel() for t in model.parameters())  # a tied tensor is listed once
         log(f"{name}: gtrain --plan {ours} parameters, transformers {theirs}")
         assert ours == theirs, f"{name}: parameter counts differ"
+        # the [data] paths must match what tools/prep_tokenized.py -o data/llama3 writes (PREFIX.SPLIT.NNNNNN.bin)
+        import configparser
+        import fnmatch
+        ini = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+        ini.read(path)
+        for split in ("train", "val"):
+            pattern, made = ini["data"][split], f"data/llama3.{split}.000000.bin"
+            assert fnmatch.fnmatch(made, pattern), f"{name}: [data] {split} = {pattern} does not match {made}"
 
 
 def main():
@@ -497,6 +530,7 @@ def main():
     ini, state, exported = train_export_compare(args, args.case, hf_dir, cfg, work)
     if args.case == "tied":
         check_bf16_export(args, state, exported, work)
+        check_export_bad_out(args, state, work)
         check_resume_wins(args, ini, work)
     if args.case == "gqa":
         check_world_sizes(args, hf_dir, cfg, work)
