@@ -9,16 +9,16 @@
 #                             global batch.
 #   dist_train_prep           gtrain-prep on a small text corpus (fixture for the runs below)
 #   dist_train_<run>          the real gtrain binary, 20 steps of a tiny model, same global batch:
-#                               w1_a4   1 rank  x grad_accum 4, shard=optimizer
-#                               w2_a2   2 ranks x grad_accum 2, shard=optimizer
-#                               w4_a1   4 ranks x grad_accum 1, shard=optimizer
-#                               w2_none 2 ranks x grad_accum 2, shard=none
-#                             each checks its metrics: optim_bytes and comm_bytes per step against the
-#                             formulas (tests/dist/dist_train.py)
+#                             ZeRO-1 at W = 1, 2, 4, shard none, ZeRO-2 and ZeRO-3 at W = 1, 2, 4 under
+#                             recompute full / selective / uniform:3 and grad_sync micro / step; each
+#                             checks its metrics per step against the formulas of tests/dist/dist_train.py
+#                             (optim_bytes, comm_bytes, collective calls, unit gathers, params and grads
+#                             peaks, which also equal the planner's printed prediction)
+#   dist_train_resume_*       the ZeRO-3 W = 4 run's state at step 10 resumed at W = 2 ZeRO-1 and W = 1 none
 #   dist_train_compare        losses and grad norms step by step within 1e-5 relative of w1_a4; the final
 #                             weights (/model of the state file each run saves at its end) within 1e-5
-#                             absolute (h5diff -d); without state files, a note says they were not compared
-#   dist_train_shard_{gradients,parameters}  not implemented yet: exit 2 and a message saying so
+#                             absolute (h5diff -d)
+#   dist_train_tied_*         the same for a tied-embedding model (ZeRO-1 reference, ZeRO-3, ZeRO-2)
 
 add_executable(test_dist_step ${GTRAIN_TEST_DIR}/test_dist_step.c)
 target_link_libraries(test_dist_step PRIVATE gtrain_core)
@@ -49,8 +49,19 @@ add_test(NAME dist_train_prep
                  --fallback-text ${PROJECT_SOURCE_DIR}/configs/README.md)
 set_tests_properties(dist_train_prep PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_SETUP dist_train_data)
 
-# name world grad_accum shard
-set(_dt_runs "w1_a4 1 4 optimizer" "w2_a2 2 2 optimizer" "w4_a1 4 1 optimizer" "w2_none 2 2 none")
+# name world grad_accum shard [options]   (the CI subset of the equivalence grid; the full grid W x shard x
+# recompute x grad_accum is bench/zero_grid.sh). Every run checks per step: optim_bytes, comm_bytes,
+# collective call counts, ZeRO-3 unit gathers (one per block in backward, recompute or not), params and
+# grads peaks equal to the formulas and to the planner's printed prediction (tests/dist/dist_train.py).
+set(_dt_runs
+  "w1_a4 1 4 optimizer"
+  "w2_a2 2 2 optimizer"
+  "w4_a1 4 1 optimizer"
+  "w2_none 2 2 none"
+  "w2_a2_grad_sel 2 2 gradients --recompute selective --sync micro"
+  "w4_a1_param_full 4 1 parameters --recompute full --save-half"
+  "w2_a2_param_uni_step 2 2 parameters --recompute uniform:3 --sync step --prefetch 0"
+  "w1_a4_param 1 4 parameters --recompute full --prefetch 2")
 set(_dt_names)
 foreach(run ${_dt_runs})
   string(REPLACE " " ";" run ${run})
@@ -58,10 +69,15 @@ foreach(run ${_dt_runs})
   list(GET run 1 w)
   list(GET run 2 accum)
   list(GET run 3 shard)
+  set(opts)
+  list(LENGTH run _len)
+  if(_len GREATER 4)
+    list(SUBLIST run 4 -1 opts)
+  endif()
   list(APPEND _dt_names ${name})
   add_test(NAME dist_train_${name}
            COMMAND ${Python3_EXECUTABLE} ${_dt_script} run --work ${_dt_work} --name ${name} --world ${w}
-                   --accum ${accum} --shard ${shard} --
+                   --accum ${accum} --shard ${shard} ${opts} --
                    ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
                    $<TARGET_FILE:gtrain>)
   set_tests_properties(dist_train_${name} PROPERTIES
@@ -70,16 +86,67 @@ foreach(run ${_dt_runs})
     RESOURCE_LOCK dist_train_cpu)   # one run at a time: they share 2 cores and each is timed
 endforeach()
 
+# Save at W = 4 under ZeRO-3 (w4_a1_param_full writes step 10), resume at W = 2 ZeRO-1 and at W = 1 none.
+foreach(run "resume_w2_opt 2 2 optimizer" "resume_w1_none 1 4 none")
+  string(REPLACE " " ";" run ${run})
+  list(GET run 0 name)
+  list(GET run 1 w)
+  list(GET run 2 accum)
+  list(GET run 3 shard)
+  add_test(NAME dist_train_${name}
+           COMMAND ${Python3_EXECUTABLE} ${_dt_script} resume --from w4_a1_param_full --work ${_dt_work}
+                   --name ${name} --world ${w} --accum ${accum} --shard ${shard} --
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
+                   $<TARGET_FILE:gtrain>)
+  set_tests_properties(dist_train_${name} PROPERTIES
+    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}" DEPENDS dist_train_w4_a1_param_full
+    FIXTURES_REQUIRED "dist_train_data;dist_train_runs" FIXTURES_SETUP dist_train_resumed
+    RESOURCE_LOCK dist_train_cpu)
+endforeach()
+
 add_test(NAME dist_train_compare
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
-                 --ref w1_a4 ${_dt_names})
-set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED "dist_train_runs;dist_train_data")
+                 --ref w1_a4 ${_dt_names} resume_w2_opt resume_w1_none)
+set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_runs;dist_train_data;dist_train_resumed")
 
-foreach(shard gradients parameters)
-  add_test(NAME dist_train_shard_${shard}
-           COMMAND ${Python3_EXECUTABLE} ${_dt_script} expect-fail --work ${_dt_work} --name shard_${shard}
-                   --world 2 --accum 2 --shard ${shard} --expect-rc 2 --expect-msg "not implemented yet" --
-                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${GTRAIN_MPIEXEC_FLAGS} $<TARGET_FILE:gtrain>)
-  set_tests_properties(dist_train_shard_${shard} PROPERTIES
-    LABELS mpi TIMEOUT 120 ENVIRONMENT "${_dt_env}" FIXTURES_REQUIRED dist_train_data)
+# Tied embeddings: the head uses the embedding unit (gathered again for the head, one gradient
+# accumulator from the head's backward to the embedding's): ZeRO-3 and ZeRO-2 against ZeRO-1.
+foreach(run "tied_w1_a4 1 4 optimizer" "tied_w4_a1_param 4 1 parameters --recompute full"
+            "tied_w2_a2_grad 2 2 gradients --sync micro"
+            "tied_w2_a2_param_p0 2 2 parameters --recompute selective --prefetch 0")
+  string(REPLACE " " ";" run ${run})
+  list(GET run 0 name)
+  list(GET run 1 w)
+  list(GET run 2 accum)
+  list(GET run 3 shard)
+  set(opts)
+  list(LENGTH run _len)
+  if(_len GREATER 4)
+    list(SUBLIST run 4 -1 opts)
+  endif()
+  add_test(NAME dist_train_${name}
+           COMMAND ${Python3_EXECUTABLE} ${_dt_script} run --tied --work ${_dt_work} --name ${name} --world ${w}
+                   --accum ${accum} --shard ${shard} ${opts} --
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
+                   $<TARGET_FILE:gtrain>)
+  set_tests_properties(dist_train_${name} PROPERTIES
+    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}"
+    FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_tied
+    RESOURCE_LOCK dist_train_cpu)
+endforeach()
+add_test(NAME dist_train_tied_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
+                 --ref tied_w1_a4 tied_w4_a1_param tied_w2_a2_grad tied_w2_a2_param_p0)
+set_tests_properties(dist_train_tied_compare PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_tied;dist_train_data")
+
+# The big configs' memory arithmetic: `gtrain --plan` finds a plan within the 70 GiB budget (of 80 GB).
+foreach(cfg "llama13b 8" "llama70b 64")
+  string(REPLACE " " ";" cfg ${cfg})
+  list(GET cfg 0 name)
+  list(GET cfg 1 w)
+  add_test(NAME plan_${name}_fits COMMAND $<TARGET_FILE:gtrain> --plan ${PROJECT_SOURCE_DIR}/configs/${name}.ini --world ${w})
+  set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit
+    PASS_REGULAR_EXPRESSION "\nauto: dist.shard [a-z]+, grad_sync micro, recompute [^\n]*\n  total [0-9.]+ GiB [^\n]*fits the budget 70.00 GiB")
 endforeach()

@@ -6,7 +6,8 @@
  * all-gather (also in place), broadcast from every root; then the same again with tiny MPI chunk
  * limits (1, 3, 7, 64 elements per call) so the chunked path for > 2^31 elements runs without 8 GiB
  * buffers; then the accounting contract of comm.h (call counts, bytes_sent formulas) and the scalar
- * reductions. If gt_comm_create_nccl gives a communicator (a GPU build on a GPU, one rank per GPU),
+ * reductions; the variable-count collectives of ZeRO-2/3 (uneven and zero counts, in place, their
+ * bytes_sent). If gt_comm_create_nccl gives a communicator (a GPU build on a GPU, one rank per GPU),
  * the same checks run on device buffers; otherwise its reason is printed. The local communicator
  * (one rank, no library) runs the same checks on one rank, on host buffers and, with a GPU, on device
  * buffers; on more ranks it must refuse with a reason.
@@ -179,6 +180,84 @@ static void check_broadcast(gt_comm *c, const mem_ops *m, size_t bytes, int root
 static const size_t counts[] = {0, 1, 2, 5, 17, 1000, 4099};
 #define N_COUNTS (sizeof counts / sizeof counts[0])
 
+/* Variable counts (ZeRO-2/3 units): counts[r] = base + r*step, possibly 0 for some ranks. */
+static void v_counts(size_t base, size_t step, size_t *counts, size_t *displs, size_t *total) {
+    *total = 0;
+    for (int r = 0; r < world; r++) {
+        counts[r] = (base + (size_t)r * step) % 23;
+        displs[r] = *total;
+        *total += counts[r];
+    }
+}
+
+static void check_reduce_scatter_v(gt_comm *c, const mem_ops *m, gt_dtype dt, size_t base, size_t step,
+                                   int in_place) {
+    size_t counts[64], displs[64], n, elem = gt_dtype_bytes(dt);
+    v_counts(base, step, counts, displs, &n);
+    char *h = malloc(n * elem + 1);
+    void *send = m->alloc(n * elem);
+    void *recv = in_place ? (char *)send + displs[rank] * elem : m->alloc(counts[rank] * elem);
+    for (size_t i = 0; i < n; i++) put(h, dt, i, value(dt, rank, i));
+    m->upload(send, h, n * elem);
+    gt_comm_reduce_scatter_v_sum(c, send, recv, counts, dt);
+    m->download(h, recv, counts[rank] * elem);
+    for (size_t i = 0; i < counts[rank]; i++) {
+        float want = sum_over_ranks(dt, displs[rank] + i);
+        CHECK(get(h, dt, i) == want, "reduce_scatter_v %s%s base %zu step %zu [%zu] = %g want %g", dtname(dt),
+              in_place ? " in place" : "", base, step, i, get(h, dt, i), want);
+    }
+    if (!in_place) m->release(recv);
+    m->release(send);
+    free(h);
+}
+
+static void check_all_gather_v(gt_comm *c, const mem_ops *m, gt_dtype dt, size_t base, size_t step) {
+    size_t counts[64], displs[64], n, elem = gt_dtype_bytes(dt);
+    v_counts(base, step, counts, displs, &n);
+    char *h = malloc(n * elem + 1);
+    void *buf = m->alloc(n * elem);
+    for (size_t i = 0; i < n; i++) put(h, dt, i, -1.0f); /* others' blocks: garbage until gathered */
+    for (size_t i = 0; i < counts[rank]; i++) put(h, dt, displs[rank] + i, value(dt, rank, i));
+    m->upload(buf, h, n * elem);
+    gt_comm_all_gather_v(c, buf, counts, dt);
+    m->download(h, buf, n * elem);
+    for (int r = 0; r < world; r++)
+        for (size_t i = 0; i < counts[r]; i++)
+            CHECK(get(h, dt, displs[r] + i) == value(dt, r, i), "all_gather_v %s base %zu step %zu block %d [%zu] = %g",
+                  dtname(dt), base, step, r, i, get(h, dt, displs[r] + i));
+    m->release(buf);
+    free(h);
+}
+
+static void check_v_collectives(gt_comm *c, const mem_ops *m) {
+    gt_dtype dts[2] = {GT_DTYPE_F32, GT_DTYPE_BF16};
+    size_t shapes[][2] = {{0, 0}, {1, 0}, {5, 3}, {0, 7}, {22, 1}, {4, 0}};
+    for (int d = 0; d < 2; d++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            check_reduce_scatter_v(c, m, dts[d], shapes[k][0], shapes[k][1], 0);
+            check_reduce_scatter_v(c, m, dts[d], shapes[k][0], shapes[k][1], 1);
+            check_all_gather_v(c, m, dts[d], shapes[k][0], shapes[k][1]);
+        }
+    /* accounting: (total - counts[rank]) and (total - counts[(rank+1) % W]) elements */
+    size_t counts[64], displs[64], n;
+    v_counts(5, 3, counts, displs, &n);
+    void *buf = m->alloc(n * 4 + 4);
+    char *h = calloc(n + 1, 4);
+    m->upload(buf, h, n * 4);
+    gt_comm_stats st;
+    gt_comm_stats_reset(c);
+    gt_comm_reduce_scatter_v_sum(c, buf, (char *)buf + displs[rank] * 4, counts, GT_DTYPE_F32);
+    gt_comm_all_gather_v(c, buf, counts, GT_DTYPE_BF16);
+    gt_comm_stats_get(c, &st);
+    uint64_t want = (n - counts[rank]) * 4 + (n - counts[(rank + 1) % world]) * 2;
+    CHECK(st.calls_reduce_scatter_v == 1 && st.calls_all_gather_v == 1, "v calls %llu %llu",
+          (unsigned long long)st.calls_reduce_scatter_v, (unsigned long long)st.calls_all_gather_v);
+    CHECK(st.bytes_sent == want, "v bytes_sent %llu want %llu", (unsigned long long)st.bytes_sent,
+          (unsigned long long)want);
+    m->release(buf);
+    free(h);
+}
+
 static void check_collectives(gt_comm *c, const mem_ops *m, size_t max_count) {
     gt_dtype dts[2] = {GT_DTYPE_F32, GT_DTYPE_BF16};
     for (int d = 0; d < 2; d++)
@@ -275,6 +354,11 @@ int main(int argc, char **argv) {
     gt_comm_set_max_call_elems(c, GT_COMM_MPI_MAX_CALL_ELEMS);
 
     f0 = check_failures;
+    check_v_collectives(c, &host_mem);
+    report("mpi: reduce_scatter_v (+in place) / all_gather_v, f32 and bf16, uneven and zero counts; their "
+           "bytes_sent", f0);
+
+    f0 = check_failures;
     check_stats_and_scalars(c, &host_mem);
     report("mpi: stats (calls, bytes_sent ring model, seconds), scalar sum, int max", f0);
 
@@ -288,6 +372,7 @@ int main(int argc, char **argv) {
             CHECK(strcmp(gt_comm_name(l), "local") == 0, "name %s", gt_comm_name(l));
             check_collectives(l, &host_mem, (size_t)-1);
             check_stats_and_scalars(l, &host_mem);
+            check_v_collectives(l, &host_mem);
         }
         report("local: every collective on host buffers, f32 and bf16; stats (all bytes 0); scalars", f0);
 #ifdef GTRAIN_HAVE_CUDA
@@ -297,6 +382,7 @@ int main(int argc, char **argv) {
             f0 = check_failures;
             check_collectives(ld, &dev_mem, (size_t)-1);
             check_stats_and_scalars(ld, &dev_mem);
+            check_v_collectives(ld, &dev_mem);
             report("local: every collective on device buffers (cudaMemcpy device to device)", f0);
             gt_comm_destroy(ld);
         }
@@ -321,6 +407,7 @@ int main(int argc, char **argv) {
         CHECK(strcmp(gt_comm_name(g), "nccl") == 0, "name %s", gt_comm_name(g));
         check_collectives(g, &dev_mem, (size_t)-1);
         check_stats_and_scalars(g, &dev_mem);
+        check_v_collectives(g, &dev_mem);
         report("nccl: every collective on device buffers, f32 and bf16; stats; scalars", f0);
 #endif
         gt_comm_destroy(g);

@@ -116,8 +116,10 @@ static const key_spec keys[] = {
     TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
     {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
 
-    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters"),
+    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters|auto"),
     ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
+    ENUM("dist", "grad_sync", dist.grad_sync, "auto|step|micro"),
+    INT("dist", "prefetch", dist.prefetch, 0, 8),
 
     TEXT("data", "train", KEY_PATH, data.train, 1),
     TEXT("data", "val", KEY_PATH, data.val, 0),
@@ -170,6 +172,8 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->memory.budget = 0;
     snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
     snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
+    snprintf(cfg->dist.grad_sync, sizeof cfg->dist.grad_sync, "auto");
+    cfg->dist.prefetch = 1;
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
     cfg->data.val_every = 100;

@@ -60,6 +60,8 @@ typedef struct gt_config {
     struct {
         char shard[16];        /* none | optimizer | gradients | parameters */
         char comm[8];          /* auto | nccl | mpi */
+        char grad_sync[8];     /* auto | step | micro: when ZeRO-2/3 reduce gradients (zero.h) */
+        int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8) */
     } dist;
     struct {
         char train[GT_PATH_MAX];

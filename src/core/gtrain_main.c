@@ -29,6 +29,7 @@
 #include "config.h"
 #include "ops.h"
 #include "planner.h"
+#include "zero.h"
 #include "signals.h"
 #include "train.h"
 
@@ -119,9 +120,11 @@ static int run_plan(int argc, char **argv) {
     int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
+    int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
-                          strcmp(cfg.dist.shard, "optimizer") == 0, gt_plan_library_bytes(gpu, world)};
-    /* as train.c: ZeRO-2/3 not yet; library workspaces on the GPU */
+                          stage >= 1, gt_plan_library_bytes(gpu, world), stage,
+                          strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
+    /* library workspaces on the GPU */
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            gpu ? ", attention probabilities never stored" : "");
     gt_plan_report(stdout, &cfg, &shape);

@@ -78,6 +78,45 @@ static float normal_at(uint64_t seed, uint64_t j) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+int gt_model_n_units(const gt_model_config *cfg) { return cfg->n_layers + 2; }
+
+void gt_layout_unit(const gt_layout *layout, int u, size_t *offset, size_t *numel) {
+    int N = layout->cfg.n_layers;
+    if (u < 0 || u > N + 1) {
+        fprintf(stderr, "%s:%d: unit %d of a %d-layer model\n", __FILE__, __LINE__, u, N);
+        abort();
+    }
+    if (u == 0) {
+        *offset = layout->tensors[0].offset;
+        *numel = layout->tensors[0].numel;
+    } else if (u <= N) {
+        const gt_tensor_info *first = &layout->tensors[1 + 9 * (u - 1)], *last = first + 8;
+        *offset = first->offset;
+        *numel = last->offset + last->numel - first->offset;
+    } else {
+        *offset = layout->tensors[1 + 9 * N].offset;
+        *numel = layout->n_params - *offset;
+    }
+}
+
+void gt_layout_init_params_range(const gt_layout *layout, float *dst, size_t begin, size_t end, uint64_t seed) {
+    const float std = 0.02f; /* as gt_layout_init_params */
+    for (int i = 0; i < layout->n_tensors; i++) {
+        const gt_tensor_info *t = &layout->tensors[i];
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        if (lo >= hi) continue;
+        float *p = dst + (lo - begin);
+        size_t n = hi - lo;
+        if (t->ndim == 1) {
+            for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+        } else {
+#pragma omp parallel for schedule(static)
+            for (size_t j = 0; j < n; j++) p[j] = std * normal_at(seed, lo + j);
+        }
+    }
+}
+
 void gt_layout_init_params(const gt_layout *layout, float *params, uint64_t seed) {
     const float std = 0.02f; /* transformers' LlamaConfig.initializer_range */
     for (int i = 0; i < layout->n_tensors; i++) {

@@ -38,6 +38,7 @@
 
 typedef struct layer_offsets {
     size_t wq, wk, wv, wo, wg, wu, wd, ln1, ln2;   /* element offsets into params and grads */
+    size_t base;                                   /* the block unit's first element (= wq) */
 } layer_offsets;
 
 struct gt_model {
@@ -46,9 +47,12 @@ struct gt_model {
     gt_model_config cfg;
     gt_layout layout;
     size_t eb;                 /* bytes per working element */
-    size_t n_alloc;            /* elements in params and grads (n_params, padded) */
-    void *params;              /* (n_params) working */
-    float *grads;              /* (n_params) fp32 */
+    size_t params_len;         /* elements in params (n_params padded; a ZeRO-3 shard; 0: none) */
+    size_t grads_len;          /* elements in grads (n_params padded; 0: none, ZeRO-2/3 units) */
+    void *params;              /* (params_len) working */
+    float *grads;              /* (grads_len) fp32 */
+    gt_unit_hooks hooks;       /* where units' parameters and gradients come from (NULL: the buffers) */
+    size_t *unit_off;          /* (n_units) first element of each unit */
     layer_offsets *layers;
     size_t off_embed, off_norm, off_head;
     int32_t *d_inputs, *d_targets;  /* device copies of the token ids (BT) */
@@ -82,8 +86,109 @@ typedef struct scratch {
     size_t big_bytes;
 } scratch;
 
-#define W(model, off) ((char *)(model)->params + (off) * (model)->eb)
-#define G(model, off) ((model)->grads + (off))
+/* A tensor of block L inside its unit's parameters pw / gradients pg. */
+#define PW(off) ((char *)pw + ((off) - L->base) * m->eb)
+#define PG(off) (pg + ((off) - L->base))
+
+/* Units (model.h): the parameters of unit u, indexed from the unit's first element. Without hooks
+ * they are views of the flat buffers; with them (ZeRO-3, src/core/zero.c) a gathered copy. */
+static void *unit_params(gt_model *m, int u) {
+    if (m->hooks.params) return m->hooks.params(m->hooks.ctx, u);
+    return (char *)m->params + m->unit_off[u] * m->eb;
+}
+static void unit_params_done(gt_model *m, int u) {
+    if (m->hooks.params_done) m->hooks.params_done(m->hooks.ctx, u);
+}
+static float *unit_grads(gt_model *m, int u) {
+    if (m->hooks.grads) return m->hooks.grads(m->hooks.ctx, u);
+    return m->grads + m->unit_off[u];
+}
+static void unit_grads_done(gt_model *m, int u) {
+    if (m->hooks.grads_done) m->hooks.grads_done(m->hooks.ctx, u);
+}
+static void progress(const gt_model *m) {
+    if (m->hooks.progress) m->hooks.progress(m->hooks.ctx);
+}
+
+/* The units in the order of their first acquisition by gt_model_train_micro (eval = 0) or
+ * gt_model_eval (eval = 1): forward every unit, the head (and, tied, the embedding again), then
+ * backward segment by segment from the last: a recompute segment's blocks in forward order, any
+ * other block alone. out: at least 2 n_layers + 3 entries. */
+static int unit_schedule(const gt_model_config *cfg, const gt_plan *plan, int eval, int *out) {
+    int N = cfg->n_layers, n = 0;
+    out[n++] = 0;
+    for (int i = 0; i < N; i++) out[n++] = 1 + i;
+    out[n++] = N + 1;
+    if (cfg->tie_word_embeddings) out[n++] = 0;
+    if (eval) return n;
+    for (int b = N; b > 0;) {
+        int a = b - 1;
+        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE)
+            for (int i = a; i < b; i++) out[n++] = 1 + i;
+        else
+            out[n++] = 1 + a;
+        b = a;
+    }
+    return n;
+}
+
+static void announce_schedule(gt_model *m, const gt_plan *plan, int eval) {
+    if (!m->hooks.schedule) return;
+    int *order = malloc((2 * (size_t)m->cfg.n_layers + 3) * sizeof *order);
+    if (!order) abort();
+    int n = unit_schedule(&m->cfg, plan, eval, order);
+    m->hooks.schedule(m->hooks.ctx, order, n);
+    free(order);
+}
+
+void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *h) {
+    int N = cfg->n_layers, tied = cfg->tie_word_embeddings, H = N + 1;
+    void *c = h->ctx;
+    int *order = malloc((2 * (size_t)N + 3) * sizeof *order);
+    if (!order) abort();
+    int n = unit_schedule(cfg, plan, eval, order);
+    if (h->schedule) h->schedule(c, order, n);
+    free(order);
+    /* forward: gt_model_train_micro / gt_model_eval below, call for call */
+    h->params(c, 0);
+    h->params_done(c, 0);
+    for (int i = 0; i < N; i++) {
+        h->params(c, 1 + i);
+        h->params_done(c, 1 + i);
+    }
+    h->params(c, H);
+    if (tied) h->params(c, 0);
+    if (eval) {
+        if (tied) h->params_done(c, 0);
+        h->params_done(c, H);
+        return;
+    }
+    h->grads(c, H);
+    if (tied) h->grads(c, 0);
+    if (tied) h->params_done(c, 0);
+    h->params_done(c, H);
+    h->grads_done(c, H);
+    for (int b = N; b > 0;) {
+        int a = b - 1;
+        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+        int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
+        if (recompute)
+            for (int i = a; i < b; i++) h->params(c, 1 + i);
+        for (int i = b - 1; i >= a; i--) {
+            h->params(c, 1 + i);
+            h->grads(c, 1 + i);
+            h->grads_done(c, 1 + i);
+            h->params_done(c, 1 + i);
+            if (recompute) h->params_done(c, 1 + i);
+        }
+        b = a;
+    }
+    h->grads(c, 0);
+    h->grads_done(c, 0);
+    if (tied) h->grads_done(c, 0);
+    if (h->micro_end) h->micro_end(c);
+}
 
 static shapes make_shapes(const gt_model *m, int B, int T) {
     shapes s;
@@ -177,6 +282,15 @@ gt_model *gt_model_create(const gt_ops *ops, gt_mem *mem, const gt_model_config 
 }
 
 gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t n_padded) {
+    gt_layout layout;
+    gt_layout_init(&layout, cfg);
+    size_t n = n_padded > layout.n_params ? n_padded : layout.n_params;
+    gt_layout_free(&layout);
+    return gt_model_create_buffers(ops, mem, cfg, n, n);
+}
+
+gt_model *gt_model_create_buffers(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t params_len,
+                                  size_t grads_len) {
     gt_model *m = calloc(1, sizeof *m);
     if (!m) abort();
     m->ops = ops;
@@ -184,11 +298,23 @@ gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_
     m->cfg = *cfg;
     m->eb = (size_t)ops->act_bytes;
     gt_layout_init(&m->layout, cfg);
-    m->n_alloc = n_padded > m->layout.n_params ? n_padded : m->layout.n_params;
-    m->params = gt_mem_alloc(mem, GT_MEM_PARAMS, m->n_alloc * m->eb);
-    m->grads = gt_mem_alloc(mem, GT_MEM_GRADS, m->n_alloc * sizeof(float));
-    ops->zero(m->params, m->n_alloc * m->eb);
-    ops->zero(m->grads, m->n_alloc * sizeof(float));
+    m->params_len = params_len;
+    m->grads_len = grads_len;
+    if (params_len) {
+        m->params = gt_mem_alloc(mem, GT_MEM_PARAMS, params_len * m->eb);
+        ops->zero(m->params, params_len * m->eb);
+    }
+    if (grads_len) {
+        m->grads = gt_mem_alloc(mem, GT_MEM_GRADS, grads_len * sizeof(float));
+        ops->zero(m->grads, grads_len * sizeof(float));
+    }
+    int n_units = gt_model_n_units(cfg);
+    m->unit_off = malloc((size_t)n_units * sizeof *m->unit_off);
+    if (!m->unit_off) abort();
+    for (int u = 0; u < n_units; u++) {
+        size_t numel;
+        gt_layout_unit(&m->layout, u, &m->unit_off[u], &numel);
+    }
     m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
     if (!m->layers) abort();
     /* layout order: embed, 9 tensors per layer, norm, head */
@@ -197,7 +323,7 @@ gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_
     for (int i = 0; i < cfg->n_layers; i++) {
         const gt_tensor_info *l = t + 1 + 9 * i;
         m->layers[i] = (layer_offsets){l[0].offset, l[1].offset, l[2].offset, l[3].offset, l[4].offset,
-                                       l[5].offset, l[6].offset, l[7].offset, l[8].offset};
+                                       l[5].offset, l[6].offset, l[7].offset, l[8].offset, l[0].offset};
     }
     m->off_norm = t[1 + 9 * cfg->n_layers].offset;
     /* tied: the head is the embedding (layout.c then has no lm_head.weight) */
@@ -208,8 +334,9 @@ gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_
 
 void gt_model_destroy(gt_model *m) {
     if (!m) return;
-    gt_mem_free(m->mem, GT_MEM_PARAMS, m->params, m->n_alloc * m->eb);
-    gt_mem_free(m->mem, GT_MEM_GRADS, m->grads, m->n_alloc * sizeof(float));
+    if (m->params) gt_mem_free(m->mem, GT_MEM_PARAMS, m->params, m->params_len * m->eb);
+    if (m->grads) gt_mem_free(m->mem, GT_MEM_GRADS, m->grads, m->grads_len * sizeof(float));
+    free(m->unit_off);
     if (m->d_inputs) {
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
@@ -225,6 +352,10 @@ void gt_model_destroy(gt_model *m) {
 const gt_layout *gt_model_layout(const gt_model *m) { return &m->layout; }
 void *gt_model_params(gt_model *m) { return m->params; }
 float *gt_model_grads(gt_model *m) { return m->grads; }
+void gt_model_set_unit_hooks(gt_model *m, const gt_unit_hooks *hooks) {
+    if (hooks) m->hooks = *hooks;
+    else memset(&m->hooks, 0, sizeof m->hooks);
+}
 
 void gt_model_set_params(gt_model *m, const float *params_host) {
     size_t n = m->layout.n_params;
@@ -314,32 +445,40 @@ static void stash_drop_transients(gt_model *m, const shapes *s, stash *st) {
 /* ------------------------------------------------------------------ block forward / backward */
 
 /* x (BT, C) -> out (BT, C), writing the stash. */
-static void block_forward(gt_model *m, int layer, const shapes *s, const void *x, void *out, stash *st,
-                          gt_rng_key base, float dropout) {
+static void block_forward(gt_model *m, int layer, const void *pw, const shapes *s, const void *x, void *out,
+                          stash *st, gt_rng_key base, float dropout) {
     const gt_ops *ops = m->ops;
     const layer_offsets *L = &m->layers[layer];
     int BT = s->BT, C = s->C, F = s->F;
-    ops->rmsnorm_forward(st->xn1, st->rstd1, x, W(m, L->ln1), BT, C, m->cfg.norm_eps);
-    ops->matmul_forward(st->q, st->xn1, W(m, L->wq), BT, C, C);
-    ops->matmul_forward(st->k, st->xn1, W(m, L->wk), BT, C, s->KVD);
-    ops->matmul_forward(st->v, st->xn1, W(m, L->wv), BT, C, s->KVD);
+    ops->rmsnorm_forward(st->xn1, st->rstd1, x, PW(L->ln1), BT, C, m->cfg.norm_eps);
+    ops->matmul_forward(st->q, st->xn1, PW(L->wq), BT, C, C);
+    progress(m);
+    ops->matmul_forward(st->k, st->xn1, PW(L->wk), BT, C, s->KVD);
+    progress(m);
+    ops->matmul_forward(st->v, st->xn1, PW(L->wv), BT, C, s->KVD);
+    progress(m);
     ops->rope_forward(st->q, st->q, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_forward(st->k, st->k, m->rope, s->B, s->T, s->NKV, s->HD);
     ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, s->B, s->T, s->NH, s->NKV,
                            s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
-    ops->matmul_forward(out, st->att, W(m, L->wo), BT, C, C); /* out holds the o-projection */
+    progress(m);
+    ops->matmul_forward(out, st->att, PW(L->wo), BT, C, C);
+    progress(m); /* out holds the o-projection */
     ops->residual_forward(st->x2, x, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
-    ops->rmsnorm_forward(st->xn2, st->rstd2, st->x2, W(m, L->ln2), BT, C, m->cfg.norm_eps);
-    ops->matmul_forward(st->gate, st->xn2, W(m, L->wg), BT, C, F);
-    ops->matmul_forward(st->up, st->xn2, W(m, L->wu), BT, C, F);
+    ops->rmsnorm_forward(st->xn2, st->rstd2, st->x2, PW(L->ln2), BT, C, m->cfg.norm_eps);
+    ops->matmul_forward(st->gate, st->xn2, PW(L->wg), BT, C, F);
+    progress(m);
+    ops->matmul_forward(st->up, st->xn2, PW(L->wu), BT, C, F);
+    progress(m);
     ops->swiglu_forward(st->h, st->gate, st->up, (size_t)BT * F);
-    ops->matmul_forward(out, st->h, W(m, L->wd), BT, F, C); /* out holds the down-projection */
+    ops->matmul_forward(out, st->h, PW(L->wd), BT, F, C);
+    progress(m); /* out holds the down-projection */
     ops->residual_forward(out, st->x2, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_MLP_RESIDUAL));
 }
 
 /* dx (BT, C): on entry dL/d(block output), on return dL/d(block input). Weight gradients add. */
-static void block_backward(gt_model *m, int layer, const shapes *s, const void *x, void *dx, stash *st,
-                           scratch *sc, gt_rng_key base, float dropout) {
+static void block_backward(gt_model *m, int layer, const void *pw, float *pg, const shapes *s, const void *x,
+                           void *dx, stash *st, scratch *sc, gt_rng_key base, float dropout) {
     const gt_ops *ops = m->ops;
     const layer_offsets *L = &m->layers[layer];
     int BT = s->BT, C = s->C, F = s->F;
@@ -356,19 +495,22 @@ static void block_backward(gt_model *m, int layer, const shapes *s, const void *
         h = act_alloc(m, s->ff);
         ops->swiglu_forward(h, st->gate, st->up, n_f);
     }
-    ops->matmul_backward(dh, G(m, L->wd), dd, h, W(m, L->wd), BT, F, C, 0);
+    ops->matmul_backward(dh, PG(L->wd), dd, h, PW(L->wd), BT, F, C, 0);
+    progress(m);
     if (selective) act_free(m, h, s->ff);
     ops->swiglu_backward(dh, dup, dh, st->gate, st->up, n_f);
     void *xn2 = st->xn2;
     if (selective) {
         xn2 = act_alloc(m, s->x);
-        ops->rmsnorm_apply(xn2, st->rstd2, st->x2, W(m, L->ln2), BT, C);
+        ops->rmsnorm_apply(xn2, st->rstd2, st->x2, PW(L->ln2), BT, C);
     }
     void *dxn2 = sc->c1;
-    ops->matmul_backward(dxn2, G(m, L->wg), dh, xn2, W(m, L->wg), BT, C, F, 0);
-    ops->matmul_backward(dxn2, G(m, L->wu), dup, xn2, W(m, L->wu), BT, C, F, 1);
+    ops->matmul_backward(dxn2, PG(L->wg), dh, xn2, PW(L->wg), BT, C, F, 0);
+    progress(m);
+    ops->matmul_backward(dxn2, PG(L->wu), dup, xn2, PW(L->wu), BT, C, F, 1);
+    progress(m);
     if (selective) act_free(m, xn2, s->x);
-    ops->rmsnorm_backward(dx, G(m, L->ln2), dxn2, st->x2, W(m, L->ln2), st->rstd2, BT, C); /* dx = dL/dx2 */
+    ops->rmsnorm_backward(dx, PG(L->ln2), dxn2, st->x2, PW(L->ln2), st->rstd2, BT, C); /* dx = dL/dx2 */
 
     /* attention branch: x2 = x + dropout(att Wo^T) */
     void *do_ = sc->c1, *datt = sc->c2;
@@ -376,32 +518,37 @@ static void block_backward(gt_model *m, int layer, const shapes *s, const void *
     void *dk = (char *)sc->big + s->x;
     void *dv = (char *)dk + s->kv;
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
-    ops->matmul_backward(datt, G(m, L->wo), do_, st->att, W(m, L->wo), BT, C, C, 0);
+    ops->matmul_backward(datt, PG(L->wo), do_, st->att, PW(L->wo), BT, C, C, 0);
+    progress(m);
     ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T,
                             s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    progress(m);
     ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
     ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
     void *xn1 = st->xn1;
     if (selective) {
         xn1 = act_alloc(m, s->x);
-        ops->rmsnorm_apply(xn1, st->rstd1, x, W(m, L->ln1), BT, C);
+        ops->rmsnorm_apply(xn1, st->rstd1, x, PW(L->ln1), BT, C);
     }
     void *dxn1 = sc->c1;
-    ops->matmul_backward(dxn1, G(m, L->wq), dq, xn1, W(m, L->wq), BT, C, C, 0);
-    ops->matmul_backward(dxn1, G(m, L->wk), dk, xn1, W(m, L->wk), BT, C, s->KVD, 1);
-    ops->matmul_backward(dxn1, G(m, L->wv), dv, xn1, W(m, L->wv), BT, C, s->KVD, 1);
+    ops->matmul_backward(dxn1, PG(L->wq), dq, xn1, PW(L->wq), BT, C, C, 0);
+    progress(m);
+    ops->matmul_backward(dxn1, PG(L->wk), dk, xn1, PW(L->wk), BT, C, s->KVD, 1);
+    progress(m);
+    ops->matmul_backward(dxn1, PG(L->wv), dv, xn1, PW(L->wv), BT, C, s->KVD, 1);
+    progress(m);
     if (selective) act_free(m, xn1, s->x);
-    ops->rmsnorm_backward(dx, G(m, L->ln1), dxn1, x, W(m, L->ln1), st->rstd1, BT, C); /* dx = dL/dx */
+    ops->rmsnorm_backward(dx, PG(L->ln1), dxn1, x, PW(L->ln1), st->rstd1, BT, C); /* dx = dL/dx */
 }
 
 /* ------------------------------------------------------------------ head */
 
 /* xf (BT, C) = rmsnorm(x_last); logits (BT, V); losses and lse (BT). Returns the summed loss. */
-static double head_forward(gt_model *m, const shapes *s, const void *x_last, void *xf, float *rstdf,
-                           void *logits, float *losses, float *lse) {
+static double head_forward(gt_model *m, const shapes *s, const void *norm_w, const void *head_w, const void *x_last,
+                           void *xf, float *rstdf, void *logits, float *losses, float *lse) {
     const gt_ops *ops = m->ops;
-    ops->rmsnorm_forward(xf, rstdf, x_last, W(m, m->off_norm), s->BT, s->C, m->cfg.norm_eps);
-    ops->matmul_forward(logits, xf, W(m, m->off_head), s->BT, s->C, s->V);
+    ops->rmsnorm_forward(xf, rstdf, x_last, norm_w, s->BT, s->C, m->cfg.norm_eps);
+    ops->matmul_forward(logits, xf, head_w, s->BT, s->C, s->V);
     ops->crossentropy_forward(losses, lse, logits, m->d_targets, s->BT, s->V);
     float *host = malloc(s->row);
     if (!host) abort();
@@ -429,15 +576,20 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     if (!xs || !st) abort();
 
     /* ---- forward ---- */
+    int tied = m->cfg.tie_word_embeddings, U_HEAD = N + 1;
+    announce_schedule(m, plan, 0);
     xs[0] = act_alloc(m, s.x);
-    ops->embedding_forward(xs[0], m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
+    ops->embedding_forward(xs[0], m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);
+    unit_params_done(m, 0);
     for (int a = 0; a < N;) {
         int b = gt_plan_segment_end(plan, a);
         for (int i = a; i < b; i++) {
             int keep = plan->keep[i];
+            const void *pw = unit_params(m, 1 + i);
             stash_alloc(m, &s, &st[i], keep, keep == GT_KEEP_ALL && keep_probs);
             xs[i + 1] = act_alloc(m, s.x);
-            block_forward(m, i, &s, xs[i], xs[i + 1], &st[i], dropout_key, p);
+            block_forward(m, i, pw, &s, xs[i], xs[i + 1], &st[i], dropout_key, p);
+            unit_params_done(m, 1 + i);
             stash_drop_transients(m, &s, &st[i]);
             if (keep == GT_KEEP_RECOMPUTE && i > a) { /* inside a segment: inputs are not kept */
                 act_free(m, xs[i], s.x);
@@ -447,24 +599,32 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
         a = b;
     }
 
-    /* ---- head and loss ---- */
+    /* ---- head and loss: the head unit (final norm, lm_head) and, tied, the embedding unit too ---- */
+    char *pn = unit_params(m, U_HEAD);
+    char *ph = tied ? unit_params(m, 0) : pn + (m->off_head - m->off_norm) * m->eb;
     void *xf = act_alloc(m, s.x);
     float *rstdf = act_alloc(m, s.row);
     void *logits = act_alloc(m, s.logits);
     float *losses = act_alloc(m, s.row);
     float *lse = act_alloc(m, s.row);
-    double loss_sum = head_forward(m, &s, xs[N], xf, rstdf, logits, losses, lse);
+    double loss_sum = head_forward(m, &s, pn, ph, xs[N], xf, rstdf, logits, losses, lse);
 
-    /* ---- backward through the head ---- */
+    /* ---- backward through the head; tied, the embedding's gradient stays open until its own
+     * backward at the end adds to it ---- */
     ops->crossentropy_backward(logits, lse, m->d_targets, s.BT, s.V, dloss);
     act_free(m, losses, s.row);
     act_free(m, lse, s.row);
+    float *gn = unit_grads(m, U_HEAD);
+    float *gh = tied ? unit_grads(m, 0) : gn + (m->off_head - m->off_norm);
     void *dxf = act_alloc(m, s.x);
-    ops->matmul_backward(dxf, G(m, m->off_head), logits, xf, W(m, m->off_head), s.BT, s.C, s.V, 0);
+    ops->matmul_backward(dxf, gh, logits, xf, ph, s.BT, s.C, s.V, 0);
     act_free(m, logits, s.logits);
     void *dx = act_alloc(m, s.x);
     ops->zero(dx, s.x);
-    ops->rmsnorm_backward(dx, G(m, m->off_norm), dxf, xs[N], W(m, m->off_norm), rstdf, s.BT, s.C);
+    ops->rmsnorm_backward(dx, gn, dxf, xs[N], pn, rstdf, s.BT, s.C);
+    if (tied) unit_params_done(m, 0);
+    unit_params_done(m, U_HEAD);
+    unit_grads_done(m, U_HEAD);
     act_free(m, dxf, s.x);
     act_free(m, rstdf, s.row);
     act_free(m, xf, s.x);
@@ -480,18 +640,26 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     for (int b = N; b > 0;) {
         int a = b - 1;
         while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
+        int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
+        if (recompute) {
             /* re-run the segment's forward from its kept input, keeping everything; the last
-             * block's output is not needed, so it goes to scratch */
+             * block's output is not needed, so it goes to scratch. Each block's parameters stay
+             * acquired until its backward: one gather serves both (ZeRO-3) */
             for (int i = a; i < b; i++) {
+                const void *pw = unit_params(m, 1 + i);
                 stash_alloc(m, &s, &st[i], GT_KEEP_ALL, keep_probs);
                 void *out = i + 1 < b ? (xs[i + 1] = act_alloc(m, s.x)) : sc.c2;
-                block_forward(m, i, &s, xs[i], out, &st[i], dropout_key, p);
+                block_forward(m, i, pw, &s, xs[i], out, &st[i], dropout_key, p);
                 (*recomputed_blocks)++;
             }
         }
         for (int i = b - 1; i >= a; i--) {
-            block_backward(m, i, &s, xs[i], dx, &st[i], &sc, dropout_key, p);
+            const void *pw = unit_params(m, 1 + i);
+            float *pg = unit_grads(m, 1 + i);
+            block_backward(m, i, pw, pg, &s, xs[i], dx, &st[i], &sc, dropout_key, p);
+            unit_grads_done(m, 1 + i);
+            unit_params_done(m, 1 + i);
+            if (recompute) unit_params_done(m, 1 + i);
             stash_free_all(m, &s, &st[i]);
             act_free(m, xs[i], s.x);
             xs[i] = NULL;
@@ -502,7 +670,10 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     act_free(m, sc.c2, s.x);
     act_free(m, sc.big, sc.big_bytes);
 
-    ops->embedding_backward(G(m, m->off_embed), dx, m->d_inputs, s.BT, s.C, s.V);
+    ops->embedding_backward(unit_grads(m, 0), dx, m->d_inputs, s.BT, s.C, s.V);
+    unit_grads_done(m, 0);
+    if (tied) unit_grads_done(m, 0);
+    if (m->hooks.micro_end) m->hooks.micro_end(m->hooks.ctx);
     act_free(m, dx, s.x);
     free(xs);
     free(st);
@@ -516,13 +687,17 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     gt_rng_key no_key = {0, 0};
     ensure_rope(m, T);
     upload_tokens(m, inputs, targets, s.BT);
+    announce_schedule(m, NULL, 1);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
-    ops->embedding_forward(x, m->d_inputs, W(m, m->off_embed), s.BT, s.C, s.V);
+    ops->embedding_forward(x, m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);
+    unit_params_done(m, 0);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         stash st;
+        const void *pw = unit_params(m, 1 + i);
         stash_alloc(m, &s, &st, GT_KEEP_RECOMPUTE, 0);
-        block_forward(m, i, &s, x, y, &st, no_key, 0.0f);
+        block_forward(m, i, pw, &s, x, y, &st, no_key, 0.0f);
+        unit_params_done(m, 1 + i);
         stash_free_all(m, &s, &st);
         void *t = x;
         x = y;
@@ -534,7 +709,12 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     void *logits = act_alloc(m, s.logits);
     float *losses = act_alloc(m, s.row);
     float *lse = act_alloc(m, s.row);
-    double loss_sum = head_forward(m, &s, x, xf, rstdf, logits, losses, lse);
+    int U_HEAD = m->cfg.n_layers + 1;
+    char *pn = unit_params(m, U_HEAD);
+    char *ph = m->cfg.tie_word_embeddings ? unit_params(m, 0) : pn + (m->off_head - m->off_norm) * m->eb;
+    double loss_sum = head_forward(m, &s, pn, ph, x, xf, rstdf, logits, losses, lse);
+    if (m->cfg.tie_word_embeddings) unit_params_done(m, 0);
+    unit_params_done(m, U_HEAD);
     if (logits_host) {
         size_t n = (size_t)s.BT * s.V;
         float *staging = ops->alloc(n * sizeof(float));

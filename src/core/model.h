@@ -52,6 +52,15 @@ const gt_tensor_info *gt_layout_find(const gt_layout *layout, const char *name);
 /* Initial fp32 parameters on the host: matrices and embeddings N(0, 0.02) (transformers'
  * initializer_range), norm weights 1. Deterministic in seed, independent of world size. */
 void gt_layout_init_params(const gt_layout *layout, float *params, uint64_t seed);
+/* The same values for the flat elements [begin, end) only, into dst (end - begin): what a rank
+ * that owns that slice needs, without the whole model in memory. */
+void gt_layout_init_params_range(const gt_layout *layout, float *dst, size_t begin, size_t end, uint64_t seed);
+
+/* Units: the pieces ZeRO-3 gathers and ZeRO-2/3 reduce one at a time, each a contiguous range of
+ * the flat vector: unit 0 the embedding, unit 1+i block i (its nine tensors), unit N+1 the final
+ * norm with lm_head (just the norm when tied: the head then uses unit 0). */
+int gt_model_n_units(const gt_model_config *cfg);   /* n_layers + 2 */
+void gt_layout_unit(const gt_layout *layout, int unit, size_t *offset, size_t *numel);
 
 /* RoPE inverse frequencies inv_freq (HD/2) exactly as transformers computes them for the config
  * (rope_type default or llama3), and the (cos, sin) table (T, HD/2, 2) of positions 0..T-1 that the
@@ -67,7 +76,32 @@ gt_model *gt_model_create(const gt_ops *ops, gt_mem *mem, const gt_model_config 
 /* The same, with parameter and gradient buffers of n_padded >= n_params elements (the tail is zero
  * and belongs to no tensor): ZeRO slices of equal length need it (src/dist/shard.h). */
 gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t n_padded);
+/* The general form: params_len working elements and grads_len fp32 elements (0: no such buffer;
+ * then hooks must provide every unit, as ZeRO-3 does for parameters and ZeRO-2/3 for gradients). */
+gt_model *gt_model_create_buffers(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t params_len,
+                                  size_t grads_len);
 void gt_model_destroy(gt_model *model);
+
+/* Where the executor finds a unit's parameters and gradient accumulators. Each call to params /
+ * grads is paired with one params_done / grads_done (nested calls for the same unit happen: the
+ * tied embedding, a recomputed block). Pointers are indexed from the unit's first element;
+ * gradients add into what grads returns. A NULL member means the flat buffer. */
+typedef struct gt_unit_hooks {
+    void *ctx;
+    void *(*params)(void *ctx, int unit);
+    void (*params_done)(void *ctx, int unit);
+    float *(*grads)(void *ctx, int unit);
+    void (*grads_done)(void *ctx, int unit);
+    /* the order of first acquisitions of this micro-batch (or evaluation), for prefetching */
+    void (*schedule)(void *ctx, const int *units, int n);
+    void (*progress)(void *ctx);     /* called between kernels: lets transfers in flight advance */
+    void (*micro_end)(void *ctx);    /* the micro-batch's backward is done: finish its reductions */
+} gt_unit_hooks;
+void gt_model_set_unit_hooks(gt_model *model, const gt_unit_hooks *hooks);
+
+/* Calls `hooks` in exactly the order gt_model_train_micro does for `plan` (eval = 0) or
+ * gt_model_eval (eval = 1), without computing anything: the planner replays ZeRO's memory with it. */
+void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *hooks);
 const gt_layout *gt_model_layout(const gt_model *model);
 void *gt_model_params(gt_model *model);      /* (n_params) working type, device */
 float *gt_model_grads(gt_model *model);      /* (n_params) fp32, device */

@@ -85,7 +85,9 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
 
     /* 1. the step's one gradient reduction: afterwards `slice` holds the summed gradient of ours */
     float *slice = grads;
-    if (opt->sharded) {
+    if (opt->grad_slice) {
+        slice = opt->grad_slice; /* reduced micro-batch by micro-batch (zero.c) */
+    } else if (opt->sharded) {
         slice = grads + (size_t)rank * opt->shard.slice_len;
         gt_comm_reduce_scatter_sum(opt->comm, grads, slice, opt->shard.slice_len, GT_DTYPE_F32);
     } else if (world > 1) {
@@ -126,6 +128,10 @@ void gt_optim_publish_params(gt_optim *opt) {
     const gt_ops *ops = opt->ops;
     char *params = gt_model_params(opt->model);
     size_t eb = (size_t)ops->act_bytes, count = gt_shard_count(&opt->shard);
+    if (opt->param_shard) { /* ZeRO-3: the shard is all this rank holds; units are gathered on use */
+        if (count) ops->to_working(opt->param_shard, opt->master, count);
+        return;
+    }
     if (count) ops->to_working(params + opt->shard.begin * eb, opt->master, count);
     if (opt->sharded)
         gt_comm_all_gather(opt->comm, params + (size_t)gt_comm_rank(opt->comm) * opt->shard.slice_len * eb, params,

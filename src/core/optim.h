@@ -10,6 +10,9 @@
  *              holds master/exp_avg/exp_avg_sq for slice r only; gradients are reduce-scattered,
  *              the norm comes from per-slice sums of squares, and the updated working parameters
  *              are all-gathered
+ *   gradients  ZeRO-2 and parameters ZeRO-3 (src/core/zero.h): the same slices; with
+ *              grad_sync = micro the gradient slice arrives reduced (grad_slice), and under ZeRO-3
+ *              the new working parameters stay in this rank's shard (param_shard)
  * Weight decay applies to the tensors gt_tensor_info.decay marks (matrices and embeddings, not the
  * norm weights); the learning rate follows warm-up then cosine/linear/constant decay to min_lr.
  */
@@ -38,6 +41,11 @@ typedef struct gt_optim {
     gt_shard_piece *pieces; /* the tensors the slice overlaps, for per-tensor weight decay */
     size_t n_pieces;
     int t;                  /* AdamW steps taken (bias correction) */
+    /* ZeRO-2/3 (zero.h), set by the caller after gt_optim_init: */
+    float *grad_slice;      /* (shard.slice_len) the reduced gradient slice (grad_sync = micro):
+                               the step reduces nothing more; NULL: the model's gradient buffer */
+    void *param_shard;      /* (shard.slice_len) ZeRO-3 working parameters of the slice: the new
+                               values go there and nothing is gathered; NULL: the model's buffer */
 } gt_optim;
 
 /* n_padded: the length of the model's parameter and gradient buffers (>= n_params, a multiple of

@@ -15,6 +15,7 @@
  * costs one more attention-score product (QK^T) per block.
  */
 #include "planner.h"
+#include "zero.h"
 
 #include <math.h>
 #include <string.h>
@@ -121,15 +122,59 @@ uint64_t gt_plan_library_bytes(int cuda, int world) {
     return GT_PLAN_CUBLASLT_WORKSPACE + (world > 1 ? GT_PLAN_NCCL_BUFFERS : 0);
 }
 
-void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
-    memset(est, 0, sizeof *est);
+void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
+    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    *embed = V * C;
+    *block = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
+    *head = C + (m->tie_word_embeddings ? 0 : V * C);
+}
+
+/* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
+ * what they hold at their high-water marks, and the ring-model bytes of one step. */
+static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
-    uint64_t slice = sh->shard_optimizer ? (P + W - 1) / W : P;
-    sizes s = make_sizes(sh);
-    est->params_bytes = P * (uint64_t)sh->act_bytes;
-    est->grads_bytes = P * 4;
+    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int micro = stage >= 2 && sh->grad_micro;
+    int sharded = stage >= 1 && W > 1;
+    uint64_t slice = stage >= 1 ? (P + W - 1) / W : P;
+    uint64_t n_pad = sharded ? slice * W : P;
+    uint64_t e = (uint64_t)sh->act_bytes;
+    uint64_t Ue, Ub, Uh, t = (uint64_t)sh->model.tie_word_embeddings, N = (uint64_t)sh->model.n_layers;
+    gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
     est->optim_bytes = slice * 12;
+    if (stage == 3 || micro) /* zero.c's own state machine, replayed over model.c's order of unit calls */
+        gt_zero_predict(&sh->model, plan, stage, micro, sh->prefetch, sh->act_bytes, &est->gather_bytes,
+                        &est->grad_buffer_bytes);
+    if (stage == 3) {
+        est->params_bytes = slice * e + est->gather_bytes;
+    } else {
+        est->params_bytes = n_pad * e;
+    }
+    if (micro) {
+        est->grads_bytes = slice * 4 + est->grad_buffer_bytes;
+    } else {
+        est->grads_bytes = n_pad * 4;
+    }
+    /* communication per step, ring model; v-collectives at their mean (W-1)/W of the unit */
+    double A = sh->grad_accum > 0 ? sh->grad_accum : 1, w1 = (double)(W - 1), ring = w1 / (double)W;
+    double gathered_per_micro = (double)(P + t * Ue + N * Ub); /* forward all units, backward the blocks */
+    double bytes = 0;
+    if (W > 1) {
+        if (stage == 0) bytes = 2.0 * ring * (double)P * 4;
+        else if (!micro) bytes = w1 * (double)slice * 4; /* one reduce-scatter at the step */
+        else bytes = A * ring * (double)P * 4;           /* one per micro-batch, unit by unit */
+        if (stage == 1 || stage == 2) bytes += w1 * (double)slice * (double)e; /* the step's all-gather */
+        if (stage == 3) bytes += A * ring * gathered_per_micro * (double)e;
+    }
+    est->comm_bytes = bytes;
+}
+
+void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
+    memset(est, 0, sizeof *est);
+    sizes s = make_sizes(sh);
+    zero_state(sh, plan, est);
     /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
@@ -221,19 +266,41 @@ void gt_format_bytes(uint64_t bytes, char *out, size_t out_len) {
     else snprintf(out, out_len, "%.2f %s", v, units[u]);
 }
 
-void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_in) {
     char b1[32], b2[32], b3[32], b4[32], b5[32];
+    /* dist.shard or dist.grad_sync = auto: the tables describe what auto chooses (as train.c would) */
+    gt_mem_shape resolved = *shape_in;
+    const gt_mem_shape *shape = &resolved;
+    {
+        int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+        int st = shard_auto ? -1 : resolved.stage ? resolved.stage : resolved.shard_optimizer;
+        gt_policy pol;
+        char perr[128];
+        if ((shard_auto || (st >= 2 && sync_auto)) &&
+            gt_policy_parse(cfg->memory.recompute, resolved.model.n_layers, &pol, perr, sizeof perr) == 0) {
+            gt_plan p;
+            gt_mem_estimate e;
+            gt_plan_auto_all(&resolved, st, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0, &pol,
+                             cfg->memory.budget, &p, &e);
+        }
+    }
     uint64_t P = gt_model_param_count(&shape->model);
     fprintf(out, "gtrain plan for %s\n", cfg->path);
     fprintf(out, "model: %llu parameters (%.3f B), %d blocks, dim %d, ffn %d, heads %d/%d kv, vocab %d\n",
             (unsigned long long)P, P / 1e9, shape->model.n_layers, shape->model.dim, shape->model.ffn_dim,
             shape->model.n_heads, shape->model.n_kv_heads, shape->model.vocab_size);
-    fprintf(out, "micro-batch %d x %d tokens, %d-byte activations%s, world %d, shard %s\n\n", shape->micro_batch,
-            shape->seq_len, shape->act_bytes, shape->keep_probs ? ", attention probabilities kept" : "",
-            shape->world, cfg->dist.shard);
+    static const char *const stage_name[] = {"none", "optimizer", "gradients", "parameters"};
+    int stage_now = shape->stage ? shape->stage : shape->shard_optimizer;
+    fprintf(out, "micro-batch %d x %d tokens, grad_accum %d, %d-byte activations%s, world %d, shard %s%s%s%s\n\n",
+            shape->micro_batch, shape->seq_len, shape->grad_accum, shape->act_bytes,
+            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, stage_name[stage_now],
+            strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+            stage_now >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
+            stage_now >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
 
-    fprintf(out, "model state per rank (params %dB + grads 4B + master/exp_avg/exp_avg_sq 12B/W):\n",
-            shape->act_bytes);
+    fprintf(out, "model state per rank at recompute none (shard %s%s; params and grads are peaks: with ZeRO-3 "
+                 "the shard plus gathered units, with grad_sync micro the slice plus unit accumulators):\n",
+            stage_name[stage_now], stage_now >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
     fprintf(out, "  %6s %14s %14s %14s %14s\n", "world", "params", "grads", "optimizer", "state total");
     int worlds[] = {1, 2, 4, 8, shape->world};
     int n_worlds = shape->world == 1 || shape->world == 2 || shape->world == 4 || shape->world == 8 ? 4 : 5;
@@ -261,6 +328,51 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
 
     uint64_t budget = cfg->memory.budget;
     if (budget) gt_format_bytes(budget, b5, sizeof b5);
+
+    /* every stage the trainer runs, at the configured world, with the configured recompute policy
+     * (none when it is auto) */
+    {
+        int N0 = shape->model.n_layers;
+        gt_policy pol;
+        char perr[128];
+        if (gt_policy_parse(cfg->memory.recompute, N0, &pol, perr, sizeof perr) != 0 || pol.kind == GT_POLICY_AUTO)
+            pol = (gt_policy){GT_POLICY_NONE, 0};
+        gt_plan plan;
+        gt_plan_from_policy(&plan, &pol, N0);
+        char pdesc[32];
+        gt_policy_format(&pol, pdesc, sizeof pdesc);
+        int A = shape->grad_accum > 0 ? shape->grad_accum : 1;
+        fprintf(out, "\nper stage at world %d, recompute %s, grad_accum k = %d (peaks per rank; gather = ZeRO-3's "
+                     "gathered units, buffers = unit gradient accumulators; comm = bytes a rank sends per step):\n",
+                shape->world, pdesc, A);
+        fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
+                "(gather)", "grads", "(buffers)", "optimizer", "activations", "total", "comm/step", "fits");
+        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
+        for (int st = 0; st <= 3; st++) {
+            for (int mi = 0; mi <= (st >= 2); mi++) {
+                gt_mem_shape ss = *shape;
+                ss.stage = st;
+                ss.shard_optimizer = st >= 1;
+                ss.grad_micro = mi;
+                gt_mem_estimate e;
+                gt_plan_estimate(&ss, &plan, &e);
+                char label[40], c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], c8[32];
+                snprintf(label, sizeof label, "ZeRO-%d %s%s", st, stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
+                gt_format_bytes(e.params_bytes, c1, sizeof c1);
+                gt_format_bytes(e.gather_bytes, c2, sizeof c2);
+                gt_format_bytes(e.grads_bytes, c3, sizeof c3);
+                gt_format_bytes(e.grad_buffer_bytes, c4, sizeof c4);
+                gt_format_bytes(e.optim_bytes, c5, sizeof c5);
+                gt_format_bytes(e.act_peak_bytes, c6, sizeof c6);
+                gt_format_bytes(e.total_bytes, c7, sizeof c7);
+                gt_format_bytes((uint64_t)e.comm_bytes, c8, sizeof c8);
+                fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c1, c2, c3, c4, c5, c6,
+                        c7, c8, !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
+            }
+        }
+        fprintf(out, "  (comm: the ring model of src/dist/comm.h; per-unit collectives at their mean (W-1)/W)\n");
+    }
+
     fprintf(out, "\nactivations per rank (one micro-batch) and fit at world %d%s%s:\n", shape->world,
             budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
     fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
@@ -289,23 +401,93 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) 
 
     gt_policy configured;
     char err[256];
-    if (gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0 &&
-        configured.kind == GT_POLICY_AUTO) {
+    int policy_ok = gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0;
+    int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+    int cfg_stage = shard_auto ? -1 : shape->stage ? shape->stage : shape->shard_optimizer;
+    if (policy_ok && (configured.kind == GT_POLICY_AUTO || shard_auto || (cfg_stage >= 2 && sync_auto))) {
         gt_plan plan;
         gt_mem_estimate e;
-        int rc = gt_plan_auto(shape, budget, &plan, &e);
+        gt_mem_shape chosen = *shape;
+        int rc = gt_plan_auto_all(&chosen, cfg_stage, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0,
+                                  &configured, budget, &plan, &e);
         char desc[256];
         gt_plan_describe(&plan, desc, sizeof desc);
         gt_format_bytes(e.total_bytes, b1, sizeof b1);
         gt_format_bytes(e.act_peak_bytes, b2, sizeof b2);
+        gt_format_bytes((uint64_t)e.comm_bytes, b3, sizeof b3);
+        static const char *const names4[] = {"none", "optimizer", "gradients", "parameters"};
         if (rc == 0) {
-            fprintf(out, "\nauto: %s\n  total %s (activations %s) fits the budget %s with the least recompute "
-                         "(+%.1f%% forward FLOPs) of all plans searched\n",
-                    desc, b1, b2, b5, 100.0 * e.recompute_flops / (3.0 * e.forward_flops));
+            fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
+                         "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
+                    names4[chosen.stage], chosen.stage < 2 ? "-" : chosen.grad_micro ? "micro" : "step", desc, b1, b2,
+                    budget ? "the budget " : "(no budget set)", budget ? b5 : "",
+                    100.0 * e.recompute_flops / (3.0 * e.forward_flops), b3);
         } else {
-            fprintf(out, "\nauto: nothing fits the budget %s; the smallest plan (%s) needs %s\n", b5, desc, b1);
+            fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
+                    names4[chosen.stage], desc, b1);
         }
     } else {
         fprintf(out, "\nconfigured policy: %s\n", cfg->memory.recompute);
     }
+}
+
+double gt_plan_cost(const gt_mem_shape *sh, const gt_mem_estimate *est) {
+    int gpu = sh->act_bytes == 2;
+    double flops = gpu ? 400e12 : 100e9, bw = gpu ? 100e9 : 5e9;
+    double A = sh->grad_accum > 0 ? sh->grad_accum : 1;
+    return A * est->recompute_flops / flops + est->comm_bytes / bw;
+}
+
+int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_policy *policy, uint64_t budget,
+                     gt_plan *best_plan, gt_mem_estimate *best_est) {
+    int found = 0, have_small = 0;
+    double best_cost = 0;
+    gt_mem_shape best_shape = *sh, small_shape = *sh;
+    gt_plan small_plan;
+    gt_mem_estimate small_est;
+    int recompute_auto = !policy || policy->kind == GT_POLICY_AUTO;
+    for (int st = 0; st <= 3; st++) {
+        if (stage >= 0 && st != stage) continue;
+        for (int mi = 0; mi <= 1; mi++) {
+            if (mi && st < 2) continue;
+            if (st >= 2 && grad_micro >= 0 && mi != grad_micro) continue;
+            gt_mem_shape s = *sh;
+            s.stage = st;
+            s.shard_optimizer = st >= 1;
+            s.grad_micro = mi;
+            gt_plan plan;
+            gt_mem_estimate est;
+            int fits;
+            if (recompute_auto) {
+                fits = gt_plan_auto(&s, budget ? budget : UINT64_MAX, &plan, &est) == 0;
+            } else {
+                gt_plan_from_policy(&plan, policy, s.model.n_layers);
+                gt_plan_estimate(&s, &plan, &est);
+                fits = !budget || est.total_bytes <= budget;
+            }
+            if (!have_small || est.total_bytes < small_est.total_bytes) {
+                small_shape = s;
+                small_plan = plan;
+                small_est = est;
+                have_small = 1;
+            }
+            if (!fits) continue;
+            double cost = gt_plan_cost(&s, &est);
+            if (!found || cost < best_cost || (cost == best_cost && est.total_bytes < best_est->total_bytes)) {
+                best_shape = s;
+                *best_plan = plan;
+                *best_est = est;
+                best_cost = cost;
+                found = 1;
+            }
+        }
+    }
+    if (!found) {
+        *sh = small_shape;
+        *best_plan = small_plan;
+        *best_est = small_est;
+        return -1;
+    }
+    *sh = best_shape;
+    return 0;
 }

@@ -27,6 +27,10 @@ typedef struct gt_mem_shape {
     int shard_optimizer;      /* 1: optimizer state and master weights split over ranks (ZeRO-1) */
     uint64_t library_bytes;   /* device memory libraries hold beside the tracked buffers (0 on the CPU):
                                  gt_plan_library_bytes */
+    int stage;                /* ZeRO stage 0..3 (zero.h); 0 with shard_optimizer means 1 */
+    int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
+    int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
+    int prefetch;             /* ZeRO-3 gathers in flight ahead of use (dist.prefetch) */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {
@@ -38,6 +42,11 @@ typedef struct gt_mem_estimate {
     uint64_t library_bytes;     /* cuBLASLt and NCCL workspaces (shape.library_bytes); not in the tracked
                                    mem_peak_bytes, which counts gtrain's own buffers only */
     uint64_t total_bytes;       /* sum of the above */
+    /* ZeRO-2/3 parts of params_bytes and grads_bytes (0 otherwise): */
+    uint64_t gather_bytes;      /* high-water mark of gathered units (ZeRO-3) */
+    uint64_t grad_buffer_bytes; /* high-water mark of unit gradient accumulators (grad_sync micro) */
+    double comm_bytes;          /* bytes a rank sends per optimizer step, ring model (comm.h),
+                                   with the v-collectives at their mean (W-1)/W x total */
     double forward_flops;       /* one micro-batch forward, model FLOPs */
     double recompute_flops;     /* extra forward FLOPs the plan spends in backward */
 } gt_mem_estimate;
@@ -56,9 +65,26 @@ uint64_t gt_model_param_count(const gt_model_config *model);
 /* Predicts memory and FLOPs of `plan` for `shape`. */
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
 
+/* Unit sizes in elements (model.h): the embedding, one block, the head unit. */
+void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
+
 /* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes`. Returns 0, or
  * -1 when nothing fits (then *plan is the smallest-memory plan and est its estimate). */
 int gt_plan_auto(const gt_mem_shape *shape, uint64_t budget_bytes, gt_plan *plan, gt_mem_estimate *est);
+
+/* dist.shard = auto and/or dist.grad_sync = auto and/or memory.recompute = auto, chosen together:
+ * among the (stage, grad_sync, plan) that fit `budget_bytes` (everything fits with no budget), the
+ * least estimated time of recompute FLOPs plus communication (gt_plan_cost); ties go to the least
+ * memory. stage < 0: any of 0..3; grad_micro < 0: either (stage >= 2); policy NULL or auto: the
+ * least-recompute plan that fits for each (stage, grad_sync). Writes the choice into *shape and
+ * *plan; returns 0, or -1 when nothing fits (then the smallest choice). */
+int gt_plan_auto_all(gt_mem_shape *shape, int stage, int grad_micro, const gt_policy *policy, uint64_t budget_bytes,
+                     gt_plan *plan, gt_mem_estimate *est);
+
+/* Seconds a step spends on recompute and communication, from nominal rates: on 2-byte (GPU)
+ * activations 400 TFLOP/s and 100 GB/s per rank, on 4-byte (CPU) 100 GFLOP/s and 5 GB/s. A ranking
+ * for auto, not a prediction of step time. */
+double gt_plan_cost(const gt_mem_shape *shape, const gt_mem_estimate *est);
 
 /* The `gtrain --plan` report: model state, every policy's activations, extra FLOPs and fit. */
 void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape);

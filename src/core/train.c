@@ -30,6 +30,7 @@
 #include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
+#include "zero.h"
 
 #define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
 
@@ -123,15 +124,21 @@ static void write_json_number(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm) {
+static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm, int lockstep) {
     int B = cfg->train.micro_batch, T = cfg->train.seq_len;
     int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) abort();
     double sum = 0.0;
-    for (int b = rank; b < cfg->data.val_batches; b += world) {
-        gt_data_val_batch(val, b, B, T, in, tg);
-        sum += gt_model_eval(model, in, tg, B, T, NULL);
+    /* Every rank runs the same number of forwards: under ZeRO-3 each one gathers units collectively,
+     * so a rank without a batch of its own left runs batch 0 again and drops the result. */
+    int rounds = (cfg->data.val_batches + world - 1) / world;
+    for (int i = 0; i < rounds; i++) {
+        int b = i * world + rank, mine = b < cfg->data.val_batches;
+        if (!mine && !lockstep) break;
+        gt_data_val_batch(val, mine ? b : 0, B, T, in, tg);
+        double l = gt_model_eval(model, in, tg, B, T, NULL);
+        if (mine) sum += l;
     }
     free(in);
     free(tg);
@@ -269,19 +276,15 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_layout layout = {0};
     gt_model *model = NULL;
     gt_optim opt = {0};
+    gt_zero zero = {0};
     gt_run_state run = {0};
     FILE *metrics = NULL;
     int32_t *inputs = NULL, *targets = NULL;
 
-    if (strcmp(cfg->dist.shard, "gradients") == 0 || strcmp(cfg->dist.shard, "parameters") == 0) {
-        snprintf(msg, sizeof msg,
-                 "%s: [dist] shard = %s (ZeRO-%d) is not implemented yet; use optimizer (ZeRO-1) or none",
-                 cfg->path, cfg->dist.shard, strcmp(cfg->dist.shard, "gradients") == 0 ? 2 : 3);
-        return fail_input(rank, msg);
-    }
     const gt_ops *ops = NULL;
     rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;
+    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
@@ -321,24 +324,30 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         rc = fail_input(rank, err);
         goto done;
     }
-    int sharded = strcmp(cfg->dist.shard, "optimizer") == 0;
+    /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
+    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, sharded, gt_plan_library_bytes(is_cuda, world)};
-    if (policy.kind == GT_POLICY_AUTO) {
+                          ops->can_keep_attention_probs, world, stage >= 1, gt_plan_library_bytes(is_cuda, world),
+                          stage, want_micro == 1, cfg->train.grad_accum, cfg->dist.prefetch};
+    if (stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0)) {
         gt_mem_estimate est;
-        if (gt_plan_auto(&shape, cfg->memory.budget, &plan, &est) != 0) {
+        if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
             char need[32], have[32];
             gt_format_bytes(est.total_bytes, need, sizeof need);
             gt_format_bytes(cfg->memory.budget, have, sizeof have);
             snprintf(msg, sizeof msg,
-                     "%s: [memory] budget = %s: no recompute plan fits; the smallest needs %s per rank",
-                     cfg->path, have, need);
+                     "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
+                     "memory.recompute = %s); the smallest needs %s per rank",
+                     cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
             rc = fail_input(rank, msg);
             goto done;
         }
+        stage = shape.stage;
     } else {
         gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
     }
+    int sharded = stage >= 1, grad_micro = stage >= 2 && shape.grad_micro;
+    shape.grad_micro = grad_micro;
     gt_mem_estimate predicted;
     gt_plan_estimate(&shape, &plan, &predicted);
     /* before the first allocation: does the plan fit what each rank can have? */
@@ -359,20 +368,31 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
     if (rc) goto done;
 
-    /* model, parameters, optimizer */
+    /* model, parameters, optimizer: ZeRO-3 holds no full parameter buffer and grad_sync = micro no
+     * full gradient buffer; zero.c gathers and reduces their units */
     gt_mem_init(&mem, ops);
     gt_layout_init(&layout, &cfg->model);
     size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
-    model = gt_model_create_padded(ops, &mem, &cfg->model, n_padded);
-    float *init = NULL;
-    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
-        init = malloc(layout.n_params * sizeof *init);
-        if (!init) abort();
-        gt_layout_init_params(&layout, init, cfg->train.seed);
-        gt_model_set_params(model, init);
+    model = gt_model_create_buffers(ops, &mem, &cfg->model, stage == 3 ? 0 : n_padded, grad_micro ? 0 : n_padded);
+    if (stage >= 2) {
+        gt_zero_init(&zero, ops, &mem, comm, &layout, stage, grad_micro, cfg->dist.prefetch);
+        gt_unit_hooks hooks;
+        gt_zero_hooks(&zero, &hooks);
+        gt_model_set_unit_hooks(model, &hooks);
     }
-    gt_optim_init(&opt, ops, &mem, comm, model, sharded, init);
-    free(init);
+    gt_optim_init(&opt, ops, &mem, comm, model, sharded, NULL);
+    opt.grad_slice = zero.grad_slice;
+    opt.param_shard = zero.param_shard;
+    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
+        /* each rank draws only its own slice (counter-based: the same values at any world size) */
+        size_t count = gt_shard_count(&opt.shard);
+        float *init = malloc((count ? count : 1) * sizeof *init);
+        if (!init) abort();
+        gt_layout_init_params_range(&layout, init, opt.shard.begin, opt.shard.end, cfg->train.seed);
+        if (count) ops->copy_to_device(opt.master, init, count * sizeof(float));
+        free(init);
+        gt_optim_publish_params(&opt);
+    }
 
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     uint64_t G = (uint64_t)B * A * world;
@@ -393,11 +413,18 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_format_bytes(predicted.params_bytes + predicted.grads_bytes + predicted.optim_bytes, params_b,
                         sizeof params_b);
         gt_format_bytes(predicted.act_peak_bytes, act_b, sizeof act_b);
-        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s, global batch %llu x %d tokens\n",
-               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), cfg->dist.shard,
+        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
+        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
+               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), stage_names[stage],
+               strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
                (unsigned long long)G, T);
         printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
                desc, params_b, act_b);
+        if (stage >= 2)
+            printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
+                   "grads_peak_bytes %llu\n", stage, grad_micro ? "micro" : "step",
+                   strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
+                   (unsigned long long)predicted.params_bytes, (unsigned long long)predicted.grads_bytes);
         char files[1024];
         gt_data_describe(train_data, files, sizeof files);
         printf("gtrain: train data %s\n", files);
@@ -428,7 +455,9 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         double t0 = now_seconds();
         gt_mem_reset_peaks(&mem);
         gt_comm_stats_reset(comm);
-        ops->zero(gt_model_grads(model), n_padded * sizeof(float));
+        if (grad_micro) ops->zero(zero.grad_slice, zero.shard.slice_len * sizeof(float));
+        else ops->zero(gt_model_grads(model), n_padded * sizeof(float));
+        uint64_t gathers0 = zero.gathers;
         double loss_sum = 0.0;
         int recomputed = 0, bad_micro = -1;
         for (int m = 0; m < A; m++) {
@@ -480,10 +509,18 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             write_json_number(metrics, "mfu", mfu, 0);
             fprintf(metrics,
                     "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"skipped_steps\":%lld,",
+                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_total_ms\":%.3f,"
+                    "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
+                    "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
+                    "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
                     (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
                     (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
-                    stats.seconds * 1e3, (long long)run.skipped_steps);
+                    stats.seconds * 1e3, stats.seconds_total * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
+                    (unsigned long long)mem.peak[GT_MEM_GRADS], (unsigned long long)(zero.gathers - gathers0),
+                    (unsigned long long)stats.calls_all_reduce, (unsigned long long)stats.calls_reduce_scatter,
+                    (unsigned long long)stats.calls_all_gather, (unsigned long long)stats.calls_reduce_scatter_v,
+                    (unsigned long long)stats.calls_all_gather_v, (unsigned long long)stats.calls_scalar,
+                    (long long)run.skipped_steps);
             if (ops->reserved_bytes)
                 fprintf(metrics, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)ops->reserved_bytes());
             else
@@ -505,7 +542,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
                         "skipped so far)\n", err, (long long)run.skipped_steps);
         }
         if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
-            double val_loss = evaluate(model, val_data, cfg, comm);
+            double val_loss = evaluate(model, val_data, cfg, comm, stage == 3);
             rc = device_faults(ops, world_comm, cfg->data.val, err, sizeof err);
             if (rc) break;
             if (rank == 0) {
@@ -530,6 +567,7 @@ done:
     free(targets);
     gt_runstate_free(&run);
     gt_optim_free(&opt);
+    gt_zero_free(&zero);
     gt_model_destroy(model);
     gt_layout_free(&layout);
     gt_data_close(val_data);

@@ -31,6 +31,12 @@
  *                                                                  all-gather; rounded down per call)
  *   reduce_scatter_sum(recv_count)  bytes_sent += (W-1)*recv_count*elem
  *   all_gather(send_count)          bytes_sent += (W-1)*send_count*elem
+ *   reduce_scatter_v(counts)        bytes_sent += (total - counts[rank])*elem    (total = sum of counts:
+ *                                                  a ring rank sends every block's partial sum but
+ *                                                  the one it ends up owning)
+ *   all_gather_v(counts)            bytes_sent += (total - counts[(rank+1) % W])*elem (a ring rank
+ *                                                  forwards every block but its successor's own)
+ *                                   (both equal the fixed-count formulas when all counts are equal)
  *   broadcast(bytes, root)          bytes_sent += bytes on the root when W > 1, 0 on the other ranks
  *   scalar reductions, barrier      bytes_sent += 0 (a few bytes, not tensor traffic)
  * All terms are 0 when W == 1. This is a model of what a ring algorithm sends, identical for both
@@ -91,6 +97,36 @@ void gt_comm_reduce_scatter_sum(gt_comm *comm, const void *send, void *recv, siz
 void gt_comm_all_gather(gt_comm *comm, const void *send, void *recv, size_t send_count,
                         gt_dtype dtype);
 
+/* Variable counts (ZeRO-2/3 units: a unit's range of the flat vector cut by the ranks' flat slices,
+ * src/core/zero.h). counts (W entries, identical on every rank) may be 0; total = their sum, and
+ * block r starts at the sum of counts[0..r). Each count and the total must fit an int (MPI; the
+ * call aborts otherwise, naming the sizes): a unit is at most one block or the embedding.
+ * reduce_scatter_v: send (total) from every rank; recv (counts[rank]) := the sum over ranks of
+ *   block `rank`. In place allowed: recv == send + (start of block `rank`); otherwise recv must
+ *   not overlap send.
+ * all_gather_v: in place: on entry buf (total) holds this rank's block at its place; on return
+ *   every block. */
+void gt_comm_reduce_scatter_v_sum(gt_comm *comm, const void *send, void *recv, const size_t *counts,
+                                  gt_dtype dtype);
+void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
+
+/* Non-blocking forms of the two (ZeRO-3 prefetch, reduce-scatters waited for later): the same
+ * arguments and results, which are defined once gt_comm_wait returns. Every started request is
+ * waited for exactly once (that frees it), in any order; the buffers must stay untouched until then.
+ * Collective like the blocking forms: every rank starts the same requests in the same order.
+ * gt_comm_test makes progress (MPI: MPI_Test; NCCL: a stream query) and says whether the request is
+ * complete, without freeing it; call it while computing so transfers advance (MPI on the CPU moves
+ * data only inside MPI calls). Accounting: calls and bytes_sent at start; seconds counts the time
+ * spent inside wait and test (exposed communication), seconds_total from start to the completion
+ * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ireduce_scatter; NCCL: queued on
+ * the communicator's stream after the compute already queued (an event), completion by stream query. */
+typedef struct gt_comm_request gt_comm_request;
+gt_comm_request *gt_comm_all_gather_v_start(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
+gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *comm, const void *send, void *recv,
+                                                    const size_t *counts, gt_dtype dtype);
+int gt_comm_test(gt_comm *comm, gt_comm_request *req);
+void gt_comm_wait(gt_comm *comm, gt_comm_request *req);
+
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);
 
@@ -102,8 +138,11 @@ int gt_comm_all_reduce_int_max(gt_comm *comm, int x);
 
 typedef struct {
     uint64_t calls_all_reduce, calls_reduce_scatter, calls_all_gather, calls_broadcast, calls_scalar;
+    uint64_t calls_reduce_scatter_v, calls_all_gather_v;
     uint64_t bytes_sent;   /* see the model above */
-    double seconds;        /* wall time inside communicating calls */
+    double seconds;        /* wall time inside communicating calls (blocking ones, and waits/tests) */
+    double seconds_total;  /* the collectives' whole time: blocking calls as in seconds, started
+                              requests from start to completion (seconds_total - seconds is hidden) */
 } gt_comm_stats;
 
 void gt_comm_stats_get(const gt_comm *comm, gt_comm_stats *out);

@@ -15,6 +15,17 @@ typedef struct {
                                gt_dtype dtype);
     void (*all_gather)(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype);
     void (*broadcast)(gt_comm *c, void *buf, size_t bytes, int root);
+    /* counts/displs: W entries each, total elements fit an int (checked by the wrapper) */
+    void (*reduce_scatter_v_sum)(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                 const size_t *displs, gt_dtype dtype);
+    void (*all_gather_v)(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype);
+    /* non-blocking: start returns the backend's handle; test (1 = complete) and wait on it; wait
+     * frees the handle */
+    void *(*all_gather_v_start)(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype);
+    void *(*reduce_scatter_v_sum_start)(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                        const size_t *displs, gt_dtype dtype);
+    int (*test)(gt_comm *c, void *handle);
+    void (*wait)(gt_comm *c, void *handle);
     void (*destroy)(gt_comm *c);   /* frees c->impl; the common part is freed by the caller */
 } gt_comm_ops;
 

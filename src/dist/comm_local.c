@@ -39,6 +39,38 @@ static void local_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     (void)c, (void)buf, (void)bytes, (void)root;   /* the root is this rank */
 }
 
+/* The ZeRO-2/3 variable-count forms at W == 1: the one block is the whole buffer. */
+static void local_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                       const size_t *displs, gt_dtype dtype) {
+    (void)displs;
+    local_state *s = c->impl;
+    if (recv != send) s->copy(recv, send, counts[0] * gt_dtype_bytes(dtype));
+}
+
+static void local_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    (void)c, (void)buf, (void)counts, (void)displs, (void)dtype;   /* in place: already whole */
+}
+
+/* Non-blocking forms: done at start (a non-NULL token), nothing left to wait for. */
+static void *local_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
+                                      gt_dtype dtype) {
+    local_all_gather_v(c, buf, counts, displs, dtype);
+    return c;
+}
+
+static void *local_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                              const size_t *displs, gt_dtype dtype) {
+    local_reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
+    return c;
+}
+
+static int local_test(gt_comm *c, void *handle) {
+    (void)c, (void)handle;
+    return 1;
+}
+
+static void local_wait(gt_comm *c, void *handle) { (void)c, (void)handle; }
+
 static void local_destroy(gt_comm *c) {
     free(c->impl);
     c->impl = NULL;
@@ -49,6 +81,12 @@ static const gt_comm_ops local_ops = {
     .reduce_scatter_sum = local_reduce_scatter_sum,
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,
+    .reduce_scatter_v_sum = local_reduce_scatter_v_sum,
+    .all_gather_v = local_all_gather_v,
+    .all_gather_v_start = local_all_gather_v_start,
+    .reduce_scatter_v_sum_start = local_reduce_scatter_v_sum_start,
+    .test = local_test,
+    .wait = local_wait,
     .destroy = local_destroy,
 };
 

@@ -208,6 +208,102 @@ static void mpi_all_gather(gt_comm *c, const void *send, void *recv, size_t send
     }
 }
 
+/* int counts and displacements for the v-collectives (the wrapper checked they fit). */
+static void int_counts(const gt_comm *c, const size_t *counts, const size_t *displs, int *ic, int *id) {
+    for (int r = 0; r < c->size; r++) {
+        ic[r] = (int)counts[r];
+        if (id) id[r] = (int)displs[r];
+    }
+}
+
+static void mpi_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                     const size_t *displs, gt_dtype dtype) {
+    int *ic = malloc((size_t)c->size * sizeof *ic);
+    if (!ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, NULL, ic, NULL);
+    size_t elem = gt_dtype_bytes(dtype);
+    char *own = (char *)send + displs[c->rank] * elem;
+    if ((char *)recv == own) {
+        /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our block. */
+        gt_mpi_check(c, MPI_Reduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
+                                           c->world));
+        if (displs[c->rank]) memmove(recv, send, counts[c->rank] * elem);
+    } else {
+        gt_mpi_check(c, MPI_Reduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world));
+    }
+    free(ic);
+}
+
+static void mpi_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    int *ic = malloc(2 * (size_t)c->size * sizeof *ic);
+    if (!ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, displs, ic, ic + c->size);
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, ic, ic + c->size, type, c->world));
+    free(ic);
+}
+
+/* A started MPI v-collective: its int arrays live until the wait; an in-place reduce-scatter moves
+ * its result (left at the buffer's start by MPI_IN_PLACE) into place once complete. */
+typedef struct {
+    MPI_Request req;
+    int *ints;
+    char *move_to, *move_from;
+    size_t move_bytes;
+} mpi_pending;
+
+static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
+                                    gt_dtype dtype) {
+    mpi_pending *p = calloc(1, sizeof *p);
+    int *ic = malloc(2 * (size_t)c->size * sizeof *ic);
+    if (!p || !ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, displs, ic, ic + c->size);
+    p->ints = ic;
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Iallgatherv(MPI_IN_PLACE, 0, type, buf, ic, ic + c->size, type, c->world, &p->req));
+    return p;
+}
+
+static void *mpi_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                            const size_t *displs, gt_dtype dtype) {
+    mpi_pending *p = calloc(1, sizeof *p);
+    int *ic = malloc((size_t)c->size * sizeof *ic);
+    if (!p || !ic) gt_comm_abort(c, "out of memory");
+    int_counts(c, counts, NULL, ic, NULL);
+    p->ints = ic;
+    size_t elem = gt_dtype_bytes(dtype);
+    char *own = (char *)send + displs[c->rank] * elem;
+    if ((char *)recv == own) {
+        gt_mpi_check(c, MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
+                                            c->world, &p->req));
+        if (displs[c->rank]) {
+            p->move_to = recv;
+            p->move_from = (char *)send;
+            p->move_bytes = counts[c->rank] * elem;
+        }
+    } else {
+        gt_mpi_check(c, MPI_Ireduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world,
+                                            &p->req));
+    }
+    return p;
+}
+
+static int mpi_test(gt_comm *c, void *handle) {
+    mpi_pending *p = handle;
+    int done = 0;
+    if (p->req == MPI_REQUEST_NULL) return 1;
+    gt_mpi_check(c, MPI_Test(&p->req, &done, MPI_STATUS_IGNORE));
+    return done;
+}
+
+static void mpi_wait(gt_comm *c, void *handle) {
+    mpi_pending *p = handle;
+    if (p->req != MPI_REQUEST_NULL) gt_mpi_check(c, MPI_Wait(&p->req, MPI_STATUS_IGNORE));
+    if (p->move_bytes) memmove(p->move_to, p->move_from, p->move_bytes);
+    free(p->ints);
+    free(p);
+}
+
 static void mpi_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     for (size_t off = 0; off < bytes; off += c->max_call_elems) {
         size_t len = min_size(c->max_call_elems, bytes - off);
@@ -224,6 +320,12 @@ static const gt_comm_ops mpi_ops = {
     .reduce_scatter_sum = mpi_reduce_scatter_sum,
     .all_gather = mpi_all_gather,
     .broadcast = mpi_broadcast,
+    .reduce_scatter_v_sum = mpi_reduce_scatter_v_sum,
+    .all_gather_v = mpi_all_gather_v,
+    .all_gather_v_start = mpi_all_gather_v_start,
+    .reduce_scatter_v_sum_start = mpi_reduce_scatter_v_sum_start,
+    .test = mpi_test,
+    .wait = mpi_wait,
     .destroy = mpi_destroy,
 };
 
@@ -269,7 +371,7 @@ void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype)
     uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_all_reduce++;
     c->stats.bytes_sent += 2 * ring_bytes(c, bytes) / (uint64_t)c->size;
 }
@@ -279,7 +381,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
     uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_reduce_scatter++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
 }
@@ -288,16 +390,120 @@ void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_co
     uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_all_gather++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
+}
+
+/* Displacements of the v-collectives, and the total; aborts when MPI's int cannot carry them. */
+static size_t v_layout(gt_comm *c, const size_t *counts, size_t *displs) {
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++) {
+        displs[r] = total;
+        total += counts[r];
+    }
+    if (total > INT_MAX)
+        gt_comm_abort(c, "variable-count collective of %zu elements: more than an int carries", total);
+    return total;
+}
+
+void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                  gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    c->stats.calls_reduce_scatter_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
+    free(displs);
+}
+
+void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    double t0 = MPI_Wtime();
+    if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    c->stats.calls_all_gather_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
+    free(displs);
+}
+
+struct gt_comm_request {
+    void *handle;       /* the backend's, NULL for a request that moved nothing */
+    double t_start;
+    int done;           /* completion observed (seconds_total counted) */
+};
+
+static gt_comm_request *request_new(void) {
+    gt_comm_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    r->t_start = MPI_Wtime();
+    return r;
+}
+
+gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    gt_comm_request *r = request_new();
+    double t0 = MPI_Wtime();
+    if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
+    c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
+    c->stats.calls_all_gather_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
+    free(displs);
+    return r;
+}
+
+gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                                    gt_dtype dtype) {
+    size_t *displs = malloc((size_t)c->size * sizeof *displs);
+    if (!displs) gt_comm_abort(c, "out of memory");
+    size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    gt_comm_request *r = request_new();
+    double t0 = MPI_Wtime();
+    if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
+    c->stats.seconds += MPI_Wtime() - t0;
+    c->stats.calls_reduce_scatter_v++;
+    c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
+    free(displs);
+    return r;
+}
+
+int gt_comm_test(gt_comm *c, gt_comm_request *r) {
+    if (r->done) return 1;
+    double t0 = MPI_Wtime();
+    int done = !r->handle || c->ops->test(c, r->handle);
+    double t1 = MPI_Wtime();
+    c->stats.seconds += t1 - t0;
+    if (done) {
+        r->done = 1;
+        c->stats.seconds_total += t1 - r->t_start;
+    }
+    return done;
+}
+
+void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
+    double t0 = MPI_Wtime();
+    if (r->handle) c->ops->wait(c, r->handle);
+    double t1 = MPI_Wtime();
+    c->stats.seconds += t1 - t0;
+    if (!r->done) c->stats.seconds_total += t1 - r->t_start;
+    free(r);
 }
 
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_broadcast++;
     if (c->rank == root && c->size > 1) c->stats.bytes_sent += bytes;
 }
@@ -305,13 +511,13 @@ void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
 void gt_comm_barrier(gt_comm *c) {
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Barrier(c->world));
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
 }
 
 double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
     double y = 0.0, t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_scalar++;
     return y;
 }
@@ -320,7 +526,7 @@ int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
     int y = 0;
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
-    c->stats.seconds += MPI_Wtime() - t0;
+    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
     c->stats.calls_scalar++;
     return y;
 }

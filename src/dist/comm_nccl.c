@@ -122,6 +122,106 @@ static void nccl_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     nccl_wait(c, "ncclBroadcast");
 }
 
+/* Variable counts: NCCL has no v-collectives, so one grouped ncclReduce / ncclBroadcast per
+ * rank's block (rooted at that rank) forms them; non-roots' recvbuff is unused by ncclReduce. */
+static void nccl_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                      const size_t *displs, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        const char *src = (const char *)send + displs[r] * elem;
+        ncclCheck(c, ncclReduce(src, r == c->rank ? recv : (void *)src, counts[r], nccl_type(dtype), ncclSum, r,
+                                s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    nccl_wait(c, "ncclReduce (reduce-scatter-v)");
+}
+
+static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        char *block = (char *)buf + displs[r] * elem;
+        ncclCheck(c, ncclBroadcast(block, block, counts[r], nccl_type(dtype), r, s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    nccl_wait(c, "ncclBroadcast (all-gather-v)");
+}
+
+/* Non-blocking: the v-collective is queued on the communicator's stream (after the compute queued
+ * so far); an event marks its end. test queries the event (and NCCL's async error), wait polls it
+ * the same way nccl_wait polls the stream, so a dead peer aborts instead of hanging. */
+typedef struct {
+    cudaEvent_t done;
+} nccl_pending;
+
+static void *nccl_started(gt_comm *c) {
+    nccl_state *s = state(c);
+    nccl_pending *p = calloc(1, sizeof *p);
+    if (!p) nccl_fail(c, "calloc", "out of memory", __FILE__, __LINE__);
+    cudaCheck(c, cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming));
+    cudaCheck(c, cudaEventRecord(p->done, s->stream));
+    return p;
+}
+
+static void *nccl_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
+                                     gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        char *block = (char *)buf + displs[r] * elem;
+        ncclCheck(c, ncclBroadcast(block, block, counts[r], nccl_type(dtype), r, s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    return nccl_started(c);
+}
+
+static void *nccl_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                             const size_t *displs, gt_dtype dtype) {
+    nccl_state *s = state(c);
+    size_t elem = gt_dtype_bytes(dtype);
+    nccl_after_compute(c);
+    ncclCheck(c, ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r]) continue;
+        const char *src = (const char *)send + displs[r] * elem;
+        ncclCheck(c, ncclReduce(src, r == c->rank ? recv : (void *)src, counts[r], nccl_type(dtype), ncclSum, r,
+                                s->nccl, s->stream));
+    }
+    ncclCheck(c, ncclGroupEnd());
+    return nccl_started(c);
+}
+
+static int nccl_test(gt_comm *c, void *handle) {
+    nccl_state *s = state(c);
+    nccl_pending *p = handle;
+    cudaError_t e = cudaEventQuery(p->done);
+    if (e == cudaSuccess) return 1;
+    if (e != cudaErrorNotReady) nccl_fail(c, "cudaEventQuery", cudaGetErrorString(e), __FILE__, __LINE__);
+    ncclResult_t async = ncclSuccess;
+    ncclCheck(c, ncclCommGetAsyncError(s->nccl, &async));
+    if (async != ncclSuccess && async != ncclInProgress)
+        nccl_fail(c, "NCCL request", ncclGetErrorString(async), __FILE__, __LINE__);
+    return 0;
+}
+
+static void nccl_wait_request(gt_comm *c, void *handle) {
+    nccl_pending *p = handle;
+    while (!nccl_test(c, handle)) {
+    }
+    cudaCheck(c, cudaEventDestroy(p->done));
+    free(p);
+}
+
 static void nccl_destroy(gt_comm *c) {
     nccl_state *s = state(c);
     if (!s) return;
@@ -140,6 +240,12 @@ static const gt_comm_ops nccl_ops = {
     .reduce_scatter_sum = nccl_reduce_scatter_sum,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
+    .reduce_scatter_v_sum = nccl_reduce_scatter_v_sum,
+    .all_gather_v = nccl_all_gather_v,
+    .all_gather_v_start = nccl_all_gather_v_start,
+    .reduce_scatter_v_sum_start = nccl_reduce_scatter_v_sum_start,
+    .test = nccl_test,
+    .wait = nccl_wait_request,
     .destroy = nccl_destroy,
 };
 

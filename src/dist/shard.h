@@ -3,9 +3,10 @@
  *
  * The flat vector (parameters, gradients, Adam moments: all tensors back to back in flat order) is
  * padded to n_pad = ceil(n/W)*W elements so every rank owns the same number of elements,
- * slice_len = n_pad/W. Communication always moves slice_len elements per rank (reduce-scatter of the
- * padded gradient buffer, all-gather of the padded parameter buffer); the padding tail is zeros that
- * no tensor owns. Rank r's slice of the LOGICAL vector is clipped to [0, n):
+ * slice_len = n_pad/W. Whole-vector communication moves slice_len elements per rank (reduce-scatter
+ * of the padded gradient buffer, all-gather of the padded parameter buffer); the padding tail is zeros
+ * that no tensor owns. ZeRO-2/3 communicate unit by unit (src/core/zero.h): a unit's piece on rank r
+ * is the unit's range intersected with slice r (gt_shard_intersect), counts that vary per rank. Rank r's slice of the LOGICAL vector is clipped to [0, n):
  *     begin = min(r*slice_len, n),   end = min((r+1)*slice_len, n)
  * and may be empty (n < W, or the last ranks when padding is large). Any n >= 0 and W >= 1 work.
  *

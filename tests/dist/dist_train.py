@@ -30,7 +30,9 @@ import sys
 
 # The model and schedule every run shares. Global batch = MICRO * grad_accum * world = 16 sequences.
 MODEL = dict(dim=64, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=256, ffn_dim=128, max_seq_len=32)
-SEQ, MICRO, GLOBAL_MICROS, STEPS = 32, 4, 4, 20
+SEQ, MICRO, STEPS = 32, 4, 20
+# micro-batches per step over all ranks (the global batch is MICRO x this); bench/zero_grid.sh varies it
+GLOBAL_MICROS = int(os.environ.get("DT_GLOBAL_MICROS", "4"))
 LOSS_RTOL = 1e-5        # the brief: summation order only
 GRAD_NORM_RTOL = 1e-5   # observed ~1e-8 between world sizes
 WEIGHT_ATOL = 1e-5      # final weights (absolute; parameters are O(0.02..1), updates O(lr = 1e-3))
@@ -45,21 +47,131 @@ def n_params(m):
     c, hd = m["dim"], m["dim"] // m["n_heads"]
     kvd = m["n_kv_heads"] * hd
     per_layer = 2 * c * c + 2 * c * kvd + 3 * c * m["ffn_dim"] + 2 * c
-    return 2 * m["vocab_size"] * c + m["n_layers"] * per_layer + c
+    return (1 if m.get("tie_word_embeddings") else 2) * m["vocab_size"] * c + m["n_layers"] * per_layer + c
 
 
-def expected_bytes(n, world, shard):
-    """(optim_bytes, comm_bytes) of one step per the model in src/dist/comm.h and optim.h."""
-    if shard == "optimizer" and world > 1:
-        slice_len = -(-n // world)
-        return 12 * slice_len, (world - 1) * slice_len * 4 + (world - 1) * slice_len * 4
-    if world > 1:
-        return 12 * n, 2 * (world - 1) * n * 4 // world
-    return 12 * n, 0
+def units(m):
+    """[(offset, numel)] of the ZeRO units (src/core/model.h): embedding, blocks, final norm (+ lm_head)."""
+    c, hd = m["dim"], m["dim"] // m["n_heads"]
+    kvd = m["n_kv_heads"] * hd
+    block = 2 * c * c + 2 * c * kvd + 3 * c * m["ffn_dim"] + 2 * c
+    embed = m["vocab_size"] * c
+    head = c + (0 if m.get("tie_word_embeddings") else embed)
+    out, off = [], 0
+    for size in [embed] + [block] * m["n_layers"] + [head]:
+        out.append((off, size))
+        off += size
+    return out
 
 
-def write_config(work, name, accum, shard):
-    m = MODEL
+def slices(n, world):
+    sl = -(-n // world)
+    return sl, [(min(r * sl, n), min((r + 1) * sl, n)) for r in range(world)]
+
+
+def overlap(a0, a1, b0, b1):
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
+def micro_acc_peak(us, tied, N):
+    """Elements of gradient accumulators at their peak under grad_sync = micro (zero.h): the one being
+    filled and the previous unit's, still reducing; tied, the embedding's stays open all backward."""
+    Ue, Ub, Uh = us[0][1], us[1][1], us[-1][1]
+    if tied:
+        return max(Uh + Ue + Ub, Ue + 2 * Ub if N >= 2 else 0)
+    return max(Uh + Ub, 2 * Ub if N >= 2 else 0, Ub + Ue)
+
+
+def grad_micro_of(m, shard, sync, accum, world):
+    """dist.grad_sync as train.c resolves it. These configs set no memory.budget, so everything fits and
+    auto takes the least communication by the planner's formula (mean (W-1)/W for per-unit reductions,
+    the same float arithmetic as planner.c), then the least memory (only the gradients differ)."""
+    if shard not in ("gradients", "parameters"):
+        return False
+    if sync != "auto":
+        return sync == "micro"
+    n, W = n_params(m), world
+    sl = -(-n // W)
+    ring = (W - 1) / W
+    micro_cost = accum * ring * n * 4 if W > 1 else 0.0
+    step_cost = (W - 1) * sl * 4.0 if W > 1 else 0.0
+    if micro_cost != step_cost:
+        return micro_cost < step_cost
+    us = units(m)
+    n_pad = sl * W if W > 1 else n
+    return sl * 4 + micro_acc_peak(us, 1 if m.get("tie_word_embeddings") else 0, m["n_layers"]) * 4 < n_pad * 4
+
+
+def longest_segment(recompute, n_layers):
+    if recompute == "full":
+        return 1
+    if recompute.startswith("uniform:"):
+        return int(recompute.split(":")[1])
+    return 1
+
+
+def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0):
+    """Per-step figures of rank `rank`, from src/dist/comm.h's ring model, optim.h and zero.h:
+    optim_bytes, comm_bytes, collective call counts, unit gathers, params/grads peak bytes."""
+    n = n_params(m)
+    sl, sls = slices(n, world)
+    W, e = world, 4
+    stage = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}[shard]
+    micro = grad_micro_of(m, shard, sync, accum, world)
+    sharded = stage >= 1 and W > 1
+    us = units(m)
+    tied = 1 if m.get("tie_word_embeddings") else 0
+    N = m["n_layers"]
+    cnt = lambda u, r: overlap(us[u][0], us[u][0] + us[u][1], *sls[r])
+    calls = dict(all_reduce=0, reduce_scatter=0, all_gather=0, reduce_scatter_v=0, all_gather_v=0, scalar=0)  # the loss is reduced after the count
+    comm = 0
+    if stage == 0 and W > 1:
+        calls["all_reduce"] = 1
+        comm += 2 * (W - 1) * n * 4 // W
+    if sharded:
+        calls["scalar"] += 1  # the grad norm
+    if stage >= 1 and not micro and W > 1:
+        calls["reduce_scatter"] = 1
+        comm += (W - 1) * sl * 4
+    if micro:  # every unit once per micro-batch, reduce-scatter-v: (total - own count)
+        calls["reduce_scatter_v"] = accum * len(us)
+        comm += accum * sum((us[u][1] - cnt(u, rank)) * 4 for u in range(len(us)))
+    if stage in (1, 2) and W > 1:
+        calls["all_gather"] = 1
+        comm += (W - 1) * sl * e
+    gathers = 0
+    if stage == 3:  # forward: every unit (+ the tied embedding for the head); backward: each block ONCE
+        gathered = list(range(len(us))) + ([0] if tied else []) + list(range(1, N + 1))
+        gathers = accum * len(gathered)
+        calls["all_gather_v"] = gathers
+        comm += accum * sum((us[u][1] - cnt(u, (rank + 1) % W)) * e for u in gathered)
+    n_pad = sl * W if sharded else n
+    slice_len = sl if stage >= 1 else n
+    Ue, Ub, Uh = us[0][1], us[1][1], us[-1][1]
+    K = longest_segment(recompute, N)
+    bound = {}
+    if stage == 3 and prefetch == 0:
+        # gathered one at a time, except a recompute segment (K blocks) and the tied head (+ embedding)
+        params_peak = slice_len * e + max(Ue, Uh + tied * Ue, K * Ub) * e
+    elif stage == 3:
+        params_peak = None  # with prefetch: the planner's replay; bounded by the units in use + depth
+        bound["params_peak_bytes"] = slice_len * e + (K + prefetch + tied) * max(Ue, Ub, Uh) * e
+    else:
+        params_peak = n_pad * e
+    if micro:
+        # the accumulator in use and the previous unit's, still reducing (one reduce-scatter in flight);
+        # tied: the embedding's accumulator stays open from the head's backward to its own
+        grads_peak = slice_len * 4 + micro_acc_peak(us, tied, N) * 4
+    else:
+        grads_peak = n_pad * 4
+    optim = 12 * (sl if sharded else n)
+    return dict(optim_bytes=optim, comm_bytes=comm, calls=calls, unit_gathers=gathers,
+                params_peak_bytes=params_peak, grads_peak_bytes=grads_peak), bound
+
+
+def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
+                 resume="never", state_dir=None, model=None, prefetch=1):
+    m = model or MODEL
     text = f"""; written by tests/dist/dist_train.py: {name}
 [model]
 dim = {m['dim']}
@@ -69,13 +181,14 @@ n_kv_heads = {m['n_kv_heads']}
 vocab_size = {m['vocab_size']}
 ffn_dim = {m['ffn_dim']}
 max_seq_len = {m['max_seq_len']}
+tie_word_embeddings = {"true" if m.get("tie_word_embeddings") else "false"}
 dropout = 0
 
 [train]
 seq_len = {SEQ}
 micro_batch = {MICRO}
 grad_accum = {accum}
-steps = {STEPS}
+steps = {steps or STEPS}
 lr = 1e-3
 min_lr = 1e-4
 warmup_steps = 2
@@ -87,10 +200,12 @@ precision = fp32
 device = cpu
 
 [memory]
-recompute = none
+recompute = {recompute}
 
 [dist]
 shard = {shard}
+grad_sync = {sync}
+prefetch = {prefetch}
 comm = mpi
 
 [data]
@@ -99,10 +214,10 @@ val =
 val_every = 0
 
 [checkpoint]
-dir = {name}.state
-every = 0
-keep = 1
-resume = never
+dir = {state_dir or name + ".state"}
+every = {every}
+keep = {keep}
+resume = {resume}
 
 [log]
 every = 5
@@ -148,50 +263,103 @@ def read_metrics(path):
     return lines
 
 
-def cmd_run(a):
-    if MICRO * a.accum * a.world != MICRO * GLOBAL_MICROS:
-        fail(f"world {a.world} x grad_accum {a.accum} is not {GLOBAL_MICROS} micro-batches per step")
-    name = a.name
-    for p in (name + ".metrics.jsonl",):
-        if os.path.exists(os.path.join(a.work, p)):
-            os.remove(os.path.join(a.work, p))
-    shutil.rmtree(os.path.join(a.work, name + ".state"), ignore_errors=True)
-    os.makedirs(os.path.join(a.work, name + ".state"))
-    ini = write_config(a.work, name, a.accum, a.shard)
+def model_of(a):
+    return dict(MODEL, tie_word_embeddings=True) if getattr(a, "tied", False) else MODEL
+
+
+def launch(a, ini):
     cmd = a.cmd + [ini]
     print("+ (cd " + a.work + " && " + " ".join(cmd) + ")", flush=True)
     r = subprocess.run(cmd, cwd=a.work, capture_output=True, text=True)
     print(r.stdout)
     print(r.stderr, file=sys.stderr)
     if r.returncode != 0:
-        fail(f"{name}: gtrain exited {r.returncode}")
+        fail(f"{a.name}: gtrain exited {r.returncode}")
+    return r
 
-    n = n_params(MODEL)
-    printed = [ln for ln in r.stdout.splitlines() if ln.startswith("gtrain: ") and " parameters" in ln]
+
+def check_metrics(a, r, lines, first_step):
+    name, m = a.name, model_of(a)
+    n = n_params(m)
+    printed = [ln for ln in r.stdout.splitlines() if ln.startswith("gtrain: ") and ln.split()[1].isdigit()
+               and ln.split()[2].startswith("parameters")]
     if not printed or printed[0].split()[1] != str(n):
         fail(f"{name}: expected gtrain to report {n} parameters, got {printed[:1]}")
-
-    lines = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
-    steps = [m["step"] for m in lines]
-    if steps != list(range(1, STEPS + 1)):
-        fail(f"{name}: metrics steps {steps}, expected 1..{STEPS}")
-    want_optim, want_comm = expected_bytes(n, a.world, a.shard)
-    for m in lines:
+    steps = [x["step"] for x in lines]
+    if steps != list(range(first_step, STEPS + 1)):
+        fail(f"{name}: metrics steps {steps}, expected {first_step}..{STEPS}")
+    want, bound = expected(m, a.world, a.accum, a.shard, a.sync, a.recompute, a.prefetch)
+    # the planner's prediction gtrain prints must be the measured peak too (ZeRO-2/3)
+    pred = [ln for ln in r.stdout.splitlines() if "predicted peaks per rank" in ln]
+    if a.shard in ("gradients", "parameters"):
+        if not pred:
+            fail(f"{name}: gtrain printed no predicted peaks")
+        words = pred[0].replace(",", "").split()
+        for key in ("params_peak_bytes", "grads_peak_bytes"):
+            got = int(words[words.index(key) + 1])
+            if want[key] is None:  # measured must equal the prediction, within the issue's bound
+                want[key] = got
+                if got > bound[key]:
+                    fail(f"{name}: predicted {key} {got} exceeds the bound {bound[key]}")
+            elif got != want[key]:
+                fail(f"{name}: predicted {key} {got}, the formula says {want[key]}")
+    for x in lines:
         for key in ("loss", "grad_norm"):
-            if m.get(key) is None or not math.isfinite(m[key]):
-                fail(f"{name} step {m['step']}: {key} = {m.get(key)}")
-        if m.get("optim_bytes") != want_optim:
-            fail(f"{name} step {m['step']}: optim_bytes {m.get('optim_bytes')}, expected {want_optim} "
-                 f"(n = {n}, world {a.world}, shard {a.shard})")
-        if m.get("comm_bytes") != want_comm:
-            fail(f"{name} step {m['step']}: comm_bytes {m.get('comm_bytes')}, expected {want_comm} "
-                 f"(n = {n}, world {a.world}, shard {a.shard})")
-        if m.get("tokens") != m["step"] * MICRO * GLOBAL_MICROS * SEQ:
-            fail(f"{name} step {m['step']}: tokens {m.get('tokens')}, expected {m['step'] * MICRO * GLOBAL_MICROS * SEQ}")
-        if "comm_ms" not in m or m["comm_ms"] < 0:
-            fail(f"{name} step {m['step']}: comm_ms missing or negative: {m.get('comm_ms')}")
-    print(f"{name}: {len(lines)} steps, optim_bytes {want_optim}, comm_bytes {want_comm} per step: ok; "
-          f"final loss {lines[-1]['loss']:.7f}")
+            if x.get(key) is None or not math.isfinite(x[key]):
+                fail(f"{name} step {x['step']}: {key} = {x.get(key)}")
+        for key in ("optim_bytes", "comm_bytes", "unit_gathers", "params_peak_bytes", "grads_peak_bytes", "calls"):
+            if x.get(key) != want[key]:
+                fail(f"{name} step {x['step']}: {key} {x.get(key)}, expected {want[key]} "
+                     f"(n = {n}, world {a.world}, accum {a.accum}, shard {a.shard}, grad_sync {a.sync}, "
+                     f"recompute {a.recompute})")
+        if x.get("tokens") != x["step"] * MICRO * GLOBAL_MICROS * SEQ:
+            fail(f"{name} step {x['step']}: tokens {x.get('tokens')}, expected {x['step'] * MICRO * GLOBAL_MICROS * SEQ}")
+        if "comm_ms" not in x or x["comm_ms"] < 0 or x.get("comm_total_ms", -1) < x["comm_ms"]:
+            fail(f"{name} step {x['step']}: comm_ms {x.get('comm_ms')} / comm_total_ms {x.get('comm_total_ms')}")
+    print(f"{name}: {len(lines)} steps, per step optim_bytes {want['optim_bytes']}, comm_bytes {want['comm_bytes']}, "
+          f"calls {want['calls']}, unit gathers {want['unit_gathers']}, params peak {want['params_peak_bytes']}, "
+          f"grads peak {want['grads_peak_bytes']}: ok; final loss {lines[-1]['loss']:.7f}")
+
+
+def check_shape(a):
+    if MICRO * a.accum * a.world != MICRO * GLOBAL_MICROS:
+        fail(f"world {a.world} x grad_accum {a.accum} is not {GLOBAL_MICROS} micro-batches per step")
+
+
+def cmd_run(a):
+    check_shape(a)
+    name = a.name
+    if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
+        os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
+    shutil.rmtree(os.path.join(a.work, name + ".state"), ignore_errors=True)
+    os.makedirs(os.path.join(a.work, name + ".state"))
+    every = STEPS // 2 if a.save_half else 0
+    ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=every, keep=2,
+                       model=model_of(a), prefetch=a.prefetch)
+    r = launch(a, ini)
+    check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), 1)
+
+
+def cmd_resume(a):
+    """Continue run FROM's state file of step STEPS/2 under this run's world and shard: the steps after it
+    must match FROM's own (compare them with `compare`)."""
+    check_shape(a)
+    name, half = a.name, STEPS // 2
+    src = os.path.join(a.work, a.source + ".state", f"step_{half:08d}.h5")
+    if not os.path.exists(src):
+        fail(f"{src} missing: run {a.source} with --save-half first")
+    d = os.path.join(a.work, name + ".state")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copy(src, d)
+    if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
+        os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
+    ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=0, keep=2, resume="auto",
+                       model=model_of(a), prefetch=a.prefetch)
+    r = launch(a, ini)
+    if f"step {half + 1}" not in r.stdout and "resum" not in r.stdout.lower():
+        print("note: no resume line recognised in the output", file=sys.stderr)
+    check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), half + 1)
 
 
 def newest_state(work, name):
@@ -208,10 +376,12 @@ def cmd_compare(a):
         if name == a.ref:
             continue
         other = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
-        if [m["step"] for m in other] != [m["step"] for m in ref]:
+        steps = {m["step"] for m in other}
+        ref_here = [m for m in ref if m["step"] in steps]   # a resumed run has the later steps only
+        if [m["step"] for m in other] != [m["step"] for m in ref_here] or not other:
             fail(f"{name}: steps differ from {a.ref}")
         worst_loss = worst_norm = 0.0
-        for r, o in zip(ref, other):
+        for r, o in zip(ref_here, other):
             dl = abs(o["loss"] - r["loss"]) / abs(r["loss"])
             dn = abs(o["grad_norm"] - r["grad_norm"]) / abs(r["grad_norm"])
             worst_loss, worst_norm = max(worst_loss, dl), max(worst_norm, dn)
@@ -285,8 +455,15 @@ def main():
     s.add_argument("--work", required=True)
     s.add_argument("--prep", required=True)
     s.add_argument("--fallback-text", required=True)
-    for nm in ("run", "expect-fail"):
+    for nm in ("run", "expect-fail", "resume"):
         s = sub.add_parser(nm)
+        s.add_argument("--recompute", default="none")
+        s.add_argument("--sync", default="auto")
+        s.add_argument("--prefetch", type=int, default=1)
+        s.add_argument("--tied", action="store_true")
+        s.add_argument("--save-half", action="store_true", help="also save the state at step STEPS/2")
+        if nm == "resume":
+            s.add_argument("--from", dest="source", required=True)
         s.add_argument("--work", required=True)
         s.add_argument("--name", required=True)
         s.add_argument("--world", type=int, required=True)
@@ -301,9 +478,10 @@ def main():
     s.add_argument("names", nargs="+")
     a = p.parse_args(argv)
     a.cmd = cmd
-    if a.what in ("run", "expect-fail") and not cmd:
+    if a.what in ("run", "expect-fail", "resume") and not cmd:
         p.error("the mpiexec ... gtrain command goes after --")
-    {"prep": cmd_prep, "run": cmd_run, "compare": cmd_compare, "expect-fail": cmd_expect_fail}[a.what](a)
+    {"prep": cmd_prep, "run": cmd_run, "compare": cmd_compare, "expect-fail": cmd_expect_fail,
+     "resume": cmd_resume}[a.what](a)
 
 
 if __name__ == "__main__":

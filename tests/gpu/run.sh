@@ -10,7 +10,8 @@
 #                   size 1 (NCCL: every collective on device buffers)
 #   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
 #                   repeats and recompute policies, the local and the NCCL communicator give the same
-#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma attention tracks the default
+#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma attention tracks the default, ZeRO-2 and
+#                   ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
 #   4. sanitize     compute-sanitizer (when the machine has it): memcheck over test_ops_cuda's small
 #                   shapes, then racecheck over its attention checks (kernels that never ran before)
 #   5. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
@@ -216,6 +217,8 @@ phase_trainer() {
         "tiny-cuda-bf16-full||train.device=cuda train.precision=bf16 memory.recompute=full"
         "tiny-cuda-bf16-selective||train.device=cuda train.precision=bf16 memory.recompute=selective"
         "tiny-cuda-bf16-nccl||train.device=cuda train.precision=bf16 dist.comm=nccl"
+        "tiny-cuda-bf16-zero2||train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro"
+        "tiny-cuda-bf16-zero3-nccl||train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full dist.comm=nccl"
         "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-wmma|GTRAIN_CUDA_ATTENTION=wmma|train.device=cuda train.precision=bf16"
     )
@@ -261,6 +264,11 @@ check("one GPU uses the local communicator", said("tiny-cuda-bf16", "(local)"), 
 check("NCCL communicator at world 1", said("tiny-cuda-bf16-nccl", "(nccl)") and losses("tiny-cuda-bf16-nccl") == b16,
       "dist.comm=nccl: same losses as local")
 check("GTRAIN_CUDA_SYNC=1", losses("tiny-cuda-bf16-sync") == b16, "same losses, synchronised")
+# ZeRO-2 (per-unit reduce-scatters, local communicator) and ZeRO-3 (unit gathers with prefetch, NCCL's
+# grouped v-collectives) at one rank: the collectives are copies, so the losses equal ZeRO-1's bit for bit
+check("ZeRO-2 micro bit-identical", n and losses("tiny-cuda-bf16-zero2") == b16, "losses vs dist.shard=optimizer")
+check("ZeRO-3 over NCCL bit-identical", n and losses("tiny-cuda-bf16-zero3-nccl") == b16,
+      "losses vs dist.shard=optimizer")
 w = losses("tiny-cuda-bf16-wmma")
 dw = max((abs(a - b) for a, b in zip(w, b16)), default=float("nan"))
 check("wmma attention tracks default", len(w) == 40 and dw < 0.1, f"max |loss diff| {dw:.3g}")

@@ -1,0 +1,297 @@
+/*
+ * zero.c — ZeRO-2/3 unit gathers and per-unit gradient reductions (see zero.h).
+ *
+ * Everything here is collective in the executor's order: every rank runs the same plan over the
+ * same units, so the all_gather_v / reduce_scatter_v calls line up across ranks.
+ */
+#include "zero.h"
+
+#include "planner.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gt_zero_stage(const char *shard) {
+    if (strcmp(shard, "optimizer") == 0) return 1;
+    if (strcmp(shard, "gradients") == 0) return 2;
+    if (strcmp(shard, "parameters") == 0) return 3;
+    return 0;
+}
+
+void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
+                  int grad_micro, int depth) {
+    memset(z, 0, sizeof *z);
+    z->ops = ops;
+    z->mem = mem;
+    z->comm = comm;
+    z->stage = stage;
+    z->grad_micro = grad_micro;
+    z->depth = depth;
+    z->pending = -1;
+    z->eb = (size_t)ops->act_bytes;
+    int W = gt_comm_size(comm), rank = gt_comm_rank(comm);
+    gt_shard_init(&z->shard, layout->n_params, W, rank);
+    z->n_units = gt_model_n_units(&layout->cfg);
+    z->units = calloc((size_t)z->n_units, sizeof *z->units);
+    z->sched = malloc((2 * (size_t)z->n_units + 1) * sizeof *z->sched);
+    if (!z->units || !z->sched) abort();
+    for (int u = 0; u < z->n_units; u++) {
+        gt_zero_unit *U = &z->units[u];
+        gt_layout_unit(layout, u, &U->offset, &U->numel);
+        U->counts = calloc((size_t)W, sizeof *U->counts);
+        if (!U->counts) abort();
+        for (int r = 0; r < W; r++) {
+            gt_shard sr;
+            gt_shard_init(&sr, layout->n_params, W, r);
+            size_t start, count;
+            gt_shard_intersect(&sr, U->offset, U->numel, &start, &count);
+            U->counts[r] = count;
+            if (r == rank) {
+                U->own_count = count;
+                U->own_start = start;
+                U->own_in_slice = count ? U->offset + start - sr.begin : 0;
+            }
+        }
+    }
+    if (stage == 3) {
+        z->param_shard = gt_mem_alloc(mem, GT_MEM_PARAMS, z->shard.slice_len * z->eb);
+        ops->zero(z->param_shard, z->shard.slice_len * z->eb);
+    }
+    if (grad_micro) {
+        z->grad_slice = gt_mem_alloc(mem, GT_MEM_GRADS, z->shard.slice_len * sizeof(float));
+        ops->zero(z->grad_slice, z->shard.slice_len * sizeof(float));
+    }
+}
+
+void gt_zero_free(gt_zero *z) {
+    if (!z->units) return;
+    for (int u = 0; u < z->n_units; u++) free(z->units[u].counts);
+    free(z->units);
+    free(z->sched);
+    if (z->param_shard) gt_mem_free(z->mem, GT_MEM_PARAMS, z->param_shard, z->shard.slice_len * z->eb);
+    if (z->grad_slice) gt_mem_free(z->mem, GT_MEM_GRADS, z->grad_slice, z->shard.slice_len * sizeof(float));
+    memset(z, 0, sizeof *z);
+}
+
+static gt_dtype working_dtype(const gt_zero *z) { return z->eb == 2 ? GT_DTYPE_BF16 : GT_DTYPE_F32; }
+
+/* Buffers go through gt_mem, or, in a dry run, only through the byte counters. */
+static void *zalloc(gt_zero *z, int which, size_t bytes) {
+    if (z->dry) {
+        z->dry_cur[which] += bytes;
+        if (z->dry_cur[which] > z->dry_peak[which]) z->dry_peak[which] = z->dry_cur[which];
+        return (void *)z; /* a non-NULL token */
+    }
+    return gt_mem_alloc(z->mem, which ? GT_MEM_GRADS : GT_MEM_PARAMS, bytes);
+}
+
+static void zfree(gt_zero *z, int which, void *p, size_t bytes) {
+    if (z->dry) z->dry_cur[which] -= bytes;
+    else gt_mem_free(z->mem, which ? GT_MEM_GRADS : GT_MEM_PARAMS, p, bytes);
+}
+
+/* GTRAIN_TEST_DIE_IN_GATHER=K (tests only): rank 1 kills itself (SIGKILL) as it enters its K-th
+ * gather, while the other ranks are inside theirs: the job must end with an error, not hang. */
+static void maybe_die_in_gather(gt_zero *z) {
+    static long die_at = -1;
+    if (die_at < 0) {
+        const char *env = getenv("GTRAIN_TEST_DIE_IN_GATHER");
+        die_at = env && *env ? atol(env) : 0;
+    }
+    if (die_at > 0 && gt_comm_rank(z->comm) == 1 && (long)z->gathers + 1 == die_at) {
+        fprintf(stderr, "[rank 1] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld\n", die_at);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+}
+
+/* Starts unit u's gather into a new buffer: this rank's piece copied in, the others' arriving. */
+static void start_gather(gt_zero *z, int u) {
+    gt_zero_unit *U = &z->units[u];
+    U->gathered = zalloc(z, 0, U->numel * z->eb);
+    z->gathers++;
+    if (z->dry) return;
+    if (U->own_count)
+        z->ops->copy((char *)U->gathered + U->own_start * z->eb, (char *)z->param_shard + U->own_in_slice * z->eb,
+                     U->own_count * z->eb);
+    maybe_die_in_gather(z);
+    U->gather_req = gt_comm_all_gather_v_start(z->comm, U->gathered, U->counts, working_dtype(z));
+}
+
+static void finish_gather(gt_zero *z, int u) {
+    gt_zero_unit *U = &z->units[u];
+    if (U->gather_req) gt_comm_wait(z->comm, U->gather_req);
+    U->gather_req = NULL;
+}
+
+/* Units gathered ahead of use and not acquired yet. */
+static int prefetched(const gt_zero *z) {
+    int n = 0;
+    for (int u = 0; u < z->n_units; u++) n += z->units[u].gathered && !z->units[u].refs;
+    return n;
+}
+
+/* Start the gathers of the next units of the schedule, up to `depth` ahead. */
+static void prefetch(gt_zero *z) {
+    int ahead = prefetched(z);
+    for (int j = z->cursor; j < z->n_sched && ahead < z->depth; j++) {
+        int v = z->sched[j];
+        if (z->units[v].gathered) continue;
+        start_gather(z, v);
+        ahead++;
+    }
+}
+
+static void hook_schedule(void *ctx, const int *units, int n) {
+    gt_zero *z = ctx;
+    /* anything prefetched for an order that did not happen is dropped (never the case in model.c) */
+    for (int u = 0; u < z->n_units; u++) {
+        gt_zero_unit *U = &z->units[u];
+        if (U->gathered && !U->refs) {
+            finish_gather(z, u);
+            zfree(z, 0, U->gathered, U->numel * z->eb);
+            U->gathered = NULL;
+        }
+    }
+    memcpy(z->sched, units, (size_t)n * sizeof *units);
+    z->n_sched = n;
+    z->cursor = 0;
+}
+
+/* ZeRO-3: the unit's working parameters: waited for (started now unless prefetched), and the next
+ * units' gathers started. */
+static void *unit_params(void *ctx, int u) {
+    gt_zero *z = ctx;
+    gt_zero_unit *U = &z->units[u];
+    if (U->refs++ > 0) return U->gathered;
+    if (!U->gathered) start_gather(z, u);
+    for (int j = z->cursor; j < z->n_sched; j++)
+        if (z->sched[j] == u) {
+            z->cursor = j + 1;
+            break;
+        }
+    prefetch(z); /* before waiting: the next unit's transfer overlaps this one's rest and its compute */
+    finish_gather(z, u);
+    return U->gathered;
+}
+
+static void unit_params_done(void *ctx, int u) {
+    gt_zero *z = ctx;
+    gt_zero_unit *U = &z->units[u];
+    if (--U->refs == 0) {
+        zfree(z, 0, U->gathered, U->numel * z->eb);
+        U->gathered = NULL;
+    }
+}
+
+/* The pending reduce-scatter ends: this rank's block becomes the slice's piece, the accumulator goes. */
+static void finish_reduction(gt_zero *z) {
+    if (z->pending < 0) return;
+    gt_zero_unit *U = &z->units[z->pending];
+    if (!z->dry) {
+        gt_comm_wait(z->comm, U->reduce_req);
+        if (U->own_count)
+            z->ops->copy(z->grad_slice + U->own_in_slice, U->acc + U->own_start, U->own_count * sizeof(float));
+    }
+    U->reduce_req = NULL;
+    zfree(z, 1, U->acc, U->numel * sizeof(float));
+    U->acc = NULL;
+    z->pending = -1;
+}
+
+/* grad_sync = micro: an accumulator for the unit's gradients of this micro-batch. */
+static float *unit_grads(void *ctx, int u) {
+    gt_zero *z = ctx;
+    gt_zero_unit *U = &z->units[u];
+    if (U->grad_refs++ == 0) {
+        U->acc = zalloc(z, 1, U->numel * sizeof(float));
+        if (!z->dry) {
+            z->ops->zero(U->acc, U->numel * sizeof(float));
+            /* this rank's block starts from what the slice has accumulated so far: the reduction then
+             * leaves slice + every rank's gradient there, with device copies only (no add kernel) */
+            if (U->own_count)
+                z->ops->copy(U->acc + U->own_start, z->grad_slice + U->own_in_slice, U->own_count * sizeof(float));
+        }
+    }
+    return U->acc;
+}
+
+/* ... reduce-scattered in place when complete (started now, waited for when the next unit's
+ * gradients are complete or at the end of the micro-batch). */
+static void unit_grads_done(void *ctx, int u) {
+    gt_zero *z = ctx;
+    gt_zero_unit *U = &z->units[u];
+    if (--U->grad_refs > 0) return;
+    finish_reduction(z);
+    z->reductions++;
+    if (!z->dry) U->reduce_req = gt_comm_reduce_scatter_v_sum_start(z->comm, U->acc, U->acc + U->own_start,
+                                                                      U->counts, GT_DTYPE_F32);
+    z->pending = u;
+}
+
+static void hook_micro_end(void *ctx) { finish_reduction(ctx); }
+
+static void hook_progress(void *ctx) {
+    gt_zero *z = ctx;
+    for (int u = 0; u < z->n_units; u++) {
+        if (z->units[u].gather_req) gt_comm_test(z->comm, z->units[u].gather_req);
+        if (z->units[u].reduce_req) gt_comm_test(z->comm, z->units[u].reduce_req);
+    }
+}
+
+void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
+    memset(h, 0, sizeof *h);
+    h->ctx = z;
+    if (z->stage == 3) {
+        h->params = unit_params;
+        h->params_done = unit_params_done;
+        h->schedule = hook_schedule;
+    }
+    if (z->grad_micro) {
+        h->grads = unit_grads;
+        h->grads_done = unit_grads_done;
+        h->micro_end = hook_micro_end;
+    }
+    if (z->stage == 3 || z->grad_micro) h->progress = hook_progress;
+}
+
+/* dry-run stand-ins for the hooks a stage does not use */
+static void *dry_params(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
+static void dry_done(void *ctx, int u) { (void)ctx; (void)u; }
+static float *dry_grads(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
+
+void gt_zero_predict(const gt_model_config *model, const gt_plan *plan, int stage, int grad_micro, int depth,
+                     int act_bytes, uint64_t *gather_peak, uint64_t *acc_peak) {
+    gt_zero z;
+    memset(&z, 0, sizeof z);
+    z.dry = 1;
+    z.stage = stage;
+    z.grad_micro = grad_micro;
+    z.depth = depth;
+    z.pending = -1;
+    z.eb = (size_t)act_bytes;
+    z.n_units = gt_model_n_units(model);
+    z.units = calloc((size_t)z.n_units, sizeof *z.units);
+    z.sched = malloc((2 * (size_t)z.n_units + 1) * sizeof *z.sched);
+    if (!z.units || !z.sched) abort();
+    uint64_t Ue, Ub, Uh;
+    gt_unit_sizes(model, &Ue, &Ub, &Uh);
+    for (int u = 0; u < z.n_units; u++) z.units[u].numel = u == 0 ? Ue : u == z.n_units - 1 ? Uh : Ub;
+    gt_unit_hooks h;
+    gt_zero_hooks(&z, &h);
+    if (!h.params) {
+        h.params = dry_params;
+        h.params_done = dry_done;
+    }
+    if (!h.grads) {
+        h.grads = dry_grads;
+        h.grads_done = dry_done;
+    }
+    gt_model_replay_units(model, plan, 0, &h);
+    *gather_peak = z.dry_peak[0];
+    *acc_peak = z.dry_peak[1];
+    free(z.units);
+    free(z.sched);
+}

@@ -1,0 +1,102 @@
+/*
+ * zero.h — ZeRO-2 and ZeRO-3: ranks own shards of the gradients and of the working parameters, and
+ * the executor (model.c) acquires a unit's parameters or gradient accumulator when it needs them.
+ *
+ * Stages (`dist.shard`): 0 none, 1 optimizer, 2 gradients, 3 parameters. This module serves 2 and 3;
+ * 0 and 1 use the model's flat buffers and gt_optim_step's one reduction as before.
+ *
+ * Ownership is ZeRO-1's, unchanged: rank r owns the flat slice [r*slice_len, (r+1)*slice_len)
+ * clipped to [0, n) (src/dist/shard.h) of fp32 master weights, Adam moments, the fp32 gradient
+ * slice (ZeRO-2/3 with grad_sync = micro) and, with ZeRO-3, the working parameters. The state file,
+ * the Hugging Face import and resharding therefore see exactly what they see under ZeRO-1.
+ * Communication is per unit (model.h: the embedding, each block, the final norm with lm_head):
+ * a unit [u0, u1) meets rank r's slice in counts[r] = |[u0, u1) ∩ slice_r| elements, the blocks
+ * of a variable-count collective in rank order (comm.h):
+ *   gather (ZeRO-3)       the unit's working parameters: all_gather_v of every rank's piece into a
+ *                         buffer of u1 - u0 elements (GT_MEM_PARAMS), released when the executor
+ *                         is done with it (a reference count: a recomputed block keeps the gather
+ *                         of its recompute for its backward, so a block is gathered ONCE per
+ *                         backward; the tied embedding is gathered again for the head)
+ *   reduce (grad_sync = micro)  the unit's gradient accumulator (u1 - u0 fp32, GT_MEM_GRADS) is
+ *                         zero except this rank's block, which starts as the gradient slice's
+ *                         piece; backward adds into it, it is reduce-scattered in place, and this
+ *                         rank's block (old slice + every rank's gradient) is copied back to the
+ *                         slice: micro-batches accumulate there with device copies only. Then
+ *                         the accumulator is freed. The tied embedding's accumulator is open
+ *                         from the head's backward to the embedding's backward (one reduction).
+ * Overlap (both on the executor's hooks, model.h): the executor announces the order of its first
+ * acquisitions, and each acquisition starts the gathers of the next `depth` units of that order not
+ * yet gathered (dist.prefetch, default 1), so a unit's gather runs while the unit before it
+ * computes; in flight they hold their buffers, so gathered memory is at most the units in use plus
+ * `depth`. A unit's reduce-scatter is started when its backward ends and waited for when the next
+ * unit's ends (or at the end of the micro-batch): at most two accumulators. The executor calls
+ * `progress` between kernels, which tests the requests in flight (MPI moves data only inside calls).
+ * With grad_sync = step the model keeps the full fp32 gradient buffer (padded) and gt_optim_step
+ * reduce-scatters it once, as ZeRO-1 (ZeRO-2 + step IS ZeRO-1; ZeRO-3 + step keeps sharded
+ * parameters).
+ */
+#ifndef GT_ZERO_H
+#define GT_ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "config.h"
+#include "memtrack.h"
+#include "model.h"
+#include "shard.h"
+
+typedef struct gt_zero_unit {
+    size_t offset, numel;   /* the unit's range of the flat vector */
+    size_t *counts;         /* (world) elements of the unit in each rank's slice */
+    size_t own_start;       /* this rank's piece: first element relative to the unit ... */
+    size_t own_count;       /* ... its length (counts[rank]) ... */
+    size_t own_in_slice;    /* ... and where it sits relative to shard.begin */
+    void *gathered;         /* ZeRO-3: (numel) working, from the gather's start to the last release */
+    gt_comm_request *gather_req;  /* the gather while in flight (prefetched or not yet waited for) */
+    int refs;               /* acquisitions not yet released */
+    float *acc;             /* grad_sync = micro: (numel) fp32 accumulator, until its reduction ends */
+    gt_comm_request *reduce_req;  /* the reduce-scatter while in flight */
+    int grad_refs;
+} gt_zero_unit;
+
+typedef struct gt_zero {
+    const gt_ops *ops;
+    gt_mem *mem;
+    gt_comm *comm;
+    int stage;              /* 2 or 3 */
+    int grad_micro;         /* 1: reduce-scatter every micro-batch (no full gradient buffer) */
+    int depth;              /* ZeRO-3 prefetch: gathers started ahead of use, at most */
+    gt_shard shard;         /* this rank's flat slice (as ZeRO-1, also at world 1) */
+    size_t eb;              /* bytes per working element */
+    int n_units;
+    gt_zero_unit *units;
+    void *param_shard;      /* ZeRO-3: (slice_len) working parameters of the slice, GT_MEM_PARAMS */
+    float *grad_slice;      /* grad_micro: (slice_len) fp32 gradient slice, GT_MEM_GRADS */
+    int *sched, n_sched, cursor;  /* the executor's order of first acquisitions (model.h) */
+    int pending;            /* the unit whose reduce-scatter is in flight, or -1 */
+    uint64_t gathers, reductions;   /* collectives started since creation (tests) */
+    /* dry run (the planner): no memory, no communication, only the byte counts below */
+    int dry;
+    uint64_t dry_cur[2], dry_peak[2];  /* [0] gathered parameters, [1] gradient accumulators */
+} gt_zero;/* Stage of a dist.shard value: 0 none, 1 optimizer, 2 gradients, 3 parameters. */
+int gt_zero_stage(const char *shard);
+
+/* Sets up units and slices for `layout`; allocates param_shard (stage 3) and grad_slice
+ * (grad_micro). depth: prefetch depth (dist.prefetch). */
+void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
+                  int grad_micro, int depth);
+
+/* The high-water marks, in bytes, of gathered units (stage 3) and of gradient accumulators
+ * (grad_micro) during one training micro-batch under `plan`: the same state machine as a run, replayed
+ * over model.c's order of unit calls (gt_model_replay_units) without memory or communication. */
+void gt_zero_predict(const gt_model_config *model, const gt_plan *plan, int stage, int grad_micro, int depth,
+                     int act_bytes, uint64_t *gather_peak, uint64_t *acc_peak);
+void gt_zero_free(gt_zero *z);
+
+/* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients only
+ * with grad_micro. */
+void gt_zero_hooks(gt_zero *z, gt_unit_hooks *hooks);
+
+#endif
