@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# A rank that dies ends the whole job with an error, never a hang: two ranks train, rank 1 is
-# killed with SIGKILL between steps, and the launcher must return non-zero within 120 s while
-# rank 0 would otherwise wait in the step's collectives forever.
-#   rank_death_ends_job.sh GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
+# A rank that dies ends the whole job with an error, never a hang: two ranks train, rank 1 dies by
+# SIGKILL, and the launcher must return non-zero within 120 s while rank 0 would otherwise wait in a
+# collective forever. Two ways to die:
+#   between-steps  the test kills rank 1 after step 3 (ZeRO-1, the step's reductions wait for it);
+#   in-gather      ZeRO-3 (dist.shard = parameters): GTRAIN_TEST_DIE_IN_GATHER makes rank 1 SIGKILL
+#                  itself as it enters its 40th unit all-gather, while rank 0 already waits inside it.
+#   rank_death_ends_job.sh MODE GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
 set -euo pipefail
-gtrain=$1 prep=$2 work=$3
-shift 3
+mode=$1 gtrain=$2 prep=$3 work=$4
+shift 4
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 "$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null
 cat >run.ini <<INI
@@ -27,21 +30,29 @@ val =
 [log]
 metrics = metrics.jsonl
 INI
-export OMP_NUM_THREADS=1 GTRAIN_TEST_STEP_DELAY_MS=100
+export OMP_NUM_THREADS=1
+case $mode in
+  between-steps) export GTRAIN_TEST_STEP_DELAY_MS=100 ;;
+  in-gather) export GTRAIN_TEST_DIE_IN_GATHER=40
+             printf '[memory]\nrecompute = full\n[dist]\nshard = parameters\n' >>run.ini ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
 "$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
 launcher=$!
-for _ in $(seq 600); do
-  [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 3)) && break
-  sleep 0.1
-done
-(($(wc -l <metrics.jsonl) >= 3)) || { echo "the run did not reach step 3"; cat run.log; exit 1; }
-victim=""
-for pid in $(pgrep -f "$gtrain run.ini"); do
-  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
-done
-[[ -n $victim ]] || { echo "rank 1 not found"; exit 1; }
-echo "killing rank 1 (pid $victim) after step $(wc -l <metrics.jsonl)"
-kill -9 "$victim"
+if [[ $mode == between-steps ]]; then
+  for _ in $(seq 600); do
+    [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 3)) && break
+    sleep 0.1
+  done
+  (($(wc -l <metrics.jsonl) >= 3)) || { echo "the run did not reach step 3"; cat run.log; exit 1; }
+  victim=""
+  for pid in $(pgrep -f "$gtrain run.ini"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
+  done
+  [[ -n $victim ]] || { echo "rank 1 not found"; exit 1; }
+  echo "killing rank 1 (pid $victim) after step $(wc -l <metrics.jsonl)"
+  kill -9 "$victim"
+fi
 start=$(date +%s)
 rc=0
 for _ in $(seq 1200); do
@@ -55,6 +66,9 @@ if kill -0 "$launcher" 2>/dev/null; then
 fi
 wait "$launcher" || rc=$?
 echo "the launcher returned $rc after $(( $(date +%s) - start )) s"
-tail -n 5 run.log
+tail -n 8 run.log
 ((rc != 0)) || { echo "FAIL: exit status 0 after a rank died"; exit 1; }
+if [[ $mode == in-gather ]]; then
+  grep -q "DIE_IN_GATHER: dying in gather 40" run.log || { echo "FAIL: rank 1 did not die in a gather"; exit 1; }
+fi
 echo PASS
