@@ -123,9 +123,11 @@ static void nccl_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
 }
 
 /* Variable counts: NCCL has no v-collectives, so one grouped ncclReduce / ncclBroadcast per
- * rank's block (rooted at that rank) forms them; non-roots' recvbuff is unused by ncclReduce. */
-static void nccl_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
-                                      const size_t *displs, gt_dtype dtype) {
+ * rank's block (rooted at that rank) forms them; non-roots' recvbuff is unused by ncclReduce.
+ * These queue the collective on the communicator's stream (after the compute queued so far); the
+ * blocking forms then wait for it, the non-blocking ones record an event (nccl_started). */
+static void enqueue_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                         const size_t *displs, gt_dtype dtype) {
     nccl_state *s = state(c);
     size_t elem = gt_dtype_bytes(dtype);
     nccl_after_compute(c);
@@ -137,10 +139,10 @@ static void nccl_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, 
                                 s->nccl, s->stream));
     }
     ncclCheck(c, ncclGroupEnd());
-    nccl_wait(c, "ncclReduce (reduce-scatter-v)");
 }
 
-static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+static void enqueue_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
+                                 gt_dtype dtype) {
     nccl_state *s = state(c);
     size_t elem = gt_dtype_bytes(dtype);
     nccl_after_compute(c);
@@ -151,6 +153,16 @@ static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const
         ncclCheck(c, ncclBroadcast(block, block, counts[r], nccl_type(dtype), r, s->nccl, s->stream));
     }
     ncclCheck(c, ncclGroupEnd());
+}
+
+static void nccl_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
+                                      const size_t *displs, gt_dtype dtype) {
+    enqueue_reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
+    nccl_wait(c, "ncclReduce (reduce-scatter-v)");
+}
+
+static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const size_t *displs, gt_dtype dtype) {
+    enqueue_all_gather_v(c, buf, counts, displs, dtype);
     nccl_wait(c, "ncclBroadcast (all-gather-v)");
 }
 
@@ -172,32 +184,13 @@ static void *nccl_started(gt_comm *c) {
 
 static void *nccl_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
                                      gt_dtype dtype) {
-    nccl_state *s = state(c);
-    size_t elem = gt_dtype_bytes(dtype);
-    nccl_after_compute(c);
-    ncclCheck(c, ncclGroupStart());
-    for (int r = 0; r < c->size; r++) {
-        if (!counts[r]) continue;
-        char *block = (char *)buf + displs[r] * elem;
-        ncclCheck(c, ncclBroadcast(block, block, counts[r], nccl_type(dtype), r, s->nccl, s->stream));
-    }
-    ncclCheck(c, ncclGroupEnd());
+    enqueue_all_gather_v(c, buf, counts, displs, dtype);
     return nccl_started(c);
 }
 
 static void *nccl_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                              const size_t *displs, gt_dtype dtype) {
-    nccl_state *s = state(c);
-    size_t elem = gt_dtype_bytes(dtype);
-    nccl_after_compute(c);
-    ncclCheck(c, ncclGroupStart());
-    for (int r = 0; r < c->size; r++) {
-        if (!counts[r]) continue;
-        const char *src = (const char *)send + displs[r] * elem;
-        ncclCheck(c, ncclReduce(src, r == c->rank ? recv : (void *)src, counts[r], nccl_type(dtype), ncclSum, r,
-                                s->nccl, s->stream));
-    }
-    ncclCheck(c, ncclGroupEnd());
+    enqueue_reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
     return nccl_started(c);
 }
 
