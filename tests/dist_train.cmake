@@ -49,6 +49,32 @@ add_test(NAME dist_train_prep
                  --fallback-text ${PROJECT_SOURCE_DIR}/configs/README.md)
 set_tests_properties(dist_train_prep PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_SETUP dist_train_data)
 
+# One end-to-end run: SPEC is "name world grad_accum shard [options]"; MODE the script's leading
+# arguments (run, run --tied, resume --from NAME); then FIXTURES_REQUIRED, FIXTURES_SETUP, DEPENDS lists.
+function(gtrain_dist_run spec mode)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "" "" "FIXTURES_REQUIRED;FIXTURES_SETUP;DEPENDS")
+  string(REPLACE " " ";" spec "${spec}")
+  list(GET spec 0 name)
+  list(GET spec 1 w)
+  list(GET spec 2 accum)
+  list(GET spec 3 shard)
+  set(opts)
+  list(LENGTH spec n)
+  if(n GREATER 4)
+    list(SUBLIST spec 4 -1 opts)
+  endif()
+  string(REPLACE " " ";" mode "${mode}")
+  add_test(NAME dist_train_${name}
+           COMMAND ${Python3_EXECUTABLE} ${_dt_script} ${mode} --work ${_dt_work} --name ${name} --world ${w}
+                   --accum ${accum} --shard ${shard} ${opts} --
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
+                   $<TARGET_FILE:gtrain>)
+  # RESOURCE_LOCK: one run at a time: they share 2 cores and each is timed
+  set_tests_properties(dist_train_${name} PROPERTIES
+    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}" RESOURCE_LOCK dist_train_cpu
+    FIXTURES_REQUIRED "${arg_FIXTURES_REQUIRED}" FIXTURES_SETUP "${arg_FIXTURES_SETUP}" DEPENDS "${arg_DEPENDS}")
+endfunction()
+
 # name world grad_accum shard [options]   (the CI subset of the equivalence grid; the full grid W x shard x
 # recompute x grad_accum is bench/zero_grid.sh). Every run checks per step: optim_bytes, comm_bytes,
 # collective call counts, ZeRO-3 unit gathers (one per block in backward, recompute or not), params and
@@ -64,44 +90,15 @@ set(_dt_runs
   "w1_a4_param 1 4 parameters --recompute full --prefetch 2")
 set(_dt_names)
 foreach(run ${_dt_runs})
-  string(REPLACE " " ";" run ${run})
-  list(GET run 0 name)
-  list(GET run 1 w)
-  list(GET run 2 accum)
-  list(GET run 3 shard)
-  set(opts)
-  list(LENGTH run _len)
-  if(_len GREATER 4)
-    list(SUBLIST run 4 -1 opts)
-  endif()
+  string(REGEX REPLACE " .*" "" name "${run}")
   list(APPEND _dt_names ${name})
-  add_test(NAME dist_train_${name}
-           COMMAND ${Python3_EXECUTABLE} ${_dt_script} run --work ${_dt_work} --name ${name} --world ${w}
-                   --accum ${accum} --shard ${shard} ${opts} --
-                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
-                   $<TARGET_FILE:gtrain>)
-  set_tests_properties(dist_train_${name} PROPERTIES
-    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}"
-    FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_runs
-    RESOURCE_LOCK dist_train_cpu)   # one run at a time: they share 2 cores and each is timed
+  gtrain_dist_run("${run}" run FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_runs)
 endforeach()
 
 # Save at W = 4 under ZeRO-3 (w4_a1_param_full writes step 10), resume at W = 2 ZeRO-1 and at W = 1 none.
 foreach(run "resume_w2_opt 2 2 optimizer" "resume_w1_none 1 4 none")
-  string(REPLACE " " ";" run ${run})
-  list(GET run 0 name)
-  list(GET run 1 w)
-  list(GET run 2 accum)
-  list(GET run 3 shard)
-  add_test(NAME dist_train_${name}
-           COMMAND ${Python3_EXECUTABLE} ${_dt_script} resume --from w4_a1_param_full --work ${_dt_work}
-                   --name ${name} --world ${w} --accum ${accum} --shard ${shard} --
-                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
-                   $<TARGET_FILE:gtrain>)
-  set_tests_properties(dist_train_${name} PROPERTIES
-    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}" DEPENDS dist_train_w4_a1_param_full
-    FIXTURES_REQUIRED "dist_train_data;dist_train_runs" FIXTURES_SETUP dist_train_resumed
-    RESOURCE_LOCK dist_train_cpu)
+  gtrain_dist_run("${run}" "resume --from w4_a1_param_full" DEPENDS dist_train_w4_a1_param_full
+                  FIXTURES_REQUIRED dist_train_data dist_train_runs FIXTURES_SETUP dist_train_resumed)
 endforeach()
 
 add_test(NAME dist_train_compare
@@ -115,25 +112,7 @@ set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
 foreach(run "tied_w1_a4 1 4 optimizer" "tied_w4_a1_param 4 1 parameters --recompute full"
             "tied_w2_a2_grad 2 2 gradients --sync micro"
             "tied_w2_a2_param_p0 2 2 parameters --recompute selective --prefetch 0")
-  string(REPLACE " " ";" run ${run})
-  list(GET run 0 name)
-  list(GET run 1 w)
-  list(GET run 2 accum)
-  list(GET run 3 shard)
-  set(opts)
-  list(LENGTH run _len)
-  if(_len GREATER 4)
-    list(SUBLIST run 4 -1 opts)
-  endif()
-  add_test(NAME dist_train_${name}
-           COMMAND ${Python3_EXECUTABLE} ${_dt_script} run --tied --work ${_dt_work} --name ${name} --world ${w}
-                   --accum ${accum} --shard ${shard} ${opts} --
-                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${w} ${GTRAIN_MPIEXEC_FLAGS}
-                   $<TARGET_FILE:gtrain>)
-  set_tests_properties(dist_train_${name} PROPERTIES
-    LABELS mpi TIMEOUT 600 ENVIRONMENT "${_dt_env}"
-    FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_tied
-    RESOURCE_LOCK dist_train_cpu)
+  gtrain_dist_run("${run}" "run --tied" FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_tied)
 endforeach()
 add_test(NAME dist_train_tied_compare
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
