@@ -444,9 +444,13 @@ static void stash_drop_transients(gt_model *m, const shapes *s, stash *st) {
 
 /* ------------------------------------------------------------------ block forward / backward */
 
-/* x (BT, C) -> out (BT, C), writing the stash. */
+/* x (BT, C) -> out (BT, C), writing the stash. With need_out = 0 (a recompute whose output nobody
+ * reads: the last block of a segment, whose output is the next segment's kept input) it stops after
+ * SwiGLU: backward reads h, not the down-projection or the residual sum, so the gradients are the same
+ * bits and a quarter of the block's forward FLOPs (the F -> C product) is not spent again. out is
+ * still written with the o-projection (scratch). */
 static void block_forward(gt_model *m, int layer, const void *pw, const shapes *s, const void *x, void *out,
-                          stash *st, gt_rng_key base, float dropout) {
+                          stash *st, gt_rng_key base, float dropout, int need_out) {
     const gt_ops *ops = m->ops;
     const layer_offsets *L = &m->layers[layer];
     int BT = s->BT, C = s->C, F = s->F;
@@ -471,6 +475,7 @@ static void block_forward(gt_model *m, int layer, const void *pw, const shapes *
     ops->matmul_forward(st->up, st->xn2, PW(L->wu), BT, C, F);
     progress(m);
     ops->swiglu_forward(st->h, st->gate, st->up, (size_t)BT * F);
+    if (!need_out) return;
     ops->matmul_forward(out, st->h, PW(L->wd), BT, F, C);
     progress(m); /* out holds the down-projection */
     ops->residual_forward(out, st->x2, out, (size_t)BT * C, dropout, site_key(base, layer, SITE_MLP_RESIDUAL));
@@ -588,7 +593,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
             const void *pw = unit_params(m, 1 + i);
             stash_alloc(m, &s, &st[i], keep, keep == GT_KEEP_ALL && keep_probs);
             xs[i + 1] = act_alloc(m, s.x);
-            block_forward(m, i, pw, &s, xs[i], xs[i + 1], &st[i], dropout_key, p);
+            block_forward(m, i, pw, &s, xs[i], xs[i + 1], &st[i], dropout_key, p, 1);
             unit_params_done(m, 1 + i);
             stash_drop_transients(m, &s, &st[i]);
             if (keep == GT_KEEP_RECOMPUTE && i > a) { /* inside a segment: inputs are not kept */
@@ -643,13 +648,15 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
         int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
         if (recompute) {
             /* re-run the segment's forward from its kept input, keeping everything; the last
-             * block's output is not needed, so it goes to scratch. Each block's parameters stay
-             * acquired until its backward: one gather serves both (ZeRO-3) */
+             * block's output is not needed, so it is not computed (its o-projection goes to
+             * scratch). Each block's parameters stay acquired until its backward: one gather serves
+             * both (ZeRO-3) */
             for (int i = a; i < b; i++) {
                 const void *pw = unit_params(m, 1 + i);
                 stash_alloc(m, &s, &st[i], GT_KEEP_ALL, keep_probs);
-                void *out = i + 1 < b ? (xs[i + 1] = act_alloc(m, s.x)) : sc.c2;
-                block_forward(m, i, pw, &s, xs[i], out, &st[i], dropout_key, p);
+                int last = i + 1 == b;
+                void *out = last ? sc.c2 : (xs[i + 1] = act_alloc(m, s.x));
+                block_forward(m, i, pw, &s, xs[i], out, &st[i], dropout_key, p, !last);
                 (*recomputed_blocks)++;
             }
         }
@@ -696,7 +703,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
         stash st;
         const void *pw = unit_params(m, 1 + i);
         stash_alloc(m, &s, &st, GT_KEEP_RECOMPUTE, 0);
-        block_forward(m, i, pw, &s, x, y, &st, no_key, 0.0f);
+        block_forward(m, i, pw, &s, x, y, &st, no_key, 0.0f, 1);
         unit_params_done(m, 1 + i);
         stash_free_all(m, &s, &st);
         void *t = x;

@@ -11,8 +11,9 @@
  * runs; the head adds the normed output, logits and loss rows; backward holds dx and one scratch
  * region, re-creates a recompute segment's stashes and frees each block's memory after its backward.
  *
- * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%); selective
- * costs one more attention-score product (QK^T) per block.
+ * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%), less the
+ * down-projection for the last block of each segment (its output is the next segment's kept input,
+ * so model.c does not recompute it); selective costs one more attention-score product (QK^T) per block.
  */
 #include "planner.h"
 #include "zero.h"
@@ -106,7 +107,7 @@ uint64_t gt_model_param_count(const gt_model_config *m) {
 }
 
 /* Model FLOPs of one forward (2 per multiply-add), causal attention counted as half the square. */
-static void forward_flops(const gt_mem_shape *sh, double *block, double *head, double *scores) {
+static void forward_flops(const gt_mem_shape *sh, double *block, double *head, double *scores, double *down) {
     const gt_model_config *m = &sh->model;
     double B = sh->micro_batch, T = sh->seq_len, BT = B * T;
     double C = m->dim, F = m->ffn_dim, V = m->vocab_size, HD = C / m->n_heads;
@@ -115,6 +116,7 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *scores = 2 * causal_pairs * HD; /* QK^T */
     *block = 2 * BT * (2 * C * C + 2 * C * KVD + 3 * C * F) + 2 * (*scores);
     *head = 2 * BT * C * V;
+    *down = 2 * BT * F * C; /* the down-projection: not re-run for a segment's last block (model.c) */
 }
 
 uint64_t gt_plan_library_bytes(int cuda, int world) {
@@ -182,12 +184,16 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     est->library_bytes = sh->library_bytes;
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
                        est->act_peak_bytes + est->library_bytes;
-    double block, head, scores;
-    forward_flops(sh, &block, &head, &scores);
+    double block, head, scores, down;
+    forward_flops(sh, &block, &head, &scores, &down);
     est->forward_flops = block * sh->model.n_layers + head;
     for (int i = 0; i < plan->n_blocks; i++) {
-        if (plan->keep[i] == GT_KEEP_RECOMPUTE) est->recompute_flops += block;
-        else if (plan->keep[i] == GT_KEEP_SELECTIVE) est->recompute_flops += scores;
+        if (plan->keep[i] == GT_KEEP_RECOMPUTE) {
+            est->recompute_flops += block;
+            if (gt_plan_segment_end(plan, i) == i + 1) est->recompute_flops -= down; /* segment's last */
+        } else if (plan->keep[i] == GT_KEEP_SELECTIVE) {
+            est->recompute_flops += scores;
+        }
     }
 }
 
