@@ -205,6 +205,8 @@ void gt_cuda_check_launch_at(const char *file, int line) {
  * its name and shapes, runs the real op (whose launches each synchronise too), then synchronises
  * and checks, so a fault inside a cuBLASLt call or a kernel is reported by the op that made it:
  *   gtrain: CUDA error: an illegal memory access was encountered, in ..., during matmul_forward N=8192 IC=2048 OC=2048
+ * Every op entry (embedding_forward .. to_master, and take_fault) is wrapped; the memory entries
+ * (alloc .. synchronize) are not ops: they check their own CUDA calls.
  * Template over the table index (0 fp32, 1 bf16) so both tables can be wrapped at once. */
 static gt_ops g_real[2];
 
@@ -255,6 +257,12 @@ struct sync_ops {
                                 int OC, int acc) {
         WRAP(I, matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, acc), "matmul_backward N=%d IC=%d OC=%d", N, IC, OC);
     }
+    static void rope_forward(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
+        WRAP(I, rope_forward(out, inp, rope, B, T, NH, HD), "rope_forward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+    }
+    static void rope_backward(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD) {
+        WRAP(I, rope_backward(dinp, dout, rope, B, T, NH, HD), "rope_backward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+    }
     static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
                                   int B, int T, int NH, int NKV, int HD, float p, gt_rng_key key) {
         WRAP(I, attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, p, key),
@@ -297,6 +305,12 @@ struct sync_ops {
     }
     static void to_working(void *w, const float *m, size_t n) { WRAP(I, to_working(w, m, n), "to_working n=%zu", n); }
     static void to_master(float *m, const void *w, size_t n) { WRAP(I, to_master(m, w, n), "to_master n=%zu", n); }
+    static int take_fault(char *msg, size_t msg_len) {
+        op_begin("take_fault");
+        const int r = g_real[I].take_fault(msg, msg_len);
+        op_end();
+        return r;
+    }
 
     static void install(gt_ops *ops) {
         g_real[I] = *ops;
@@ -307,6 +321,8 @@ struct sync_ops {
         ops->rmsnorm_backward = rmsnorm_backward;
         ops->matmul_forward = matmul_forward;
         ops->matmul_backward = matmul_backward;
+        ops->rope_forward = rope_forward;
+        ops->rope_backward = rope_backward;
         ops->attention_forward = attention_forward;
         ops->attention_backward = attention_backward;
         ops->swiglu_forward = swiglu_forward;
@@ -320,6 +336,7 @@ struct sync_ops {
         ops->adamw = adamw;
         ops->to_working = to_working;
         ops->to_master = to_master;
+        ops->take_fault = take_fault;
     }
 };
 #undef WRAP
