@@ -613,6 +613,18 @@ static void test_residual_dropout(float dropout) {
     gpu->dropout_backward(io, io, n, dropout, key);
     get_work(dinplace, io, n);
     gpu->free(io);
+    /* a view one element in (n - 1 elements, odd): not 16-byte aligned, so the scalar kernel runs; the
+     * RNG index counts from the view's start, on the CPU as on the GPU */
+    const size_t ab = (size_t)gpu->act_bytes;
+    float *dwant_u = xmalloc(n * sizeof(float)), *dgot_u = xmalloc(n * sizeof(float));
+    cpu->dropout_backward(dwant_u, dout + 1, n - 1, dropout, key);
+    void *du_out = gpu->alloc(n * ab);
+    gpu->dropout_backward((char *)du_out + ab, (const char *)ddout + ab, n - 1, dropout, key);
+    get_work(dgot_u, (const char *)du_out + ab, n - 1);
+    gpu->free(du_out);
+    snprintf(name, sizeof name, "dropout_backward p=%.2f unaligned", dropout);
+    check_close(name, dgot_u, dwant_u, n - 1, tol_of(1e-6, 1e-2));
+    free(dwant_u), free(dgot_u);
     snprintf(name, sizeof name, "residual_forward p=%.2f", dropout);
     check_close(name, got[0], want, n, tol_of(1e-6, 1e-2));
     check_same(name, got[0], got[1], n);
@@ -677,11 +689,31 @@ static void test_vector_utilities(void) {
                fabs(got0 - want) / want);
     }
 
+    /* n is odd (the 16-byte path's scalar tail); one element in, the pointer is not 16-byte aligned
+     * (the scalar kernel) */
+    want = cpu->sumsq(x + 1, n - 1), got0 = gpu->sumsq(dx + 1, n - 1), got1 = gpu->sumsq(dx + 1, n - 1);
+    checks++;
+    if (!(fabs(got0 - want) <= 1e-12 * want) || memcmp(&got0, &got1, sizeof got0) != 0) {
+        failures++;
+        printf("FAIL %-5s sumsq unaligned %.17g vs cpu %.17g (repeat %.17g)\n", bf16_mode ? "bf16" : "fp32", got0,
+               want, got1);
+    } else {
+        printf("ok   %-5s %-40s rel err %.3e (tol 1.0e-12)\n", bf16_mode ? "bf16" : "fp32", "sumsq unaligned",
+               fabs(got0 - want) / want);
+    }
+
     float *sc = dup_vec(x, n), *got = xmalloc(n * sizeof(float));
     cpu->scale(sc, n, 0.37f);
     gpu->scale(dx, n, 0.37f);
     get_f32(got, dx, n);
     check_close("scale", got, sc, n, 0.0);
+    gpu->free(dx);
+    memcpy(sc, x, n * sizeof(float));
+    cpu->scale(sc + 1, n - 1, 0.37f);
+    dx = dev_f32(x, n);
+    gpu->scale(dx + 1, n - 1, 0.37f);
+    get_f32(got, dx, n);
+    check_close("scale unaligned", got, sc, n, 0.0);
     gpu->free(dx);
 
     /* three AdamW steps from random state */

@@ -586,6 +586,25 @@ __global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branc
     }
 }
 
+/* dropout_backward with 16-byte accesses: element index p * VEC + j keeps the RNG index, then the
+ * n % VEC tail singly; may alias dout (each pack read before written, by the same thread) */
+template <typename T>
+__global__ void dropout_backward_vec_kernel(T *dbranch, const T *dout, size_t nv, size_t n, float dropout,
+                                            float keep_scale, uint64_t rng) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> d = load16(dout + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            store_f(&o.v[j], dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout)
+                                 ? __fmul_rn(load_f(&d.v[j]), keep_scale) : 0.0f);
+        store16(dbranch + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
+}
+
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
@@ -609,8 +628,13 @@ static void dropout_backward(void *dbranch, const void *dout, size_t n, float dr
         return;
     }
     const float keep_scale = 1.0f / (1.0f - dropout);
-    dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n, dropout,
-                                                                              keep_scale, rng_base(key));
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(dbranch) && aligned16(dout))
+        dropout_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, rng_base(key));
+    else
+        dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n,
+                                                                                  dropout, keep_scale, rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
