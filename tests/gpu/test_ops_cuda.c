@@ -23,11 +23,11 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
- * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16 mode:
- * with the default kernels, then with the opt-in tensor-core (and, third, with the opt-in mma forward of
- * cuda_attention_mma.cu paired with the WMMA backward, GTRAIN_CUDA_ATTENTION=mma); the
- * variant (cuda_attention_wmma.cu, GTRAIN_CUDA_ATTENTION=wmma) forced on, same tolerances, with a
- * check that the variant really took the calls.
+ * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs three times in bf16
+ * mode: with the default kernels, then with the opt-in tensor-core variant (cuda_attention_wmma.cu,
+ * GTRAIN_CUDA_ATTENTION=wmma) forced on, then with the opt-in mma forward and backward
+ * (cuda_attention_mma.cu, GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, each with a check
+ * that the variant really took the calls (forward and backward).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -50,7 +50,7 @@ static const gt_ops *cpu, *gpu;
  * tensor-core one, 0 the default kernels, -1 back to GTRAIN_CUDA_ATTENTION) and count its calls */
 void gt_cuda_attention_force_variant(int variant);
 long gt_cuda_attention_wmma_calls(void);
-long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward calls it took */
+long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward and backward calls it took */
 static const char *attn_variant = ""; /* prefix of the attention checks' names */
 static int bf16_mode;
 static int failures, checks;
@@ -800,8 +800,9 @@ int main(void) {
                 failures++;
                 printf("FAIL bf16  attention wmma: the variant took %ld of %ld calls\n", took, want);
             }
-            /* the opt-in mma forward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu) with the wmma
-             * backward: HD 64 and 128, GQA, dropout, T not a multiple of its tiles, one row */
+            /* the opt-in mma forward and backward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu): HD
+             * 64 and 128, GQA (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout,
+             * T not a multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape */
             gt_cuda_attention_force_variant(2);
             attn_variant = "mma ";
             const long mma0 = gt_cuda_attention_mma_calls();
@@ -812,11 +813,12 @@ int main(void) {
             test_attention(1, 200, 8, 2, 64, 0.1f);
             test_attention(1, 1, 2, 1, 128, 0.0f);
             if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
-            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2;
+            /* 7 shapes (6 when quick) x 2 repeats x (forward + backward) */
+            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2 * 2;
             checks++;
             if (mtook != mwant) {
                 failures++;
-                printf("FAIL bf16  attention mma: the forward took %ld of %ld calls\n", mtook, mwant);
+                printf("FAIL bf16  attention mma: the variant took %ld of %ld calls\n", mtook, mwant);
             }
             attn_variant = "";
         }
