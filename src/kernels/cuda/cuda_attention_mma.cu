@@ -37,6 +37,9 @@
  * (3) the C accumulators of n-tiles 2j and 2j+1 are, element for element, the A fragment of k-block j
  * (a[0] = c of tile 2j row g, a[1] = tile 2j row g+8, a[2] = tile 2j+1 row g, a[3] = tile 2j+1 row
  * g+8), so P (or dS) goes from one product into the next without shared memory.
+ * tests/gpu/emulate_mma_attention_bwd.py emulates these layouts lane by lane and runs a hand
+ * transcription of the backward kernels' index math against a direct attention backward (fp64: where
+ * each element goes, not rounding, barriers or the real RNG).
  *
  * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
  * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
