@@ -439,9 +439,10 @@ static void test_matmul(int N, int IC, int OC) {
     free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(dinp_set), free(dinp_acc), free(dw_want);
 }
 
-static void test_rope(void) {
-    const int B = 2, T = 19, NH = 3, HD = 64;
+static void test_rope(int B, int T, int NH, int HD) {
     const float theta = 10000.0f;
+    char name[96], tag[48];
+    snprintf(tag, sizeof tag, "B%d T%d NH%d HD%d", B, T, NH, HD);
     size_t n = (size_t)B * T * NH * HD;
     float *x = rand_vec(n, 1.0f, 1), *want = xmalloc(n * sizeof(float)), *dwant = xmalloc(n * sizeof(float));
     /* the (cos, sin) table (T, HD/2, 2) the model builds (gt_rope_table), here for plain theta */
@@ -477,13 +478,15 @@ static void test_rope(void) {
     gpu->rope_backward(io, io, dtab, B, T, NH, HD);
     get_work(dinplace, io, n);
     gpu->free(io);
-    check_same("rope_backward in place", dinplace, dgot[0], n);
+#define ROPE_NAME(what) (snprintf(name, sizeof name, "rope_%s %s", what, tag), name)
+    check_same(ROPE_NAME("backward in place"), dinplace, dgot[0], n);
     free(dinplace);
-    check_close("rope_forward", got[0], want, n, tol_of(1e-5, 1e-2));
-    check_close("rope_backward", dgot[0], dwant, n, tol_of(1e-5, 1e-2));
-    check_same("rope_forward repeat", got[0], got[1], n);
-    check_same("rope_backward repeat", dgot[0], dgot[1], n);
-    check_same("rope_forward in place", inplace, got[0], n);
+    check_close(ROPE_NAME("forward"), got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close(ROPE_NAME("backward"), dgot[0], dwant, n, tol_of(1e-5, 1e-2));
+    check_same(ROPE_NAME("forward repeat"), got[0], got[1], n);
+    check_same(ROPE_NAME("backward repeat"), dgot[0], dgot[1], n);
+    check_same(ROPE_NAME("forward in place"), inplace, got[0], n);
+#undef ROPE_NAME
     gpu->free(dx);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
     gpu->free(dtab);
@@ -769,7 +772,8 @@ int main(void) {
             test_matmul(37, 96, 80);
             if (!quick) test_matmul(256, 512, 384);
             test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
-            test_rope();
+            test_rope(2, 19, 3, 64);  /* 96 pairs per row of heads: one block of 96 threads */
+            test_rope(1, 5, 9, 128);  /* 576 pairs: three blocks of 256, the last partly idle */
         }
         gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
