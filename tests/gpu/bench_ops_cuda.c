@@ -17,7 +17,8 @@
  * are each input read once and each output written once. "roof%" = floor / measured. The first two
  * lines measure the ceilings actually reached here: a large device-to-device copy (bytes read +
  * written) and an 8192^3 bf16 matmul. Attention is timed with the default kernels and with the
- * opt-in tensor-core variants (GTRAIN_CUDA_ATTENTION=wmma, and =mma: its forward, the wmma backward). The last line per shape adds the ops of one
+ * opt-in tensor-core variants (GTRAIN_CUDA_ATTENTION=wmma, and =mma: cuda_attention_mma.cu's forward and
+ * backward). The last line per shape adds the ops of one
  * micro-batch's forward and backward (every op measured here; rope and dropout are not) and the
  * optimizer step (adamw, to_working and sumsq per parameter) into a step estimate and its MFU, to set
  * beside the trainer's own.
@@ -249,7 +250,7 @@ static double bench_linear(const model_shape *m, const char *what, int IC, int O
     return f + b;
 }
 
-/* attention forward + backward with the variant asked for (0 default, 1 wmma); returns their sum */
+/* attention forward + backward with the variant asked for (0 default, 1 wmma, 2 mma); returns their sum */
 static double bench_attention(const model_shape *m, int variant) {
     const int HD = m->C / m->NH, KVD = m->NKV * HD, N = m->B * m->T;
     const double eb = gpu->act_bytes;
@@ -297,7 +298,7 @@ static void bench_shape(const model_shape *m) {
     block += bench_linear(m, "down (F->C)", F, C);
     double attn_default = bench_attention(m, 0);
     double attn_wmma = bench_attention(m, 1);
-    double attn_mma = bench_attention(m, 2); /* the mma forward, the wmma backward */
+    double attn_mma = bench_attention(m, 2); /* the mma forward and backward */
     block += attn_default;
 
     op_ctx x = {0};

@@ -5,7 +5,7 @@
 # Phases, in order of value; each has its own time limit, cut further to what is left of the budget,
 # and is skipped when too little is left:
 #   1. ops          test_ops_cuda: every op of the CUDA backend against the CPU backend, fp32 and bf16,
-#                   per-row errors, the 7B attention shape, both attention variants, bad token ids
+#                   per-row errors, the 7B attention shape, the wmma and mma attention variants, bad token ids
 #   2. comm         test_comm as a singleton: the MPI, local and NCCL communicators for real at world
 #                   size 1 (NCCL: every collective on device buffers)
 #   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
@@ -145,8 +145,8 @@ phase_ops() {
     w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     local m7
-    m7=$(grep -E "^(ok|FAIL) +bf16 +attention out mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
-        sed -E 's/.*attention out mma .*rel err ([0-9.e+-]+).*/out \1/' | tr '\n' ' ')
+    m7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention (out|dq) mma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
@@ -354,7 +354,8 @@ for s in ("1b", "7b"):
     out.append(f"{s}: attn fwd/bwd " + g(s, "attention_forward default", "ms", "{:.2f}") + "/" +
                g(s, "attention_backward default", "ms", "{:.2f}") + " ms (wmma " +
                g(s, "attention_forward wmma", "ms", "{:.2f}") + "/" + g(s, "attention_backward wmma", "ms", "{:.2f}") +
-               ", mma fwd " + g(s, "attention_forward mma", "ms", "{:.2f}") +
+               ", mma " + g(s, "attention_forward mma", "ms", "{:.2f}") + "/" +
+               g(s, "attention_backward mma", "ms", "{:.2f}") +
                "), est. MFU " + g(s, "step_estimate", "mfu", "{:.0%}"))
 print("; ".join(out))
 PY

@@ -23,11 +23,11 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
- * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16 mode:
- * with the default kernels, then with the opt-in tensor-core (and, third, with the opt-in mma forward of
- * cuda_attention_mma.cu paired with the WMMA backward, GTRAIN_CUDA_ATTENTION=mma); the
- * variant (cuda_attention_wmma.cu, GTRAIN_CUDA_ATTENTION=wmma) forced on, same tolerances, with a
- * check that the variant really took the calls.
+ * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs three times in bf16
+ * mode: with the default kernels, then with the opt-in tensor-core variant (cuda_attention_wmma.cu,
+ * GTRAIN_CUDA_ATTENTION=wmma) forced on, then with the opt-in mma forward and backward
+ * (cuda_attention_mma.cu, GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, each with a check
+ * that the variant really took the calls (forward and backward).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -50,7 +50,7 @@ static const gt_ops *cpu, *gpu;
  * tensor-core one, 0 the default kernels, -1 back to GTRAIN_CUDA_ATTENTION) and count its calls */
 void gt_cuda_attention_force_variant(int variant);
 long gt_cuda_attention_wmma_calls(void);
-long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward calls it took */
+long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward and backward calls it took */
 static const char *attn_variant = ""; /* prefix of the attention checks' names */
 static int bf16_mode;
 static int failures, checks;
@@ -439,9 +439,10 @@ static void test_matmul(int N, int IC, int OC) {
     free(x), free(w), free(dout), free(dinp0), free(dw0), free(want), free(dinp_set), free(dinp_acc), free(dw_want);
 }
 
-static void test_rope(void) {
-    const int B = 2, T = 19, NH = 3, HD = 64;
+static void test_rope(int B, int T, int NH, int HD) {
     const float theta = 10000.0f;
+    char name[96], tag[48];
+    snprintf(tag, sizeof tag, "B%d T%d NH%d HD%d", B, T, NH, HD);
     size_t n = (size_t)B * T * NH * HD;
     float *x = rand_vec(n, 1.0f, 1), *want = xmalloc(n * sizeof(float)), *dwant = xmalloc(n * sizeof(float));
     /* the (cos, sin) table (T, HD/2, 2) the model builds (gt_rope_table), here for plain theta */
@@ -477,13 +478,15 @@ static void test_rope(void) {
     gpu->rope_backward(io, io, dtab, B, T, NH, HD);
     get_work(dinplace, io, n);
     gpu->free(io);
-    check_same("rope_backward in place", dinplace, dgot[0], n);
+#define ROPE_NAME(what) (snprintf(name, sizeof name, "rope_%s %s", what, tag), name)
+    check_same(ROPE_NAME("backward in place"), dinplace, dgot[0], n);
     free(dinplace);
-    check_close("rope_forward", got[0], want, n, tol_of(1e-5, 1e-2));
-    check_close("rope_backward", dgot[0], dwant, n, tol_of(1e-5, 1e-2));
-    check_same("rope_forward repeat", got[0], got[1], n);
-    check_same("rope_backward repeat", dgot[0], dgot[1], n);
-    check_same("rope_forward in place", inplace, got[0], n);
+    check_close(ROPE_NAME("forward"), got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close(ROPE_NAME("backward"), dgot[0], dwant, n, tol_of(1e-5, 1e-2));
+    check_same(ROPE_NAME("forward repeat"), got[0], got[1], n);
+    check_same(ROPE_NAME("backward repeat"), dgot[0], dgot[1], n);
+    check_same(ROPE_NAME("forward in place"), inplace, got[0], n);
+#undef ROPE_NAME
     gpu->free(dx);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
     gpu->free(dtab);
@@ -613,6 +616,18 @@ static void test_residual_dropout(float dropout) {
     gpu->dropout_backward(io, io, n, dropout, key);
     get_work(dinplace, io, n);
     gpu->free(io);
+    /* a view one element in (n - 1 elements, odd): not 16-byte aligned, so the scalar kernel runs; the
+     * RNG index counts from the view's start, on the CPU as on the GPU */
+    const size_t ab = (size_t)gpu->act_bytes;
+    float *dwant_u = xmalloc(n * sizeof(float)), *dgot_u = xmalloc(n * sizeof(float));
+    cpu->dropout_backward(dwant_u, dout + 1, n - 1, dropout, key);
+    void *du_out = gpu->alloc(n * ab);
+    gpu->dropout_backward((char *)du_out + ab, (const char *)ddout + ab, n - 1, dropout, key);
+    get_work(dgot_u, (const char *)du_out + ab, n - 1);
+    gpu->free(du_out);
+    snprintf(name, sizeof name, "dropout_backward p=%.2f unaligned", dropout);
+    check_close(name, dgot_u, dwant_u, n - 1, tol_of(1e-6, 1e-2));
+    free(dwant_u), free(dgot_u);
     snprintf(name, sizeof name, "residual_forward p=%.2f", dropout);
     check_close(name, got[0], want, n, tol_of(1e-6, 1e-2));
     check_same(name, got[0], got[1], n);
@@ -677,11 +692,31 @@ static void test_vector_utilities(void) {
                fabs(got0 - want) / want);
     }
 
+    /* n is odd (the 16-byte path's scalar tail); one element in, the pointer is not 16-byte aligned
+     * (the scalar kernel) */
+    want = cpu->sumsq(x + 1, n - 1), got0 = gpu->sumsq(dx + 1, n - 1), got1 = gpu->sumsq(dx + 1, n - 1);
+    checks++;
+    if (!(fabs(got0 - want) <= 1e-12 * want) || memcmp(&got0, &got1, sizeof got0) != 0) {
+        failures++;
+        printf("FAIL %-5s sumsq unaligned %.17g vs cpu %.17g (repeat %.17g)\n", bf16_mode ? "bf16" : "fp32", got0,
+               want, got1);
+    } else {
+        printf("ok   %-5s %-40s rel err %.3e (tol 1.0e-12)\n", bf16_mode ? "bf16" : "fp32", "sumsq unaligned",
+               fabs(got0 - want) / want);
+    }
+
     float *sc = dup_vec(x, n), *got = xmalloc(n * sizeof(float));
     cpu->scale(sc, n, 0.37f);
     gpu->scale(dx, n, 0.37f);
     get_f32(got, dx, n);
     check_close("scale", got, sc, n, 0.0);
+    gpu->free(dx);
+    memcpy(sc, x, n * sizeof(float));
+    cpu->scale(sc + 1, n - 1, 0.37f);
+    dx = dev_f32(x, n);
+    gpu->scale(dx + 1, n - 1, 0.37f);
+    get_f32(got, dx, n);
+    check_close("scale unaligned", got, sc, n, 0.0);
     gpu->free(dx);
 
     /* three AdamW steps from random state */
@@ -737,7 +772,8 @@ int main(void) {
             test_matmul(37, 96, 80);
             if (!quick) test_matmul(256, 512, 384);
             test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
-            test_rope();
+            test_rope(2, 19, 3, 64);  /* 96 pairs per row of heads: one block of 96 threads */
+            test_rope(1, 5, 9, 128);  /* 576 pairs: three blocks of 256, the last partly idle */
         }
         gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
@@ -768,8 +804,9 @@ int main(void) {
                 failures++;
                 printf("FAIL bf16  attention wmma: the variant took %ld of %ld calls\n", took, want);
             }
-            /* the opt-in mma forward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu) with the wmma
-             * backward: HD 64 and 128, GQA, dropout, T not a multiple of its tiles, one row */
+            /* the opt-in mma forward and backward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu): HD
+             * 64 and 128, GQA (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout,
+             * T not a multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape */
             gt_cuda_attention_force_variant(2);
             attn_variant = "mma ";
             const long mma0 = gt_cuda_attention_mma_calls();
@@ -780,11 +817,12 @@ int main(void) {
             test_attention(1, 200, 8, 2, 64, 0.1f);
             test_attention(1, 1, 2, 1, 128, 0.0f);
             if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
-            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2;
+            /* 7 shapes (6 when quick) x 2 repeats x (forward + backward) */
+            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2 * 2;
             checks++;
             if (mtook != mwant) {
                 failures++;
-                printf("FAIL bf16  attention mma: the forward took %ld of %ld calls\n", mtook, mwant);
+                printf("FAIL bf16  attention mma: the variant took %ld of %ld calls\n", mtook, mwant);
             }
             attn_variant = "";
         }

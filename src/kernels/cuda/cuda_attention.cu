@@ -495,13 +495,16 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
 }
 
 /* Optional bf16 tensor-core variants, opt-in: GTRAIN_CUDA_ATTENTION=wmma (cuda_attention_wmma.cu, forward
- * and backward) or =mma (cuda_attention_mma.cu's forward, the wmma backward). Each returns 1 when it ran
+ * and backward) or =mma (cuda_attention_mma.cu, forward and backward). Each returns 1 when it ran
  * the call (bf16, supported HD, aligned inputs), 0 to use the kernels here. */
 int gt_cuda_attention_variant(void);
 int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                   int NH, int NKV, int HD, float dropout, gt_rng_key key);
 int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
                                    int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key);
+int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                   const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
+                                   int HD, float dropout, gt_rng_key key);
 int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
                                     const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
                                     int HD, float dropout, gt_rng_key key);
@@ -534,6 +537,9 @@ static void attention_backward(void *dq, void *dk, void *dv, const void *dout, c
     (void)probs;
     check_shapes(NH, NKV, HD);
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
+        gt_cuda_attention_mma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
+        return;
     if (sizeof(T) == sizeof(bf16) &&
         gt_cuda_attention_wmma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
         return;

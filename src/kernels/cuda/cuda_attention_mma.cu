@@ -1,21 +1,45 @@
 /*
- * cuda_attention_mma.cu — an OPTIONAL bf16 flash-attention FORWARD written for sm_80/sm_90 tensor cores
- * with the PTX instructions whose register layouts the PTX ISA documents (mma.sync m16n8k16, ldmatrix,
- * cp.async), so that, unlike the WMMA variant, the output accumulator stays in registers.
+ * cuda_attention_mma.cu — an OPTIONAL bf16 flash-attention, FORWARD and BACKWARD, written for sm_80/sm_90
+ * tensor cores with the PTX instructions whose register layouts the PTX ISA documents (mma.sync
+ * m16n8k16, ldmatrix, cp.async), so that, unlike the WMMA variant, the accumulators (O in forward; dQ,
+ * dK, dV in backward) stay in registers.
  *
- *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; opt-in with
- *   *** GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has passed on a real GPU.
+ *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
+ *   *** on reading only. Opt-in with GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has
+ *   *** passed on a real GPU.
  *
- * With GTRAIN_CUDA_ATTENTION=mma the forward runs here and the backward runs the WMMA variant's
- * kernels (cuda_attention_wmma.cu): the backward recomputes the probabilities from q, k and lse and
- * takes D from the output, so any forward with the same lse semantics pairs with it. Used for the bf16
- * working type, HD 64 or 128, 16-byte aligned q, k, v; anything else falls through to the other kernels.
+ * With GTRAIN_CUDA_ATTENTION=mma both directions run here for the bf16 working type, HD 64 or 128 and
+ * 16-byte aligned q, k, v (and dout, dq, dk, dv in backward); anything else falls through to the WMMA
+ * variant (cuda_attention_wmma.cu), then to the default kernels. The backward recomputes the
+ * probabilities from q, k and lse and takes D from the output, so it pairs with any forward with the
+ * same lse semantics.
  *
  * Semantics as cuda_attention.cu: scale 1/sqrt(HD), causal s <= t, GQA head h reads kv head
  * h / (NH/NKV), lse = m + log(l) with m the row max of the scaled scores and l the sum of the
  * pre-dropout probabilities, dropout on the probabilities with dev_dropout_keep at index
  * ((b*NH + h)*T + t)*T + s and the 1/(1-p) scale. Differences are rounding only (bf16 products summed
- * in fp32 by the tensor cores; P rounded to bf16 before P V).
+ * in fp32 by the tensor cores; P rounded to bf16 before P V; in backward P~ and dS rounded to bf16
+ * before dV, dQ and dK).
+ *
+ * Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"
+ * and "ldmatrix"), lane = 4 g + c (g = groupID = lane >> 2, c = threadID_in_group = lane % 4):
+ *   A (16 x 16 bf16, .row), four .b32 registers of two bf16 each (lower column in the low half):
+ *     a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8, 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..);
+ *   B (16 x 8 bf16, .col), two registers: b[0] = (rows/k 2c, 2c+1; col/n g), b[1] = (k 2c+8, 2c+9; n g);
+ *   C, D (16 x 8 fp32): c[0], c[1] = (row g, cols 2c, 2c+1), c[2], c[3] = (row g+8, cols 2c, 2c+1);
+ *   ldmatrix.sync.aligned.m8n8.x4.shared.b16: lanes 8i..8i+7 give the addresses of rows 0-7 of
+ *     matrix i; register i of lane l gets row l / 4, columns 2 (l % 4), 2 (l % 4) + 1 of matrix i; with
+ *     .trans it gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4 (the transposed matrix's row l / 4).
+ * Three consequences, derived at mma_abt and mma_pv below: (1) a row-major tile's 16 x 16 block loaded
+ * with ldmatrix.x4 (lane l -> row l % 16, column block l / 16) is an A fragment; (2) a plain
+ * ldmatrix of a row-major (n x k) tile gives B fragments of its transpose (S = Q K^T: K rows are the
+ * n index); ldmatrix.trans of a row-major (k x n) tile gives B fragments of the tile itself (P V);
+ * (3) the C accumulators of n-tiles 2j and 2j+1 are, element for element, the A fragment of k-block j
+ * (a[0] = c of tile 2j row g, a[1] = tile 2j row g+8, a[2] = tile 2j+1 row g, a[3] = tile 2j+1 row
+ * g+8), so P (or dS) goes from one product into the next without shared memory.
+ * tests/gpu/emulate_mma_attention_bwd.py emulates these layouts lane by lane and runs a hand
+ * transcription of the backward kernels' index math against a direct attention backward (fp64: where
+ * each element goes, not rounding, barriers or the real RNG).
  *
  * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
  * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
@@ -28,6 +52,27 @@
  * 8 rows of each ldmatrix hit distinct banks. BN = 64 keys at HD 64 and 32 at HD 128, so that
  * registers (about 130-160 per thread) and shared memory (46 and 52 KiB) allow 3-4 blocks per SM.
  * No atomics; every sum has a fixed order, so results repeat bit for bit.
+ *
+ * Backward (FlashAttention-2's, without atomics; as cuda_attention.cu: dp~ = dout_t . v_s, dp = dp~
+ * keep/(1-p), D_t = dout_t . out_t, ds = p (dp - D_t) scale, p = exp(s scale - lse_t)), three kernels:
+ *   D: cuda_attention.cu's gt_cuda_attention_rowdot into a (B, NH, T) fp32 scratch;
+ *   dq, grid (query tiles of 64, longest first) x NH x B, 4 warps of 16 query rows: Q and dO tiles in
+ *     shared memory; the K and V tiles of BN keys (0 up to the block's last query: causal tile
+ *     skipping, and a warp skips a tile past its own last row) stream through two cp.async stages.
+ *     Per tile: S = Q K^T and dP~ = dO V^T (16 x BN fp32 in registers), dS in place of S, and
+ *     dQ += dS K with K through ldmatrix.trans; dQ (16 x HD fp32) stays in registers to the end;
+ *   dk/dv, grid (key tiles of 64, tile 0 first) x NKV x B, 4 warps of 16 key rows: K and V tiles in
+ *     shared memory; the steps (the group's query heads in order, then the query tiles of BQ rows
+ *     from the block's diagonal on) stream Q, dO, lse and D through two cp.async stages (lse and D
+ *     with 4-byte cp.async.ca). Per step: S^T = K Q^T and dP~^T = V dO^T (16 x BQ), P~^T (after
+ *     dropout) and dS^T in place, dV += P~^T dO and dK += dS^T Q with dO and Q through ldmatrix.trans;
+ *     dK, dV (2 x 16 x HD fp32) stay in registers over every head of the group (GQA summed in a fixed
+ *     order, no cross-block sum).
+ * BN = BQ = 64 at HD 64, 32 at HD 128. Shared memory 2 (HD + 8)(2*64 + 4*BN) bytes (+ 16 BN for lse and
+ * D in dk/dv): dq 54 / 68 KiB, dk/dv 55 / 68.5 KiB at HD 64 / 128. Registers (ptxas -v, nvcc 13.0,
+ * sm_90, __launch_bounds__(128, 2), no spills): dq 206 / 190, dk/dv 226 / 252 at HD 64 / 128, so two
+ * blocks fit per SM: at most 252 x 32 registers per warp, allocated in units of 256 = 8192, x 4 warps
+ * x 2 blocks = the SM's 65536; and 2 x (68.5 + 1 reserved) KiB of its 228 KiB of shared memory.
  */
 #include <math.h>
 #include <stdint.h>
@@ -276,11 +321,370 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
     CUDA_CHECK_LAUNCH();
 }
 
+/* ================================================================ backward
+ *
+ * Shared by both kernels: tiles of Q, dO, K, V in shared memory in rows of HD + 8 bf16 (the forward's
+ * padding), all of a warp's tensor-core work on its own 16 rows, and the two fragment patterns below.
+ * The notation of the derivations: lane = 4 g + c (g = groupID = lane / 4, c = threadID_in_group =
+ * lane % 4); the PTX ISA's m16n8k16 layouts for .bf16 (A: a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8,
+ * 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..), the lower column in the low 16 bits; B, k x n
+ * "col": b[0] = (k 2c, 2c+1; n g), b[1] = (k 2c+8, 2c+9; n g); C/D fp32: c[0], c[1] = (row g, cols 2c,
+ * 2c+1), c[2], c[3] = (row g+8, same cols)); ldmatrix .m8n8.x4 .b16: lanes 8i..8i+7 give the row
+ * addresses of matrix i, and register i of lane l holds row l / 4, columns 2 (l % 4), +1 of matrix i
+ * (with .trans: row 2 (l % 4) and 2 (l % 4) + 1, column l / 4, i.e. the same of the transposed
+ * matrix). */
+
+/* 4 bytes global -> shared (cp.async.ca: .cg takes 16-byte copies only); src_bytes 0 writes zero */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
+
+/* N floats src[row0 .. row0 + N) (a row statistic of one head: lse or D) into dst; past T zero */
+template <int N>
+__device__ __forceinline__ void load_stat_async(float *dst, const float *src, int row0, int Tn) {
+    for (int i = threadIdx.x; i < N; i += MM_THREADS) {
+        const int t = row0 + i;
+        cp_async4(dst + i, t < Tn ? src + t : src, t < Tn ? 4 : 0);
+    }
+}
+
+/* acc (16 x 8 NT, C layout) += A B^T, A = 16 rows of a bf16 tile (As: the warp's first row), B = the
+ * 8 NT rows of another (Bs), both HD wide (K = HD): the S = Q K^T product.
+ *   A: ldmatrix.x4 with lane l addressing row l % 16, column 16 kk + 8 (l / 16): matrices (rows 0-7,
+ *      k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), so register i of lane 4g+c holds (g, 2c..),
+ *      (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..) = a[0..3] exactly.
+ *   B (k x n) = Bs^T, i.e. B[k][n] = Bs[row n][col k]; b[0] needs (k 2c, 2c+1; n g) = Bs row g,
+ *      cols 2c, 2c+1 = register of a plain ldmatrix of the 8 x 8 block (rows n0..n0+7, cols k0..k0+7).
+ *      Lane l addresses row 8 nt + (l % 8) + 8 (l / 16), column 16 kk + 8 ((l / 8) % 2): matrices
+ *      (n-tile nt, k 0-7), (nt, k 8-15), (nt+1, k 0-7), (nt+1, k 8-15) = b[0], b[1] of nt, of nt+1. */
+template <int HD, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const bf16 *As, const bf16 *Bs, int lane) {
+    constexpr int LD = HD + 8;
+    static_assert(NT % 2 == 0, "n-tiles go in pairs");
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, As + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t r[4];
+            const int row = nt * 8 + (lane & 7) + ((lane >> 4) << 3);
+            ldmatrix_x4(r, Bs + row * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma_bf16(acc[nt], a, r[0], r[1]);
+            mma_bf16(acc[nt + 1], a, r[2], r[3]);
+        }
+    }
+}
+
+/* acc (16 x HD, C layout) += P V, P = 16 x 8 NT in C layout (fp32, rounded to bf16 here), V = the
+ * 8 NT x HD row-major bf16 tile Vs (K = 8 NT).
+ *   P as A: for k-block j (columns 16j..16j+15), a[0] = (g, 16j + 2c, +1) = p[2j][0..1], a[1] = (g+8,
+ *      16j + 2c..) = p[2j][2..3], a[2] = (g, 16j + 8 + 2c..) = p[2j+1][0..1], a[3] = p[2j+1][2..3]:
+ *      the accumulators of n-tiles 2j and 2j+1 are the A fragment, packed lower column low.
+ *   V as B (k x n = keys x hd, stored row-major): b[0] = (k 2c, 2c+1; n g) = rows 2c, 2c+1 of column g
+ *      of the 8 x 8 block, which is what ldmatrix.trans gives lane 4g+c. Lane l addresses row
+ *      16 j + (l % 8) + 8 ((l / 8) % 2), column 8 dt + 8 (l / 16): matrices (k 0-7, n-tile dt),
+ *      (k 8-15, dt), (k 0-7, dt+1), (k 8-15, dt+1) = b[0], b[1] of dt, of dt+1. */
+template <int HD, int NT>
+__device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)[NT][4], const bf16 *Vs, int lane) {
+    constexpr int LD = HD + 8, DT = HD / 8;
+#pragma unroll
+    for (int j = 0; j < NT / 2; j++) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16(p[2 * j][0], p[2 * j][1]);
+        pa[1] = pack_bf16(p[2 * j][2], p[2 * j][3]);
+        pa[2] = pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]);
+        pa[3] = pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3]);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t r[4];
+            const int row = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4_trans(r, Vs + row * LD + dt * 8 + (lane >> 4) * 8);
+            mma_bf16(acc[dt], pa, r[0], r[1]);
+            mma_bf16(acc[dt + 1], pa, r[2], r[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ uint64_t mm_drop_index(int b, int h, int t, int s, int NH, int Tn) {
+    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
+}
+
+/* 16 rows x HD of an fp32 accumulator (C layout) to bf16 rows row_a (c[0], c[1]) and row_b = row_a + 8
+ * (c[2], c[3]) of a (T, stride) view; 4-byte stores (dst is 16-byte aligned, the column 8 dt + 2 quad
+ * even) */
+template <int HD>
+__device__ __forceinline__ void store_rows(bf16 *dst, size_t stride, const float (&acc)[HD / 8][4], int row_a,
+                                           int quad, int Tn) {
+    if (row_a < Tn) {
+        bf16 *o = dst + (size_t)row_a * stride + 2 * quad;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(o + dt * 8) = __floats2bfloat162_rn(acc[dt][0], acc[dt][1]);
+    }
+    if (row_a + 8 < Tn) {
+        bf16 *o = dst + (size_t)(row_a + 8) * stride + 2 * quad;
+#pragma unroll
+        for (int dt = 0; dt < HD / 8; dt++)
+            *reinterpret_cast<__nv_bfloat162 *>(o + dt * 8) = __floats2bfloat162_rn(acc[dt][2], acc[dt][3]);
+    }
+}
+
+/* dq, grid (query tiles of 64, longest first) x NH x B: Q and dO tiles (64 rows) stay in shared
+ * memory; the K and V tiles of BN keys, from key 0 to the block's last query, stream through two
+ * cp.async stages. Per tile a warp computes S = Q K^T and dP~ = dO V^T (16 x BN each, fp32 in
+ * registers), then in place dS = P (dP - D) scale with P = exp(S scale - lse) and dP = dP~ after
+ * dropout, and dQ += dS K (K read with ldmatrix.trans, as V in the forward). */
+template <int HD, int BN>
+__global__ void __launch_bounds__(MM_THREADS, 2)
+mma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, const bf16 *q, const bf16 *k,
+                                 const bf16 *v, const float *lse, int Tn, int NH, int NKV, float scale, float dropout,
+                                 float keep_scale, uint64_t rng) {
+    constexpr int LD = HD + 8, NT = BN / 8, DT = HD / 8;
+    extern __shared__ __align__(128) unsigned char mm_smem[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(mm_smem); /* (64, LD) */
+    bf16 *sdO = sQ + MM_BM * LD;                   /* (64, LD) */
+    bf16 *sK = sdO + MM_BM * LD;                   /* 2 stages of (BN, LD) */
+    bf16 *sV = sK + 2 * BN * LD;                   /* 2 stages of (BN, LD) */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int qtile = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const int q0 = qtile * MM_BM;
+    const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
+    const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
+    const bf16 *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
+    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+
+    const int last = min(q0 + MM_BM, Tn) - 1;
+    const int ntiles = last / BN + 1;
+    load_tile_async<HD, MM_BM>(sQ, qb, qs, q0, Tn);
+    load_tile_async<HD, MM_BM>(sdO, ob, qs, q0, Tn);
+    load_tile_async<HD, BN>(sK, kb, ks, 0, Tn);
+    load_tile_async<HD, BN>(sV, vb, ks, 0, Tn);
+    cp_async_commit();
+
+    /* this lane's two query rows (C layout: g and g + 8 of the warp's 16) and their statistics */
+    const int quad = lane & 3;
+    const int w0 = q0 + warp * 16;
+    const int row_a = w0 + (lane >> 2), row_b = row_a + 8;
+    const bool warp_active = w0 < Tn;
+    const int warp_last = min(w0 + 15, Tn - 1);
+    const size_t bh = (size_t)b * NH + h;
+    const float lse_a = row_a < Tn ? lse[bh * Tn + row_a] : 0.0f, lse_b = row_b < Tn ? lse[bh * Tn + row_b] : 0.0f;
+    const float D_a = row_a < Tn ? Dbuf[bh * Tn + row_a] : 0.0f, D_b = row_b < Tn ? Dbuf[bh * Tn + row_b] : 0.0f;
+
+    float acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    for (int tile = 0; tile < ntiles; tile++) {
+        const int k0 = tile * BN, stage = tile & 1;
+        if (tile + 1 < ntiles) {
+            /* the other stage was last read in iteration tile - 1, which ended with a barrier */
+            load_tile_async<HD, BN>(sK + (stage ^ 1) * BN * LD, kb, ks, k0 + BN, Tn);
+            load_tile_async<HD, BN>(sV + (stage ^ 1) * BN * LD, vb, ks, k0 + BN, Tn);
+            cp_async_commit();
+            cp_async_wait<1>(); /* everything but the newest group: Q, dO and this tile */
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *tK = sK + stage * BN * LD, *tV = sV + stage * BN * LD;
+        if (warp_active && k0 <= warp_last) { /* causal: a tile past the warp's last row adds nothing */
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            mma_abt<HD, NT>(s, sQ + warp * 16 * LD, tK, lane);
+            mma_abt<HD, NT>(dp, sdO + warp * 16 * LD, tV, lane);
+            /* element (row r, key col) of the C layout: r = row_a for e < 2, row_b else; col = k0 +
+             * 8 nt + 2 quad + (e & 1). dS replaces S in place. */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e < 2 ? row_a : row_b, col = k0 + nt * 8 + 2 * quad + (e & 1);
+                    float ds = 0.0f;
+                    if (col <= r && r < Tn) {
+                        const float p = expf(s[nt][e] * scale - (e < 2 ? lse_a : lse_b));
+                        float d = dp[nt][e];
+                        if (dropout > 0.0f)
+                            d = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? d * keep_scale
+                                                                                                   : 0.0f;
+                        ds = p * (d - (e < 2 ? D_a : D_b)) * scale;
+                    }
+                    s[nt][e] = ds;
+                }
+            mma_pv<HD, NT>(acc, s, tK, lane); /* dQ += dS K */
+        }
+        __syncthreads(); /* every warp is done with this stage before it is loaded again */
+    }
+    if (warp_active) store_rows<HD>(dq + (size_t)b * Tn * qs + (size_t)h * HD, qs, acc, row_a, quad, Tn);
+}
+
+/* dk and dv, grid (key tiles of 64, the first (most queries) first) x NKV x B: the block's K and V
+ * rows stay in shared memory; the steps (query head of the group in order, query tile of BQ rows from
+ * the block's diagonal on) stream Q, dO, lse and D through two cp.async stages. Per step a warp
+ * computes S^T = K Q^T and dP~^T = V dO^T (its 16 keys x BQ queries, fp32 in registers), then P~^T
+ * (after dropout) in place of S^T and dS^T in place of dP~^T, and dV += P~^T dO, dK += dS^T Q (dO and
+ * Q read with ldmatrix.trans). The group's heads are summed in a fixed order (the step order) in the
+ * same registers, so there is no atomic and no cross-block sum. */
+template <int HD, int BQ>
+__global__ void __launch_bounds__(MM_THREADS, 2)
+mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const bf16 *dout, const bf16 *q,
+                                   const bf16 *k, const bf16 *v, const float *lse, int Tn, int NH, int NKV,
+                                   float scale, float dropout, float keep_scale, uint64_t rng) {
+    constexpr int LD = HD + 8, NT = BQ / 8, DT = HD / 8;
+    static_assert(MM_BM % BQ == 0, "the first query tile of a key tile starts at its first key");
+    extern __shared__ __align__(128) unsigned char mm_smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(mm_smem);                   /* (64, LD) the block's keys */
+    bf16 *sV = sK + MM_BM * LD;                                      /* (64, LD) */
+    bf16 *sQ = sV + MM_BM * LD;                                      /* 2 stages of (BQ, LD) */
+    bf16 *sdO = sQ + 2 * BQ * LD;                                    /* 2 stages of (BQ, LD) */
+    float *sL = reinterpret_cast<float *>(sdO + 2 * BQ * LD);        /* 2 stages of BQ lse */
+    float *sD = sL + 2 * BQ;                                         /* 2 stages of BQ D */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ktile = blockIdx.x; /* key tile 0 sees every query: the longest block starts first */
+    const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
+    const int k0 = ktile * MM_BM;
+    const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
+    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+
+    /* steps it = 0 .. group * nq - 1: head g * group + it / nq, query tile qt0 + it % nq; queries
+     * before k0 never see the block's keys (causal), so the first tile is the one holding k0 */
+    const int qt0 = k0 / BQ, nq = (Tn + BQ - 1) / BQ - qt0, nsteps = group * nq;
+    load_tile_async<HD, MM_BM>(sK, kb, ks, k0, Tn);
+    load_tile_async<HD, MM_BM>(sV, vb, ks, k0, Tn);
+    {
+        const int h = g * group, q0 = qt0 * BQ;
+        const size_t bh = (size_t)b * NH + h;
+        load_tile_async<HD, BQ>(sQ, q + (size_t)b * Tn * qs + (size_t)h * HD, qs, q0, Tn);
+        load_tile_async<HD, BQ>(sdO, dout + (size_t)b * Tn * qs + (size_t)h * HD, qs, q0, Tn);
+        load_stat_async<BQ>(sL, lse + bh * Tn, q0, Tn);
+        load_stat_async<BQ>(sD, Dbuf + bh * Tn, q0, Tn);
+    }
+    cp_async_commit();
+
+    /* this lane's two key rows (C layout: g and g + 8 of the warp's 16 keys) */
+    const int quad = lane & 3;
+    const int w0 = k0 + warp * 16;
+    const int row_a = w0 + (lane >> 2), row_b = row_a + 8;
+    const bool warp_active = w0 < Tn;
+
+    float dk_acc[DT][4], dv_acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
+
+    for (int it = 0; it < nsteps; it++) {
+        const int stage = it & 1;
+        const int h = g * group + it / nq, q0 = (qt0 + it % nq) * BQ;
+        if (it + 1 < nsteps) {
+            /* the other stage was last read in step it - 1, which ended with a barrier */
+            const int hn = g * group + (it + 1) / nq, qn = (qt0 + (it + 1) % nq) * BQ;
+            const size_t bhn = (size_t)b * NH + hn;
+            load_tile_async<HD, BQ>(sQ + (stage ^ 1) * BQ * LD, q + (size_t)b * Tn * qs + (size_t)hn * HD, qs, qn,
+                                    Tn);
+            load_tile_async<HD, BQ>(sdO + (stage ^ 1) * BQ * LD, dout + (size_t)b * Tn * qs + (size_t)hn * HD, qs,
+                                    qn, Tn);
+            load_stat_async<BQ>(sL + (stage ^ 1) * BQ, lse + bhn * Tn, qn, Tn);
+            load_stat_async<BQ>(sD + (stage ^ 1) * BQ, Dbuf + bhn * Tn, qn, Tn);
+            cp_async_commit();
+            cp_async_wait<1>(); /* everything but the newest group: K, V and this step */
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16 *tQ = sQ + stage * BQ * LD, *tdO = sdO + stage * BQ * LD;
+        const float *tL = sL + stage * BQ, *tD = sD + stage * BQ;
+        /* causal: nothing to add when every query of the tile precedes the warp's first key */
+        if (warp_active && q0 + BQ - 1 >= w0) {
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+            mma_abt<HD, NT>(s, sK + warp * 16 * LD, tQ, lane);   /* S^T: keys x queries */
+            mma_abt<HD, NT>(dp, sV + warp * 16 * LD, tdO, lane); /* dP~^T */
+            /* element (key row sk, query col c of the tile) of the C layout: sk = row_a for e < 2,
+             * row_b else; c = 8 nt + 2 quad + (e & 1) */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int sk = e < 2 ? row_a : row_b, c = nt * 8 + 2 * quad + (e & 1), tq = q0 + c;
+                    float pt = 0.0f, ds = 0.0f;
+                    if (tq < Tn && sk <= tq) {
+                        const float p = expf(s[nt][e] * scale - tL[c]);
+                        float d = dp[nt][e];
+                        pt = p;
+                        if (dropout > 0.0f) {
+                            const bool keep = dev_dropout_keep(rng, mm_drop_index(b, h, tq, sk, NH, Tn), dropout);
+                            d = keep ? d * keep_scale : 0.0f;
+                            pt = keep ? p * keep_scale : 0.0f;
+                        }
+                        ds = p * (d - tD[c]) * scale;
+                    }
+                    s[nt][e] = pt;
+                    dp[nt][e] = ds;
+                }
+            mma_pv<HD, NT>(dv_acc, s, tdO, lane); /* dV += P~^T dO */
+            mma_pv<HD, NT>(dk_acc, dp, tQ, lane); /* dK += dS^T Q */
+        }
+        __syncthreads(); /* every warp is done with this stage before it is loaded again */
+    }
+    if (warp_active) {
+        store_rows<HD>(dk + (size_t)b * Tn * ks + (size_t)g * HD, ks, dk_acc, row_a, quad, Tn);
+        store_rows<HD>(dv + (size_t)b * Tn * ks + (size_t)g * HD, ks, dv_acc, row_a, quad, Tn);
+    }
+}
+
+/* shared memory of the backward kernels: the 64-row tiles, two stages of the BN (BQ) row tiles, and in
+ * dk/dv two stages of lse and D */
+template <int HD, int BN>
+constexpr size_t bwd_dq_smem() { return sizeof(bf16) * (size_t)(HD + 8) * (2 * MM_BM + 4 * BN); }
+template <int HD, int BN>
+constexpr size_t bwd_dkdv_smem() { return bwd_dq_smem<HD, BN>() + sizeof(float) * 4 * BN; }
+
+template <int HD, int BN>
+void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out, const bf16 *q, const bf16 *k,
+                 const bf16 *v, const float *lse, int B, int Tn, int NH, int NKV, float dropout, gt_rng_key key) {
+    const float scale = 1.0f / sqrtf((float)HD);
+    const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
+    const uint64_t rng = rng_base(key);
+    float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
+    gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, 1);
+
+    const size_t smem_dq = bwd_dq_smem<HD, BN>(), smem_kv = bwd_dkdv_smem<HD, BN>();
+    static int smem_set;
+    if (!smem_set) {
+        CUDA_CHECK(cudaFuncSetAttribute(mma_attention_backward_dq_kernel<HD, BN>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq));
+        CUDA_CHECK(cudaFuncSetAttribute(mma_attention_backward_dkdv_kernel<HD, BN>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        smem_set = 1;
+    }
+    const unsigned tiles = (unsigned)((Tn + MM_BM - 1) / MM_BM);
+    mma_attention_backward_dq_kernel<HD, BN><<<dim3(tiles, (unsigned)NH, (unsigned)B), MM_THREADS, smem_dq>>>(
+        dq, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, scale, dropout, keep_scale, rng);
+    CUDA_CHECK_LAUNCH();
+    mma_attention_backward_dkdv_kernel<HD, BN><<<dim3(tiles, (unsigned)NKV, (unsigned)B), MM_THREADS, smem_kv>>>(
+        dk, dv, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, scale, dropout, keep_scale, rng);
+    CUDA_CHECK_LAUNCH();
+    gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernels */
+}
+
 long g_mma_calls = 0;
 
 } /* namespace */
 
-/* Tests: how many forward calls this kernel has taken so far. */
+/* Tests: how many calls (forward or backward) these kernels have taken so far. */
 extern "C" long gt_cuda_attention_mma_calls(void) { return g_mma_calls; }
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected
@@ -293,6 +697,25 @@ int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const vo
     const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
     if (HD == 64) forward_hd<64, 64>(o, lse, qq, kk, vv, B, Tn, NH, NKV, dropout, key);
     else forward_hd<128, 32>(o, lse, qq, kk, vv, B, Tn, NH, NKV, dropout, key);
+    g_mma_calls++;
+    return 1;
+}
+
+/* Called by cuda_attention.cu's attention_backward for the bf16 working type when the selected variant
+ * is "mma" (gt_cuda_attention_variant() == 2); returns 1 when it ran the call, 0 to fall through (to
+ * the WMMA backward, then the default kernels). Inputs read with cp.async (q, k, v, dout) and outputs
+ * written with 4-byte stores (dq, dk, dv) must be 16-byte aligned. */
+int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                   const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
+                                   int HD, float dropout, gt_rng_key key) {
+    if (HD != 64 && HD != 128) return 0;
+    if (!aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(dout)) return 0;
+    if (!aligned16(dq) || !aligned16(dk) || !aligned16(dv)) return 0;
+    bf16 *a = (bf16 *)dq, *bk = (bf16 *)dk, *bv = (bf16 *)dv;
+    const bf16 *o = (const bf16 *)dout, *ou = (const bf16 *)out;
+    const bf16 *qq = (const bf16 *)q, *kk = (const bf16 *)k, *vv = (const bf16 *)v;
+    if (HD == 64) backward_hd<64, 64>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
+    else backward_hd<128, 32>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, dropout, key);
     g_mma_calls++;
     return 1;
 }

@@ -6,8 +6,8 @@
  *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
  *   *** on careful reading only until tests/gpu/test_ops_cuda.c has passed on a real GPU.
  *
- * Selection. Opt-in: used only when the environment variable GTRAIN_CUDA_ATTENTION=wmma (or =mma: then
- * the forward is cuda_attention_mma.cu's and the backward this file's) is set (read
+ * Selection. Opt-in: used only when the environment variable GTRAIN_CUDA_ATTENTION=wmma (or =mma, for
+ * the calls cuda_attention_mma.cu does not take: HD 32, unaligned tensors) is set (read
  * once, on the first attention call), or when a test forces it (gt_cuda_attention_force_variant), and
  * then only for the bf16 working type with HD in {32, 64, 128} and 16-byte aligned q, k, v (and dout
  * in backward: they are read with 16-byte loads). Everything else keeps using the fp32 CUDA-core
@@ -521,8 +521,8 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
 
 /* ---------------------------------------------------------------- host side */
 
-/* -1: follow the environment; 0: the default kernels; 1: this variant; 2: the mma forward
- * (cuda_attention_mma.cu) with this variant's backward (tests force them) */
+/* -1: follow the environment; 0: the default kernels; 1: this variant; 2: the mma forward and
+ * backward (cuda_attention_mma.cu; this variant where it declines) (tests force them) */
 int g_forced_variant = -1;
 int g_env_variant = -1; /* -1: GTRAIN_CUDA_ATTENTION not read yet */
 long g_wmma_calls = 0;
@@ -611,7 +611,7 @@ extern "C" void gt_cuda_attention_force_variant(int variant) {
     g_forced_variant = variant < 0 ? -1 : variant > 2 ? 0 : variant;
 }
 
-/* 0 default, 1 wmma, 2 mma forward + wmma backward: what GTRAIN_CUDA_ATTENTION (or a test) chose */
+/* 0 default, 1 wmma, 2 mma: what GTRAIN_CUDA_ATTENTION (or a test) chose */
 int gt_cuda_attention_variant(void) { return wmma_selected(); }
 
 /* Tests: how many attention calls (forward or backward) this variant has taken so far. */

@@ -9,10 +9,10 @@
  * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
  * bit) — this is a convenience for the tests, not a contract.
  *
- * Memory access: the elementwise kernels (SwiGLU, residual) and the embedding rows move 16 bytes per
- * access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with a scalar tail;
- * per-element index arithmetic is a multiply, never a 64-bit division (row-wise kernels run one block
- * per row). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
+ * Memory access: the elementwise kernels (SwiGLU, residual, dropout backward) and the embedding rows
+ * move 16 bytes per access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with
+ * a scalar tail; per-element index arithmetic is a multiply, never a 64-bit division (row-wise
+ * kernels run one block per row; RoPE takes t and b from the grid). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
  * row in registers: forward reads x once for the sum of squares and the output, and backward is one
  * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
  * out of bounds.
@@ -399,31 +399,39 @@ static void rmsnorm_backward(void *dinp, float *dweight, const void *dout, const
 
 /* The (cos, sin) table (T_max, HD/2, 2) fp32 is the model's (gt_rope_table, already on the device),
  * the same numbers the CPU backend uses. One thread per rotated pair (i, i + HD/2); sign +1 forward,
- * -1 the inverse rotation; in place ok. */
+ * -1 the inverse rotation; in place ok.
+ * Grid: x over the NH * HD/2 pairs of one (b, t) row of heads, y over t, z over b (y and z
+ * grid-stride, for T or B past the 65535 limit of those grid dimensions), so the position t and the
+ * batch b come from the block index: the only per-element division is j / half in 32-bit unsigned
+ * arithmetic (j < NH * HD/2, checked on the host to fit in 32 bits), never a 64-bit one. */
 template <typename T>
-__global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int NH, int HD, float sign,
-                            size_t npairs) {
-    const int half = HD / 2;
-    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < npairs; p += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = p / half; /* (b, t, h) */
-        const int i = (int)(p - row * half);
-        const int t = (int)((row / NH) % Tn);
-        const size_t base = row * HD;
-        const float x1 = load_f(inp + base + i), x2 = load_f(inp + base + i + half);
-        const float *cs = rope + ((size_t)t * half + i) * 2;
-        const float c = cs[0], si = sign * cs[1];
-        store_f(out + base + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si)));
-        store_f(out + base + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si)));
-    }
+__global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int B, int NH, int HD, float sign) {
+    const unsigned half = (unsigned)HD / 2u, pairs = (unsigned)NH * half;
+    const unsigned j = blockIdx.x * blockDim.x + threadIdx.x; /* (h, i) within the row of heads */
+    if (j >= pairs) return;
+    const unsigned h = j / half, i = j - h * half;
+    for (int b = blockIdx.z; b < B; b += gridDim.z)
+        for (int t = blockIdx.y; t < Tn; t += gridDim.y) {
+            const size_t base = (((size_t)b * Tn + t) * NH + h) * HD; /* row (b, t, h) */
+            const float x1 = load_f(inp + base + i), x2 = load_f(inp + base + i + half);
+            const float *cs = rope + ((size_t)t * half + i) * 2;
+            const float c = cs[0], si = sign * cs[1];
+            store_f(out + base + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si)));
+            store_f(out + base + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si)));
+        }
 }
 
 template <typename T>
 static void rope_rotate(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD, float sign) {
     if (HD % 2 != 0) GT_CUDA_FAIL("rope needs an even head dim, got %d", HD);
-    const size_t npairs = (size_t)B * Tn * NH * (HD / 2);
-    if (npairs == 0) return;
-    rope_kernel<T><<<grid_for(npairs, THREADS, MAX_BLOCKS), THREADS>>>((T *)out, (const T *)inp, rope, Tn, NH, HD,
-                                                                       sign, npairs);
+    if (B <= 0 || Tn <= 0 || NH <= 0 || HD <= 0) return;
+    /* the kernel's 32-bit pair index j < NH * HD/2 (and the grid's x blocks) must not overflow */
+    const uint64_t pairs = (uint64_t)NH * (uint64_t)(HD / 2);
+    if (pairs > (uint64_t)INT32_MAX) GT_CUDA_FAIL("rope: NH=%d x HD/2=%d pairs per row do not fit 32 bits", NH, HD / 2);
+    const unsigned threads = pairs < THREADS ? (unsigned)((pairs + 31) / 32 * 32) : THREADS; /* small heads */
+    dim3 grid((unsigned)((pairs + threads - 1) / threads), (unsigned)(Tn < 65535 ? Tn : 65535),
+              (unsigned)(B < 65535 ? B : 65535));
+    rope_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -578,6 +586,25 @@ __global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branc
     }
 }
 
+/* dropout_backward with 16-byte accesses: element index p * VEC + j keeps the RNG index, then the
+ * n % VEC tail singly; may alias dout (each pack read before written, by the same thread) */
+template <typename T>
+__global__ void dropout_backward_vec_kernel(T *dbranch, const T *dout, size_t nv, size_t n, float dropout,
+                                            float keep_scale, uint64_t rng) {
+    constexpr int VEC = pack16<T>::VEC;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const pack16<T> d = load16(dout + p * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            store_f(&o.v[j], dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout)
+                                 ? __fmul_rn(load_f(&d.v[j]), keep_scale) : 0.0f);
+        store16(dbranch + p * VEC, o);
+    }
+    for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
+}
+
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
@@ -601,8 +628,13 @@ static void dropout_backward(void *dbranch, const void *dout, size_t n, float dr
         return;
     }
     const float keep_scale = 1.0f / (1.0f - dropout);
-    dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n, dropout,
-                                                                              keep_scale, rng_base(key));
+    const size_t nv = n / pack16<T>::VEC;
+    if (aligned16(dbranch) && aligned16(dout))
+        dropout_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
+            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, rng_base(key));
+    else
+        dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n,
+                                                                                  dropout, keep_scale, rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -205,6 +205,9 @@ void gt_cuda_check_launch_at(const char *file, int line) {
  * its name and shapes, runs the real op (whose launches each synchronise too), then synchronises
  * and checks, so a fault inside a cuBLASLt call or a kernel is reported by the op that made it:
  *   gtrain: CUDA error: an illegal memory access was encountered, in ..., during matmul_forward N=8192 IC=2048 OC=2048
+ * Every op entry (GT_CUDA_OP_ENTRIES below: embedding_forward .. to_master, and take_fault) is wrapped,
+ * which fill_table checks; the memory entries (alloc .. synchronize) are not ops: they check their own
+ * CUDA calls.
  * Template over the table index (0 fp32, 1 bf16) so both tables can be wrapped at once. */
 static gt_ops g_real[2];
 
@@ -255,6 +258,12 @@ struct sync_ops {
                                 int OC, int acc) {
         WRAP(I, matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, acc), "matmul_backward N=%d IC=%d OC=%d", N, IC, OC);
     }
+    static void rope_forward(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
+        WRAP(I, rope_forward(out, inp, rope, B, T, NH, HD), "rope_forward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+    }
+    static void rope_backward(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD) {
+        WRAP(I, rope_backward(dinp, dout, rope, B, T, NH, HD), "rope_backward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
+    }
     static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
                                   int B, int T, int NH, int NKV, int HD, float p, gt_rng_key key) {
         WRAP(I, attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, p, key),
@@ -297,6 +306,12 @@ struct sync_ops {
     }
     static void to_working(void *w, const float *m, size_t n) { WRAP(I, to_working(w, m, n), "to_working n=%zu", n); }
     static void to_master(float *m, const void *w, size_t n) { WRAP(I, to_master(m, w, n), "to_master n=%zu", n); }
+    static int take_fault(char *msg, size_t msg_len) {
+        op_begin("take_fault");
+        const int r = g_real[I].take_fault(msg, msg_len);
+        op_end();
+        return r;
+    }
 
     static void install(gt_ops *ops) {
         g_real[I] = *ops;
@@ -307,6 +322,8 @@ struct sync_ops {
         ops->rmsnorm_backward = rmsnorm_backward;
         ops->matmul_forward = matmul_forward;
         ops->matmul_backward = matmul_backward;
+        ops->rope_forward = rope_forward;
+        ops->rope_backward = rope_backward;
         ops->attention_forward = attention_forward;
         ops->attention_backward = attention_backward;
         ops->swiglu_forward = swiglu_forward;
@@ -320,6 +337,7 @@ struct sync_ops {
         ops->adamw = adamw;
         ops->to_working = to_working;
         ops->to_master = to_master;
+        ops->take_fault = take_fault;
     }
 };
 #undef WRAP
@@ -327,6 +345,15 @@ struct sync_ops {
 /* ---------------------------------------------------------------- the tables */
 
 static gt_ops g_table[2]; /* [0] fp32 working tensors, [1] bf16 */
+
+/* the op entries of the table (everything but the memory entries): each must be set, and each has a
+ * GTRAIN_CUDA_SYNC wrapper in sync_ops */
+#define GT_CUDA_OP_ENTRIES(X)                                                                        \
+    X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_apply) X(rmsnorm_backward) \
+    X(matmul_forward) X(matmul_backward) X(rope_forward) X(rope_backward) X(attention_forward)         \
+    X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(residual_forward) X(dropout_backward)  \
+    X(crossentropy_forward) X(crossentropy_backward) X(sumsq) X(scale) X(adamw) X(to_working)           \
+    X(to_master) X(take_fault)
 static int g_table_ready[2];
 
 static void fill_table(gt_ops *ops, int use_bf16) {
@@ -351,34 +378,19 @@ static void fill_table(gt_ops *ops, int use_bf16) {
 
     /* every entry must be set: a missing one is a bug here, not a NULL call later */
 #define REQUIRE_SET(field) \
-    if (!ops->field) GT_CUDA_FAIL("CUDA ops table entry %s is not set", #field)
-    REQUIRE_SET(embedding_forward);
-    REQUIRE_SET(embedding_backward);
-    REQUIRE_SET(rmsnorm_forward);
-    REQUIRE_SET(rmsnorm_apply);
-    REQUIRE_SET(rmsnorm_backward);
-    REQUIRE_SET(matmul_forward);
-    REQUIRE_SET(matmul_backward);
-    REQUIRE_SET(rope_forward);
-    REQUIRE_SET(rope_backward);
-    REQUIRE_SET(attention_forward);
-    REQUIRE_SET(attention_backward);
-    REQUIRE_SET(swiglu_forward);
-    REQUIRE_SET(swiglu_backward);
-    REQUIRE_SET(residual_forward);
-    REQUIRE_SET(dropout_backward);
-    REQUIRE_SET(crossentropy_forward);
-    REQUIRE_SET(crossentropy_backward);
-    REQUIRE_SET(sumsq);
-    REQUIRE_SET(scale);
-    REQUIRE_SET(adamw);
-    REQUIRE_SET(to_working);
-    REQUIRE_SET(to_master);
-    REQUIRE_SET(take_fault);
+    if (!ops->field) GT_CUDA_FAIL("CUDA ops table entry %s is not set", #field);
+    GT_CUDA_OP_ENTRIES(REQUIRE_SET)
 #undef REQUIRE_SET
     if (gt_cuda_sync_enabled()) {
+        const gt_ops real = *ops;
         if (use_bf16) sync_ops<1>::install(ops);
         else sync_ops<0>::install(ops);
+        /* and, with GTRAIN_CUDA_SYNC=1, wrapped: an op added to the table without a wrapper would run
+         * unchecked and unnamed */
+#define REQUIRE_WRAPPED(field) \
+    if (ops->field == real.field) GT_CUDA_FAIL("CUDA ops table entry %s has no GTRAIN_CUDA_SYNC wrapper", #field);
+        GT_CUDA_OP_ENTRIES(REQUIRE_WRAPPED)
+#undef REQUIRE_WRAPPED
     }
 }
 

@@ -6,7 +6,11 @@
  * sumsq is deterministic: a grid whose size is a function of n alone, each thread summing its
  * grid-stride elements in order in double, fixed-tree block sums into one partial per block, then
  * one block adding the partials the same way. Squares of floats are exact in double, so the result
- * differs from the CPU backend's only by summation order.
+ * differs from the CPU backend's only by summation order. With a 16-byte aligned x (every tensor the
+ * core passes) each thread reads 4 floats per access (its grid-stride packs in order, the 4 of a
+ * pack in order), then adds at most one of the n % 4 tail elements; an unaligned x takes the scalar
+ * kernel. Either way the order is fixed by n and the pointer's alignment, so a call repeats bit for
+ * bit. scale has the same 16-byte path with a scalar tail.
  *
  * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it — scalars
  * formed in double on the host and rounded to float, the element update in fp32 with explicit
@@ -32,6 +36,24 @@ __global__ void sumsq_partial_kernel(double *partial, const float *x, size_t n) 
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+/* the same with 16-byte loads: nv = n / 4 packs, then the n % 4 tail (< 4 elements, so at most one
+ * per thread: thread i of block 0 adds element nv * 4 + i after its packs) */
+__global__ void sumsq_partial_vec_kernel(double *partial, const float4 *x4, size_t nv, const float *x, size_t n) {
+    __shared__ double scratch[32];
+    double s = 0.0;
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = x4[p];
+        s += (double)v.x * (double)v.x;
+        s += (double)v.y * (double)v.y;
+        s += (double)v.z * (double)v.z;
+        s += (double)v.w * (double)v.w;
+    }
+    const size_t i = nv * 4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) s += (double)x[i] * (double)x[i];
+    s = block_sum_d(s, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
 __global__ void sum_doubles_kernel(double *out, const double *partial, int n) {
     __shared__ double scratch[32];
     double s = 0.0;
@@ -46,7 +68,11 @@ static double cuda_sumsq(const float *x, size_t n) {
     if (n == 0) return 0.0;
     if (!g_sumsq_scratch) g_sumsq_scratch = (double *)gt_cuda_alloc(sizeof(double) * (SUMSQ_MAX_BLOCKS + 1));
     const unsigned blocks = grid_for(n, THREADS * SUMSQ_PER_THREAD, SUMSQ_MAX_BLOCKS);
-    sumsq_partial_kernel<<<blocks, THREADS>>>(g_sumsq_scratch, x, n);
+    if (aligned16(x))
+        sumsq_partial_vec_kernel<<<blocks, THREADS>>>(g_sumsq_scratch, reinterpret_cast<const float4 *>(x), n / 4, x,
+                                                      n);
+    else
+        sumsq_partial_kernel<<<blocks, THREADS>>>(g_sumsq_scratch, x, n);
     CUDA_CHECK_LAUNCH();
     sum_doubles_kernel<<<1, THREADS>>>(g_sumsq_scratch + SUMSQ_MAX_BLOCKS, g_sumsq_scratch, (int)blocks);
     CUDA_CHECK_LAUNCH();
@@ -60,9 +86,25 @@ __global__ void scale_kernel(float *x, size_t n, float s) {
         x[i] = __fmul_rn(x[i], s);
 }
 
+/* 16-byte accesses: nv = n / 4 packs, then the n % 4 tail singly */
+__global__ void scale_vec_kernel(float4 *x4, float *x, size_t nv, size_t n, float s) {
+    for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < nv; p += (size_t)gridDim.x * blockDim.x) {
+        float4 v = x4[p];
+        v.x = __fmul_rn(v.x, s), v.y = __fmul_rn(v.y, s), v.z = __fmul_rn(v.z, s), v.w = __fmul_rn(v.w, s);
+        x4[p] = v;
+    }
+    for (size_t i = nv * 4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = __fmul_rn(x[i], s);
+}
+
 static void cuda_scale(float *x, size_t n, float s) {
     if (n == 0) return;
-    scale_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(x, n, s);
+    const size_t nv = n / 4;
+    if (aligned16(x))
+        scale_vec_kernel<<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(reinterpret_cast<float4 *>(x), x, nv,
+                                                                                  n, s);
+    else
+        scale_kernel<<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>(x, n, s);
     CUDA_CHECK_LAUNCH();
 }
 
