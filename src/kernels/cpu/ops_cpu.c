@@ -197,7 +197,11 @@ static void cpu_to_master(float *master, const void *working, size_t n) {
 static const gt_ops cpu_ops = {
     .name = "cpu",
     .act_bytes = 4,
-    .can_keep_attention_probs = 1,
+    /* the kernels can store the (B, NH, T, T) probabilities for backward (tests use that path), but
+     * the blocked attention rebuilds them from q, k and lse with one sgemm per query block for less
+     * than the traffic of storing and reading them: llama100m's no-recompute step took the same CPU
+     * seconds either way (docs/cpu-speed.md) and keeps 576 MiB less */
+    .can_keep_attention_probs = 0,
 
     .alloc = cpu_alloc,
     .free = cpu_free,
