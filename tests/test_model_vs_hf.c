@@ -321,6 +321,30 @@ int main(int argc, char **argv) {
            n_inexact, n_params, worst_acc);
     free(twice.grads);
 
+    /* ---- 2b. the loss head in chunks of 5 rows (the last one partial unless B*T % 5 == 0): the same
+     * reference tolerances; only the summation order of the head's weight gradient changes ---- */
+    {
+        gt_head_chunk_bytes = (uint64_t)5 * V * sizeof(float);
+        CHECK(gt_head_chunk_rows(B * T, V, 4) == 5 && B * T > 5, "the head is not in chunks of 5 rows");
+        run_result ch;
+        train_once(model, ops, "none", inputs, targets, B, T, 1, &ch);
+        gt_head_chunk_bytes = GT_HEAD_CHUNK_BYTES;
+        double ch_rel = fabs(ch.loss_sum / (B * T) - ref_loss) / fabs(ref_loss), ch_worst = 0.0;
+        for (int i = 0; i < layout->n_tensors; i++) {
+            const gt_tensor_info *t = &layout->tensors[i];
+            double scale = max_abs(ref_grads + t->offset, t->numel);
+            double e = max_abs_diff(ch.grads + t->offset, ref_grads + t->offset, t->numel, &where);
+            double rel = scale > 0 ? e / scale : e;
+            CHECK(rel <= TOL_GRAD_REL, "head in chunks of 5 rows: gradient %s rel err %.3e > %.1e", t->name, rel,
+                  TOL_GRAD_REL);
+            ch_worst = fmax(ch_worst, rel);
+        }
+        CHECK(ch_rel <= TOL_LOSS_REL, "head in chunks of 5 rows: loss rel err %.3e > %.1e", ch_rel, TOL_LOSS_REL);
+        printf("\ntrain (none, loss head in chunks of %d rows of %d): loss rel err %.3e, worst gradient rel err %.3e\n",
+               5, B * T, ch_rel, ch_worst);
+        free(ch.grads);
+    }
+
     /* ---- 3. every recompute policy: bit-identical loss and gradients ---- */
     static const char *const policies[] = {"full", "selective", "uniform:2", "blocks:1"};
     for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {

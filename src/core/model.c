@@ -548,20 +548,26 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
 
 /* ------------------------------------------------------------------ head */
 
-/* xf (BT, C) = rmsnorm(x_last); logits (BT, V); losses and lse (BT). Returns the summed loss. */
+/* The sum of n fp32 values on the device, added in double in row order on the host. */
+static double sum_rows(gt_model *m, const float *dev, int n) {
+    float *host = malloc((size_t)n * sizeof(float));
+    if (!host) abort();
+    m->ops->copy_to_host(host, dev, (size_t)n * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += host[i];
+    free(host);
+    return sum;
+}
+
+/* Evaluation: xf (BT, C) = rmsnorm(x_last); logits (BT, V) whole (the sampler reads them); losses and
+ * lse (BT). Returns the summed loss. */
 static double head_forward(gt_model *m, const shapes *s, const void *norm_w, const void *head_w, const void *x_last,
                            void *xf, float *rstdf, void *logits, float *losses, float *lse) {
     const gt_ops *ops = m->ops;
     ops->rmsnorm_forward(xf, rstdf, x_last, norm_w, s->BT, s->C, m->cfg.norm_eps);
     ops->matmul_forward(logits, xf, head_w, s->BT, s->C, s->V);
     ops->crossentropy_forward(losses, lse, logits, m->d_targets, s->BT, s->V);
-    float *host = malloc(s->row);
-    if (!host) abort();
-    ops->copy_to_host(host, losses, s->row);
-    double sum = 0.0;
-    for (int i = 0; i < s->BT; i++) sum += host[i];
-    free(host);
-    return sum;
+    return sum_rows(m, losses, s->BT);
 }
 
 /* ------------------------------------------------------------------ one micro-batch */
@@ -604,26 +610,37 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
         a = b;
     }
 
-    /* ---- head and loss: the head unit (final norm, lm_head) and, tied, the embedding unit too ---- */
+    /* ---- head and loss, forward and backward together, chunk by chunk of token rows: each chunk's
+     * logits are made, turned into losses and then (in place) into their gradient, which gives the
+     * chunk's rows of dxf and adds to the head's weight gradient; the (BT, V) logits never exist
+     * (gt_head_chunk_rows). The head unit is the final norm and lm_head and, tied, the embedding unit
+     * too, whose gradient stays open until its own backward at the end adds to it ---- */
     char *pn = unit_params(m, U_HEAD);
     char *ph = tied ? unit_params(m, 0) : pn + (m->off_head - m->off_norm) * m->eb;
-    void *xf = act_alloc(m, s.x);
-    float *rstdf = act_alloc(m, s.row);
-    void *logits = act_alloc(m, s.logits);
-    float *losses = act_alloc(m, s.row);
-    float *lse = act_alloc(m, s.row);
-    double loss_sum = head_forward(m, &s, pn, ph, xs[N], xf, rstdf, logits, losses, lse);
-
-    /* ---- backward through the head; tied, the embedding's gradient stays open until its own
-     * backward at the end adds to it ---- */
-    ops->crossentropy_backward(logits, lse, m->d_targets, s.BT, s.V, dloss);
-    act_free(m, losses, s.row);
-    act_free(m, lse, s.row);
     float *gn = unit_grads(m, U_HEAD);
     float *gh = tied ? unit_grads(m, 0) : gn + (m->off_head - m->off_norm);
+    int R = gt_head_chunk_rows(s.BT, s.V, (int)m->eb);
+    size_t chunk_bytes = (size_t)R * s.V * m->eb;
+    void *xf = act_alloc(m, s.x);
+    float *rstdf = act_alloc(m, s.row);
+    float *losses = act_alloc(m, s.row);
+    float *lse = act_alloc(m, s.row);
     void *dxf = act_alloc(m, s.x);
-    ops->matmul_backward(dxf, gh, logits, xf, ph, s.BT, s.C, s.V, 0);
-    act_free(m, logits, s.logits);
+    void *logits = act_alloc(m, chunk_bytes);
+    ops->rmsnorm_forward(xf, rstdf, xs[N], pn, s.BT, s.C, m->cfg.norm_eps);
+    for (int r0 = 0; r0 < s.BT; r0 += R) {
+        int rows = s.BT - r0 < R ? s.BT - r0 : R;
+        size_t xo = (size_t)r0 * s.C * m->eb;
+        ops->matmul_forward(logits, (char *)xf + xo, ph, rows, s.C, s.V);
+        ops->crossentropy_forward(losses + r0, lse + r0, logits, m->d_targets + r0, rows, s.V);
+        ops->crossentropy_backward(logits, lse + r0, m->d_targets + r0, rows, s.V, dloss);
+        ops->matmul_backward((char *)dxf + xo, gh, logits, (char *)xf + xo, ph, rows, s.C, s.V, 0);
+        progress(m);
+    }
+    act_free(m, logits, chunk_bytes);
+    double loss_sum = sum_rows(m, losses, s.BT);
+    act_free(m, losses, s.row);
+    act_free(m, lse, s.row);
     void *dx = act_alloc(m, s.x);
     ops->zero(dx, s.x);
     ops->rmsnorm_backward(dx, gn, dxf, xs[N], pn, rstdf, s.BT, s.C);

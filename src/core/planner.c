@@ -8,7 +8,7 @@
  * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
  * The exact figure below walks the executor's allocation order (model.c) with byte sizes only:
  * forward keeps block inputs and stashes, each block adds its output and its transients while it
- * runs; the head adds the normed output, logits and loss rows; backward holds dx and one scratch
+ * runs; the head adds the normed output, its gradient, loss rows and one chunk of logits; backward holds dx and one scratch
  * region, re-creates a recompute segment's stashes and frees each block's memory after its backward.
  *
  * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%), less the
@@ -39,7 +39,7 @@ static sizes make_sizes(const gt_mem_shape *sh) {
     s.row = BT * 4;
     s.lse = B * (uint64_t)m->n_heads * T * 4;
     s.probs = B * (uint64_t)m->n_heads * T * T * 4;
-    s.logits = BT * (uint64_t)m->vocab_size * e;
+    s.logits = (uint64_t)gt_head_chunk_rows((int)BT, m->vocab_size, (int)e) * (uint64_t)m->vocab_size * e;
     /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
     s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
     s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
@@ -73,9 +73,9 @@ static uint64_t act_peak(const sizes *s, const gt_plan *plan) {
         }
         a = b;
     }
-    /* head: xf, rstdf, logits, losses, lse; then losses and lse go, dxf comes, logits go, dx comes */
-    peak = max_u64(peak, held + s->x + 3 * s->row + s->logits);
-    peak = max_u64(peak, held + 2 * s->x + s->row + s->logits);
+    /* head: xf, rstdf, losses, lse, dxf and one chunk of logits; then the chunk, losses and lse go,
+     * dx comes */
+    peak = max_u64(peak, held + 2 * s->x + 3 * s->row + s->logits);
     peak = max_u64(peak, held + 3 * s->x + s->row);
     /* dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch region comes */
     held += s->scratch;

@@ -135,3 +135,13 @@ void gt_plan_describe(const gt_plan *plan, char *out, size_t out_len) {
     snprintf(out, out_len, "%d blocks: %d keep all, %d selective, %d recompute in %d segment%s (longest %d)",
              plan->n_blocks, n_keep, n_sel, n_rec, n_seg, n_seg == 1 ? "" : "s", longest);
 }
+
+uint64_t gt_head_chunk_bytes = GT_HEAD_CHUNK_BYTES;
+
+int gt_head_chunk_rows(int BT, int vocab, int elem_bytes) {
+    uint64_t row = (uint64_t)vocab * (uint64_t)elem_bytes;
+    uint64_t r = row ? gt_head_chunk_bytes / row : (uint64_t)BT;
+    if (r >= (uint64_t)BT) return BT;
+    r = r >= 64 ? r / 64 * 64 : r > 0 ? r : 1;
+    return (int)r;
+}

@@ -65,6 +65,13 @@ int gt_plan_segment_end(const gt_plan *plan, int first);
 /* Block forwards re-run in backward by one micro-batch under this plan. */
 int gt_plan_recomputed_blocks(const gt_plan *plan);
 
+/* Rows of the loss head's chunks in training: the LM head, the cross-entropy and their backward run
+ * over this many token rows at a time, so the (rows, V) logits buffer stays near 64 MiB instead of
+ * (B*T, V). A multiple of 64 when it is below BT; BT when the whole batch fits. */
+#define GT_HEAD_CHUNK_BYTES ((uint64_t)64 << 20)
+extern uint64_t gt_head_chunk_bytes; /* GT_HEAD_CHUNK_BYTES; tests lower it to get several chunks */
+int gt_head_chunk_rows(int BT, int vocab, int elem_bytes);
+
 /* A short description ("full: 8 segments of 1", "blocks: 3 recompute, 5 keep"). */
 void gt_plan_describe(const gt_plan *plan, char *out, size_t out_len);
 
