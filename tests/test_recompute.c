@@ -564,7 +564,7 @@ static int predict(int argc, char **argv) {
             return 2;
         }
     } else {
-        gt_plan_from_policy(&plan, &pol, cfg.model.n_layers);
+        gt_plan_for_policy(&plan, &pol, &sh, &est); /* as the trainer does */
     }
     gt_plan_estimate(&sh, &plan, &est);
     printf("act_peak_bytes %llu\n", (unsigned long long)est.act_peak_bytes);

@@ -121,12 +121,11 @@ static int run_plan(int argc, char **argv) {
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
-    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, gpu ? 0 : 1, world,
+    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, 0, world,
                           stage >= 1, gt_plan_library_bytes(gpu, world), stage,
                           strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
     /* library workspaces on the GPU */
-    printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
-           gpu ? ", attention probabilities never stored" : "");
+    printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");
     gt_plan_report(stdout, &cfg, &shape);
     return 0;
 }

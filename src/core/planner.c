@@ -197,6 +197,28 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     }
 }
 
+int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh) {
+    int N = plan->n_blocks;
+    if (N == 0 || plan->keep[N - 1] != GT_KEEP_RECOMPUTE) return 0;
+    gt_plan kept = *plan;
+    for (int i = segment_start(plan, N - 1); i < N; i++) {
+        kept.keep[i] = GT_KEEP_ALL;
+        kept.seg_start[i] = 1;
+    }
+    gt_mem_estimate was, now;
+    gt_plan_estimate(sh, plan, &was);
+    gt_plan_estimate(sh, &kept, &now);
+    if (now.act_peak_bytes > was.act_peak_bytes || now.total_bytes > was.total_bytes) return 0;
+    *plan = kept;
+    return 1;
+}
+
+void gt_plan_for_policy(gt_plan *plan, const gt_policy *policy, const gt_mem_shape *sh, gt_mem_estimate *est) {
+    gt_plan_from_policy(plan, policy, sh->model.n_layers);
+    gt_plan_keep_tail(plan, sh);
+    gt_plan_estimate(sh, plan, est);
+}
+
 /* Plans of the shape "first n_rec blocks recompute in segments of K, then n_sel selective, then
  * the rest keep everything" — recompute goes first because early blocks' activations live longest
  * (Megatron's block method). */
@@ -235,6 +257,7 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
         for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K += stride) {
             for (int n_sel = 0; n_sel <= N - n_rec; n_sel = next_count(n_sel, stride, N - n_rec)) {
                 shaped_plan(&plan, N, n_rec, K, n_sel);
+                if (n_rec == N) gt_plan_keep_tail(&plan, sh); /* only then is the tail recomputed */
                 gt_plan_estimate(sh, &plan, &est);
                 if (!have_smallest || est.total_bytes < smallest_est.total_bytes) {
                     smallest = plan;
@@ -343,8 +366,6 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         char perr[128];
         if (gt_policy_parse(cfg->memory.recompute, N0, &pol, perr, sizeof perr) != 0 || pol.kind == GT_POLICY_AUTO)
             pol = (gt_policy){GT_POLICY_NONE, 0};
-        gt_plan plan;
-        gt_plan_from_policy(&plan, &pol, N0);
         char pdesc[32];
         gt_policy_format(&pol, pdesc, sizeof pdesc);
         int A = shape->grad_accum > 0 ? shape->grad_accum : 1;
@@ -360,8 +381,9 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
                 ss.stage = st;
                 ss.shard_optimizer = st >= 1;
                 ss.grad_micro = mi;
+                gt_plan plan;
                 gt_mem_estimate e;
-                gt_plan_estimate(&ss, &plan, &e);
+                gt_plan_for_policy(&plan, &pol, &ss, &e);
                 char label[40], c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], c8[32];
                 snprintf(label, sizeof label, "ZeRO-%d %s%s", st, stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
                 gt_format_bytes(e.params_bytes, c1, sizeof c1);
@@ -394,9 +416,8 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         char err[128];
         if (gt_policy_parse(all_names[i], N, &pol, err, sizeof err) != 0) continue;
         gt_plan plan;
-        gt_plan_from_policy(&plan, &pol, N);
         gt_mem_estimate e;
-        gt_plan_estimate(shape, &plan, &e);
+        gt_plan_for_policy(&plan, &pol, shape, &e);
         gt_format_bytes(e.act_peak_bytes, b1, sizeof b1);
         gt_format_bytes(e.total_bytes, b2, sizeof b2);
         double extra = 100.0 * e.recompute_flops / (3.0 * e.forward_flops);
@@ -467,8 +488,7 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
             if (recompute_auto) {
                 fits = gt_plan_auto(&s, budget ? budget : UINT64_MAX, &plan, &est) == 0;
             } else {
-                gt_plan_from_policy(&plan, policy, s.model.n_layers);
-                gt_plan_estimate(&s, &plan, &est);
+                gt_plan_for_policy(&plan, policy, &s, &est);
                 fits = !budget || est.total_bytes <= budget;
             }
             if (!have_small || est.total_bytes < small_est.total_bytes) {

@@ -65,10 +65,21 @@ uint64_t gt_model_param_count(const gt_model_config *model);
 /* Predicts memory and FLOPs of `plan` for `shape`. */
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
 
+/* The last recompute segment would be re-run in backward right after the forward made it. When
+ * keeping its blocks' activations (the tail of the plan becomes keep-all) raises neither the
+ * activation peak nor the total (the head's own buffers or the backward's scratch already set the
+ * peak), the plan keeps them and saves that recompute. Returns 1 when it changed the plan. */
+int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *shape);
+
+/* The plan the trainer runs for a fixed (not auto) policy: gt_plan_from_policy, then
+ * gt_plan_keep_tail; *est its estimate. */
+void gt_plan_for_policy(gt_plan *plan, const gt_policy *policy, const gt_mem_shape *shape, gt_mem_estimate *est);
+
 /* Unit sizes in elements (model.h): the embedding, one block, the head unit. */
 void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
 
-/* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes`. Returns 0, or
+/* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes` (tails kept as
+ * gt_plan_keep_tail says). Returns 0, or
  * -1 when nothing fits (then *plan is the smallest-memory plan and est its estimate). */
 int gt_plan_auto(const gt_mem_shape *shape, uint64_t budget_bytes, gt_plan *plan, gt_mem_estimate *est);
 

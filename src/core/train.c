@@ -329,7 +329,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
                           ops->can_keep_attention_probs, world, stage >= 1, gt_plan_library_bytes(is_cuda, world),
                           stage, want_micro == 1, cfg->train.grad_accum, cfg->dist.prefetch};
-    if (stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0)) {
+    int chosen_by_auto = stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
+    if (chosen_by_auto) {
         gt_mem_estimate est;
         if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
             char need[32], have[32];
@@ -343,13 +344,12 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             goto done;
         }
         stage = shape.stage;
-    } else {
-        gt_plan_from_policy(&plan, &policy, cfg->model.n_layers);
     }
     int sharded = stage >= 1, grad_micro = stage >= 2 && shape.grad_micro;
     shape.grad_micro = grad_micro;
     gt_mem_estimate predicted;
-    gt_plan_estimate(&shape, &plan, &predicted);
+    if (chosen_by_auto) gt_plan_estimate(&shape, &plan, &predicted);
+    else gt_plan_for_policy(&plan, &policy, &shape, &predicted); /* the tail kept when that is free */
     /* before the first allocation: does the plan fit what each rank can have? */
     rc = gt_preflight_memory(cfg, ops, world_comm, &predicted);
     if (rc) goto done;
