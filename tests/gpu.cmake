@@ -2,6 +2,8 @@
 # is; without a visible device the test exits 77 and CTest reports it as skipped.
 if(GTRAIN_HAVE_CUDA)
   gtrain_add_c_test(test_ops_cuda SOURCES ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c LIBS gtrain_kernels LABELS gpu)
+  # the cuDNN attention graphs' descriptors finalize (no device needed; skipped without libcudnn.so.9)
+  gtrain_add_c_test(test_cudnn_graph SOURCES ${GTRAIN_TEST_DIR}/gpu/test_cudnn_graph.c LIBS gtrain_kernels)
 endif()
 # Per-op timings at the 1B and 7B shapes beside their rooflines (tests/gpu/run.sh runs it; not a test:
 # it asserts nothing).
