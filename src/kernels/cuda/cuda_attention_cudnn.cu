@@ -90,8 +90,10 @@ namespace {
 
 long g_cudnn_calls = 0; /* forward and backward calls cuDNN ran (tests) */
 int g_said = 0;         /* the one fallback line has been printed */
+char g_last_fallback[320]; /* the latest fallback's reason, printed or not (tests) */
 
 void say_fallback(const char *reason) {
+    snprintf(g_last_fallback, sizeof g_last_fallback, "%s", reason);
     if (g_said) return;
     g_said = 1;
     fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=cudnn: %s; using the default attention kernels\n", reason);
@@ -730,6 +732,9 @@ static const char *cudnn_shape_rule(int backward, int Tn, int HD, float dropout,
 
 /* Tests: calls (forward or backward) cuDNN ran so far. */
 extern "C" long gt_cuda_attention_cudnn_calls(void) { return g_cudnn_calls; }
+
+/* Tests: the reason of the latest fallback ("" when none yet); only the first one is printed. */
+extern "C" const char *gt_cuda_attention_cudnn_last_fallback(void) { return g_last_fallback; }
 
 /* Tests: the loaded cuDNN's version (e.g. 91900) when the library loads and a handle exists, else 0
  * with the reason in why. Loads the library (without printing anything). */
