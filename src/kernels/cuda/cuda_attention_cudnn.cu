@@ -5,10 +5,13 @@
  *
  *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90, cuDNN 9.19 headers) without a device;
  *   *** the graphs below follow how NVIDIA's cudnn-frontend builds its composite SDPA graphs for
- *   *** cuDNN 9, but no plan has been built or executed until tests/gpu/test_ops_cuda.c has passed on
- *   *** a real GPU. What was checked without one (tests/gpu/test_cudnn_graph.c, with cuDNN 9.19): every
- *   *** tensor and operation descriptor of both graphs finalizes (cuDNN's checks of types, dimensions
- *   *** and strides), the operation graph finalizes without a handle, and the wiring check below holds.
+ *   *** cuDNN 9, but nothing has been executed and no number checked until tests/gpu/test_ops_cuda.c
+ *   *** has passed on a real GPU. What was checked without one (tests/gpu/test_cudnn_graph.c and
+ *   *** tests/scripts/cudnn_graph_aot.sh, cuDNN 9.19): every tensor and operation descriptor of both
+ *   *** graphs finalizes, the wiring check below holds, and for an H200 described by hand
+ *   *** (tests/gpu/h200-device.json) cuDNN classifies the graphs as SDPA_FWD / SDPA_BWD, its heuristics
+ *   *** offer engine configs, and the first one compiles its kernel for sm_90 at every shape tried
+ *   *** (GQA, T 33..2048, HD 24..128); only loading that kernel needs the driver that was not there.
  *
  * Selection. Opt-in: GTRAIN_CUDA_ATTENTION=cudnn (variant 3 of cuda_attention_wmma.cu's
  * wmma_selected(), read once), or a test forcing it (gt_cuda_attention_force_variant(3)); only for
@@ -561,6 +564,10 @@ void build_backward(Build &b) {
     check_wiring(b, outputs, 5);
 }
 
+/* gt_cuda_attention_cudnn_graph_check only: a device described by JSON instead of a handle (cuDNN's
+ * ahead-of-time compilation, cuDNN >= 9.8), so heuristics and plans can be tried without a device */
+cudnnBackendDescriptor_t g_check_device = nullptr;
+
 /* the graph's operation graph, then an engine config whose execution plan finalizes */
 void build_plan(Build &b) {
     cudnnBackendDescriptor_t graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "creating the operation graph");
@@ -568,7 +575,8 @@ void build_plan(Build &b) {
         set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_api.handle, "operation graph handle");
     set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, b.nops, b.ops, "operation graph ops");
     finalize(b, graph, "finalizing the operation graph");
-    if (!b.ok || !g_api.handle) return; /* no handle: gt_cuda_attention_cudnn_graph_check, no device */
+    /* no handle and no device description: gt_cuda_attention_cudnn_graph_check stops here */
+    if (!b.ok || (!g_api.handle && !g_check_device)) return;
 
     const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     int tried = 0;
@@ -577,6 +585,9 @@ void build_plan(Build &b) {
         cudnnBackendDescriptor_t heur = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "creating the heuristics");
         set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics graph");
         set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi], "heuristics mode");
+        if (g_check_device)
+            set(b, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g_check_device,
+                "heuristics device");
         finalize(b, heur, "finalizing the heuristics");
         if (!b.ok) return;
         int64_t count = 0;
@@ -601,7 +612,9 @@ void build_plan(Build &b) {
             cudnnBackendDescriptor_t plan = make(b, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "creating a plan");
             if (!b.ok) return;
             tried++;
-            st = g_api.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &g_api.handle);
+            st = g_api.handle ? g_api.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                                   &g_api.handle)
+                              : CUDNN_STATUS_SUCCESS;
             if (st == CUDNN_STATUS_SUCCESS)
                 st = g_api.SetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                         &cfg[i]);
@@ -615,12 +628,24 @@ void build_plan(Build &b) {
                 b.p->workspace = ws;
                 return;
             }
+            if (!g_api.handle && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
+                /* the graph check without a device: the engine took the graph and compiled its kernel
+                 * for the described device; only loading it needs a driver. Enough; stop here. */
+                b.ok = false;
+                snprintf(b.why, sizeof b.why, "compiled for the described device (engine config %d of the %s list); "
+                         "loading it needs a driver", (int)i + 1, mi == 0 ? "heuristics A" : "fallback");
+                return;
+            }
             last = st;
         }
     }
     b.ok = false;
-    snprintf(b.why, sizeof b.why, "no cuDNN engine took the %s graph (%d configs tried; last: %s)",
-             b.p->backward ? "backward" : "forward", tried, g_api.GetErrorString(last));
+    if (tried == 0)
+        snprintf(b.why, sizeof b.why, "cuDNN's heuristics offered no engine config for the %s graph",
+                 b.p->backward ? "backward" : "forward");
+    else
+        snprintf(b.why, sizeof b.why, "no cuDNN engine took the %s graph (%d configs tried; last: %s)",
+                 b.p->backward ? "backward" : "forward", tried, g_api.GetErrorString(last));
 }
 
 /* the cached plan of a shape, building it on first use; nullptr (and *why) when it cannot run */
@@ -753,8 +778,8 @@ extern "C" long gt_cuda_attention_cudnn_version(char *why, size_t n) {
  * operations and finalizes each of them, which is where cuDNN checks their types, dimensions and
  * strides; the operation graph, the engines and execution need a device and are not reached.
  * Returns 1 when every descriptor finalized, 0 with the reason in why. */
-extern "C" int gt_cuda_attention_cudnn_graph_check(int backward, int B, int Tn, int NH, int NKV, int HD, char *why,
-                                                   size_t n) {
+extern "C" int gt_cuda_attention_cudnn_graph_check(int backward, int B, int Tn, int NH, int NKV, int HD,
+                                                   const char *device_json, char *why, size_t n) {
 #if GTRAIN_HAVE_CUDNN_HEADERS
     if (g_load_state != 0 || g_api.handle) {
         if (why && n) snprintf(why, n, "the library is already in use");
@@ -766,6 +791,20 @@ extern "C" int gt_cuda_attention_cudnn_graph_check(int backward, int B, int Tn, 
         if (why && n) snprintf(why, n, "%s", g_load_reason);
         return 0;
     }
+    if (device_json && !g_check_device) {
+        cudnnBackendDescriptor_t dev = nullptr;
+        cudnnStatus_t st = g_api.CreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, &dev);
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = g_api.SetAttribute(dev, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                                    (int64_t)strlen(device_json), device_json);
+        if (st == CUDNN_STATUS_SUCCESS) st = g_api.Finalize(dev);
+        if (st != CUDNN_STATUS_SUCCESS) {
+            if (dev) g_api.DestroyDescriptor(dev);
+            if (why && n) snprintf(why, n, "the device description was refused (%s)", g_api.GetErrorString(st));
+            return 0;
+        }
+        g_check_device = dev;
+    }
     static Plan p;
     memset(&p, 0, sizeof p);
     p.backward = backward, p.B = B, p.T = Tn, p.NH = NH, p.NKV = NKV, p.HD = HD;
@@ -776,7 +815,7 @@ extern "C" int gt_cuda_attention_cudnn_graph_check(int backward, int B, int Tn, 
     b.next_uid = UID_VIRTUAL0;
     if (backward) build_backward(b);
     else build_forward(b);
-    build_plan(b); /* without a handle: creates the operation graph descriptor and stops */
+    build_plan(b); /* without a handle or a device description: stops after the operation graph */
     for (int i = 0; i < p.ndesc; i++) g_api.DestroyDescriptor(p.desc[i]);
     if (!b.ok && why && n) snprintf(why, n, "%s", b.why);
     return b.ok ? 1 : 0;
