@@ -2,6 +2,13 @@
 # is; without a visible device the test exits 77 and CTest reports it as skipped.
 if(GTRAIN_HAVE_CUDA)
   gtrain_add_c_test(test_ops_cuda SOURCES ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c LIBS gtrain_kernels LABELS gpu)
+  # the cuDNN attention graphs without a device (skipped without libcudnn.so.9): their descriptors
+  # finalize and their wiring holds; then, for a described H200, an engine compiles each of them
+  gtrain_add_c_test(test_cudnn_graph SOURCES ${GTRAIN_TEST_DIR}/gpu/test_cudnn_graph.c LIBS gtrain_kernels)
+  add_test(NAME test_cudnn_graph_aot
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/cudnn_graph_aot.sh $<TARGET_FILE:test_cudnn_graph>
+                   ${GTRAIN_TEST_DIR}/gpu/h200-device.json ${CUDAToolkit_LIBRARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cudnn_aot)
+  set_tests_properties(test_cudnn_graph_aot PROPERTIES LABELS unit SKIP_RETURN_CODE 77 TIMEOUT 120)
 endif()
 # Per-op timings at the 1B and 7B shapes beside their rooflines (tests/gpu/run.sh runs it; not a test:
 # it asserts nothing).

@@ -5,20 +5,27 @@
 # Phases, in order of value; each has its own time limit, cut further to what is left of the budget,
 # and is skipped when too little is left:
 #   1. ops          test_ops_cuda: every op of the CUDA backend against the CPU backend, fp32 and bf16,
-#                   per-row errors, the 7B attention shape, the wmma and mma attention variants, bad token ids
+#                   per-row errors, the 7B attention shape, the wmma and mma attention variants (and
+#                   cudnn when libcudnn loads), bad token ids
 #   2. comm         test_comm as a singleton: the MPI, local and NCCL communicators for real at world
 #                   size 1 (NCCL: every collective on device buffers)
 #   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
 #                   repeats and recompute policies, the local and the NCCL communicator give the same
-#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma attention tracks the default, ZeRO-2 and
-#                   ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
+#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma and cudnn attentions track the default,
+#                   ZeRO-2 and ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
 #   4. sanitize     compute-sanitizer (when the machine has it): memcheck over test_ops_cuda's small
-#                   shapes, then racecheck over its attention checks (kernels that never ran before)
+#                   shapes, then racecheck over its attention checks (kernels that never ran before;
+#                   gtrain's own: the cudnn checks are left out, GT_TEST_NO_CUDNN=1)
 #   5. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
+#                   (attention: default, wmma, mma, cudnn)
 #   6. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective
 #                   and none with the wmma attention: tokens/s, step ms, MFU, peak memory
 #   7. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
 # Each phase prints ONE line on stdout: "PHASE <name> PASS|FAIL|SKIP <key numbers> [<seconds> s]".
+#
+# cuDNN (GTRAIN_CUDA_ATTENTION=cudnn) is dlopen()ed, never bundled: when python3 can import PyTorch's
+# nvidia.cudnn package, its lib/ folder (and the folder of a libnvrtc beside it, which cuDNN's
+# runtime-compiled engines load) is appended to LD_LIBRARY_PATH; without it the cudnn checks skip.
 #
 # Files under $OUT (else ./gpu-out): summary.json (one object per phase: status, seconds, key numbers),
 # log.txt (what was printed, with times) and results.tar.gz (every log, table and metrics file).
@@ -124,6 +131,28 @@ for b in "$GTRAIN" "$PREP" "$TESTS/test_ops_cuda" "$TESTS/test_comm" "$TESTS/ben
     grep "not found" "$RES/ldd-$(basename "$b").txt" | sed "s|^|$(basename "$b"): |" >> "$LOG"
 done
 
+# cuDNN from PyTorch's pip packages (nvidia.cudnn: a namespace package in recent wheels, so no __file__)
+CUDNN_LIB=""
+if [ "$HAVE_PY" = 1 ]; then
+    CUDNN_LIB=$(python3 -c 'import os, nvidia.cudnn as m
+d = os.path.dirname(m.__file__) if getattr(m, "__file__", None) else list(m.__path__)[0]
+print(os.path.join(d, "lib"))' 2> /dev/null || true)
+fi
+if [ -n "$CUDNN_LIB" ] && [ -d "$CUDNN_LIB" ]; then
+    # libnvrtc's folder there also holds libcudart, libcublasLt...: link only libnvrtc* into a folder of
+    # its own, so that nothing else the programs load changes
+    NVRTC_LIB=$(find "$(dirname "$(dirname "$CUDNN_LIB")")" -maxdepth 3 -name 'libnvrtc.so.*' 2> /dev/null | head -n 1)
+    if [ -n "$NVRTC_LIB" ]; then
+        mkdir -p "$WORK/nvrtc"
+        ln -sf "$(dirname "$NVRTC_LIB")"/libnvrtc* "$WORK/nvrtc/" 2> /dev/null || true
+        NVRTC_LIB="$WORK/nvrtc"
+    fi
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDNN_LIB${NVRTC_LIB:+:$NVRTC_LIB}"
+    log "cuDNN for GTRAIN_CUDA_ATTENTION=cudnn: $CUDNN_LIB (nvrtc: ${NVRTC_LIB:-none found}) appended to LD_LIBRARY_PATH"
+else
+    log "no cuDNN from python3's nvidia.cudnn package: the GTRAIN_CUDA_ATTENTION=cudnn checks will skip"
+fi
+
 skip_all_reason=""
 [ "$HAVE_GPU" = 1 ] || skip_all_reason="no GPU visible (nvidia-smi -L)"
 
@@ -144,13 +173,18 @@ phase_ops() {
         sed -E 's/.*attention (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
-    local m7
+    local m7 c7 cu
     m7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) mma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    c7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) cudnn B1 T2048" "$RES/ops.log" | grep -v "per row" |
+        sed -E 's/.*attention (out|dq) cudnn .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
+    # cudnn: the calls it took, or why it was skipped, or its one fallback line
+    cu=$(grep -m1 -E "^(ok|FAIL|SKIP) +bf16 +attention cudnn" "$RES/ops.log" | sed -E 's/^[A-Z]+ +bf16 +attention //')
+    grep -m1 "GTRAIN_CUDA_ATTENTION=cudnn:" "$RES/ops.log" >> "$LOG"
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
-    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}, mma ${m7:-?}"
+    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}, mma ${m7:-?}, cudnn ${c7:-?} (${cu:-cudnn: ?})"
 }
 
 # ---------------------------------------------------------------- 2. comm
@@ -221,6 +255,7 @@ phase_trainer() {
         "tiny-cuda-bf16-zero3-nccl||train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full dist.comm=nccl"
         "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-wmma|GTRAIN_CUDA_ATTENTION=wmma|train.device=cuda train.precision=bf16"
+        "tiny-cuda-bf16-cudnn|GTRAIN_CUDA_ATTENTION=cudnn|train.device=cuda train.precision=bf16"
     )
     local r rest envs
     for r in "${runs[@]}"; do
@@ -272,8 +307,19 @@ check("ZeRO-3 over NCCL bit-identical", n and losses("tiny-cuda-bf16-zero3-nccl"
 w = losses("tiny-cuda-bf16-wmma")
 dw = max((abs(a - b) for a, b in zip(w, b16)), default=float("nan"))
 check("wmma attention tracks default", len(w) == 40 and dw < 0.1, f"max |loss diff| {dw:.3g}")
+# cudnn: its one stderr line when it fell back (no libcudnn here, or cuDNN declined): then the run is the
+# default kernels' and only has to finish; otherwise its losses must track the default's
+c = losses("tiny-cuda-bf16-cudnn")
+dc = max((abs(a - b) for a, b in zip(c, b16)), default=float("nan"))
+try:
+    fell = [l.strip() for l in open(os.path.join(res, "tiny-cuda-bf16-cudnn.log")) if "GTRAIN_CUDA_ATTENTION=cudnn:" in l]
+except OSError:
+    fell = []
+cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran"
+check("cudnn attention tracks default", len(c) == 40 and dc < 0.1, f"max |loss diff| {dc:.3g} ({cudnn_how})")
 print("\n".join(lines))
-print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g}; wmma-vs-default {dw:.2g}")
+print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g}; wmma-vs-default {dw:.2g};"
+      f" cudnn-vs-default {dc:.2g} ({cudnn_how})")
 sys.exit(0 if ok else 1)
 PY
     local rc=$?
@@ -299,13 +345,14 @@ phase_sanitize() {
     [ -x "$TESTS/test_ops_cuda" ] || { phase_line sanitize FAIL 0 "missing $TESTS/test_ops_cuda"; return; }
     local half=$((lim * 6 / 10))
     (cd "$WORK" && run_timed "$half" "$RES/sanitize-memcheck.log" "$san" --tool memcheck --error-exitcode 3 \
-        --print-limit 20 env GT_TEST_QUICK=1 "$TESTS/test_ops_cuda")
+        --print-limit 20 env GT_TEST_QUICK=1 GT_TEST_NO_CUDNN=1 "$TESTS/test_ops_cuda")
     rc1=$?
     local rest=$((lim - ($(date +%s) - t0)))
     rc2=124
     if [ "$rest" -ge 10 ]; then
         (cd "$WORK" && run_timed "$rest" "$RES/sanitize-racecheck.log" "$san" --tool racecheck --racecheck-report hazard \
-            --error-exitcode 3 --print-limit 20 env GT_TEST_QUICK=1 GT_TEST_ONLY=attention "$TESTS/test_ops_cuda")
+            --error-exitcode 3 --print-limit 20 env GT_TEST_QUICK=1 GT_TEST_ONLY=attention GT_TEST_NO_CUDNN=1 \
+            "$TESTS/test_ops_cuda")
         rc2=$?
     fi
     summary() { # LOG: the sanitizer's own summary line, or what stopped it
@@ -356,6 +403,8 @@ for s in ("1b", "7b"):
                g(s, "attention_forward wmma", "ms", "{:.2f}") + "/" + g(s, "attention_backward wmma", "ms", "{:.2f}") +
                ", mma " + g(s, "attention_forward mma", "ms", "{:.2f}") + "/" +
                g(s, "attention_backward mma", "ms", "{:.2f}") +
+               ", cudnn " + g(s, "attention_forward cudnn", "ms", "{:.2f}") + "/" +
+               g(s, "attention_backward cudnn", "ms", "{:.2f}") +
                "), est. MFU " + g(s, "step_estimate", "mfu", "{:.0%}"))
 print("; ".join(out))
 PY

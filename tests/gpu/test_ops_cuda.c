@@ -27,7 +27,13 @@
  * mode: with the default kernels, then with the opt-in tensor-core variant (cuda_attention_wmma.cu,
  * GTRAIN_CUDA_ATTENTION=wmma) forced on, then with the opt-in mma forward and backward
  * (cuda_attention_mma.cu, GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, each with a check
- * that the variant really took the calls (forward and backward).
+ * that the variant really took the calls (forward and backward). Fourth, when libcudnn loads (else one
+ * SKIP line), cuDNN's fused attention (cuda_attention_cudnn.cu, GTRAIN_CUDA_ATTENTION=cudnn): same
+ * tolerances, the calls it must take counted with its own fallback rules (dropout, HD, T = 1 and older
+ * cuDNN's T % 128 go to the default kernels, whose results are checked all the same), and both mixed
+ * pairings (default forward + cudnn backward and the reverse) to check that its lse is gtrain's.
+ * cuDNN's backward accumulates dq non-deterministically, so for it the repeats of dq, dk and dv are
+ * not required to be equal bytes (its forward's are).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -51,7 +57,16 @@ static const gt_ops *cpu, *gpu;
 void gt_cuda_attention_force_variant(int variant);
 long gt_cuda_attention_wmma_calls(void);
 long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward and backward calls it took */
+/* cuda_attention_cudnn.cu: calls cuDNN ran; its version once loaded (0 and why otherwise); whether its
+ * static fallback rules let a call through */
+long gt_cuda_attention_cudnn_calls(void);
+long gt_cuda_attention_cudnn_version(char *why, size_t n);
+int gt_cuda_attention_cudnn_shape_ok(int backward, int T, int HD, float dropout);
+const char *gt_cuda_attention_cudnn_last_fallback(void);
 static const char *attn_variant = ""; /* prefix of the attention checks' names */
+/* >= -1: the variant forced just before each forward / backward call (mixed pairings); -2: leave it */
+static int attn_fwd_force = -2, attn_bwd_force = -2;
+static int attn_nondet_bwd; /* 1: dq, dk, dv repeats need not be equal bytes (cuDNN's backward) */
 static int bf16_mode;
 static int failures, checks;
 
@@ -516,7 +531,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *out = gpu->alloc(nq * gpu->act_bytes), *dq = gpu->alloc(nq * gpu->act_bytes);
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
+        if (attn_fwd_force >= -1) gt_cuda_attention_force_variant(attn_fwd_force);
         gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
+        if (attn_bwd_force >= -1) gt_cuda_attention_force_variant(attn_bwd_force);
         gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
@@ -525,18 +542,18 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         get_work(gv[rep], dv, nk);
         gpu->free(out), gpu->free(dq), gpu->free(dk), gpu->free(dv), gpu->free(lse);
     }
-#define ATT_CHECK(label, got, want, n, t32, t16)                                                               \
+#define ATT_CHECK(label, got, want, n, t32, t16, repeat)                                                       \
     do {                                                                                                      \
         snprintf(name, sizeof name, "attention %s %s", label, tag);                                           \
         check_close(name, got[0], want, n, tol_of(t32, t16));                                                \
         if (n != nl) check_rows(name, got[0], want, n, (size_t)HD, 2.0 * tol_of(t32, t16));                  \
-        check_same(name, got[0], got[1], n);                                                                  \
+        if (repeat) check_same(name, got[0], got[1], n);                                                      \
     } while (0)
-    ATT_CHECK("out", o, out_w, nq, 1e-4, 2e-2);
-    ATT_CHECK("lse", l, lse_w, nl, 1e-5, 1e-4);
-    ATT_CHECK("dq", gq, dq_w, nq, 1e-4, 2e-2);
-    ATT_CHECK("dk", gk, dk_w, nk, 1e-4, 2e-2);
-    ATT_CHECK("dv", gv, dv_w, nk, 1e-4, 2e-2);
+    ATT_CHECK("out", o, out_w, nq, 1e-4, 2e-2, 1);
+    ATT_CHECK("lse", l, lse_w, nl, 1e-5, 1e-4, 1);
+    ATT_CHECK("dq", gq, dq_w, nq, 1e-4, 2e-2, !attn_nondet_bwd);
+    ATT_CHECK("dk", gk, dk_w, nk, 1e-4, 2e-2, !attn_nondet_bwd);
+    ATT_CHECK("dv", gv, dv_w, nk, 1e-4, 2e-2, !attn_nondet_bwd);
 #undef ATT_CHECK
     gpu->free(dq_in), gpu->free(dk_in), gpu->free(dv_in), gpu->free(ddout);
     for (int rep = 0; rep < 2; rep++) free(o[rep]), free(l[rep]), free(gq[rep]), free(gk[rep]), free(gv[rep]);
@@ -743,7 +760,8 @@ static void test_vector_utilities(void) {
 int main(void) {
     char why[256] = "";
     /* GT_TEST_QUICK=1: leave out the large shapes (for compute-sanitizer, which runs kernels 10-100x
-     * slower); GT_TEST_ONLY=attention: only the attention checks (for racecheck) */
+     * slower); GT_TEST_ONLY=attention: only the attention checks (for racecheck); GT_TEST_NO_CUDNN=1:
+     * leave out the cudnn variant's checks (cuDNN's kernels are not gtrain's to sanitize) */
     const char *quick_env = getenv("GT_TEST_QUICK"), *only_env = getenv("GT_TEST_ONLY");
     const int quick = quick_env && atoi(quick_env) != 0;
     const int attention_only = only_env && strcmp(only_env, "attention") == 0;
@@ -823,6 +841,61 @@ int main(void) {
             if (mtook != mwant) {
                 failures++;
                 printf("FAIL bf16  attention mma: the variant took %ld of %ld calls\n", mtook, mwant);
+            }
+            /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
+             * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
+             * fall back to the default kernels (dropout, HD 20, T 1) */
+            char cudnn_why[320];
+            const char *no_cudnn = getenv("GT_TEST_NO_CUDNN"); /* run.sh's sanitizer runs: not gtrain's kernels */
+            if (no_cudnn && atoi(no_cudnn) != 0) {
+                printf("SKIP bf16  attention cudnn: GT_TEST_NO_CUDNN=%s\n", no_cudnn);
+            } else if (!gt_cuda_attention_cudnn_version(cudnn_why, sizeof cudnn_why)) {
+                printf("SKIP bf16  attention cudnn: %s\n", cudnn_why);
+            } else {
+                static const struct { int B, T, NH, NKV, HD; float p; } cs[] = {
+                    {2, 77, 4, 2, 64, 0.0f},  {2, 77, 4, 2, 64, 0.1f}, {1, 130, 2, 1, 128, 0.0f},
+                    {1, 256, 8, 2, 64, 0.0f}, {2, 128, 4, 4, 128, 0.0f}, {2, 50, 4, 1, 32, 0.0f},
+                    {3, 33, 3, 3, 24, 0.0f},  {2, 40, 2, 1, 20, 0.0f}, {1, 1, 2, 1, 128, 0.0f},
+                    {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
+                };
+                const int ncs = (int)(sizeof cs / sizeof cs[0]) - (quick ? 1 : 0);
+                gt_cuda_attention_force_variant(3);
+                attn_variant = "cudnn ";
+                attn_nondet_bwd = 1;
+                const long c0 = gt_cuda_attention_cudnn_calls();
+                long cwant = 0;
+                for (int i = 0; i < ncs; i++) {
+                    const long before = gt_cuda_attention_cudnn_calls();
+                    test_attention(cs[i].B, cs[i].T, cs[i].NH, cs[i].NKV, cs[i].HD, cs[i].p);
+                    const long want = 2 * (gt_cuda_attention_cudnn_shape_ok(0, cs[i].T, cs[i].HD, cs[i].p) +
+                                           gt_cuda_attention_cudnn_shape_ok(1, cs[i].T, cs[i].HD, cs[i].p));
+                    cwant += want;
+                    if (gt_cuda_attention_cudnn_calls() - before != want) /* the count check below fails */
+                        printf("note bf16  attention cudnn B%d T%d NH%d NKV%d HD%d: cuDNN took %ld of %ld calls: %s\n",
+                               cs[i].B, cs[i].T, cs[i].NH, cs[i].NKV, cs[i].HD,
+                               gt_cuda_attention_cudnn_calls() - before, want, gt_cuda_attention_cudnn_last_fallback());
+                }
+                /* mixed pairings: the lse of one variant feeds the other's backward */
+                attn_variant = "default-fwd+cudnn-bwd ";
+                attn_fwd_force = 0, attn_bwd_force = 3;
+                test_attention(1, 256, 8, 2, 64, 0.0f);
+                cwant += 2 * gt_cuda_attention_cudnn_shape_ok(1, 256, 64, 0.0f);
+                attn_variant = "cudnn-fwd+default-bwd ";
+                attn_fwd_force = 3, attn_bwd_force = 0;
+                attn_nondet_bwd = 0;
+                test_attention(1, 256, 8, 2, 64, 0.0f);
+                cwant += 2 * gt_cuda_attention_cudnn_shape_ok(0, 256, 64, 0.0f);
+                attn_fwd_force = attn_bwd_force = -2;
+                const long ctook = gt_cuda_attention_cudnn_calls() - c0;
+                checks++;
+                if (ctook != cwant) {
+                    failures++;
+                    printf("FAIL bf16  attention cudnn (%ld): cuDNN took %ld of %ld calls (the notes say where)\n",
+                           gt_cuda_attention_cudnn_version(NULL, 0), ctook, cwant);
+                } else {
+                    printf("ok   bf16  attention cudnn (%ld): cuDNN took %ld calls\n",
+                           gt_cuda_attention_cudnn_version(NULL, 0), ctook);
+                }
             }
             attn_variant = "";
         }

@@ -508,6 +508,13 @@ int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dou
 int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
                                     const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
                                     int HD, float dropout, gt_rng_key key);
+/* GTRAIN_CUDA_ATTENTION=cudnn (variant 3): cuDNN's fused attention (cuda_attention_cudnn.cu); when it
+ * declines, the default kernels below run, never the wmma/mma ones */
+int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
+                                    int NH, int NKV, int HD, float dropout);
+int gt_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                                     const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
+                                     int HD, float dropout);
 
 template <typename T>
 static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
@@ -515,6 +522,9 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 3 &&
+        gt_cuda_attention_cudnn_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout))
+        return;
     if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
         gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
         return;
@@ -537,6 +547,9 @@ static void attention_backward(void *dq, void *dk, void *dv, const void *dout, c
     (void)probs;
     check_shapes(NH, NKV, HD);
     if (B <= 0 || Tn <= 0) return;
+    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 3 &&
+        gt_cuda_attention_cudnn_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout))
+        return;
     if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
         gt_cuda_attention_mma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
         return;

@@ -521,7 +521,7 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
 
 /* ---------------------------------------------------------------- host side */
 
-/* -1: follow the environment; 0: the default kernels; 1: this variant; 2: the mma forward and
+/* -1: follow the environment; 0: the default kernels; 1: this variant; 3: cuDNN; 2: the mma forward and
  * backward (cuda_attention_mma.cu; this variant where it declines) (tests force them) */
 int g_forced_variant = -1;
 int g_env_variant = -1; /* -1: GTRAIN_CUDA_ATTENTION not read yet */
@@ -536,8 +536,10 @@ int wmma_selected(void) {
             g_env_variant = 1;
         } else if (e && strcmp(e, "mma") == 0) {
             g_env_variant = 2;
+        } else if (e && strcmp(e, "cudnn") == 0) {
+            g_env_variant = 3; /* cuda_attention_cudnn.cu */
         } else if (e && *e && strcmp(e, "default") != 0) {
-            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (wmma, mma or default); using the "
+            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (wmma, mma, cudnn or default); using the "
                             "default attention kernels\n", e);
         }
     }
@@ -548,7 +550,7 @@ int wmma_selected(void) {
 /* the shapes and pointers this variant takes: the tensors read with 16-byte loads (q, k, v and, in
  * backward, dout) must be 16-byte aligned; outputs are written element by element */
 bool wmma_takes(int HD, const void *q, const void *k, const void *v, const void *dout) {
-    if (!wmma_selected()) return false;
+    if (wmma_selected() != 1 && wmma_selected() != 2) return false; /* 3 (cudnn) falls back to the default */
     if (HD != 32 && HD != 64 && HD != 128) return false;
     return aligned16(q) && aligned16(k) && aligned16(v) && aligned16(dout);
 }
@@ -605,13 +607,13 @@ void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out
 
 /* ---------------------------------------------------------------- entry points */
 
-/* Tests: 1 forces this variant (where it applies), 0 forces the default kernels, -1 returns to what
- * GTRAIN_CUDA_ATTENTION says. */
+/* Tests: 1 forces this variant (where it applies), 2 the mma one, 3 cuDNN's (cuda_attention_cudnn.cu),
+ * 0 forces the default kernels, -1 returns to what GTRAIN_CUDA_ATTENTION says. */
 extern "C" void gt_cuda_attention_force_variant(int variant) {
-    g_forced_variant = variant < 0 ? -1 : variant > 2 ? 0 : variant;
+    g_forced_variant = variant < 0 ? -1 : variant > 3 ? 0 : variant;
 }
 
-/* 0 default, 1 wmma, 2 mma: what GTRAIN_CUDA_ATTENTION (or a test) chose */
+/* 0 default, 1 wmma, 2 mma, 3 cudnn: what GTRAIN_CUDA_ATTENTION (or a test) chose */
 int gt_cuda_attention_variant(void) { return wmma_selected(); }
 
 /* Tests: how many attention calls (forward or backward) this variant has taken so far. */
