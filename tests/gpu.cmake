@@ -17,6 +17,30 @@ if(GTRAIN_HAVE_CUDA)
   target_link_libraries(bench_ops_cuda PRIVATE gtrain_kernels)
 endif()
 
+# The mma attention's index math without a GPU (label unit): tests/gpu/emulate_mma_attention_fwd.py and
+# _bwd.py run a transcription of cuda_attention_mma.cu's kernels on a numpy emulation of ldmatrix,
+# mma.sync and shfl (tests/gpu/mma_emu.py) against a direct fp64 attention, then check that deliberately
+# wrong fragment layouts fail. Pure numpy, about 5 and 16 s on one core; registered with or without
+# the CUDA backend. GTRAIN_HF_PYTHON: a Python with numpy (tools/setup-venv.sh's venv); without numpy
+# they fail, saying so, rather than skip.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
+  foreach(dir fwd bwd)
+    set(_name mma_attention_forward_emulation_matches_fp64)
+    if(dir STREQUAL "bwd")
+      set(_name mma_attention_backward_emulation_matches_fp64)
+    endif()
+    add_test(NAME ${_name} COMMAND ${GTRAIN_HF_PYTHON} -B ${GTRAIN_TEST_DIR}/gpu/emulate_mma_attention_${dir}.py)
+    set_tests_properties(${_name} PROPERTIES
+      LABELS unit
+      TIMEOUT 300
+      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+  endforeach()
+else()
+  message(WARNING "python3 not found: the mma attention emulation tests (mma_attention_*_emulation_*) are not registered")
+endif()
+
 # The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the
 # script exits 0, and summary.json parses with the seven phases in order (skipped where a GPU is
 # visible: there the script would run for real). And shellcheck over the GPU scripts.

@@ -5,8 +5,8 @@
  * dK, dV in backward) stay in registers.
  *
  *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
- *   *** on reading only. Opt-in with GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has
- *   *** passed on a real GPU.
+ *   *** on reading and on a CPU emulation of the index math (below). Opt-in with
+ *   *** GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has passed on a real GPU.
  *
  * With GTRAIN_CUDA_ATTENTION=mma both directions run here for the bf16 working type, HD 64 or 128 and
  * 16-byte aligned q, k, v (and dout, dq, dk, dv in backward); anything else falls through to the WMMA
@@ -37,9 +37,20 @@
  * (3) the C accumulators of n-tiles 2j and 2j+1 are, element for element, the A fragment of k-block j
  * (a[0] = c of tile 2j row g, a[1] = tile 2j row g+8, a[2] = tile 2j+1 row g, a[3] = tile 2j+1 row
  * g+8), so P (or dS) goes from one product into the next without shared memory.
- * tests/gpu/emulate_mma_attention_bwd.py emulates these layouts lane by lane and runs a hand
- * transcription of the backward kernels' index math against a direct attention backward (fp64: where
- * each element goes, not rounding, barriers or the real RNG).
+ * Emulation, no GPU needed (CTest mma_attention_forward_emulation_matches_fp64 and
+ * _backward_..., label unit, numpy): tests/gpu/mma_emu.py builds ldmatrix(.trans).x4, mma.sync
+ * m16n8k16 and shfl.sync.bfly from the ISA tables above, lanes as a numpy axis, shared memory filled
+ * with NaN (a read of anything not written poisons the result); tests/gpu/emulate_mma_attention_fwd.py
+ * and _bwd.py run hand transcriptions of the three kernels (every lane, row, column, address and
+ * pointer expression, causal tile skips, the online softmax and its quad shuffles, GQA, the dk/dv
+ * step order, the dropout index with a stand-in keep function) in fp64 against a direct attention:
+ * out, lse, dq, dk, dv agree to about 1e-15 (the tests allow 1e-10) at test_ops_cuda's mma shapes but
+ * the 7B one, plus T 129, 65 and 300; no ldmatrix row is misaligned or bank-conflicting; and every one
+ * of the deliberately wrong layouts (a, b, c registers, ldmatrix rows, .trans, the shuffle partner)
+ * fails. They do NOT check bf16 and fp32 rounding, the real RNG, barriers and cp.async ordering
+ * (races), registers, shared-memory and launch limits, the host wrappers (their grid and BN are
+ * copied, not run), or that the hardware matches the ISA text; and a transcription is only as good as
+ * its copying: edit it with the kernel.
  *
  * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
  * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
