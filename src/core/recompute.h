@@ -66,9 +66,9 @@ int gt_plan_segment_end(const gt_plan *plan, int first);
 int gt_plan_recomputed_blocks(const gt_plan *plan);
 
 /* Rows of the loss head's chunks in training: the LM head, the cross-entropy and their backward run
- * over this many token rows at a time, so the (rows, V) logits buffer stays near 64 MiB instead of
+ * over this many token rows at a time, so the (rows, V) logits buffer stays near 32 MiB instead of
  * (B*T, V). A multiple of 64 when it is below BT; BT when the whole batch fits. */
-#define GT_HEAD_CHUNK_BYTES ((uint64_t)64 << 20)
+#define GT_HEAD_CHUNK_BYTES ((uint64_t)32 << 20)
 extern uint64_t gt_head_chunk_bytes; /* GT_HEAD_CHUNK_BYTES; tests lower it to get several chunks */
 int gt_head_chunk_rows(int BT, int vocab, int elem_bytes);
 
