@@ -613,13 +613,13 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     /* ---- head and loss, forward and backward together, chunk by chunk of token rows: each chunk's
      * logits are made, turned into losses and then (in place) into their gradient, which gives the
      * chunk's rows of dxf and adds to the head's weight gradient; the (BT, V) logits never exist
-     * (gt_head_chunk_rows). The head unit is the final norm and lm_head and, tied, the embedding unit
+     * (gt_head_rows). The head unit is the final norm and lm_head and, tied, the embedding unit
      * too, whose gradient stays open until its own backward at the end adds to it ---- */
     char *pn = unit_params(m, U_HEAD);
     char *ph = tied ? unit_params(m, 0) : pn + (m->off_head - m->off_norm) * m->eb;
     float *gn = unit_grads(m, U_HEAD);
     float *gh = tied ? unit_grads(m, 0) : gn + (m->off_head - m->off_norm);
-    int R = gt_head_chunk_rows(s.BT, s.V, (int)m->eb);
+    int R = gt_head_rows(&m->cfg, s.BT, (int)m->eb);
     size_t chunk_bytes = (size_t)R * s.V * m->eb;
     void *xf = act_alloc(m, s.x);
     float *rstdf = act_alloc(m, s.row);

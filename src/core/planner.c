@@ -39,7 +39,7 @@ static sizes make_sizes(const gt_mem_shape *sh) {
     s.row = BT * 4;
     s.lse = B * (uint64_t)m->n_heads * T * 4;
     s.probs = B * (uint64_t)m->n_heads * T * T * 4;
-    s.logits = (uint64_t)gt_head_chunk_rows((int)BT, m->vocab_size, (int)e) * (uint64_t)m->vocab_size * e;
+    s.logits = (uint64_t)gt_head_rows(m, (int)BT, (int)e) * (uint64_t)m->vocab_size * e;
     /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
     s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
     s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);

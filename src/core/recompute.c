@@ -136,12 +136,16 @@ void gt_plan_describe(const gt_plan *plan, char *out, size_t out_len) {
              plan->n_blocks, n_keep, n_sel, n_rec, n_seg, n_seg == 1 ? "" : "s", longest);
 }
 
-uint64_t gt_head_chunk_bytes = GT_HEAD_CHUNK_BYTES;
+uint64_t gt_head_chunk_bytes = 0;
 
-int gt_head_chunk_rows(int BT, int vocab, int elem_bytes) {
-    uint64_t row = (uint64_t)vocab * (uint64_t)elem_bytes;
-    uint64_t r = row ? gt_head_chunk_bytes / row : (uint64_t)BT;
-    if (r >= (uint64_t)BT) return BT;
+int gt_head_rows(const gt_model_config *m, int BT, int elem_bytes) {
+    uint64_t e = (uint64_t)elem_bytes, bt = (uint64_t)BT, C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    uint64_t big = 2 * F > C + 2 * KVD ? 2 * F : C + 2 * KVD;
+    uint64_t limit = gt_head_chunk_bytes ? gt_head_chunk_bytes : bt * (C + big) * e;
+    uint64_t row = (uint64_t)m->vocab_size * e;
+    uint64_t r = row ? limit / row : bt;
+    if (r >= bt) return BT;
     r = r >= 64 ? r / 64 * 64 : r > 0 ? r : 1;
     return (int)r;
 }
