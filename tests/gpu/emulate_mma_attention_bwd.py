@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-# tests/gpu/emulate_mma_attention_bwd.py — the mma attention BACKWARD (mma_abt, mma_pv, store_rows, the
-# dq and dk/dv kernels of src/kernels/cuda/cuda_attention_mma.cu, NEVER RUN ON A GPU) transcribed by
+# tests/gpu/emulate_mma_attention_bwd.py — the mma attention BACKWARD (store_rows, the dq and dk/dv
+# kernels of src/kernels/cuda/cuda_attention_mma.cu, NEVER RUN ON A GPU; mma_abt, mma_pv, head_rows and
+# mm_drop_index are transcribed once in mma_emu.py, shared with the forward's script) transcribed by
 # hand onto the PTX emulation of mma_emu.py and compared with a direct fp64 attention backward: dq, dk,
 # dv (D from the output, as gt_cuda_attention_rowdot gives it; lse from the reference forward).
 # The transcription keeps the kernels' loops, their lane/row/column/address expressions (evaluated for
@@ -20,39 +21,6 @@ from mma_emu import MM_BM, LANE, np  # noqa: E402
 
 
 # ---- the kernels' helpers ------------------------------------------------------------------------
-def mma_abt(acc, smem, As, Bs, HD, NT):
-    """mma_abt<HD, NT>(acc, smem + As, smem + Bs, lane): acc (NT, 32, 4) += A B^T"""
-    LD = HD + 8
-    lane = LANE
-    for kk in range(HD // 16):
-        a = emu.ldmatrix_x4(smem, As + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8)
-        for nt in range(0, NT, 2):
-            row = nt * 8 + (lane & 7) + ((lane >> 4) << 3)
-            r = emu.ldmatrix_x4(smem, Bs + row * LD + kk * 16 + ((lane >> 3) & 1) * 8)
-            acc[nt] = emu.mma_bf16(acc[nt], a, r[:, 0], r[:, 1])
-            acc[nt + 1] = emu.mma_bf16(acc[nt + 1], a, r[:, 2], r[:, 3])
-
-
-def mma_pv(acc, p, smem, Vs, HD, NT):
-    """mma_pv<HD, NT>(acc, p, smem + Vs, lane): acc (HD / 8, 32, 4) += P V, P (NT, 32, 4) in C layout"""
-    LD, DT = HD + 8, HD // 8
-    lane = LANE
-    for j in range(NT // 2):
-        pa = np.stack([emu.pack_bf16(p[2 * j][:, 0], p[2 * j][:, 1]),
-                       emu.pack_bf16(p[2 * j][:, 2], p[2 * j][:, 3]),
-                       emu.pack_bf16(p[2 * j + 1][:, 0], p[2 * j + 1][:, 1]),
-                       emu.pack_bf16(p[2 * j + 1][:, 2], p[2 * j + 1][:, 3])], axis=1)
-        for dt in range(0, DT, 2):
-            row = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-            r = emu.ldmatrix_x4_trans(smem, Vs + row * LD + dt * 8 + (lane >> 4) * 8)
-            acc[dt] = emu.mma_bf16(acc[dt], pa, r[:, 0], r[:, 1])
-            acc[dt + 1] = emu.mma_bf16(acc[dt + 1], pa, r[:, 2], r[:, 3])
-
-
-def mm_drop_index(b, h, t, s, NH, Tn):
-    return ((b * NH + h) * Tn + t) * Tn + s
-
-
 def store_rows(dst, base, stride, acc, row_a, quad, Tn, HD):
     """store_rows<HD>(gmem + base, stride, acc, row_a, quad, Tn)"""
     ok = row_a < Tn
@@ -90,10 +58,10 @@ def dq_kernel(dq, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BN, scale, dropo
                 g = h // (NH // NKV)
                 q0 = qtile * MM_BM
                 qs, ks = NH * HD, NKV * HD
-                qb = b * Tn * qs + h * HD
-                ob = b * Tn * qs + h * HD
-                kb = b * Tn * ks + g * HD
-                vb = b * Tn * ks + g * HD
+                qb = emu.head_rows(b, Tn, qs, h, HD)
+                ob = emu.head_rows(b, Tn, qs, h, HD)
+                kb = emu.head_rows(b, Tn, ks, g, HD)
+                vb = emu.head_rows(b, Tn, ks, g, HD)
 
                 last = min(q0 + MM_BM, Tn) - 1
                 ntiles = last // BN + 1
@@ -130,8 +98,8 @@ def dq_kernel(dq, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BN, scale, dropo
                         quad, row_a, row_b = R["quad"], R["row_a"], R["row_b"]
                         s = np.zeros((NT, 32, 4))
                         dp = np.zeros((NT, 32, 4))
-                        mma_abt(s, smem, sQ + warp * 16 * LD, tK, HD, NT)
-                        mma_abt(dp, smem, sdO + warp * 16 * LD, tV, HD, NT)
+                        emu.mma_abt(s, smem, sQ + warp * 16 * LD, tK, HD, NT)
+                        emu.mma_abt(dp, smem, sdO + warp * 16 * LD, tV, HD, NT)
                         for nt in range(NT):
                             for e in range(4):
                                 r = row_a if e < 2 else row_b
@@ -141,16 +109,17 @@ def dq_kernel(dq, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BN, scale, dropo
                                     p = np.exp(s[nt][:, e] * scale - (R["lse_a"] if e < 2 else R["lse_b"]))
                                 d = dp[nt][:, e]
                                 if dropout > 0.0:
-                                    d = np.where(emu.keepf(mm_drop_index(b, h, r, col, NH, Tn), dropout),
+                                    d = np.where(emu.keepf(emu.mm_drop_index(b, h, r, col, NH, Tn), dropout),
                                                  d * keep_scale, 0.0)
                                 ds = p * (d - (R["D_a"] if e < 2 else R["D_b"])) * scale
                                 s[nt][:, e] = np.where(live, ds, 0.0)
-                        mma_pv(R["acc"], s, smem, tK, HD, NT)  # dQ += dS K
+                        emu.mma_pv(R["acc"], s, smem, tK, HD, NT)  # dQ += dS K
                     # __syncthreads
                 for warp in range(4):
                     R = W[warp]
                     if R["warp_active"]:
-                        store_rows(dq, b * Tn * qs + h * HD, qs, R["acc"], R["row_a"], R["quad"], Tn, HD)
+                        store_rows(dq, emu.head_rows(b, Tn, qs, h, HD), qs, R["acc"], R["row_a"], R["quad"], Tn,
+                                   HD)
 
 
 # ---- dk/dv kernel ----------------------------------------------------------------------------------
@@ -174,8 +143,8 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                 group = NH // NKV
                 k0 = ktile * MM_BM
                 qs, ks = NH * HD, NKV * HD
-                kb = b * Tn * ks + g * HD
-                vb = b * Tn * ks + g * HD
+                kb = emu.head_rows(b, Tn, ks, g, HD)
+                vb = emu.head_rows(b, Tn, ks, g, HD)
 
                 qt0 = k0 // BQ
                 nq = (Tn + BQ - 1) // BQ - qt0
@@ -184,8 +153,8 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                 emu.load_tile(smem, sV, v, vb, ks, k0, Tn, HD, MM_BM)
                 h, q0 = g * group, qt0 * BQ
                 bh = b * NH + h
-                emu.load_tile(smem, sQ, q, b * Tn * qs + h * HD, qs, q0, Tn, HD, BQ)
-                emu.load_tile(smem, sdO, dout, b * Tn * qs + h * HD, qs, q0, Tn, HD, BQ)
+                emu.load_tile(smem, sQ, q, emu.head_rows(b, Tn, qs, h, HD), qs, q0, Tn, HD, BQ)
+                emu.load_tile(smem, sdO, dout, emu.head_rows(b, Tn, qs, h, HD), qs, q0, Tn, HD, BQ)
                 emu.load_stat(sL, 0, lse, bh * Tn, q0, Tn, BQ)
                 emu.load_stat(sD, 0, Dbuf, bh * Tn, q0, Tn, BQ)
 
@@ -205,9 +174,10 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                     if it + 1 < nsteps:
                         hn, qn = g * group + (it + 1) // nq, (qt0 + (it + 1) % nq) * BQ
                         bhn = b * NH + hn
-                        emu.load_tile(smem, sQ + (stage ^ 1) * BQ * LD, q, b * Tn * qs + hn * HD, qs, qn, Tn, HD, BQ)
-                        emu.load_tile(smem, sdO + (stage ^ 1) * BQ * LD, dout, b * Tn * qs + hn * HD, qs, qn, Tn, HD,
-                                      BQ)
+                        emu.load_tile(smem, sQ + (stage ^ 1) * BQ * LD, q, emu.head_rows(b, Tn, qs, hn, HD), qs, qn, Tn,
+                                      HD, BQ)
+                        emu.load_tile(smem, sdO + (stage ^ 1) * BQ * LD, dout, emu.head_rows(b, Tn, qs, hn, HD), qs, qn,
+                                      Tn, HD, BQ)
                         emu.load_stat(sL, (stage ^ 1) * BQ, lse, bhn * Tn, qn, Tn, BQ)
                         emu.load_stat(sD, (stage ^ 1) * BQ, Dbuf, bhn * Tn, qn, Tn, BQ)
                     tQ, tdO = sQ + stage * BQ * LD, sdO + stage * BQ * LD
@@ -220,8 +190,8 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                         quad, row_a, row_b = R["quad"], R["row_a"], R["row_b"]
                         s = np.zeros((NT, 32, 4))
                         dp = np.zeros((NT, 32, 4))
-                        mma_abt(s, smem, sK + warp * 16 * LD, tQ, HD, NT)  # S^T: keys x queries
-                        mma_abt(dp, smem, sV + warp * 16 * LD, tdO, HD, NT)  # dP~^T
+                        emu.mma_abt(s, smem, sK + warp * 16 * LD, tQ, HD, NT)  # S^T: keys x queries
+                        emu.mma_abt(dp, smem, sV + warp * 16 * LD, tdO, HD, NT)  # dP~^T
                         for nt in range(NT):
                             for e in range(4):
                                 sk = row_a if e < 2 else row_b
@@ -233,20 +203,22 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                                 d = dp[nt][:, e]
                                 pt = p
                                 if dropout > 0.0:
-                                    keep = emu.keepf(mm_drop_index(b, h, tq, sk, NH, Tn), dropout)
+                                    keep = emu.keepf(emu.mm_drop_index(b, h, tq, sk, NH, Tn), dropout)
                                     d = np.where(keep, d * keep_scale, 0.0)
                                     pt = np.where(keep, p * keep_scale, 0.0)
                                 ds = p * (d - sD[tD + c]) * scale
                                 s[nt][:, e] = np.where(live, pt, 0.0)
                                 dp[nt][:, e] = np.where(live, ds, 0.0)
-                        mma_pv(R["dv_acc"], s, smem, tdO, HD, NT)  # dV += P~^T dO
-                        mma_pv(R["dk_acc"], dp, smem, tQ, HD, NT)  # dK += dS^T Q
+                        emu.mma_pv(R["dv_acc"], s, smem, tdO, HD, NT)  # dV += P~^T dO
+                        emu.mma_pv(R["dk_acc"], dp, smem, tQ, HD, NT)  # dK += dS^T Q
                     # __syncthreads
                 for warp in range(4):
                     R = W[warp]
                     if R["warp_active"]:
-                        store_rows(dk, b * Tn * ks + g * HD, ks, R["dk_acc"], R["row_a"], R["quad"], Tn, HD)
-                        store_rows(dv, b * Tn * ks + g * HD, ks, R["dv_acc"], R["row_a"], R["quad"], Tn, HD)
+                        store_rows(dk, emu.head_rows(b, Tn, ks, g, HD), ks, R["dk_acc"], R["row_a"], R["quad"], Tn,
+                                   HD)
+                        store_rows(dv, emu.head_rows(b, Tn, ks, g, HD), ks, R["dv_acc"], R["row_a"], R["quad"], Tn,
+                                   HD)
 
 
 def run(B, Tn, NH, NKV, HD, dropout):

@@ -7,7 +7,9 @@
 # the 4 lanes of a quad by xor shuffles, P re-packed from the S accumulators as A fragments, V through
 # ldmatrix.trans, the two cp.async stages (as plain copies into the stage the kernel uses) and its
 # global pointer arithmetic on flat arrays; dropout's keep decision is mma_emu.keepf at the kernel's
-# index. It does NOT check bf16/fp32 rounding, the real RNG, barriers, cp.async ordering or timing.
+# index. The kernel's helpers shared with the backward (mma_abt_kblock, mma_pv, head_rows, mm_drop_index)
+# are transcribed once in mma_emu.py.
+# It does NOT check bf16/fp32 rounding, the real RNG, barriers, cp.async ordering or timing.
 # A transcription: edit it with the kernel.
 # Run: python3 tests/gpu/emulate_mma_attention_fwd.py (CTest: mma_attention_forward_emulation_matches_fp64);
 # exit 0 when every shape matches to 1e-10 and every mutation of the layouts is caught.
@@ -39,9 +41,9 @@ def forward_kernel(out, lse, q, k, v, B, Tn, NH, NKV, HD, BN, scale, dropout, ke
                 g = h // (NH // NKV)
                 q0 = qtile * MM_BM
                 qs, ks = NH * HD, NKV * HD
-                qb = b * Tn * qs + h * HD
-                kb = b * Tn * ks + g * HD
-                vb = b * Tn * ks + g * HD
+                qb = emu.head_rows(b, Tn, qs, h, HD)
+                kb = emu.head_rows(b, Tn, ks, g, HD)
+                vb = emu.head_rows(b, Tn, ks, g, HD)
 
                 last = min(q0 + MM_BM, Tn) - 1
                 ntiles = last // BN + 1
@@ -86,11 +88,7 @@ def forward_kernel(out, lse, q, k, v, B, Tn, NH, NKV, HD, BN, scale, dropout, ke
                             continue
                         s = np.zeros((NT, 32, 4))
                         for kk in range(KD):
-                            for nt in range(0, NT, 2):
-                                key = nt * 8 + (lane & 7) + ((lane >> 4) << 3)
-                                r = emu.ldmatrix_x4(smem, tK + key * LD + kk * 16 + ((lane >> 3) & 1) * 8)
-                                s[nt] = emu.mma_bf16(s[nt], qf[kk], r[:, 0], r[:, 1])
-                                s[nt + 1] = emu.mma_bf16(s[nt + 1], qf[kk], r[:, 2], r[:, 3])
+                            emu.mma_abt_kblock(s, qf[kk], smem, tK, kk, HD, NT)
                         # scale and causal mask; the row max over the tile
                         mx_a, mx_b = np.full(32, -INF), np.full(32, -INF)
                         for nt in range(NT):
@@ -127,7 +125,7 @@ def forward_kernel(out, lse, q, k, v, B, Tn, NH, NKV, HD, BN, scale, dropout, ke
                                 if dropout > 0.0:
                                     rr = row_a if e < 2 else row_b
                                     col = k0 + nt * 8 + 2 * quad + (e & 1)
-                                    idx = ((b * NH + h) * Tn + rr) * Tn + col
+                                    idx = emu.mm_drop_index(b, h, rr, col, NH, Tn)
                                     p = np.where(p != 0.0, np.where(emu.keepf(idx, dropout), p * keep_scale, 0.0), p)
                                 s[nt][:, e] = p
                         R["l_a"] = R["l_a"] * corr_a + sum_a
@@ -138,16 +136,7 @@ def forward_kernel(out, lse, q, k, v, B, Tn, NH, NKV, HD, BN, scale, dropout, ke
                             o[dt][:, 2] *= corr_b
                             o[dt][:, 3] *= corr_b
                         # O += P V
-                        for j in range(BN // 16):
-                            pa = np.stack([emu.pack_bf16(s[2 * j][:, 0], s[2 * j][:, 1]),
-                                           emu.pack_bf16(s[2 * j][:, 2], s[2 * j][:, 3]),
-                                           emu.pack_bf16(s[2 * j + 1][:, 0], s[2 * j + 1][:, 1]),
-                                           emu.pack_bf16(s[2 * j + 1][:, 2], s[2 * j + 1][:, 3])], axis=1)
-                            for dt in range(0, DT, 2):
-                                key = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-                                r = emu.ldmatrix_x4_trans(smem, tV + key * LD + dt * 8 + (lane >> 4) * 8)
-                                o[dt] = emu.mma_bf16(o[dt], pa, r[:, 0], r[:, 1])
-                                o[dt + 1] = emu.mma_bf16(o[dt + 1], pa, r[:, 2], r[:, 3])
+                        emu.mma_pv(o, s, smem, tV, HD, NT)
                     # __syncthreads
 
                 for warp in range(4):

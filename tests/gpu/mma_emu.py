@@ -2,7 +2,8 @@
 # numpy emulation of the warp-level PTX instructions that src/kernels/cuda/cuda_attention_mma.cu uses
 # (ldmatrix(.trans).x4, mma.sync m16n8k16 .row.col bf16 -> f32, shfl.sync.bfly, cp.async's zero fill),
 # built from the PTX ISA's fragment tables, plus the pieces both transcriptions need (the loaders,
-# the stand-in dropout keep function, a direct fp64 attention forward and backward, and the harness
+# the kernels' shared helpers head_rows, mma_abt(_kblock), mma_pv and mm_drop_index, the stand-in
+# dropout keep function, a direct fp64 attention forward and backward, and the harness
 # that runs the shapes and the mutation checks).
 #
 # Registers are numpy arrays with the lane as the first axis, so a kernel line such as
@@ -190,6 +191,53 @@ def load_stat(sbuf, dst, src, base, row0, Tn, N):
     i = np.arange(N)
     t = row0 + i
     sbuf[dst + i] = np.where(t < Tn, src[np.where(t < Tn, base + t, base)], 0.0)
+
+
+def head_rows(b, Tn, stride, h, HD):
+    """head_rows(x, b, Tn, stride, h, HD) of cuda_common.cuh: the offset of row 0 of head h of batch b"""
+    return b * Tn * stride + h * HD
+
+
+# ---- the kernels' shared device helpers (cuda_attention_mma.cu), used by both transcriptions --------
+def mma_abt_kblock(acc, a, smem, Bs, kk, HD, NT):
+    """mma_abt_kblock<HD, NT>(acc, a, smem + Bs, kk, lane): acc (NT, 32, 4) += k-block kk of A B^T, A's
+    fragment a (32, 4, 2)"""
+    LD = HD + 8
+    lane = LANE
+    for nt in range(0, NT, 2):
+        row = nt * 8 + (lane & 7) + ((lane >> 4) << 3)
+        r = ldmatrix_x4(smem, Bs + row * LD + kk * 16 + ((lane >> 3) & 1) * 8)
+        acc[nt] = mma_bf16(acc[nt], a, r[:, 0], r[:, 1])
+        acc[nt + 1] = mma_bf16(acc[nt + 1], a, r[:, 2], r[:, 3])
+
+
+def mma_abt(acc, smem, As, Bs, HD, NT):
+    """mma_abt<HD, NT>(acc, smem + As, smem + Bs, lane): acc (NT, 32, 4) += A B^T"""
+    LD = HD + 8
+    lane = LANE
+    for kk in range(HD // 16):
+        a = ldmatrix_x4(smem, As + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8)
+        mma_abt_kblock(acc, a, smem, Bs, kk, HD, NT)
+
+
+def mma_pv(acc, p, smem, Vs, HD, NT):
+    """mma_pv<HD, NT>(acc, p, smem + Vs, lane): acc (HD / 8, 32, 4) += P V, P (NT, 32, 4) in C layout"""
+    LD, DT = HD + 8, HD // 8
+    lane = LANE
+    for j in range(NT // 2):
+        pa = np.stack([pack_bf16(p[2 * j][:, 0], p[2 * j][:, 1]),
+                       pack_bf16(p[2 * j][:, 2], p[2 * j][:, 3]),
+                       pack_bf16(p[2 * j + 1][:, 0], p[2 * j + 1][:, 1]),
+                       pack_bf16(p[2 * j + 1][:, 2], p[2 * j + 1][:, 3])], axis=1)
+        for dt in range(0, DT, 2):
+            row = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+            r = ldmatrix_x4_trans(smem, Vs + row * LD + dt * 8 + (lane >> 4) * 8)
+            acc[dt] = mma_bf16(acc[dt], pa, r[:, 0], r[:, 1])
+            acc[dt + 1] = mma_bf16(acc[dt + 1], pa, r[:, 2], r[:, 3])
+
+
+def mm_drop_index(b, h, t, s, NH, Tn):
+    return ((b * NH + h) * Tn + t) * Tn + s
 
 
 def keepf(idx, p):

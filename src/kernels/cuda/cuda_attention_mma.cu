@@ -81,7 +81,7 @@
  *     order, no cross-block sum).
  * BN = BQ = 64 at HD 64, 32 at HD 128. Shared memory 2 (HD + 8)(2*64 + 4*BN) bytes (+ 16 BN for lse and
  * D in dk/dv): dq 54 / 68 KiB, dk/dv 55 / 68.5 KiB at HD 64 / 128. Registers (ptxas -v, nvcc 13.0,
- * sm_90, __launch_bounds__(128, 2), no spills): dq 206 / 190, dk/dv 226 / 252 at HD 64 / 128, so two
+ * sm_90, __launch_bounds__(128, 2), no spills): dq 206 / 190, dk/dv 224 / 252 at HD 64 / 128, so two
  * blocks fit per SM: at most 252 x 32 registers per warp, allocated in units of 256 = 8192, x 4 warps
  * x 2 blocks = the SM's 65536; and 2 x (68.5 + 1 reserved) KiB of its 228 KiB of shared memory.
  */
@@ -144,6 +144,89 @@ __device__ __forceinline__ void load_tile_async(bf16 *dst, const bf16 *src, size
     }
 }
 
+/* The two fragment patterns of every kernel below (forward, dq, dk/dv).
+ * The notation of the derivations: lane = 4 g + c (g = groupID = lane / 4, c = threadID_in_group =
+ * lane % 4); the PTX ISA's m16n8k16 layouts for .bf16 (A: a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8,
+ * 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..), the lower column in the low 16 bits; B, k x n
+ * "col": b[0] = (k 2c, 2c+1; n g), b[1] = (k 2c+8, 2c+9; n g); C/D fp32: c[0], c[1] = (row g, cols 2c,
+ * 2c+1), c[2], c[3] = (row g+8, same cols)); ldmatrix .m8n8.x4 .b16: lanes 8i..8i+7 give the row
+ * addresses of matrix i, and register i of lane l holds row l / 4, columns 2 (l % 4), +1 of matrix i
+ * (with .trans: row 2 (l % 4) and 2 (l % 4) + 1, column l / 4, i.e. the same of the transposed
+ * matrix). */
+
+/* acc (16 x 8 NT, C layout) += A B^T, A = 16 rows of a bf16 tile (As: the warp's first row), B = the
+ * 8 NT rows of another (Bs), both HD wide (K = HD): the S = Q K^T product; mma_abt_kblock adds k-block
+ * kk (columns 16 kk .. 16 kk + 15) for A's fragment a.
+ *   A: ldmatrix.x4 with lane l addressing row l % 16, column 16 kk + 8 (l / 16): matrices (rows 0-7,
+ *      k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), so register i of lane 4g+c holds (g, 2c..),
+ *      (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..) = a[0..3] exactly.
+ *   B (k x n) = Bs^T, i.e. B[k][n] = Bs[row n][col k]; b[0] needs (k 2c, 2c+1; n g) = Bs row g,
+ *      cols 2c, 2c+1 = register of a plain ldmatrix of the 8 x 8 block (rows n0..n0+7, cols k0..k0+7).
+ *      Lane l addresses row 8 nt + (l % 8) + 8 (l / 16), column 16 kk + 8 ((l / 8) % 2): matrices
+ *      (n-tile nt, k 0-7), (nt, k 8-15), (nt+1, k 0-7), (nt+1, k 8-15) = b[0], b[1] of nt, of nt+1. */
+template <int HD, int NT>
+__device__ __forceinline__ void mma_abt_kblock(float (&acc)[NT][4], const uint32_t (&a)[4], const bf16 *Bs, int kk,
+                                               int lane) {
+    constexpr int LD = HD + 8;
+    static_assert(NT % 2 == 0, "n-tiles go in pairs");
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t r[4];
+        const int row = nt * 8 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(r, Bs + row * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+        mma_bf16(acc[nt], a, r[0], r[1]);
+        mma_bf16(acc[nt + 1], a, r[2], r[3]);
+    }
+}
+
+/* the whole product, A read from shared memory per k-block (the backward; the forward keeps its Q
+ * fragments in registers and calls mma_abt_kblock itself) */
+template <int HD, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const bf16 *As, const bf16 *Bs, int lane) {
+    constexpr int LD = HD + 8;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, As + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+        mma_abt_kblock<HD, NT>(acc, a, Bs, kk, lane);
+    }
+}
+
+/* acc (16 x HD, C layout) += P V, P = 16 x 8 NT in C layout (fp32, rounded to bf16 here), V = the
+ * 8 NT x HD row-major bf16 tile Vs (K = 8 NT).
+ *   P as A: for k-block j (columns 16j..16j+15), a[0] = (g, 16j + 2c, +1) = p[2j][0..1], a[1] = (g+8,
+ *      16j + 2c..) = p[2j][2..3], a[2] = (g, 16j + 8 + 2c..) = p[2j+1][0..1], a[3] = p[2j+1][2..3]:
+ *      the accumulators of n-tiles 2j and 2j+1 are the A fragment, packed lower column low.
+ *   V as B (k x n = keys x hd, stored row-major): b[0] = (k 2c, 2c+1; n g) = rows 2c, 2c+1 of column g
+ *      of the 8 x 8 block, which is what ldmatrix.trans gives lane 4g+c. Lane l addresses row
+ *      16 j + (l % 8) + 8 ((l / 8) % 2), column 8 dt + 8 (l / 16): matrices (k 0-7, n-tile dt),
+ *      (k 8-15, dt), (k 0-7, dt+1), (k 8-15, dt+1) = b[0], b[1] of dt, of dt+1. */
+template <int HD, int NT>
+__device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)[NT][4], const bf16 *Vs, int lane) {
+    constexpr int LD = HD + 8, DT = HD / 8;
+#pragma unroll
+    for (int j = 0; j < NT / 2; j++) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16(p[2 * j][0], p[2 * j][1]);
+        pa[1] = pack_bf16(p[2 * j][2], p[2 * j][3]);
+        pa[2] = pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]);
+        pa[3] = pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3]);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t r[4];
+            const int row = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4_trans(r, Vs + row * LD + dt * 8 + (lane >> 4) * 8);
+            mma_bf16(acc[dt], pa, r[0], r[1]);
+            mma_bf16(acc[dt + 1], pa, r[2], r[3]);
+        }
+    }
+}
+
+/* the dropout index of (b, h, query t, key s), as cuda_attention.cu's */
+__device__ __forceinline__ uint64_t mm_drop_index(int b, int h, int t, int s, int NH, int Tn) {
+    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
+}
+
 template <int HD, int BN>
 __global__ void __launch_bounds__(MM_THREADS, 3)
 mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int Tn, int NH,
@@ -159,9 +242,9 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
     const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
     const int q0 = qtile * MM_BM;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *qb = head_rows(q, b, Tn, qs, h, HD);
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
 
     const int last = min(q0 + MM_BM, Tn) - 1;
     const int ntiles = last / BN + 1;
@@ -210,15 +293,7 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < KD; kk++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt += 2) {
-                    uint32_t r[4];
-                    const int key = nt * 8 + (lane & 7) + ((lane >> 4) << 3);
-                    ldmatrix_x4(r, tK + key * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-                    mma_bf16(s[nt], qf[kk], r[0], r[1]);
-                    mma_bf16(s[nt + 1], qf[kk], r[2], r[3]);
-                }
+            for (int kk = 0; kk < KD; kk++) mma_abt_kblock<HD, NT>(s, qf[kk], tK, kk, lane);
             /* scale and causal mask; the row max over the tile (4 lanes share a row) */
             float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
@@ -251,10 +326,7 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
                     else sum_b += p;
                     if (dropout > 0.0f && p != 0.0f) {
                         const int r = e < 2 ? row_a : row_b, col = k0 + nt * 8 + 2 * quad + (e & 1);
-                        const uint64_t idx =
-                            (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)r) * (uint64_t)Tn +
-                            (uint64_t)col;
-                        p = dev_dropout_keep(rng, idx, dropout) ? p * keep_scale : 0.0f;
+                        p = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? p * keep_scale : 0.0f;
                     }
                     s[nt][e] = p;
                 }
@@ -268,22 +340,7 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
             /* O += P V: P's A fragment for keys 16j..16j+15 is the accumulators of n-tiles 2j and 2j+1;
              * V (keys x HD, row-major) gives B fragments through ldmatrix.trans: matrices (keys 0-7,
              * hd n..n+7), (keys 8-15, n..), (keys 0-7, n+8..), (keys 8-15, n+8..) */
-#pragma unroll
-            for (int j = 0; j < BN / 16; j++) {
-                uint32_t pa[4];
-                pa[0] = pack_bf16(s[2 * j][0], s[2 * j][1]);
-                pa[1] = pack_bf16(s[2 * j][2], s[2 * j][3]);
-                pa[2] = pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]);
-                pa[3] = pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3]);
-#pragma unroll
-                for (int dt = 0; dt < DT; dt += 2) {
-                    uint32_t r[4];
-                    const int key = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    ldmatrix_x4_trans(r, tV + key * LD + dt * 8 + (lane >> 4) * 8);
-                    mma_bf16(o[dt], pa, r[0], r[1]);
-                    mma_bf16(o[dt + 1], pa, r[2], r[3]);
-                }
-            }
+            mma_pv<HD, NT>(o, s, tV, lane);
         }
         __syncthreads(); /* every warp is done with this stage before it is loaded again */
     }
@@ -335,15 +392,8 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
 /* ================================================================ backward
  *
  * Shared by both kernels: tiles of Q, dO, K, V in shared memory in rows of HD + 8 bf16 (the forward's
- * padding), all of a warp's tensor-core work on its own 16 rows, and the two fragment patterns below.
- * The notation of the derivations: lane = 4 g + c (g = groupID = lane / 4, c = threadID_in_group =
- * lane % 4); the PTX ISA's m16n8k16 layouts for .bf16 (A: a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8,
- * 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..), the lower column in the low 16 bits; B, k x n
- * "col": b[0] = (k 2c, 2c+1; n g), b[1] = (k 2c+8, 2c+9; n g); C/D fp32: c[0], c[1] = (row g, cols 2c,
- * 2c+1), c[2], c[3] = (row g+8, same cols)); ldmatrix .m8n8.x4 .b16: lanes 8i..8i+7 give the row
- * addresses of matrix i, and register i of lane l holds row l / 4, columns 2 (l % 4), +1 of matrix i
- * (with .trans: row 2 (l % 4) and 2 (l % 4) + 1, column l / 4, i.e. the same of the transposed
- * matrix). */
+ * padding), all of a warp's tensor-core work on its own 16 rows, and the forward's two fragment
+ * patterns (mma_abt, mma_pv above). */
 
 /* 4 bytes global -> shared (cp.async.ca: .cg takes 16-byte copies only); src_bytes 0 writes zero */
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
@@ -357,68 +407,6 @@ __device__ __forceinline__ void load_stat_async(float *dst, const float *src, in
         const int t = row0 + i;
         cp_async4(dst + i, t < Tn ? src + t : src, t < Tn ? 4 : 0);
     }
-}
-
-/* acc (16 x 8 NT, C layout) += A B^T, A = 16 rows of a bf16 tile (As: the warp's first row), B = the
- * 8 NT rows of another (Bs), both HD wide (K = HD): the S = Q K^T product.
- *   A: ldmatrix.x4 with lane l addressing row l % 16, column 16 kk + 8 (l / 16): matrices (rows 0-7,
- *      k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15), so register i of lane 4g+c holds (g, 2c..),
- *      (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..) = a[0..3] exactly.
- *   B (k x n) = Bs^T, i.e. B[k][n] = Bs[row n][col k]; b[0] needs (k 2c, 2c+1; n g) = Bs row g,
- *      cols 2c, 2c+1 = register of a plain ldmatrix of the 8 x 8 block (rows n0..n0+7, cols k0..k0+7).
- *      Lane l addresses row 8 nt + (l % 8) + 8 (l / 16), column 16 kk + 8 ((l / 8) % 2): matrices
- *      (n-tile nt, k 0-7), (nt, k 8-15), (nt+1, k 0-7), (nt+1, k 8-15) = b[0], b[1] of nt, of nt+1. */
-template <int HD, int NT>
-__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const bf16 *As, const bf16 *Bs, int lane) {
-    constexpr int LD = HD + 8;
-    static_assert(NT % 2 == 0, "n-tiles go in pairs");
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        uint32_t a[4];
-        ldmatrix_x4(a, As + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-            uint32_t r[4];
-            const int row = nt * 8 + (lane & 7) + ((lane >> 4) << 3);
-            ldmatrix_x4(r, Bs + row * LD + kk * 16 + ((lane >> 3) & 1) * 8);
-            mma_bf16(acc[nt], a, r[0], r[1]);
-            mma_bf16(acc[nt + 1], a, r[2], r[3]);
-        }
-    }
-}
-
-/* acc (16 x HD, C layout) += P V, P = 16 x 8 NT in C layout (fp32, rounded to bf16 here), V = the
- * 8 NT x HD row-major bf16 tile Vs (K = 8 NT).
- *   P as A: for k-block j (columns 16j..16j+15), a[0] = (g, 16j + 2c, +1) = p[2j][0..1], a[1] = (g+8,
- *      16j + 2c..) = p[2j][2..3], a[2] = (g, 16j + 8 + 2c..) = p[2j+1][0..1], a[3] = p[2j+1][2..3]:
- *      the accumulators of n-tiles 2j and 2j+1 are the A fragment, packed lower column low.
- *   V as B (k x n = keys x hd, stored row-major): b[0] = (k 2c, 2c+1; n g) = rows 2c, 2c+1 of column g
- *      of the 8 x 8 block, which is what ldmatrix.trans gives lane 4g+c. Lane l addresses row
- *      16 j + (l % 8) + 8 ((l / 8) % 2), column 8 dt + 8 (l / 16): matrices (k 0-7, n-tile dt),
- *      (k 8-15, dt), (k 0-7, dt+1), (k 8-15, dt+1) = b[0], b[1] of dt, of dt+1. */
-template <int HD, int NT>
-__device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)[NT][4], const bf16 *Vs, int lane) {
-    constexpr int LD = HD + 8, DT = HD / 8;
-#pragma unroll
-    for (int j = 0; j < NT / 2; j++) {
-        uint32_t pa[4];
-        pa[0] = pack_bf16(p[2 * j][0], p[2 * j][1]);
-        pa[1] = pack_bf16(p[2 * j][2], p[2 * j][3]);
-        pa[2] = pack_bf16(p[2 * j + 1][0], p[2 * j + 1][1]);
-        pa[3] = pack_bf16(p[2 * j + 1][2], p[2 * j + 1][3]);
-#pragma unroll
-        for (int dt = 0; dt < DT; dt += 2) {
-            uint32_t r[4];
-            const int row = j * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4_trans(r, Vs + row * LD + dt * 8 + (lane >> 4) * 8);
-            mma_bf16(acc[dt], pa, r[0], r[1]);
-            mma_bf16(acc[dt + 1], pa, r[2], r[3]);
-        }
-    }
-}
-
-__device__ __forceinline__ uint64_t mm_drop_index(int b, int h, int t, int s, int NH, int Tn) {
-    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
 }
 
 /* 16 rows x HD of an fp32 accumulator (C layout) to bf16 rows row_a (c[0], c[1]) and row_b = row_a + 8
@@ -463,10 +451,10 @@ mma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, 
     const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
     const int q0 = qtile * MM_BM;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *qb = head_rows(q, b, Tn, qs, h, HD);
+    const bf16 *ob = head_rows(dout, b, Tn, qs, h, HD);
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
 
     const int last = min(q0 + MM_BM, Tn) - 1;
     const int ntiles = last / BN + 1;
@@ -533,7 +521,7 @@ mma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, 
         }
         __syncthreads(); /* every warp is done with this stage before it is loaded again */
     }
-    if (warp_active) store_rows<HD>(dq + (size_t)b * Tn * qs + (size_t)h * HD, qs, acc, row_a, quad, Tn);
+    if (warp_active) store_rows<HD>(head_rows(dq, b, Tn, qs, h, HD), qs, acc, row_a, quad, Tn);
 }
 
 /* dk and dv, grid (key tiles of 64, the first (most queries) first) x NKV x B: the block's K and V
@@ -563,8 +551,8 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
     const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     const int k0 = ktile * MM_BM;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
 
     /* steps it = 0 .. group * nq - 1: head g * group + it / nq, query tile qt0 + it % nq; queries
      * before k0 never see the block's keys (causal), so the first tile is the one holding k0 */
@@ -574,8 +562,8 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
     {
         const int h = g * group, q0 = qt0 * BQ;
         const size_t bh = (size_t)b * NH + h;
-        load_tile_async<HD, BQ>(sQ, q + (size_t)b * Tn * qs + (size_t)h * HD, qs, q0, Tn);
-        load_tile_async<HD, BQ>(sdO, dout + (size_t)b * Tn * qs + (size_t)h * HD, qs, q0, Tn);
+        load_tile_async<HD, BQ>(sQ, head_rows(q, b, Tn, qs, h, HD), qs, q0, Tn);
+        load_tile_async<HD, BQ>(sdO, head_rows(dout, b, Tn, qs, h, HD), qs, q0, Tn);
         load_stat_async<BQ>(sL, lse + bh * Tn, q0, Tn);
         load_stat_async<BQ>(sD, Dbuf + bh * Tn, q0, Tn);
     }
@@ -600,10 +588,8 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
             /* the other stage was last read in step it - 1, which ended with a barrier */
             const int hn = g * group + (it + 1) / nq, qn = (qt0 + (it + 1) % nq) * BQ;
             const size_t bhn = (size_t)b * NH + hn;
-            load_tile_async<HD, BQ>(sQ + (stage ^ 1) * BQ * LD, q + (size_t)b * Tn * qs + (size_t)hn * HD, qs, qn,
-                                    Tn);
-            load_tile_async<HD, BQ>(sdO + (stage ^ 1) * BQ * LD, dout + (size_t)b * Tn * qs + (size_t)hn * HD, qs,
-                                    qn, Tn);
+            load_tile_async<HD, BQ>(sQ + (stage ^ 1) * BQ * LD, head_rows(q, b, Tn, qs, hn, HD), qs, qn, Tn);
+            load_tile_async<HD, BQ>(sdO + (stage ^ 1) * BQ * LD, head_rows(dout, b, Tn, qs, hn, HD), qs, qn, Tn);
             load_stat_async<BQ>(sL + (stage ^ 1) * BQ, lse + bhn * Tn, qn, Tn);
             load_stat_async<BQ>(sD + (stage ^ 1) * BQ, Dbuf + bhn * Tn, qn, Tn);
             cp_async_commit();
@@ -651,8 +637,8 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
         __syncthreads(); /* every warp is done with this stage before it is loaded again */
     }
     if (warp_active) {
-        store_rows<HD>(dk + (size_t)b * Tn * ks + (size_t)g * HD, ks, dk_acc, row_a, quad, Tn);
-        store_rows<HD>(dv + (size_t)b * Tn * ks + (size_t)g * HD, ks, dv_acc, row_a, quad, Tn);
+        store_rows<HD>(head_rows(dk, b, Tn, ks, g, HD), ks, dk_acc, row_a, quad, Tn);
+        store_rows<HD>(head_rows(dv, b, Tn, ks, g, HD), ks, dv_acc, row_a, quad, Tn);
     }
 }
 

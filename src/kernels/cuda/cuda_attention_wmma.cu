@@ -172,9 +172,9 @@ wmma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *
     const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
     const int q0 = qtile * BM;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *qb = head_rows(q, b, Tn, qs, h, HD);
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
 
     load_tile<HD, BM>(sQ, qb, qs, q0, Tn);
     for (int i = threadIdx.x; i < BM * LDO; i += WM_THREADS) sO[i] = 0.0f;
@@ -305,10 +305,10 @@ wmma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout,
     const int h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
     const int q0 = qtile * BM;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *qb = head_rows(q, b, Tn, qs, h, HD);
+    const bf16 *ob = head_rows(dout, b, Tn, qs, h, HD);
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
     const float *lse_bh = lse + ((size_t)b * NH + h) * Tn;
 
     load_tile<HD, BM>(sQ, qb, qs, q0, Tn);
@@ -415,8 +415,8 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
     const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     const int k0 = ktile * BN;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const bf16 *kb = k + (size_t)b * Tn * ks + (size_t)g * HD;
-    const bf16 *vb = v + (size_t)b * Tn * ks + (size_t)g * HD;
+    const bf16 *kb = head_rows(k, b, Tn, ks, g, HD);
+    const bf16 *vb = head_rows(v, b, Tn, ks, g, HD);
 
     load_tile<HD, BN>(sK, kb, ks, k0, Tn);
     load_tile<HD, BN>(sV, vb, ks, k0, Tn);
@@ -438,8 +438,8 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
     }
 
     for (int h = g * group; h < (g + 1) * group; h++) {
-        const bf16 *qb = q + (size_t)b * Tn * qs + (size_t)h * HD;
-        const bf16 *ob = dout + (size_t)b * Tn * qs + (size_t)h * HD;
+        const bf16 *qb = head_rows(q, b, Tn, qs, h, HD);
+        const bf16 *ob = head_rows(dout, b, Tn, qs, h, HD);
         const float *lse_bh = lse + ((size_t)b * NH + h) * Tn;
         const float *D_bh = Dbuf + ((size_t)b * NH + h) * Tn;
         for (int q0 = (k0 / BQ) * BQ; q0 < Tn; q0 += BQ) {

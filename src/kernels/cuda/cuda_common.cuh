@@ -63,6 +63,15 @@ __device__ __forceinline__ void store_f(float *p, float v) { *p = v; }
 /* __float2bfloat16 rounds to nearest even */
 __device__ __forceinline__ void store_f(bf16 *p, float v) { *p = __float2bfloat16(v); }
 
+/* ---------------------------------------------------------------- attention tensors */
+
+/* row 0 of head h of batch b of a (B, T, heads, HD) tensor, seen as T rows of `stride` = heads * HD
+ * elements (the attention kernels' q, k, v, out and gradients) */
+template <typename T>
+__device__ __forceinline__ T *head_rows(T *x, int b, int Tn, size_t stride, int h, int HD) {
+    return x + (size_t)b * Tn * stride + (size_t)h * HD;
+}
+
 /* ---------------------------------------------------------------- dropout RNG (ops.h, on device) */
 
 __device__ __forceinline__ uint64_t dev_mix64(uint64_t z) {
