@@ -411,6 +411,15 @@ void reshape(Build &b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     wire(b, x, false), wire(b, y, true);
 }
 
+/* y = mode(x[, in_b]) with fp32 math into a new virtual tensor of type dt, dims and strides */
+cudnnBackendDescriptor_t pointwise_new(Build &b, cudnnPointwiseMode_t mode, cudnnDataType_t dt,
+                                       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t in_b,
+                                       const int64_t (&dims)[4], const int64_t (&strides)[4]) {
+    cudnnBackendDescriptor_t y = tensor(b, 0, dt, dims, strides, true);
+    pointwise(b, mode, CUDNN_DATA_FLOAT, x, in_b, nullptr, y);
+    return y;
+}
+
 /* the causal mask of a (b, h, s_q, s_kv) fp32 score tensor: keep key col <= query row, else fill */
 cudnnBackendDescriptor_t causal_mask(Build &b, cudnnBackendDescriptor_t s, cudnnBackendDescriptor_t fill,
                                      const int64_t (&sd)[4], const int64_t (&ss)[4]) {
@@ -452,6 +461,29 @@ Dims make_dims(const Plan &p) {
     return x;
 }
 
+/* the scaled scores Q K^T * scale (b, NH, T, T) fp32, the start of both graphs */
+cudnnBackendDescriptor_t scaled_scores(Build &b, const Dims &x, cudnnBackendDescriptor_t Q, cudnnBackendDescriptor_t KT,
+                                       cudnnBackendDescriptor_t scale) {
+    cudnnBackendDescriptor_t s1 = tensor(b, 0, CUDNN_DATA_FLOAT, x.sc, x.scs, true);
+    matmul(b, Q, KT, s1);
+    return pointwise_new(b, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s1, scale, x.sc, x.scs);
+}
+
+/* out = a^T c for an fp32 score-shaped a (dV = P^T dO, dK = dS^T Q): a seen transposed in bf16
+ * (reshape), then with GQA the per-query-head product (b, NH, T, HD) summed over each group of heads */
+void transposed_product(Build &b, const Dims &x, bool gqa, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t c,
+                        cudnnBackendDescriptor_t out) {
+    cudnnBackendDescriptor_t at = tensor(b, 0, CUDNN_DATA_BFLOAT16, x.sct, x.scts, true);
+    reshape(b, a, at);
+    if (!gqa) {
+        matmul(b, at, c, out);
+    } else {
+        cudnnBackendDescriptor_t full = tensor(b, 0, CUDNN_DATA_BFLOAT16, x.hd, x.hds, true);
+        matmul(b, at, c, full);
+        reduction(b, CUDNN_REDUCE_TENSOR_ADD, full, out);
+    }
+}
+
 void build_forward(Build &b) {
     const Dims x = make_dims(*b.p);
     const cudnnDataType_t F = CUDNN_DATA_FLOAT, H = CUDNN_DATA_BFLOAT16;
@@ -463,24 +495,18 @@ void build_forward(Build &b) {
     cudnnBackendDescriptor_t scale = tensor(b, UID_SCALE, F, x.one, x.ones, false, true);
     cudnnBackendDescriptor_t neg_inf = tensor(b, UID_NEG_INF, F, x.one, x.ones, false, true);
 
-    cudnnBackendDescriptor_t s1 = tensor(b, 0, F, x.sc, x.scs, true);
-    matmul(b, Q, KT, s1);
-    cudnnBackendDescriptor_t s2 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_MUL, F, s1, scale, nullptr, s2);
+    cudnnBackendDescriptor_t s2 = scaled_scores(b, x, Q, KT, scale);
     cudnnBackendDescriptor_t s3 = causal_mask(b, s2, neg_inf, x.sc, x.scs);
     cudnnBackendDescriptor_t mx = tensor(b, 0, F, x.row, x.rows, true);
     reduction(b, CUDNN_REDUCE_TENSOR_MAX, s3, mx);
-    cudnnBackendDescriptor_t s4 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_SUB, F, s3, mx, nullptr, s4);
-    cudnnBackendDescriptor_t e = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_EXP, F, s4, nullptr, nullptr, e);
+    cudnnBackendDescriptor_t s4 = pointwise_new(b, CUDNN_POINTWISE_SUB, F, s3, mx, x.sc, x.scs);
+    cudnnBackendDescriptor_t e = pointwise_new(b, CUDNN_POINTWISE_EXP, F, s4, nullptr, x.sc, x.scs);
     cudnnBackendDescriptor_t sum = tensor(b, 0, F, x.row, x.rows, true);
     reduction(b, CUDNN_REDUCE_TENSOR_ADD, e, sum);
-    cudnnBackendDescriptor_t logsum = tensor(b, 0, F, x.row, x.rows, true);
-    pointwise(b, CUDNN_POINTWISE_LOG, F, sum, nullptr, nullptr, logsum);
+    cudnnBackendDescriptor_t logsum = pointwise_new(b, CUDNN_POINTWISE_LOG, F, sum, nullptr, x.row, x.rows);
     pointwise(b, CUDNN_POINTWISE_ADD, F, mx, logsum, nullptr, stats);
-    cudnnBackendDescriptor_t P = tensor(b, 0, H, x.sc, x.scs, true); /* bf16: the second matmul's A */
-    pointwise(b, CUDNN_POINTWISE_DIV, F, e, sum, nullptr, P);
+    /* bf16: the second matmul's A */
+    cudnnBackendDescriptor_t P = pointwise_new(b, CUDNN_POINTWISE_DIV, H, e, sum, x.sc, x.scs);
     matmul(b, P, V, O);
     const int64_t outputs[2] = {UID_O, UID_STATS};
     check_wiring(b, outputs, 2);
@@ -506,54 +532,29 @@ void build_backward(Build &b) {
     cudnnBackendDescriptor_t dq_acc = tensor(b, UID_DQ_ACCUM, F, x.hd, x.hds, false);
 
     /* D = rowsum(dO * O), into the real scratch tensor dsum */
-    cudnnBackendDescriptor_t doo = tensor(b, 0, F, x.q, x.qs, true);
-    pointwise(b, CUDNN_POINTWISE_MUL, F, dO, O, nullptr, doo);
+    cudnnBackendDescriptor_t doo = pointwise_new(b, CUDNN_POINTWISE_MUL, F, dO, O, x.q, x.qs);
     cudnnBackendDescriptor_t dr = tensor(b, 0, F, x.row, x.rows, true);
     reduction(b, CUDNN_REDUCE_TENSOR_ADD, doo, dr);
     pointwise(b, CUDNN_POINTWISE_MUL, F, dr, one, nullptr, dsum);
 
     /* P = exp(Q K^T * scale - lse), causally masked */
-    cudnnBackendDescriptor_t s1 = tensor(b, 0, F, x.sc, x.scs, true);
-    matmul(b, Q, KT, s1);
-    cudnnBackendDescriptor_t s2 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_MUL, F, s1, scale, nullptr, s2);
-    cudnnBackendDescriptor_t s3 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_SUB, F, s2, stats, nullptr, s3);
+    cudnnBackendDescriptor_t s2 = scaled_scores(b, x, Q, KT, scale);
+    cudnnBackendDescriptor_t s3 = pointwise_new(b, CUDNN_POINTWISE_SUB, F, s2, stats, x.sc, x.scs);
     cudnnBackendDescriptor_t s4 = causal_mask(b, s3, neg_inf, x.sc, x.scs);
-    cudnnBackendDescriptor_t P = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_EXP, F, s4, nullptr, nullptr, P);
+    cudnnBackendDescriptor_t P = pointwise_new(b, CUDNN_POINTWISE_EXP, F, s4, nullptr, x.sc, x.scs);
 
     /* dV = P^T dO */
-    cudnnBackendDescriptor_t PT = tensor(b, 0, H, x.sct, x.scts, true);
-    reshape(b, P, PT);
-    if (!gqa) {
-        matmul(b, PT, dO, dV);
-    } else {
-        cudnnBackendDescriptor_t dv_full = tensor(b, 0, H, x.hd, x.hds, true);
-        matmul(b, PT, dO, dv_full);
-        reduction(b, CUDNN_REDUCE_TENSOR_ADD, dv_full, dV);
-    }
+    transposed_product(b, x, gqa, P, dO, dV);
 
     /* dS = (dO V^T - D) * P * scale */
     cudnnBackendDescriptor_t dp = tensor(b, 0, F, x.sc, x.scs, true);
     matmul(b, dO, VT, dp);
-    cudnnBackendDescriptor_t dp2 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_SUB, F, dp, dsum, nullptr, dp2);
-    cudnnBackendDescriptor_t ds1 = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_MUL, F, dp2, P, nullptr, ds1);
-    cudnnBackendDescriptor_t dS = tensor(b, 0, F, x.sc, x.scs, true);
-    pointwise(b, CUDNN_POINTWISE_MUL, F, ds1, scale, nullptr, dS);
+    cudnnBackendDescriptor_t dp2 = pointwise_new(b, CUDNN_POINTWISE_SUB, F, dp, dsum, x.sc, x.scs);
+    cudnnBackendDescriptor_t ds1 = pointwise_new(b, CUDNN_POINTWISE_MUL, F, dp2, P, x.sc, x.scs);
+    cudnnBackendDescriptor_t dS = pointwise_new(b, CUDNN_POINTWISE_MUL, F, ds1, scale, x.sc, x.scs);
 
     /* dK = dS^T Q */
-    cudnnBackendDescriptor_t dST = tensor(b, 0, H, x.sct, x.scts, true);
-    reshape(b, dS, dST);
-    if (!gqa) {
-        matmul(b, dST, Q, dK);
-    } else {
-        cudnnBackendDescriptor_t dk_full = tensor(b, 0, H, x.hd, x.hds, true);
-        matmul(b, dST, Q, dk_full);
-        reduction(b, CUDNN_REDUCE_TENSOR_ADD, dk_full, dK);
-    }
+    transposed_product(b, x, gqa, dS, Q, dK);
 
     /* dQ = dS K, accumulated in fp32 by cuDNN, then converted into dq */
     cudnnBackendDescriptor_t K = tensor(b, 0, F, x.kv, x.kvs, true);
@@ -836,39 +837,54 @@ extern "C" int gt_cuda_attention_cudnn_shape_ok(int backward, int Tn, int HD, fl
     return cudnn_shape_rule(backward, Tn, HD, dropout, version) == nullptr;
 }
 
-/* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected variant
- * is "cudnn" (gt_cuda_attention_variant() == 3), after its shape checks (NH % NKV == 0, B, T > 0);
- * returns 1 when cuDNN ran the call, 0 to use the default kernels. */
-int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
-                                    int NH, int NKV, int HD, float dropout) {
 #if GTRAIN_HAVE_CUDNN_HEADERS
+/* The checks both entry points make, in order: the library, the shape rule, 16-byte alignment (aligned:
+ * every tensor of the call is), then the plan of the shape. nullptr after saying why (say_fallback; a
+ * plan that failed before said so then). */
+static Plan *plan_for_call(int backward, bool aligned, int B, int Tn, int NH, int NKV, int HD, float dropout) {
     if (!api_ready()) {
         say_fallback(g_load_reason);
-        return 0;
+        return nullptr;
     }
-    const char *why = cudnn_shape_rule(0, Tn, HD, dropout, g_api.version);
-    if (!why && !(aligned16(out) && aligned16(lse) && aligned16(q) && aligned16(k) && aligned16(v)))
-        why = "a tensor is not 16-byte aligned";
+    const char *why = cudnn_shape_rule(backward, Tn, HD, dropout, g_api.version);
+    if (!why && !aligned) why = "a tensor is not 16-byte aligned";
     if (why) {
         say_fallback(why);
-        return 0;
+        return nullptr;
     }
-    Plan *p = get_plan(0, B, Tn, NH, NKV, HD, &why);
-    if (!p) {
-        if (why) say_fallback(why);
-        return 0;
-    }
-    void *ws = p->workspace > 0 ? gt_cuda_alloc((size_t)p->workspace) : nullptr;
-    const int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
-    void *const ptrs[7] = {(void *)q, (void *)k, (void *)v, out, lse, &p->scale, &p->neg_inf};
-    const bool ran = execute(p, 7, uids, ptrs, ws, &why);
-    if (ws) gt_cuda_free(ws); /* stream-ordered: a later user of the block runs after cuDNN's kernels */
+    Plan *p = get_plan(backward, B, Tn, NH, NKV, HD, &why);
+    if (!p && why) say_fallback(why);
+    return p;
+}
+
+/* an entry point's return value after execute(): 1 and counted when cuDNN ran the call, else 0 after
+ * saying why */
+static int ran_call(bool ran, const char *why) {
     if (!ran) {
         say_fallback(why);
         return 0;
     }
     g_cudnn_calls++;
     return 1;
+}
+#endif
+
+/* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected variant
+ * is "cudnn" (gt_cuda_attention_variant() == 3), after its shape checks (NH % NKV == 0, B, T > 0);
+ * returns 1 when cuDNN ran the call, 0 to use the default kernels. */
+int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
+                                    int NH, int NKV, int HD, float dropout) {
+#if GTRAIN_HAVE_CUDNN_HEADERS
+    const bool aligned = aligned16(out) && aligned16(lse) && aligned16(q) && aligned16(k) && aligned16(v);
+    Plan *p = plan_for_call(0, aligned, B, Tn, NH, NKV, HD, dropout);
+    if (!p) return 0;
+    const char *why = nullptr;
+    void *ws = p->workspace > 0 ? gt_cuda_alloc((size_t)p->workspace) : nullptr;
+    const int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
+    void *const ptrs[7] = {(void *)q, (void *)k, (void *)v, out, lse, &p->scale, &p->neg_inf};
+    const bool ran = execute(p, 7, uids, ptrs, ws, &why);
+    if (ws) gt_cuda_free(ws); /* stream-ordered: a later user of the block runs after cuDNN's kernels */
+    return ran_call(ran, why);
 #else
     (void)out, (void)lse, (void)q, (void)k, (void)v, (void)B, (void)Tn, (void)NH, (void)NKV, (void)HD, (void)dropout;
     say_fallback("gtrain was built without cuDNN's headers (cudnn_graph.h)");
@@ -882,23 +898,11 @@ int gt_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *d
                                      const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
                                      int HD, float dropout) {
 #if GTRAIN_HAVE_CUDNN_HEADERS
-    if (!api_ready()) {
-        say_fallback(g_load_reason);
-        return 0;
-    }
-    const char *why = cudnn_shape_rule(1, Tn, HD, dropout, g_api.version);
-    if (!why && !(aligned16(dq) && aligned16(dk) && aligned16(dv) && aligned16(dout) && aligned16(out) &&
-                  aligned16(q) && aligned16(k) && aligned16(v) && aligned16(lse)))
-        why = "a tensor is not 16-byte aligned";
-    if (why) {
-        say_fallback(why);
-        return 0;
-    }
-    Plan *p = get_plan(1, B, Tn, NH, NKV, HD, &why);
-    if (!p) {
-        if (why) say_fallback(why);
-        return 0;
-    }
+    const bool aligned = aligned16(dq) && aligned16(dk) && aligned16(dv) && aligned16(dout) && aligned16(out) &&
+                         aligned16(q) && aligned16(k) && aligned16(v) && aligned16(lse);
+    Plan *p = plan_for_call(1, aligned, B, Tn, NH, NKV, HD, dropout);
+    if (!p) return 0;
+    const char *why = nullptr;
     /* one block: cuDNN's workspace, then the D scratch (B, NH, T) and the fp32 dQ accumulator */
     const size_t ws_bytes = round_up((size_t)p->workspace);
     const size_t dsum_bytes = round_up(sizeof(float) * (size_t)B * NH * Tn);
@@ -915,12 +919,7 @@ int gt_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *d
                             dk,        dv,         &p->scale,  &p->neg_inf, &p->one,        dsum,        acc};
     const bool ran = execute(p, 14, uids, ptrs, ws, &why);
     gt_cuda_free(block); /* stream-ordered, as in forward */
-    if (!ran) {
-        say_fallback(why);
-        return 0;
-    }
-    g_cudnn_calls++;
-    return 1;
+    return ran_call(ran, why);
 #else
     (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)q, (void)k, (void)v, (void)lse, (void)B, (void)Tn;
     (void)NH, (void)NKV, (void)HD, (void)dropout;
