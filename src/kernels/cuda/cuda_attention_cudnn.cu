@@ -584,7 +584,8 @@ void build_plan(Build &b) {
     cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
     for (int mi = 0; mi < 2 && b.ok; mi++) {
         cudnnBackendDescriptor_t heur = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "creating the heuristics");
-        set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics graph");
+        set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+            "heuristics graph");
         set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi], "heuristics mode");
         if (g_check_device)
             set(b, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g_check_device,
@@ -601,7 +602,8 @@ void build_plan(Build &b) {
         if (count > 8) count = 8; /* the best few are enough */
         if (count <= 0) continue;
         cudnnBackendDescriptor_t cfg[8];
-        for (int64_t i = 0; i < count; i++) cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "creating an engine config");
+        for (int64_t i = 0; i < count; i++)
+            cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "creating an engine config");
         if (!b.ok) return;
         int64_t got = 0;
         st = g_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg);

@@ -411,7 +411,7 @@ wmma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const
     float *sdV = reinterpret_cast<float *>(wm_smem + TL::OTILE);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int ktile = gridDim.x - 1 - blockIdx.x; /* key tile 0 sees the most queries: start it first */
+    const int ktile = blockIdx.x; /* key tile 0 sees the most queries: start it first (low indices go first) */
     const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     const int k0 = ktile * BN;
     const size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
