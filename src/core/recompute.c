@@ -146,6 +146,6 @@ int gt_head_rows(const gt_model_config *m, int BT, int elem_bytes) {
     uint64_t row = (uint64_t)m->vocab_size * e;
     uint64_t r = row ? limit / row : bt;
     if (r >= bt) return BT;
-    r = r >= 64 ? r / 64 * 64 : r > 0 ? r : 1;
+    r = r >= 64 ? r / 64 * 64 : r >= 8 ? r / 8 * 8 : r > 0 ? r : 1; /* aligned row offsets where possible */
     return (int)r;
 }
