@@ -576,6 +576,14 @@ def check_like(args, work):
     assert ours.eos_token_id == c["eos_token_id"][0] and ours.bos_token_id == c["bos_token_id"]
     log("transformers loads the export without warnings; AutoTokenizer and GenerationConfig load from it")
 
+    # a run on longer sequences than the checkpoint was published for keeps its own max_seq_len
+    p = run([args.gtrain, ini, "model.max_seq_len=1024", f"checkpoint.dir={work}/ck1024"])
+    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
+    p = export(args, f"{work}/ck1024/step_00000003.h5", f"{work}/export1024")
+    assert p.returncode == 0, p.stderr
+    c = json.load(open(f"{work}/export1024/config.json"))
+    assert c["max_position_embeddings"] == 1024 and c["bos_token_id"] == published["bos_token_id"], c
+
     # 2. --no-like, and a recorded init that is gone: gtrain's config.json alone, as before --like
     plain = f"{work}/export_plain"
     p = export(args, state, plain, "--no-like")
