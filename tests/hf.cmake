@@ -5,6 +5,7 @@
 #   hf_tied_...      tied embeddings, fp16 on disk; bf16 export; a state file wins over model.init
 #   hf_broken_...    truncated files, lying offsets, unsupported dtypes, non-JSON headers, config mismatches
 #   hf_llama3_configs_...  configs/llama3.2_1b.ini, llama3_8b.ini: as many parameters as transformers counts
+#   hf_export_like_...  the export carries the init checkpoint's config keys, generation config and tokenizer
 # Each: loss and gradients of the import equal transformers' within 1e-5; 20 steps of training; the export
 # loads in transformers without warnings and its validation loss equals gtrain's within 1e-5.
 # hf_grads is the test program that runs gtrain's model on an imported checkpoint.
@@ -22,7 +23,8 @@ if(Python3_Interpreter_FOUND)
       hf_llama31_rope_scaling_matches_transformers llama31
       hf_tied_embeddings_match_transformers tied
       hf_broken_checkpoints_exit_2 broken
-      hf_llama3_configs_count_like_transformers configs)
+      hf_llama3_configs_count_like_transformers configs
+      hf_export_like_init_carries_config_tokenizer like)
   list(LENGTH _hf_cases _n)
   math(EXPR _last "${_n} - 1")
   foreach(i RANGE 0 ${_last} 2)

@@ -12,6 +12,11 @@ Cases (--case):
   tied     LLaMA-3.2: tie_word_embeddings, fp16 on disk; the export also in bf16; import + an existing state
            file resumes from the state file
   broken   broken checkpoints exit 2 naming the file and the tensor or key, never crash
+  like     the export of a run started from a LLaMA-3.2 style checkpoint carries over what gtrain does not
+           model: config.json's max_position_embeddings (not original x factor), bos/eos/pad ids and other
+           keys, generation_config.json and the tokenizer files byte for byte; transformers, AutoTokenizer
+           and GenerationConfig load it; --no-like and a vanished init give gtrain's config.json alone;
+           --like a checkpoint of another model exits 2 with one line naming the key and both values
   configs  configs/llama3.2_1b.ini and configs/llama3_8b.ini: `gtrain --plan` counts as many parameters as
            transformers' LlamaForCausalLM of the same [model] (built on the meta device, no memory)
 
@@ -460,6 +465,182 @@ def check_broken(args, work):
             assert s in msg, f"{name}: the message does not name '{s}'"
 
 
+# ---------------------------------------------------------------- export --like (the original's other files)
+
+def make_like_checkpoint(d, work):
+    """A small random LLaMA-3.2 style checkpoint in the form a published one has: rope_theta + rope_scaling
+    (llama3), a max_position_embeddings (256) that is not original_max_position_embeddings x factor (512),
+    bos/eos/pad ids, torch_dtype and an old transformers_version, a generation_config.json, and a BPE
+    tokenizer trained here (tokenizer.json, tokenizer_config.json, special_tokens_map.json) plus a
+    tokenizer.model (arbitrary bytes: only its copy is checked)."""
+    import tokenizers
+    from tokenizers import models, pre_tokenizers, trainers, decoders
+    torch.manual_seed(5)
+    specials = ["<pad>", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = [" ".join(f"word{i % 37} thing{(i * 7) % 23} the gradient of {i}" for i in range(j, j + 20))
+            for j in range(200)]
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
+                                                eos_token="<|end_of_text|>", pad_token="<pad>")
+    fast.save_pretrained(d)
+    if not os.path.exists(f"{d}/special_tokens_map.json"):  # transformers 5 keeps them in tokenizer_config.json
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "pad_token": "<pad>"},
+                  open(f"{d}/special_tokens_map.json", "w"), indent=2)
+    open(f"{d}/tokenizer.model", "wb").write(bytes(range(256)) * 3)
+    ids = {t: tok.token_to_id(t) for t in specials}
+    V = 320
+    assert tok.get_vocab_size() <= V
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=V, rms_norm_eps=1e-5, max_position_embeddings=256,
+                                   tie_word_embeddings=True, initializer_range=0.03, attention_dropout=0.0,
+                                   bos_token_id=ids["<|begin_of_text|>"],
+                                   eos_token_id=[ids["<|end_of_text|>"], ids["<|eot_id|>"]],
+                                   pad_token_id=ids["<pad>"],
+                                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                                   rope_theta=500000.0)
+    transformers.LlamaForCausalLM(cfg).float().save_pretrained(d)
+    c = json.load(open(f"{d}/config.json"))
+    rp = c.pop("rope_parameters")
+    c["rope_theta"] = rp.pop("rope_theta")
+    c["rope_scaling"] = rp
+    c.pop("dtype", None)
+    c.update(torch_dtype="bfloat16", transformers_version="4.45.0.dev0")
+    json.dump(c, open(f"{d}/config.json", "w"), indent=2)
+    gen = {"_from_model_config": True, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
+           "do_sample": True, "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.45.0.dev0"}
+    json.dump(gen, open(f"{d}/generation_config.json", "w"), indent=2)
+    return cfg, c
+
+
+def export(args, state, out, *extra):
+    p = subprocess.run([sys.executable, args.tool, state, out] + list(extra), capture_output=True, text=True)
+    log(f"state_to_hf {' '.join(extra)} -> exit {p.returncode}: {p.stdout.strip()} {p.stderr.strip()}")
+    return p
+
+
+def check_like(args, work):
+    hf_dir = f"{work}/hf"
+    cfg, published = make_like_checkpoint(hf_dir, work)
+    assert published["max_position_embeddings"] != 64 * 8
+    V = cfg.vocab_size
+    write_tokens(f"{work}/data.train.bin", corpus(V, 4000, 1), V)
+    write_tokens(f"{work}/data.val.bin", corpus(V, 1000, 2), V)
+    ini = f"{work}/run.ini"
+    open(ini, "w").write(ini_text(cfg, hf_dir, work, 3))
+    p = run([args.gtrain, ini])
+    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
+    assert "model.init:" in p.stdout, "no line about the import"
+    state = f"{work}/ck/step_00000003.h5"
+
+    # 1. the default: [model] init of the state file
+    out = f"{work}/export"
+    p = export(args, state, out)
+    assert p.returncode == 0, p.stderr
+    said = [l for l in p.stdout.splitlines() if hf_dir in l]
+    assert len(said) == 1, f"expected one stdout line naming {hf_dir}: {p.stdout}"
+    c = json.load(open(f"{out}/config.json"))
+    for key in ("max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range",
+                "use_cache"):
+        assert c.get(key) == published[key], f"config.json {key} = {c.get(key)}, the original's {published[key]}"
+    for key in ("torch_dtype", "rope_scaling", "rope_theta", "transformers_version"):
+        assert key not in c, f"config.json carries {key} over"
+    assert c["dtype"] == "float32" and c["architectures"] == ["LlamaForCausalLM"] and c["model_type"] == "llama"
+    names = ["generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "tokenizer.model"]
+    for n in names:
+        assert open(f"{out}/{n}", "rb").read() == open(f"{hf_dir}/{n}", "rb").read(), f"{n} differs"
+        mode = stat.S_IMODE(os.stat(f"{out}/{n}").st_mode)
+        assert mode == 0o644, f"{n} has mode {oct(mode)}"
+    log(f"export: max_position_embeddings {c['max_position_embeddings']}, bos {c['bos_token_id']}, eos "
+        f"{c['eos_token_id']}, pad {c['pad_token_id']}; {', '.join(names)} byte-identical")
+    model, warns = load_hf(out)
+    assert not warns, f"transformers warned loading the export: {warns}"
+    assert model.config.max_position_embeddings == published["max_position_embeddings"]
+    assert model.config.bos_token_id == published["bos_token_id"]
+    assert model.config.rope_parameters == cfg.rope_parameters
+    with h5py_file(state) as h:
+        for name, t in model.state_dict().items():
+            if name == "lm_head.weight":
+                continue  # tied
+            assert np.array_equal(t.numpy(), h["model"][name][()]), f"{name} is not the trained weight"
+    gen = transformers.GenerationConfig.from_pretrained(out)
+    assert gen.eos_token_id == published["eos_token_id"] and gen.temperature == 0.6
+    ours, theirs = transformers.AutoTokenizer.from_pretrained(out), transformers.AutoTokenizer.from_pretrained(hf_dir)
+    sample = "the gradient of word3 thing7 is not 42"
+    assert ours(sample)["input_ids"] == theirs(sample)["input_ids"] and len(ours(sample)["input_ids"]) > 3
+    assert ours.eos_token_id == c["eos_token_id"][0] and ours.bos_token_id == c["bos_token_id"]
+    log("transformers loads the export without warnings; AutoTokenizer and GenerationConfig load from it")
+
+    # a run on longer sequences than the checkpoint was published for keeps its own max_seq_len
+    p = run([args.gtrain, ini, "model.max_seq_len=1024", f"checkpoint.dir={work}/ck1024"])
+    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
+    p = export(args, f"{work}/ck1024/step_00000003.h5", f"{work}/export1024")
+    assert p.returncode == 0, p.stderr
+    c = json.load(open(f"{work}/export1024/config.json"))
+    assert c["max_position_embeddings"] == 1024 and c["bos_token_id"] == published["bos_token_id"], c
+
+    # 2. --no-like, and a recorded init that is gone: gtrain's config.json alone, as before --like
+    plain = f"{work}/export_plain"
+    p = export(args, state, plain, "--no-like")
+    assert p.returncode == 0 and hf_dir not in p.stdout, p.stdout + p.stderr
+    c = json.load(open(f"{plain}/config.json"))
+    assert c["max_position_embeddings"] == 64 * 8 and "bos_token_id" not in c, c
+    assert not [n for n in names if os.path.exists(f"{plain}/{n}")], os.listdir(plain)
+    os.rename(hf_dir, f"{hf_dir}.moved")
+    p = export(args, state, f"{work}/export_gone")
+    os.rename(f"{hf_dir}.moved", hf_dir)
+    assert p.returncode == 0, p.stderr
+    assert "not a directory" in p.stdout and hf_dir in p.stdout, p.stdout
+    assert open(f"{work}/export_gone/config.json").read() == open(f"{plain}/config.json").read()
+    assert sorted(os.listdir(f"{work}/export_gone")) == sorted(os.listdir(plain))
+    log("--no-like and a vanished init: gtrain's config.json alone")
+
+    # 3. --like a checkpoint of another model: exit 2, one line naming the key and both values, nothing written
+    other = f"{work}/other"
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=V, tie_word_embeddings=True)).save_pretrained(other)
+
+    def edited(name, **change):
+        d = f"{work}/{name}"
+        shutil.copytree(hf_dir, d)
+        c = json.load(open(f"{d}/config.json"))
+        for k, v in change.items():
+            if k in c["rope_scaling"]:
+                c["rope_scaling"][k] = v
+            else:
+                c[k] = v
+        json.dump(c, open(f"{d}/config.json", "w"))
+        return d
+
+    cases = [(other, ["other/config.json: hidden_size = 32,", "[model] dim = 64"]),
+             (edited("factor", factor=32.0), ["rope factor = 32,", "[model] rope_factor = 8 "]),
+             (edited("untied", tie_word_embeddings=False),
+              ["tie_word_embeddings = false,", "[model] tie_word_embeddings = true"]),
+             (edited("kv", num_key_value_heads=1), ["num_key_value_heads = 1,", "[model] n_kv_heads = 2"]),
+             (edited("eps", rms_norm_eps=1e-6), ["rms_norm_eps = 1e-06,", "[model] norm_eps = 1e-05 "]),
+             (f"{work}/no_such_dir", ["no_such_dir", "not a directory"])]
+    for d, needles in cases:
+        bad = f"{work}/export_bad"
+        p = export(args, state, bad, "--like", d)
+        msg = p.stderr.strip()
+        assert p.returncode == 2, f"--like {d}: exit {p.returncode}, expected 2"
+        assert len(msg.splitlines()) == 1, f"--like {d}: expected one line: {msg}"
+        for s in needles:
+            assert s in msg, f"--like {d}: the message does not name '{s}': {msg}"
+        assert not os.path.exists(bad), f"--like {d}: wrote {bad}"
+
+
+def h5py_file(path):
+    import h5py
+    return h5py.File(path, "r")
+
+
 def hf_config_of_ini(path):
     import configparser
     ini = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
@@ -501,7 +682,7 @@ def check_configs(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", required=True, choices=["gqa", "llama31", "tied", "broken", "configs"])
+    ap.add_argument("--case", required=True, choices=["gqa", "llama31", "tied", "broken", "configs", "like"])
     ap.add_argument("--gtrain", required=True)
     ap.add_argument("--grads", required=True)
     ap.add_argument("--tool", required=True)
@@ -516,6 +697,10 @@ def main():
     if args.case == "configs":
         check_configs(args)
         print("PASS: configs")
+        return
+    if args.case == "like":
+        check_like(args, work)
+        print("PASS: like: the export carries the original's config keys, generation config and tokenizer")
         return
     if args.case == "broken":
         check_broken(args, work)
