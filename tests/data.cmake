@@ -22,7 +22,6 @@ gtrain_data_prep_expect(data_prep_empty_input "empty input" -o ${_out} ${CMAKE_C
 # the venv of tools/setup-venv.sh); these tests fail rather than skip without it.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
-  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers/tokenizers for the reference tests")
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario tokenizer_prep_train_sample_roundtrip prep_jsonl_4byte_ids_bos_separator llmc_shard_is_trained_on
                    shards_same_samples_any_world_size bad_shards_and_globs_exit_2)

@@ -25,7 +25,6 @@ endif()
 # they fail, saying so, rather than skip.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
-  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
   foreach(dir fwd bwd)
     set(_name mma_attention_forward_emulation_matches_fp64)
     if(dir STREQUAL "bwd")

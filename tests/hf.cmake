@@ -14,8 +14,7 @@ target_link_libraries(hf_grads PRIVATE gtrain_core)
 
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
-  # GTRAIN_HF_PYTHON: an interpreter with numpy, h5py, safetensors, torch and transformers (tools/setup-venv.sh)
-  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
+  # GTRAIN_HF_PYTHON: tests/CMakeLists.txt
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   # test name (the property it shows) and hf_test.py --case
   set(_hf_cases

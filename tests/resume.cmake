@@ -27,8 +27,7 @@ if(Python3_Interpreter_FOUND)
       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
 
-  # GTRAIN_HF_PYTHON: an interpreter with h5py, safetensors, torch and transformers (default: python3)
-  set(GTRAIN_HF_PYTHON ${Python3_EXECUTABLE} CACHE FILEPATH "Python with h5py/safetensors/torch/transformers for the export test")
+  # GTRAIN_HF_PYTHON: tests/CMakeLists.txt
   add_test(NAME resume_state_to_hf
            COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/resume/state_to_hf_test.py
                    --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>
