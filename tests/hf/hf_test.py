@@ -238,16 +238,23 @@ def check_grads(args, kind, hf_dir, ref, work):
     log(f"gradients: {len(names)} tensors, worst {worst[0]:.2e} of the tensor's largest value ({worst[1]})")
 
 
-def train_export_compare(args, kind, hf_dir, cfg, work):
+def train_from_init(args, cfg, hf_dir, work, steps, n_train, n_val, echo=False):
+    """Token files of n_train / n_val random ids, then gtrain `steps` steps from model.init = hf_dir."""
     V = cfg.vocab_size
-    write_tokens(f"{work}/data.train.bin", corpus(V, 20000, 1), V)
-    write_tokens(f"{work}/data.val.bin", corpus(V, 2000, 2), V)
+    write_tokens(f"{work}/data.train.bin", corpus(V, n_train, 1), V)
+    write_tokens(f"{work}/data.val.bin", corpus(V, n_val, 2), V)
     ini = f"{work}/run.ini"
-    open(ini, "w").write(ini_text(cfg, hf_dir, work, 20))
+    open(ini, "w").write(ini_text(cfg, hf_dir, work, steps))
     p = run([args.gtrain, ini])
-    print(p.stdout, end="")
-    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stderr}"
+    if echo:
+        print(p.stdout, end="")
+    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
     assert "model.init:" in p.stdout, "no line about the import"
+    return p, ini
+
+
+def train_export_compare(args, kind, hf_dir, cfg, work):
+    p, ini = train_from_init(args, cfg, hf_dir, work, 20, 20000, 2000, echo=True)
     first = json.loads(open(f"{work}/metrics.jsonl").readline())
     steps = [json.loads(l) for l in open(f"{work}/metrics.jsonl") if '"loss"' in l]
     log(f"trained: loss {steps[0]['loss']:.4f} at step 1 -> {steps[-1]['loss']:.4f} at step {steps[-1]['step']}")
@@ -528,13 +535,7 @@ def check_like(args, work):
     cfg, published = make_like_checkpoint(hf_dir, work)
     assert published["max_position_embeddings"] != 64 * 8
     V = cfg.vocab_size
-    write_tokens(f"{work}/data.train.bin", corpus(V, 4000, 1), V)
-    write_tokens(f"{work}/data.val.bin", corpus(V, 1000, 2), V)
-    ini = f"{work}/run.ini"
-    open(ini, "w").write(ini_text(cfg, hf_dir, work, 3))
-    p = run([args.gtrain, ini])
-    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
-    assert "model.init:" in p.stdout, "no line about the import"
+    p, ini = train_from_init(args, cfg, hf_dir, work, 3, 4000, 1000)
     state = f"{work}/ck/step_00000003.h5"
 
     # 1. the default: [model] init of the state file
