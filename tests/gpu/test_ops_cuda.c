@@ -757,6 +757,33 @@ static void test_vector_utilities(void) {
     free(x), free(sc), free(got), free(p), free(ea), free(eas), free(g), free(gp), free(gea), free(geas);
 }
 
+/* Forces attention variant `variant` (gt_cuda_attention_force_variant), runs test_attention over
+ * shapes (the last one, the 7B shape, left out when quick; head dims the variant does not take are
+ * skipped) and checks that the variant took every forward and backward call: calls() counts them. */
+typedef struct attn_shape { int B, T, NH, NKV, HD; float p; } attn_shape;
+
+static void attention_variant_takes_all(int variant, const char *name, long (*calls)(void), const attn_shape *cs,
+                                        int n, int quick) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%s ", name);
+    gt_cuda_attention_force_variant(variant);
+    attn_variant = prefix;
+    const long c0 = calls();
+    long want = 0;
+    for (int i = 0; i < n - (quick ? 1 : 0); i++) {
+        if (variant == 2 && cs[i].HD != 64 && cs[i].HD != 128) continue; /* mma: HD 64 and 128 only */
+        test_attention(cs[i].B, cs[i].T, cs[i].NH, cs[i].NKV, cs[i].HD, cs[i].p);
+        want += 2 * 2; /* 2 repeats x (forward + backward) */
+    }
+    const long took = calls() - c0;
+    checks++;
+    if (took != want) {
+        failures++;
+        printf("FAIL bf16  attention %s: the variant took %ld of %ld calls\n", name, took, want);
+    }
+    attn_variant = "";
+}
+
 int main(void) {
     char why[256] = "";
     /* GT_TEST_QUICK=1: leave out the large shapes (for compute-sanitizer, which runs kernels 10-100x
@@ -802,46 +829,20 @@ int main(void) {
         test_attention(1, 1, 2, 1, 16, 0.0f);
         if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
-            /* the opt-in bf16 tensor-core variant: GQA, T not a multiple of its 64-row tiles, HD 32, 64
-             * and 128, with and without dropout; each call is also run twice and compared bytewise */
-            gt_cuda_attention_force_variant(1);
-            attn_variant = "wmma ";
-            const long calls0 = gt_cuda_attention_wmma_calls();
-            test_attention(2, 77, 4, 2, 64, 0.0f);
-            test_attention(2, 77, 4, 2, 64, 0.1f);
-            test_attention(1, 130, 2, 1, 128, 0.0f);
-            test_attention(1, 130, 4, 4, 128, 0.2f);
-            test_attention(1, 200, 8, 2, 64, 0.1f); /* several key and query tiles, groups of 4 */
-            test_attention(2, 50, 4, 1, 32, 0.0f);
-            test_attention(1, 1, 2, 1, 128, 0.0f);
-            if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
-            /* 8 shapes (7 when quick) x 2 repeats x (forward + backward) */
-            const long took = gt_cuda_attention_wmma_calls() - calls0, want = (quick ? 7 : 8) * 2 * 2;
-            checks++;
-            if (took != want) {
-                failures++;
-                printf("FAIL bf16  attention wmma: the variant took %ld of %ld calls\n", took, want);
-            }
-            /* the opt-in mma forward and backward (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu): HD
-             * 64 and 128, GQA (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout,
-             * T not a multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape */
-            gt_cuda_attention_force_variant(2);
-            attn_variant = "mma ";
-            const long mma0 = gt_cuda_attention_mma_calls();
-            test_attention(2, 77, 4, 2, 64, 0.0f);
-            test_attention(2, 77, 4, 2, 64, 0.1f);
-            test_attention(1, 130, 2, 1, 128, 0.0f);
-            test_attention(1, 130, 4, 4, 128, 0.2f);
-            test_attention(1, 200, 8, 2, 64, 0.1f);
-            test_attention(1, 1, 2, 1, 128, 0.0f);
-            if (!quick) test_attention(1, 2048, 32, 32, 128, 0.0f);
-            /* 7 shapes (6 when quick) x 2 repeats x (forward + backward) */
-            const long mtook = gt_cuda_attention_mma_calls() - mma0, mwant = (quick ? 6 : 7) * 2 * 2;
-            checks++;
-            if (mtook != mwant) {
-                failures++;
-                printf("FAIL bf16  attention mma: the variant took %ld of %ld calls\n", mtook, mwant);
-            }
+            /* the opt-in bf16 tensor-core variants, forced one after the other; each call is also run
+             * twice and compared bytewise, and the variant must take every call.
+             * wmma (GTRAIN_CUDA_ATTENTION=wmma): GQA, T not a multiple of its 64-row tiles, HD 32, 64 and
+             * 128, with and without dropout. mma (=mma: cuda_attention_mma.cu, HD 64 and 128): GQA
+             * (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout, T not a
+             * multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape. */
+            static const attn_shape tc_shapes[] = {
+                {2, 77, 4, 2, 64, 0.0f}, {2, 77, 4, 2, 64, 0.1f},  {1, 130, 2, 1, 128, 0.0f},
+                {1, 130, 4, 4, 128, 0.2f}, {1, 200, 8, 2, 64, 0.1f}, {2, 50, 4, 1, 32, 0.0f},
+                {1, 1, 2, 1, 128, 0.0f}, {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
+            };
+            const int n_tc = (int)(sizeof tc_shapes / sizeof tc_shapes[0]);
+            attention_variant_takes_all(1, "wmma", gt_cuda_attention_wmma_calls, tc_shapes, n_tc, quick);
+            attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
             /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
              * fall back to the default kernels (dropout, HD 20, T 1) */
@@ -852,7 +853,7 @@ int main(void) {
             } else if (!gt_cuda_attention_cudnn_version(cudnn_why, sizeof cudnn_why)) {
                 printf("SKIP bf16  attention cudnn: %s\n", cudnn_why);
             } else {
-                static const struct { int B, T, NH, NKV, HD; float p; } cs[] = {
+                static const attn_shape cs[] = {
                     {2, 77, 4, 2, 64, 0.0f},  {2, 77, 4, 2, 64, 0.1f}, {1, 130, 2, 1, 128, 0.0f},
                     {1, 256, 8, 2, 64, 0.0f}, {2, 128, 4, 4, 128, 0.0f}, {2, 50, 4, 1, 32, 0.0f},
                     {3, 33, 3, 3, 24, 0.0f},  {2, 40, 2, 1, 20, 0.0f}, {1, 1, 2, 1, 128, 0.0f},
