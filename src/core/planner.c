@@ -197,7 +197,10 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     }
 }
 
-int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh) {
+int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh, gt_mem_estimate *est) {
+    gt_mem_estimate was, now;
+    gt_plan_estimate(sh, plan, &was);
+    if (est) *est = was;
     int N = plan->n_blocks;
     if (N == 0 || plan->keep[N - 1] != GT_KEEP_RECOMPUTE) return 0;
     gt_plan kept = *plan;
@@ -205,18 +208,16 @@ int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh) {
         kept.keep[i] = GT_KEEP_ALL;
         kept.seg_start[i] = 1;
     }
-    gt_mem_estimate was, now;
-    gt_plan_estimate(sh, plan, &was);
     gt_plan_estimate(sh, &kept, &now);
     if (now.act_peak_bytes > was.act_peak_bytes || now.total_bytes > was.total_bytes) return 0;
     *plan = kept;
+    if (est) *est = now;
     return 1;
 }
 
 void gt_plan_for_policy(gt_plan *plan, const gt_policy *policy, const gt_mem_shape *sh, gt_mem_estimate *est) {
     gt_plan_from_policy(plan, policy, sh->model.n_layers);
-    gt_plan_keep_tail(plan, sh);
-    gt_plan_estimate(sh, plan, est);
+    gt_plan_keep_tail(plan, sh, est);
 }
 
 /* Plans of the shape "first n_rec blocks recompute in segments of K, then n_sel selective, then
@@ -257,8 +258,8 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
         for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K += stride) {
             for (int n_sel = 0; n_sel <= N - n_rec; n_sel = next_count(n_sel, stride, N - n_rec)) {
                 shaped_plan(&plan, N, n_rec, K, n_sel);
-                if (n_rec == N) gt_plan_keep_tail(&plan, sh); /* only then is the tail recomputed */
-                gt_plan_estimate(sh, &plan, &est);
+                if (n_rec == N) gt_plan_keep_tail(&plan, sh, &est); /* only then is the tail recomputed */
+                else gt_plan_estimate(sh, &plan, &est);
                 if (!have_smallest || est.total_bytes < smallest_est.total_bytes) {
                     smallest = plan;
                     smallest_est = est;

@@ -68,8 +68,9 @@ void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_est
 /* The last recompute segment would be re-run in backward right after the forward made it. When
  * keeping its blocks' activations (the tail of the plan becomes keep-all) raises neither the
  * activation peak nor the total (the head's own buffers or the backward's scratch already set the
- * peak), the plan keeps them and saves that recompute. Returns 1 when it changed the plan. */
-int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *shape);
+ * peak), the plan keeps them and saves that recompute. Returns 1 when it changed the plan; *est (may
+ * be NULL) gets the estimate of the plan it leaves. */
+int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *shape, gt_mem_estimate *est);
 
 /* The plan the trainer runs for a fixed (not auto) policy: gt_plan_from_policy, then
  * gt_plan_keep_tail; *est its estimate. */
