@@ -121,7 +121,9 @@ static int run_plan(int argc, char **argv) {
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
     int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
-    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, 0, world,
+    /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
+    int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
+    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, keep_probs, world,
                           stage >= 1, gt_plan_library_bytes(gpu, world), stage,
                           strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
     /* library workspaces on the GPU */
