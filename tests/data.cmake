@@ -20,7 +20,6 @@ gtrain_data_prep_expect(data_prep_empty_input "empty input" -o ${_out} ${CMAKE_C
 # Real tokenizers and other shard formats, end to end (tests/data/hf_data_test.py says what each
 # scenario shows). GTRAIN_HF_PYTHON: a Python with the `tokenizers` package (tools/run-tests.sh passes
 # the venv of tools/setup-venv.sh); these tests fail rather than skip without it.
-find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario tokenizer_prep_train_sample_roundtrip prep_jsonl_4byte_ids_bos_separator llmc_shard_is_trained_on

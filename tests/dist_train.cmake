@@ -34,7 +34,6 @@ foreach(n 1 2 4)
     ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1")
 endforeach()
 
-find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   message(WARNING "python3 not found: the end-to-end data-parallel tests (dist_train_*) are not registered")
   return()

@@ -23,7 +23,6 @@ endif()
 # wrong fragment layouts fail. Pure numpy, about 5 and 16 s on one core; registered with or without
 # the CUDA backend. GTRAIN_HF_PYTHON: a Python with numpy (tools/setup-venv.sh's venv); without numpy
 # they fail, saying so, rather than skip.
-find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   foreach(dir fwd bwd)
     set(_name mma_attention_forward_emulation_matches_fp64)

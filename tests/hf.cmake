@@ -12,7 +12,6 @@
 add_executable(hf_grads ${GTRAIN_TEST_DIR}/hf/hf_grads.c)
 target_link_libraries(hf_grads PRIVATE gtrain_core)
 
-find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   # GTRAIN_HF_PYTHON: tests/CMakeLists.txt
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")

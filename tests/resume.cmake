@@ -6,7 +6,6 @@
 add_executable(state_check ${GTRAIN_TEST_DIR}/resume/state_check.c)
 target_link_libraries(state_check PRIVATE hdf5::hdf5 MPI::MPI_C ${GTRAIN_LIBM})
 
-find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _resume_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario kill9_bitwise kill_during_save reshard corrupt_fallback shape_mismatch sigterm

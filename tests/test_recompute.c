@@ -566,7 +566,6 @@ static int predict(int argc, char **argv) {
     } else {
         gt_plan_for_policy(&plan, &pol, &sh, &est); /* as the trainer does */
     }
-    gt_plan_estimate(&sh, &plan, &est);
     printf("act_peak_bytes %llu\n", (unsigned long long)est.act_peak_bytes);
     printf("recomputed_blocks %d\n", gt_plan_recomputed_blocks(&plan));
     printf("n_layers %d\n", cfg.model.n_layers);
