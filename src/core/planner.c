@@ -284,6 +284,15 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
     return 0;
 }
 
+/* shape at ZeRO stage st (0..3) with grad_sync micro (mi = 1) or step */
+static gt_mem_shape at_stage(const gt_mem_shape *shape, int st, int mi) {
+    gt_mem_shape s = *shape;
+    s.stage = st;
+    s.shard_optimizer = st >= 1;
+    s.grad_micro = mi;
+    return s;
+}
+
 void gt_format_bytes(uint64_t bytes, char *out, size_t out_len) {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
@@ -378,10 +387,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
         for (int st = 0; st <= 3; st++) {
             for (int mi = 0; mi <= (st >= 2); mi++) {
-                gt_mem_shape ss = *shape;
-                ss.stage = st;
-                ss.shard_optimizer = st >= 1;
-                ss.grad_micro = mi;
+                gt_mem_shape ss = at_stage(shape, st, mi);
                 gt_plan plan;
                 gt_mem_estimate e;
                 gt_plan_for_policy(&plan, &pol, &ss, &e);
@@ -479,10 +485,7 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
         for (int mi = 0; mi <= 1; mi++) {
             if (mi && st < 2) continue;
             if (st >= 2 && grad_micro >= 0 && mi != grad_micro) continue;
-            gt_mem_shape s = *sh;
-            s.stage = st;
-            s.shard_optimizer = st >= 1;
-            s.grad_micro = mi;
+            gt_mem_shape s = at_stage(sh, st, mi);
             gt_plan plan;
             gt_mem_estimate est;
             int fits;
