@@ -5,7 +5,9 @@ For one model shape (read from a gtrain config), on the same cores and the same 
   - gtrain trains it (recompute none, then full), its step times read from the metrics JSONL;
   - PyTorch trains transformers' LlamaForCausalLM of the same shape (attn_implementation="sdpa",
     fp32, torch.optim.AdamW with PyTorch's default CPU path, gradient_checkpointing_enable() for
-    full recompute) on random token ids;
+    full recompute) on random token ids; with --torch-malloc LIB, a second PyTorch run with LIB
+    preloaded (tcmalloc, say: PyTorch as installed allocates through glibc's malloc, which returns its
+    large activation buffers to the kernel and so pays for freshly zeroed pages every step);
   - an sgemm loop runs every matrix product of one training step at the step's own shapes
     (forward, and both backward products of each linear layer, the LM head included) through the
     OpenBLAS library gtrain links, with ctypes: the time of that loop, plus the attention products'
@@ -214,13 +216,24 @@ def gtrain_run(gtrain, config, data, threads, steps, warmup, recompute, override
 
 # ---------------------------------------------------------------- compare
 
-def run_torch_subprocess(a, checkpoint):
+def torch_variants(a):
+    """The PyTorch runs to compare with: as installed (glibc malloc), and, with --torch-malloc LIB,
+    once more with LIB preloaded (a caching allocator such as tcmalloc: glibc hands PyTorch's large
+    activation buffers back to the kernel and gets fresh zeroed pages every step)."""
+    out = [("torch", {})]
+    if a.torch_malloc:
+        name = os.path.basename(a.torch_malloc).split(".")[0].removeprefix("lib").split("_")[0]
+        out.append((f"torch+{name}", {"LD_PRELOAD": a.torch_malloc}))
+    return out
+
+
+def run_torch_subprocess(a, checkpoint, extra_env):
     """torch in a process of its own, so that its peak RSS is its own."""
     cmd = [sys.executable, __file__, "torch", "--config", a.config, "--threads", str(a.threads),
            "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--checkpoint"] if checkpoint else [])
     for o in a.override:
         cmd += ["--override", o]
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), **extra_env)
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -229,10 +242,12 @@ def compare(a):
     s = read_shape(a.config, a.override)
     tokens = s["batch"] * s["seq"]
     ceils = []
+    variants = torch_variants(a)
+    impls = ["gtrain"] + [v for v, _ in variants]
     print(f"# {os.path.basename(a.config)}: dim {s['dim']}, {s['layers']} layers, heads {s['heads']}/"
           f"{s['kv_heads']}, ffn {s['ffn']}, vocab {s['vocab']}, {s['batch']} x {s['seq']} tokens per step, "
           f"{a.threads} threads, medians of {a.steps} steps after {a.warmup}", flush=True)
-    res = {"gtrain": {"none": [], "full": []}, "torch": {"none": [], "full": []}}
+    res = {impl: {"none": [], "full": []} for impl in impls}
     for r in range(a.rounds):
         ceil = gemm_ceiling(s, a.blas, a.threads)
         ceils.append(ceil)
@@ -243,52 +258,51 @@ def compare(a):
             g = gtrain_run(a.gtrain, a.config, a.data, a.threads, a.steps, a.warmup, pol, a.override)
             res["gtrain"][pol].append(g)
             print(f"#   round {r + 1} gtrain {pol}: {g['step_s']:.3f} s/step (load {g['load']:.1f})", flush=True)
-            t = run_torch_subprocess(a, pol == "full")
-            res["torch"][pol].append(t)
-            print(f"#   round {r + 1} torch  {pol}: {t['step_s']:.3f} s/step (load {t['load']:.1f})", flush=True)
+            for name, env in variants:
+                t = run_torch_subprocess(a, pol == "full", env)
+                res[name][pol].append(t)
+                print(f"#   round {r + 1} {name} {pol}: {t['step_s']:.3f} s/step (load {t['load']:.1f})", flush=True)
     # Medians say what a typical step took; on a shared machine the best (least disturbed) step of
     # all rounds is the better estimate of what the code can do, so both are printed.
     ceil_med = statistics.median(c["ceiling_step_s"] for c in ceils)
     ceil_best = min(c["ceiling_step_s"] for c in ceils)
+    ceil_cpu = min(c["ceiling_cpu_s"] for c in ceils)
     print(f"\nGEMM ceiling: median {ceil_med:.3f} s/step ({statistics.median(c['gflops'] for c in ceils):.0f} "
-          f"GFLOP/s), best {ceil_best:.3f} s/step ({max(c['gflops'] for c in ceils):.0f} GFLOP/s)")
+          f"GFLOP/s), best {ceil_best:.3f} s/step ({max(c['gflops'] for c in ceils):.0f} GFLOP/s), "
+          f"{ceil_cpu:.2f} CPU s")
+
+    def steps(impl, pol, pick):
+        return pick(t for x in res[impl][pol] for t in x["steps_s"])
+
+    def cpu(impl, pol):
+        c = [v for x in res[impl][pol] for v in x.get("cpu_steps_s", [])]
+        return statistics.median(c) if c else float("nan")
+
+    # One row per run and policy. "gtrain speed-up" is the other run's step time over gtrain's (tokens/s
+    # of gtrain over the other's); % of ceiling is the GEMM ceiling's step time over the run's, in wall
+    # seconds (median and best) and in CPU seconds of all threads (hardly changed by waiting for cores,
+    # the fairer figure when other processes run).
     print()
-    print("| recompute | estimate | gtrain s/step | torch s/step | gtrain tok/s | torch tok/s | gtrain / torch | "
-          "gtrain peak RSS | torch peak RSS | gtrain % of GEMM ceiling | torch % of GEMM ceiling | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    cpu_rows = []
+    print("| recompute | run | s/step median / best | tok/s median | gtrain speed-up median / best | "
+          "peak RSS | % of GEMM ceiling median / best | CPU s/step | % of ceiling (CPU) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for pol in a.policies:
-        grss = max(x["peak_rss"] for x in res["gtrain"][pol]) / 2**20
-        trss = max(x["peak_rss"] for x in res["torch"][pol]) / 2**20
-        loads = [x["load"] for x in res["gtrain"][pol] + res["torch"][pol]]
-        gc = [c for x in res["gtrain"][pol] for c in x.get("cpu_steps_s", [])]
-        tc = [c for x in res["torch"][pol] for c in x.get("cpu_steps_s", [])]
-        if gc and tc:
-            cc = min(c["ceiling_cpu_s"] for c in ceils)
-            g_, t_ = statistics.median(gc), statistics.median(tc)
-            cpu_rows.append(f"| {pol} | {g_:.2f} | {t_:.2f} | {t_ / g_:.2f}x | {cc:.2f} | {100 * cc / g_:.0f}% | "
-                            f"{100 * cc / t_:.0f}% |")
-        for est, ceil_s in (("median", ceil_med), ("best", ceil_best)):
-            pick = statistics.median if est == "median" else min
-            g = pick(t for x in res["gtrain"][pol] for t in x["steps_s"])
-            t = pick(t for x in res["torch"][pol] for t in x["steps_s"])
-            print(f"| {pol} | {est} | {g:.3f} | {t:.3f} | {tokens / g:.0f} | {tokens / t:.0f} | {t / g:.2f}x | "
-                  f"{grss:.0f} MiB | {trss:.0f} MiB | {100 * ceil_s / g:.0f}% | "
-                  f"{100 * ceil_s / t:.0f}% | {min(loads):.1f}-{max(loads):.1f} |")
-    if cpu_rows:
-        # CPU seconds (all threads) per step: hardly changed by waiting for the cores, so the fairer
-        # comparison when other processes run (both sides spin the same short time)
-        print("\n| recompute | gtrain CPU s/step | torch CPU s/step | torch / gtrain | GEMM ceiling CPU s | "
-              "gtrain % of ceiling (CPU) | torch % of ceiling (CPU) |")
-        print("|---|---|---|---|---|---|---|")
-        print("\n".join(cpu_rows))
+        for impl in impls:
+            med, best = steps(impl, pol, statistics.median), steps(impl, pol, min)
+            gm, gb = steps("gtrain", pol, statistics.median), steps("gtrain", pol, min)
+            rss = max(x["peak_rss"] for x in res[impl][pol]) / 2**20
+            loads = [x["load"] for x in res[impl][pol]]
+            c = cpu(impl, pol)
+            up = "" if impl == "gtrain" else f"{med / gm:.2f}x / {best / gb:.2f}x"
+            print(f"| {pol} | {impl} | {med:.3f} / {best:.3f} | {tokens / med:.0f} | {up} | {rss:.0f} MiB | "
+                  f"{100 * ceil_med / med:.0f}% / {100 * ceil_best / best:.0f}% | {c:.2f} | "
+                  f"{100 * ceil_cpu / c:.0f}% | {min(loads):.1f}-{max(loads):.1f} |")
     if "none" in a.policies and "full" in a.policies:
         def over(impl, pick):
-            n = pick(t for x in res[impl]["none"] for t in x["steps_s"])
-            f = pick(t for x in res[impl]["full"] for t in x["steps_s"])
-            return 100 * (f / n - 1)
-        print(f"\nfull-recompute overhead (median / best): gtrain {over('gtrain', statistics.median):+.0f}% / "
-              f"{over('gtrain', min):+.0f}%, torch {over('torch', statistics.median):+.0f}% / {over('torch', min):+.0f}%")
+            return 100 * (steps(impl, "full", pick) / steps(impl, "none", pick) - 1)
+        print("\nfull-recompute overhead (median / best; CPU s): " + ", ".join(
+            f"{impl} {over(impl, statistics.median):+.0f}% / {over(impl, min):+.0f}%; "
+            f"{100 * (cpu(impl, 'full') / cpu(impl, 'none') - 1):+.0f}%" for impl in impls))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"shape": s, "ceilings": ceils, "runs": res}, f, indent=1)
@@ -309,6 +323,7 @@ def main(argv=None):
     p.add_argument("--data", help="gtrain token file")
     p.add_argument("--blas", help="libopenblas that gtrain links (for the GEMM ceiling)")
     p.add_argument("--json", help="compare: also write every number here")
+    p.add_argument("--torch-malloc", help="compare: also run torch with this malloc library preloaded")
     a = p.parse_args(argv)
     s = read_shape(a.config, a.override)
     if a.mode == "torch":

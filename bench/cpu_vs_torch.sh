@@ -15,6 +15,9 @@
 #   ROUNDS=2         alternations gtrain, torch, gtrain, torch, ...
 #   POLICIES="none full"   recompute policies (torch: gradient_checkpointing_enable for full)
 #   PYTHON=/opt/gtrain-venv/bin/python   with torch, transformers and numpy
+#   TORCH_MALLOC=auto  a malloc library to preload into a second PyTorch run (auto: tcmalloc's
+#                    libtcmalloc_minimal.so.4 when installed, `apt-get install libtcmalloc-minimal4`;
+#                    none: PyTorch as installed only)
 #   DATA=...         gtrain token file (default: made from /usr/share/common-licenses into OUT)
 #   OUT=runs/cpu_vs_torch-DATE   the data file and a JSON of every number
 #   CONFIG_DIR=...   read CONFIGS' basenames from here instead (an older binary's own configs)
@@ -39,6 +42,15 @@ mkdir -p "$OUT"
 # load libgomp's default spinning would slow the other two by several times, so they get the same.
 if [[ -z ${OMP_WAIT_POLICY:-} && -z ${GOMP_SPINCOUNT:-} ]]; then export GOMP_SPINCOUNT=1000; fi
 
+TORCH_MALLOC=${TORCH_MALLOC:-auto}
+if [[ $TORCH_MALLOC == auto ]]; then
+  TORCH_MALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / {print $NF; exit}')
+elif [[ $TORCH_MALLOC == none ]]; then
+  TORCH_MALLOC=
+fi
+MALLOC_ARGS=()
+[[ -n $TORCH_MALLOC ]] && MALLOC_ARGS=(--torch-malloc "$TORCH_MALLOC")
+
 BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ {print $3; exit}')
 [[ -n $BLAS ]] || { echo "cpu_vs_torch: $GTRAIN does not link OpenBLAS" >&2; exit 2; }
 
@@ -55,6 +67,6 @@ for cfg in $CONFIGS; do
   # shellcheck disable=SC2086
   "$PYTHON" bench/cpu_vs_torch.py compare --config "$cfg" --gtrain "$GTRAIN" \
     --data "$DATA" --blas "$BLAS" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
-    --policies $POLICIES --json "$OUT/$(basename "$cfg" .ini).json"
+    --policies $POLICIES "${MALLOC_ARGS[@]}" --json "$OUT/$(basename "$cfg" .ini).json"
   echo
 done
