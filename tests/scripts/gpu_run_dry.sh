@@ -18,7 +18,7 @@ python3 - "$work/out/summary.json" << 'PY' || exit 1
 import json, sys
 d = json.load(open(sys.argv[1]))
 names = [p["phase"] for p in d["phases"]]
-want = ["ops", "comm", "trainer", "sanitize", "bench-ops", "bench-train", "bench-torch"]
+want = ["ops", "comm", "trainer", "bench-ops", "bench-train", "bench-torch", "sanitize"]
 assert names == want, f"phases {names}, expected {want}"
 assert all(p["status"] == "SKIP" for p in d["phases"]), d["phases"]
 assert d["budget_s"] <= 540, d["budget_s"]
