@@ -575,6 +575,38 @@ static int predict(int argc, char **argv) {
     return 0;
 }
 
+/* The GPU libraries' bytes in every plan total: cuBLASLt always; NCCL's buffers exactly when train.c makes
+ * an NCCL communicator (dist.comm = nccl, or auto on more than one rank); cuDNN's attention-backward
+ * scratch (D and the fp32 dQ accumulator) only with GTRAIN_CUDA_ATTENTION=cudnn; nothing on the CPU. */
+static void library_bytes_follow_the_communicator_and_attention(void) {
+    int before = check_failures;
+    gt_model_config m = g_shapes[0].model;
+    m.dim = 2048, m.n_heads = 32; /* HD 64 */
+    const uint64_t L = GT_PLAN_CUBLASLT_WORKSPACE, N = GT_PLAN_NCCL_BUFFERS;
+    const uint64_t cudnn = 4ull * 4 * 32 * 2048 * (64 + 1); /* B 4, NH 32, T 2048 */
+    CHECK(gt_plan_cudnn_scratch_bytes(&m, 4, 2048) == cudnn, "cuDNN scratch %llu, expected %llu",
+          (unsigned long long)gt_plan_cudnn_scratch_bytes(&m, 4, 2048), (unsigned long long)cudnn);
+    unsetenv("GTRAIN_CUDA_ATTENTION");
+    const struct {
+        int cuda, world;
+        const char *comm;
+        uint64_t want;
+    } cases[] = {{0, 1, "auto", 0}, {0, 4, "nccl", 0}, {1, 1, "auto", L},     {1, 1, "mpi", L},
+                 {1, 1, "nccl", L + N}, {1, 2, "auto", L + N}, {1, 8, "mpi", L}, {1, 8, "nccl", L + N}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t got = gt_plan_library_bytes(cases[i].cuda, cases[i].world, cases[i].comm, &m, 4, 2048);
+        CHECK(got == cases[i].want, "cuda %d, world %d, comm %s: %llu library bytes, expected %llu", cases[i].cuda,
+              cases[i].world, cases[i].comm, (unsigned long long)got, (unsigned long long)cases[i].want);
+    }
+    setenv("GTRAIN_CUDA_ATTENTION", "cudnn", 1);
+    CHECK(gt_plan_library_bytes(1, 1, "auto", &m, 4, 2048) == L + cudnn, "cudnn asked: scratch not counted");
+    CHECK(gt_plan_library_bytes(0, 1, "auto", &m, 4, 2048) == 0, "cudnn asked on the CPU: counted");
+    setenv("GTRAIN_CUDA_ATTENTION", "mma", 1);
+    CHECK(gt_plan_library_bytes(1, 1, "auto", &m, 4, 2048) == L, "mma asked: cuDNN scratch counted");
+    unsetenv("GTRAIN_CUDA_ATTENTION");
+    printf("%s library_bytes_follow_the_communicator_and_attention\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--predict") == 0) return predict(argc - 2, argv + 2);
     init_shapes();
@@ -592,6 +624,7 @@ int main(int argc, char **argv) {
     recomputed_blocks_match_the_plan();
     bad_policy_strings_are_rejected();
     auto_picks_least_recompute_that_fits();
+    library_bytes_follow_the_communicator_and_attention();
     if (check_failures) {
         fprintf(stderr, "%d check(s) failed\n", check_failures);
         return 1;

@@ -124,7 +124,10 @@ static int run_plan(int argc, char **argv) {
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, keep_probs, world,
-                          stage >= 1, gt_plan_library_bytes(gpu, world), stage,
+                          stage >= 1,
+                          gt_plan_library_bytes(gpu, world, cfg.dist.comm, &cfg.model, cfg.train.micro_batch,
+                                                cfg.train.seq_len),
+                          stage,
                           strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
     /* library workspaces on the GPU */
     printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");

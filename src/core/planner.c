@@ -19,6 +19,7 @@
 #include "zero.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct sizes {
@@ -119,9 +120,27 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *down = 2 * BT * F * C; /* the down-projection: not re-run for a segment's last block (model.c) */
 }
 
-uint64_t gt_plan_library_bytes(int cuda, int world) {
+int gt_plan_uses_nccl(int cuda, int world, const char *comm) {
+    return cuda && (strcmp(comm, "nccl") == 0 || (strcmp(comm, "auto") == 0 && world > 1));
+}
+
+/* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (wmma_selected, cuda_attention_wmma.cu); the
+ * planner only needs to know whether it names cuDNN. */
+static int cudnn_attention_asked(void) {
+    const char *e = getenv("GTRAIN_CUDA_ATTENTION");
+    return e && strcmp(e, "cudnn") == 0;
+}
+
+uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, int seq_len) {
+    uint64_t rows = (uint64_t)micro_batch * (uint64_t)m->n_heads * (uint64_t)seq_len;
+    return rows * 4 * (1 + (uint64_t)(m->dim / m->n_heads));
+}
+
+uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
+                               int seq_len) {
     if (!cuda) return 0;
-    return GT_PLAN_CUBLASLT_WORKSPACE + (world > 1 ? GT_PLAN_NCCL_BUFFERS : 0);
+    return GT_PLAN_CUBLASLT_WORKSPACE + (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
+           (cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
 }
 
 void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
@@ -360,9 +379,16 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
     }
     if (shape->library_bytes) {
         gt_format_bytes(shape->library_bytes, b1, sizeof b1);
-        fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s), in every total below\n",
+        uint64_t cudnn = cudnn_attention_asked()
+                             ? gt_plan_cudnn_scratch_bytes(&shape->model, shape->micro_batch, shape->seq_len)
+                             : 0;
+        char b6[32] = "";
+        if (cudnn) gt_format_bytes(cudnn, b6, sizeof b6);
+        fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s%s%s), in every total below\n",
                 shape->world, b1, (unsigned long long)(GT_PLAN_CUBLASLT_WORKSPACE >> 20),
-                shape->world > 1 ? ", NCCL buffers ~512 MiB (an estimate)" : "; one rank: no NCCL");
+                gt_plan_uses_nccl(1, shape->world, cfg->dist.comm) ? ", NCCL buffers ~512 MiB (an estimate)"
+                                                                   : "; no NCCL communicator",
+                cudnn ? ", cuDNN attention backward scratch " : "", b6);
     }
 
     uint64_t budget = cfg->memory.budget;

@@ -39,7 +39,7 @@ typedef struct gt_mem_estimate {
     uint64_t optim_bytes;       /* fp32 master + exp_avg + exp_avg_sq of this rank's slice */
     uint64_t workspace_bytes;   /* token buffers and the RoPE table */
     uint64_t act_peak_bytes;    /* activation high-water mark of one micro-batch */
-    uint64_t library_bytes;     /* cuBLASLt and NCCL workspaces (shape.library_bytes); not in the tracked
+    uint64_t library_bytes;     /* cuBLASLt, NCCL and cuDNN scratch (shape.library_bytes); not in the tracked
                                    mem_peak_bytes, which counts gtrain's own buffers only */
     uint64_t total_bytes;       /* sum of the above */
     /* ZeRO-2/3 parts of params_bytes and grads_bytes (0 otherwise): */
@@ -51,13 +51,22 @@ typedef struct gt_mem_estimate {
     double recompute_flops;     /* extra forward FLOPs the plan spends in backward */
 } gt_mem_estimate;
 
-/* Workspaces the CUDA backend's libraries hold outside gtrain's allocation accounting: cuBLASLt's
- * fixed workspace (cuda_matmul.cu), and with more than one rank NCCL's communication buffers, an
- * estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends on the topology).
- * With one rank the trainer uses the local communicator and NCCL holds nothing. */
+/* Device memory beside gtrain's tracked buffers, per rank (0 on the CPU), counted in every total:
+ *   - cuBLASLt's fixed workspace (cuda_matmul.cu);
+ *   - NCCL's communication buffers when the run makes an NCCL communicator (train.c: dist.comm = nccl,
+ *     or auto on more than one rank; one GPU otherwise gets the local communicator and NCCL holds
+ *     nothing), an estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends
+ *     on the topology);
+ *   - with GTRAIN_CUDA_ATTENTION=cudnn, the scratch cuDNN's attention backward allocates for its call
+ *     (cuda_attention_cudnn.cu): D (B, NH, T) and the fp32 dQ accumulator (B, NH, T, HD); cuDNN's own
+ *     workspace beside them is not known before its plan is built and is not counted.
+ * comm: the config's dist.comm (auto | nccl | mpi). */
 #define GT_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
 #define GT_PLAN_NCCL_BUFFERS ((uint64_t)512 << 20)
-uint64_t gt_plan_library_bytes(int cuda, int world);
+int gt_plan_uses_nccl(int cuda, int world, const char *comm);
+uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, int seq_len);
+uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
+                               int seq_len);
 
 /* Parameters of the model. */
 uint64_t gt_model_param_count(const gt_model_config *model);

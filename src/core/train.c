@@ -326,8 +326,10 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     }
     /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
     int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
+    uint64_t library = gt_plan_library_bytes(is_cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
+                                             cfg->train.seq_len);
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, stage >= 1, gt_plan_library_bytes(is_cuda, world),
+                          ops->can_keep_attention_probs, world, stage >= 1, library,
                           stage, want_micro == 1, cfg->train.grad_accum, cfg->dist.prefetch};
     int chosen_by_auto = stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
     if (chosen_by_auto) {
