@@ -321,7 +321,7 @@ try:
     fell = [l.strip() for l in open(os.path.join(res, "tiny-cuda-bf16-cudnn.log")) if "GTRAIN_CUDA_ATTENTION=cudnn:" in l]
 except OSError:
     fell = []
-cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran"
+cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran" if c else "no steps"
 check("cudnn attention tracks default", len(c) == 40 and dc < 0.1, f"max |loss diff| {dc:.3g} ({cudnn_how})")
 print("\n".join(lines))
 print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g}; wmma-vs-default {dw:.2g};"
