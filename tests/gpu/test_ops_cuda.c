@@ -841,8 +841,13 @@ int main(void) {
                 {1, 1, 2, 1, 128, 0.0f}, {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
             };
             const int n_tc = (int)(sizeof tc_shapes / sizeof tc_shapes[0]);
+#ifdef GT_CUDA_EMULATED /* the CPU emulation (tests/gpu/emu) runs the default kernels only */
+            (void)tc_shapes, (void)n_tc;
+            printf("SKIP bf16  attention wmma, mma: tensor-core kernels are not part of the CPU emulation\n");
+#else
             attention_variant_takes_all(1, "wmma", gt_cuda_attention_wmma_calls, tc_shapes, n_tc, quick);
             attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
+#endif
             /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
              * fall back to the default kernels (dropout, HD 20, T 1) */
