@@ -76,11 +76,17 @@ if(GTRAIN_HAVE_CUDA)
     INCLUDE_DIRECTORIES "${GTRAIN_TEST_DIR}/gpu/emu/include;${GTRAIN_TEST_DIR}/gpu/emu;${CMAKE_SOURCE_DIR}/src/kernels/cuda;${CUDAToolkit_INCLUDE_DIRS}"
     COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
   target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
+  # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
+  # that depends on the order its threads run in cannot pass both by luck; ~10 s each
   add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)
-  set_tests_properties(cuda_kernels_emulated_match_cpu PROPERTIES
+  add_test(NAME cuda_kernels_emulated_match_cpu_reverse_schedule COMMAND test_ops_cuda_emulated)
+  set_tests_properties(cuda_kernels_emulated_match_cpu cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
     LABELS unit
-    TIMEOUT 120
+    TIMEOUT 120)
+  set_tests_properties(cuda_kernels_emulated_match_cpu PROPERTIES
     ENVIRONMENT "GT_TEST_QUICK=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+  set_tests_properties(cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
+    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endif()
 
 # The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the

@@ -129,7 +129,7 @@ void *map_guarded(size_t bytes, char **map_out, size_t *map_bytes_out) {
 void on_segv(int sig, siginfo_t *si, void *) {
     const char *addr = (const char *)si->si_addr;
     fprintf(stderr, "gtrain-emu: %s at address %p", sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr);
-    if (B.in_kernel && B.dyn && addr >= B.dyn && addr < g_dyn_region + g_dyn_region_bytes)
+    if (B.in_kernel && B.dyn && addr >= B.dyn && addr < g_dyn_region + g_dyn_region_bytes + g_page)
         fprintf(stderr, ": KERNEL BUG: past the end of the %zu bytes of dynamic shared memory the launch asked for",
                 B.dyn_bytes);
     else if (B.in_kernel && addr >= g_stacks && addr < g_stacks + MAX_THREADS * (STACK_BYTES + g_page))
