@@ -178,10 +178,15 @@ static void check_close(const char *name, const float *got, const float *want, s
 /* when > 0: check_rows leaves out the rows of position t = 0 of a (B, T, rows_skip_t0_NH, row_len)
  * tensor (attention dq, whose exact value there is zero: check_zero judges those rows instead) */
 static int rows_skip_t0_T, rows_skip_t0_NH;
+/* when set: a row that fails against the CPU is judged again against this fp64 recomputation of the row
+ * (attention dq in fp32 mode: rows whose sum cancels, where the CPU's fp32 result can itself be off by
+ * more than the tolerance, e.g. 4.2e-4 at B3 T33 HD24 row 103 of the full run while the GPU kernel was
+ * within 4.9e-5 of fp64; the row passes only if the GPU is within the tolerance of the fp64 value) */
+static void (*rows_fp64)(size_t row, double *out);
 
 static void check_rows(const char *name, const float *got, const float *want, size_t n, size_t row_len, double tol) {
-    double max_ref = 0.0, worst = 0.0;
-    size_t worst_row = 0;
+    double max_ref = 0.0, worst = 0.0, cpu_off = 0.0;
+    size_t worst_row = 0, rejudged = 0;
     int bad = 0;
     for (size_t i = 0; i < n; i++)
         if (fabs((double)want[i]) > max_ref) max_ref = fabs((double)want[i]);
@@ -195,11 +200,26 @@ static void check_rows(const char *name, const float *got, const float *want, si
             if (fabs((double)want[i]) > ref) ref = fabs((double)want[i]);
         }
         double rel = ref > 0.0 ? d / ref : d;
+        if (!(rel <= tol) && rows_fp64 && row_len <= 256) {
+            double exact[256], d64 = 0.0, c64 = 0.0, ref64 = 1e-3 * max_ref;
+            rows_fp64(r, exact);
+            for (size_t j = 0; j < row_len && r * row_len + j < n; j++) {
+                d64 = fmax(d64, fabs((double)got[r * row_len + j] - exact[j]));
+                c64 = fmax(c64, fabs((double)want[r * row_len + j] - exact[j]));
+                ref64 = fmax(ref64, fabs(exact[j]));
+            }
+            rel = d64 / ref64;
+            rejudged++;
+            cpu_off = fmax(cpu_off, c64 / ref64);
+        }
         if (rel > worst) worst = rel, worst_row = r;
     }
     checks++;
     char label[160];
     snprintf(label, sizeof label, "%s per row", name);
+    if (rejudged)
+        printf("note %-5s %-40s %zu rows judged against fp64 (the CPU's error there: up to %.3e)\n",
+               bf16_mode ? "bf16" : "fp32", label, rejudged, cpu_off);
     if (bad || !(worst <= tol)) {
         failures++;
         printf("FAIL %-5s %-40s worst row %zu rel err %.3e > tol %.1e%s\n", bf16_mode ? "bf16" : "fp32", label,
@@ -538,6 +558,42 @@ static void test_rope(int B, int T, int NH, int HD) {
     free(x), free(want), free(dwant), free(inplace), free(tab);
 }
 
+/* the inputs of the attention call being checked, for attention_dq_fp64 */
+static struct {
+    const float *q, *k, *v, *dout;
+    int T, NH, NKV, HD;
+    float dropout;
+    gt_rng_key key;
+} attn_in;
+
+/* dq of row (b, t, h) in fp64 from the inputs, directly: p = softmax(scale q k^T) over s <= t,
+ * dp = dout . v_s (times keep/(1-p) or 0 under dropout), D = sum p dp, dq = sum_s p (dp - D) scale k_s */
+static void attention_dq_fp64(size_t row, double *out) {
+    const int T = attn_in.T, NH = attn_in.NH, NKV = attn_in.NKV, HD = attn_in.HD, h = (int)(row % NH);
+    const size_t bt = row / NH;
+    const int t = (int)(bt % T), b = (int)(bt / T), g = h / (NH / NKV);
+    const double scale = 1.0 / sqrt((double)HD), keep_scale = attn_in.dropout > 0.0f ? 1.0 / (1.0 - attn_in.dropout) : 1.0;
+    const float *qt = attn_in.q + row * HD, *dt = attn_in.dout + row * HD;
+    double *p = xmalloc(sizeof(double) * 2 * (t + 1)), *dp = p + t + 1, mx = -INFINITY, sum = 0.0, D = 0.0;
+    for (int s = 0; s <= t; s++) {
+        const float *ks = attn_in.k + (((size_t)b * T + s) * NKV + g) * HD, *vs = attn_in.v + (((size_t)b * T + s) * NKV + g) * HD;
+        double a = 0.0, c = 0.0;
+        for (int d = 0; d < HD; d++) a += (double)qt[d] * ks[d], c += (double)dt[d] * vs[d];
+        p[s] = a * scale;
+        mx = fmax(mx, p[s]);
+        const uint64_t di = (((uint64_t)b * NH + h) * T + t) * T + s;
+        dp[s] = attn_in.dropout > 0.0f ? (gt_dropout_keep(attn_in.key, di, attn_in.dropout) ? c * keep_scale : 0.0) : c;
+    }
+    for (int s = 0; s <= t; s++) sum += p[s] = exp(p[s] - mx);
+    for (int s = 0; s <= t; s++) p[s] /= sum, D += p[s] * dp[s];
+    for (int d = 0; d < HD; d++) out[d] = 0.0;
+    for (int s = 0; s <= t; s++) {
+        const float *ks = attn_in.k + (((size_t)b * T + s) * NKV + g) * HD;
+        for (int d = 0; d < HD; d++) out[d] += p[s] * (dp[s] - D) * scale * ks[d];
+    }
+    free(p);
+}
+
 static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {
     char name[128], tag[64];
     snprintf(tag, sizeof tag, "%sB%d T%d NH%d NKV%d HD%d p%.2f", attn_variant, B, T, NH, NKV, HD, dropout);
@@ -599,8 +655,13 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     check_zero(name, gq[0], nq, (size_t)NH * HD, (size_t)T * NH * HD, zero_bound);
     if (T > 1) {
         rows_skip_t0_T = T, rows_skip_t0_NH = NH;
+        attn_in.q = q, attn_in.k = k, attn_in.v = v, attn_in.dout = dout, attn_in.T = T, attn_in.NH = NH;
+        attn_in.NKV = NKV, attn_in.HD = HD, attn_in.dropout = dropout, attn_in.key = key;
+        /* fp32 mode only: in bf16 mode both backends take D from the bf16-rounded output, which the
+         * fp64 value (exact D) does not */
+        rows_fp64 = bf16_mode ? NULL : attention_dq_fp64;
         ATT_CHECK("dq", gq, dq_w, nq, 1e-4, 2e-2, !attn_nondet_bwd);
-        rows_skip_t0_T = 0;
+        rows_skip_t0_T = 0, rows_fp64 = NULL;
         ATT_CHECK("dk", gk, dk_w, nk, 1e-4, 2e-2, !attn_nondet_bwd);
     } else {
         snprintf(name, sizeof name, "attention dk (exactly 0 at T=1) %s", tag);
