@@ -37,6 +37,9 @@
  * Attention backward: the CPU gets the forward output as the GPU's backward reads it (bf16-rounded in
  * bf16 mode), and values whose exact value is zero (dq at position 0; dk too at T = 1) are bounded
  * against the size of the terms that cancel there instead of compared: both sides are rounding noise.
+ * In fp32 mode a dq row that fails the per-row comparison is judged again against an fp64 recomputation
+ * of that row (a "note" line says so): where a row's sum cancels, the CPU's own error can exceed the
+ * tolerance.
  * Built with GT_CUDA_EMULATED (the CPU emulation of tests/gpu/emu, test cuda_kernels_emulated_match_cpu)
  * the wmma and mma variants are left out with a SKIP line: only the default kernels are emulated.
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
