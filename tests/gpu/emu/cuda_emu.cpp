@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <string>
 #include <vector>
 
 #include "cuda_emu.h"
@@ -75,6 +76,12 @@ char *g_dyn_region; /* SMEM_OPTIN_MAX rounded to pages, then a guard page */
 size_t g_dyn_region_bytes;
 cudaError_t g_last_error = cudaSuccess;
 std::map<const void *, int> g_smem_attr;
+/* __launch_bounds__ by kernel name; built on first use: the registrations run during the static
+ * initialisation of the other files */
+std::map<std::string, int> &bounds(void) {
+    static std::map<std::string, int> m;
+    return m;
+}
 struct device_block {
     char *map;
     size_t map_bytes, bytes;
@@ -348,6 +355,12 @@ void gt_emu_shared(void *p, size_t bytes) {
 
 void *gt_emu_dynamic_shared(void) { return B.dyn; }
 
+int gt_emu_launch_bounds(const char *kernel_name, int bound) {
+    auto it = bounds().find(kernel_name);
+    if (it == bounds().end() || bound < it->second) bounds()[kernel_name] = bound;
+    return bound;
+}
+
 void gt_emu_run(const char *name, const char *file, int line, const void *kernel, dim3 grid, dim3 block, size_t smem,
                 gt_emu_thunk thunk, void *data) {
     init_once();
@@ -357,6 +370,13 @@ void gt_emu_run(const char *name, const char *file, int line, const void *kernel
         block.z > 64 || grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
         launch_error(cudaErrorInvalidConfiguration, name, file, line, "grid (%u,%u,%u), block (%u,%u,%u)", grid.x, grid.y,
                      grid.z, block.x, block.y, block.z);
+        return;
+    }
+    const std::string base(name, strcspn(name, "<"));
+    auto lb = bounds().find(base);
+    if (lb != bounds().end() && threads > (unsigned long long)lb->second) {
+        launch_error(cudaErrorLaunchOutOfResources, name, file, line, "%llu threads per block, but __launch_bounds__(%d)",
+                     threads, lb->second);
         return;
     }
     auto attr = g_smem_attr.find(kernel);
@@ -498,6 +518,7 @@ const char *cudaGetErrorString(cudaError_t err) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     default: return "an emulated CUDA error";
     }
 }

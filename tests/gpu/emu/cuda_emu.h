@@ -26,7 +26,8 @@
  *     reported with the kernel's name;
  *   - shared memory (static and dynamic) starts every block filled with 0xFF bytes (NaN floats), and
  *     cudaMalloc'd memory starts so too, so a read of something no thread wrote shows up as NaN.
- * Launch configurations are checked as the device would (threads per block, grid limits), failing
+ * Launch configurations are checked as the device would (threads per block, grid limits, the kernel's
+ * __launch_bounds__), failing
  * through cudaGetLastError like a real launch. GT_EMU_SCHEDULE=reverse runs blocks and threads in the
  * reverse order, to expose order dependences the forward order hides.
  *
@@ -199,6 +200,10 @@ void gt_emu_shared(void *p, size_t bytes);
 void *gt_emu_dynamic_shared(void);
 
 /* ---------------------------------------------------------------- launches */
+
+/* a kernel's __launch_bounds__ (registered by the rewrite, by name without template arguments): a
+ * launch with more threads per block fails, as it would on the device; returns bound */
+int gt_emu_launch_bounds(const char *kernel_name, int bound);
 
 typedef void (*gt_emu_thunk)(void *data);
 void gt_emu_run(const char *name, const char *file, int line, const void *kernel, dim3 grid, dim3 block, size_t smem,
