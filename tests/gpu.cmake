@@ -39,6 +39,56 @@ else()
   message(WARNING "python3 not found: the mma attention emulation tests (mma_attention_*_emulation_*) are not registered")
 endif()
 
+# The default path of the CUDA backend run on the CPU (label unit): tests/gpu/emu emulates the CUDA
+# execution model (blocks in turn, each block's threads as fibers with real __syncthreads and warp
+# barriers, guard pages after shared and device memory; cuda_emu.h says what it checks and what it
+# cannot), and test_ops_cuda.c, compiled with GT_CUDA_EMULATED, compares the real kernel sources of
+# cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu and cuda_ops.cu with the CPU backend. Copies of
+# those .cu files are rewritten for the host compiler at build time (emu/emulate_cu.cmake: launches and
+# __shared__ declarations only); cuBLASLt's matmul and the tensor-core/cuDNN attention variants are
+# replaced by tests/gpu/emu/emu_stubs.cpp. Needs the toolkit's headers only (no GPU, no driver).
+if(GTRAIN_HAVE_CUDA)
+  enable_language(CXX)
+  set(_emu_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
+  set(_emu_src "")
+  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops)
+    add_custom_command(
+      OUTPUT ${_emu_dir}/${f}.cpp
+      COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu -DOUT=${_emu_dir}/${f}.cpp
+              -P ${GTRAIN_TEST_DIR}/gpu/emu/emulate_cu.cmake
+      DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu ${GTRAIN_TEST_DIR}/gpu/emu/emulate_cu.cmake
+      COMMENT "Rewriting ${f}.cu for the CPU emulation")
+    list(APPEND _emu_src ${_emu_dir}/${f}.cpp)
+  endforeach()
+  add_executable(test_ops_cuda_emulated ${GTRAIN_TEST_DIR}/gpu/test_ops_cuda.c ${GTRAIN_KERNELS_CPU_SRC} ${_emu_src}
+                 ${GTRAIN_TEST_DIR}/gpu/emu/cuda_emu.cpp ${GTRAIN_TEST_DIR}/gpu/emu/emu_stubs.cpp)
+  # the CPU backend's sources as gtrain_kernels builds them (flags of the top-level CMakeLists.txt)
+  target_include_directories(test_ops_cuda_emulated PRIVATE ${CMAKE_SOURCE_DIR}/src/kernels ${GTRAIN_CBLAS_INCLUDE})
+  target_compile_options(test_ops_cuda_emulated PRIVATE $<$<COMPILE_LANGUAGE:C>:-fno-trapping-math -fno-math-errno>)
+  if(GTRAIN_CPU_ARCH)
+    target_compile_options(test_ops_cuda_emulated PRIVATE $<$<COMPILE_LANGUAGE:C>:-march=${GTRAIN_CPU_ARCH}>)
+  endif()
+  target_compile_definitions(test_ops_cuda_emulated PRIVATE GT_CUDA_EMULATED=1)
+  # the emulated sources: the emulation's cuda_runtime.h first, then the toolkit's host headers (bf16,
+  # vector types, the runtime API's declarations); no fused multiply-adds (the kernels' __fmul_rn etc.)
+  set_source_files_properties(${_emu_src} ${GTRAIN_TEST_DIR}/gpu/emu/cuda_emu.cpp
+                              ${GTRAIN_TEST_DIR}/gpu/emu/emu_stubs.cpp PROPERTIES
+    INCLUDE_DIRECTORIES "${GTRAIN_TEST_DIR}/gpu/emu/include;${GTRAIN_TEST_DIR}/gpu/emu;${CMAKE_SOURCE_DIR}/src/kernels/cuda;${CUDAToolkit_INCLUDE_DIRS}"
+    COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
+  target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
+  # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
+  # that depends on the order its threads run in cannot pass both by luck; ~10 s each
+  add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)
+  add_test(NAME cuda_kernels_emulated_match_cpu_reverse_schedule COMMAND test_ops_cuda_emulated)
+  set_tests_properties(cuda_kernels_emulated_match_cpu cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
+    LABELS unit
+    TIMEOUT 120)
+  set_tests_properties(cuda_kernels_emulated_match_cpu PROPERTIES
+    ENVIRONMENT "GT_TEST_QUICK=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+  set_tests_properties(cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
+    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endif()
+
 # The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the
 # script exits 0, and summary.json parses with the seven phases in order (skipped where a GPU is
 # visible: there the script would run for real). And shellcheck over the GPU scripts.

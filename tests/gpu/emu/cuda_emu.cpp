@@ -1,0 +1,526 @@
+/*
+ * cuda_emu.cpp — the scheduler, checks and runtime API of the CPU emulation (see cuda_emu.h for the
+ * model and what it checks).
+ *
+ * Threads of a block are ucontext fibers, each on its own stack (256 KiB, a guard page below), run in
+ * turn by a round-robin scheduler: a thread runs until it waits at a barrier (then it yields) or ends.
+ * A barrier is a generation counter: the last thread to arrive advances it and goes on; the others
+ * yield until they see it advanced. A round in which no thread arrived anywhere or ended, with threads
+ * left, is a deadlock. Single OS thread throughout, so the bookkeeping needs no locks.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda_emu.h"
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+constexpr int MAX_THREADS = 1024;
+constexpr size_t STACK_BYTES = (size_t)256 << 10;
+constexpr size_t SMEM_DEFAULT = (size_t)48 << 10;   /* dynamic shared memory without the attribute */
+constexpr size_t SMEM_OPTIN_MAX = 232448;           /* sm_90 (H100/H200): 227 KiB per block */
+constexpr size_t SMEM_STATIC_MAX = (size_t)48 << 10;
+
+struct fiber {
+    ucontext_t ctx;
+    uint3 tid;
+    int linear;
+    bool done;
+    int waiting; /* 0 running, 1 at __syncthreads, 2 at a warp operation */
+    unsigned long syncs;
+};
+
+struct warp_state {
+    unsigned gen, arrived, mask, exited;
+    const char *what;
+    uint64_t vals[2][32];
+};
+
+struct block_state {
+    const char *name, *file;
+    int line;
+    gt_emu_thunk thunk;
+    void *data;
+    int nthreads, live;
+    unsigned bar_gen;
+    int bar_arrived;
+    unsigned long progress;
+    fiber *cur;
+    warp_state warps[MAX_THREADS / 32];
+    std::vector<void *> shared_seen;
+    size_t static_smem;
+    char *dyn;
+    size_t dyn_bytes;
+    bool in_kernel;
+};
+
+block_state B;
+fiber g_fibers[MAX_THREADS];
+char *g_stacks;
+size_t g_page;
+ucontext_t g_sched;
+char *g_dyn_region; /* SMEM_OPTIN_MAX rounded to pages, then a guard page */
+size_t g_dyn_region_bytes;
+cudaError_t g_last_error = cudaSuccess;
+std::map<const void *, int> g_smem_attr;
+/* __launch_bounds__ by kernel name; built on first use: the registrations run during the static
+ * initialisation of the other files */
+std::map<std::string, int> &bounds(void) {
+    static std::map<std::string, int> m;
+    return m;
+}
+struct device_block {
+    char *map;
+    size_t map_bytes, bytes;
+};
+std::map<void *, device_block> g_device; /* cudaMalloc'd blocks */
+size_t g_device_bytes;
+int g_reverse = -1;
+
+bool reverse_order(void) {
+    if (g_reverse < 0) {
+        const char *e = getenv("GT_EMU_SCHEDULE");
+        g_reverse = e && strcmp(e, "reverse") == 0;
+    }
+    return g_reverse;
+}
+
+void where(FILE *f) {
+    if (!B.in_kernel) return;
+    fprintf(f, "gtrain-emu:   in kernel %s (launched at %s:%d), block (%u,%u,%u) of (%u,%u,%u)", B.name, B.file, B.line,
+            blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+    if (B.cur) fprintf(f, ", thread (%u,%u,%u) of (%u,%u,%u)", B.cur->tid.x, B.cur->tid.y, B.cur->tid.z, blockDim.x,
+                       blockDim.y, blockDim.z);
+    fputc('\n', f);
+}
+
+/* a bug in the kernel (or in how it is launched) that a GPU would turn into a hang, a wrong result
+ * or undefined behaviour: say so and stop */
+[[noreturn]] void kernel_bug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void kernel_bug(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gtrain-emu: KERNEL BUG: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    where(stderr);
+    fflush(stderr);
+    abort();
+}
+
+void *map_guarded(size_t bytes, char **map_out, size_t *map_bytes_out) {
+    /* bytes rounded up to pages, then one inaccessible page; the block ends right at the guard */
+    const size_t body = (bytes + g_page - 1) / g_page * g_page;
+    char *m = (char *)mmap(NULL, body + g_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    if (mprotect(m + body, g_page, PROT_NONE) != 0) abort();
+    *map_out = m;
+    *map_bytes_out = body + g_page;
+    return m + body;
+}
+
+void on_segv(int sig, siginfo_t *si, void *) {
+    const char *addr = (const char *)si->si_addr;
+    fprintf(stderr, "gtrain-emu: %s at address %p", sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr);
+    if (B.in_kernel && B.dyn && addr >= B.dyn && addr < g_dyn_region + g_dyn_region_bytes + g_page)
+        fprintf(stderr, ": KERNEL BUG: past the end of the %zu bytes of dynamic shared memory the launch asked for",
+                B.dyn_bytes);
+    else if (B.in_kernel && addr >= g_stacks && addr < g_stacks + MAX_THREADS * (STACK_BYTES + g_page))
+        fprintf(stderr, ": a thread's stack overflowed (%zu KiB each)", STACK_BYTES >> 10);
+    else
+        for (auto &kv : g_device) {
+            const device_block &d = kv.second;
+            if (addr >= d.map && addr < d.map + d.map_bytes + g_page) {
+                fprintf(stderr, ": KERNEL BUG: past the end of a %zu-byte cudaMalloc block at %p", d.bytes, kv.first);
+                break;
+            }
+        }
+    fputc('\n', stderr);
+    where(stderr);
+    fflush(stderr);
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+void init_once(void) {
+    if (g_stacks) return;
+    g_page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t per = STACK_BYTES + g_page;
+    g_stacks = (char *)mmap(NULL, per * MAX_THREADS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                            -1, 0);
+    if (g_stacks == MAP_FAILED) {
+        perror("gtrain-emu: mmap of the fiber stacks");
+        abort();
+    }
+    for (int i = 0; i < MAX_THREADS; i++) mprotect(g_stacks + per * i, g_page, PROT_NONE); /* below each stack */
+    char *m;
+    size_t mb;
+    char *end = (char *)map_guarded(SMEM_OPTIN_MAX, &m, &mb);
+    if (!end) abort();
+    g_dyn_region = m;
+    g_dyn_region_bytes = mb - g_page;
+    /* faults inside a fiber (or of a stack overflow) need their own stack for the handler */
+    static char alt[1 << 16];
+    stack_t ss;
+    ss.ss_sp = alt;
+    ss.ss_size = sizeof alt;
+    ss.ss_flags = 0;
+    sigaltstack(&ss, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+void yield(void) { swapcontext(&B.cur->ctx, &g_sched); }
+
+void release_block_barrier_if_complete(void) {
+    if (B.bar_arrived > 0 && B.bar_arrived == B.live) {
+        B.bar_arrived = 0;
+        B.bar_gen++;
+    }
+}
+
+void fiber_main(void) {
+    B.thunk(B.data);
+    fiber *f = B.cur;
+    f->done = true;
+    B.live--;
+    B.progress++;
+    warp_state &w = B.warps[f->linear >> 5];
+    const unsigned bit = 1u << (f->linear & 31);
+    w.exited |= bit;
+    if (w.arrived && (w.mask & bit))
+        kernel_bug("a thread ended while other lanes of its warp wait for it at %s (mask 0x%08x)", w.what, w.mask);
+    /* as the hardware does, a barrier counts the threads still running; the block's end check below
+     * reports that the counts differ */
+    release_block_barrier_if_complete();
+    swapcontext(&f->ctx, &g_sched);
+    abort(); /* never resumed */
+}
+
+void run_block(void) {
+    const int n = B.nthreads;
+    const size_t per = STACK_BYTES + g_page;
+    B.live = n;
+    B.bar_gen = 0;
+    B.bar_arrived = 0;
+    B.shared_seen.clear();
+    B.static_smem = 0;
+    memset(B.warps, 0, sizeof B.warps);
+    if (B.dyn_bytes) memset(B.dyn, 0xFF, B.dyn_bytes);
+    for (int i = 0; i < n; i++) {
+        fiber &f = g_fibers[i];
+        f.linear = i;
+        f.tid.x = (unsigned)i % blockDim.x;
+        f.tid.y = (unsigned)i / blockDim.x % blockDim.y;
+        f.tid.z = (unsigned)i / (blockDim.x * blockDim.y);
+        f.done = false;
+        f.waiting = 0;
+        f.syncs = 0;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = g_stacks + per * i + g_page;
+        f.ctx.uc_stack.ss_size = STACK_BYTES;
+        f.ctx.uc_link = &g_sched;
+        makecontext(&f.ctx, fiber_main, 0);
+    }
+    const bool rev = reverse_order();
+    while (B.live > 0) {
+        const unsigned long before = B.progress;
+        for (int k = 0; k < n; k++) {
+            fiber &f = g_fibers[rev ? n - 1 - k : k];
+            if (f.done) continue;
+            B.cur = &f;
+            threadIdx = f.tid;
+            swapcontext(&g_sched, &f.ctx);
+        }
+        B.cur = NULL;
+        if (B.live > 0 && B.progress == before) {
+            fprintf(stderr, "gtrain-emu: KERNEL BUG: deadlock: %d of %d threads wait and none can go on\n", B.live, n);
+            for (int i = 0; i < n && i < 4096; i++)
+                if (!g_fibers[i].done)
+                    fprintf(stderr, "gtrain-emu:   thread %d waits at %s (%lu __syncthreads passed)\n", i,
+                            g_fibers[i].waiting == 1 ? "__syncthreads" : B.warps[i >> 5].what ? B.warps[i >> 5].what : "?",
+                            g_fibers[i].syncs);
+            where(stderr);
+            abort();
+        }
+    }
+    for (int i = 1; i < n; i++)
+        if (g_fibers[i].syncs != g_fibers[0].syncs) {
+            B.cur = &g_fibers[i];
+            kernel_bug("threads of one block passed __syncthreads different numbers of times: thread 0 %lu times, "
+                       "thread %d %lu times",
+                       g_fibers[0].syncs, i, g_fibers[i].syncs);
+        }
+    if (B.static_smem > SMEM_STATIC_MAX)
+        kernel_bug("%zu bytes of static shared memory (at most %zu)", B.static_smem, SMEM_STATIC_MAX);
+    if (B.static_smem + B.dyn_bytes > SMEM_OPTIN_MAX)
+        kernel_bug("%zu bytes of static and %zu of dynamic shared memory: more than the %zu a block may have",
+                   B.static_smem, B.dyn_bytes, SMEM_OPTIN_MAX);
+}
+
+void launch_error(cudaError_t err, const char *name, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void launch_error(cudaError_t err, const char *name, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gtrain-emu: the launch of %s at %s:%d fails: ", name, file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    g_last_error = err;
+}
+
+} /* namespace */
+
+/* ---------------------------------------------------------------- device-side entry points */
+
+void gt_emu_syncthreads(void) {
+    fiber *f = B.cur;
+    if (!f) kernel_bug("__syncthreads outside a kernel");
+    f->syncs++;
+    B.progress++;
+    const unsigned gen = B.bar_gen;
+    if (++B.bar_arrived == B.live) {
+        B.bar_arrived = 0;
+        B.bar_gen++;
+        return;
+    }
+    f->waiting = 1;
+    while (B.bar_gen == gen) yield();
+    f->waiting = 0;
+}
+
+int gt_emu_lane(void) { return B.cur->linear & 31; }
+
+const uint64_t *gt_emu_warp_meet(unsigned mask, uint64_t bits, const char *what) {
+    fiber *f = B.cur;
+    if (!f) kernel_bug("%s outside a kernel", what);
+    const int wi = f->linear >> 5, lane = f->linear & 31;
+    warp_state &w = B.warps[wi];
+    const int in_warp = B.nthreads - wi * 32 < 32 ? B.nthreads - wi * 32 : 32;
+    const unsigned exist = in_warp == 32 ? 0xffffffffu : (1u << in_warp) - 1u;
+    if (!(mask >> lane & 1u)) kernel_bug("%s with mask 0x%08x by lane %d, which is not in it", what, mask, lane);
+    if (mask & ~exist)
+        kernel_bug("%s with mask 0x%08x in a warp of %d threads (block of %d): lanes that do not exist", what, mask,
+                   in_warp, B.nthreads);
+    if (mask & w.exited)
+        kernel_bug("%s with mask 0x%08x names lanes that have already ended (0x%08x)", what, mask, mask & w.exited);
+    if (w.arrived == 0) {
+        w.mask = mask;
+        w.what = what;
+    } else if (w.mask != mask) {
+        kernel_bug("lanes of one warp meet with different masks: 0x%08x (%s) and 0x%08x (%s)", w.mask, w.what, mask, what);
+    }
+    const unsigned gen = w.gen;
+    w.vals[gen & 1][lane] = bits;
+    w.arrived |= 1u << lane;
+    B.progress++;
+    if (w.arrived == mask) {
+        w.arrived = 0;
+        w.gen++;
+    } else {
+        f->waiting = 2;
+        while (w.gen == gen) yield();
+        f->waiting = 0;
+    }
+    /* the other buffer takes the next meeting, which cannot complete before this lane has read */
+    return w.vals[gen & 1];
+}
+
+void gt_emu_shared(void *p, size_t bytes) {
+    for (void *q : B.shared_seen)
+        if (q == p) return;
+    B.shared_seen.push_back(p);
+    B.static_smem += bytes;
+    memset(p, 0xFF, bytes);
+}
+
+void *gt_emu_dynamic_shared(void) { return B.dyn; }
+
+int gt_emu_launch_bounds(const char *kernel_name, int bound) {
+    auto it = bounds().find(kernel_name);
+    if (it == bounds().end() || bound < it->second) bounds()[kernel_name] = bound;
+    return bound;
+}
+
+void gt_emu_run(const char *name, const char *file, int line, const void *kernel, dim3 grid, dim3 block, size_t smem,
+                gt_emu_thunk thunk, void *data) {
+    init_once();
+    if (B.in_kernel) kernel_bug("a kernel launched from inside a kernel (%s)", name);
+    const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (!grid.x || !grid.y || !grid.z || !threads || threads > MAX_THREADS || block.x > 1024 || block.y > 1024 ||
+        block.z > 64 || grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+        launch_error(cudaErrorInvalidConfiguration, name, file, line, "grid (%u,%u,%u), block (%u,%u,%u)", grid.x, grid.y,
+                     grid.z, block.x, block.y, block.z);
+        return;
+    }
+    const std::string base(name, strcspn(name, "<"));
+    auto lb = bounds().find(base);
+    if (lb != bounds().end() && threads > (unsigned long long)lb->second) {
+        launch_error(cudaErrorLaunchOutOfResources, name, file, line, "%llu threads per block, but __launch_bounds__(%d)",
+                     threads, lb->second);
+        return;
+    }
+    auto attr = g_smem_attr.find(kernel);
+    const size_t allowed = attr != g_smem_attr.end() ? (size_t)attr->second : SMEM_DEFAULT;
+    if (smem > allowed && smem > SMEM_DEFAULT) {
+        launch_error(cudaErrorInvalidValue, name, file, line,
+                     "%zu bytes of dynamic shared memory, but only %zu allowed (cudaFuncSetAttribute "
+                     "cudaFuncAttributeMaxDynamicSharedMemorySize raises it)",
+                     smem, allowed);
+        return;
+    }
+    B.name = name;
+    B.file = file;
+    B.line = line;
+    B.thunk = thunk;
+    B.data = data;
+    B.nthreads = (int)threads;
+    B.dyn_bytes = smem;
+    /* the launch's bytes end at the guard page; 16-byte aligned as the device's are */
+    B.dyn = g_dyn_region + g_dyn_region_bytes - (smem + 15) / 16 * 16;
+    blockDim = block;
+    gridDim = grid;
+    B.in_kernel = true;
+    const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
+    const bool rev = reverse_order();
+    for (unsigned long long i = 0; i < nblocks; i++) {
+        const unsigned long long b = rev ? nblocks - 1 - i : i;
+        blockIdx.x = (unsigned)(b % grid.x);
+        blockIdx.y = (unsigned)(b / grid.x % grid.y);
+        blockIdx.z = (unsigned)(b / ((unsigned long long)grid.x * grid.y));
+        run_block();
+    }
+    B.in_kernel = false;
+}
+
+/* ---------------------------------------------------------------- the runtime API subset */
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    init_once();
+    *p = NULL;
+    if (bytes == 0) bytes = 1;
+    /* 256-byte aligned as cudaMalloc's; the block ends within 255 bytes of a guard page */
+    const size_t body = (bytes + 255) / 256 * 256;
+    char *m;
+    size_t mb;
+    char *end = (char *)map_guarded(body, &m, &mb);
+    if (!end) {
+        g_last_error = cudaErrorMemoryAllocation;
+        return cudaErrorMemoryAllocation;
+    }
+    char *ptr = end - body;
+    memset(ptr, 0xFF, body); /* never-written device memory reads as NaN */
+    g_device[ptr] = device_block{m, mb - g_page, bytes};
+    g_device_bytes += body;
+    *p = ptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = g_device.find(p);
+    if (it == g_device.end()) return cudaErrorInvalidValue;
+    g_device_bytes -= (it->second.bytes + 255) / 256 * 256;
+    munmap(it->second.map, it->second.map_bytes + g_page);
+    g_device.erase(it);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    (void)kind;
+    memmove(dst, src, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    (void)stream;
+    return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t stream) {
+    (void)stream;
+    memset(p, value, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t count) { return cudaMemsetAsync(p, value, count, 0); }
+
+cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind) {
+    (void)kind;
+    memcpy((char *)symbol + offset, src, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind) {
+    (void)kind;
+    memcpy(dst, (const char *)symbol + offset, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    const cudaError_t e = g_last_error;
+    g_last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; } /* every launch has already finished */
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    const size_t total = (size_t)141 << 30; /* an H200's, nominally: nothing here is a real limit */
+    *total_bytes = total;
+    *free_bytes = g_device_bytes < total ? total - g_device_bytes : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+    if (value < 0 || (size_t)value > SMEM_OPTIN_MAX) {
+        fprintf(stderr, "gtrain-emu: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): more than the device's %zu\n",
+                value, SMEM_OPTIN_MAX);
+        return cudaErrorInvalidValue;
+    }
+    g_smem_attr[func] = value;
+    return cudaSuccess;
+}
+
+const char *cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    default: return "an emulated CUDA error";
+    }
+}
+
+} /* extern "C" */

@@ -1,0 +1,267 @@
+/*
+ * cuda_emu.h — a CPU emulation of the CUDA execution model, just enough to compile and run the default
+ * path of the CUDA backend (src/kernels/cuda: cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu,
+ * cuda_ops.cu, cuda_common.cuh) with the host C++ compiler, so its kernels can be checked against the
+ * CPU backend on a machine without a GPU (tests/gpu.cmake: cuda_kernels_emulated_match_cpu).
+ *
+ * How the real sources get here: tests/gpu/emu/emulate_cu.cmake copies each .cu into the build tree
+ * and rewrites, line for line, the two things C++ cannot parse or would get wrong:
+ *   k<<<grid, block[, smem[, stream]]>>>(args)  ->  gt_emu_launcher(k, "k", file, line, grid, block[, ...])(args)
+ *   __shared__ T a[N];                         ->  static T a[N]; gt_emu_shared(a, sizeof a);
+ *   extern __shared__ T a[];                   ->  T *a = (T *)gt_emu_dynamic_shared();
+ * Everything else is the kernel source as written, compiled by g++ -x c++ against this header (the
+ * toolkit's host headers give bf16, int4/float4, dim3 and the runtime API's declarations).
+ *
+ * The model (cuda_emu.cpp): one OS thread. A launch runs its blocks one after another; the threads of
+ * a block are fibers (ucontext, one stack each) run in turn, each until it waits at a barrier or ends.
+ * __syncthreads is a real block barrier and the warp operations (__shfl_*_sync, __syncwarp, votes) a
+ * real barrier of the lanes in their mask, so the kernels' cooperation is exercised as written. Checked
+ * on every block, each failure a loud abort naming the kernel, block and thread ("KERNEL BUG"):
+ *   - every thread of a block passes __syncthreads the same number of times;
+ *   - a warp operation's mask names only lanes that exist, have not exited and call it too (with the
+ *     same mask), and includes the calling lane; no deadlock (threads waiting on ones that never come);
+ *   - dynamic shared memory: no access past the bytes the launch asked for (a guard page follows them),
+ *     and more than 48 KiB only after cudaFuncSetAttribute(MaxDynamicSharedMemorySize), at most 227 KiB;
+ *   - device memory (cudaMalloc) ends at a guard page: a read or write past a block's end faults and is
+ *     reported with the kernel's name;
+ *   - shared memory (static and dynamic) starts every block filled with 0xFF bytes (NaN floats), and
+ *     cudaMalloc'd memory starts so too, so a read of something no thread wrote shows up as NaN.
+ * Launch configurations are checked as the device would (threads per block, grid limits, the kernel's
+ * __launch_bounds__), failing
+ * through cudaGetLastError like a real launch. GT_EMU_SCHEDULE=reverse runs blocks and threads in the
+ * reverse order, to expose order dependences the forward order hides.
+ *
+ * Not modelled: timing, concurrency between blocks (and so races between blocks, atomics' contention),
+ * the GPU memory model (every write is visible at once), the device's math (expf, logf, sqrtf and
+ * double math are the host's libm; nvcc contracts a * b + c into FMAs where this build, with
+ * -ffp-contract=off, does not), tensor cores, cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a
+ * reference loop), streams (everything is synchronous).
+ */
+#ifndef GT_CUDA_EMU_H
+#define GT_CUDA_EMU_H
+
+#ifdef __CUDACC__
+#error "cuda_emu.h is for the host compiler: the emulated build never goes through nvcc"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+/* the execution-space qualifiers are plain C++ here; __shared__ arrays are static (blocks run one at a
+ * time, so one copy serves every block; the rewrite registers each for its per-block poisoning) */
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+/* ---------------------------------------------------------------- built-in variables */
+
+/* set by the scheduler each time it resumes a thread (calls into cuda_emu.cpp are opaque, so the
+ * compiler reloads them after every barrier) */
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+
+/* ---------------------------------------------------------------- barriers and warp operations */
+
+void gt_emu_syncthreads(void);
+#define __syncthreads() gt_emu_syncthreads()
+
+/* the calling lane (0..31) of its warp, from the thread's linear index in the block */
+int gt_emu_lane(void);
+/* a barrier of the lanes in mask: each deposits 8 bytes; returns the 32 slots of this meeting (lanes
+ * outside the mask undefined), valid until the caller's next warp operation */
+const uint64_t *gt_emu_warp_meet(unsigned mask, uint64_t bits, const char *what);
+
+template <typename T>
+static inline uint64_t gt_emu_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof v);
+    return b;
+}
+template <typename T>
+static inline T gt_emu_from_bits(uint64_t b) {
+    T v;
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
+template <typename T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    const int lane = gt_emu_lane(), seg = lane & ~(width - 1);
+    const uint64_t *all = gt_emu_warp_meet(mask, gt_emu_bits(v), "__shfl_sync");
+    return gt_emu_from_bits<T>(all[seg + (src & (width - 1))]);
+}
+template <typename T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    const int lane = gt_emu_lane(), seg = lane & ~(width - 1);
+    int src = lane ^ lane_mask;
+    if ((src & ~(width - 1)) != seg) src = lane; /* outside the lane's segment: its own value */
+    const uint64_t *all = gt_emu_warp_meet(mask, gt_emu_bits(v), "__shfl_xor_sync");
+    return gt_emu_from_bits<T>(all[src]);
+}
+template <typename T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = gt_emu_lane(), seg = lane & ~(width - 1);
+    int src = lane + (int)delta;
+    if (src >= seg + width) src = lane;
+    const uint64_t *all = gt_emu_warp_meet(mask, gt_emu_bits(v), "__shfl_down_sync");
+    return gt_emu_from_bits<T>(all[src]);
+}
+template <typename T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = gt_emu_lane(), seg = lane & ~(width - 1);
+    int src = lane - (int)delta;
+    if (src < seg) src = lane;
+    const uint64_t *all = gt_emu_warp_meet(mask, gt_emu_bits(v), "__shfl_up_sync");
+    return gt_emu_from_bits<T>(all[src]);
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    const uint64_t *all = gt_emu_warp_meet(mask, pred != 0, "__ballot_sync");
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++)
+        if ((mask >> l & 1u) && all[l]) r |= 1u << l;
+    return r;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)gt_emu_warp_meet(mask, 0, "__syncwarp"); }
+
+/* ---------------------------------------------------------------- atomics (one OS thread: plain) */
+
+static inline int atomicCAS(int *a, int cmp, int v) { int o = *a; if (o == cmp) *a = v; return o; }
+static inline unsigned atomicCAS(unsigned *a, unsigned cmp, unsigned v) { unsigned o = *a; if (o == cmp) *a = v; return o; }
+static inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long cmp, unsigned long long v) {
+    unsigned long long o = *a;
+    if (o == cmp) *a = v;
+    return o;
+}
+template <typename T> static inline T atomicAdd(T *a, T v) { T o = *a; *a = o + v; return o; }
+template <typename T> static inline T atomicExch(T *a, T v) { T o = *a; *a = v; return o; }
+template <typename T> static inline T atomicMax(T *a, T v) { T o = *a; if (v > o) *a = v; return o; }
+template <typename T> static inline T atomicMin(T *a, T v) { T o = *a; if (v < o) *a = v; return o; }
+
+/* ---------------------------------------------------------------- intrinsics */
+
+/* the _rn forms are single IEEE operations; this build has -ffp-contract=off, so none fuses */
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __frcp_rn(float a) { return 1.0f / a; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+/* the fast approximations: the host's exact forms (the device's error bounds are not modelled) */
+/* glibc declares __expf and __logf itself (its internal names): macros, after <math.h> */
+#define __expf(a) expf(a)
+#define __logf(a) logf(a)
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
+static inline float __saturatef(float a) { return a < 0.0f ? 0.0f : a > 1.0f ? 1.0f : a; }
+static inline int __float_as_int(float a) { return gt_emu_from_bits<int>(gt_emu_bits(a)); }
+static inline float __int_as_float(int a) { return gt_emu_from_bits<float>(gt_emu_bits(a)); }
+static inline unsigned __float_as_uint(float a) { return gt_emu_from_bits<unsigned>(gt_emu_bits(a)); }
+static inline float __uint_as_float(unsigned a) { return gt_emu_from_bits<float>(gt_emu_bits(a)); }
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+
+/* the device's integer min/max overloads */
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+static inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+/* ---------------------------------------------------------------- shared memory */
+
+/* a __shared__ array's first declaration reached in a block fills it with 0xFF and counts its bytes */
+void gt_emu_shared(void *p, size_t bytes);
+/* the launch's dynamic shared memory (followed by a guard page; 0xFF at every block's start) */
+void *gt_emu_dynamic_shared(void);
+
+/* ---------------------------------------------------------------- launches */
+
+/* a kernel's __launch_bounds__ (registered by the rewrite, by name without template arguments): a
+ * launch with more threads per block fails, as it would on the device; returns bound */
+int gt_emu_launch_bounds(const char *kernel_name, int bound);
+
+typedef void (*gt_emu_thunk)(void *data);
+void gt_emu_run(const char *name, const char *file, int line, const void *kernel, dim3 grid, dim3 block, size_t smem,
+                gt_emu_thunk thunk, void *data);
+
+/* k<<<grid, block, smem, stream>>>(args) becomes gt_emu_launcher(k, ...)(args): the arguments are
+ * converted to the kernel's parameter types once, as a launch does, and every thread gets a copy */
+template <typename... P>
+struct gt_emu_launch {
+    void (*kernel)(P...);
+    const char *name, *file;
+    int line;
+    dim3 grid, block;
+    size_t smem;
+
+    template <typename... A>
+    void operator()(A &&...a) const {
+        struct data_t {
+            void (*kernel)(P...);
+            std::tuple<typename std::decay<P>::type...> args;
+        };
+        data_t d{kernel, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
+        gt_emu_run(name, file, line, (const void *)kernel, grid, block, smem,
+                   [](void *p) {
+                       data_t *dd = (data_t *)p;
+                       std::tuple<typename std::decay<P>::type...> args = dd->args; /* this thread's copy */
+                       std::apply(dd->kernel, args);
+                   },
+                   &d);
+    }
+};
+
+template <typename... P>
+static inline gt_emu_launch<P...> gt_emu_launcher(void (*kernel)(P...), const char *name, const char *file, int line,
+                                                  dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
+    (void)stream; /* one stream: everything is ordered and synchronous */
+    return gt_emu_launch<P...>{kernel, name, file, line, grid, block, smem};
+}
+
+/* ---------------------------------------------------------------- the runtime's C++ overloads */
+
+template <typename T>
+static inline cudaError_t cudaMalloc(T **p, size_t bytes) {
+    return cudaMalloc((void **)p, bytes);
+}
+template <typename T>
+static inline cudaError_t cudaMemcpyToSymbol(const T &symbol, const void *src, size_t count, size_t offset = 0,
+                                             cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+    return cudaMemcpyToSymbol((const void *)&symbol, src, count, offset, kind);
+}
+template <typename T>
+static inline cudaError_t cudaMemcpyFromSymbol(void *dst, const T &symbol, size_t count, size_t offset = 0,
+                                               cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+    return cudaMemcpyFromSymbol(dst, (const void *)&symbol, count, offset, kind);
+}
+template <typename T>
+static inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void *)entry, attr, value);
+}
+
+#endif

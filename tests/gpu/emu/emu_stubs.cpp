@@ -1,0 +1,110 @@
+/*
+ * emu_stubs.cpp — what the emulated CUDA backend takes from the files the emulation does not compile:
+ *
+ *   cuda_matmul.cu (cuBLASLt)  -> matmul_forward / matmul_backward as reference loops with the same
+ *       signatures and semantics: out (N, OC) = inp (N, IC) @ W^T with W (OC, IC), in the working type
+ *       (fp32 accumulation, one rounding of the result); dinp (N, IC) = dout @ W, plus the old dinp when
+ *       accumulating (beta = 1: the old value, widened, added to the fp32 sum before the one rounding);
+ *       dweight (OC, IC) fp32 += inp^T-dout products, always accumulated (beta = 1). An empty inner
+ *       dimension leaves a zero output (or the old one, accumulating), as lt_matmul does. The matmul
+ *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
+ *   cuda_attention_wmma.cu / _mma.cu / _cudnn.cu (tensor cores, inline PTX, cuDNN) -> never taken:
+ *       every variant entry returns 0 ("run the default kernels"), the call counters stay 0, cuDNN
+ *       reports itself as not loaded. gt_cuda_attention_force_variant is kept (the default kernels run
+ *       whatever is forced).
+ */
+#include <stdio.h>
+
+#include "cuda_common.cuh"
+
+/* ---------------------------------------------------------------- matmul */
+
+template <typename T>
+static void matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+    const T *x = (const T *)inp, *w = (const T *)weight;
+    T *o = (T *)out;
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+            float acc = 0.0f;
+            for (int i = 0; i < IC; i++) acc += load_f(x + (size_t)n * IC + i) * load_f(w + (size_t)oc * IC + i);
+            store_f(o + (size_t)n * OC + oc, acc);
+        }
+}
+
+template <typename T>
+static void matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
+                            int IC, int OC, int accumulate_dinp) {
+    const T *d = (const T *)dout, *x = (const T *)inp, *w = (const T *)weight;
+    if (dinp) {
+        T *di = (T *)dinp;
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < IC; i++) {
+                float acc = 0.0f;
+                for (int oc = 0; oc < OC; oc++) acc += load_f(d + (size_t)n * OC + oc) * load_f(w + (size_t)oc * IC + i);
+                if (accumulate_dinp) acc += load_f(di + (size_t)n * IC + i);
+                store_f(di + (size_t)n * IC + i, acc);
+            }
+    }
+    if (dweight && N > 0)
+        for (int oc = 0; oc < OC; oc++)
+            for (int i = 0; i < IC; i++) {
+                float acc = 0.0f;
+                for (int n = 0; n < N; n++) acc += load_f(x + (size_t)n * IC + i) * load_f(d + (size_t)n * OC + oc);
+                dweight[(size_t)oc * IC + i] += acc;
+            }
+}
+
+void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {
+    if (use_bf16) {
+        ops->matmul_forward = matmul_forward<bf16>;
+        ops->matmul_backward = matmul_backward<bf16>;
+    } else {
+        ops->matmul_forward = matmul_forward<float>;
+        ops->matmul_backward = matmul_backward<float>;
+    }
+}
+
+/* ---------------------------------------------------------------- attention variants: never taken */
+
+static int g_forced_variant = -1;
+
+extern "C" void gt_cuda_attention_force_variant(int variant) {
+    g_forced_variant = variant < 0 ? -1 : variant > 3 ? 0 : variant;
+}
+/* GTRAIN_CUDA_ATTENTION is not read: only the default kernels are emulated */
+int gt_cuda_attention_variant(void) { return g_forced_variant >= 0 ? g_forced_variant : 0; }
+extern "C" long gt_cuda_attention_wmma_calls(void) { return 0; }
+extern "C" long gt_cuda_attention_mma_calls(void) { return 0; }
+extern "C" long gt_cuda_attention_cudnn_calls(void) { return 0; }
+
+int gt_cuda_attention_wmma_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
+                                   float, gt_rng_key) {
+    return 0;
+}
+int gt_cuda_attention_wmma_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
+                                    const void *, const float *, int, int, int, int, int, float, gt_rng_key) {
+    return 0;
+}
+int gt_cuda_attention_mma_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
+                                  float, gt_rng_key) {
+    return 0;
+}
+int gt_cuda_attention_mma_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
+                                   const void *, const float *, int, int, int, int, int, float, gt_rng_key) {
+    return 0;
+}
+int gt_cuda_attention_cudnn_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
+                                    float) {
+    return 0;
+}
+int gt_cuda_attention_cudnn_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
+                                     const void *, const float *, int, int, int, int, int, float) {
+    return 0;
+}
+
+extern "C" long gt_cuda_attention_cudnn_version(char *why, size_t n) {
+    if (why && n) snprintf(why, n, "cuDNN is not part of the CPU emulation (tests/gpu/emu)");
+    return 0;
+}
+extern "C" int gt_cuda_attention_cudnn_shape_ok(int, int, int, float) { return 0; }
+extern "C" const char *gt_cuda_attention_cudnn_last_fallback(void) { return "cuDNN is not emulated"; }
