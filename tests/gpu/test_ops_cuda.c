@@ -781,8 +781,9 @@ static void test_residual_dropout(float dropout) {
     free(res), free(br), free(dout), free(want), free(dwant), free(inplace);
 }
 
-static void test_crossentropy(void) {
-    const int BT = 13, V = 1003;
+/* V a multiple of 8 takes the 16-byte kernels (fp32 and bf16), V = 1003 the single-logit ones */
+static void test_crossentropy(int V) {
+    const int BT = 13;
     const float dloss = 1.0f / BT;
     size_t n = (size_t)BT * V;
     float *logits = rand_vec(n, 8.0f, 1);
@@ -807,11 +808,17 @@ static void test_crossentropy(void) {
         get_work(dl[rep], dlog, n);
         gpu->free(dlog), gpu->free(dloss_v), gpu->free(dlse);
     }
-    check_close("crossentropy_forward losses", loss[0], loss_w, BT, tol_of(1e-5, 1e-4));
-    check_close("crossentropy_forward lse", lse[0], lse_w, BT, tol_of(1e-5, 1e-4));
-    check_close("crossentropy_backward dlogits", dl[0], dl_w, n, tol_of(1e-5, 1e-2));
-    check_same("crossentropy_forward losses repeat", loss[0], loss[1], BT);
-    check_same("crossentropy_backward repeat", dl[0], dl[1], n);
+    char name[96];
+    snprintf(name, sizeof name, "crossentropy_forward losses V=%d", V);
+    check_close(name, loss[0], loss_w, BT, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "crossentropy_forward lse V=%d", V);
+    check_close(name, lse[0], lse_w, BT, tol_of(1e-5, 1e-4));
+    snprintf(name, sizeof name, "crossentropy_backward dlogits V=%d", V);
+    check_close(name, dl[0], dl_w, n, tol_of(1e-5, 1e-2));
+    snprintf(name, sizeof name, "crossentropy_forward losses repeat V=%d", V);
+    check_same(name, loss[0], loss[1], BT);
+    snprintf(name, sizeof name, "crossentropy_backward repeat V=%d", V);
+    check_same(name, dl[0], dl[1], n);
     gpu->free(dtg);
     free(dl[0]), free(dl[1]), free(logits), free(dl_w);
 }
@@ -940,6 +947,7 @@ int main(void) {
             test_matmul(5, 33, 7); /* odd sizes: unaligned rows */
             test_rope(2, 19, 3, 64);  /* 96 pairs per row of heads: one block of 96 threads */
             test_rope(1, 5, 9, 128);  /* 576 pairs: three blocks of 256, the last partly idle */
+            test_rope(2, 7, 3, 20);   /* HD/2 = 10, not a multiple of the 16-byte vector: the single-pair kernel */
         }
         gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
@@ -1031,7 +1039,8 @@ int main(void) {
             test_swiglu();
             test_residual_dropout(0.0f);
             test_residual_dropout(0.1f);
-            test_crossentropy();
+            test_crossentropy(1003);
+            test_crossentropy(32000); /* several 16-byte groups per thread: the running max is rescaled */
             test_vector_utilities();
         }
         gpu->synchronize();

@@ -9,13 +9,16 @@
  * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
  * bit) — this is a convenience for the tests, not a contract.
  *
- * Memory access: the elementwise kernels (SwiGLU, residual, dropout backward) and the embedding rows
- * move 16 bytes per access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte aligned, with
- * a scalar tail; per-element index arithmetic is a multiply, never a 64-bit division (row-wise
- * kernels run one block per row; RoPE takes t and b from the grid). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
+ * Memory access: the elementwise kernels (SwiGLU, residual, dropout backward), the embedding rows,
+ * RMSNorm's apply, RoPE (HD/2 a multiple of the vector) and the cross-entropy rows (V a multiple of the
+ * vector) move 16 bytes per access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte
+ * aligned, with a scalar tail or a single-element kernel otherwise; per-element index arithmetic is a
+ * multiply, never a 64-bit division (row-wise kernels run one block per row; RoPE takes t and b from
+ * the grid). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
  * row in registers: forward reads x once for the sum of squares and the output, and backward is one
- * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token ids outside [0, V) raise a device flag (take_fault) instead of reading
- * out of bounds.
+ * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token
+ * ids outside [0, V) raise a device flag (take_fault) instead of reading out of bounds. Still one
+ * element per access: the embedding backward (a scatter by token id).
  *
  * Reductions that feed gradients never use atomics:
  *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
@@ -210,6 +213,22 @@ __global__ void rmsnorm_apply_kernel(T *out, const float *rstd, const T *inp, co
     for (int i = threadIdx.x; i < C; i += blockDim.x) store_f(o + i, rmsnorm_out(load_f(x + i), r, load_f(weight + i)));
 }
 
+/* the same with 16-byte accesses (C a multiple of VEC, every pointer 16-byte aligned): the same
+ * rmsnorm_out per element, so the same bits as rmsnorm_forward's either path */
+template <typename T>
+__global__ void rmsnorm_apply_vec_kernel(T *out, const float *rstd, const T *inp, const T *weight, int C) {
+    constexpr int VEC = pack16<T>::VEC;
+    const size_t base = (size_t)blockIdx.x * C;
+    const float r = rstd[blockIdx.x];
+    for (int grp = threadIdx.x; grp < C / VEC; grp += blockDim.x) {
+        const pack16<T> x = load16(inp + base + (size_t)grp * VEC), w = load16(weight + (size_t)grp * VEC);
+        pack16<T> o;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) store_f(&o.v[j], rmsnorm_out(load_f(&x.v[j]), r, load_f(&w.v[j])));
+        store16(out + base + (size_t)grp * VEC, o);
+    }
+}
+
 /* dx_j += r w_j d_j - x_j * (r^3 / C * sum_i d_i w_i x_i) ; one block per row */
 template <typename T>
 __global__ void rmsnorm_backward_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *weight, const float *rstd,
@@ -349,7 +368,10 @@ template <typename T>
 static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *weight, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    rmsnorm_apply_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C);
+    if (C % pack16<T>::VEC == 0 && aligned16(out) && aligned16(inp) && aligned16(weight))
+        rmsnorm_apply_vec_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C);
+    else
+        rmsnorm_apply_kernel<T><<<N, THREADS>>>((T *)out, rstd, (const T *)inp, (const T *)weight, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -421,6 +443,41 @@ __global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int
         }
 }
 
+/* The same with 16-byte accesses: thread j rotates the VEC consecutive pairs (i .. i + VEC-1, each with
+ * its partner i + HD/2) of group j of the row of heads, reading their (cos, sin) as 2 VEC floats
+ * (float4 loads). Taken when HD/2 is a multiple of VEC and the pointers are 16-byte aligned (then
+ * every row, both halves and the table's group are too). Same per-pair arithmetic, same bits. */
+template <typename T>
+__global__ void rope_vec_kernel(T *out, const T *inp, const float *rope, int Tn, int B, int NH, int HD, float sign) {
+    constexpr int VEC = pack16<T>::VEC;
+    const unsigned half = (unsigned)HD / 2u, hgroups = half / (unsigned)VEC, groups = (unsigned)NH * hgroups;
+    const unsigned j = blockIdx.x * blockDim.x + threadIdx.x; /* (h, group) within the row of heads */
+    if (j >= groups) return;
+    const unsigned h = j / hgroups, i = (j - h * hgroups) * (unsigned)VEC;
+    for (int b = blockIdx.z; b < B; b += gridDim.z)
+        for (int t = blockIdx.y; t < Tn; t += gridDim.y) {
+            const size_t base = (((size_t)b * Tn + t) * NH + h) * HD; /* row (b, t, h) */
+            const pack16<T> x1 = load16(inp + base + i), x2 = load16(inp + base + i + half);
+            const float4 *cs4 = reinterpret_cast<const float4 *>(rope + ((size_t)t * half + i) * 2);
+            float cs[2 * VEC];
+#pragma unroll
+            for (int q = 0; q < VEC / 2; q++) {
+                const float4 f = cs4[q];
+                cs[4 * q] = f.x, cs[4 * q + 1] = f.y, cs[4 * q + 2] = f.z, cs[4 * q + 3] = f.w;
+            }
+            pack16<T> o1, o2;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float a = load_f(&x1.v[e]), c2 = load_f(&x2.v[e]);
+                const float c = cs[2 * e], si = sign * cs[2 * e + 1];
+                store_f(&o1.v[e], __fsub_rn(__fmul_rn(a, c), __fmul_rn(c2, si)));
+                store_f(&o2.v[e], __fadd_rn(__fmul_rn(c2, c), __fmul_rn(a, si)));
+            }
+            store16(out + base + i, o1);
+            store16(out + base + i + half, o2);
+        }
+}
+
 template <typename T>
 static void rope_rotate(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD, float sign) {
     if (HD % 2 != 0) GT_CUDA_FAIL("rope needs an even head dim, got %d", HD);
@@ -428,10 +485,14 @@ static void rope_rotate(void *out, const void *inp, const float *rope, int B, in
     /* the kernel's 32-bit pair index j < NH * HD/2 (and the grid's x blocks) must not overflow */
     const uint64_t pairs = (uint64_t)NH * (uint64_t)(HD / 2);
     if (pairs > (uint64_t)INT32_MAX) GT_CUDA_FAIL("rope: NH=%d x HD/2=%d pairs per row do not fit 32 bits", NH, HD / 2);
-    const unsigned threads = pairs < THREADS ? (unsigned)((pairs + 31) / 32 * 32) : THREADS; /* small heads */
-    dim3 grid((unsigned)((pairs + threads - 1) / threads), (unsigned)(Tn < 65535 ? Tn : 65535),
+    constexpr int VEC = pack16<T>::VEC;
+    const bool vec = (HD / 2) % VEC == 0 && aligned16(out) && aligned16(inp) && aligned16(rope);
+    const uint64_t items = vec ? pairs / VEC : pairs; /* threads per row of heads */
+    const unsigned threads = items < THREADS ? (unsigned)((items + 31) / 32 * 32) : THREADS; /* small heads */
+    dim3 grid((unsigned)((items + threads - 1) / threads), (unsigned)(Tn < 65535 ? Tn : 65535),
               (unsigned)(B < 65535 ? B : 65535));
-    rope_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
+    if (vec) rope_vec_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
+    else rope_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -644,7 +705,10 @@ static void dropout_backward(void *dbranch, const void *dout, size_t n, float dr
 
 /* one block per row: each thread keeps an online (max, sum) over its strided logits; the block then
  * takes the max of maxima and sums the rescaled partial sums in double (fixed tree) */
-template <typename T>
+/* VEC16: each thread reads 16-byte groups of VEC logits (V a multiple of VEC, logits 16-byte
+ * aligned) and folds a group into its (max, sum) at once: the group's max first, then one rescale and
+ * VEC exps; otherwise single logits, strided */
+template <typename T, bool VEC16>
 __global__ void __launch_bounds__(CE_THREADS)
 crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const int32_t *targets, int V) {
     __shared__ float fscratch[32];
@@ -652,13 +716,30 @@ crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const in
     const size_t row = blockIdx.x;
     const T *l = logits + row * V;
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float x = load_f(l + j);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
+    if (VEC16) {
+        constexpr int VEC = pack16<T>::VEC;
+        for (int grp = threadIdx.x; grp < V / VEC; grp += blockDim.x) {
+            const pack16<T> p = load16(l + (size_t)grp * VEC);
+            float x[VEC], gm = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) x[e] = load_f(&p.v[e]), gm = fmaxf(gm, x[e]);
+            if (gm > m) {
+                s = m == -INFINITY ? 0.0f : s * expf(m - gm);
+                m = gm;
+            }
+            if (m == -INFINITY) continue; /* all -inf so far: nothing to add */
+#pragma unroll
+            for (int e = 0; e < VEC; e++) s += expf(x[e] - m);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+            const float x = load_f(l + j);
+            if (x > m) {
+                s = s * expf(m - x) + 1.0f;
+                m = x;
+            } else {
+                s += expf(x - m);
+            }
         }
     }
     /* block max */
@@ -679,30 +760,49 @@ crossentropy_forward_kernel(float *losses, float *lse, const T *logits, const in
     }
 }
 
-template <typename T>
+__device__ __forceinline__ float ce_grad(float x, float row_lse, bool is_tgt, float dloss) {
+    return __fmul_rn(__fsub_rn(expf(__fsub_rn(x, row_lse)), is_tgt ? 1.0f : 0.0f), dloss);
+}
+
+/* VEC16 as in forward: 16-byte groups (V a multiple of VEC, aligned), the same per-logit arithmetic */
+template <typename T, bool VEC16>
 __global__ void crossentropy_backward_kernel(T *logits, const float *lse, const int32_t *targets, int V, float dloss) {
     const size_t row = blockIdx.x;
     T *l = logits + row * V;
     const int tgt = targets[row];
     const float row_lse = lse[row];
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = 0.0f;
-        if (tgt >= 0 && tgt < V) g = __fmul_rn(__fsub_rn(expf(__fsub_rn(load_f(l + j), row_lse)), j == tgt ? 1.0f : 0.0f), dloss);
-        store_f(l + j, g);
+    const bool valid = tgt >= 0 && tgt < V;
+    if (VEC16) {
+        constexpr int VEC = pack16<T>::VEC;
+        for (int grp = threadIdx.x; grp < V / VEC; grp += blockDim.x) {
+            pack16<T> p = load16(l + (size_t)grp * VEC);
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                store_f(&p.v[e], valid ? ce_grad(load_f(&p.v[e]), row_lse, grp * VEC + e == tgt, dloss) : 0.0f);
+            store16(l + (size_t)grp * VEC, p);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) store_f(l + j, valid ? ce_grad(load_f(l + j), row_lse, j == tgt, dloss) : 0.0f);
     }
 }
 
 template <typename T>
 static void crossentropy_forward(float *losses, float *lse, const void *logits, const int32_t *targets, int BT, int V) {
     if (BT <= 0) return;
-    crossentropy_forward_kernel<T><<<BT, CE_THREADS>>>(losses, lse, (const T *)logits, targets, V);
+    if (V % pack16<T>::VEC == 0 && aligned16(logits))
+        crossentropy_forward_kernel<T, true><<<BT, CE_THREADS>>>(losses, lse, (const T *)logits, targets, V);
+    else
+        crossentropy_forward_kernel<T, false><<<BT, CE_THREADS>>>(losses, lse, (const T *)logits, targets, V);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 static void crossentropy_backward(void *logits, const float *lse, const int32_t *targets, int BT, int V, float dloss) {
     if (BT <= 0) return;
-    crossentropy_backward_kernel<T><<<BT, CE_THREADS>>>((T *)logits, lse, targets, V, dloss);
+    if (V % pack16<T>::VEC == 0 && aligned16(logits))
+        crossentropy_backward_kernel<T, true><<<BT, CE_THREADS>>>((T *)logits, lse, targets, V, dloss);
+    else
+        crossentropy_backward_kernel<T, false><<<BT, CE_THREADS>>>((T *)logits, lse, targets, V, dloss);
     CUDA_CHECK_LAUNCH();
 }
 
