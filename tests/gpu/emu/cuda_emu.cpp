@@ -113,6 +113,40 @@ struct device_block {
 };
 std::map<void *, device_block> g_device; /* cudaMalloc'd blocks */
 size_t g_device_bytes;
+
+/* Device memory is closed to host code: every cudaMalloc block is PROT_NONE except while the device
+ * side runs (a launch, cudaMemcpy/cudaMemset, the cuBLASLt stand-in: gt_emu_device_begin/end). There a
+ * first touch of a block faults once and on_segv opens that block, which closes again when the
+ * device side is done; a fault on a block outside it is host code dereferencing a device pointer, which
+ * a GPU's host would not survive either, and is reported as such. GT_EMU_DEVICE_PROTECT=0 turns it off
+ * (then device memory is ordinary host memory, as before). */
+constexpr int MAX_OPENED = 1 << 14;
+int g_protect = -1;
+/* volatile, and a compiler barrier around the memcpy/memset they bracket: the signal handler reads
+ * them, and the compiler knows memset touches nothing else, so it could move or cancel the updates */
+volatile int g_device_depth;
+char *g_opened[MAX_OPENED];
+size_t g_opened_bytes[MAX_OPENED];
+volatile int g_n_opened;
+
+bool protect_device(void) {
+    if (g_protect < 0) {
+        const char *e = getenv("GT_EMU_DEVICE_PROTECT");
+        g_protect = !(e && strcmp(e, "0") == 0);
+    }
+    return g_protect;
+}
+
+/* the block whose pages (the guard page excluded) hold addr, or NULL; no allocation (signal handler) */
+const std::pair<void *const, device_block> *device_block_at(const char *addr) {
+    auto it = g_device.upper_bound((void *)addr);
+    /* addr may lie in the page before the next block's start (blocks end at their guard page) */
+    if (it != g_device.end() && addr >= it->second.map && addr < it->second.map + it->second.map_bytes) return &*it;
+    if (it == g_device.begin()) return NULL;
+    --it;
+    if (addr >= it->second.map && addr < it->second.map + it->second.map_bytes) return &*it;
+    return NULL;
+}
 int g_reverse = -1;
 
 bool reverse_order(void) {
@@ -160,6 +194,23 @@ void *map_guarded(size_t bytes, char **map_out, size_t *map_bytes_out) {
 
 void on_segv(int sig, siginfo_t *si, void *) {
     const char *addr = (const char *)si->si_addr;
+    if (sig == SIGSEGV && protect_device()) {
+        const std::pair<void *const, device_block> *d = device_block_at(addr);
+        if (d && g_device_depth > 0 && g_n_opened < MAX_OPENED &&
+            mprotect(d->second.map, d->second.map_bytes, PROT_READ | PROT_WRITE) == 0) {
+            g_opened[g_n_opened] = d->second.map;
+            g_opened_bytes[g_n_opened++] = d->second.map_bytes;
+            return; /* the access runs again, now allowed */
+        }
+        if (d && g_device_depth == 0) {
+            fprintf(stderr, "gtrain-emu: HOST CODE READ OR WROTE DEVICE MEMORY: address %p, in the %zu-byte cudaMalloc "
+                            "block at %p (a GPU's host cannot dereference device pointers: use cudaMemcpy)\n",
+                    si->si_addr, d->second.bytes, d->first);
+            fflush(stderr);
+            signal(SIGABRT, SIG_DFL);
+            abort();
+        }
+    }
     fprintf(stderr, "gtrain-emu: %s at address %p", sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr);
     if (B.in_kernel && B.dyn && addr >= B.dyn && addr < g_dyn_region + g_dyn_region_bytes + g_page)
         fprintf(stderr, ": KERNEL BUG: past the end of the %zu bytes of dynamic shared memory the launch asked for",
@@ -344,6 +395,20 @@ void launch_error(cudaError_t err, const char *name, const char *file, int line,
 
 /* ---------------------------------------------------------------- device-side entry points */
 
+void gt_emu_device_begin(void) {
+    g_device_depth = g_device_depth + 1;
+    asm volatile("" ::: "memory");
+}
+
+void gt_emu_device_end(void) {
+    asm volatile("" ::: "memory");
+    g_device_depth = g_device_depth - 1;
+    if (g_device_depth > 0) return;
+    for (int i = 0; i < g_n_opened; i++)
+        if (mprotect(g_opened[i], g_opened_bytes[i], PROT_NONE) != 0) abort();
+    g_n_opened = 0;
+}
+
 void gt_emu_syncthreads(void) {
     fiber *f = B.cur;
     if (!f) kernel_bug("__syncthreads outside a kernel");
@@ -452,6 +517,7 @@ void gt_emu_run(const char *name, const char *file, int line, const void *kernel
     blockDim = block;
     gridDim = grid;
     B.in_kernel = true;
+    gt_emu_device_begin();
     const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
     const bool rev = reverse_order();
     for (unsigned long long i = 0; i < nblocks; i++) {
@@ -461,6 +527,7 @@ void gt_emu_run(const char *name, const char *file, int line, const void *kernel
         blockIdx.z = (unsigned)(b / ((unsigned long long)grid.x * grid.y));
         run_block();
     }
+    gt_emu_device_end();
     B.in_kernel = false;
 }
 
@@ -560,6 +627,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     }
     char *ptr = end - body;
     memset(ptr, 0xFF, body); /* never-written device memory reads as NaN */
+    if (protect_device() && mprotect(m, mb - g_page, PROT_NONE) != 0) abort(); /* closed to host code */
     g_device[ptr] = device_block{m, mb - g_page, bytes};
     g_device_bytes += body;
     *p = ptr;
@@ -578,7 +646,9 @@ cudaError_t cudaFree(void *p) {
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
     (void)kind;
+    gt_emu_device_begin();
     memmove(dst, src, count);
+    gt_emu_device_end();
     return cudaSuccess;
 }
 
@@ -589,7 +659,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t stream) {
     (void)stream;
+    gt_emu_device_begin();
     memset(p, value, count);
+    gt_emu_device_end();
     return cudaSuccess;
 }
 

@@ -26,6 +26,12 @@
  * independent outputs (it vectorises) while each output still sums its products one at a time in the
  * order of the inner dimension: the same operations, in the same order, as the plain dot products
  * (this build never contracts or reassociates), at a fraction of the time the trainer's test needs. */
+/* these loops run where cuBLASLt would: on the device side (its memory open to them) */
+struct device_side {
+    device_side() { gt_emu_device_begin(); }
+    ~device_side() { gt_emu_device_end(); }
+};
+
 template <typename T>
 static std::vector<float> widen(const T *p, size_t n) {
     std::vector<float> v(n);
@@ -35,6 +41,7 @@ static std::vector<float> widen(const T *p, size_t n) {
 
 template <typename T>
 static void matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+    const device_side on_device;
     const std::vector<float> x = widen((const T *)inp, (size_t)N * IC), w = widen((const T *)weight, (size_t)OC * IC);
     std::vector<float> wt((size_t)IC * OC), acc((size_t)OC);
     for (int oc = 0; oc < OC; oc++)
@@ -53,6 +60,7 @@ static void matmul_forward(void *out, const void *inp, const void *weight, int N
 template <typename T>
 static void matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
                             int IC, int OC, int accumulate_dinp) {
+    const device_side on_device;
     const std::vector<float> d = widen((const T *)dout, (size_t)N * OC);
     std::vector<float> acc((size_t)IC);
     if (dinp) {
