@@ -13,7 +13,7 @@
  * toolkit's host headers give bf16, int4/float4, dim3 and the runtime API's declarations).
  *
  * The model (cuda_emu.cpp): one OS thread. A launch runs its blocks one after another; the threads of
- * a block are fibers (one stack each; cuda_emu.cpp switches them) run in turn, each until it waits at a barrier or ends.
+ * a block are fibers (one stack each) run in turn, each until it waits at a barrier or ends.
  * __syncthreads is a real block barrier and the warp operations (__shfl_*_sync, __syncwarp, votes) a
  * real barrier of the lanes in their mask, so the kernels' cooperation is exercised as written. Checked
  * on every block, each failure a loud abort naming the kernel, block and thread ("KERNEL BUG"):
