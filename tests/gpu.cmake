@@ -77,7 +77,7 @@ if(GTRAIN_HAVE_CUDA)
     COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
   target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
   # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
-  # that depends on the order its threads run in cannot pass both by luck; ~10 s each
+  # that depends on the order its threads run in cannot pass both by luck; ~1 s each
   add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)
   add_test(NAME cuda_kernels_emulated_match_cpu_reverse_schedule COMMAND test_ops_cuda_emulated)
   set_tests_properties(cuda_kernels_emulated_match_cpu cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
@@ -87,6 +87,47 @@ if(GTRAIN_HAVE_CUDA)
     ENVIRONMENT "GT_TEST_QUICK=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
   set_tests_properties(cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
     ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endif()
+
+# The trainer's CUDA path on the same emulation (label unit): gtrain_emulated is gtrain built from its
+# own sources (core, dist, the CPU kernels: the lists of the top-level CMakeLists.txt) with the
+# emulated CUDA backend above in place of the nvcc-built one, and linked to no CUDA library: the
+# runtime functions the core and src/dist call come from cuda_emu.cpp (one emulated device), NCCL from
+# emu_nccl.cpp (every call fails: dist.comm=nccl is not emulated). tests/scripts/trainer_emulated.sh
+# runs configs/tiny.ini (shrunk) with train.device=cpu and cuda and compares the losses as
+# tests/gpu/run.sh's trainer phase does on a GPU.
+if(GTRAIN_HAVE_CUDA)
+  add_custom_command(
+    OUTPUT ${_emu_dir}/cuda_version.cpp
+    COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/cuda_version.cu -DOUT=${_emu_dir}/cuda_version.cpp
+            -P ${GTRAIN_TEST_DIR}/gpu/emu/emulate_cu.cmake
+    DEPENDS ${CMAKE_SOURCE_DIR}/src/kernels/cuda/cuda_version.cu ${GTRAIN_TEST_DIR}/gpu/emu/emulate_cu.cmake
+    COMMENT "Rewriting cuda_version.cu for the CPU emulation")
+  set(_emu_trainer_cxx ${_emu_src} ${_emu_dir}/cuda_version.cpp ${GTRAIN_TEST_DIR}/gpu/emu/cuda_emu.cpp
+                       ${GTRAIN_TEST_DIR}/gpu/emu/emu_stubs.cpp ${GTRAIN_TEST_DIR}/gpu/emu/emu_nccl.cpp)
+  add_executable(gtrain_emulated ${CMAKE_SOURCE_DIR}/src/core/gtrain_main.c ${GTRAIN_CORE_SRC} ${GTRAIN_DIST_SRC}
+                 ${GTRAIN_KERNELS_CPU_SRC} ${_emu_trainer_cxx})
+  # as the real gtrain is compiled: GTRAIN_HAVE_CUDA for core and dist (comm_nccl.c includes the
+  # toolkit's cuda_runtime.h and nccl.h for declarations only), the kernels' flags for the CPU backend
+  target_compile_definitions(gtrain_emulated PRIVATE GTRAIN_HAVE_CUDA=1 GT_CUDA_EMULATED=1
+                             GTRAIN_VERSION="${PROJECT_VERSION}-cuda-emulated" GTRAIN_GIT_COMMIT="${GTRAIN_GIT_COMMIT}")
+  target_include_directories(gtrain_emulated PRIVATE ${CMAKE_SOURCE_DIR}/src/core ${CMAKE_SOURCE_DIR}/src/dist
+                             ${CMAKE_SOURCE_DIR}/src/kernels ${GTRAIN_CBLAS_INCLUDE}
+                             $<$<COMPILE_LANGUAGE:C>:${GTRAIN_NCCL_INCLUDE}> $<$<COMPILE_LANGUAGE:C>:${CUDAToolkit_INCLUDE_DIRS}>)
+  target_compile_options(gtrain_emulated PRIVATE $<$<COMPILE_LANGUAGE:C>:-fno-trapping-math -fno-math-errno>)
+  if(GTRAIN_CPU_ARCH)
+    target_compile_options(gtrain_emulated PRIVATE $<$<COMPILE_LANGUAGE:C>:-march=${GTRAIN_CPU_ARCH}>)
+  endif()
+  set_source_files_properties(${_emu_dir}/cuda_version.cpp ${GTRAIN_TEST_DIR}/gpu/emu/emu_nccl.cpp PROPERTIES
+    INCLUDE_DIRECTORIES "${GTRAIN_TEST_DIR}/gpu/emu/include;${GTRAIN_TEST_DIR}/gpu/emu;${CMAKE_SOURCE_DIR}/src/kernels/cuda;${GTRAIN_NCCL_INCLUDE};${CUDAToolkit_INCLUDE_DIRS}"
+    COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
+  target_link_libraries(gtrain_emulated PRIVATE MPI::MPI_C hdf5::hdf5 PkgConfig::INIH PkgConfig::JANSSON gtrain_blas
+                        OpenMP::OpenMP_C ${GTRAIN_LIBM})
+  add_test(NAME trainer_on_emulated_cuda
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/trainer_emulated.sh $<TARGET_FILE:gtrain_emulated>
+                   $<TARGET_FILE:gtrain-prep> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trainer_emulated)
+  set_tests_properties(trainer_on_emulated_cuda PROPERTIES LABELS unit TIMEOUT 120
+    ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endif()
 
 # The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the

@@ -7,6 +7,11 @@
  * A barrier is a generation counter: the last thread to arrive advances it and goes on; the others
  * yield until they see it advanced. A round in which no thread arrived anywhere or ended, with threads
  * left, is a deadlock. Single OS thread throughout, so the bookkeeping needs no locks.
+ *
+ * Switching fibers: on x86-64 a few instructions of our own (gt_emu_ctx_switch: the callee-saved
+ * registers and the stack pointer), since swapcontext also saves and restores the signal mask, a
+ * system call each time, which made the trainer's test (thousands of blocks per step) ten times
+ * slower; elsewhere, and under AddressSanitizer (which follows swapcontext only), ucontext.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +28,24 @@
 
 #include "cuda_emu.h"
 
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define GT_EMU_FAST_SWITCH 1
+/* gt_emu_ctx_switch(&save, to): pushes the System V callee-saved registers, stores the stack pointer
+ * in save, switches to the stack `to` and pops them there; a new fiber's stack is laid out so that
+ * this "returns" into fiber_main (run_block) */
+extern "C" void gt_emu_ctx_switch(void **save, void *to);
+asm(".text\n"
+    ".globl gt_emu_ctx_switch\n"
+    ".type gt_emu_ctx_switch,@function\n"
+    "gt_emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size gt_emu_ctx_switch, .-gt_emu_ctx_switch\n");
+#endif
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
@@ -36,6 +59,7 @@ constexpr size_t SMEM_STATIC_MAX = (size_t)48 << 10;
 
 struct fiber {
     ucontext_t ctx;
+    void *sp; /* GT_EMU_FAST_SWITCH: the saved stack pointer */
     uint3 tid;
     int linear;
     bool done;
@@ -72,6 +96,7 @@ fiber g_fibers[MAX_THREADS];
 char *g_stacks;
 size_t g_page;
 ucontext_t g_sched;
+void *g_sched_sp;
 char *g_dyn_region; /* SMEM_OPTIN_MAX rounded to pages, then a guard page */
 size_t g_dyn_region_bytes;
 cudaError_t g_last_error = cudaSuccess;
@@ -88,6 +113,40 @@ struct device_block {
 };
 std::map<void *, device_block> g_device; /* cudaMalloc'd blocks */
 size_t g_device_bytes;
+
+/* Device memory is closed to host code: every cudaMalloc block is PROT_NONE except while the device
+ * side runs (a launch, cudaMemcpy/cudaMemset, the cuBLASLt stand-in: gt_emu_device_begin/end). There a
+ * first touch of a block faults once and on_segv opens that block, which closes again when the
+ * device side is done; a fault on a block outside it is host code dereferencing a device pointer, which
+ * a GPU's host would not survive either, and is reported as such. GT_EMU_DEVICE_PROTECT=0 turns it off
+ * (then device memory is ordinary host memory, as before). */
+constexpr int MAX_OPENED = 1 << 14;
+int g_protect = -1;
+/* volatile, and a compiler barrier around the memcpy/memset they bracket: the signal handler reads
+ * them, and the compiler knows memset touches nothing else, so it could move or cancel the updates */
+volatile int g_device_depth;
+char *g_opened[MAX_OPENED];
+size_t g_opened_bytes[MAX_OPENED];
+volatile int g_n_opened;
+
+bool protect_device(void) {
+    if (g_protect < 0) {
+        const char *e = getenv("GT_EMU_DEVICE_PROTECT");
+        g_protect = !(e && strcmp(e, "0") == 0);
+    }
+    return g_protect;
+}
+
+/* the block whose pages (the guard page excluded) hold addr, or NULL; no allocation (signal handler) */
+const std::pair<void *const, device_block> *device_block_at(const char *addr) {
+    auto it = g_device.upper_bound((void *)addr);
+    /* addr may lie in the page before the next block's start (blocks end at their guard page) */
+    if (it != g_device.end() && addr >= it->second.map && addr < it->second.map + it->second.map_bytes) return &*it;
+    if (it == g_device.begin()) return NULL;
+    --it;
+    if (addr >= it->second.map && addr < it->second.map + it->second.map_bytes) return &*it;
+    return NULL;
+}
 int g_reverse = -1;
 
 bool reverse_order(void) {
@@ -135,6 +194,23 @@ void *map_guarded(size_t bytes, char **map_out, size_t *map_bytes_out) {
 
 void on_segv(int sig, siginfo_t *si, void *) {
     const char *addr = (const char *)si->si_addr;
+    if (sig == SIGSEGV && protect_device()) {
+        const std::pair<void *const, device_block> *d = device_block_at(addr);
+        if (d && g_device_depth > 0 && g_n_opened < MAX_OPENED &&
+            mprotect(d->second.map, d->second.map_bytes, PROT_READ | PROT_WRITE) == 0) {
+            g_opened[g_n_opened] = d->second.map;
+            g_opened_bytes[g_n_opened++] = d->second.map_bytes;
+            return; /* the access runs again, now allowed */
+        }
+        if (d && g_device_depth == 0) {
+            fprintf(stderr, "gtrain-emu: HOST CODE READ OR WROTE DEVICE MEMORY: address %p, in the %zu-byte cudaMalloc "
+                            "block at %p (a GPU's host cannot dereference device pointers: use cudaMemcpy)\n",
+                    si->si_addr, d->second.bytes, d->first);
+            fflush(stderr);
+            signal(SIGABRT, SIG_DFL);
+            abort();
+        }
+    }
     fprintf(stderr, "gtrain-emu: %s at address %p", sig == SIGSEGV ? "segmentation fault" : "bus error", si->si_addr);
     if (B.in_kernel && B.dyn && addr >= B.dyn && addr < g_dyn_region + g_dyn_region_bytes + g_page)
         fprintf(stderr, ": KERNEL BUG: past the end of the %zu bytes of dynamic shared memory the launch asked for",
@@ -188,7 +264,23 @@ void init_once(void) {
     sigaction(SIGBUS, &sa, NULL);
 }
 
-void yield(void) { swapcontext(&B.cur->ctx, &g_sched); }
+/* from the running fiber to the scheduler (run_block), and back */
+void to_scheduler(fiber *f) {
+#ifdef GT_EMU_FAST_SWITCH
+    gt_emu_ctx_switch(&f->sp, g_sched_sp);
+#else
+    swapcontext(&f->ctx, &g_sched);
+#endif
+}
+void to_fiber(fiber *f) {
+#ifdef GT_EMU_FAST_SWITCH
+    gt_emu_ctx_switch(&g_sched_sp, f->sp);
+#else
+    swapcontext(&g_sched, &f->ctx);
+#endif
+}
+
+void yield(void) { to_scheduler(B.cur); }
 
 void release_block_barrier_if_complete(void) {
     if (B.bar_arrived > 0 && B.bar_arrived == B.live) {
@@ -211,7 +303,7 @@ void fiber_main(void) {
     /* as the hardware does, a barrier counts the threads still running; the block's end check below
      * reports that the counts differ */
     release_block_barrier_if_complete();
-    swapcontext(&f->ctx, &g_sched);
+    to_scheduler(f);
     abort(); /* never resumed */
 }
 
@@ -234,11 +326,22 @@ void run_block(void) {
         f.done = false;
         f.waiting = 0;
         f.syncs = 0;
+#ifdef GT_EMU_FAST_SWITCH
+        /* the stack's top (16-byte aligned): a null return address for fiber_main (it never
+         * returns; entered with rsp = 8 mod 16, as after a call), the entry for the switch's ret, then
+         * the six callee-saved registers it pops (zero) */
+        void **top = (void **)(g_stacks + per * i + g_page + STACK_BYTES);
+        top[-1] = NULL;
+        top[-2] = (void *)fiber_main;
+        for (int r = 3; r <= 8; r++) top[-r] = NULL;
+        f.sp = top - 8;
+#else
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = g_stacks + per * i + g_page;
         f.ctx.uc_stack.ss_size = STACK_BYTES;
         f.ctx.uc_link = &g_sched;
         makecontext(&f.ctx, fiber_main, 0);
+#endif
     }
     const bool rev = reverse_order();
     while (B.live > 0) {
@@ -248,7 +351,7 @@ void run_block(void) {
             if (f.done) continue;
             B.cur = &f;
             threadIdx = f.tid;
-            swapcontext(&g_sched, &f.ctx);
+            to_fiber(&f);
         }
         B.cur = NULL;
         if (B.live > 0 && B.progress == before) {
@@ -291,6 +394,20 @@ void launch_error(cudaError_t err, const char *name, const char *file, int line,
 } /* namespace */
 
 /* ---------------------------------------------------------------- device-side entry points */
+
+void gt_emu_device_begin(void) {
+    g_device_depth = g_device_depth + 1;
+    asm volatile("" ::: "memory");
+}
+
+void gt_emu_device_end(void) {
+    asm volatile("" ::: "memory");
+    g_device_depth = g_device_depth - 1;
+    if (g_device_depth > 0) return;
+    for (int i = 0; i < g_n_opened; i++)
+        if (mprotect(g_opened[i], g_opened_bytes[i], PROT_NONE) != 0) abort();
+    g_n_opened = 0;
+}
 
 void gt_emu_syncthreads(void) {
     fiber *f = B.cur;
@@ -400,6 +517,7 @@ void gt_emu_run(const char *name, const char *file, int line, const void *kernel
     blockDim = block;
     gridDim = grid;
     B.in_kernel = true;
+    gt_emu_device_begin();
     const unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
     const bool rev = reverse_order();
     for (unsigned long long i = 0; i < nblocks; i++) {
@@ -409,6 +527,7 @@ void gt_emu_run(const char *name, const char *file, int line, const void *kernel
         blockIdx.z = (unsigned)(b / ((unsigned long long)grid.x * grid.y));
         run_block();
     }
+    gt_emu_device_end();
     B.in_kernel = false;
 }
 
@@ -420,6 +539,78 @@ cudaError_t cudaGetDeviceCount(int *count) {
     *count = 1;
     return cudaSuccess;
 }
+
+/* ---- what the trainer's device selection (src/dist/comm_nccl.c: gt_cuda_select_device) and
+ * `gtrain --version` (cuda_version.cu) ask: one device, 0, described as an H200 */
+
+cudaError_t cudaSetDevice(int device) {
+    if (device != 0) {
+        g_last_error = cudaErrorInvalidDevice;
+        return cudaErrorInvalidDevice;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+    *device = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device != 0) {
+        g_last_error = cudaErrorInvalidDevice;
+        return cudaErrorInvalidDevice;
+    }
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "CPU emulation of a CUDA device (tests/gpu/emu)");
+    /* a UUID of its own (not all zero: gt_cuda_select_device then uses it, not the PCI address) */
+    for (int i = 0; i < 16; i++) prop->uuid.bytes[i] = (char)(0xE0 + i);
+    prop->totalGlobalMem = (size_t)141 << 30;
+    prop->sharedMemPerBlock = SMEM_STATIC_MAX;
+    prop->sharedMemPerBlockOptin = SMEM_OPTIN_MAX;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = MAX_THREADS;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = MAX_THREADS;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 0x7fffffff;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 132;
+    prop->pciBusID = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version) {
+    *version = CUDART_VERSION; /* the headers it was built with */
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *version) {
+    *version = 0; /* no driver: "none" */
+    return cudaSuccess;
+}
+
+/* ---- streams and events: everything is synchronous here, so every stream is idle and every event
+ * complete (src/dist/comm_nccl.c uses them only once NCCL is up, which it never is in the emulation) */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    (void)flags;
+    *stream = (cudaStream_t)0;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    (void)flags;
+    *event = (cudaEvent_t)0;
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     init_once();
@@ -436,6 +627,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     }
     char *ptr = end - body;
     memset(ptr, 0xFF, body); /* never-written device memory reads as NaN */
+    if (protect_device() && mprotect(m, mb - g_page, PROT_NONE) != 0) abort(); /* closed to host code */
     g_device[ptr] = device_block{m, mb - g_page, bytes};
     g_device_bytes += body;
     *p = ptr;
@@ -454,7 +646,9 @@ cudaError_t cudaFree(void *p) {
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
     (void)kind;
+    gt_emu_device_begin();
     memmove(dst, src, count);
+    gt_emu_device_end();
     return cudaSuccess;
 }
 
@@ -465,7 +659,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t stream) {
     (void)stream;
+    gt_emu_device_begin();
     memset(p, value, count);
+    gt_emu_device_end();
     return cudaSuccess;
 }
 
@@ -519,6 +715,7 @@ const char *cudaGetErrorString(cudaError_t err) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
     default: return "an emulated CUDA error";
     }
 }

@@ -13,7 +13,7 @@
  * toolkit's host headers give bf16, int4/float4, dim3 and the runtime API's declarations).
  *
  * The model (cuda_emu.cpp): one OS thread. A launch runs its blocks one after another; the threads of
- * a block are fibers (ucontext, one stack each) run in turn, each until it waits at a barrier or ends.
+ * a block are fibers (one stack each) run in turn, each until it waits at a barrier or ends.
  * __syncthreads is a real block barrier and the warp operations (__shfl_*_sync, __syncwarp, votes) a
  * real barrier of the lanes in their mask, so the kernels' cooperation is exercised as written. Checked
  * on every block, each failure a loud abort naming the kernel, block and thread ("KERNEL BUG"):
@@ -24,6 +24,9 @@
  *     and more than 48 KiB only after cudaFuncSetAttribute(MaxDynamicSharedMemorySize), at most 227 KiB;
  *   - device memory (cudaMalloc) ends at a guard page: a read or write past a block's end faults and is
  *     reported with the kernel's name;
+ *   - device memory is PROT_NONE to host code (opened block by block, on first touch, inside a launch,
+ *     cudaMemcpy/cudaMemset or gt_emu_device_begin/end): host code dereferencing a device pointer
+ *     stops with "HOST CODE READ OR WROTE DEVICE MEMORY" (GT_EMU_DEVICE_PROTECT=0: not checked);
  *   - shared memory (static and dynamic) starts every block filled with 0xFF bytes (NaN floats), and
  *     cudaMalloc'd memory starts so too, so a read of something no thread wrote shows up as NaN.
  * Launch configurations are checked as the device would (threads per block, grid limits, the kernel's
@@ -198,6 +201,14 @@ static inline unsigned long long max(unsigned long long a, unsigned long long b)
 void gt_emu_shared(void *p, size_t bytes);
 /* the launch's dynamic shared memory (followed by a guard page; 0xFF at every block's start) */
 void *gt_emu_dynamic_shared(void);
+
+/* ---------------------------------------------------------------- device memory */
+
+/* device memory (cudaMalloc) is inaccessible to host code except between these (nested; launches and
+ * cudaMemcpy/cudaMemset call them): host code that stands in for a device library (emu_stubs.cpp's
+ * cuBLASLt matmul) brackets its loops with them */
+void gt_emu_device_begin(void);
+void gt_emu_device_end(void);
 
 /* ---------------------------------------------------------------- launches */
 

@@ -15,43 +15,81 @@
  */
 #include <stdio.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "cuda_common.cuh"
 
 /* ---------------------------------------------------------------- matmul */
 
+/* The loops run over fp32 copies of the operands, ordered so that the innermost loop runs across
+ * independent outputs (it vectorises) while each output still sums its products one at a time in the
+ * order of the inner dimension: the same operations, in the same order, as the plain dot products
+ * (this build never contracts or reassociates), at a fraction of the time the trainer's test needs. */
+/* these loops run where cuBLASLt would: on the device side (its memory open to them) */
+struct device_side {
+    device_side() { gt_emu_device_begin(); }
+    ~device_side() { gt_emu_device_end(); }
+};
+
+template <typename T>
+static std::vector<float> widen(const T *p, size_t n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = load_f(p + i);
+    return v;
+}
+
 template <typename T>
 static void matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
-    const T *x = (const T *)inp, *w = (const T *)weight;
+    const device_side on_device;
+    const std::vector<float> x = widen((const T *)inp, (size_t)N * IC), w = widen((const T *)weight, (size_t)OC * IC);
+    std::vector<float> wt((size_t)IC * OC), acc((size_t)OC);
+    for (int oc = 0; oc < OC; oc++)
+        for (int i = 0; i < IC; i++) wt[(size_t)i * OC + oc] = w[(size_t)oc * IC + i];
     T *o = (T *)out;
-    for (int n = 0; n < N; n++)
-        for (int oc = 0; oc < OC; oc++) {
-            float acc = 0.0f;
-            for (int i = 0; i < IC; i++) acc += load_f(x + (size_t)n * IC + i) * load_f(w + (size_t)oc * IC + i);
-            store_f(o + (size_t)n * OC + oc, acc);
+    for (int n = 0; n < N; n++) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int i = 0; i < IC; i++) {
+            const float xi = x[(size_t)n * IC + i], *wr = &wt[(size_t)i * OC];
+            for (int oc = 0; oc < OC; oc++) acc[oc] += xi * wr[oc];
         }
+        for (int oc = 0; oc < OC; oc++) store_f(o + (size_t)n * OC + oc, acc[oc]);
+    }
 }
 
 template <typename T>
 static void matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
                             int IC, int OC, int accumulate_dinp) {
-    const T *d = (const T *)dout, *x = (const T *)inp, *w = (const T *)weight;
+    const device_side on_device;
+    const std::vector<float> d = widen((const T *)dout, (size_t)N * OC);
+    std::vector<float> acc((size_t)IC);
     if (dinp) {
+        const std::vector<float> w = widen((const T *)weight, (size_t)OC * IC);
         T *di = (T *)dinp;
-        for (int n = 0; n < N; n++)
-            for (int i = 0; i < IC; i++) {
-                float acc = 0.0f;
-                for (int oc = 0; oc < OC; oc++) acc += load_f(d + (size_t)n * OC + oc) * load_f(w + (size_t)oc * IC + i);
-                if (accumulate_dinp) acc += load_f(di + (size_t)n * IC + i);
-                store_f(di + (size_t)n * IC + i, acc);
+        for (int n = 0; n < N; n++) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int oc = 0; oc < OC; oc++) {
+                const float dn = d[(size_t)n * OC + oc], *wr = &w[(size_t)oc * IC];
+                for (int i = 0; i < IC; i++) acc[i] += dn * wr[i];
             }
+            for (int i = 0; i < IC; i++) {
+                float a = acc[i];
+                if (accumulate_dinp) a += load_f(di + (size_t)n * IC + i);
+                store_f(di + (size_t)n * IC + i, a);
+            }
+        }
     }
-    if (dweight && N > 0)
-        for (int oc = 0; oc < OC; oc++)
-            for (int i = 0; i < IC; i++) {
-                float acc = 0.0f;
-                for (int n = 0; n < N; n++) acc += load_f(x + (size_t)n * IC + i) * load_f(d + (size_t)n * OC + oc);
-                dweight[(size_t)oc * IC + i] += acc;
+    if (dweight && N > 0) {
+        const std::vector<float> x = widen((const T *)inp, (size_t)N * IC);
+        for (int oc = 0; oc < OC; oc++) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int n = 0; n < N; n++) {
+                const float dn = d[(size_t)n * OC + oc], *xr = &x[(size_t)n * IC];
+                for (int i = 0; i < IC; i++) acc[i] += xr[i] * dn;
             }
+            for (int i = 0; i < IC; i++) dweight[(size_t)oc * IC + i] += acc[i];
+        }
+    }
 }
 
 void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The trainer's CUDA path on the CPU emulation of the CUDA execution model (tests/gpu/emu): what
+# tests/gpu/run.sh's trainer phase checks on the first GPU, here with gtrain_emulated, which is gtrain
+# with the emulated CUDA backend (tests/gpu.cmake). configs/tiny.ini shrunk to 6 steps of 2 micro-batches
+# of 1 x 64 tokens (the emulation runs every GPU thread as a fiber; about half a second a step):
+#   - cuda fp32 tracks cpu (max |loss diff| < 1e-3, and the validation loss at the end; a few 1e-7
+#     expected: the kernels' sums differ in order)
+#   - cuda bf16 tracks cpu (< 0.1) and learns (last loss below the first by 0.5)
+#   - the same bf16 run twice: identical losses
+#   - memory.recompute full and selective: bit-identical to none
+#   - GTRAIN_CUDA_SYNC=1: identical losses
+#   - ZeRO-2 with dist.grad_sync=micro, ZeRO-3 (local communicator, world size 1): bit-identical to ZeRO-1
+#   - dist.comm=nccl: refused with the emulation's words (no NCCL here), not a crash or a CPU run
+# Not here (they need a GPU): the wmma, mma and cuDNN attentions, cuBLASLt (a reference loop stands in),
+# NCCL, more than one rank, the device's timing and math.
+#   trainer_emulated.sh GTRAIN_EMULATED GTRAIN_PREP SOURCE_DIR WORKDIR
+set -uo pipefail
+gtrain=$1 prep=$2 src=$3 work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+"$prep" --val-fraction 0.05 -o corpus /usr/share/common-licenses/* >prep.log 2>&1 || { cat prep.log; exit 1; }
+
+fail=0
+# run LABEL ENV OVERRIDES...: metrics in LABEL.jsonl, output in LABEL.log
+run() {
+    local label=$1 envs=$2
+    shift 2
+    # shellcheck disable=SC2086
+    env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $envs "$gtrain" "$src/configs/tiny.ini" \
+        train.steps=6 train.warmup_steps=2 train.micro_batch=1 train.grad_accum=2 train.seq_len=64 \
+        data.train=corpus.train.bin data.val=corpus.val.bin data.val_every=6 data.val_batches=1 checkpoint.dir= \
+        log.metrics="$label.jsonl" "$@" >"$label.log" 2>&1
+    local rc=$?
+    if [[ $rc != 0 ]]; then
+        echo "FAIL $label: exit $rc"
+        tail -n 20 "$label.log"
+        fail=1
+    fi
+    return $rc
+}
+
+run cpu "" train.device=cpu train.precision=fp32
+run fp32 "" train.device=cuda train.precision=fp32
+run bf16 "" train.device=cuda train.precision=bf16
+run bf16-again "" train.device=cuda train.precision=bf16
+run bf16-full "" train.device=cuda train.precision=bf16 memory.recompute=full
+run bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=selective
+run bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
+run bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
+run bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
+
+# dist.comm=nccl: no NCCL in the emulation; it must stop, naming that, before any step
+env OMP_NUM_THREADS=1 "$gtrain" "$src/configs/tiny.ini" train.device=cuda train.steps=1 data.train=corpus.train.bin \
+    data.val= checkpoint.dir= dist.comm=nccl >nccl.log 2>&1
+rc=$?
+if [[ $rc == 0 ]] || ! grep -q "no NCCL in the CPU emulation" nccl.log || grep -q "^step" nccl.log; then
+    echo "FAIL dist.comm=nccl: exit $rc, expected a refusal naming the emulation:"
+    tail -n 5 nccl.log
+    fail=1
+else
+    echo "PASS dist.comm=nccl refused: $(grep -m1 "no NCCL" nccl.log)"
+fi
+
+python3 - <<'PY' || fail=1
+import json, math, sys
+def rows(label):
+    try:
+        return [json.loads(l) for l in open(label + ".jsonl") if l.strip()]
+    except OSError:
+        return []
+def losses(label):
+    return [r["loss"] for r in rows(label) if "loss" in r]
+def said(label, text):
+    try:
+        return text in open(label + ".log").read()
+    except OSError:
+        return False
+ok = True
+def check(name, cond, detail):
+    global ok
+    ok &= bool(cond)
+    print(("PASS " if cond else "FAIL ") + name + ": " + detail)
+cpu, f32, b16 = losses("cpu"), losses("fp32"), losses("bf16")
+n = len(cpu) == 6 and len(f32) == 6 and len(b16) == 6
+check("every run is 6 steps", n, f"cpu {len(cpu)}, fp32 {len(f32)}, bf16 {len(b16)} losses")
+check("the cuda runs ran on the emulated cuda backend", said("fp32", "cuda backend") and said("bf16", "cuda backend")
+      and said("cpu", "cpu backend"), "the log names the backend")
+d32 = max((abs(a - b) for a, b in zip(cpu, f32)), default=math.inf)
+check("fp32 cuda matches cpu", n and d32 < 1e-3, f"max |loss diff| {d32:.3g}")
+vc = [r["val_loss"] for r in rows("cpu") if "val_loss" in r]
+v32 = [r["val_loss"] for r in rows("fp32") if "val_loss" in r]
+check("fp32 cuda validation matches cpu", len(vc) == 1 and len(v32) == 1 and abs(vc[0] - v32[0]) < 1e-3,
+      f"val_loss cpu {vc}, cuda {v32}")
+d16 = max((abs(a - b) for a, b in zip(cpu, b16)), default=math.inf)
+check("bf16 cuda tracks cpu", n and d16 < 0.1, f"max |loss diff| {d16:.3g}")
+check("bf16 learns", n and all(math.isfinite(x) for x in b16) and b16[-1] < b16[0] - 0.5,
+      f"{b16[0]:.4f} -> {b16[-1]:.4f}" if n else "no losses")
+check("deterministic", n and losses("bf16-again") == b16, "the same run twice: identical losses")
+for pol in ("full", "selective"):
+    check(f"recompute {pol} bit-identical", n and losses("bf16-" + pol) == b16, "losses vs none")
+check("GTRAIN_CUDA_SYNC=1", n and losses("bf16-sync") == b16, "same losses, synchronised")
+check("ZeRO-2 micro bit-identical", n and losses("bf16-zero2") == b16, "losses vs dist.shard=optimizer")
+check("ZeRO-3 bit-identical", n and losses("bf16-zero3") == b16, "losses vs dist.shard=optimizer")
+if not ok:
+    for label in ("cpu", "fp32", "bf16", "bf16-full", "bf16-selective", "bf16-sync", "bf16-zero2", "bf16-zero3"):
+        print(f"  {label:15s}", " ".join(f"{x:.8f}" for x in losses(label)))
+sys.exit(0 if ok else 1)
+PY
+exit $fail
