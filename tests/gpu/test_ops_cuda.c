@@ -41,7 +41,8 @@
  * of that row (a "note" line says so): where a row's sum cancels, the CPU's own error can exceed the
  * tolerance.
  * Built with GT_CUDA_EMULATED (the CPU emulation of tests/gpu/emu, test cuda_kernels_emulated_match_cpu)
- * the wmma and mma variants are left out with a SKIP line: only the default kernels are emulated.
+ * the wmma variant is left out with a SKIP line; the mma variant runs its real kernel source there
+ * (ldmatrix, mma.sync and cp.async emulated by tests/gpu/emu/emu_ptx.h and cuda_emu.cpp).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -982,13 +983,12 @@ int main(void) {
                 {1, 1, 2, 1, 128, 0.0f}, {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
             };
             const int n_tc = (int)(sizeof tc_shapes / sizeof tc_shapes[0]);
-#ifdef GT_CUDA_EMULATED /* the CPU emulation (tests/gpu/emu) runs the default kernels only */
-            (void)tc_shapes, (void)n_tc;
-            printf("SKIP bf16  attention wmma, mma: tensor-core kernels are not part of the CPU emulation\n");
+#ifdef GT_CUDA_EMULATED /* the CPU emulation (tests/gpu/emu) runs mma's real source, not wmma's */
+            printf("SKIP bf16  attention wmma: nvcuda::wmma is not part of the CPU emulation\n");
 #else
             attention_variant_takes_all(1, "wmma", gt_cuda_attention_wmma_calls, tc_shapes, n_tc, quick);
-            attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
 #endif
+            attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
             /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
              * fall back to the default kernels (dropout, HD 20, T 1) */
