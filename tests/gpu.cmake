@@ -78,7 +78,8 @@ if(GTRAIN_HAVE_CUDA)
     COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
   target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
   # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
-  # that depends on the order its threads run in cannot pass both by luck; ~5 s each (4 of them the
+  # that depends on the order its threads run in cannot pass both by luck (and cp.async copies land
+  # at their wait_group, then at issue: GT_EMU_CP_ASYNC=eager); ~5 s each (4 of them the
   # mma attention's checks)
   add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)
   add_test(NAME cuda_kernels_emulated_match_cpu_reverse_schedule COMMAND test_ops_cuda_emulated)
@@ -88,7 +89,7 @@ if(GTRAIN_HAVE_CUDA)
   set_tests_properties(cuda_kernels_emulated_match_cpu PROPERTIES
     ENVIRONMENT "GT_TEST_QUICK=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
   set_tests_properties(cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
-    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;GT_EMU_CP_ASYNC=eager;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endif()
 
 # The trainer's CUDA path on the same emulation (label unit): gtrain_emulated is gtrain built from its

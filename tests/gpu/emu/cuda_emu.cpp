@@ -158,6 +158,18 @@ const std::pair<void *const, device_block> *device_block_at(const char *addr) {
     return NULL;
 }
 int g_reverse = -1;
+int g_cp_eager = -1;
+
+/* GT_EMU_CP_ASYNC=eager: cp.async lands at issue (the earliest a GPU may land it) instead of at the
+ * thread's wait_group (the latest): a kernel that overwrites a stage other warps still read, or reads
+ * one before a barrier orders the copy, then sees the new bytes too early */
+bool cp_async_eager(void) {
+    if (g_cp_eager < 0) {
+        const char *e = getenv("GT_EMU_CP_ASYNC");
+        g_cp_eager = e && strcmp(e, "eager") == 0;
+    }
+    return g_cp_eager;
+}
 
 bool reverse_order(void) {
     if (g_reverse < 0) {
@@ -598,6 +610,11 @@ void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes) {
             (const char *)src + src_bytes > (const char *)d->first + d->second.bytes)
             kernel_bug("cp.async of %d bytes from %p: not %d-byte aligned inside a cudaMalloc block", src_bytes, src,
                        size);
+    }
+    if (cp_async_eager()) {
+        if (src_bytes) memcpy(dst, src, (size_t)src_bytes);
+        memset((char *)dst + src_bytes, 0, (size_t)(size - src_bytes));
+        return;
     }
     f->cp_open.push_back(cp_copy{(char *)dst, (const char *)src, size, src_bytes});
 }

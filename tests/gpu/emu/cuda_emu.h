@@ -223,7 +223,9 @@ void *gt_emu_dynamic_shared(void);
  *     the issuing thread; commit_group closes its open copies into a group; wait_group N performs that
  *     thread's groups but the newest N (reading the source then), so shared memory read before the
  *     wait still holds the poison (0xFF: NaN) and a thread that ends with copies not waited for is a
- *     bug. Copies of one thread land in issue order; nothing models their landing earlier. */
+ *     bug. GT_EMU_CP_ASYNC=eager instead performs each copy at issue, the earliest a GPU may land it
+ *     (the _reverse_schedule test runs so): a stage overwritten while other warps still read it, for
+ *     want of a barrier, then shows. */
 void gt_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans);
 void gt_emu_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes);
