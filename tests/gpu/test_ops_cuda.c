@@ -37,9 +37,10 @@
  * Attention backward: the CPU gets the forward output as the GPU's backward reads it (bf16-rounded in
  * bf16 mode), and values whose exact value is zero (dq at position 0; dk too at T = 1) are bounded
  * against the size of the terms that cancel there instead of compared: both sides are rounding noise.
- * In fp32 mode a dq row that fails the per-row comparison is judged again against an fp64 recomputation
- * of that row (a "note" line says so): where a row's sum cancels, the CPU's own error can exceed the
- * tolerance.
+ * A dq row that fails the per-row comparison is judged again against an fp64 recomputation of that row
+ * (a "note" line says so): where a row's sum cancels, the CPU's own error can exceed the tolerance. In
+ * bf16 mode that recomputation takes D from the GPU's forward output, as the GPU's backward does (the
+ * CPU's output, rounded, differs from it by a bf16 step here and there, which such rows magnify).
  * Built with GT_CUDA_EMULATED (the CPU emulation of tests/gpu/emu, test cuda_kernels_emulated_match_cpu)
  * the wmma variant is left out with a SKIP line; the mma variant runs its real kernel source there
  * (ldmatrix, mma.sync and cp.async emulated by tests/gpu/emu/emu_ptx.h and cuda_emu.cpp).

@@ -55,7 +55,8 @@
  * label unit: tests/gpu/emu, test_ops_cuda.c's mma checks): under GT_CUDA_EMULATED the PTX wrappers
  * below come from tests/gpu/emu/emu_ptx.h (nvcc's build is unchanged), ldmatrix and mma.sync as
  * warp-collective operations from the same ISA tables (all 32 lanes, 16-byte aligned shared rows) and
- * cp.async performed only at its thread's wait_group; the blocks' threads run as fibers with real
+ * cp.async performed at its thread's wait_group (the latest it may land; at issue, the earliest, in
+ * the _reverse_schedule run); the blocks' threads run as fibers with real
  * barriers. That covers what the transcriptions do not: the kernels and host wrappers as written, the
  * bf16/fp32 roundings of the code (not the tensor core's internal ones), the real RNG, barrier and
  * cp.async-wait placement within a block, shared-memory and launch limits; out, lse, dq, dk, dv agree
