@@ -43,15 +43,16 @@ endif()
 # execution model (blocks in turn, each block's threads as fibers with real __syncthreads and warp
 # barriers, guard pages after shared and device memory; cuda_emu.h says what it checks and what it
 # cannot), and test_ops_cuda.c, compiled with GT_CUDA_EMULATED, compares the real kernel sources of
-# cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu and cuda_ops.cu with the CPU backend. Copies of
-# those .cu files are rewritten for the host compiler at build time (emu/emulate_cu.cmake: launches and
-# __shared__ declarations only); cuBLASLt's matmul and the tensor-core/cuDNN attention variants are
-# replaced by tests/gpu/emu/emu_stubs.cpp. Needs the toolkit's headers only (no GPU, no driver).
+# cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu, cuda_ops.cu and cuda_attention_mma.cu with the CPU
+# backend. Copies of those .cu files are rewritten for the host compiler at build time
+# (emu/emulate_cu.cmake: launches and __shared__ declarations only; the mma file's inline-PTX wrappers
+# come from emu/emu_ptx.h under GT_CUDA_EMULATED); cuBLASLt's matmul and the wmma/cuDNN attention
+# variants are replaced by tests/gpu/emu/emu_stubs.cpp. Needs the toolkit's headers only (no GPU, no driver).
 if(GTRAIN_HAVE_CUDA)
   enable_language(CXX)
   set(_emu_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
   set(_emu_src "")
-  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops)
+  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma)
     add_custom_command(
       OUTPUT ${_emu_dir}/${f}.cpp
       COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu -DOUT=${_emu_dir}/${f}.cpp
@@ -77,7 +78,9 @@ if(GTRAIN_HAVE_CUDA)
     COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
   target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
   # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
-  # that depends on the order its threads run in cannot pass both by luck; ~1 s each
+  # that depends on the order its threads run in cannot pass both by luck (and cp.async copies land
+  # at their wait_group, then at issue: GT_EMU_CP_ASYNC=eager); ~5 s each (4 of them the
+  # mma attention's checks)
   add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)
   add_test(NAME cuda_kernels_emulated_match_cpu_reverse_schedule COMMAND test_ops_cuda_emulated)
   set_tests_properties(cuda_kernels_emulated_match_cpu cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
@@ -86,7 +89,7 @@ if(GTRAIN_HAVE_CUDA)
   set_tests_properties(cuda_kernels_emulated_match_cpu PROPERTIES
     ENVIRONMENT "GT_TEST_QUICK=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
   set_tests_properties(cuda_kernels_emulated_match_cpu_reverse_schedule PROPERTIES
-    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+    ENVIRONMENT "GT_TEST_QUICK=1;GT_EMU_SCHEDULE=reverse;GT_EMU_CP_ASYNC=eager;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endif()
 
 # The trainer's CUDA path on the same emulation (label unit): gtrain_emulated is gtrain built from its

@@ -5,7 +5,7 @@
  * dK, dV in backward) stay in registers.
  *
  *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
- *   *** on reading and on a CPU emulation of the index math (below). Opt-in with
+ *   *** on reading and on CPU emulations (below: of the index math, and of this very source). Opt-in with
  *   *** GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has passed on a real GPU.
  *
  * With GTRAIN_CUDA_ATTENTION=mma both directions run here for the bf16 working type, HD 64 or 128 and
@@ -51,6 +51,17 @@
  * (races), registers, shared-memory and launch limits, the host wrappers (their grid and BN are
  * copied, not run), or that the hardware matches the ISA text; and a transcription is only as good as
  * its copying: edit it with the kernel.
+ This source itself also runs on the CPU (CTest cuda_kernels_emulated_match_cpu and _reverse_schedule,
+ * label unit: tests/gpu/emu, test_ops_cuda.c's mma checks): under GT_CUDA_EMULATED the PTX wrappers
+ * below come from tests/gpu/emu/emu_ptx.h (nvcc's build is unchanged), ldmatrix and mma.sync as
+ * warp-collective operations from the same ISA tables (all 32 lanes, 16-byte aligned shared rows) and
+ * cp.async performed at its thread's wait_group (the latest it may land; at issue, the earliest, in
+ * the _reverse_schedule run); the blocks' threads run as fibers with real
+ * barriers. That covers what the transcriptions do not: the kernels and host wrappers as written, the
+ * bf16/fp32 roundings of the code (not the tensor core's internal ones), the real RNG, barrier and
+ * cp.async-wait placement within a block, shared-memory and launch limits; out, lse, dq, dk, dv agree
+ * with the CPU backend at test_ops_cuda's tolerances and repeat bit for bit. Still not checked there:
+ * the hardware's accumulation order, registers, races between blocks, speed.
  *
  * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
  * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
@@ -96,6 +107,14 @@ namespace {
 constexpr int MM_THREADS = 128; /* 4 warps */
 constexpr int MM_BM = 64;       /* query rows per block, 16 per warp */
 
+/* The inline PTX of this file is all in the wrappers below and cp_async4 further down. The CPU
+ * emulation (tests/gpu/emu, GT_CUDA_EMULATED: the host compiler, which cannot take PTX) gets its own
+ * definitions of the same wrappers from emu_ptx.h: warp-collective ldmatrix and mma.sync from the ISA's
+ * fragment tables, cp.async queued per thread until cp.async.wait_group. nvcc never defines
+ * GT_CUDA_EMULATED, so the device code is unchanged by this. */
+#ifdef GT_CUDA_EMULATED
+#include "emu_ptx.h"
+#else
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 /* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past T) */
@@ -124,6 +143,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif /* GT_CUDA_EMULATED */
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
@@ -396,9 +416,11 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
  * patterns (mma_abt, mma_pv above). */
 
 /* 4 bytes global -> shared (cp.async.ca: .cg takes 16-byte copies only); src_bytes 0 writes zero */
+#ifndef GT_CUDA_EMULATED /* emu_ptx.h has it */
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
 }
+#endif
 
 /* N floats src[row0 .. row0 + N) (a row statistic of one head: lse or D) into dst; past T zero */
 template <int N>

@@ -57,6 +57,13 @@ constexpr size_t SMEM_DEFAULT = (size_t)48 << 10;   /* dynamic shared memory wit
 constexpr size_t SMEM_OPTIN_MAX = 232448;           /* sm_90 (H100/H200): 227 KiB per block */
 constexpr size_t SMEM_STATIC_MAX = (size_t)48 << 10;
 
+/* a cp.async queued by a thread (gt_emu_cp_async), performed at its cp.async.wait_group */
+struct cp_copy {
+    char *dst;
+    const char *src;
+    int size, src_bytes;
+};
+
 struct fiber {
     ucontext_t ctx;
     void *sp; /* GT_EMU_FAST_SWITCH: the saved stack pointer */
@@ -65,6 +72,8 @@ struct fiber {
     bool done;
     int waiting; /* 0 running, 1 at __syncthreads, 2 at a warp operation */
     unsigned long syncs;
+    std::vector<cp_copy> cp_open;                 /* issued since the last commit_group */
+    std::vector<std::vector<cp_copy>> cp_groups;  /* committed, not yet waited for: oldest first */
 };
 
 struct warp_state {
@@ -85,6 +94,7 @@ struct block_state {
     fiber *cur;
     warp_state warps[MAX_THREADS / 32];
     std::vector<void *> shared_seen;
+    std::vector<size_t> shared_seen_bytes;
     size_t static_smem;
     char *dyn;
     size_t dyn_bytes;
@@ -148,6 +158,18 @@ const std::pair<void *const, device_block> *device_block_at(const char *addr) {
     return NULL;
 }
 int g_reverse = -1;
+int g_cp_eager = -1;
+
+/* GT_EMU_CP_ASYNC=eager: cp.async lands at issue (the earliest a GPU may land it) instead of at the
+ * thread's wait_group (the latest): a kernel that overwrites a stage other warps still read, or reads
+ * one before a barrier orders the copy, then sees the new bytes too early */
+bool cp_async_eager(void) {
+    if (g_cp_eager < 0) {
+        const char *e = getenv("GT_EMU_CP_ASYNC");
+        g_cp_eager = e && strcmp(e, "eager") == 0;
+    }
+    return g_cp_eager;
+}
 
 bool reverse_order(void) {
     if (g_reverse < 0) {
@@ -292,6 +314,10 @@ void release_block_barrier_if_complete(void) {
 void fiber_main(void) {
     B.thunk(B.data);
     fiber *f = B.cur;
+    if (!f->cp_open.empty() || !f->cp_groups.empty())
+        kernel_bug("a thread ended with cp.async copies it never waited for (%zu uncommitted, %zu groups): their "
+                   "shared-memory writes land at an unknown time",
+                   f->cp_open.size(), f->cp_groups.size());
     f->done = true;
     B.live--;
     B.progress++;
@@ -314,6 +340,7 @@ void run_block(void) {
     B.bar_gen = 0;
     B.bar_arrived = 0;
     B.shared_seen.clear();
+    B.shared_seen_bytes.clear();
     B.static_smem = 0;
     memset(B.warps, 0, sizeof B.warps);
     if (B.dyn_bytes) memset(B.dyn, 0xFF, B.dyn_bytes);
@@ -326,6 +353,8 @@ void run_block(void) {
         f.done = false;
         f.waiting = 0;
         f.syncs = 0;
+        f.cp_open.clear();
+        f.cp_groups.clear();
 #ifdef GT_EMU_FAST_SWITCH
         /* the stack's top (16-byte aligned): a null return address for fiber_main (it never
          * returns; entered with rsp = 8 mod 16, as after a call), the entry for the switch's ret, then
@@ -391,6 +420,25 @@ void launch_error(cudaError_t err, const char *name, const char *file, int line,
     g_last_error = err;
 }
 
+/* the tensor-core instructions' names (their meetings must not mix with other warp operations) */
+const char *const LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
+const char *const LDMATRIX_T = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
+const char *const MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
+bool is_tensor_op(const char *what) { return what == LDMATRIX || what == LDMATRIX_T || what == MMA; }
+
+/* n bytes at p lie in this block's shared memory (dynamic, or one static __shared__ array) */
+bool in_shared(const void *p, size_t n) {
+    const char *c = (const char *)p;
+    if (B.dyn && c >= B.dyn && c + n <= B.dyn + B.dyn_bytes) return true;
+    for (size_t i = 0; i < B.shared_seen.size(); i++) {
+        const char *a = (const char *)B.shared_seen[i];
+        if (c >= a && c + n <= a + B.shared_seen_bytes[i]) return true;
+    }
+    return false;
+}
+
+float bf16_bits_to_float(uint32_t h) { return gt_emu_from_bits<float>((uint64_t)(h & 0xffffu) << 16); }
+
 } /* namespace */
 
 /* ---------------------------------------------------------------- device-side entry points */
@@ -445,6 +493,9 @@ const uint64_t *gt_emu_warp_meet(unsigned mask, uint64_t bits, const char *what)
         w.what = what;
     } else if (w.mask != mask) {
         kernel_bug("lanes of one warp meet with different masks: 0x%08x (%s) and 0x%08x (%s)", w.mask, w.what, mask, what);
+    } else if (w.what != what && (is_tensor_op(w.what) || is_tensor_op(what))) {
+        /* the shuffles may meet from different call sites; an ldmatrix or mma only with itself */
+        kernel_bug("lanes of one warp at different warp-collective instructions: %s and %s", w.what, what);
     }
     const unsigned gen = w.gen;
     w.vals[gen & 1][lane] = bits;
@@ -466,11 +517,128 @@ void gt_emu_shared(void *p, size_t bytes) {
     for (void *q : B.shared_seen)
         if (q == p) return;
     B.shared_seen.push_back(p);
+    B.shared_seen_bytes.push_back(bytes);
     B.static_smem += bytes;
     memset(p, 0xFF, bytes);
 }
 
 void *gt_emu_dynamic_shared(void) { return B.dyn; }
+
+/* ---------------------------------------------------------------- tensor-core PTX (cuda_emu.h) */
+
+/* Both warp-collective instructions meet twice: the first meeting exchanges what each lane gives (a
+ * row address, a pointer to its fragments), the second keeps every lane from going on (and writing
+ * shared memory or its fragments) before all have read, as the one instruction of a warp would. */
+
+void gt_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans) {
+    const char *what = trans ? LDMATRIX_T : LDMATRIX;
+    if (!B.cur) kernel_bug("%s outside a kernel", what);
+    const int lane = gt_emu_lane();
+    if ((uintptr_t)p % 16)
+        kernel_bug("%s: lane %d's row address %p is not 16-byte aligned", what, lane, p);
+    if (!in_shared(p, 16))
+        kernel_bug("%s: lane %d's row %p (16 bytes) is not in the block's shared memory", what, lane, p);
+    const uint64_t *all = gt_emu_warp_meet(0xffffffffu, (uint64_t)(uintptr_t)p, what);
+    const uint16_t *row[32];
+    for (int l = 0; l < 32; l++) row[l] = (const uint16_t *)(uintptr_t)all[l];
+    const int g = lane >> 2, c = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        uint32_t lo, hi;
+        if (!trans) { /* row g of matrix i, columns 2c, 2c + 1 */
+            lo = row[8 * i + g][2 * c];
+            hi = row[8 * i + g][2 * c + 1];
+        } else { /* rows 2c, 2c + 1 of matrix i, column g */
+            lo = row[8 * i + 2 * c][g];
+            hi = row[8 * i + 2 * c + 1][g];
+        }
+        r[i] = lo | hi << 16;
+    }
+    (void)gt_emu_warp_meet(0xffffffffu, 0, what);
+}
+
+namespace {
+struct mma_operands {
+    uint32_t a[4], b[2];
+};
+} /* namespace */
+
+void gt_emu_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if (!B.cur) kernel_bug("%s outside a kernel", MMA);
+    const int lane = gt_emu_lane();
+    const mma_operands mine = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    const uint64_t *all = gt_emu_warp_meet(0xffffffffu, (uint64_t)(uintptr_t)&mine, MMA);
+    /* A (16 x 16) and B (16 x 8, k x n) from every lane's registers, by the ISA's tables: lane 4g + q
+     * holds a[0] = (g, 2q..2q+1), a[1] = (g + 8, 2q..), a[2] = (g, 2q + 8..), a[3] = (g + 8, 2q + 8..);
+     * b[0] = (k 2q, 2q + 1; n g), b[1] = (k 2q + 8, 2q + 9; n g); lower column / k in the low half */
+    float A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        const mma_operands *o = (const mma_operands *)(uintptr_t)all[l];
+        const int g = l >> 2, q = l & 3;
+        for (int i = 0; i < 4; i++) {
+            const int row = g + (i & 1) * 8, col = 2 * q + (i >> 1) * 8;
+            A[row][col] = bf16_bits_to_float(o->a[i]);
+            A[row][col + 1] = bf16_bits_to_float(o->a[i] >> 16);
+        }
+        for (int i = 0; i < 2; i++) {
+            const int k = 2 * q + i * 8;
+            Bm[k][g] = bf16_bits_to_float(o->b[i]);
+            Bm[k + 1][g] = bf16_bits_to_float(o->b[i] >> 16);
+        }
+    }
+    /* this lane's D: c[0], c[1] = (row g, cols 2q, 2q + 1), c[2], c[3] = (row g + 8, same cols) */
+    const int g = lane >> 2, q = lane & 3;
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int row = g + (e >> 1) * 8, col = 2 * q + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < 16; k++) acc += A[row][k] * Bm[k][col]; /* exact product; -ffp-contract=off */
+        d[e] = acc;
+    }
+    (void)gt_emu_warp_meet(0xffffffffu, 0, MMA); /* every lane has read `mine` */
+    for (int e = 0; e < 4; e++) c[e] = d[e];
+}
+
+void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes) {
+    fiber *f = B.cur;
+    if (!f) kernel_bug("cp.async outside a kernel");
+    if ((uintptr_t)dst % (uintptr_t)size || !in_shared(dst, (size_t)size))
+        kernel_bug("cp.async of %d bytes to %p: not %d-byte aligned shared memory of this block", size, dst, size);
+    if (src_bytes < 0 || src_bytes > size) kernel_bug("cp.async of %d bytes with src-size %d", size, src_bytes);
+    if (src_bytes > 0) {
+        const std::pair<void *const, device_block> *d = device_block_at((const char *)src);
+        if ((uintptr_t)src % (uintptr_t)size || !d || (const char *)src < (const char *)d->first ||
+            (const char *)src + src_bytes > (const char *)d->first + d->second.bytes)
+            kernel_bug("cp.async of %d bytes from %p: not %d-byte aligned inside a cudaMalloc block", src_bytes, src,
+                       size);
+    }
+    if (cp_async_eager()) {
+        if (src_bytes) memcpy(dst, src, (size_t)src_bytes);
+        memset((char *)dst + src_bytes, 0, (size_t)(size - src_bytes));
+        return;
+    }
+    f->cp_open.push_back(cp_copy{(char *)dst, (const char *)src, size, src_bytes});
+}
+
+void gt_emu_cp_async_commit(void) {
+    fiber *f = B.cur;
+    if (!f) kernel_bug("cp.async.commit_group outside a kernel");
+    f->cp_groups.push_back(std::move(f->cp_open)); /* an empty group is a group, as in PTX */
+    f->cp_open.clear();
+}
+
+void gt_emu_cp_async_wait(int newest_pending) {
+    fiber *f = B.cur;
+    if (!f) kernel_bug("cp.async.wait_group outside a kernel");
+    size_t done = 0;
+    while (f->cp_groups.size() - done > (size_t)newest_pending) {
+        for (const cp_copy &cp : f->cp_groups[done]) {
+            if (cp.src_bytes) memcpy(cp.dst, cp.src, (size_t)cp.src_bytes);
+            memset(cp.dst + cp.src_bytes, 0, (size_t)(cp.size - cp.src_bytes));
+        }
+        done++;
+    }
+    f->cp_groups.erase(f->cp_groups.begin(), f->cp_groups.begin() + (long)done);
+}
 
 int gt_emu_launch_bounds(const char *kernel_name, int bound) {
     auto it = bounds().find(kernel_name);

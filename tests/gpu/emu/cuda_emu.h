@@ -1,7 +1,7 @@
 /*
  * cuda_emu.h — a CPU emulation of the CUDA execution model, just enough to compile and run the default
  * path of the CUDA backend (src/kernels/cuda: cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu,
- * cuda_ops.cu, cuda_common.cuh) with the host C++ compiler, so its kernels can be checked against the
+ * cuda_ops.cu, cuda_common.cuh) and the mma attention (cuda_attention_mma.cu) with the host C++ compiler, so its kernels can be checked against the
  * CPU backend on a machine without a GPU (tests/gpu.cmake: cuda_kernels_emulated_match_cpu).
  *
  * How the real sources get here: tests/gpu/emu/emulate_cu.cmake copies each .cu into the build tree
@@ -37,7 +37,8 @@
  * Not modelled: timing, concurrency between blocks (and so races between blocks, atomics' contention),
  * the GPU memory model (every write is visible at once), the device's math (expf, logf, sqrtf and
  * double math are the host's libm; nvcc contracts a * b + c into FMAs where this build, with
- * -ffp-contract=off, does not), tensor cores, cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a
+ * -ffp-contract=off, does not), the tensor cores' rounding (ldmatrix, mma.sync and cp.async are
+ * emulated below for cuda_attention_mma.cu, see "tensor-core PTX"), nvcuda::wmma, cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a
  * reference loop), streams (everything is synchronous).
  */
 #ifndef GT_CUDA_EMU_H
@@ -201,6 +202,35 @@ static inline unsigned long long max(unsigned long long a, unsigned long long b)
 void gt_emu_shared(void *p, size_t bytes);
 /* the launch's dynamic shared memory (followed by a guard page; 0xFF at every block's start) */
 void *gt_emu_dynamic_shared(void);
+
+/* ---------------------------------------------------------------- tensor-core PTX (emu_ptx.h) */
+
+/* What cuda_attention_mma.cu's inline PTX does, for emu_ptx.h's stand-ins of its wrappers (the PTX ISA:
+ * "ldmatrix", "Matrix Fragments for mma.m16n8k16 with floating point type", "cp.async"). Each is
+ * checked as the hardware requires, failures a KERNEL BUG:
+ *   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: warp-collective, all 32 lanes (mask 0xffffffff,
+ *     every lane at the same instruction); lane l gives the address of row l % 8 of matrix l / 8, a
+ *     16-byte aligned row of 16 bytes in this block's shared memory; register i of lane l receives row
+ *     l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix i (lower column in the low half), with .trans
+ *     rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4;
+ *   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d = c in place: warp-collective as ldmatrix;
+ *     the A, B and C/D fragments as the ISA tables (cuda_attention_mma.cu's header quotes them). The
+ *     products of bf16 are exact in fp32; each output is c plus its 16 products added one at a time in
+ *     k order, rounding to nearest fp32 after each add (the hardware's internal order and rounding are
+ *     not specified: a choice, not a model of the tensor core);
+ *   cp.async (size 16 .cg or 4 .ca, src_bytes 0..size; the rest of the size zero-filled): dst in this
+ *     block's shared memory and src in cudaMalloc'd memory, both aligned to size. A copy is queued on
+ *     the issuing thread; commit_group closes its open copies into a group; wait_group N performs that
+ *     thread's groups but the newest N (reading the source then), so shared memory read before the
+ *     wait still holds the poison (0xFF: NaN) and a thread that ends with copies not waited for is a
+ *     bug. GT_EMU_CP_ASYNC=eager instead performs each copy at issue, the earliest a GPU may land it
+ *     (the _reverse_schedule test runs so): a stage overwritten while other warps still read it, for
+ *     want of a barrier, then shows. */
+void gt_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans);
+void gt_emu_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes);
+void gt_emu_cp_async_commit(void);
+void gt_emu_cp_async_wait(int newest_pending);
 
 /* ---------------------------------------------------------------- device memory */
 

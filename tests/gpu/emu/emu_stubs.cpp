@@ -8,10 +8,11 @@
  *       dweight (OC, IC) fp32 += inp^T-dout products, always accumulated (beta = 1). An empty inner
  *       dimension leaves a zero output (or the old one, accumulating), as lt_matmul does. The matmul
  *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
- *   cuda_attention_wmma.cu / _mma.cu / _cudnn.cu (tensor cores, inline PTX, cuDNN) -> never taken:
- *       every variant entry returns 0 ("run the default kernels"), the call counters stay 0, cuDNN
- *       reports itself as not loaded. gt_cuda_attention_force_variant is kept (the default kernels run
- *       whatever is forced).
+ *   cuda_attention_wmma.cu / _cudnn.cu (nvcuda::wmma, whose fragment layout is opaque; cuDNN) -> never
+ *       taken: their entries return 0 ("run the default kernels"), their call counters stay 0, cuDNN
+ *       reports itself as not loaded. gt_cuda_attention_force_variant is kept: forcing mma (2) runs
+ *       cuda_attention_mma.cu itself, which IS emulated (its inline PTX through emu_ptx.h); forcing wmma
+ *       or cudnn runs the default kernels.
  */
 #include <stdio.h>
 
@@ -102,17 +103,16 @@ void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {
     }
 }
 
-/* ---------------------------------------------------------------- attention variants: never taken */
+/* ---------------------------------------------------------------- attention variants: wmma, cudnn never taken */
 
 static int g_forced_variant = -1;
 
 extern "C" void gt_cuda_attention_force_variant(int variant) {
     g_forced_variant = variant < 0 ? -1 : variant > 3 ? 0 : variant;
 }
-/* GTRAIN_CUDA_ATTENTION is not read: only the default kernels are emulated */
+/* GTRAIN_CUDA_ATTENTION is not read: the default kernels unless a test forces a variant */
 int gt_cuda_attention_variant(void) { return g_forced_variant >= 0 ? g_forced_variant : 0; }
 extern "C" long gt_cuda_attention_wmma_calls(void) { return 0; }
-extern "C" long gt_cuda_attention_mma_calls(void) { return 0; }
 extern "C" long gt_cuda_attention_cudnn_calls(void) { return 0; }
 
 int gt_cuda_attention_wmma_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
@@ -121,14 +121,6 @@ int gt_cuda_attention_wmma_forward(void *, float *, const void *, const void *, 
 }
 int gt_cuda_attention_wmma_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
                                     const void *, const float *, int, int, int, int, int, float, gt_rng_key) {
-    return 0;
-}
-int gt_cuda_attention_mma_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
-                                  float, gt_rng_key) {
-    return 0;
-}
-int gt_cuda_attention_mma_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
-                                   const void *, const float *, int, int, int, int, int, float, gt_rng_key) {
     return 0;
 }
 int gt_cuda_attention_cudnn_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,

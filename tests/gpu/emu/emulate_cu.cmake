@@ -4,7 +4,7 @@
 # cannot take, each on its own line so line numbers stay those of the source (a #line directive names
 # it, so compiler messages and the emulator's reports point at src/kernels/cuda):
 #   k<<<grid, block[, smem[, stream]]>>>(args)  ->  gt_emu_launcher(k, "k", __FILE__, __LINE__, grid, block[, ...])(args)
-#   extern __shared__ T a[];                   ->  T *a = (T *)gt_emu_dynamic_shared();
+#   extern __shared__ [__align__(N)] T a[];    ->  T *a = (T *)gt_emu_dynamic_shared();
 #   __shared__ T a[N];                         ->  static T a[N]; gt_emu_shared(a, sizeof a);
 #   __launch_bounds__(N) k(                    ->  k(   and, at the end, gt_emu_launch_bounds("k", N)
 # Any `<<<` or `__shared__` left over is a form this script does not know: it stops rather than
@@ -14,8 +14,10 @@ file(READ "${IN}" src)
 # kernel name, optionally with template arguments (no nested <>), then the launch configuration
 string(REGEX REPLACE "([A-Za-z_][A-Za-z0-9_]*(<[^<>;]*>)?)<<<([^;]*)>>>\\("
        "gt_emu_launcher(\\1, \"\\1\", __FILE__, __LINE__, \\3)(" src "${src}")
-string(REGEX REPLACE "extern __shared__ ([A-Za-z_][A-Za-z0-9_ ]*) ([A-Za-z_][A-Za-z0-9_]*)\\[\\];"
-       "\\1 *\\2 = (\\1 *)gt_emu_dynamic_shared();" src "${src}")
+# (an __align__(N) after __shared__ is dropped: the emulation's dynamic shared memory is 16-byte
+# aligned, as much as any access in these kernels needs; ldmatrix and cp.async check theirs)
+string(REGEX REPLACE "extern __shared__ (__align__\\([0-9]+\\) )?([A-Za-z_][A-Za-z0-9_ ]*) ([A-Za-z_][A-Za-z0-9_]*)\\[\\];"
+       "\\2 *\\3 = (\\2 *)gt_emu_dynamic_shared();" src "${src}")
 string(REGEX REPLACE "__shared__ ([A-Za-z_][A-Za-z0-9_ ]*) ([A-Za-z_][A-Za-z0-9_]*)(\\[[^];]*\\]);"
        "static \\1 \\2\\3; gt_emu_shared(\\2, sizeof \\2);" src "${src}")
 
