@@ -11,7 +11,9 @@
 #   - GTRAIN_CUDA_SYNC=1: identical losses
 #   - ZeRO-2 with dist.grad_sync=micro, ZeRO-3 (local communicator, world size 1): bit-identical to ZeRO-1
 #   - dist.comm=nccl: refused with the emulation's words (no NCCL here), not a crash or a CPU run
-# Not here (they need a GPU): the wmma, mma and cuDNN attentions, cuBLASLt (a reference loop stands in),
+#   - GTRAIN_CUDA_ATTENTION=mma (the tensor-core attention, its PTX emulated): tracks the default
+#     kernels' losses without equalling them, and repeats bit for bit
+# Not here (they need a GPU): the wmma and cuDNN attentions, cuBLASLt (a reference loop stands in),
 # NCCL, more than one rank, the device's timing and math.
 #   trainer_emulated.sh GTRAIN_EMULATED GTRAIN_PREP SOURCE_DIR WORKDIR
 set -uo pipefail
@@ -47,6 +49,14 @@ run bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=se
 run bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
 run bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
 run bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
+# the mma attention takes head sizes 64 and 128 (tiny's is 32): two heads of 64, one kv head
+HD64="model.n_heads=2 model.n_kv_heads=1"
+# shellcheck disable=SC2086
+run bf16-hd64 "" train.device=cuda train.precision=bf16 $HD64
+# shellcheck disable=SC2086
+run bf16-hd64-mma GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 $HD64
+# shellcheck disable=SC2086
+run bf16-hd64-mma-again GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 $HD64
 
 # dist.comm=nccl: no NCCL in the emulation; it must stop, naming that, before any step
 env OMP_NUM_THREADS=1 "$gtrain" "$src/configs/tiny.ini" train.device=cuda train.steps=1 data.train=corpus.train.bin \
@@ -100,8 +110,19 @@ for pol in ("full", "selective"):
 check("GTRAIN_CUDA_SYNC=1", n and losses("bf16-sync") == b16, "same losses, synchronised")
 check("ZeRO-2 micro bit-identical", n and losses("bf16-zero2") == b16, "losses vs dist.shard=optimizer")
 check("ZeRO-3 bit-identical", n and losses("bf16-zero3") == b16, "losses vs dist.shard=optimizer")
+# the tensor-core attention (GTRAIN_CUDA_ATTENTION=mma, cuda_attention_mma.cu on the emulated PTX): its
+# sums run in another order than the default kernels', so its losses differ from theirs in the last
+# bits (identical losses would mean it never ran) and track them closely; and it repeats bit for bit
+# (at head size 64: two heads, one kv head)
+h64, mma = losses("bf16-hd64"), losses("bf16-hd64-mma")
+dm = max((abs(a - b) for a, b in zip(mma, h64)), default=math.inf)
+check("mma attention ran and tracks default", len(h64) == 6 and len(mma) == 6 and mma != h64 and dm < 0.1,
+      f"max |loss diff| {dm:.3g} over 6 steps at HD 64 (0 would mean the default kernels ran)")
+check("mma attention deterministic", len(mma) == 6 and losses("bf16-hd64-mma-again") == mma,
+      "the same run twice: identical losses")
 if not ok:
-    for label in ("cpu", "fp32", "bf16", "bf16-full", "bf16-selective", "bf16-sync", "bf16-zero2", "bf16-zero3"):
+    for label in ("cpu", "fp32", "bf16", "bf16-full", "bf16-selective", "bf16-sync", "bf16-zero2", "bf16-zero3",
+                  "bf16-hd64", "bf16-hd64-mma"):
         print(f"  {label:15s}", " ".join(f"{x:.8f}" for x in losses(label)))
 sys.exit(0 if ok else 1)
 PY

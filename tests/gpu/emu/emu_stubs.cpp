@@ -10,11 +10,13 @@
  *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
  *   cuda_attention_wmma.cu / _cudnn.cu (nvcuda::wmma, whose fragment layout is opaque; cuDNN) -> never
  *       taken: their entries return 0 ("run the default kernels"), their call counters stay 0, cuDNN
- *       reports itself as not loaded. gt_cuda_attention_force_variant is kept: forcing mma (2) runs
- *       cuda_attention_mma.cu itself, which IS emulated (its inline PTX through emu_ptx.h); forcing wmma
- *       or cudnn runs the default kernels.
+ *       reports itself as not loaded. gt_cuda_attention_force_variant is kept: forcing mma (2), or
+ *       GTRAIN_CUDA_ATTENTION=mma, runs cuda_attention_mma.cu itself, which IS emulated (its inline PTX
+ *       through emu_ptx.h); forcing wmma or cudnn (or naming them) runs the default kernels.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -110,8 +112,13 @@ static int g_forced_variant = -1;
 extern "C" void gt_cuda_attention_force_variant(int variant) {
     g_forced_variant = variant < 0 ? -1 : variant > 3 ? 0 : variant;
 }
-/* GTRAIN_CUDA_ATTENTION is not read: the default kernels unless a test forces a variant */
-int gt_cuda_attention_variant(void) { return g_forced_variant >= 0 ? g_forced_variant : 0; }
+/* a forced variant, else GTRAIN_CUDA_ATTENTION=mma (the one emulated variant: the trainer's test runs
+ * it); any other value runs the default kernels */
+int gt_cuda_attention_variant(void) {
+    if (g_forced_variant >= 0) return g_forced_variant;
+    const char *e = getenv("GTRAIN_CUDA_ATTENTION");
+    return e && strcmp(e, "mma") == 0 ? 2 : 0;
+}
 extern "C" long gt_cuda_attention_wmma_calls(void) { return 0; }
 extern "C" long gt_cuda_attention_cudnn_calls(void) { return 0; }
 
