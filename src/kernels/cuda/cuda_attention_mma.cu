@@ -51,7 +51,8 @@
  * (races), registers, shared-memory and launch limits, the host wrappers (their grid and BN are
  * copied, not run), or that the hardware matches the ISA text; and a transcription is only as good as
  * its copying: edit it with the kernel.
- This source itself also runs on the CPU (CTest cuda_kernels_emulated_match_cpu and _reverse_schedule,
+ *
+ * This source itself also runs on the CPU (CTest cuda_kernels_emulated_match_cpu and _reverse_schedule,
  * label unit: tests/gpu/emu, test_ops_cuda.c's mma checks): under GT_CUDA_EMULATED the PTX wrappers
  * below come from tests/gpu/emu/emu_ptx.h (nvcc's build is unchanged), ldmatrix and mma.sync as
  * warp-collective operations from the same ISA tables (all 32 lanes, 16-byte aligned shared rows) and
