@@ -52,7 +52,7 @@ if(GTRAIN_HAVE_CUDA)
   enable_language(CXX)
   set(_emu_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
   set(_emu_src "")
-  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma)
+  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma cuda_attention_wmma)
     add_custom_command(
       OUTPUT ${_emu_dir}/${f}.cpp
       COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu -DOUT=${_emu_dir}/${f}.cpp

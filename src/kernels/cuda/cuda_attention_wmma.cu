@@ -72,10 +72,19 @@
  * tensor cores, not the flash-attention-2 schedule (no cp.async pipelining, no wgmma).
  */
 #include <math.h>
-#include <mma.h>
 #include <string.h>
 
 #include "cuda_common.cuh"
+
+/* nvcuda::wmma: the toolkit's <mma.h> for nvcc; the CPU emulation (tests/gpu/emu, GT_CUDA_EMULATED,
+ * built by the host compiler, which cannot take <mma.h>'s device intrinsics) gets a host one with the
+ * same names and signatures from emu_wmma.h. nvcc never defines GT_CUDA_EMULATED, so the device code is
+ * unchanged by this. */
+#ifdef GT_CUDA_EMULATED
+#include "emu_wmma.h"
+#else
+#include <mma.h>
+#endif
 
 using namespace nvcuda;
 

@@ -232,6 +232,28 @@ void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes);
 void gt_emu_cp_async_commit(void);
 void gt_emu_cp_async_wait(int newest_pending);
 
+/* ---------------------------------------------------------------- nvcuda::wmma (emu_wmma.h) */
+
+/* What cuda_attention_wmma.cu's 16x16x16 wmma operations do (the CUDA C++ Programming Guide, "Warp
+ * Matrix Functions"), for emu_wmma.h's host nvcuda::wmma. The fragments' layout is opaque on the device
+ * (the kernels never index their elements), so the emulation picks one: element i = 16 r + c of the
+ * logical 16x16 tile (row r, column c: m x k for matrix_a, k x n for matrix_b, m x n for the
+ * accumulator) is slot i % 8 of lane i / 8. Checked, failures a KERNEL BUG:
+ *   load_matrix_sync, store_matrix_sync, mma_sync and fill_fragment are warp-collective: all 32 lanes
+ *     (mask 0xffffffff, every lane at the same operation), each with the same pointer, ldm, layout and
+ *     fill value as lane 0;
+ *   load/store: a 32-byte aligned pointer, ldm a multiple of 8 elements for bf16 and of 4 for float;
+ *     row_major / mem_row_major reads element (r, c) at p[r ldm + c], col_major at p[c ldm + r];
+ *   mma_sync gathers the warp's A, B and C, and each output is C plus its 16 bf16 products (exact in
+ *     fp32) added one at a time in k order, rounding to nearest fp32 after each add (the tensor cores'
+ *     internal order and rounding are not specified: a choice, not a model of them); D may be C. */
+#define GT_EMU_WMMA_PER_LANE 8
+void gt_emu_wmma_load(void *x, const void *p, unsigned ldm, int esize, int col_major);
+void gt_emu_wmma_store(void *p, const void *x, unsigned ldm, int esize, int col_major);
+void gt_emu_wmma_fill(void *x, uint64_t value_bits, int esize);
+void gt_emu_wmma_mma_bf16(float d[GT_EMU_WMMA_PER_LANE], const uint16_t a[GT_EMU_WMMA_PER_LANE],
+                          const uint16_t b[GT_EMU_WMMA_PER_LANE], const float c[GT_EMU_WMMA_PER_LANE]);
+
 /* ---------------------------------------------------------------- device memory */
 
 /* device memory (cudaMalloc) is inaccessible to host code except between these (nested; launches and
