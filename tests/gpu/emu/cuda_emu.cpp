@@ -171,12 +171,26 @@ bool cp_async_eager(void) {
     return g_cp_eager;
 }
 
+int g_warp_first = -1;
+
 bool reverse_order(void) {
     if (g_reverse < 0) {
         const char *e = getenv("GT_EMU_SCHEDULE");
         g_reverse = e && strcmp(e, "reverse") == 0;
     }
     return g_reverse;
+}
+
+/* GT_EMU_SCHEDULE=warps: a block's warps one at a time, each run until all its lanes wait at
+ * __syncthreads (or have ended), as if the other warps were stalled. The lane-by-lane order moves on to
+ * the next warp whenever a lane waits at a warp operation, so a warp reading shared memory that other
+ * warps write, with no block barrier between, usually finds it written anyway; here it finds the poison */
+bool warp_first_order(void) {
+    if (g_warp_first < 0) {
+        const char *e = getenv("GT_EMU_SCHEDULE");
+        g_warp_first = e && strcmp(e, "warps") == 0;
+    }
+    return g_warp_first;
 }
 
 void where(FILE *f) {
@@ -375,12 +389,29 @@ void run_block(void) {
     const bool rev = reverse_order();
     while (B.live > 0) {
         const unsigned long before = B.progress;
-        for (int k = 0; k < n; k++) {
-            fiber &f = g_fibers[rev ? n - 1 - k : k];
-            if (f.done) continue;
-            B.cur = &f;
-            threadIdx = f.tid;
-            to_fiber(&f);
+        if (warp_first_order()) {
+            for (int w0 = 0; w0 < n; w0 += 32) {
+                const int w1 = w0 + 32 < n ? w0 + 32 : n;
+                unsigned long seen;
+                do { /* until none of the warp's lanes gets further */
+                    seen = B.progress;
+                    for (int k = w0; k < w1; k++) {
+                        fiber &f = g_fibers[k];
+                        if (f.done) continue;
+                        B.cur = &f;
+                        threadIdx = f.tid;
+                        to_fiber(&f);
+                    }
+                } while (B.progress != seen);
+            }
+        } else {
+            for (int k = 0; k < n; k++) {
+                fiber &f = g_fibers[rev ? n - 1 - k : k];
+                if (f.done) continue;
+                B.cur = &f;
+                threadIdx = f.tid;
+                to_fiber(&f);
+            }
         }
         B.cur = NULL;
         if (B.live > 0 && B.progress == before) {

@@ -1,7 +1,7 @@
 /*
  * cuda_emu.h — a CPU emulation of the CUDA execution model, just enough to compile and run the default
  * path of the CUDA backend (src/kernels/cuda: cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu,
- * cuda_ops.cu, cuda_common.cuh) and the mma attention (cuda_attention_mma.cu) with the host C++ compiler, so its kernels can be checked against the
+ * cuda_ops.cu, cuda_common.cuh) and the tensor-core attentions (cuda_attention_mma.cu, cuda_attention_wmma.cu) with the host C++ compiler, so its kernels can be checked against the
  * CPU backend on a machine without a GPU (tests/gpu.cmake: cuda_kernels_emulated_match_cpu).
  *
  * How the real sources get here: tests/gpu/emu/emulate_cu.cmake copies each .cu into the build tree
@@ -32,14 +32,19 @@
  * Launch configurations are checked as the device would (threads per block, grid limits, the kernel's
  * __launch_bounds__), failing
  * through cudaGetLastError like a real launch. GT_EMU_SCHEDULE=reverse runs blocks and threads in the
- * reverse order, to expose order dependences the forward order hides.
+ * reverse order, to expose order dependences the forward order hides; GT_EMU_SCHEDULE=warps runs a
+ * block's warps one at a time, each until all its lanes wait at __syncthreads, so a missing block
+ * barrier between one warp's shared-memory writes and another's reads shows (the default order moves
+ * to the next warp at every warp operation, which hides it).
  *
  * Not modelled: timing, concurrency between blocks (and so races between blocks, atomics' contention),
  * the GPU memory model (every write is visible at once), the device's math (expf, logf, sqrtf and
  * double math are the host's libm; nvcc contracts a * b + c into FMAs where this build, with
  * -ffp-contract=off, does not), the tensor cores' rounding (ldmatrix, mma.sync and cp.async are
- * emulated below for cuda_attention_mma.cu, see "tensor-core PTX"), nvcuda::wmma, cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a
- * reference loop), streams (everything is synchronous).
+ * emulated below for cuda_attention_mma.cu, see "tensor-core PTX"; nvcuda::wmma for
+ * cuda_attention_wmma.cu, see "nvcuda::wmma", with a fragment layout of the emulation's choosing),
+ * cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a reference loop), streams (everything is
+ * synchronous).
  */
 #ifndef GT_CUDA_EMU_H
 #define GT_CUDA_EMU_H
