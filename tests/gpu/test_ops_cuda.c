@@ -42,8 +42,8 @@
  * bf16 mode that recomputation takes D from the GPU's forward output, as the GPU's backward does (the
  * CPU's output, rounded, differs from it by a bf16 step here and there, which such rows magnify).
  * Built with GT_CUDA_EMULATED (the CPU emulation of tests/gpu/emu, test cuda_kernels_emulated_match_cpu)
- * the wmma variant is left out with a SKIP line; the mma variant runs its real kernel source there
- * (ldmatrix, mma.sync and cp.async emulated by tests/gpu/emu/emu_ptx.h and cuda_emu.cpp).
+ * the wmma and mma variants run their real kernel sources (nvcuda::wmma emulated by
+ * tests/gpu/emu/emu_wmma.h, ldmatrix, mma.sync and cp.async by emu_ptx.h; the work in cuda_emu.cpp).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -984,11 +984,7 @@ int main(void) {
                 {1, 1, 2, 1, 128, 0.0f}, {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
             };
             const int n_tc = (int)(sizeof tc_shapes / sizeof tc_shapes[0]);
-#ifdef GT_CUDA_EMULATED /* the CPU emulation (tests/gpu/emu) runs mma's real source, not wmma's */
-            printf("SKIP bf16  attention wmma: nvcuda::wmma is not part of the CPU emulation\n");
-#else
             attention_variant_takes_all(1, "wmma", gt_cuda_attention_wmma_calls, tc_shapes, n_tc, quick);
-#endif
             attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
             /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must

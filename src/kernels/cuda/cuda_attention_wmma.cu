@@ -3,8 +3,20 @@
  * of cuda_attention.cu (same contract as ops.h's attention_forward / attention_backward), written with
  * nvcuda::wmma (16x16x16 bf16 fragments, fp32 accumulate).
  *
- *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
- *   *** on careful reading only until tests/gpu/test_ops_cuda.c has passed on a real GPU.
+ *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; trust it only once
+ *   *** tests/gpu/test_ops_cuda.c has passed on a real GPU.
+ *
+ * This source does run on the CPU (CTest cuda_kernels_emulated_match_cpu, _reverse_schedule and
+ * cuda_kernels_emulated_attention_warp_schedule, trainer_on_emulated_cuda; label unit: tests/gpu/emu):
+ * under GT_CUDA_EMULATED nvcuda::wmma comes from tests/gpu/emu/emu_wmma.h (nvcc's build is unchanged:
+ * same cubin), its operations warp-collective (all 32 lanes, the same arguments), pointers 32-byte
+ * aligned and ldm a multiple of 8 bf16 / 4 floats checked, layouts and ldm honoured, in a fragment
+ * layout of the emulation's choosing; the blocks' threads run as fibers with real barriers (and, in
+ * the _warp_schedule run, one warp at a time, so a missing barrier before another warp's tile is read
+ * shows). out, lse, dq, dk, dv agree with the CPU backend at test_ops_cuda's tolerances and repeat bit
+ * for bit there. Not checked there: the tensor cores' accumulation order and rounding, the hardware's
+ * fragment layout (the kernels must not depend on it: they never index fragments), registers, races
+ * between blocks, speed.
  *
  * Selection. Opt-in: used only when the environment variable GTRAIN_CUDA_ATTENTION=wmma (or =mma, for
  * the calls cuda_attention_mma.cu does not take: HD 32, unaligned tensors) is set (read
@@ -72,10 +84,19 @@
  * tensor cores, not the flash-attention-2 schedule (no cp.async pipelining, no wgmma).
  */
 #include <math.h>
-#include <mma.h>
 #include <string.h>
 
 #include "cuda_common.cuh"
+
+/* nvcuda::wmma: the toolkit's <mma.h> for nvcc; the CPU emulation (tests/gpu/emu, GT_CUDA_EMULATED,
+ * built by the host compiler, which cannot take <mma.h>'s device intrinsics) gets a host one with the
+ * same names and signatures from emu_wmma.h. nvcc never defines GT_CUDA_EMULATED, so the device code is
+ * unchanged by this. */
+#ifdef GT_CUDA_EMULATED
+#include "emu_wmma.h"
+#else
+#include <mma.h>
+#endif
 
 using namespace nvcuda;
 

@@ -8,11 +8,12 @@
  *       dweight (OC, IC) fp32 += inp^T-dout products, always accumulated (beta = 1). An empty inner
  *       dimension leaves a zero output (or the old one, accumulating), as lt_matmul does. The matmul
  *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
- *   cuda_attention_wmma.cu / _cudnn.cu (nvcuda::wmma, whose fragment layout is opaque; cuDNN) -> never
- *       taken: their entries return 0 ("run the default kernels"), their call counters stay 0, cuDNN
- *       reports itself as not loaded. gt_cuda_attention_force_variant is kept: forcing mma (2), or
- *       GTRAIN_CUDA_ATTENTION=mma, runs cuda_attention_mma.cu itself, which IS emulated (its inline PTX
- *       through emu_ptx.h); forcing wmma or cudnn (or naming them) runs the default kernels.
+ *   cuda_attention_cudnn.cu (cuDNN) -> never taken: its entries return 0 ("run the default kernels"),
+ *       its call counter stays 0, cuDNN reports itself as not loaded. GTRAIN_CUDA_ATTENTION=cudnn (or
+ *       forcing variant 3) therefore runs the default kernels. The variant selection itself
+ *       (gt_cuda_attention_variant, _force_variant, GTRAIN_CUDA_ATTENTION=wmma or =mma) is
+ *       cuda_attention_wmma.cu's own: that file and cuda_attention_mma.cu ARE emulated (nvcuda::wmma
+ *       through emu_wmma.h, the mma file's inline PTX through emu_ptx.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,31 +106,10 @@ void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {
     }
 }
 
-/* ---------------------------------------------------------------- attention variants: wmma, cudnn never taken */
+/* ---------------------------------------------------------------- attention variant: cudnn never taken */
 
-static int g_forced_variant = -1;
-
-extern "C" void gt_cuda_attention_force_variant(int variant) {
-    g_forced_variant = variant < 0 ? -1 : variant > 3 ? 0 : variant;
-}
-/* a forced variant, else GTRAIN_CUDA_ATTENTION=mma (the one emulated variant: the trainer's test runs
- * it); any other value runs the default kernels */
-int gt_cuda_attention_variant(void) {
-    if (g_forced_variant >= 0) return g_forced_variant;
-    const char *e = getenv("GTRAIN_CUDA_ATTENTION");
-    return e && strcmp(e, "mma") == 0 ? 2 : 0;
-}
-extern "C" long gt_cuda_attention_wmma_calls(void) { return 0; }
 extern "C" long gt_cuda_attention_cudnn_calls(void) { return 0; }
 
-int gt_cuda_attention_wmma_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
-                                   float, gt_rng_key) {
-    return 0;
-}
-int gt_cuda_attention_wmma_backward(void *, void *, void *, const void *, const void *, const void *, const void *,
-                                    const void *, const float *, int, int, int, int, int, float, gt_rng_key) {
-    return 0;
-}
 int gt_cuda_attention_cudnn_forward(void *, float *, const void *, const void *, const void *, int, int, int, int, int,
                                     float) {
     return 0;
