@@ -53,9 +53,9 @@ typedef struct gt_mem_estimate {
 
 /* Device memory beside gtrain's tracked buffers, per rank (0 on the CPU), counted in every total:
  *   - cuBLASLt's fixed workspace (cuda_matmul.cu);
- *   - NCCL's communication buffers when the run makes an NCCL communicator (train.c: dist.comm = nccl,
- *     or auto on more than one rank; one GPU otherwise gets the local communicator and NCCL holds
- *     nothing), an estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends
+ *   - NCCL's communication buffers when the run makes an NCCL communicator (gt_plan_uses_nccl, which
+ *     train.c's choice of communicator calls: dist.comm = nccl, or auto on more than one rank; one GPU
+ *     otherwise gets the local communicator and NCCL holds nothing), an estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends
  *     on the topology);
  *   - with GTRAIN_CUDA_ATTENTION=cudnn, the scratch cuDNN's attention backward allocates for its call
  *     (cuda_attention_cudnn.cu): D (B, NH, T) and the fp32 dQ accumulator (B, NH, T, HD); cuDNN's own

@@ -288,23 +288,23 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (is_cuda && world == 1 && strcmp(cfg->dist.comm, "nccl") != 0) {
+    if (!is_cuda && strcmp(cfg->dist.comm, "nccl") == 0) {
+        snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
+        return fail_input(rank, msg);
+    } else if (gt_plan_uses_nccl(is_cuda, world, cfg->dist.comm)) {
+        /* comm = nccl, or auto on more than one GPU rank: the planner counts NCCL's buffers by this rule */
+        char why[256];
+        comm = gt_comm_create_nccl(world_comm, why, sizeof why);
+        if (!comm) {
+            snprintf(msg, sizeof msg, "%s: [dist] comm: NCCL is not usable: %s", cfg->path, why);
+            return fail_input(rank, msg);
+        }
+    } else if (is_cuda && world == 1) {
         /* one GPU: nothing to reduce, so no NCCL (or host MPI) for collectives never made */
         char why[256];
         comm = gt_comm_create_local(world_comm, ops->copy, why, sizeof why);
         if (!comm) {
             snprintf(msg, sizeof msg, "%s: [dist] comm: %s", cfg->path, why);
-            return fail_input(rank, msg);
-        }
-    } else if (strcmp(cfg->dist.comm, "nccl") == 0 || (strcmp(cfg->dist.comm, "auto") == 0 && is_cuda)) {
-        if (!is_cuda) {
-            snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
-            return fail_input(rank, msg);
-        }
-        char why[256];
-        comm = gt_comm_create_nccl(world_comm, why, sizeof why);
-        if (!comm) {
-            snprintf(msg, sizeof msg, "%s: [dist] comm: NCCL is not usable: %s", cfg->path, why);
             return fail_input(rank, msg);
         }
     } else {
