@@ -2,12 +2,12 @@
  * rules. */
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
+#include "errmsg.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
-static void seterr(char *err, size_t len, const char *fmt, ...) {
-    if (!err || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t rd32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -73,14 +65,14 @@ int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, s
     *paths_out = NULL;
     *n_out = 0;
     if (!spec || !*spec) {
-        seterr(err, err_len, "token data: no file name given");
+        gt_errorf(err, err_len, "token data: no file name given");
         return -1;
     }
     char *copy = strdup(spec);
     char **paths = NULL;
     int n = 0, cap = 0, rc = 0;
     if (!copy) {
-        seterr(err, err_len, "%s: out of memory", spec);
+        gt_errorf(err, err_len, "%s: out of memory", spec);
         return -1;
     }
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
@@ -95,10 +87,10 @@ int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, s
         glob_t g;
         int grc = glob(tok, GLOB_ERR, NULL, &g); /* sorted by name (no GLOB_NOSORT) */
         if (grc == GLOB_NOMATCH) {
-            seterr(err, err_len, "%s: the pattern matches no file", tok);
+            gt_errorf(err, err_len, "%s: the pattern matches no file", tok);
             rc = -1;
         } else if (grc != 0) {
-            seterr(err, err_len, "%s: cannot expand the pattern: %s", tok,
+            gt_errorf(err, err_len, "%s: cannot expand the pattern: %s", tok,
                    grc == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
             rc = -1;
         } else {
@@ -108,9 +100,9 @@ int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, s
         if (grc != GLOB_NOMATCH) globfree(&g);
     }
     free(copy);
-    if (rc == -2) seterr(err, err_len, "%s: out of memory", spec);
+    if (rc == -2) gt_errorf(err, err_len, "%s: out of memory", spec);
     if (!rc && n == 0) {
-        seterr(err, err_len, "'%s': no file name given", spec);
+        gt_errorf(err, err_len, "'%s': no file name given", spec);
         rc = -1;
     }
     if (rc) {
@@ -159,37 +151,37 @@ static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
     memset(s, 0, sizeof *s);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        seterr(err, err_len, "%s: cannot open token data file: %s", path, strerror(errno));
+        gt_errorf(err, err_len, "%s: cannot open token data file: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        seterr(err, err_len, "%s: cannot stat: %s", path, strerror(errno));
+        gt_errorf(err, err_len, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        seterr(err, err_len, "%s: not a regular file", path);
+        gt_errorf(err, err_len, "%s: not a regular file", path);
         close(fd);
         return -1;
     }
     uint64_t fsize = (uint64_t)st.st_size;
     if (fsize < 8) {
-        seterr(err, err_len, "%s: truncated header: file has %llu bytes, a gtrain token file has a "
+        gt_errorf(err, err_len, "%s: truncated header: file has %llu bytes, a gtrain token file has a "
                "%d-byte header (an llm.c shard %d)", path, (unsigned long long)fsize, GT_DATA_HEADER_BYTES,
                GT_LLMC_HEADER_BYTES);
         close(fd);
         return -1;
     }
     if (fsize > (uint64_t)SIZE_MAX) {
-        seterr(err, err_len, "%s: file too large to map", path);
+        gt_errorf(err, err_len, "%s: file too large to map", path);
         close(fd);
         return -1;
     }
     void *m = mmap(NULL, (size_t)fsize, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
-        seterr(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
+        gt_errorf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
         return -1;
     }
     const unsigned char *h = m;
@@ -267,14 +259,14 @@ static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
         why = buf;
     }
     if (why) {
-        seterr(err, err_len, "%s: %s", path, why);
+        gt_errorf(err, err_len, "%s: %s", path, why);
         munmap(m, (size_t)fsize);
         return -1;
     }
     s->path = strdup(path);
     if (!s->path) {
         munmap(m, (size_t)fsize);
-        seterr(err, err_len, "%s: out of memory", path);
+        gt_errorf(err, err_len, "%s: out of memory", path);
         return -1;
     }
     s->map = m;
@@ -302,7 +294,7 @@ gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
         d->base = calloc((size_t)n + 1, sizeof *d->base);
     }
     if (!d || !d->spec || !d->s || !d->base) {
-        seterr(err, err_len, "%s: out of memory", spec);
+        gt_errorf(err, err_len, "%s: out of memory", spec);
         gt_data_free_paths(paths, n);
         gt_data_close(d);
         return NULL;
@@ -415,10 +407,10 @@ int gt_data_check_vocab(const gt_data *d, int model_vocab, char *err, size_t err
         int mx = shard_max_token(s);
         if (mx < model_vocab) continue;
         if (s->llmc)
-            seterr(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (an llm.c shard: "
+            gt_errorf(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (an llm.c shard: "
                    "the data was tokenised for a larger vocabulary)", s->path, mx, model_vocab);
         else
-            seterr(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (the file was made "
+            gt_errorf(err, err_len, "%s: token id %d is outside [model] vocab_size = %d (the file was made "
                    "for a vocabulary of %u)", s->path, mx, model_vocab, s->vocab);
         return -1;
     }
@@ -445,7 +437,7 @@ static void ensure_tables(const gt_data *cd, int T) {
 
 int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len) {
     if (T < 1) {
-        seterr(err, err_len, "%s: sequence length %d must be >= 1", d->spec, T);
+        gt_errorf(err, err_len, "%s: sequence length %d must be >= 1", d->spec, T);
         return -1;
     }
     ensure_tables(d, T);
@@ -453,11 +445,11 @@ int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len) {
     int big = 0;
     for (int i = 1; i < d->n; i++) big = d->s[i].count > d->s[big].count ? i : big;
     if (d->n == 1)
-        seterr(err, err_len, "%s: too few tokens for seq_len %d: the file has %llu tokens, "
+        gt_errorf(err, err_len, "%s: too few tokens for seq_len %d: the file has %llu tokens, "
                "need at least seq_len+1 = %llu", d->s[0].path, T, (unsigned long long)d->s[0].count,
                (unsigned long long)T + 1);
     else
-        seterr(err, err_len, "%s: too few tokens for seq_len %d: no file has seq_len+1 = %llu tokens "
+        gt_errorf(err, err_len, "%s: too few tokens for seq_len %d: no file has seq_len+1 = %llu tokens "
                "(windows never cross files; the largest, %s, has %llu)", d->spec, T,
                (unsigned long long)T + 1, d->s[big].path, (unsigned long long)d->s[big].count);
     return -1;
@@ -572,12 +564,12 @@ struct gt_data_writer {
 gt_data_writer *gt_data_writer_open(const char *path, int token_bytes, uint32_t vocab_size, char *err,
                                     size_t err_len) {
     if (token_bytes != 2 && token_bytes != 4) {
-        seterr(err, err_len, "%s: token_bytes %d must be 2 or 4", path, token_bytes);
+        gt_errorf(err, err_len, "%s: token_bytes %d must be 2 or 4", path, token_bytes);
         return NULL;
     }
     if (vocab_size == 0 || (token_bytes == 2 && vocab_size > 65536u) ||
         (token_bytes == 4 && vocab_size > (uint32_t)INT32_MAX)) {
-        seterr(err, err_len, "%s: vocab_size %u does not fit %d-byte tokens", path, vocab_size,
+        gt_errorf(err, err_len, "%s: vocab_size %u does not fit %d-byte tokens", path, vocab_size,
                token_bytes);
         return NULL;
     }
@@ -586,13 +578,13 @@ gt_data_writer *gt_data_writer_open(const char *path, int token_bytes, uint32_t 
     if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(n))) {
         if (w) free(w->path);
         free(w);
-        seterr(err, err_len, "%s: out of memory", path);
+        gt_errorf(err, err_len, "%s: out of memory", path);
         return NULL;
     }
     snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
     w->f = fopen(w->tmp, "wb");
     if (!w->f) {
-        seterr(err, err_len, "%s: cannot create: %s", w->tmp, strerror(errno));
+        gt_errorf(err, err_len, "%s: cannot create: %s", w->tmp, strerror(errno));
         free(w->tmp);
         free(w->path);
         free(w);
@@ -603,7 +595,7 @@ gt_data_writer *gt_data_writer_open(const char *path, int token_bytes, uint32_t 
     unsigned char hdr[GT_DATA_HEADER_BYTES];
     gt_data_encode_header(hdr, (uint32_t)token_bytes, 0, vocab_size); /* count patched at finish */
     if (fwrite(hdr, 1, sizeof hdr, w->f) != sizeof hdr) {
-        seterr(err, err_len, "%s: write failed: %s", w->tmp, strerror(errno));
+        gt_errorf(err, err_len, "%s: write failed: %s", w->tmp, strerror(errno));
         gt_data_writer_abort(w);
         return NULL;
     }
@@ -619,14 +611,14 @@ int gt_data_writer_append(gt_data_writer *w, const int32_t *tokens, size_t n, ch
         for (size_t i = 0; i < k; i++) {
             int32_t v = tokens[done + i];
             if (v < 0 || (uint32_t)v >= w->vocab) {
-                seterr(err, err_len, "%s: token %ld at position %llu is outside [0, %u)", w->path,
+                gt_errorf(err, err_len, "%s: token %ld at position %llu is outside [0, %u)", w->path,
                        (long)v, (unsigned long long)(w->count + i), w->vocab);
                 return -1;
             }
             for (int b = 0; b < w->tb; b++) buf[i * w->tb + b] = (unsigned char)((uint32_t)v >> (8 * b));
         }
         if (fwrite(buf, (size_t)w->tb, k, w->f) != k) {
-            seterr(err, err_len, "%s: write failed: %s", w->tmp, strerror(errno));
+            gt_errorf(err, err_len, "%s: write failed: %s", w->tmp, strerror(errno));
             return -1;
         }
         w->count += k;
@@ -680,12 +672,12 @@ int gt_data_writer_finish(gt_data_writer *w, char *err, size_t err_len) {
         saved = errno;
     }
     if (!ok) {
-        seterr(err, err_len, "%s: write failed: %s", w->tmp, strerror(saved));
+        gt_errorf(err, err_len, "%s: write failed: %s", w->tmp, strerror(saved));
         gt_data_writer_abort(w);
         return -1;
     }
     if (rename(w->tmp, w->path) != 0) {
-        seterr(err, err_len, "%s: cannot rename %s into place: %s", w->path, w->tmp, strerror(errno));
+        gt_errorf(err, err_len, "%s: cannot rename %s into place: %s", w->path, w->tmp, strerror(errno));
         gt_data_writer_abort(w);
         return -1;
     }

@@ -10,19 +10,12 @@
 
 #include "safetensors.h"
 
+#include "errmsg.h"
+
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failf(char *err, size_t err_len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return 2;
-}
 
 static int dtype_of(const char *s, gt_st_dtype *d) {
     if (strcmp(s, "F32") == 0) *d = GT_ST_F32;
@@ -59,30 +52,30 @@ int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64
     memset(out, 0, sizeof *out);
     out->file_size = file_size;
     if (file_size < 8 || len < 8)
-        return failf(err, err_len, "%s: %llu bytes, too short for a safetensors file (expected an 8-byte header "
-                     "length first)", file, (unsigned long long)file_size);
+        return gt_errorf(err, err_len, "%s: %llu bytes, too short for a safetensors file (expected an 8-byte "
+                         "header length first)", file, (unsigned long long)file_size);
     uint64_t n = gt_st_le64(bytes);
     if (n > GT_ST_HEADER_MAX)
-        return failf(err, err_len, "%s: header length %llu is over the format's 100 MiB limit (not a safetensors "
-                     "file?)", file, (unsigned long long)n);
+        return gt_errorf(err, err_len, "%s: header length %llu is over the format's 100 MiB limit (not a "
+                         "safetensors file?)", file, (unsigned long long)n);
     if (n > file_size - 8 || n > len - 8)
-        return failf(err, err_len, "%s: header length %llu runs past the end of the file (%llu bytes; truncated?)",
-                     file, (unsigned long long)n, (unsigned long long)file_size);
+        return gt_errorf(err, err_len, "%s: header length %llu runs past the end of the file (%llu bytes; "
+                         "truncated?)", file, (unsigned long long)n, (unsigned long long)file_size);
     out->data_start = 8 + n;
     uint64_t data_len = file_size - out->data_start;
     json_error_t jerr;
     json_t *root = json_loadb((const char *)bytes + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return failf(err, err_len, "%s: the header is not JSON (%s, at byte %d of the header)", file, jerr.text,
-                     jerr.position);
+        return gt_errorf(err, err_len, "%s: the header is not JSON (%s, at byte %d of the header)", file,
+                         jerr.text, jerr.position);
     int rc = 0;
     if (!json_is_object(root)) {
-        rc = failf(err, err_len, "%s: the header is not a JSON object", file);
+        rc = gt_errorf(err, err_len, "%s: the header is not a JSON object", file);
         goto done;
     }
     out->tensors = calloc(json_object_size(root) + 1, sizeof *out->tensors);
     if (!out->tensors) {
-        rc = failf(err, err_len, "%s: out of memory for %zu tensors", file, json_object_size(root));
+        rc = gt_errorf(err, err_len, "%s: out of memory for %zu tensors", file, json_object_size(root));
         goto done;
     }
     const char *key;
@@ -94,18 +87,18 @@ int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64
         json_t *offs = json_object_get(entry, "data_offsets");
         if (!json_is_object(entry) || !json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offs) ||
             json_array_size(offs) != 2) {
-            rc = failf(err, err_len, "%s: tensor %s: expected {\"dtype\": ..., \"shape\": [...], \"data_offsets\": "
-                       "[begin, end]} in the header", file, key);
+            rc = gt_errorf(err, err_len, "%s: tensor %s: expected {\"dtype\": ..., \"shape\": [...], "
+                           "\"data_offsets\": [begin, end]} in the header", file, key);
             goto done;
         }
         if (dtype_of(json_string_value(dtype), &t->dtype) != 0) {
-            rc = failf(err, err_len, "%s: tensor %s: dtype %.16s is not supported (expected BF16, F16 or F32)", file,
-                       key, json_string_value(dtype));
+            rc = gt_errorf(err, err_len, "%s: tensor %s: dtype %.16s is not supported (expected BF16, F16 or "
+                           "F32)", file, key, json_string_value(dtype));
             goto done;
         }
         if (json_array_size(shape) > 8) {
-            rc = failf(err, err_len, "%s: tensor %s: %zu dimensions (expected at most 8)", file, key,
-                       json_array_size(shape));
+            rc = gt_errorf(err, err_len, "%s: tensor %s: %zu dimensions (expected at most 8)", file, key,
+                           json_array_size(shape));
             goto done;
         }
         t->ndim = (int)json_array_size(shape);
@@ -113,7 +106,8 @@ int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64
         int overflow = 0;
         for (int d = 0; d < t->ndim; d++) {
             if (json_u64(json_array_get(shape, (size_t)d), &t->shape[d]) != 0) {
-                rc = failf(err, err_len, "%s: tensor %s: shape entry %d is not a non-negative integer", file, key, d);
+                rc = gt_errorf(err, err_len, "%s: tensor %s: shape entry %d is not a non-negative integer", file,
+                               key, d);
                 goto done;
             }
             if (t->shape[d] && numel > UINT64_MAX / 8 / t->shape[d]) overflow = 1;
@@ -121,26 +115,28 @@ int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64
         }
         if (json_u64(json_array_get(offs, 0), &t->begin) != 0 || json_u64(json_array_get(offs, 1), &t->end) != 0 ||
             t->begin > t->end) {
-            rc = failf(err, err_len, "%s: tensor %s: data_offsets are not [begin, end] with 0 <= begin <= end", file,
-                       key);
+            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets are not [begin, end] with 0 <= begin <= "
+                           "end", file, key);
             goto done;
         }
         if (t->end > data_len) {
-            rc = failf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the data (%llu "
-                       "bytes after the header; truncated file?)", file, key, (unsigned long long)t->begin,
-                       (unsigned long long)t->end, (unsigned long long)data_len);
+            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the data "
+                           "(%llu bytes after the header; truncated file?)", file, key, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)data_len);
             goto done;
         }
         if (overflow || numel * gt_st_dtype_bytes(t->dtype) != t->end - t->begin) {
-            rc = failf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes, but its shape and "
-                       "dtype %s need %s%llu", file, key, (unsigned long long)t->begin, (unsigned long long)t->end,
-                       (unsigned long long)(t->end - t->begin), json_string_value(dtype), overflow ? "more than " : "",
-                       overflow ? (unsigned long long)UINT64_MAX / 8 : (unsigned long long)(numel * gt_st_dtype_bytes(t->dtype)));
+            unsigned long long need = overflow ? (unsigned long long)UINT64_MAX / 8
+                                               : (unsigned long long)(numel * gt_st_dtype_bytes(t->dtype));
+            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes, but its shape "
+                           "and dtype %s need %s%llu", file, key, (unsigned long long)t->begin,
+                           (unsigned long long)t->end, (unsigned long long)(t->end - t->begin),
+                           json_string_value(dtype), overflow ? "more than " : "", need);
             goto done;
         }
         t->name = strdup(key);
         if (!t->name) {
-            rc = failf(err, err_len, "%s: out of memory", file);
+            rc = gt_errorf(err, err_len, "%s: out of memory", file);
             goto done;
         }
         out->n_tensors++;
