@@ -146,139 +146,171 @@ static void unmap_shard(shard *s) {
     free(s->path);
 }
 
-/* Opens one file into *s. 0, or -1 + a message naming the file. */
-static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
-    memset(s, 0, sizeof *s);
+/* Maps PATH read-only: *map and *size, or -1 + a message naming the file. A file too short to hold
+ * any magic (8 bytes) is refused here, so the header readers below may read the first 8 bytes. */
+static int map_file(const char *path, const unsigned char **map, uint64_t *size, char *err, size_t err_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         gt_errorf(err, err_len, "%s: cannot open token data file: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    int bad = 1;
+    if (fstat(fd, &st) != 0)
         gt_errorf(err, err_len, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    else if (!S_ISREG(st.st_mode))
         gt_errorf(err, err_len, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    uint64_t fsize = (uint64_t)st.st_size;
-    if (fsize < 8) {
+    else if ((uint64_t)st.st_size < 8)
         gt_errorf(err, err_len, "%s: truncated header: file has %llu bytes, a gtrain token file has a "
-               "%d-byte header (an llm.c shard %d)", path, (unsigned long long)fsize, GT_DATA_HEADER_BYTES,
-               GT_LLMC_HEADER_BYTES);
-        close(fd);
-        return -1;
-    }
-    if (fsize > (uint64_t)SIZE_MAX) {
+                  "%d-byte header (an llm.c shard %d)", path, (unsigned long long)st.st_size,
+                  GT_DATA_HEADER_BYTES, GT_LLMC_HEADER_BYTES);
+    else if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX)
         gt_errorf(err, err_len, "%s: file too large to map", path);
+    else
+        bad = 0;
+    if (bad) {
         close(fd);
         return -1;
     }
-    void *m = mmap(NULL, (size_t)fsize, PROT_READ, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         gt_errorf(err, err_len, "%s: mmap failed: %s", path, strerror(errno));
         return -1;
     }
-    const unsigned char *h = m;
-    const char *why = NULL;
-    char buf[300];
-    uint64_t count = 0, hdr = 0;
-    uint32_t vocab = 0, tb = 0, magic = rd32(h);
-    int llmc = 0;
-    if (memcmp(h, GT_DATA_MAGIC, 8) == 0) {
-        hdr = GT_DATA_HEADER_BYTES;
-        uint32_t version = fsize >= hdr ? rd32(h + 8) : 0, reserved = fsize >= hdr ? rd32(h + 28) : 0;
-        tb = fsize >= hdr ? rd32(h + 12) : 0;
-        vocab = fsize >= hdr ? rd32(h + 24) : 0;
-        count = fsize >= hdr ? rd64(h + 16) : 0;
-        if (fsize < hdr) {
-            snprintf(buf, sizeof buf, "truncated header: file has %llu bytes, a gtrain token file has a "
-                     "%d-byte header", (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
-            why = buf;
-        } else if (version != GT_DATA_VERSION) {
-            snprintf(buf, sizeof buf, "unsupported format version %u (this gtrain reads version %u)",
-                     version, GT_DATA_VERSION);
-            why = buf;
-        } else if (tb != 2 && tb != 4) {
-            snprintf(buf, sizeof buf, "unsupported token width token_bytes=%u (must be 2 or 4)", tb);
-            why = buf;
-        } else if (vocab == 0) {
-            why = "vocab_size is 0";
-        } else if (tb == 2 && vocab > 65536u) {
-            snprintf(buf, sizeof buf, "vocab_size %u does not fit 2-byte tokens (max 65536)", vocab);
-            why = buf;
-        } else if (reserved != 0) {
-            snprintf(buf, sizeof buf, "reserved header field is %u, must be 0", reserved);
-            why = buf;
-        }
-    } else if (magic == GT_LLMC_MAGIC || magic == GT_LLMC_MAGIC_U32) {
-        llmc = 1;
-        hdr = GT_LLMC_HEADER_BYTES;
-        uint32_t want_version = magic == GT_LLMC_MAGIC ? 1u : 7u;
-        tb = magic == GT_LLMC_MAGIC ? 2u : 4u;
-        uint32_t version = fsize >= hdr ? rd32(h + 4) : 0;
-        int32_t n = fsize >= hdr ? (int32_t)rd32(h + 8) : 0;
-        count = n < 0 ? 0 : (uint64_t)n;
-        if (fsize < hdr) {
-            snprintf(buf, sizeof buf, "truncated llm.c header: file has %llu bytes, an llm.c shard has a "
-                     "%d-byte header (256 int32)", (unsigned long long)fsize, GT_LLMC_HEADER_BYTES);
-            why = buf;
-        } else if (version != want_version) {
-            snprintf(buf, sizeof buf, "unsupported llm.c shard version %u (magic %u goes with version %u)",
-                     version, magic, want_version);
-            why = buf;
-        } else if (n < 0) {
-            snprintf(buf, sizeof buf, "llm.c header has a negative token count %d", (int)n);
-            why = buf;
-        }
-    } else if (fsize < GT_DATA_HEADER_BYTES) {
-        snprintf(buf, sizeof buf, "truncated header: file has %llu bytes, a gtrain token file has a "
+    *map = m;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* What a shard's header says. */
+typedef struct header {
+    uint64_t hdr;   /* header bytes */
+    uint64_t count; /* tokens */
+    uint32_t vocab; /* 0 for llm.c (not recorded) */
+    uint32_t tb;    /* token bytes */
+    int llmc;
+} header;
+
+/* The checks below return NULL for a good header, else why it is not (in buf or a literal). */
+
+static const char *read_gtrain_header(const unsigned char *h, uint64_t fsize, header *o, char *buf,
+                                      size_t len) {
+    o->hdr = GT_DATA_HEADER_BYTES;
+    if (fsize < o->hdr) {
+        snprintf(buf, len, "truncated header: file has %llu bytes, a gtrain token file has a "
                  "%d-byte header", (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
-        why = buf;
-    } else {
-        why = "bad magic (neither a gtrain token file, \"GTRNTOK\\0\" in the first 8 bytes, made by "
-              "gtrain-prep or tools/prep_tokenized.py, nor an llm.c shard, int32 20240520 or 20240801)";
+        return buf;
     }
-    const char *kind = llmc ? "llm.c header" : "header";
-    if (!why && (count > (UINT64_MAX - hdr) / tb || fsize != hdr + count * tb)) {
-        snprintf(buf, sizeof buf,
+    uint32_t version = rd32(h + 8), reserved = rd32(h + 28);
+    o->tb = rd32(h + 12);
+    o->vocab = rd32(h + 24);
+    o->count = rd64(h + 16);
+    if (version != GT_DATA_VERSION)
+        snprintf(buf, len, "unsupported format version %u (this gtrain reads version %u)", version,
+                 GT_DATA_VERSION);
+    else if (o->tb != 2 && o->tb != 4)
+        snprintf(buf, len, "unsupported token width token_bytes=%u (must be 2 or 4)", o->tb);
+    else if (o->vocab == 0)
+        return "vocab_size is 0";
+    else if (o->tb == 2 && o->vocab > 65536u)
+        snprintf(buf, len, "vocab_size %u does not fit 2-byte tokens (max 65536)", o->vocab);
+    else if (reserved != 0)
+        snprintf(buf, len, "reserved header field is %u, must be 0", reserved);
+    else
+        return NULL;
+    return buf;
+}
+
+static const char *read_llmc_header(const unsigned char *h, uint64_t fsize, uint32_t magic, header *o,
+                                    char *buf, size_t len) {
+    o->llmc = 1;
+    o->hdr = GT_LLMC_HEADER_BYTES;
+    o->tb = magic == GT_LLMC_MAGIC ? 2u : 4u;
+    uint32_t want_version = magic == GT_LLMC_MAGIC ? 1u : 7u;
+    if (fsize < o->hdr) {
+        snprintf(buf, len, "truncated llm.c header: file has %llu bytes, an llm.c shard has a "
+                 "%d-byte header (256 int32)", (unsigned long long)fsize, GT_LLMC_HEADER_BYTES);
+        return buf;
+    }
+    uint32_t version = rd32(h + 4);
+    int32_t n = (int32_t)rd32(h + 8);
+    o->count = n < 0 ? 0 : (uint64_t)n;
+    if (version != want_version)
+        snprintf(buf, len, "unsupported llm.c shard version %u (magic %u goes with version %u)", version,
+                 magic, want_version);
+    else if (n < 0)
+        snprintf(buf, len, "llm.c header has a negative token count %d", (int)n);
+    else
+        return NULL;
+    return buf;
+}
+
+/* Tells the two formats apart by their first bytes and reads the header. */
+static const char *read_header(const unsigned char *h, uint64_t fsize, header *o, char *buf, size_t len) {
+    memset(o, 0, sizeof *o);
+    uint32_t magic = rd32(h);
+    if (memcmp(h, GT_DATA_MAGIC, 8) == 0) return read_gtrain_header(h, fsize, o, buf, len);
+    if (magic == GT_LLMC_MAGIC || magic == GT_LLMC_MAGIC_U32) return read_llmc_header(h, fsize, magic, o, buf, len);
+    if (fsize < GT_DATA_HEADER_BYTES) {
+        snprintf(buf, len, "truncated header: file has %llu bytes, a gtrain token file has a "
+                 "%d-byte header", (unsigned long long)fsize, GT_DATA_HEADER_BYTES);
+        return buf;
+    }
+    return "bad magic (neither a gtrain token file, \"GTRNTOK\\0\" in the first 8 bytes, made by "
+           "gtrain-prep or tools/prep_tokenized.py, nor an llm.c shard, int32 20240520 or 20240801)";
+}
+
+/* The file must hold exactly the header and the tokens it announces, and at least 2 tokens. */
+static const char *check_size(const header *o, uint64_t fsize, char *buf, size_t len) {
+    int overflow = o->count > (UINT64_MAX - o->hdr) / o->tb;
+    if (overflow || fsize != o->hdr + o->count * o->tb) {
+        snprintf(buf, len,
                  "size mismatch: %s says %llu tokens of %u bytes (%llu bytes with the header) "
                  "but the file has %llu bytes (truncated or corrupt?)",
-                 kind, (unsigned long long)count, tb,
-                 count > (UINT64_MAX - hdr) / tb ? 0ULL : (unsigned long long)(hdr + count * tb),
-                 (unsigned long long)fsize);
-        why = buf;
-    } else if (!why && count < 2) {
-        snprintf(buf, sizeof buf, "too few tokens: %llu (need at least 2, and seq_len+1 to train)",
-                 (unsigned long long)count);
-        why = buf;
+                 o->llmc ? "llm.c header" : "header", (unsigned long long)o->count, o->tb,
+                 overflow ? 0ULL : (unsigned long long)(o->hdr + o->count * o->tb), (unsigned long long)fsize);
+        return buf;
     }
+    if (o->count < 2) {
+        snprintf(buf, len, "too few tokens: %llu (need at least 2, and seq_len+1 to train)",
+                 (unsigned long long)o->count);
+        return buf;
+    }
+    return NULL;
+}
+
+/* Opens one file into *s. 0, or -1 + a message naming the file. */
+static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
+    memset(s, 0, sizeof *s);
+    const unsigned char *m;
+    uint64_t fsize;
+    if (map_file(path, &m, &fsize, err, err_len) != 0) return -1;
+    header o;
+    char buf[300];
+    const char *why = read_header(m, fsize, &o, buf, sizeof buf);
+    if (!why) why = check_size(&o, fsize, buf, sizeof buf);
     if (why) {
         gt_errorf(err, err_len, "%s: %s", path, why);
-        munmap(m, (size_t)fsize);
+        munmap((void *)m, (size_t)fsize);
         return -1;
     }
     s->path = strdup(path);
     if (!s->path) {
-        munmap(m, (size_t)fsize);
+        munmap((void *)m, (size_t)fsize);
         gt_errorf(err, err_len, "%s: out of memory", path);
         return -1;
     }
     s->map = m;
     s->map_len = (size_t)fsize;
-    s->tok = h + hdr;
-    s->count = count;
-    s->vocab = llmc ? 0 : vocab;
-    s->tb = (int)tb;
-    s->llmc = llmc;
+    s->tok = m + o.hdr;
+    s->count = o.count;
+    s->vocab = o.vocab; /* 0 for llm.c */
+    s->tb = (int)o.tb;
+    s->llmc = o.llmc;
     s->max_tok = -1;
 #ifdef MADV_RANDOM
-    madvise(m, (size_t)fsize, MADV_RANDOM);
+    madvise((void *)m, (size_t)fsize, MADV_RANDOM);
 #endif
     return 0;
 }
