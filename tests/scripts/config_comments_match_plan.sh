@@ -8,7 +8,8 @@
 #   ;     total 69.99 GiB (activations 13.36 GiB) fits the budget ...
 #   ;
 #
-# The block ends at a bare ";" (or the end of the comment). Each quoted line must be a line of the
+# The block is the lines indented by two or more blanks after the ";" that follow the command; prose
+# (one blank) or a bare ";" ends it. Each quoted line must be a line of the
 # command's output (runs of blanks count as one), in the same order; a "..." line stands for lines
 # left out. So a number in such a block is the planner's, and a planner change that moves it fails
 # here, naming the config and the line, until the comment is updated from the printed output.
@@ -30,7 +31,7 @@ for ini in configs/*.ini; do
       if ! "$gtrain" --plan "${args[@]}" 2>&1 | norm >"$out"; then
         echo "FAIL $ini: \`$cmd\` failed:" >&2; cat "$out" >&2; bad=1
       fi
-      line_no=0
+      line_no=0 shown=0
       continue
     fi
     want=$(printf '%s\n' "$text" | norm)
@@ -40,14 +41,14 @@ for ini in configs/*.ini; do
     if [[ -z $found ]]; then
       echo "FAIL $ini: \`$cmd\` does not print (after its line $line_no):" >&2
       echo "    $want" >&2
-      echo "  it prints:" >&2; sed 's/^/    /' "$out" >&2
+      if ((!shown)); then echo "  it prints:" >&2; sed 's/^/    /' "$out" >&2; shown=1; fi
       bad=1
     else
       line_no=$found
     fi
   done < <(awk '
       /^;[[:space:]]+\$ build\/gtrain --plan / { sub(/^;[[:space:]]+\$ build\/gtrain --plan /, ""); print "CMD\t" $0; inb = 1; next }
-      inb && /^;[[:space:]]+[^[:space:]]/ { sub(/^;/, ""); print "LINE\t" $0; next }
+      inb && /^;[[:space:]][[:space:]]+[^[:space:]]/ { sub(/^;/, ""); print "LINE\t" $0; next }
       { inb = 0 }' "$ini")
 done
 if ((blocks == 0)); then echo "FAIL: no config quotes --plan (the pattern above found nothing)" >&2; exit 1; fi
