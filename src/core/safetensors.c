@@ -47,6 +47,51 @@ void gt_st_free(gt_st_header *h) {
     memset(h, 0, sizeof *h);
 }
 
+/* Checks one header entry, KEY: {"dtype", "shape", "data_offsets"} within data_len bytes of data,
+ * into *t (all but the name). 0, or 2 with err. */
+static int parse_entry(const char *file, const char *key, json_t *entry, uint64_t data_len, gt_st_tensor *t,
+                       char *err, size_t err_len) {
+    json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
+    json_t *offs = json_object_get(entry, "data_offsets");
+    if (!json_is_object(entry) || !json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offs) ||
+        json_array_size(offs) != 2)
+        return gt_errorf(err, err_len, "%s: tensor %s: expected {\"dtype\": ..., \"shape\": [...], "
+                         "\"data_offsets\": [begin, end]} in the header", file, key);
+    if (dtype_of(json_string_value(dtype), &t->dtype) != 0)
+        return gt_errorf(err, err_len, "%s: tensor %s: dtype %.16s is not supported (expected BF16, F16 or "
+                         "F32)", file, key, json_string_value(dtype));
+    if (json_array_size(shape) > 8)
+        return gt_errorf(err, err_len, "%s: tensor %s: %zu dimensions (expected at most 8)", file, key,
+                         json_array_size(shape));
+    t->ndim = (int)json_array_size(shape);
+    uint64_t numel = 1;
+    int overflow = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        if (json_u64(json_array_get(shape, (size_t)d), &t->shape[d]) != 0)
+            return gt_errorf(err, err_len, "%s: tensor %s: shape entry %d is not a non-negative integer", file,
+                             key, d);
+        if (t->shape[d] && numel > UINT64_MAX / 8 / t->shape[d]) overflow = 1;
+        else numel *= t->shape[d];
+    }
+    if (json_u64(json_array_get(offs, 0), &t->begin) != 0 || json_u64(json_array_get(offs, 1), &t->end) != 0 ||
+        t->begin > t->end)
+        return gt_errorf(err, err_len, "%s: tensor %s: data_offsets are not [begin, end] with 0 <= begin <= "
+                         "end", file, key);
+    if (t->end > data_len)
+        return gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the data "
+                         "(%llu bytes after the header; truncated file?)", file, key, (unsigned long long)t->begin,
+                         (unsigned long long)t->end, (unsigned long long)data_len);
+    if (overflow || numel * gt_st_dtype_bytes(t->dtype) != t->end - t->begin) {
+        unsigned long long need = overflow ? (unsigned long long)UINT64_MAX / 8
+                                           : (unsigned long long)(numel * gt_st_dtype_bytes(t->dtype));
+        return gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes, but its shape "
+                         "and dtype %s need %s%llu", file, key, (unsigned long long)t->begin,
+                         (unsigned long long)t->end, (unsigned long long)(t->end - t->begin),
+                         json_string_value(dtype), overflow ? "more than " : "", need);
+    }
+    return 0;
+}
+
 int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64_t file_size, gt_st_header *out,
                 char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
@@ -83,57 +128,7 @@ int gt_st_parse(const char *file, const unsigned char *bytes, size_t len, uint64
     json_object_foreach(root, key, entry) {
         if (strcmp(key, "__metadata__") == 0) continue;
         gt_st_tensor *t = &out->tensors[out->n_tensors];
-        json_t *dtype = json_object_get(entry, "dtype"), *shape = json_object_get(entry, "shape");
-        json_t *offs = json_object_get(entry, "data_offsets");
-        if (!json_is_object(entry) || !json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offs) ||
-            json_array_size(offs) != 2) {
-            rc = gt_errorf(err, err_len, "%s: tensor %s: expected {\"dtype\": ..., \"shape\": [...], "
-                           "\"data_offsets\": [begin, end]} in the header", file, key);
-            goto done;
-        }
-        if (dtype_of(json_string_value(dtype), &t->dtype) != 0) {
-            rc = gt_errorf(err, err_len, "%s: tensor %s: dtype %.16s is not supported (expected BF16, F16 or "
-                           "F32)", file, key, json_string_value(dtype));
-            goto done;
-        }
-        if (json_array_size(shape) > 8) {
-            rc = gt_errorf(err, err_len, "%s: tensor %s: %zu dimensions (expected at most 8)", file, key,
-                           json_array_size(shape));
-            goto done;
-        }
-        t->ndim = (int)json_array_size(shape);
-        uint64_t numel = 1;
-        int overflow = 0;
-        for (int d = 0; d < t->ndim; d++) {
-            if (json_u64(json_array_get(shape, (size_t)d), &t->shape[d]) != 0) {
-                rc = gt_errorf(err, err_len, "%s: tensor %s: shape entry %d is not a non-negative integer", file,
-                               key, d);
-                goto done;
-            }
-            if (t->shape[d] && numel > UINT64_MAX / 8 / t->shape[d]) overflow = 1;
-            else numel *= t->shape[d];
-        }
-        if (json_u64(json_array_get(offs, 0), &t->begin) != 0 || json_u64(json_array_get(offs, 1), &t->end) != 0 ||
-            t->begin > t->end) {
-            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets are not [begin, end] with 0 <= begin <= "
-                           "end", file, key);
-            goto done;
-        }
-        if (t->end > data_len) {
-            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] run past the end of the data "
-                           "(%llu bytes after the header; truncated file?)", file, key, (unsigned long long)t->begin,
-                           (unsigned long long)t->end, (unsigned long long)data_len);
-            goto done;
-        }
-        if (overflow || numel * gt_st_dtype_bytes(t->dtype) != t->end - t->begin) {
-            unsigned long long need = overflow ? (unsigned long long)UINT64_MAX / 8
-                                               : (unsigned long long)(numel * gt_st_dtype_bytes(t->dtype));
-            rc = gt_errorf(err, err_len, "%s: tensor %s: data_offsets [%llu, %llu] hold %llu bytes, but its shape "
-                           "and dtype %s need %s%llu", file, key, (unsigned long long)t->begin,
-                           (unsigned long long)t->end, (unsigned long long)(t->end - t->begin),
-                           json_string_value(dtype), overflow ? "more than " : "", need);
-            goto done;
-        }
+        if ((rc = parse_entry(file, key, entry, data_len, t, err, err_len)) != 0) goto done;
         t->name = strdup(key);
         if (!t->name) {
             rc = gt_errorf(err, err_len, "%s: out of memory", file);

@@ -5,7 +5,7 @@
  * name to {"dtype", "shape", "data_offsets": [begin, end]} (byte offsets into the data that follows
  * the header; an optional "__metadata__" entry is skipped), then the raw little-endian tensors. The
  * parser trusts nothing: the length against the file size, every range against the data area and
- * against shape x dtype. It has no other dependency than jansson, so a fuzzer links it alone
+ * against shape x dtype. It depends on nothing but jansson and errmsg.c, so a fuzzer links it alone
  * (tests/fuzz/fuzz_safetensors.c).
  */
 #ifndef GT_SAFETENSORS_H
