@@ -9,10 +9,10 @@
 #   ;
 #
 # The block is the lines indented by two or more blanks after the ";" that follow the command; prose
-# (one blank) or a bare ";" ends it. Each quoted line must be a line of the
-# command's output (runs of blanks count as one), in the same order; a "..." line stands for lines
-# left out. So a number in such a block is the planner's, and a planner change that moves it fails
-# here, naming the config and the line, until the comment is updated from the printed output.
+# (one blank) or a bare ";" ends it. Each quoted line must be a line of the command's output (runs of
+# blanks count as one), in the same order; a "..." line stands for lines left out. So a number in
+# such a block is the planner's, and a planner change that moves it fails here, naming the config
+# and the line, until the comment is updated from the printed output.
 #   config_comments_match_plan.sh GTRAIN SOURCE_DIR
 set -euo pipefail
 gtrain=$1
