@@ -30,7 +30,7 @@ val =
 [log]
 metrics = metrics.jsonl
 INI
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 GTRAIN_TEST_HOOKS=1  # the hooks below act only with it
 case $mode in
   between-steps) export GTRAIN_TEST_STEP_DELAY_MS=100 ;;
   in-gather) export GTRAIN_TEST_DIE_IN_GATHER=40
