@@ -10,7 +10,7 @@ if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _resume_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario kill9_bitwise kill_during_save reshard corrupt_fallback shape_mismatch sigterm
                    bad_files_never_count_toward_keep unusable_dir full_disk nonfinite model_change time_cadence
-                   memory_preflight)
+                   memory_preflight save_is_durable leftover_tmp_removed_at_start)
     add_test(NAME resume_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py
                      --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>

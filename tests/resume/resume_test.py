@@ -19,6 +19,10 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      a changed hyperparameter is reported and allowed
   sigterm            SIGTERM -> state saved, exit 75, resume bit-identical; with 2 ranks, SIGUSR1 to
                      one rank only, and a second signal during the save
+  save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
+                     then fsync of the directory
+  leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
+  (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
 (unusable_dir, full_disk) skips, and only when not run as root, with a line saying so
@@ -738,9 +742,72 @@ def memory_preflight(e):
     check(rc == 0 and len(trained_steps(out)) == 2, "a plan that fits trains")
 
 
+def save_is_durable(e):
+    """Under strace: each state file's temporary name is fsynced after its last write and before
+    the rename that publishes it, and the directory is fsynced after the rename (a power cut then
+    leaves the old file or the complete new one, never an empty one)."""
+    trace = os.path.join(e.work, "strace.txt")
+    cmd = [tool("strace"), "-f", "-y", "-o", trace,
+           "-e", "trace=write,pwrite64,pwritev,fsync,fdatasync,close,rename,renameat,renameat2"]
+    cmd += e.command(1, "d", ["train.steps=3", "checkpoint.every=1", "checkpoint.keep=0"])
+    p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=240)
+    check(p.returncode == 0 and e.steps_saved("d") == [1, 2, 3], f"under strace: exit {p.returncode}, 3 files saved")
+    ck = os.path.realpath(e.ck("d"))
+    events = []  # (kind, step) in the order the calls returned
+    with open(trace) as f:
+        for line in f:
+            if "resumed>" in line:
+                continue  # the end of a call another thread's call split: its start line has the path
+            ok = "<unfinished" in line or line.rstrip().endswith("= 0")
+            for s in (1, 2, 3):
+                tmp = os.path.basename(e.ck("d", s, tmp=True))
+                if f"/{tmp}>" in line and "write" in line.split("(")[0]:
+                    events.append(("write", s))
+                elif f"/{tmp}>" in line and "sync(" in line and ok:
+                    events.append(("fsync", s))
+                elif "rename" in line and f'{tmp}"' in line and ok:
+                    events.append(("rename", s))
+            if "sync(" in line and f"<{ck}>" in line and ok:
+                events.append(("dirsync", 0))
+    for s in (1, 2, 3):
+        mine = [i for i, ev in enumerate(events) if ev[1] == s]
+        kinds = [events[i][0] for i in mine]
+        check("rename" in kinds and "fsync" in kinds and "write" in kinds, f"step {s}: writes, fsync, rename seen")
+        renamed = mine[kinds.index("rename")]
+        synced = [i for i in mine if events[i][0] == "fsync" and i < renamed]
+        last_write = max(i for i in mine if events[i][0] == "write")
+        check(synced and last_write < synced[-1] < renamed,
+              f"step {s}: the temporary file is fsynced after its last write and before its rename")
+        check(any(ev == ("dirsync", 0) for ev in events[renamed + 1:]), f"step {s}: the directory is fsynced after")
+
+
+def leftover_tmp_removed_at_start(e):
+    """A step_N.h5.tmp left by a save that a crash interrupted is deleted when the next run starts
+    (with one line), on 1 rank and on 2; other files are left alone."""
+    e.run(1, "src", "train.steps=2", "checkpoint.every=0")
+    for np_ in (1, 2):
+        name = f"left{np_}"
+        os.makedirs(e.ck(name))
+        stale = os.path.join(e.ck(name), "step_00000099.h5.tmp")  # a step the run will not save again
+        half = open(e.ck("src", 2), "rb").read()
+        with open(stale, "wb") as f:
+            f.write(half[:len(half) // 2])
+        others = [os.path.join(e.ck(name), n) for n in ("notes.tmp", "step_00000099.h5.tmp.keep", "step_x.h5.tmp")]
+        for o in others:
+            with open(o, "w") as f:
+                f.write("not gtrain's\n")
+        out, _ = e.run(np_, name, "train.steps=2", "checkpoint.every=0")
+        check(not os.path.exists(stale), f"{np_} rank(s): the leftover {os.path.basename(stale)} was deleted")
+        check(f"removed {stale}, left by a save that did not finish" in out, "one line says so")
+        check(all(os.path.exists(o) for o in others), "files that are not a state file's temporary stay")
+        check(e.steps_saved(name) == [2], "and the run saved its own state")
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, full_disk, nonfinite,
-                                     model_change, time_cadence, memory_preflight)}
+                                     model_change, time_cadence, memory_preflight, save_is_durable,
+                                     leftover_tmp_removed_at_start)}
 
 
 def main():
