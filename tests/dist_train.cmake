@@ -124,7 +124,10 @@ foreach(cfg "llama13b 8" "llama70b 64")
   string(REPLACE " " ";" cfg ${cfg})
   list(GET cfg 0 name)
   list(GET cfg 1 w)
-  add_test(NAME plan_${name}_fits COMMAND $<TARGET_FILE:gtrain> --plan ${PROJECT_SOURCE_DIR}/configs/${name}.ini --world ${w})
-  set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit
-    PASS_REGULAR_EXPRESSION "\nauto: dist.shard [a-z]+, grad_sync micro, recompute [^\n]*\n  total [0-9.]+ GiB [^\n]*fits the budget 70.00 GiB")
+  # check_run.cmake checks the exit code too (PASS_REGULAR_EXPRESSION alone would pass a crash after the print)
+  add_test(NAME plan_${name}_fits
+           COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:gtrain>|--plan|${PROJECT_SOURCE_DIR}/configs/${name}.ini|--world|${w}"
+                   "-DEXPECT=\nauto: dist.shard [a-z]+, grad_sync micro, recompute [^\n]*\n  total [0-9.]+ GiB [^\n]*fits the budget 70.00 GiB"
+                   -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+  set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit)
 endforeach()

@@ -1,6 +1,6 @@
 # Training-state files (src/core/state.c, runstate.c): end-to-end scenarios driving the real gtrain
 # binary under mpiexec (label resume), and the Hugging Face export (tools/state_to_hf.py), which
-# skips (77) where h5py, safetensors, torch or transformers are missing.
+# fails where GTRAIN_HF_PYTHON lacks h5py, safetensors, torch or transformers.
 # tests/resume/resume_test.py describes each scenario; state_check is its outside reader of the files.
 
 add_executable(state_check ${GTRAIN_TEST_DIR}/resume/state_check.c)
@@ -10,7 +10,7 @@ if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _resume_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario kill9_bitwise kill_during_save reshard corrupt_fallback shape_mismatch sigterm
                    bad_files_never_count_toward_keep unusable_dir full_disk nonfinite model_change time_cadence
-                   memory_preflight)
+                   memory_preflight save_is_durable leftover_tmp_removed_at_start)
     add_test(NAME resume_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py
                      --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>
@@ -35,6 +35,5 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(resume_state_to_hf PROPERTIES
     LABELS resume
     TIMEOUT 300
-    SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()

@@ -3,7 +3,8 @@
 # Included by tests/CMakeLists.txt, this file registers the tests; run with `cmake -P` it is the
 # driver of sample_generates_deterministic_text: train a very small model for 3 steps with
 # checkpoint.dir set, then sample from the state file it saved — exit 0, exactly prompt + N bytes,
-# the same bytes twice for the same seed (sampled and greedy).
+# the same bytes twice for the same seed (sampled and greedy). Whether those bytes are the model's
+# argmax and top-k choices is sample_picks_the_reference_argmax_and_top_k's (tests/sample_vs_hf.py).
 
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   if(NOT TARGET gtrain-sample)
@@ -27,6 +28,16 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   gtrain_sample_expect(sample_not_hdf5_exits_2 "not an HDF5 file" ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
   gtrain_sample_expect(sample_no_file_exits_2 "usage")
   gtrain_sample_expect(sample_bad_tokens_exits_2 "--tokens" /nonexistent/x.h5 --tokens -3)
+
+  # Greedy and --top-k against transformers' logits in float64 (tests/sample_vs_hf.py; label hf: it
+  # needs the venv of GTRAIN_HF_PYTHON, tests/CMakeLists.txt).
+  add_test(NAME sample_picks_the_reference_argmax_and_top_k
+           COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/sample_vs_hf.py --gtrain $<TARGET_FILE:gtrain>
+                   --prep $<TARGET_FILE:gtrain-prep> --sample $<TARGET_FILE:gtrain-sample>
+                   --tool ${PROJECT_SOURCE_DIR}/tools/state_to_hf.py
+                   --work ${CMAKE_CURRENT_BINARY_DIR}/sample_vs_hf)
+  set_tests_properties(sample_picks_the_reference_argmax_and_top_k PROPERTIES LABELS hf TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1")
   return()
 endif()
 

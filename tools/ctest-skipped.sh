@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints one summary line of the tests a ctest run skipped (exit 77, or not run for a missing
 # requirement), read from that run's output, and a second line for any of them that is not
-# gpu-labelled: on a machine without a GPU only the gpu tests may skip.
+# gpu-labelled, and then exits 1: after tools/run-tests.sh's set-up only the gpu tests may skip
+# (a test that needs root, a tool or the venv gets it from the set-up, or fails).
 #   tools/ctest-skipped.sh CTEST_OUTPUT_FILE BUILD_DIR
 set -euo pipefail
 log=$1 build=$2
@@ -18,5 +19,6 @@ for t in "${skipped[@]}"; do
   [[ " ${gpu[*]} " == *" $t "* ]] || unexpected+=("$t")
 done
 if ((${#unexpected[@]})); then
-  echo "skipped tests outside the gpu label (${#unexpected[@]}): ${unexpected[*]}"
+  echo "FAIL: skipped tests outside the gpu label (${#unexpected[@]}): ${unexpected[*]}"
+  exit 1
 fi

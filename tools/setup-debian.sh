@@ -13,6 +13,7 @@ packages=(cmake make gcc g++ pkg-config
           fortunes python3 python3-venv python3-matplotlib)
 packages+=(libjansson-dev)   # JSON of Hugging Face checkpoints: config.json, safetensors headers (model.init)
 packages+=(shellcheck)   # tests: shellcheck of the GPU check scripts (tests/gpu.cmake)
+packages+=(strace)       # tests: resume_save_is_durable checks the fsync before the rename
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
 fi

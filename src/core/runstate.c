@@ -60,6 +60,7 @@
 #include "planner.h"
 #include "signals.h"
 #include "state.h"
+#include "testhooks.h"
 #include "train.h"
 
 static int rank_of(const gt_run_state *run) { return gt_comm_rank(run->comm); }
@@ -516,7 +517,7 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
  * cannot reserve space (EOPNOTSUPP), statvfs stands in. GTRAIN_TEST_NO_RESERVE=1 (tests only)
  * skips it, to reach the failure path inside the writer. 0, or -1 with errno set. */
 static int reserve_space(const char *path, const char *dir, uint64_t bytes) {
-    const char *skip = getenv("GTRAIN_TEST_NO_RESERVE");
+    const char *skip = gt_test_hook("GTRAIN_TEST_NO_RESERVE");
     if (skip && strcmp(skip, "1") == 0) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
@@ -623,7 +624,7 @@ static int save(gt_run_state *run, int step, const char *then) {
 /* GTRAIN_TEST_STEP_DELAY_MS (tests only): a pause after every step, so that a test can kill or
  * signal a tiny run between two given steps. */
 static void test_step_delay(void) {
-    const char *env = getenv("GTRAIN_TEST_STEP_DELAY_MS");
+    const char *env = gt_test_hook("GTRAIN_TEST_STEP_DELAY_MS");
     long ms = env ? atol(env) : 0;
     if (ms > 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

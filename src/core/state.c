@@ -44,6 +44,7 @@
 
 #include "model.h"
 #include "shard.h"
+#include "testhooks.h"
 
 #define MAX_IO_BYTES_DEFAULT ((size_t)1 << 30) /* per rank per transfer */
 #define CHUNK_BYTES ((size_t)4 << 20)         /* per chunk with its checksum: one Fletcher32 sum each */
@@ -385,7 +386,7 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
 /* GTRAIN_TEST_SLOW_SAVE=S (tests only): sleep S seconds in the middle of every save, after /model
  * and before /optim, so that a test can kill the job while the temporary file is half written. */
 static void test_slow_save(void) {
-    const char *env = getenv("GTRAIN_TEST_SLOW_SAVE");
+    const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
     double s = env ? atof(env) : 0.0;
     if (s > 0) {
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};

@@ -30,6 +30,7 @@
 #include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
+#include "testhooks.h"
 #include "zero.h"
 
 #define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
@@ -248,7 +249,7 @@ typedef struct nan_hook {
 
 static nan_hook test_nan_hook(void) {
     nan_hook h = {0, 0, 0, 0};
-    const char *env = getenv("GTRAIN_TEST_NAN_AT");
+    const char *env = gt_test_hook("GTRAIN_TEST_NAN_AT");
     char kind[8] = "";
     if (env && sscanf(env, "%d:%d:%d:%7s", &h.step, &h.micro, &h.rank, kind) >= 2)
         h.grad_only = strcmp(kind, "grad") == 0;
@@ -281,6 +282,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     FILE *metrics = NULL;
     int32_t *inputs = NULL, *targets = NULL;
 
+    rc = gt_test_hooks_check(rank); /* a stray GTRAIN_TEST_* variable: refused before anything runs */
+    if (rc) return rc;
     const gt_ops *ops = NULL;
     rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;

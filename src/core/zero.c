@@ -7,6 +7,7 @@
 #include "zero.h"
 
 #include "planner.h"
+#include "testhooks.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -97,7 +98,7 @@ static void zfree(gt_zero *z, int which, void *p, size_t bytes) {
 static void maybe_die_in_gather(gt_zero *z) {
     static long die_at = -1;
     if (die_at < 0) {
-        const char *env = getenv("GTRAIN_TEST_DIE_IN_GATHER");
+        const char *env = gt_test_hook("GTRAIN_TEST_DIE_IN_GATHER");
         die_at = env && *env ? atol(env) : 0;
     }
     if (die_at > 0 && gt_comm_rank(z->comm) == 1 && (long)z->gathers + 1 == die_at) {

@@ -357,8 +357,9 @@ def cmd_resume(a):
     ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=0, keep=2, resume="auto",
                        model=model_of(a), prefetch=a.prefetch)
     r = launch(a, ini)
-    if f"step {half + 1}" not in r.stdout and "resum" not in r.stdout.lower():
-        print("note: no resume line recognised in the output", file=sys.stderr)
+    want = f"resumed from {name}.state/{os.path.basename(src)} (step {half})"  # dir relative to the work dir
+    if want not in r.stdout:
+        fail(f"{name}: the output does not say '{want}': the run did not resume from the copied file")
     check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), half + 1)
 
 
@@ -395,11 +396,10 @@ def cmd_compare(a):
                 ok = False
         print(f"{name:10s} {worst_loss:18.3g} {worst_norm:23.3g} {other[-1]['loss']:12.7f}")
 
-    # final weights: the training-state files, once gtrain writes them (checkpoint.dir = NAME.state)
+    # final weights: the newest training-state file of every run (checkpoint.dir = NAME.state)
     ref_state = newest_state(a.work, a.ref)
     if ref_state is None:
-        print("NOTE: no training-state file in " + a.ref + ".state/ (gtrain does not write them yet): "
-              "final weights not compared, only the loss and grad_norm of every step (TODO)")
+        fail(f"no training-state file in {a.ref}.state/: the final weights cannot be compared")
     else:
         h5diff = shutil.which("h5diff")
         if not h5diff:

@@ -19,8 +19,15 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      a changed hyperparameter is reported and allowed
   sigterm            SIGTERM -> state saved, exit 75, resume bit-identical; with 2 ranks, SIGUSR1 to
                      one rank only, and a second signal during the save
+  save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
+                     then fsync of the directory
+  leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
+  (and the scenarios below them: see each function)
 
-Exit status: 0 pass, 1 fail (with the reason), 77 skipped.
+Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
+(unusable_dir, full_disk) skips, and only when not run as root, with a line saying so
+(tools/run-tests.sh runs as root and fails on any skip outside the gpu label). hdf5-tools (h5ls,
+h5dump, h5diff) are a set-up dependency (tools/setup-debian.sh): without them a scenario fails.
 """
 import argparse
 import filecmp
@@ -124,6 +131,8 @@ class Env:
         env["OMP_NUM_THREADS"] = "1"
         env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
         env.update(extra or {})
+        if any(k.startswith("GTRAIN_TEST_") for k in extra or {}):
+            env["GTRAIN_TEST_HOOKS"] = "1"  # gtrain refuses a test hook without it (src/core/testhooks.h)
         return env
 
     def run(self, np_, name, *overrides, env=None, expect=0):
@@ -229,14 +238,22 @@ def state_check(*args):
     return p.returncode, p.stdout + p.stderr
 
 
+def tool(name):
+    """The path of one of hdf5-tools' programs: the checks that use them never vanish silently."""
+    path = shutil.which(name)
+    if not path:
+        fail(f"{name} not found: install hdf5-tools (tools/setup-debian.sh)")
+    return path
+
+
 def same_state(a, b, msg):
     rc, out = state_check("compare", a, b)
     print("   ", out.strip())
     check(rc == 0, msg)
-    if shutil.which("h5diff"):
-        for group in ("/model", "/optim"):
-            p = subprocess.run(["h5diff", a, b, group, group], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            check(p.returncode == 0, f"h5diff finds nothing in {group}")
+    for group in ("/model", "/optim"):
+        p = subprocess.run([tool("h5diff"), a, b, group, group], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        check(p.returncode == 0, f"h5diff finds nothing in {group}")
 
 
 def close_state(a, b, rtol, msg):
@@ -271,10 +288,8 @@ def flip_in_chunk(path, dataset):
 
 
 def h5_attr(path, name):
-    """An attribute's value through h5dump (None without hdf5-tools)."""
-    if not shutil.which("h5dump"):
-        return None
-    p = subprocess.run(["h5dump", "-a", name, path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """An attribute's value through h5dump (None when h5dump prints none)."""
+    p = subprocess.run([tool("h5dump"), "-a", name, path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in p.stdout.splitlines():
         line = line.strip()
         if line.startswith("(0):"):
@@ -300,18 +315,16 @@ def kill9_bitwise(e):
     got = e.losses("run")
     check(all(got[s] == ref[s] for s in range(1, 11)), "losses of steps 1..10 identical")
     path = e.ck("run", 10)
-    if shutil.which("h5ls"):
-        ls = subprocess.run(["h5ls", "-r", path], stdout=subprocess.PIPE, text=True).stdout
-        for name in ("/config", "/model/lm_head.weight", "/optim/exp_avg/model.embed_tokens.weight",
-                     "/optim/exp_avg_sq/model.layers.1.mlp.down_proj.weight", "/train"):
-            check(name in ls, f"h5ls -r lists {name}")
-    if shutil.which("h5dump"):
-        check(h5_attr(path, "format") == "gtrain-state", "h5dump: format = gtrain-state")
-        check(h5_attr(path, "step") == "10", "h5dump: step = 10")
-        check(h5_attr(path, "tokens_seen") == str(10 * 8 * 32), "h5dump: tokens_seen = 10 steps x 8 x 32")
-        check(h5_attr(path, "world_size") == "2", "h5dump: world_size = 2")
-        check(h5_attr(path, "/train/data_cursor") == "80", "h5dump: /train/data_cursor = 80")
-        check(h5_attr(path, "/train/adam_step") == "10", "h5dump: /train/adam_step = 10")
+    ls = subprocess.run([tool("h5ls"), "-r", path], stdout=subprocess.PIPE, text=True).stdout
+    for name in ("/config", "/model/lm_head.weight", "/optim/exp_avg/model.embed_tokens.weight",
+                 "/optim/exp_avg_sq/model.layers.1.mlp.down_proj.weight", "/train"):
+        check(name in ls, f"h5ls -r lists {name}")
+    check(h5_attr(path, "format") == "gtrain-state", "h5dump: format = gtrain-state")
+    check(h5_attr(path, "step") == "10", "h5dump: step = 10")
+    check(h5_attr(path, "tokens_seen") == str(10 * 8 * 32), "h5dump: tokens_seen = 10 steps x 8 x 32")
+    check(h5_attr(path, "world_size") == "2", "h5dump: world_size = 2")
+    check(h5_attr(path, "/train/data_cursor") == "80", "h5dump: /train/data_cursor = 80")
+    check(h5_attr(path, "/train/adam_step") == "10", "h5dump: /train/adam_step = 10")
 
 
 def kill_during_save(e):
@@ -339,8 +352,9 @@ def kill_during_save(e):
             rc, out = state_check("verify", e.ck("run", s))
             check(rc == 0, f"kill {attempt + 1} at a random moment: step {s} verifies")
         print(f"    after kill {attempt + 1}: state files of steps {saved}", flush=True)
+    newest = e.steps_saved("run")[-1]  # at least step 2, saved before the first kill
     out, _ = e.run(2, "run")
-    check("resumed from" in out or e.steps_saved("run")[-1] == 8, "resumed")
+    check("resumed from " + e.ck("run", newest) in out, f"the last run resumed from the newest file, step {newest}")
     same_state(e.ck("ref", 8), e.ck("run", 8), "after four kills and resumes: bit-identical to the uninterrupted run")
 
 
@@ -373,7 +387,7 @@ def reshard(e):
     check("global batch 8 -> 4" in out, "a changed global batch is reported")
     check("continuing at step 5, sample 32" in out, "it continues at the saved data cursor, sample 32")
     cursor = h5_attr(e.ck("batch", 8), "/train/data_cursor")
-    check(cursor in (None, str(32 + 4 * 4)), "after 4 more steps of 4 sequences the cursor is 48")
+    check(cursor == str(32 + 4 * 4), "after 4 more steps of 4 sequences the cursor is 48")
 
 
 def corrupt_fallback(e):
@@ -466,7 +480,9 @@ def sigterm(e):
 
 
 class Tmpfs:
-    """A tmpfs mounted at path for the duration of a with block (as root); .ok says whether it mounted."""
+    """A tmpfs mounted at path for the duration of a with block. It needs root: as root a failed mount
+    fails the scenario; otherwise the scenario skips (77) with a line that says why. A read-only
+    mount is the honest read-only directory for root, whom permission bits do not stop."""
 
     def __init__(self, path, size_bytes, read_only=False):
         self.path, self.size, self.read_only, self.ok = path, size_bytes, read_only, False
@@ -477,8 +493,12 @@ class Tmpfs:
         p = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", self.path], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
         self.ok = p.returncode == 0
+        if not self.ok and os.geteuid() != 0:
+            print(f"SKIP: not root, so no tmpfs can be mounted at {self.path} ({p.stdout.strip()}); "
+                  "tools/run-tests.sh runs the tests as root", flush=True)
+            sys.exit(77)
         if not self.ok:
-            print(f"    cannot mount a tmpfs ({p.stdout.strip()})", flush=True)
+            fail(f"as root, mount -t tmpfs -o {opts} at {self.path} failed: {p.stdout.strip()}")
         return self
 
     def __exit__(self, *exc):
@@ -488,7 +508,9 @@ class Tmpfs:
 
 
 def gtrain_lines(text):
-    return [line for line in text.splitlines() if line.startswith("gtrain:")]
+    """gtrain's own lines, less the announcement of a test hook the scenario set (src/core/testhooks.c)."""
+    return [line for line in text.splitlines()
+            if line.startswith("gtrain:") and not line.startswith("gtrain: test hook active:")]
 
 
 def trained_steps(out):
@@ -537,25 +559,19 @@ def unusable_dir(e):
                   and "Not a directory" in lines[0], f"{np_} rank(s), dir {path}: exit 2, one line: {lines}")
             check(not trained_steps(out), "no step was trained")
     with Tmpfs(os.path.join(e.work, "ro"), 1 << 20, read_only=True) as ro:
-        if ro.ok:
-            for path in (ro.path, ro.path + "/ck"):
-                out, err = e.run(2, "u", f"checkpoint.dir={path}", expect=2)
-                lines = gtrain_lines(err)
-                check(len(lines) == 1 and f"'{path}'" in lines[0] and "Read-only file system" in lines[0],
-                      f"read-only mount, dir {path}: exit 2 naming the path and the OS error: {lines}")
-                check(not trained_steps(out), "no step was trained")
-        else:
-            print("    (not root: the read-only mount case was not run)", flush=True)
+        for path in (ro.path, ro.path + "/ck"):
+            out, err = e.run(2, "u", f"checkpoint.dir={path}", expect=2)
+            lines = gtrain_lines(err)
+            check(len(lines) == 1 and f"'{path}'" in lines[0] and "Read-only file system" in lines[0],
+                  f"read-only mount, dir {path}: exit 2 naming the path and the OS error: {lines}")
+            check(not trained_steps(out), "no step was trained")
 
 
 def full_disk(e):
     e.run(1, "size", "train.steps=2", "checkpoint.every=0")
     one = os.path.getsize(e.ck("size", 2))
     mnt = os.path.join(e.work, "mnt")
-    with Tmpfs(mnt, one * 3 // 2) as fs:
-        if not fs.ok:
-            print("SKIP: a tmpfs cannot be mounted here (the test needs root)", flush=True)
-            sys.exit(77)
+    with Tmpfs(mnt, one * 3 // 2):
         ck = os.path.join(mnt, "ck")
         os.makedirs(ck)
         older = os.path.join(ck, "step_00000001.h5")  # an older state file that takes the room
@@ -639,7 +655,7 @@ def nonfinite(e):
     check([counts[s] for s in range(1, 9)] == [0, 0, 0, 0, 1, 1, 1, 1], "skipped_steps in the metrics: 1 from step 5")
     for name, want in (("/train/skipped_steps", "1"), ("/train/adam_step", "7")):
         got = h5_attr(e.ck("skip", 8), name)
-        check(got in (None, want), f"step 8's file: {name} = {want}")
+        check(got == want, f"step 8's file: {name} = {want}")
 
 
 def model_change(e):
@@ -695,17 +711,27 @@ def memory_preflight(e):
         row = next(l for l in p.stdout.splitlines() if l.strip().startswith("none "))
         return " ".join(row.split()[3:5])  # the total column, e.g. "342.83 GiB"
 
+    def plan_bytes(total):
+        value, unit = total.split()
+        return float(value) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+
+    def scaled(overrides, k):
+        return [f"{key}={int(value) * k}" for key, value in (o.split("=") for o in overrides)]
+
     cases = [(1, ["train.micro_batch=65536"], "MemAvailable"),
              (2, ["train.micro_batch=65536"], "shared by 2 ranks on this node"),
              (1, ["train.seq_len=1000000", "model.max_seq_len=1000000"], "MemAvailable"),
              (1, ["memory.budget=10MiB"], ": memory.budget")]
     for np_, overrides, limit in cases:
         total = plan_total(np_, *overrides)
-        value, unit = total.split()
-        scale = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
-        if limit != ": memory.budget" and float(value) * scale <= avail / np_:
-            print(f"    {overrides}: {total} fits this machine's {avail} bytes; case not run", flush=True)
-            continue
+        if limit != ": memory.budget":
+            # a machine with more memory than the case needs gets a bigger case, never a skipped one
+            k = 1
+            while plan_bytes(total) <= avail / np_ and k < 1 << 12:
+                k *= 2
+                total = plan_total(np_, *scaled(overrides, k))
+            overrides = scaled(overrides, k)
+            check(plan_bytes(total) > avail / np_, f"{' '.join(overrides)}: a plan ({total}) beyond {avail} bytes")
         rc, out, err = run(np_, *overrides)
         lines = gtrain_lines(err)
         check(rc == 2 and len(lines) == 1 and f"the memory plan needs {total} per rank" in lines[0] and limit in lines[0],
@@ -716,9 +742,72 @@ def memory_preflight(e):
     check(rc == 0 and len(trained_steps(out)) == 2, "a plan that fits trains")
 
 
+def save_is_durable(e):
+    """Under strace: each state file's temporary name is fsynced after its last write and before
+    the rename that publishes it, and the directory is fsynced after the rename (a power cut then
+    leaves the old file or the complete new one, never an empty one)."""
+    trace = os.path.join(e.work, "strace.txt")
+    cmd = [tool("strace"), "-f", "-y", "-o", trace,
+           "-e", "trace=write,pwrite64,pwritev,fsync,fdatasync,close,rename,renameat,renameat2"]
+    cmd += e.command(1, "d", ["train.steps=3", "checkpoint.every=1", "checkpoint.keep=0"])
+    p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=240)
+    check(p.returncode == 0 and e.steps_saved("d") == [1, 2, 3], f"under strace: exit {p.returncode}, 3 files saved")
+    ck = os.path.realpath(e.ck("d"))
+    events = []  # (kind, step) in the order the calls returned
+    with open(trace) as f:
+        for line in f:
+            if "resumed>" in line:
+                continue  # the end of a call another thread's call split: its start line has the path
+            ok = "<unfinished" in line or line.rstrip().endswith("= 0")
+            for s in (1, 2, 3):
+                tmp = os.path.basename(e.ck("d", s, tmp=True))
+                if f"/{tmp}>" in line and "write" in line.split("(")[0]:
+                    events.append(("write", s))
+                elif f"/{tmp}>" in line and "sync(" in line and ok:
+                    events.append(("fsync", s))
+                elif "rename" in line and f'{tmp}"' in line and ok:
+                    events.append(("rename", s))
+            if "sync(" in line and f"<{ck}>" in line and ok:
+                events.append(("dirsync", 0))
+    for s in (1, 2, 3):
+        mine = [i for i, ev in enumerate(events) if ev[1] == s]
+        kinds = [events[i][0] for i in mine]
+        check("rename" in kinds and "fsync" in kinds and "write" in kinds, f"step {s}: writes, fsync, rename seen")
+        renamed = mine[kinds.index("rename")]
+        synced = [i for i in mine if events[i][0] == "fsync" and i < renamed]
+        last_write = max(i for i in mine if events[i][0] == "write")
+        check(synced and last_write < synced[-1] < renamed,
+              f"step {s}: the temporary file is fsynced after its last write and before its rename")
+        check(any(ev == ("dirsync", 0) for ev in events[renamed + 1:]), f"step {s}: the directory is fsynced after")
+
+
+def leftover_tmp_removed_at_start(e):
+    """A step_N.h5.tmp left by a save that a crash interrupted is deleted when the next run starts
+    (with one line), on 1 rank and on 2; other files are left alone."""
+    e.run(1, "src", "train.steps=2", "checkpoint.every=0")
+    for np_ in (1, 2):
+        name = f"left{np_}"
+        os.makedirs(e.ck(name))
+        stale = os.path.join(e.ck(name), "step_00000099.h5.tmp")  # a step the run will not save again
+        half = open(e.ck("src", 2), "rb").read()
+        with open(stale, "wb") as f:
+            f.write(half[:len(half) // 2])
+        others = [os.path.join(e.ck(name), n) for n in ("notes.tmp", "step_00000099.h5.tmp.keep", "step_x.h5.tmp")]
+        for o in others:
+            with open(o, "w") as f:
+                f.write("not gtrain's\n")
+        out, _ = e.run(np_, name, "train.steps=2", "checkpoint.every=0")
+        check(not os.path.exists(stale), f"{np_} rank(s): the leftover {os.path.basename(stale)} was deleted")
+        check(f"removed {stale}, left by a save that did not finish" in out, "one line says so")
+        check(all(os.path.exists(o) for o in others), "files that are not a state file's temporary stay")
+        check(e.steps_saved(name) == [2], "and the run saved its own state")
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, full_disk, nonfinite,
-                                     model_change, time_cadence, memory_preflight)}
+                                     model_change, time_cadence, memory_preflight, save_is_durable,
+                                     leftover_tmp_removed_at_start)}
 
 
 def main():

@@ -30,7 +30,7 @@ val =
 [log]
 metrics = metrics.jsonl
 INI
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 GTRAIN_TEST_HOOKS=1  # the hooks below act only with it
 case $mode in
   between-steps) export GTRAIN_TEST_STEP_DELAY_MS=100 ;;
   in-gather) export GTRAIN_TEST_DIE_IN_GATHER=40
@@ -39,14 +39,22 @@ case $mode in
 esac
 "$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
 launcher=$!
+ranks() {
+  for pid in $(pgrep -f "$gtrain run.ini"); do
+    [[ $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$PWD" ]] && echo "$pid"
+  done
+  return 0
+}
 if [[ $mode == between-steps ]]; then
   for _ in $(seq 600); do
     [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 3)) && break
     sleep 0.1
   done
   (($(wc -l <metrics.jsonl) >= 3)) || { echo "the run did not reach step 3"; cat run.log; exit 1; }
+  # rank 1 of this job: the other test of this script runs the same command line at the same time
+  # (ctest -j), so its ranks are told apart by their working directory
   victim=""
-  for pid in $(pgrep -f "$gtrain run.ini"); do
+  for pid in $(ranks); do
     if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then victim=$pid; fi
   done
   [[ -n $victim ]] || { echo "rank 1 not found"; exit 1; }
@@ -61,7 +69,8 @@ for _ in $(seq 1200); do
 done
 if kill -0 "$launcher" 2>/dev/null; then
   echo "FAIL: the job still runs 120 s after rank 1 died (a hang)"
-  pkill -9 -f "$gtrain run.ini" || true
+  for pid in $(ranks); do kill -9 "$pid" 2>/dev/null; done
+  kill -9 "$launcher" 2>/dev/null
   exit 1
 fi
 wait "$launcher" || rc=$?

@@ -3,9 +3,10 @@
 # tests/gpu/run.sh's trainer phase checks on the first GPU, here with gtrain_emulated, which is gtrain
 # with the emulated CUDA backend (tests/gpu.cmake). configs/tiny.ini shrunk to 6 steps of 2 micro-batches
 # of 1 x 64 tokens (the emulation runs every GPU thread as a fiber; about half a second a step):
-#   - cuda fp32 tracks cpu (max |loss diff| < 1e-3, and the validation loss at the end; a few 1e-7
-#     expected: the kernels' sums differ in order)
-#   - cuda bf16 tracks cpu (< 0.1) and learns (last loss below the first by 0.5)
+#   - cuda fp32 tracks cpu (max |loss diff| < 1e-5, and the validation loss at the end; 4e-8 measured:
+#     the kernels' sums differ in order)
+#   - cuda bf16 tracks cpu (< 0.01 while the loss falls by 1.5; 1.3e-3 measured, 0.035 with an attention
+#     whose causal mask lets each query see the next key) and learns (last loss below the first by 0.5)
 #   - the same bf16 run twice: identical losses
 #   - memory.recompute full and selective: bit-identical to none
 #   - GTRAIN_CUDA_SYNC=1: identical losses
@@ -99,13 +100,13 @@ check("every run is 6 steps", n, f"cpu {len(cpu)}, fp32 {len(f32)}, bf16 {len(b1
 check("the cuda runs ran on the emulated cuda backend", said("fp32", "cuda backend") and said("bf16", "cuda backend")
       and said("cpu", "cpu backend"), "the log names the backend")
 d32 = max((abs(a - b) for a, b in zip(cpu, f32)), default=math.inf)
-check("fp32 cuda matches cpu", n and d32 < 1e-3, f"max |loss diff| {d32:.3g}")
+check("fp32 cuda matches cpu", n and d32 < 1e-5, f"max |loss diff| {d32:.3g}")
 vc = [r["val_loss"] for r in rows("cpu") if "val_loss" in r]
 v32 = [r["val_loss"] for r in rows("fp32") if "val_loss" in r]
-check("fp32 cuda validation matches cpu", len(vc) == 1 and len(v32) == 1 and abs(vc[0] - v32[0]) < 1e-3,
+check("fp32 cuda validation matches cpu", len(vc) == 1 and len(v32) == 1 and abs(vc[0] - v32[0]) < 1e-5,
       f"val_loss cpu {vc}, cuda {v32}")
 d16 = max((abs(a - b) for a, b in zip(cpu, b16)), default=math.inf)
-check("bf16 cuda tracks cpu", n and d16 < 0.1, f"max |loss diff| {d16:.3g}")
+check("bf16 cuda tracks cpu", n and d16 < 0.01, f"max |loss diff| {d16:.3g}")
 check("bf16 learns", n and all(math.isfinite(x) for x in b16) and b16[-1] < b16[0] - 0.5,
       f"{b16[0]:.4f} -> {b16[-1]:.4f}" if n else "no losses")
 check("deterministic", n and losses("bf16-again") == b16, "the same run twice: identical losses")
@@ -116,11 +117,11 @@ check("ZeRO-2 micro bit-identical", n and losses("bf16-zero2") == b16, "losses v
 check("ZeRO-3 bit-identical", n and losses("bf16-zero3") == b16, "losses vs dist.shard=optimizer")
 # the tensor-core attention (GTRAIN_CUDA_ATTENTION=mma, cuda_attention_mma.cu on the emulated PTX): its
 # sums run in another order than the default kernels', so its losses differ from theirs in the last
-# bits (identical losses would mean it never ran) and track them closely; and it repeats bit for bit
-# (at head size 64: two heads, one kv head)
+# bits (identical losses would mean it never ran) and track them within 0.005 (6.1e-4 measured, while the
+# loss falls by 1.5); and it repeats bit for bit (at head size 64: two heads, one kv head)
 h64, mma = losses("bf16-hd64"), losses("bf16-hd64-mma")
 dm = max((abs(a - b) for a, b in zip(mma, h64)), default=math.inf)
-check("mma attention ran and tracks default", len(h64) == 6 and len(mma) == 6 and mma != h64 and dm < 0.1,
+check("mma attention ran and tracks default", len(h64) == 6 and len(mma) == 6 and mma != h64 and dm < 0.005,
       f"max |loss diff| {dm:.3g} over 6 steps at HD 64 (0 would mean the default kernels ran)")
 check("mma attention deterministic", len(mma) == 6 and losses("bf16-hd64-mma-again") == mma,
       "the same run twice: identical losses")
