@@ -26,10 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "config.h"
 #include "ops.h"
 #include "planner.h"
-#include "zero.h"
 #include "signals.h"
 #include "train.h"
 
@@ -120,18 +120,16 @@ static int run_plan(int argc, char **argv) {
     int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
-    int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
-    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, keep_probs, world,
-                          stage >= 1,
-                          gt_plan_library_bytes(gpu, world, cfg.dist.comm, &cfg.model, cfg.train.micro_batch,
-                                                cfg.train.seq_len),
-                          stage,
-                          strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
-    /* library workspaces on the GPU */
+    gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
+    gt_plan_choice choice; /* auto resolved as the trainer resolves it */
+    if (gt_plan_resolve(&cfg, &shape, &choice, err, sizeof err) != 0) {
+        fprintf(stderr, "gtrain: %s\n", err);
+        return 2;
+    }
     printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");
-    gt_plan_report(stdout, &cfg, &shape);
+    gt_plan_report(stdout, &cfg, &choice);
     return 0;
 }
 
@@ -162,7 +160,7 @@ static int print_version(void) {
 /* Sets the OpenMP and OpenBLAS threads of this rank (see the top of the file). Collective. */
 static void set_threads(int rank) {
     MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    gt_node_comm(MPI_COMM_WORLD, &node);
     int local_ranks = 1;
     MPI_Comm_size(node, &local_ranks);
     /* the cores of the node: every core some rank on it may run on */
