@@ -62,6 +62,41 @@ static void usage(FILE *out) {
             "            75 stopped by SIGTERM/SIGUSR1 after saving state, 1 other failure\n");
 }
 
+/* OpenMP threads that finish a parallel region early spin before they sleep; libgomp's default is
+ * about 300000 spins, and OpenBLAS (OpenMP build) calls into the same pool between our loops. On an
+ * idle machine that costs little, but as soon as another process wants the cores (a second rank, a
+ * data loader, another job) the spinning threads steal the time slices the working ones need, and
+ * every barrier waits for a descheduled thread: the tiny config ran 4-7x slower here under a load of
+ * 5 on 2 cores (docs/cpu-speed.md). A short spin (libgomp's own throttled value) loses almost nothing
+ * when idle.
+ *
+ * libgomp reads its environment once, when it is loaded, before main; so when the user set neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, gtrain sets GOMP_SPINCOUNT, says so in one line (from the first
+ * rank) and re-executes itself once, before MPI starts (same pid, same arguments, so MPI launchers
+ * see nothing). launch/local.sh and launch/gtrain.sbatch export the variable themselves, so their
+ * runs need no restart. GTRAIN_OMP_SPIN=default keeps libgomp's default; under valgrind (its preload
+ * library in LD_PRELOAD) nothing is done. */
+#define GT_OMP_SPINCOUNT "1000"
+
+static void use_short_omp_spin(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    const char *opt = getenv("GTRAIN_OMP_SPIN");
+    if (opt && strcmp(opt, "default") == 0) return;
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) return;
+    /* the launcher's rank variables: MPI does not run yet */
+    const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    int first = 1;
+    for (int i = 0; i < 4; i++)
+        if (getenv(ranks[i])) first = first && atoi(getenv(ranks[i])) == 0;
+    if (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0) return;
+    if (first)
+        fprintf(stderr, "gtrain: GOMP_SPINCOUNT=%s for a short OpenMP spin (neither it nor OMP_WAIT_POLICY is set; "
+                "GTRAIN_OMP_SPIN=default keeps libgomp's): restarting once with it\n", GT_OMP_SPINCOUNT);
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with libgomp's default, which is only slower */
+}
+
 /* Prints the notes of an accepted config (one per line), each as "gtrain: ...". */
 static void print_notes(const char *notes) {
     for (const char *p = notes; *p;) {
@@ -222,6 +257,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    use_short_omp_spin(argv);
     MPI_Init(&argc, &argv);
     /* from here on a stop signal only sets the flag: one during start-up (loading a big state file
      * can take minutes) is acted on after the first step, instead of killing the rank unsaved */
