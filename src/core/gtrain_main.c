@@ -71,11 +71,13 @@ static void usage(FILE *out) {
  * when idle.
  *
  * libgomp reads its environment once, when it is loaded, before main; so when the user set neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, gtrain sets GOMP_SPINCOUNT, says so in one line (from the first
- * rank) and re-executes itself once, before MPI starts (same pid, same arguments, so MPI launchers
- * see nothing). launch/local.sh and launch/gtrain.sbatch export the variable themselves, so their
- * runs need no restart. GTRAIN_OMP_SPIN=default keeps libgomp's default; under valgrind (its preload
- * library in LD_PRELOAD) nothing is done. */
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, gtrain sets GOMP_SPINCOUNT and re-executes itself once, before
+ * MPI starts (same pid, same arguments, so MPI launchers see nothing); GTRAIN_SPIN_RESTARTED tells the
+ * new image, whose rank 0 says so in one line of the log once the config is accepted (stdout, beside
+ * the threads line: a bad config still gets its one line on stderr). launch/local.sh and
+ * launch/gtrain.sbatch export the variable themselves, so their runs need no restart.
+ * GTRAIN_OMP_SPIN=default keeps libgomp's default; under valgrind (its preload library in LD_PRELOAD)
+ * nothing is done. */
 #define GT_OMP_SPINCOUNT "1000"
 
 static void use_short_omp_spin(char **argv) {
@@ -84,17 +86,19 @@ static void use_short_omp_spin(char **argv) {
     if (opt && strcmp(opt, "default") == 0) return;
     const char *pre = getenv("LD_PRELOAD");
     if (pre && strstr(pre, "vgpreload")) return;
-    /* the launcher's rank variables: MPI does not run yet */
-    const char *ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
-    int first = 1;
-    for (int i = 0; i < 4; i++)
-        if (getenv(ranks[i])) first = first && atoi(getenv(ranks[i])) == 0;
-    if (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0) return;
-    if (first)
-        fprintf(stderr, "gtrain: GOMP_SPINCOUNT=%s for a short OpenMP spin (neither it nor OMP_WAIT_POLICY is set; "
-                "GTRAIN_OMP_SPIN=default keeps libgomp's): restarting once with it\n", GT_OMP_SPINCOUNT);
+    if (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0 || setenv("GTRAIN_SPIN_RESTARTED", "1", 1) != 0) return;
     execv("/proc/self/exe", argv);
     /* exec failed (no /proc): carry on with libgomp's default, which is only slower */
+    unsetenv("GTRAIN_SPIN_RESTARTED");
+}
+
+static void say_short_omp_spin(int rank) {
+    const char *restarted = getenv("GTRAIN_SPIN_RESTARTED");
+    if (rank != 0 || !restarted || strcmp(restarted, "1") != 0) return;
+    printf("gtrain: GOMP_SPINCOUNT=%s (a short OpenMP spin): set by gtrain, which restarted itself once for it; "
+           "set it or OMP_WAIT_POLICY yourself to skip that (launch/ does), GTRAIN_OMP_SPIN=default for libgomp's\n",
+           GT_OMP_SPINCOUNT);
+    fflush(stdout);
 }
 
 /* Prints the notes of an accepted config (one per line), each as "gtrain: ...". */
@@ -276,6 +280,7 @@ int main(int argc, char **argv) {
     } else {
         if (rank == 0) print_notes(err);
         set_threads(rank);
+        say_short_omp_spin(rank);
         code = gt_train(&cfg, MPI_COMM_WORLD);
     }
     MPI_Finalize();
