@@ -518,7 +518,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
  * AdamW on this rank's slice and publishes the new working parameters. A non-finite loss on any rank
  * is agreed first, and the step is then not taken; a non-finite gradient norm makes the optimizer
  * apply nothing (sr.applied = 0). */
-static void update(run *r, int step, int bad_micro, step_result *res) {
+static void reduce_update_publish(run *r, int step, int bad_micro, step_result *res) {
     if (bad_micro >= 0)
         snprintf(res->why, sizeof res->why, "step %d: the loss of micro-batch %d of %d on rank %d is not finite",
                  step, bad_micro, r->cfg->train.grad_accum, r->rank);
@@ -548,7 +548,7 @@ static int train_step(run *r, int step, step_result *res) {
     uint64_t gathers0 = r->zero.gathers;
     int bad_micro;
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
-    update(r, step, bad_micro, res);
+    reduce_update_publish(r, step, bad_micro, res);
     if (res->nonfinite && strcmp(cfg->train.nonfinite, "stop") != 0) r->state.skipped_steps++;
     gt_comm_stats_get(r->comm, &res->comm);
     double tokens = (double)r->G * cfg->train.seq_len;

@@ -7,7 +7,6 @@
  */
 #include <math.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cpu_kernels.h"
 
