@@ -38,7 +38,7 @@ OUT=${OUT:-runs/cpu_vs_torch-$STAMP}
 mkdir -p "$OUT"
 
 # One OpenMP wait policy for all three (gtrain, torch, the sgemm loop; all use libgomp): gtrain sets
-# GOMP_SPINCOUNT=1000 for itself when neither variable is set (src/kernels/cpu/ops_cpu.c), and under
+# GOMP_SPINCOUNT=1000 for itself when neither variable is set (src/core/gtrain_main.c), and under
 # load libgomp's default spinning would slow the other two by several times, so they get the same.
 if [[ -z ${OMP_WAIT_POLICY:-} && -z ${GOMP_SPINCOUNT:-} ]]; then export GOMP_SPINCOUNT=1000; fi
 

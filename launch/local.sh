@@ -51,6 +51,9 @@ cores=$(nproc)
 threads=$((cores / ranks))
 ((threads >= 1)) || threads=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$threads}"
+# OpenMP threads spin briefly before they sleep (why: src/core/gtrain_main.c); set here, gtrain need
+# not restart itself to set it. OMP_WAIT_POLICY or GOMP_SPINCOUNT of your own wins.
+[[ -n "${OMP_WAIT_POLICY:-}" ]] || export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}"
 
 if ((gpus > 0)); then
   echo "local.sh: $gpus GPU(s) found; $ranks rank(s)" >&2
@@ -62,5 +65,6 @@ if ((ranks == 1)); then
   exec "$bin" "$@"
 fi
 cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS)
+[[ -n "${GOMP_SPINCOUNT:-}" ]] && cmd+=(-x GOMP_SPINCOUNT)
 (($(id -u) == 0)) && cmd+=(--allow-run-as-root)
 exec "${cmd[@]}" "$bin" "$@"

@@ -26,10 +26,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "config.h"
 #include "ops.h"
 #include "planner.h"
-#include "zero.h"
 #include "signals.h"
 #include "train.h"
 
@@ -60,6 +60,45 @@ static void usage(FILE *out) {
             "\n"
             "exit codes: 0 done, 2 bad invocation/config/data, 3 unusable training-state file,\n"
             "            75 stopped by SIGTERM/SIGUSR1 after saving state, 1 other failure\n");
+}
+
+/* OpenMP threads that finish a parallel region early spin before they sleep; libgomp's default is
+ * about 300000 spins, and OpenBLAS (OpenMP build) calls into the same pool between our loops. On an
+ * idle machine that costs little, but as soon as another process wants the cores (a second rank, a
+ * data loader, another job) the spinning threads steal the time slices the working ones need, and
+ * every barrier waits for a descheduled thread: the tiny config ran 4-7x slower here under a load of
+ * 5 on 2 cores (docs/cpu-speed.md). A short spin (libgomp's own throttled value) loses almost nothing
+ * when idle.
+ *
+ * libgomp reads its environment once, when it is loaded, before main; so when the user set neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, gtrain sets GOMP_SPINCOUNT and re-executes itself once, before
+ * MPI starts (same pid, same arguments, so MPI launchers see nothing); GTRAIN_SPIN_RESTARTED tells the
+ * new image, whose rank 0 says so in one line of the log once the config is accepted (stdout, beside
+ * the threads line: a bad config still gets its one line on stderr). launch/local.sh and
+ * launch/gtrain.sbatch export the variable themselves, so their runs need no restart.
+ * GTRAIN_OMP_SPIN=default keeps libgomp's default; under valgrind (its preload library in LD_PRELOAD)
+ * nothing is done. */
+#define GT_OMP_SPINCOUNT "1000"
+
+static void use_short_omp_spin(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    const char *opt = getenv("GTRAIN_OMP_SPIN");
+    if (opt && strcmp(opt, "default") == 0) return;
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) return;
+    if (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0 || setenv("GTRAIN_SPIN_RESTARTED", "1", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with libgomp's default, which is only slower */
+    unsetenv("GTRAIN_SPIN_RESTARTED");
+}
+
+static void say_short_omp_spin(int rank) {
+    const char *restarted = getenv("GTRAIN_SPIN_RESTARTED");
+    if (rank != 0 || !restarted || strcmp(restarted, "1") != 0) return;
+    printf("gtrain: GOMP_SPINCOUNT=%s (a short OpenMP spin): set by gtrain, which restarted itself once for it; "
+           "set it or OMP_WAIT_POLICY yourself to skip that (launch/ does), GTRAIN_OMP_SPIN=default for libgomp's\n",
+           GT_OMP_SPINCOUNT);
+    fflush(stdout);
 }
 
 /* Prints the notes of an accepted config (one per line), each as "gtrain: ...". */
@@ -120,18 +159,16 @@ static int run_plan(int argc, char **argv) {
     int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
               (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
     int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
-    int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
-    gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, keep_probs, world,
-                          stage >= 1,
-                          gt_plan_library_bytes(gpu, world, cfg.dist.comm, &cfg.model, cfg.train.micro_batch,
-                                                cfg.train.seq_len),
-                          stage,
-                          strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
-    /* library workspaces on the GPU */
+    gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
+    gt_plan_choice choice; /* auto resolved as the trainer resolves it */
+    if (gt_plan_resolve(&cfg, &shape, &choice, err, sizeof err) != 0) {
+        fprintf(stderr, "gtrain: %s\n", err);
+        return 2;
+    }
     printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");
-    gt_plan_report(stdout, &cfg, &shape);
+    gt_plan_report(stdout, &cfg, &choice);
     return 0;
 }
 
@@ -162,7 +199,7 @@ static int print_version(void) {
 /* Sets the OpenMP and OpenBLAS threads of this rank (see the top of the file). Collective. */
 static void set_threads(int rank) {
     MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    gt_node_comm(MPI_COMM_WORLD, &node);
     int local_ranks = 1;
     MPI_Comm_size(node, &local_ranks);
     /* the cores of the node: every core some rank on it may run on */
@@ -224,6 +261,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    use_short_omp_spin(argv);
     MPI_Init(&argc, &argv);
     /* from here on a stop signal only sets the flag: one during start-up (loading a big state file
      * can take minutes) is acted on after the first step, instead of killing the rank unsaved */
@@ -242,6 +280,7 @@ int main(int argc, char **argv) {
     } else {
         if (rank == 0) print_notes(err);
         set_threads(rank);
+        say_short_omp_spin(rank);
         code = gt_train(&cfg, MPI_COMM_WORLD);
     }
     MPI_Finalize();

@@ -16,6 +16,8 @@
  * so model.c does not recompute it); selective costs one more attention-score product (QK^T) per block.
  */
 #include "planner.h"
+#include "bytes.h"
+#include "stages.h"
 #include "zero.h"
 
 #include <math.h>
@@ -312,62 +314,38 @@ static gt_mem_shape at_stage(const gt_mem_shape *shape, int st, int mi) {
     return s;
 }
 
-void gt_format_bytes(uint64_t bytes, char *out, size_t out_len) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0) snprintf(out, out_len, "%llu B", (unsigned long long)bytes);
-    else snprintf(out, out_len, "%.2f %s", v, units[u]);
-}
-
-void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_in) {
-    char b1[32], b2[32], b3[32], b4[32], b5[32];
-    /* dist.shard or dist.grad_sync = auto: the tables describe what auto chooses (as train.c would) */
-    gt_mem_shape resolved = *shape_in;
-    const gt_mem_shape *shape = &resolved;
-    {
-        int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
-        int st = shard_auto ? -1 : resolved.stage ? resolved.stage : resolved.shard_optimizer;
-        gt_policy pol;
-        char perr[128];
-        if ((shard_auto || (st >= 2 && sync_auto)) &&
-            gt_policy_parse(cfg->memory.recompute, resolved.model.n_layers, &pol, perr, sizeof perr) == 0) {
-            gt_plan p;
-            gt_mem_estimate e;
-            gt_plan_auto_all(&resolved, st, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0, &pol,
-                             cfg->memory.budget, &p, &e);
-        }
-    }
+/* The first lines: the model, the step's shape and the sharding the run uses. */
+static void report_header(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
     uint64_t P = gt_model_param_count(&shape->model);
     fprintf(out, "gtrain plan for %s\n", cfg->path);
     fprintf(out, "model: %llu parameters (%.3f B), %d blocks, dim %d, ffn %d, heads %d/%d kv, vocab %d\n",
             (unsigned long long)P, P / 1e9, shape->model.n_layers, shape->model.dim, shape->model.ffn_dim,
             shape->model.n_heads, shape->model.n_kv_heads, shape->model.vocab_size);
-    static const char *const stage_name[] = {"none", "optimizer", "gradients", "parameters"};
-    int stage_now = shape->stage ? shape->stage : shape->shard_optimizer;
+    int stage = shape->stage;
     fprintf(out, "micro-batch %d x %d tokens, grad_accum %d, %d-byte activations%s, world %d, shard %s%s%s%s\n\n",
             shape->micro_batch, shape->seq_len, shape->grad_accum, shape->act_bytes,
-            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, stage_name[stage_now],
+            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, gt_stage_name(stage),
             strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
-            stage_now >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
-            stage_now >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
+            stage >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
+            stage >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
+}
 
+/* Model state at recompute none for worlds 1, 2, 4, 8 and the run's; then the libraries' share. */
+static void report_state_by_world(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+    char b1[32], b2[32], b3[32], b4[32];
+    int stage = shape->stage;
     fprintf(out, "model state per rank at recompute none (shard %s%s; params and grads are peaks: with ZeRO-3 "
                  "the shard plus gathered units, with grad_sync micro the slice plus unit accumulators):\n",
-            stage_name[stage_now], stage_now >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
+            gt_stage_name(stage), stage >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
     fprintf(out, "  %6s %14s %14s %14s %14s\n", "world", "params", "grads", "optimizer", "state total");
     int worlds[] = {1, 2, 4, 8, shape->world};
     int n_worlds = shape->world == 1 || shape->world == 2 || shape->world == 4 || shape->world == 8 ? 4 : 5;
+    gt_plan none;
+    gt_policy pn = {GT_POLICY_NONE, 0};
+    gt_plan_from_policy(&none, &pn, shape->model.n_layers);
     for (int w = 0; w < n_worlds; w++) {
         gt_mem_shape sw = *shape;
         sw.world = worlds[w];
-        gt_plan none;
-        gt_policy pn = {GT_POLICY_NONE, 0};
-        gt_plan_from_policy(&none, &pn, shape->model.n_layers);
         gt_mem_estimate e;
         gt_plan_estimate(&sw, &none, &e);
         gt_format_bytes(e.params_bytes, b1, sizeof b1);
@@ -377,118 +355,110 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
         fprintf(out, "  %5d%s %14s %14s %14s %14s\n", worlds[w], worlds[w] == shape->world ? "*" : " ", b1, b2,
                 b3, b4);
     }
-    if (shape->library_bytes) {
-        gt_format_bytes(shape->library_bytes, b1, sizeof b1);
-        uint64_t cudnn = cudnn_attention_asked()
-                             ? gt_plan_cudnn_scratch_bytes(&shape->model, shape->micro_batch, shape->seq_len)
-                             : 0;
-        char b6[32] = "";
-        if (cudnn) gt_format_bytes(cudnn, b6, sizeof b6);
-        fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s%s%s), in every total below\n",
-                shape->world, b1, (unsigned long long)(GT_PLAN_CUBLASLT_WORKSPACE >> 20),
-                gt_plan_uses_nccl(1, shape->world, cfg->dist.comm) ? ", NCCL buffers ~512 MiB (an estimate)"
-                                                                   : "; no NCCL communicator",
-                cudnn ? ", cuDNN attention backward scratch " : "", b6);
-    }
+    if (!shape->library_bytes) return;
+    gt_format_bytes(shape->library_bytes, b1, sizeof b1);
+    uint64_t cudnn =
+        cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(&shape->model, shape->micro_batch, shape->seq_len) : 0;
+    char b6[32] = "";
+    if (cudnn) gt_format_bytes(cudnn, b6, sizeof b6);
+    fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s%s%s), in every total below\n",
+            shape->world, b1, (unsigned long long)(GT_PLAN_CUBLASLT_WORKSPACE >> 20),
+            gt_plan_uses_nccl(1, shape->world, cfg->dist.comm) ? ", NCCL buffers ~512 MiB (an estimate)"
+                                                               : "; no NCCL communicator",
+            cudnn ? ", cuDNN attention backward scratch " : "", b6);
+}
 
-    uint64_t budget = cfg->memory.budget;
-    if (budget) gt_format_bytes(budget, b5, sizeof b5);
-
-    /* every stage the trainer runs, at the configured world, with the configured recompute policy
-     * (none when it is auto) */
-    {
-        int N0 = shape->model.n_layers;
-        gt_policy pol;
-        char perr[128];
-        if (gt_policy_parse(cfg->memory.recompute, N0, &pol, perr, sizeof perr) != 0 || pol.kind == GT_POLICY_AUTO)
-            pol = (gt_policy){GT_POLICY_NONE, 0};
-        char pdesc[32];
-        gt_policy_format(&pol, pdesc, sizeof pdesc);
-        int A = shape->grad_accum > 0 ? shape->grad_accum : 1;
-        fprintf(out, "\nper stage at world %d, recompute %s, grad_accum k = %d (peaks per rank; gather = ZeRO-3's "
-                     "gathered units, buffers = unit gradient accumulators; comm = bytes a rank sends per step):\n",
-                shape->world, pdesc, A);
-        fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
-                "(gather)", "grads", "(buffers)", "optimizer", "activations", "total", "comm/step", "fits");
-        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
-        for (int st = 0; st <= 3; st++) {
-            for (int mi = 0; mi <= (st >= 2); mi++) {
-                gt_mem_shape ss = at_stage(shape, st, mi);
-                gt_plan plan;
-                gt_mem_estimate e;
-                gt_plan_for_policy(&plan, &pol, &ss, &e);
-                char label[40], c1[32], c2[32], c3[32], c4[32], c5[32], c6[32], c7[32], c8[32];
-                snprintf(label, sizeof label, "ZeRO-%d %s%s", st, stage_names[st], st < 2 ? "" : mi ? " / micro" : " / step");
-                gt_format_bytes(e.params_bytes, c1, sizeof c1);
-                gt_format_bytes(e.gather_bytes, c2, sizeof c2);
-                gt_format_bytes(e.grads_bytes, c3, sizeof c3);
-                gt_format_bytes(e.grad_buffer_bytes, c4, sizeof c4);
-                gt_format_bytes(e.optim_bytes, c5, sizeof c5);
-                gt_format_bytes(e.act_peak_bytes, c6, sizeof c6);
-                gt_format_bytes(e.total_bytes, c7, sizeof c7);
-                gt_format_bytes((uint64_t)e.comm_bytes, c8, sizeof c8);
-                fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c1, c2, c3, c4, c5, c6,
-                        c7, c8, !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
-            }
+/* Every stage the trainer runs, at the configured world, with the configured recompute policy (none
+ * when it is auto). */
+static void report_stages(FILE *out, const gt_mem_shape *shape, const gt_policy *configured, uint64_t budget) {
+    gt_policy pol = configured->kind == GT_POLICY_AUTO ? (gt_policy){GT_POLICY_NONE, 0} : *configured;
+    char pdesc[32];
+    gt_policy_format(&pol, pdesc, sizeof pdesc);
+    int A = shape->grad_accum > 0 ? shape->grad_accum : 1;
+    fprintf(out, "\nper stage at world %d, recompute %s, grad_accum k = %d (peaks per rank; gather = ZeRO-3's "
+                 "gathered units, buffers = unit gradient accumulators; comm = bytes a rank sends per step):\n",
+            shape->world, pdesc, A);
+    fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", "dist.shard / grad_sync", "params",
+            "(gather)", "grads", "(buffers)", "optimizer", "activations", "total", "comm/step", "fits");
+    for (int st = 0; st <= 3; st++) {
+        for (int mi = 0; mi <= (st >= 2); mi++) {
+            gt_mem_shape ss = at_stage(shape, st, mi);
+            gt_plan plan;
+            gt_mem_estimate e;
+            gt_plan_for_policy(&plan, &pol, &ss, &e);
+            char label[40], c[8][32];
+            snprintf(label, sizeof label, "ZeRO-%d %s%s", st, gt_stage_name(st), st < 2 ? "" : mi ? " / micro" : " / step");
+            uint64_t v[8] = {e.params_bytes, e.gather_bytes, e.grads_bytes, e.grad_buffer_bytes, e.optim_bytes,
+                             e.act_peak_bytes, e.total_bytes, (uint64_t)e.comm_bytes};
+            for (int k = 0; k < 8; k++) gt_format_bytes(v[k], c[k], sizeof c[k]);
+            fprintf(out, "  %-26s %11s %11s %11s %11s %11s %11s %11s %11s  %s\n", label, c[0], c[1], c[2], c[3], c[4],
+                    c[5], c[6], c[7], !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
         }
-        fprintf(out, "  (comm: the ring model of src/dist/comm.h; per-unit collectives at their mean (W-1)/W)\n");
     }
+    fprintf(out, "  (comm: the ring model of src/dist/comm.h; per-unit collectives at their mean (W-1)/W)\n");
+}
 
+/* One micro-batch's activations under each usual policy, and whether the total fits the budget. */
+static void report_policies(FILE *out, const gt_mem_shape *shape, uint64_t budget) {
+    char b1[32], b2[32], b5[32] = "";
+    if (budget) gt_format_bytes(budget, b5, sizeof b5);
     fprintf(out, "\nactivations per rank (one micro-batch) and fit at world %d%s%s:\n", shape->world,
             budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
     fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
-    const char *names[] = {"none", "selective", "blocks:1", "sqrt", "full"};
     int N = shape->model.n_layers;
     char blocks_half[32], uniform_k[32];
     snprintf(blocks_half, sizeof blocks_half, "blocks:%d", N / 2);
     snprintf(uniform_k, sizeof uniform_k, "uniform:%d", N >= 4 ? 4 : N);
-    names[2] = blocks_half;
-    const char *all_names[] = {names[0], names[1], names[2], uniform_k, names[3], names[4]};
+    const char *names[] = {"none", "selective", blocks_half, uniform_k, "sqrt", "full"};
     for (int i = 0; i < 6; i++) {
         gt_policy pol;
         char err[128];
-        if (gt_policy_parse(all_names[i], N, &pol, err, sizeof err) != 0) continue;
+        if (gt_policy_parse(names[i], N, &pol, err, sizeof err) != 0) continue;
         gt_plan plan;
         gt_mem_estimate e;
         gt_plan_for_policy(&plan, &pol, shape, &e);
         gt_format_bytes(e.act_peak_bytes, b1, sizeof b1);
         gt_format_bytes(e.total_bytes, b2, sizeof b2);
         double extra = 100.0 * e.recompute_flops / (3.0 * e.forward_flops);
-        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", all_names[i], b1, b2, extra,
+        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", names[i], b1, b2, extra,
                 !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
     }
     fprintf(out, "  (extra fwd: recompute FLOPs over one training step's 3 forwards' worth)\n");
+}
 
-    gt_policy configured;
-    char err[256];
-    int policy_ok = gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0;
-    int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
-    int cfg_stage = shard_auto ? -1 : shape->stage ? shape->stage : shape->shard_optimizer;
-    if (policy_ok && (configured.kind == GT_POLICY_AUTO || shard_auto || (cfg_stage >= 2 && sync_auto))) {
-        gt_plan plan;
-        gt_mem_estimate e;
-        gt_mem_shape chosen = *shape;
-        int rc = gt_plan_auto_all(&chosen, cfg_stage, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0,
-                                  &configured, budget, &plan, &e);
-        char desc[256];
-        gt_plan_describe(&plan, desc, sizeof desc);
-        gt_format_bytes(e.total_bytes, b1, sizeof b1);
-        gt_format_bytes(e.act_peak_bytes, b2, sizeof b2);
-        gt_format_bytes((uint64_t)e.comm_bytes, b3, sizeof b3);
-        static const char *const names4[] = {"none", "optimizer", "gradients", "parameters"};
-        if (rc == 0) {
-            fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
-                         "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
-                    names4[chosen.stage], chosen.stage < 2 ? "-" : chosen.grad_micro ? "micro" : "step", desc, b1, b2,
-                    budget ? "the budget " : "(no budget set)", budget ? b5 : "",
-                    100.0 * e.recompute_flops / (3.0 * e.forward_flops), b3);
-        } else {
-            fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
-                    names4[chosen.stage], desc, b1);
-        }
-    } else {
+/* The last line: what auto chose (gt_plan_resolve), or the configured policy. */
+static void report_choice(FILE *out, const gt_config *cfg, const gt_plan_choice *c) {
+    if (!c->chosen_by_auto) {
         fprintf(out, "\nconfigured policy: %s\n", cfg->memory.recompute);
+        return;
     }
+    uint64_t budget = cfg->memory.budget;
+    char desc[256], b1[32], b2[32], b3[32], b5[32] = "";
+    gt_plan_describe(&c->plan, desc, sizeof desc);
+    gt_format_bytes(c->predicted.total_bytes, b1, sizeof b1);
+    gt_format_bytes(c->predicted.act_peak_bytes, b2, sizeof b2);
+    gt_format_bytes((uint64_t)c->predicted.comm_bytes, b3, sizeof b3);
+    if (budget) gt_format_bytes(budget, b5, sizeof b5);
+    if (c->fits) {
+        fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
+                     "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
+                gt_stage_name(c->stage), c->stage < 2 ? "-" : c->grad_micro ? "micro" : "step", desc, b1, b2,
+                budget ? "the budget " : "(no budget set)", b5,
+                100.0 * c->predicted.recompute_flops / (3.0 * c->predicted.forward_flops), b3);
+    } else {
+        fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
+                gt_stage_name(c->stage), desc, b1);
+    }
+}
+
+void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choice) {
+    /* the tables describe the shape the run would train with: auto's choice where something is auto */
+    const gt_mem_shape *shape = &choice->shape;
+    report_header(out, cfg, shape);
+    report_state_by_world(out, cfg, shape);
+    report_stages(out, shape, &choice->policy, cfg->memory.budget);
+    report_policies(out, shape, cfg->memory.budget);
+    report_choice(out, cfg, choice);
 }
 
 double gt_plan_cost(const gt_mem_shape *sh, const gt_mem_estimate *est) {
@@ -545,5 +515,38 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
         return -1;
     }
     *sh = best_shape;
+    return 0;
+}
+
+gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world) {
+    int stage = gt_zero_stage(cfg->dist.shard); /* auto: 0 until gt_plan_resolve chooses */
+    gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
+                          stage >= 1,
+                          gt_plan_library_bytes(cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
+                                                cfg->train.seq_len),
+                          stage, strcmp(cfg->dist.grad_sync, "micro") == 0, cfg->train.grad_accum, cfg->dist.prefetch};
+    return shape;
+}
+
+int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choice *c, char *err, size_t err_len) {
+    memset(c, 0, sizeof *c);
+    if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &c->policy, err, err_len) != 0) return -1;
+    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
+    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
+    c->shape = *base;
+    c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
+    c->fits = 1;
+    if (c->chosen_by_auto) {
+        c->fits = gt_plan_auto_all(&c->shape, stage, want_micro, &c->policy, cfg->memory.budget, &c->plan,
+                                   &c->predicted) == 0;
+        stage = c->shape.stage;
+    }
+    c->stage = stage;
+    c->grad_micro = stage >= 2 && c->shape.grad_micro;
+    c->shape.stage = stage;
+    c->shape.shard_optimizer = stage >= 1;
+    c->shape.grad_micro = c->grad_micro;
+    if (c->chosen_by_auto) gt_plan_estimate(&c->shape, &c->plan, &c->predicted);
+    else gt_plan_for_policy(&c->plan, &c->policy, &c->shape, &c->predicted); /* the tail kept when that is free */
     return 0;
 }

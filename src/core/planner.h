@@ -107,10 +107,31 @@ int gt_plan_auto_all(gt_mem_shape *shape, int stage, int grad_micro, const gt_po
  * for auto, not a prediction of step time. */
 double gt_plan_cost(const gt_mem_shape *shape, const gt_mem_estimate *est);
 
-/* The `gtrain --plan` report: model state, every policy's activations, extra FLOPs and fit. */
-void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape);
+/* The shape of a run of cfg on `world` ranks of a backend (cuda: 1 for the GPU; act_bytes 2 or 4;
+ * keep_probs: the backend keeps attention probabilities), with the stage and grad_sync as configured
+ * (auto: stage 0 and step, until gt_plan_resolve chooses). */
+gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world);
 
-/* Formats bytes as "1.23 GiB". */
-void gt_format_bytes(uint64_t bytes, char *out, size_t out_len);
+/* What a run trains with once dist.shard, dist.grad_sync and memory.recompute are settled: `auto`
+ * is resolved here, once, for the trainer, `gtrain --plan` and its report alike. */
+typedef struct gt_plan_choice {
+    gt_mem_shape shape;        /* the shape trained: stage, shard_optimizer and grad_micro as chosen */
+    gt_policy policy;          /* memory.recompute as configured (auto stays auto) */
+    gt_plan plan;              /* the recompute plan the executor runs */
+    gt_mem_estimate predicted; /* the plan's estimate for shape */
+    int stage;                 /* ZeRO stage 0..3 */
+    int grad_micro;            /* stage >= 2 and gradients reduce-scattered every micro-batch */
+    int chosen_by_auto;        /* one of the three settings was auto (gt_plan_auto_all chose) */
+    int fits;                  /* 0: auto found nothing within memory.budget; the smallest choice is given */
+} gt_plan_choice;
+
+/* Resolves cfg's settings for `base` (gt_plan_shape). Returns 0, or -1 when memory.recompute does
+ * not parse (err says why; gt_config_load has checked it already). */
+int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choice *choice, char *err,
+                    size_t err_len);
+
+/* The `gtrain --plan` report of a resolved choice: model state, every stage and policy's memory,
+ * extra FLOPs and fit, and what auto chose. */
+void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choice);
 
 #endif

@@ -15,7 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train.h"
+#include "agree.h"
+#include "bytes.h"
+#include "exitcodes.h"
 
 #define NO_LIMIT UINT64_MAX
 
@@ -83,28 +85,17 @@ static uint64_t cgroup_limit(void) {
     return limit;
 }
 
-int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan) {
-    int rank;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm node;
-    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int node_ranks;
-    MPI_Comm_size(node, &node_ranks);
-    MPI_Comm_free(&node);
-    char host[256] = "";
-    gethostname(host, sizeof host);
-    host[sizeof host - 1] = '\0';
-
-    /* the smallest limit, and what it is */
+/* The smallest limit of this rank (see preflight.h), and in `what` what it is. */
+static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ranks, char *what, size_t what_len) {
     uint64_t limit = NO_LIMIT;
-    char what[512] = "", a[32], b[32];
+    char a[32], b[32];
     if (ops->memory_available) {
         size_t free_bytes = 0, total_bytes = 0;
         if (ops->memory_available(&free_bytes, &total_bytes) == 0) {
             limit = free_bytes;
             gt_format_bytes(free_bytes, a, sizeof a);
             gt_format_bytes(total_bytes, b, sizeof b);
-            snprintf(what, sizeof what, "%s free of %s on its %s device", a, b, ops->name);
+            snprintf(what, what_len, "%s free of %s on its %s device", a, b, ops->name);
         }
     } else {
         uint64_t avail = mem_available(), cgroup = cgroup_limit();
@@ -113,7 +104,7 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
             limit = node_bytes / (uint64_t)node_ranks;
             gt_format_bytes(limit, a, sizeof a);
             gt_format_bytes(node_bytes, b, sizeof b);
-            snprintf(what, sizeof what, "%s: %s %s shared by %d rank%s on this node", a,
+            snprintf(what, what_len, "%s: %s %s shared by %d rank%s on this node", a,
                      avail <= cgroup ? "MemAvailable" : "the cgroup memory limit", b, node_ranks,
                      node_ranks == 1 ? "" : "s");
         }
@@ -121,8 +112,21 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
     if (cfg->memory.budget && cfg->memory.budget < limit) {
         limit = cfg->memory.budget;
         gt_format_bytes(limit, a, sizeof a);
-        snprintf(what, sizeof what, "%s: memory.budget", a);
+        snprintf(what, what_len, "%s: memory.budget", a);
     }
+    return limit;
+}
+
+int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan) {
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    int node_ranks;
+    gt_node_ranks(comm, NULL, &node_ranks);
+    char host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    char what[512] = "";
+    uint64_t limit = rank_limit(cfg, ops, node_ranks, what, sizeof what);
 
     int code = 0;
     char msg[2048] = "";

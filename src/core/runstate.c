@@ -57,11 +57,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planner.h"
+#include "agree.h"
+#include "bytes.h"
 #include "signals.h"
 #include "state.h"
 #include "testhooks.h"
-#include "train.h"
+#include "exitcodes.h"
 
 static int rank_of(const gt_run_state *run) { return gt_comm_rank(run->comm); }
 
@@ -188,10 +189,7 @@ static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
 static int check_dir(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), node_rank = 0;
-    MPI_Comm node;
-    MPI_Comm_split_type(run->mpi_comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &node_rank);
-    MPI_Comm_free(&node);
+    gt_node_ranks(run->mpi_comm, &node_rank, NULL);
     char msg[2 * GT_PATH_MAX + 1024] = "", what[64], host[256] = "";
     gethostname(host, sizeof host);
     host[sizeof host - 1] = '\0';

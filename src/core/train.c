@@ -10,6 +10,10 @@
  * global batch changed across the resume.
  *
  * Micro-batches never communicate; gt_optim_step does the step's one gradient reduction.
+ *
+ * Reading order: gt_train at the bottom opens a run (open_run: backend, communicator, plan, data,
+ * model, state), then calls train_step once per optimizer step; train_step returns a step_result
+ * that the progress line and the metrics line read; close_run releases what open_run made.
  */
 #include "train.h"
 
@@ -20,6 +24,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "agree.h"
+#include "bytes.h"
 #include "comm.h"
 #include "data.h"
 #include "hf_import.h"
@@ -30,6 +36,7 @@
 #include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
+#include "stages.h"
 #include "testhooks.h"
 #include "zero.h"
 
@@ -45,18 +52,6 @@ static double now_seconds(void) {
 static int fail_input(int rank, const char *msg) {
     if (rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
     return GT_EXIT_BAD_INPUT;
-}
-
-int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len) {
-    int worst = 0, world, rank;
-    MPI_Comm_size(comm, &world);
-    MPI_Comm_rank(comm, &rank);
-    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, comm);
-    if (!worst) return 0;
-    int mine = code == worst ? rank : world, who = 0;
-    MPI_Allreduce(&mine, &who, 1, MPI_INT, MPI_MIN, comm);
-    MPI_Bcast(msg, (int)msg_len, MPI_CHAR, who, comm);
-    return worst;
 }
 
 /* A check that files or devices decide, which may differ between ranks and nodes: agreed, and
@@ -264,319 +259,409 @@ static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, doub
     return grad_only ? loss : NAN;
 }
 
-int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
+
+/* ---------------------------------------------------------------- the run */
+
+/* Everything one run holds: opened by open_run, released in one place by close_run. */
+typedef struct run {
+    const gt_config *cfg;
+    MPI_Comm mpi;
     int rank, world;
-    MPI_Comm_rank(world_comm, &rank);
-    MPI_Comm_size(world_comm, &world);
-    char msg[2048], err[3000];
-    /* everything the run holds, released in one place at the end */
-    int rc = GT_EXIT_OK;
-    gt_comm *comm = NULL;
-    gt_data *train_data = NULL, *val_data = NULL;
+    const gt_ops *ops;
+    int is_cuda;
+    gt_comm *comm;
+    gt_plan_choice choice;     /* stage, grad_sync and recompute plan, `auto` resolved */
+    gt_data *train_data, *val_data;
     gt_mem mem;
-    gt_layout layout = {0};
-    gt_model *model = NULL;
-    gt_optim opt = {0};
-    gt_zero zero = {0};
-    gt_run_state run = {0};
-    FILE *metrics = NULL;
-    int32_t *inputs = NULL, *targets = NULL;
+    gt_layout layout;
+    gt_model *model;
+    gt_optim opt;
+    gt_zero zero;
+    gt_run_state state;        /* resume, saves, signals (runstate.h) */
+    size_t n_padded;           /* the flat parameter and gradient length */
+    uint64_t G;                /* global batch in sequences */
+    float dloss;               /* every token's loss gradient: 1 / (G * T) */
+    double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
+    FILE *metrics;             /* rank 0, log.metrics */
+    int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
+    nan_hook nan_hook;
+    progress progress;
+} run;
 
-    rc = gt_test_hooks_check(rank); /* a stray GTRAIN_TEST_* variable: refused before anything runs */
-    if (rc) return rc;
-    const gt_ops *ops = NULL;
-    rc = choose_backend(cfg, world_comm, &ops);
-    if (rc) return rc;
-    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
+/* What one optimizer step did, as the progress line and the metrics line report it. */
+typedef struct step_result {
+    int step;
+    double loss, lr, grad_norm; /* loss: the global mean; grad_norm NaN when no step was taken */
+    int nonfinite;              /* no update was applied; why says which loss or norm */
+    char why[3000];
+    double seconds, tok_per_s, mfu; /* mfu NaN on the CPU */
+    uint64_t tokens;            /* tokens seen after this step */
+    int recomputed;             /* block forwards re-run in backward */
+    uint64_t unit_gathers;      /* ZeRO-3 unit gathers */
+    uint64_t act_peak_bytes, mem_peak_bytes, params_peak_bytes, grads_peak_bytes;
+    gt_comm_stats comm;
+    int64_t skipped_steps;      /* so far, this one included */
+} step_result;
 
-    /* communicator */
-    int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (!is_cuda && strcmp(cfg->dist.comm, "nccl") == 0) {
+/* dist.comm and the backend decide the communicator: NCCL (comm = nccl, or auto on more than one
+ * GPU rank: the planner counts NCCL's buffers by this rule), the local one for a single GPU (nothing
+ * to reduce), else MPI, which moves host memory only. */
+static int open_communicator(run *r) {
+    const gt_config *cfg = r->cfg;
+    char msg[2048], why[256];
+    if (!r->is_cuda && strcmp(cfg->dist.comm, "nccl") == 0) {
         snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
-        return fail_input(rank, msg);
-    } else if (gt_plan_uses_nccl(is_cuda, world, cfg->dist.comm)) {
-        /* comm = nccl, or auto on more than one GPU rank: the planner counts NCCL's buffers by this rule */
-        char why[256];
-        comm = gt_comm_create_nccl(world_comm, why, sizeof why);
-        if (!comm) {
+        return fail_input(r->rank, msg);
+    } else if (gt_plan_uses_nccl(r->is_cuda, r->world, cfg->dist.comm)) {
+        r->comm = gt_comm_create_nccl(r->mpi, why, sizeof why);
+        if (!r->comm) {
             snprintf(msg, sizeof msg, "%s: [dist] comm: NCCL is not usable: %s", cfg->path, why);
-            return fail_input(rank, msg);
+            return fail_input(r->rank, msg);
         }
-    } else if (is_cuda && world == 1) {
-        /* one GPU: nothing to reduce, so no NCCL (or host MPI) for collectives never made */
-        char why[256];
-        comm = gt_comm_create_local(world_comm, ops->copy, why, sizeof why);
-        if (!comm) {
+    } else if (r->is_cuda && r->world == 1) {
+        r->comm = gt_comm_create_local(r->mpi, r->ops->copy, why, sizeof why);
+        if (!r->comm) {
             snprintf(msg, sizeof msg, "%s: [dist] comm: %s", cfg->path, why);
-            return fail_input(rank, msg);
+            return fail_input(r->rank, msg);
         }
     } else {
-        if (is_cuda && world > 1) { /* the MPI communicator moves host memory; CUDA tensors live on the GPU */
+        if (r->is_cuda && r->world > 1) {
             snprintf(msg, sizeof msg,
                      "%s: [dist] comm = mpi works on host memory and the CUDA backend keeps its tensors on the "
                      "GPU (expected comm = nccl or auto with a GPU, or train.device = cpu)", cfg->path);
-            return fail_input(rank, msg);
+            return fail_input(r->rank, msg);
         }
-        comm = gt_comm_create_mpi(world_comm);
+        r->comm = gt_comm_create_mpi(r->mpi);
     }
+    return 0;
+}
 
-    /* plan */
-    gt_policy policy;
-    gt_plan plan;
-    if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &policy, err, sizeof err) != 0) {
-        rc = fail_input(rank, err);
-        goto done;
+/* The plan (gt_plan_resolve, shared with `gtrain --plan`), refused when auto finds nothing within
+ * memory.budget or when it does not fit what this rank can have (preflight), before any allocation. */
+static int resolve_plan(run *r) {
+    const gt_config *cfg = r->cfg;
+    char msg[2048], err[3000];
+    gt_mem_shape shape = gt_plan_shape(cfg, r->is_cuda, r->ops->act_bytes, r->ops->can_keep_attention_probs,
+                                       r->world);
+    if (gt_plan_resolve(cfg, &shape, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
+    if (!r->choice.fits) {
+        char need[32], have[32];
+        gt_format_bytes(r->choice.predicted.total_bytes, need, sizeof need);
+        gt_format_bytes(cfg->memory.budget, have, sizeof have);
+        snprintf(msg, sizeof msg,
+                 "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
+                 "memory.recompute = %s); the smallest needs %s per rank",
+                 cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
+        return fail_input(r->rank, msg);
     }
-    /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
-    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
-    uint64_t library = gt_plan_library_bytes(is_cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
-                                             cfg->train.seq_len);
-    gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
-                          ops->can_keep_attention_probs, world, stage >= 1, library,
-                          stage, want_micro == 1, cfg->train.grad_accum, cfg->dist.prefetch};
-    int chosen_by_auto = stage < 0 || policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
-    if (chosen_by_auto) {
-        gt_mem_estimate est;
-        if (gt_plan_auto_all(&shape, stage, want_micro, &policy, cfg->memory.budget, &plan, &est) != 0) {
-            char need[32], have[32];
-            gt_format_bytes(est.total_bytes, need, sizeof need);
-            gt_format_bytes(cfg->memory.budget, have, sizeof have);
-            snprintf(msg, sizeof msg,
-                     "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
-                     "memory.recompute = %s); the smallest needs %s per rank",
-                     cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
-            rc = fail_input(rank, msg);
-            goto done;
-        }
-        stage = shape.stage;
-    }
-    int sharded = stage >= 1, grad_micro = stage >= 2 && shape.grad_micro;
-    shape.grad_micro = grad_micro;
-    gt_mem_estimate predicted;
-    if (chosen_by_auto) gt_plan_estimate(&shape, &plan, &predicted);
-    else gt_plan_for_policy(&plan, &policy, &shape, &predicted); /* the tail kept when that is free */
-    /* before the first allocation: does the plan fit what each rank can have? */
-    rc = gt_preflight_memory(cfg, ops, world_comm, &predicted);
-    if (rc) goto done;
+    return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted);
+}
 
-    /* data (each rank opens the files itself: they may be missing or different on some nodes) */
-    err[0] = '\0';
+/* Each rank opens the data files itself: they may be missing or different on some nodes. */
+static int open_data(run *r) {
+    const gt_config *cfg = r->cfg;
+    char err[3000] = "";
     int bad = 0;
     const char *paths[2] = {cfg->data.train, cfg->data.val};
-    gt_data **sets[2] = {&train_data, &val_data};
+    gt_data **sets[2] = {&r->train_data, &r->val_data};
     for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
         gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
         if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
             gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
             bad = 1;
     }
-    rc = agree_input(world_comm, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
-    if (rc) goto done;
+    return agree_input(r->mpi, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
+}
 
-    /* model, parameters, optimizer: ZeRO-3 holds no full parameter buffer and grad_sync = micro no
-     * full gradient buffer; zero.c gathers and reduces their units */
-    gt_mem_init(&mem, ops);
-    gt_layout_init(&layout, &cfg->model);
-    size_t n_padded = gt_optim_padded_len(layout.n_params, world, sharded);
-    model = gt_model_create_buffers(ops, &mem, &cfg->model, stage == 3 ? 0 : n_padded, grad_micro ? 0 : n_padded);
+/* Model, parameters, optimizer: ZeRO-3 holds no full parameter buffer and grad_sync = micro no full
+ * gradient buffer; zero.c gathers and reduces their units. Without model.init the parameters are
+ * drawn here, each rank only its own slice (counter-based: the same values at any world size); with
+ * it, the import (or a resume) fills the master. */
+static void build_model(run *r) {
+    const gt_config *cfg = r->cfg;
+    const gt_ops *ops = r->ops;
+    int stage = r->choice.stage, grad_micro = r->choice.grad_micro;
+    gt_mem_init(&r->mem, ops);
+    gt_layout_init(&r->layout, &cfg->model);
+    r->n_padded = gt_optim_padded_len(r->layout.n_params, r->world, stage >= 1);
+    r->model = gt_model_create_buffers(ops, &r->mem, &cfg->model, stage == 3 ? 0 : r->n_padded,
+                                       grad_micro ? 0 : r->n_padded);
     if (stage >= 2) {
-        gt_zero_init(&zero, ops, &mem, comm, &layout, stage, grad_micro, cfg->dist.prefetch);
+        gt_zero_init(&r->zero, ops, &r->mem, r->comm, &r->layout, stage, grad_micro, cfg->dist.prefetch);
         gt_unit_hooks hooks;
-        gt_zero_hooks(&zero, &hooks);
-        gt_model_set_unit_hooks(model, &hooks);
+        gt_zero_hooks(&r->zero, &hooks);
+        gt_model_set_unit_hooks(r->model, &hooks);
     }
-    gt_optim_init(&opt, ops, &mem, comm, model, sharded, NULL);
-    opt.grad_slice = zero.grad_slice;
-    opt.param_shard = zero.param_shard;
-    if (!cfg->model.init[0]) { /* random; with model.init the import (or a resume) fills the master */
-        /* each rank draws only its own slice (counter-based: the same values at any world size) */
-        size_t count = gt_shard_count(&opt.shard);
-        float *init = malloc((count ? count : 1) * sizeof *init);
-        if (!init) abort();
-        gt_layout_init_params_range(&layout, init, opt.shard.begin, opt.shard.end, cfg->train.seed);
-        if (count) ops->copy_to_device(opt.master, init, count * sizeof(float));
-        free(init);
-        gt_optim_publish_params(&opt);
-    }
+    gt_optim_init(&r->opt, ops, &r->mem, r->comm, r->model, stage >= 1, NULL);
+    r->opt.grad_slice = r->zero.grad_slice;
+    r->opt.param_shard = r->zero.param_shard;
+    if (cfg->model.init[0]) return;
+    size_t count = gt_shard_count(&r->opt.shard);
+    float *init = malloc((count ? count : 1) * sizeof *init);
+    if (!init) abort();
+    gt_layout_init_params_range(&r->layout, init, r->opt.shard.begin, r->opt.shard.end, cfg->train.seed);
+    if (count) ops->copy_to_device(r->opt.master, init, count * sizeof(float));
+    free(init);
+    gt_optim_publish_params(&r->opt);
+}
 
+/* The lines a run starts with (rank 0): size, backend, ranks, sharding, plan, data. */
+static void print_banner(const run *r) {
+    const gt_config *cfg = r->cfg;
+    const gt_plan_choice *c = &r->choice;
+    const gt_mem_estimate *p = &c->predicted;
+    char desc[256], params_b[32], act_b[32];
+    gt_plan_describe(&c->plan, desc, sizeof desc);
+    gt_format_bytes(p->params_bytes + p->grads_bytes + p->optim_bytes, params_b, sizeof params_b);
+    gt_format_bytes(p->act_peak_bytes, act_b, sizeof act_b);
+    printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
+           r->layout.n_params, r->ops->name, r->world, r->world == 1 ? "" : "s", gt_comm_name(r->comm),
+           gt_stage_name(c->stage), strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+           (unsigned long long)r->G, cfg->train.seq_len);
+    printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
+           desc, params_b, act_b);
+    if (c->stage >= 2)
+        printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
+               "grads_peak_bytes %llu\n", c->stage, c->grad_micro ? "micro" : "step",
+               strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
+               (unsigned long long)p->params_bytes, (unsigned long long)p->grads_bytes);
+    char files[1024];
+    gt_data_describe(r->train_data, files, sizeof files);
+    printf("gtrain: train data %s\n", files);
+    if (r->val_data) gt_data_describe(r->val_data, files, sizeof files);
+    printf("gtrain: validation data %s\n", r->val_data ? files : "none (data.val is empty)");
+    gt_config defaults; /* the built-in corpus: data/fortunes.{train,val}.bin */
+    gt_config_defaults(&defaults);
+    if (r->val_data && strcmp(cfg->data.train, defaults.data.train) != 0 &&
+        strcmp(cfg->data.val, defaults.data.val) == 0)
+        fprintf(stderr, "gtrain: warning: data.train is set to %s but data.val is still the built-in "
+                "corpus %s; set [data] val to your own validation files (or to nothing)\n",
+                cfg->data.train, cfg->data.val);
+    fflush(stdout);
+}
+
+/* Opens a run: backend and communicator, plan, data, model, then the state (a resume, or model.init),
+ * the metrics file and the banner. Returns 0 or an exit code; close_run releases either way. */
+static int open_run(run *r, const gt_config *cfg, MPI_Comm mpi) {
+    memset(r, 0, sizeof *r);
+    r->cfg = cfg;
+    r->mpi = mpi;
+    MPI_Comm_rank(mpi, &r->rank);
+    MPI_Comm_size(mpi, &r->world);
+    int rc = gt_test_hooks_check(r->rank); /* a stray GTRAIN_TEST_* variable: refused before anything runs */
+    if (rc) return rc;
+    rc = choose_backend(cfg, mpi, &r->ops);
+    if (rc) return rc;
+    r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
+    if ((rc = open_communicator(r)) || (rc = resolve_plan(r)) || (rc = open_data(r))) return rc;
+    build_model(r);
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
-    uint64_t G = (uint64_t)B * A * world;
-    rc = gt_runstate_begin(&run, cfg, comm, world_comm, model, &opt, G);
-    if (rc) goto done;
+    r->G = (uint64_t)B * A * r->world;
+    rc = gt_runstate_begin(&r->state, cfg, r->comm, mpi, r->model, &r->opt, r->G);
+    if (rc) return rc;
     if (cfg->model.init[0]) {
-        rc = import_checkpoint(cfg, &opt, &layout, world_comm, run.first_step > 1);
-        if (rc) goto done;
+        rc = import_checkpoint(cfg, &r->opt, &r->layout, mpi, r->state.first_step > 1);
+        if (rc) return rc;
     }
+    if (r->rank == 0 && cfg->log.metrics[0]) {
+        r->metrics = fopen(cfg->log.metrics, r->state.first_step > 1 ? "a" : "w");
+        if (!r->metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
+    }
+    if (r->rank == 0) print_banner(r);
+    r->inputs = malloc((size_t)B * T * sizeof *r->inputs);
+    r->targets = malloc((size_t)B * T * sizeof *r->targets);
+    if (!r->inputs || !r->targets) abort();
+    r->dloss = (float)(1.0 / ((double)r->G * T));
+    r->flops_per_step = 3.0 * r->choice.predicted.forward_flops * A;
+    r->nan_hook = test_nan_hook();
+    r->progress = (progress){progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps),
+                             r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
+    return 0;
+}
 
-    if (rank == 0 && cfg->log.metrics[0]) {
-        metrics = fopen(cfg->log.metrics, run.first_step > 1 ? "a" : "w");
-        if (!metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
+static void close_run(run *r) {
+    if (r->metrics) fclose(r->metrics);
+    free(r->inputs);
+    free(r->targets);
+    gt_runstate_free(&r->state);
+    gt_optim_free(&r->opt);
+    gt_zero_free(&r->zero);
+    gt_model_destroy(r->model);
+    gt_layout_free(&r->layout);
+    gt_data_close(r->val_data);
+    gt_data_close(r->train_data);
+    gt_comm_destroy(r->comm);
+}
+
+/* ---------------------------------------------------------------- one step */
+
+/* Micro-batches: forward and backward of each, gradients adding up locally, no communication.
+ * Returns the summed loss of this rank; *bad_micro the first micro-batch whose loss is not finite. */
+static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micro) {
+    const gt_config *cfg = r->cfg;
+    int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
+    double loss_sum = 0.0;
+    *bad_micro = -1;
+    for (int m = 0; m < A; m++) {
+        uint64_t micro_index = (uint64_t)r->rank * A + m; /* within the global batch */
+        uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G + micro_index * B;
+        gt_data_train_batch(r->train_data, cfg->train.seed, first, B, T, r->inputs, r->targets);
+        gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
+        double micro_loss = gt_model_train_micro(r->model, &r->choice.plan, r->inputs, r->targets, B, T, r->dloss,
+                                                 key, recomputed);
+        if (r->nan_hook.step == step && r->nan_hook.micro == m && r->nan_hook.rank == r->rank)
+            micro_loss = inject_nan(r->ops, r->model, r->nan_hook.grad_only, micro_loss);
+        if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
+        loss_sum += micro_loss;
     }
-    if (rank == 0) {
-        char desc[256], params_b[32], act_b[32];
-        gt_plan_describe(&plan, desc, sizeof desc);
-        gt_format_bytes(predicted.params_bytes + predicted.grads_bytes + predicted.optim_bytes, params_b,
-                        sizeof params_b);
-        gt_format_bytes(predicted.act_peak_bytes, act_b, sizeof act_b);
-        static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
-        printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
-               layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), stage_names[stage],
-               strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
-               (unsigned long long)G, T);
-        printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
-               desc, params_b, act_b);
-        if (stage >= 2)
-            printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
-                   "grads_peak_bytes %llu\n", stage, grad_micro ? "micro" : "step",
-                   strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
-                   (unsigned long long)predicted.params_bytes, (unsigned long long)predicted.grads_bytes);
-        char files[1024];
-        gt_data_describe(train_data, files, sizeof files);
-        printf("gtrain: train data %s\n", files);
-        if (val_data) gt_data_describe(val_data, files, sizeof files);
-        printf("gtrain: validation data %s\n", val_data ? files : "none (data.val is empty)");
-        gt_config defaults; /* the built-in corpus: data/fortunes.{train,val}.bin */
-        gt_config_defaults(&defaults);
-        if (val_data && strcmp(cfg->data.train, defaults.data.train) != 0 &&
-            strcmp(cfg->data.val, defaults.data.val) == 0)
-            fprintf(stderr, "gtrain: warning: data.train is set to %s but data.val is still the built-in "
-                    "corpus %s; set [data] val to your own validation files (or to nothing)\n",
-                    cfg->data.train, cfg->data.val);
+    return loss_sum;
+}
+
+/* Reduce, update, publish: gt_optim_step reduces the gradients, clips them by the global norm, runs
+ * AdamW on this rank's slice and publishes the new working parameters. A non-finite loss on any rank
+ * is agreed first, and the step is then not taken; a non-finite gradient norm makes the optimizer
+ * apply nothing (sr.applied = 0). */
+static void reduce_update_publish(run *r, int step, int bad_micro, step_result *res) {
+    if (bad_micro >= 0)
+        snprintf(res->why, sizeof res->why, "step %d: the loss of micro-batch %d of %d on rank %d is not finite",
+                 step, bad_micro, r->cfg->train.grad_accum, r->rank);
+    res->nonfinite = gt_agree_on_failure(r->mpi, bad_micro >= 0, res->why, sizeof res->why);
+    gt_step_result sr = {NAN, gt_lr_at(r->cfg, step), 0};
+    if (!res->nonfinite) gt_optim_step(&r->opt, r->cfg, step, &sr);
+    if (!res->nonfinite && !sr.applied) {
+        res->nonfinite = 1;
+        snprintf(res->why, sizeof res->why, "step %d: the gradient norm is %g, though the loss of every "
+                 "micro-batch was finite", step, sr.grad_norm);
+    }
+    res->lr = sr.lr;
+    res->grad_norm = sr.grad_norm;
+}
+
+/* One optimizer step: micro-batches, then reduce, update and publish. Fills *res; returns 0, or exit 2
+ * when the device found bad input (device_faults). */
+static int train_step(run *r, int step, step_result *res) {
+    const gt_config *cfg = r->cfg;
+    double t0 = now_seconds();
+    memset(res, 0, sizeof *res);
+    res->step = step;
+    gt_mem_reset_peaks(&r->mem);
+    gt_comm_stats_reset(r->comm);
+    if (r->choice.grad_micro) r->ops->zero(r->zero.grad_slice, r->zero.shard.slice_len * sizeof(float));
+    else r->ops->zero(gt_model_grads(r->model), r->n_padded * sizeof(float));
+    uint64_t gathers0 = r->zero.gathers;
+    int bad_micro;
+    double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
+    reduce_update_publish(r, step, bad_micro, res);
+    if (res->nonfinite && strcmp(cfg->train.nonfinite, "stop") != 0) r->state.skipped_steps++;
+    gt_comm_stats_get(r->comm, &res->comm);
+    double tokens = (double)r->G * cfg->train.seq_len;
+    res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    r->ops->synchronize();
+    res->seconds = now_seconds() - t0;
+    char fault[3000];
+    int rc = device_faults(r->ops, r->mpi, cfg->data.train, fault, sizeof fault);
+    if (rc) return rc;
+    r->state.tokens_seen += r->G * (uint64_t)cfg->train.seq_len;
+    res->tokens = r->state.tokens_seen;
+    res->tok_per_s = tokens / res->seconds;
+    res->mfu = r->is_cuda ? r->flops_per_step / res->seconds / H200_BF16_DENSE_FLOPS : NAN;
+    res->unit_gathers = r->zero.gathers - gathers0;
+    res->act_peak_bytes = r->mem.peak[GT_MEM_ACT];
+    res->mem_peak_bytes = r->mem.total_peak;
+    res->params_peak_bytes = r->mem.peak[GT_MEM_PARAMS];
+    res->grads_peak_bytes = r->mem.peak[GT_MEM_GRADS];
+    res->skipped_steps = r->state.skipped_steps;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reporting */
+
+/* The step's line of log.metrics (DESIGN.md, "Metrics JSONL"). */
+static void write_metrics(FILE *f, const run *r, const step_result *res) {
+    const gt_comm_stats *st = &res->comm;
+    fprintf(f, "{\"step\":%d,", res->step);
+    write_json_number(f, "loss", res->loss, 0);
+    write_json_number(f, "lr", res->lr, 0);
+    write_json_number(f, "grad_norm", res->grad_norm, 0);
+    fprintf(f, "\"tokens\":%llu,", (unsigned long long)res->tokens);
+    write_json_number(f, "tok_per_s", res->tok_per_s, 0);
+    write_json_number(f, "step_ms", res->seconds * 1e3, 0);
+    write_json_number(f, "mfu", res->mfu, 0);
+    fprintf(f,
+            "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
+            "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_total_ms\":%.3f,"
+            "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
+            "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
+            "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
+            (unsigned long long)res->act_peak_bytes, (unsigned long long)res->mem_peak_bytes, res->recomputed,
+            (unsigned long long)gt_optim_bytes(&r->opt), (unsigned long long)st->bytes_sent, st->seconds * 1e3,
+            st->seconds_total * 1e3, (unsigned long long)res->params_peak_bytes,
+            (unsigned long long)res->grads_peak_bytes, (unsigned long long)res->unit_gathers,
+            (unsigned long long)st->calls_all_reduce, (unsigned long long)st->calls_reduce_scatter,
+            (unsigned long long)st->calls_all_gather, (unsigned long long)st->calls_reduce_scatter_v,
+            (unsigned long long)st->calls_all_gather_v, (unsigned long long)st->calls_scalar,
+            (long long)res->skipped_steps);
+    if (r->ops->reserved_bytes)
+        fprintf(f, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)r->ops->reserved_bytes());
+    else
+        fprintf(f, "\"mem_reserved_bytes\":null}\n");
+    fflush(f);
+}
+
+/* A step that applied no update: train.nonfinite = stop ends the run (exit 1), skip goes on. */
+static int report_nonfinite(run *r, const step_result *res) {
+    char newest[GT_PATH_MAX + 128];
+    gt_runstate_describe_newest(&r->state, newest, sizeof newest);
+    if (strcmp(r->cfg->train.nonfinite, "stop") == 0) {
+        if (r->rank == 0)
+            fprintf(stderr, "gtrain: %s; no update was applied and nothing was saved; %s (train.nonfinite "
+                    "= stop; exit %d)\n", res->why, newest, GT_EXIT_FAILURE);
+        return GT_EXIT_FAILURE;
+    }
+    if (r->rank == 0)
+        fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.nonfinite = skip; %lld "
+                "skipped so far)\n", res->why, (long long)r->state.skipped_steps);
+    return 0;
+}
+
+/* The validation loss every data.val_every steps and after the last. */
+static int validate(run *r, int step) {
+    const gt_config *cfg = r->cfg;
+    if (!r->val_data || cfg->data.val_every <= 0 || (step % cfg->data.val_every != 0 && step != cfg->train.steps))
+        return 0;
+    double val_loss = evaluate(r->model, r->val_data, cfg, r->comm, r->choice.stage == 3);
+    char fault[3000];
+    int rc = device_faults(r->ops, r->mpi, cfg->data.val, fault, sizeof fault);
+    if (rc) return rc;
+    if (r->rank == 0) {
+        if (r->progress.partial) printf("\r\033[K");
+        r->progress.partial = 0;
+        printf("step %d | val_loss %.4f\n", step, val_loss);
         fflush(stdout);
     }
-
-    inputs = malloc((size_t)B * T * sizeof *inputs);
-    targets = malloc((size_t)B * T * sizeof *targets);
-    if (!inputs || !targets) abort();
-    float dloss = (float)(1.0 / ((double)G * T));
-    /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
-    double flops_per_step = 3.0 * predicted.forward_flops * A;
-    int stop_on_nonfinite = strcmp(cfg->train.nonfinite, "stop") == 0;
-    nan_hook nan_hook = test_nan_hook();
-    progress progress = {progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
-                         cfg->train.steps, cfg->log.every, 0.0, 0, 0};
-
-    for (int step = run.first_step; step <= cfg->train.steps; step++) {
-        double t0 = now_seconds();
-        gt_mem_reset_peaks(&mem);
-        gt_comm_stats_reset(comm);
-        if (grad_micro) ops->zero(zero.grad_slice, zero.shard.slice_len * sizeof(float));
-        else ops->zero(gt_model_grads(model), n_padded * sizeof(float));
-        uint64_t gathers0 = zero.gathers;
-        double loss_sum = 0.0;
-        int recomputed = 0, bad_micro = -1;
-        for (int m = 0; m < A; m++) {
-            uint64_t micro_index = (uint64_t)rank * A + m; /* within the global batch */
-            uint64_t first = run.first_sample + (uint64_t)(step - run.first_step) * G + micro_index * B;
-            gt_data_train_batch(train_data, cfg->train.seed, first, B, T, inputs, targets);
-            gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
-            double micro_loss = gt_model_train_micro(model, &plan, inputs, targets, B, T, dloss, key, &recomputed);
-            if (nan_hook.step == step && nan_hook.micro == m && nan_hook.rank == rank)
-                micro_loss = inject_nan(ops, model, nan_hook.grad_only, micro_loss);
-            if (!isfinite(micro_loss) && bad_micro < 0) bad_micro = m;
-            loss_sum += micro_loss;
-        }
-        /* a non-finite loss on any rank: agreed before the optimizer step, which is then not taken;
-         * a non-finite gradient norm: the optimizer step applies nothing (sr.applied = 0) */
-        err[0] = '\0';
-        if (bad_micro >= 0)
-            snprintf(err, sizeof err, "step %d: the loss of micro-batch %d of %d on rank %d is not finite", step,
-                     bad_micro, A, rank);
-        int nonfinite = gt_agree_on_failure(world_comm, bad_micro >= 0, err, sizeof err);
-        gt_step_result sr = {NAN, gt_lr_at(cfg, step), 0};
-        if (!nonfinite) gt_optim_step(&opt, cfg, step, &sr);
-        if (!nonfinite && !sr.applied) {
-            nonfinite = 1;
-            snprintf(err, sizeof err, "step %d: the gradient norm is %g, though the loss of every micro-batch was "
-                     "finite", step, sr.grad_norm);
-        }
-        if (nonfinite && !stop_on_nonfinite) run.skipped_steps++;
-        gt_comm_stats stats;
-        gt_comm_stats_get(comm, &stats);
-        double loss = gt_comm_all_reduce_scalar_sum(comm, loss_sum) / ((double)G * T);
-        ops->synchronize();
-        double step_s = now_seconds() - t0;
-        rc = device_faults(ops, world_comm, cfg->data.train, err, sizeof err);
-        if (rc) break;
-        run.tokens_seen += G * (uint64_t)T;
-        double tok_per_s = (double)G * T / step_s;
-        double mfu = is_cuda ? flops_per_step / step_s / H200_BF16_DENSE_FLOPS : NAN;
-
-        if (rank == 0) progress_update(&progress, step, loss, sr.lr, sr.grad_norm, tok_per_s, step_s);
-        if (metrics) {
-            fprintf(metrics, "{\"step\":%d,", step);
-            write_json_number(metrics, "loss", loss, 0);
-            write_json_number(metrics, "lr", sr.lr, 0);
-            write_json_number(metrics, "grad_norm", sr.grad_norm, 0);
-            fprintf(metrics, "\"tokens\":%llu,", (unsigned long long)run.tokens_seen);
-            write_json_number(metrics, "tok_per_s", tok_per_s, 0);
-            write_json_number(metrics, "step_ms", step_s * 1e3, 0);
-            write_json_number(metrics, "mfu", mfu, 0);
-            fprintf(metrics,
-                    "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
-                    "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_total_ms\":%.3f,"
-                    "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
-                    "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
-                    "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
-                    (unsigned long long)mem.peak[GT_MEM_ACT], (unsigned long long)mem.total_peak, recomputed,
-                    (unsigned long long)gt_optim_bytes(&opt), (unsigned long long)stats.bytes_sent,
-                    stats.seconds * 1e3, stats.seconds_total * 1e3, (unsigned long long)mem.peak[GT_MEM_PARAMS],
-                    (unsigned long long)mem.peak[GT_MEM_GRADS], (unsigned long long)(zero.gathers - gathers0),
-                    (unsigned long long)stats.calls_all_reduce, (unsigned long long)stats.calls_reduce_scatter,
-                    (unsigned long long)stats.calls_all_gather, (unsigned long long)stats.calls_reduce_scatter_v,
-                    (unsigned long long)stats.calls_all_gather_v, (unsigned long long)stats.calls_scalar,
-                    (long long)run.skipped_steps);
-            if (ops->reserved_bytes)
-                fprintf(metrics, "\"mem_reserved_bytes\":%llu}\n", (unsigned long long)ops->reserved_bytes());
-            else
-                fprintf(metrics, "\"mem_reserved_bytes\":null}\n");
-            fflush(metrics);
-        }
-        if (nonfinite) {
-            char newest[GT_PATH_MAX + 128];
-            gt_runstate_describe_newest(&run, newest, sizeof newest);
-            if (stop_on_nonfinite) {
-                if (rank == 0)
-                    fprintf(stderr, "gtrain: %s; no update was applied and nothing was saved; %s (train.nonfinite "
-                            "= stop; exit %d)\n", err, newest, GT_EXIT_FAILURE);
-                rc = GT_EXIT_FAILURE;
-                break;
-            }
-            if (rank == 0)
-                fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.nonfinite = skip; %lld "
-                        "skipped so far)\n", err, (long long)run.skipped_steps);
-        }
-        if (val_data && cfg->data.val_every > 0 && (step % cfg->data.val_every == 0 || step == cfg->train.steps)) {
-            double val_loss = evaluate(model, val_data, cfg, comm, stage == 3);
-            rc = device_faults(ops, world_comm, cfg->data.val, err, sizeof err);
-            if (rc) break;
-            if (rank == 0) {
-                if (progress.partial) printf("\r\033[K");
-                progress.partial = 0;
-                printf("step %d | val_loss %.4f\n", step, val_loss);
-                fflush(stdout);
-            }
-            if (metrics) {
-                fprintf(metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
-                fflush(metrics);
-            }
-        }
-        rc = gt_runstate_after_step(&run, step);
-        if (rc) break;
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+        fflush(r->metrics);
     }
-    if (rc == GT_EXIT_OK) rc = gt_runstate_end(&run);
+    return 0;
+}
 
-done:
-    if (metrics) fclose(metrics);
-    free(inputs);
-    free(targets);
-    gt_runstate_free(&run);
-    gt_optim_free(&opt);
-    gt_zero_free(&zero);
-    gt_model_destroy(model);
-    gt_layout_free(&layout);
-    gt_data_close(val_data);
-    gt_data_close(train_data);
-    gt_comm_destroy(comm);
+/* ---------------------------------------------------------------- the loop */
+
+int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
+    run r;
+    int rc = open_run(&r, cfg, world_comm);
+    for (int step = r.state.first_step; !rc && step <= cfg->train.steps; step++) {
+        step_result res;
+        if ((rc = train_step(&r, step, &res))) break;
+        if (r.rank == 0)
+            progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds);
+        if (r.metrics) write_metrics(r.metrics, &r, &res);
+        if (res.nonfinite && (rc = report_nonfinite(&r, &res))) break;
+        if ((rc = validate(&r, step))) break;
+        rc = gt_runstate_after_step(&r.state, step); /* save when due, or stop on a signal */
+    }
+    if (rc == GT_EXIT_OK) rc = gt_runstate_end(&r.state);
+    close_run(&r);
     return rc;
 }

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "comm_internal.h"
 
 #define gt_comm_abort(c, ...)                                                       \
@@ -75,11 +76,7 @@ void gt_comm_init_common(gt_comm *c, MPI_Comm world, const char *name) {
     gt_mpi_check(c, MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
     gt_mpi_check(c, MPI_Comm_rank(c->world, &c->rank));
     gt_mpi_check(c, MPI_Comm_size(c->world, &c->size));
-    MPI_Comm node;
-    gt_mpi_check(c, MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
-    gt_mpi_check(c, MPI_Comm_rank(node, &c->local_rank));
-    gt_mpi_check(c, MPI_Comm_size(node, &c->local_size));
-    gt_mpi_check(c, MPI_Comm_free(&node));
+    gt_mpi_check(c, gt_node_ranks(c->world, &c->local_rank, &c->local_size));
     memset(&c->stats, 0, sizeof c->stats);
     c->max_call_elems = GT_COMM_MPI_MAX_CALL_ELEMS;
     c->op_bf16_sum = MPI_OP_NULL;

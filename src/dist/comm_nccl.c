@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "comm_internal.h"
 
 #ifdef GTRAIN_HAVE_CUDA
@@ -260,7 +261,7 @@ int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
     int rank = 0, local_rank = 0, local_size = 1;
     MPI_Comm_rank(world, &rank);
     MPI_Comm node;
-    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    gt_node_comm(world, &node);
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
 

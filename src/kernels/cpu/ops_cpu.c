@@ -7,38 +7,8 @@
  */
 #include <math.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cpu_kernels.h"
-
-/* ---------------------------------------------------------------- threads */
-
-/* OpenMP threads that finish a parallel region early spin before they sleep; libgomp's default is
- * about 300000 spins, and OpenBLAS (OpenMP build) calls into the same pool between our loops. On an
- * idle machine that costs little, but as soon as another process wants the cores (a second rank, a
- * data loader, another job) the spinning threads steal the time slices the working ones need, and
- * every barrier waits for a descheduled thread: the tiny config ran 4-7x slower here under a load of
- * 5 on 2 cores. A short spin (libgomp's own throttled value) loses almost nothing when idle.
- *
- * libgomp reads its environment once, when it is loaded, before main; so when the user set neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, this constructor sets GOMP_SPINCOUNT and re-executes the
- * program once (same pid, same arguments, so MPI launchers see nothing). GTRAIN_OMP_SPIN=default
- * keeps libgomp's default; under valgrind (its preload library in LD_PRELOAD) nothing is done.
- * glibc passes (argc, argv, envp) to ELF constructors. */
-#define GT_CPU_SPINCOUNT "1000"
-
-__attribute__((constructor)) static void cpu_wait_policy(int argc, char **argv, char **envp) {
-    (void)envp;
-    if (argc < 1 || !argv || !argv[0]) return;
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    const char *opt = getenv("GTRAIN_OMP_SPIN");
-    if (opt && strcmp(opt, "default") == 0) return;
-    const char *pre = getenv("LD_PRELOAD");
-    if (pre && strstr(pre, "vgpreload")) return;
-    if (setenv("GOMP_SPINCOUNT", GT_CPU_SPINCOUNT, 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with libgomp's default, which is only slower */
-}
 
 void *gt_cpu_xmalloc(size_t bytes, const char *file, int line) {
     void *p = malloc(bytes ? bytes : 1);

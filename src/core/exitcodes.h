@@ -1,0 +1,16 @@
+/*
+ * exitcodes.h — the exit codes of the CLI contract (DESIGN.md), which every part of a run may return
+ * and the batch scripts act on (75 requeues).
+ */
+#ifndef GT_EXITCODES_H
+#define GT_EXITCODES_H
+
+enum {
+    GT_EXIT_OK = 0,
+    GT_EXIT_FAILURE = 1,
+    GT_EXIT_BAD_INPUT = 2,
+    GT_EXIT_BAD_STATE = 3,
+    GT_EXIT_PREEMPTED = 75,
+};
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * agree.h — what the ranks of a communicator settle among themselves outside the training
+ * collectives: one verdict on a check whose outcome may differ between ranks, and which ranks share
+ * a node (MPI_COMM_TYPE_SHARED), for thread counts, GPU choice, memory shares and per-node probes.
+ */
+#ifndef GT_AGREE_H
+#define GT_AGREE_H
+
+#include <stddef.h>
+
+#include <mpi.h>
+
+/* For a check whose outcome may differ between ranks (a file only some nodes see, a GPU only some
+ * have): every rank passes its own code (0 = fine) and message; all get back the worst code and, in
+ * msg, the message of the lowest rank that had it. Collective over comm; msg_len equal on all ranks. */
+int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len);
+
+/* The ranks of comm that share this node, ordered as in comm; the caller frees *node
+ * (MPI_Comm_free). Collective over comm. Returns MPI's error code (MPI_SUCCESS). */
+int gt_node_comm(MPI_Comm comm, MPI_Comm *node);
+
+/* This rank's index among the ranks of comm on its node, and their count (either may be NULL).
+ * Collective over comm. Returns MPI's error code (MPI_SUCCESS). */
+int gt_node_ranks(MPI_Comm comm, int *local_rank, int *local_size);
+
+#endif
