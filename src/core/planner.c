@@ -16,95 +16,62 @@
  * so model.c does not recompute it); selective costs one more attention-score product (QK^T) per block.
  */
 #include "planner.h"
+
+#include "model.h"
 #include "zero.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sizes {
-    uint64_t x, kv, ff, row, lse, probs, logits;
-    uint64_t stash_all, stash_all_probs, stash_sel;
-    uint64_t scratch;
-} sizes;
+/* The dry model of the last activation shape priced: building one lays out the parameters and the
+ * RoPE table, and auto prices hundreds of thousands of plans of one shape. Not thread-safe (the
+ * planner runs on one thread). */
+static struct {
+    int valid;
+    gt_model_config model;
+    int B, T, act_bytes, keep_probs;
+    gt_model *dry;
+} g_dry;
 
-static sizes make_sizes(const gt_mem_shape *sh) {
-    const gt_model_config *m = &sh->model;
-    uint64_t B = (uint64_t)sh->micro_batch, T = (uint64_t)sh->seq_len, BT = B * T;
-    uint64_t e = (uint64_t)sh->act_bytes;
-    uint64_t HD = (uint64_t)(m->dim / m->n_heads), KVD = (uint64_t)m->n_kv_heads * HD;
-    sizes s;
-    s.x = BT * (uint64_t)m->dim * e;
-    s.kv = BT * KVD * e;
-    s.ff = BT * (uint64_t)m->ffn_dim * e;
-    s.row = BT * 4;
-    s.lse = B * (uint64_t)m->n_heads * T * 4;
-    s.probs = B * (uint64_t)m->n_heads * T * T * 4;
-    s.logits = (uint64_t)gt_head_rows(m, (int)BT, (int)e) * (uint64_t)m->vocab_size * e;
-    /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
-    s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
-    s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
-    s.stash_sel = s.stash_all - 2 * s.x - s.ff; /* minus xn1, xn2, h */
-    uint64_t big = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
-    s.scratch = 2 * s.x + big;
-    return s;
+static gt_model *dry_model(const gt_mem_shape *sh) {
+    if (g_dry.valid && memcmp(&g_dry.model, &sh->model, offsetof(gt_model_config, init)) == 0 &&
+        g_dry.B == sh->micro_batch && g_dry.T == sh->seq_len && g_dry.act_bytes == sh->act_bytes &&
+        g_dry.keep_probs == sh->keep_probs)
+        return g_dry.dry;
+    gt_model_destroy(g_dry.dry);
+    memset(&g_dry, 0, sizeof g_dry);
+    g_dry.model = sh->model;
+    g_dry.B = sh->micro_batch;
+    g_dry.T = sh->seq_len;
+    g_dry.act_bytes = sh->act_bytes;
+    g_dry.keep_probs = sh->keep_probs;
+    g_dry.dry = gt_model_create_dry(&sh->model, sh->act_bytes, sh->keep_probs);
+    g_dry.valid = 1;
+    return g_dry.dry;
 }
 
-static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
-static int segment_start(const gt_plan *plan, int last) {
-    int a = last;
-    while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-    return a;
-}
-
-/* The activation high-water mark of one training micro-batch (model.c's order, bytes only). */
-static uint64_t act_peak(const sizes *s, const gt_plan *plan) {
-    int N = plan->n_blocks;
-    uint64_t held = s->x, peak = held; /* x_0, the embedding output */
-    for (int a = 0; a < N;) {
-        int b = gt_plan_segment_end(plan, a);
-        for (int i = a; i < b; i++) {
-            int keep = plan->keep[i];
-            uint64_t alloc = keep == GT_KEEP_ALL ? s->stash_all_probs : s->stash_all;
-            uint64_t kept = keep == GT_KEEP_ALL ? s->stash_all_probs : keep == GT_KEEP_SELECTIVE ? s->stash_sel : 0;
-            peak = max_u64(peak, held + alloc + s->x);
-            held += s->x + kept;
-            if (keep == GT_KEEP_RECOMPUTE && i > a) held -= s->x;
-        }
-        a = b;
+/* The executor itself, run dry (model.h, ops_dry.h) on a micro-batch of the shape under `plan`:
+ * the activation high-water mark, and with ZeRO-3 or grad_sync = micro zero.c's own state machine
+ * on its hooks for the peaks of gathered units and gradient accumulators. */
+static void dry_run(const gt_mem_shape *sh, const gt_plan *plan, int stage, int micro, gt_mem_estimate *est) {
+    gt_model *dry = dry_model(sh);
+    gt_zero z;
+    gt_unit_hooks hooks;
+    int zero = stage == 3 || micro;
+    if (zero) {
+        gt_zero_init_dry(&z, gt_model_layout(dry), stage, micro, sh->prefetch, sh->act_bytes);
+        gt_zero_hooks(&z, &hooks);
     }
-    /* head: xf, rstdf, losses, lse, dxf and one chunk of logits; then the chunk, losses and lse go,
-     * dx comes */
-    peak = max_u64(peak, held + 2 * s->x + 3 * s->row + s->logits);
-    peak = max_u64(peak, held + 3 * s->x + s->row);
-    /* dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch region comes */
-    held += s->scratch;
-    peak = max_u64(peak, held);
-    for (int b = N; b > 0;) {
-        int a = segment_start(plan, b - 1);
-        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
-            for (int i = a; i < b; i++) {
-                held += s->stash_all_probs + (i + 1 < b ? s->x : 0);
-                peak = max_u64(peak, held);
-            }
-            for (int i = b - 1; i >= a; i--) held -= s->stash_all_probs + s->x;
-        } else {
-            /* a selective block re-creates h, then xn2, then xn1, one at a time */
-            uint64_t transient = plan->keep[a] == GT_KEEP_SELECTIVE ? max_u64(s->ff, s->x) : 0;
-            peak = max_u64(peak, held + transient);
-            held -= (plan->keep[a] == GT_KEEP_ALL ? s->stash_all_probs : s->stash_sel) + s->x;
-        }
-        b = a;
+    gt_model_set_unit_hooks(dry, zero ? &hooks : NULL);
+    est->act_peak_bytes = gt_model_dry_train_micro(dry, plan, sh->micro_batch, sh->seq_len);
+    gt_model_set_unit_hooks(dry, NULL);
+    if (zero) {
+        est->gather_bytes = z.dry_peak[0];
+        est->grad_buffer_bytes = z.dry_peak[1];
+        gt_zero_free(&z);
     }
-    return peak;
-}
-
-uint64_t gt_model_param_count(const gt_model_config *m) {
-    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
-    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
-    uint64_t per_layer = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
-    return (m->tie_word_embeddings ? 1 : 2) * V * C + (uint64_t)m->n_layers * per_layer + C;
 }
 
 /* Model FLOPs of one forward (2 per multiply-add), causal attention counted as half the square. */
@@ -143,17 +110,10 @@ uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_m
            (cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
 }
 
-void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
-    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
-    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
-    *embed = V * C;
-    *block = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
-    *head = C + (m->tie_word_embeddings ? 0 : V * C);
-}
-
 /* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
- * what they hold at their high-water marks, and the ring-model bytes of one step. */
-static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
+ * what they hold at their high-water marks (est's gather and accumulator peaks, from dry_run), and
+ * the ring-model bytes of one step. */
+static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
     int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
@@ -165,9 +125,6 @@ static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estim
     uint64_t Ue, Ub, Uh, t = (uint64_t)sh->model.tie_word_embeddings, N = (uint64_t)sh->model.n_layers;
     gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
     est->optim_bytes = slice * 12;
-    if (stage == 3 || micro) /* zero.c's own state machine, replayed over model.c's order of unit calls */
-        gt_zero_predict(&sh->model, plan, stage, micro, sh->prefetch, sh->act_bytes, &est->gather_bytes,
-                        &est->grad_buffer_bytes);
     if (stage == 3) {
         est->params_bytes = slice * e + est->gather_bytes;
     } else {
@@ -194,12 +151,12 @@ static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estim
 
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
-    sizes s = make_sizes(sh);
-    zero_state(sh, plan, est);
+    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    dry_run(sh, plan, stage, stage >= 2 && sh->grad_micro, est);
+    zero_state(sh, est);
     /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
-    est->act_peak_bytes = act_peak(&s, plan);
     est->library_bytes = sh->library_bytes;
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
                        est->act_peak_bytes + est->library_bytes;
@@ -223,7 +180,7 @@ int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh, gt_mem_estimate *es
     int N = plan->n_blocks;
     if (N == 0 || plan->keep[N - 1] != GT_KEEP_RECOMPUTE) return 0;
     gt_plan kept = *plan;
-    for (int i = segment_start(plan, N - 1); i < N; i++) {
+    for (int i = gt_plan_segment_start(plan, N - 1); i < N; i++) {
         kept.keep[i] = GT_KEEP_ALL;
         kept.seg_start[i] = 1;
     }

@@ -6,8 +6,6 @@
  */
 #include "zero.h"
 
-#include "planner.h"
-
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,44 +252,20 @@ void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
         h->grads_done = unit_grads_done;
         h->micro_end = hook_micro_end;
     }
-    if (z->stage == 3 || z->grad_micro) h->progress = hook_progress;
+    if ((z->stage == 3 || z->grad_micro) && !z->dry) h->progress = hook_progress; /* dry: nothing in flight */
 }
 
-/* dry-run stand-ins for the hooks a stage does not use */
-static void *dry_params(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
-static void dry_done(void *ctx, int u) { (void)ctx; (void)u; }
-static float *dry_grads(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
-
-void gt_zero_predict(const gt_model_config *model, const gt_plan *plan, int stage, int grad_micro, int depth,
-                     int act_bytes, uint64_t *gather_peak, uint64_t *acc_peak) {
-    gt_zero z;
-    memset(&z, 0, sizeof z);
-    z.dry = 1;
-    z.stage = stage;
-    z.grad_micro = grad_micro;
-    z.depth = depth;
-    z.pending = -1;
-    z.eb = (size_t)act_bytes;
-    z.n_units = gt_model_n_units(model);
-    z.units = calloc((size_t)z.n_units, sizeof *z.units);
-    z.sched = malloc((2 * (size_t)z.n_units + 1) * sizeof *z.sched);
-    if (!z.units || !z.sched) abort();
-    uint64_t Ue, Ub, Uh;
-    gt_unit_sizes(model, &Ue, &Ub, &Uh);
-    for (int u = 0; u < z.n_units; u++) z.units[u].numel = u == 0 ? Ue : u == z.n_units - 1 ? Uh : Ub;
-    gt_unit_hooks h;
-    gt_zero_hooks(&z, &h);
-    if (!h.params) {
-        h.params = dry_params;
-        h.params_done = dry_done;
-    }
-    if (!h.grads) {
-        h.grads = dry_grads;
-        h.grads_done = dry_done;
-    }
-    gt_model_replay_units(model, plan, 0, &h);
-    *gather_peak = z.dry_peak[0];
-    *acc_peak = z.dry_peak[1];
-    free(z.units);
-    free(z.sched);
+void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
+    memset(z, 0, sizeof *z);
+    z->dry = 1;
+    z->stage = stage;
+    z->grad_micro = grad_micro;
+    z->depth = depth;
+    z->pending = -1;
+    z->eb = (size_t)act_bytes;
+    z->n_units = gt_model_n_units(&layout->cfg);
+    z->units = calloc((size_t)z->n_units, sizeof *z->units);
+    z->sched = malloc((2 * (size_t)z->n_units + 1) * sizeof *z->sched);
+    if (!z->units || !z->sched) abort();
+    for (int u = 0; u < z->n_units; u++) gt_layout_unit(layout, u, &z->units[u].offset, &z->units[u].numel);
 }
