@@ -25,52 +25,130 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The dry model of the last activation shape priced: building one lays out the parameters and the
- * RoPE table, and auto prices hundreds of thousands of plans of one shape. Not thread-safe (the
- * planner runs on one thread). */
+/* The dry model of the last activation shape priced, and the dry runs already made on it: auto prices
+ * the same plans again for each grad_sync and for each caller (a hundred thousand of them for an
+ * 80-block model), and a plan's peaks depend on neither the world size nor the budget. Not
+ * thread-safe (the planner runs on one thread). */
+typedef struct dry_entry {
+    uint64_t hash;        /* 0: an empty slot */
+    uint8_t *code;        /* (n_blocks) keep | seg_start << 2 */
+    int n_blocks, with_zero;
+    uint64_t act, gather, acc;
+} dry_entry;
+
 static struct {
     int valid;
     gt_model_config model;
-    int B, T, act_bytes, keep_probs;
+    int B, T, act_bytes, keep_probs, depth;
     gt_model *dry;
+    dry_entry *memo;      /* open addressing, cap a power of two, at most half full */
+    size_t cap, used;
 } g_dry;
+
+static void dry_forget(void) {
+    for (size_t i = 0; i < g_dry.cap; i++) free(g_dry.memo[i].code);
+    free(g_dry.memo);
+    gt_model_destroy(g_dry.dry);
+    memset(&g_dry, 0, sizeof g_dry);
+}
 
 static gt_model *dry_model(const gt_mem_shape *sh) {
     if (g_dry.valid && memcmp(&g_dry.model, &sh->model, offsetof(gt_model_config, init)) == 0 &&
         g_dry.B == sh->micro_batch && g_dry.T == sh->seq_len && g_dry.act_bytes == sh->act_bytes &&
-        g_dry.keep_probs == sh->keep_probs)
+        g_dry.keep_probs == sh->keep_probs && g_dry.depth == sh->prefetch)
         return g_dry.dry;
-    gt_model_destroy(g_dry.dry);
-    memset(&g_dry, 0, sizeof g_dry);
+    dry_forget();
     g_dry.model = sh->model;
     g_dry.B = sh->micro_batch;
     g_dry.T = sh->seq_len;
     g_dry.act_bytes = sh->act_bytes;
     g_dry.keep_probs = sh->keep_probs;
+    g_dry.depth = sh->prefetch;
     g_dry.dry = gt_model_create_dry(&sh->model, sh->act_bytes, sh->keep_probs);
+    g_dry.cap = 1024;
+    g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);
+    if (!g_dry.memo) abort();
     g_dry.valid = 1;
     return g_dry.dry;
 }
 
-/* The executor itself, run dry (model.h, ops_dry.h) on a micro-batch of the shape under `plan`:
- * the activation high-water mark, and with ZeRO-3 or grad_sync = micro zero.c's own state machine
- * on its hooks for the peaks of gathered units and gradient accumulators. */
+static uint64_t plan_hash(const gt_plan *plan) {
+    uint64_t h = gt_mix64((uint64_t)plan->n_blocks);
+    for (int i = 0; i < plan->n_blocks; i++) h = gt_mix64(h ^ (uint64_t)(plan->keep[i] | plan->seg_start[i] << 2));
+    return h ? h : 1;
+}
+
+/* The memo's slot of `plan`: its entry, or the empty slot where it goes. */
+static dry_entry *memo_slot(const gt_plan *plan, uint64_t hash) {
+    for (size_t i = hash & (g_dry.cap - 1);; i = (i + 1) & (g_dry.cap - 1)) {
+        dry_entry *e = &g_dry.memo[i];
+        if (!e->hash) return e;
+        if (e->hash != hash || e->n_blocks != plan->n_blocks) continue;
+        int same = 1;
+        for (int b = 0; b < plan->n_blocks && same; b++)
+            same = e->code[b] == (plan->keep[b] | plan->seg_start[b] << 2);
+        if (same) return e;
+    }
+}
+
+static dry_entry *memo_add(const gt_plan *plan, uint64_t hash) {
+    if (2 * (g_dry.used + 1) > g_dry.cap) {
+        dry_entry *old = g_dry.memo;
+        size_t old_cap = g_dry.cap;
+        g_dry.cap *= 2;
+        g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);
+        if (!g_dry.memo) abort();
+        for (size_t i = 0; i < old_cap; i++) {
+            if (!old[i].hash) continue;
+            size_t j = old[i].hash & (g_dry.cap - 1);
+            while (g_dry.memo[j].hash) j = (j + 1) & (g_dry.cap - 1);
+            g_dry.memo[j] = old[i];
+        }
+        free(old);
+    }
+    dry_entry *e = memo_slot(plan, hash);
+    e->hash = hash;
+    e->n_blocks = plan->n_blocks;
+    e->code = malloc((size_t)plan->n_blocks + 1);
+    if (!e->code) abort();
+    for (int b = 0; b < plan->n_blocks; b++) e->code[b] = (uint8_t)(plan->keep[b] | plan->seg_start[b] << 2);
+    g_dry.used++;
+    return e;
+}
+
+/* The executor itself, run dry (model.h, ops_dry.h) on a micro-batch of the shape under `plan`: the
+ * activation high-water mark and, when ZeRO-3 or grad_sync = micro need them, the peaks of gathered
+ * units and gradient accumulators from zero.c's own state machine on the executor's hooks. That run
+ * has both of zero's machines on (stage 3 and grad_sync micro): they share no state (zero.c: the
+ * gathers are reference-counted per unit, the accumulators apart), so each peak is what a run with
+ * only its own machine measures, and one run serves every stage. */
 static void dry_run(const gt_mem_shape *sh, const gt_plan *plan, int stage, int micro, gt_mem_estimate *est) {
     gt_model *dry = dry_model(sh);
-    gt_zero z;
-    gt_unit_hooks hooks;
-    int zero = stage == 3 || micro;
-    if (zero) {
-        gt_zero_init_dry(&z, gt_model_layout(dry), stage, micro, sh->prefetch, sh->act_bytes);
-        gt_zero_hooks(&z, &hooks);
+    int need_zero = stage == 3 || micro;
+    uint64_t hash = plan_hash(plan);
+    dry_entry *e = memo_slot(plan, hash);
+    if (!e->hash || (need_zero && !e->with_zero)) {
+        if (!e->hash) e = memo_add(plan, hash);
+        gt_zero z;
+        gt_unit_hooks hooks;
+        if (need_zero) {
+            gt_zero_init_dry(&z, gt_model_layout(dry), 3, 1, sh->prefetch, sh->act_bytes);
+            gt_zero_hooks(&z, &hooks);
+        }
+        gt_model_set_unit_hooks(dry, need_zero ? &hooks : NULL);
+        e->act = gt_model_dry_train_micro(dry, plan, sh->micro_batch, sh->seq_len);
+        gt_model_set_unit_hooks(dry, NULL);
+        if (need_zero) {
+            e->gather = z.dry_peak[0];
+            e->acc = z.dry_peak[1];
+            e->with_zero = 1;
+            gt_zero_free(&z);
+        }
     }
-    gt_model_set_unit_hooks(dry, zero ? &hooks : NULL);
-    est->act_peak_bytes = gt_model_dry_train_micro(dry, plan, sh->micro_batch, sh->seq_len);
-    gt_model_set_unit_hooks(dry, NULL);
-    if (zero) {
-        est->gather_bytes = z.dry_peak[0];
-        est->grad_buffer_bytes = z.dry_peak[1];
-        gt_zero_free(&z);
+    est->act_peak_bytes = e->act;
+    if (need_zero) {
+        est->gather_bytes = stage == 3 ? e->gather : 0;
+        est->grad_buffer_bytes = micro ? e->acc : 0;
     }
 }
 
@@ -152,7 +230,8 @@ static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
     int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
-    dry_run(sh, plan, stage, stage >= 2 && sh->grad_micro, est);
+    int micro = stage >= 2 && sh->grad_micro;
+    dry_run(sh, plan, stage, micro, est);
     zero_state(sh, est);
     /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +

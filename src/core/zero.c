@@ -124,21 +124,13 @@ static void finish_gather(gt_zero *z, int u) {
     U->gather_req = NULL;
 }
 
-/* Units gathered ahead of use and not acquired yet. */
-static int prefetched(const gt_zero *z) {
-    int n = 0;
-    for (int u = 0; u < z->n_units; u++) n += z->units[u].gathered && !z->units[u].refs;
-    return n;
-}
-
 /* Start the gathers of the next units of the schedule, up to `depth` ahead. */
 static void prefetch(gt_zero *z) {
-    int ahead = prefetched(z);
-    for (int j = z->cursor; j < z->n_sched && ahead < z->depth; j++) {
+    for (int j = z->cursor; j < z->n_sched && z->ahead < z->depth; j++) {
         int v = z->sched[j];
         if (z->units[v].gathered) continue;
         start_gather(z, v);
-        ahead++;
+        z->ahead++;
     }
 }
 
@@ -153,6 +145,7 @@ static void hook_schedule(void *ctx, const int *units, int n) {
             U->gathered = NULL;
         }
     }
+    z->ahead = 0;
     memcpy(z->sched, units, (size_t)n * sizeof *units);
     z->n_sched = n;
     z->cursor = 0;
@@ -165,6 +158,7 @@ static void *unit_params(void *ctx, int u) {
     gt_zero_unit *U = &z->units[u];
     if (U->refs++ > 0) return U->gathered;
     if (!U->gathered) start_gather(z, u);
+    else z->ahead--; /* prefetched */
     for (int j = z->cursor; j < z->n_sched; j++)
         if (z->sched[j] == u) {
             z->cursor = j + 1;

@@ -75,6 +75,7 @@ typedef struct gt_zero {
     void *param_shard;      /* ZeRO-3: (slice_len) working parameters of the slice, GT_MEM_PARAMS */
     float *grad_slice;      /* grad_micro: (slice_len) fp32 gradient slice, GT_MEM_GRADS */
     int *sched, n_sched, cursor;  /* the executor's order of first acquisitions (model.h) */
+    int ahead;              /* units gathered ahead of use and not acquired yet */
     int pending;            /* the unit whose reduce-scatter is in flight, or -1 */
     uint64_t gathers, reductions;   /* collectives started since creation (tests) */
     /* dry run (the planner): no memory, no communication, only the byte counts below */
