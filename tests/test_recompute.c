@@ -8,7 +8,9 @@
  *   - losses and gradients are bit-identical to those of "none", with dropout 0.1 (the recomputed
  *     forward must replay the dropout masks exactly);
  *   - the measured activation high-water mark of one micro-batch (gt_mem, GT_MEM_ACT) equals the
- *     planner's prediction (gt_plan_estimate) to the byte, and no activation bytes stay held;
+ *     planner's prediction (gt_plan_estimate: the executor run dry) to the byte, and the memory
+ *     discipline of model.c's header written out here (spec_act_peak), and no activation bytes
+ *     stay held;
  *   - measured peaks order as the memory model says (none > selective > full, none > sqrt > full);
  *   - the number of block forwards re-run in backward is the plan's;
  *   - bad policy strings are refused with a message, good ones parse and round-trip;
@@ -256,6 +258,88 @@ static const gt_ops *backend(int variant) {
 }
 static const char *backend_name(int variant) { return variant == 0 ? "cpu" : "cpu(probs kept)"; }
 
+/* ------------------------------------------------------------------ the memory discipline, written out */
+
+/* The activation high-water mark model.c's header promises (its "Memory discipline"), in bytes,
+ * written here from that text and independently of the executor. The planner's figure is the
+ * executor itself run dry, so "measured == predicted" holds by construction; this spec is what
+ * catches a change in what the executor allocates or when it frees. */
+typedef struct spec_sizes {
+    uint64_t x, kv, ff, row, lse, probs, logits;
+    uint64_t stash_all, stash_all_probs, stash_sel;
+    uint64_t scratch;
+} spec_sizes;
+
+static spec_sizes spec_make_sizes(const gt_mem_shape *sh) {
+    const gt_model_config *m = &sh->model;
+    uint64_t B = (uint64_t)sh->micro_batch, T = (uint64_t)sh->seq_len, BT = B * T;
+    uint64_t e = (uint64_t)sh->act_bytes;
+    uint64_t HD = (uint64_t)(m->dim / m->n_heads), KVD = (uint64_t)m->n_kv_heads * HD;
+    spec_sizes s;
+    s.x = BT * (uint64_t)m->dim * e;
+    s.kv = BT * KVD * e;
+    s.ff = BT * (uint64_t)m->ffn_dim * e;
+    s.row = BT * 4;
+    s.lse = B * (uint64_t)m->n_heads * T * 4;
+    s.probs = B * (uint64_t)m->n_heads * T * T * 4;
+    s.logits = (uint64_t)gt_head_rows(m, (int)BT, (int)e) * (uint64_t)m->vocab_size * e;
+    /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
+    s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
+    s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
+    s.stash_sel = s.stash_all - 2 * s.x - s.ff; /* minus xn1, xn2, h */
+    uint64_t big = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
+    s.scratch = 2 * s.x + big;
+    return s;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static uint64_t spec_act_peak(const gt_mem_shape *sh, const gt_plan *plan) {
+    spec_sizes sz = spec_make_sizes(sh);
+    const spec_sizes *s = &sz;
+    int N = plan->n_blocks;
+    uint64_t held = s->x, peak = held; /* x_0, the embedding output */
+    /* forward: a block allocates its stash and output, frees its transients and, inside a recompute
+     * segment, its input */
+    for (int a = 0; a < N;) {
+        int b = gt_plan_segment_end(plan, a);
+        for (int i = a; i < b; i++) {
+            int keep = plan->keep[i];
+            uint64_t alloc = keep == GT_KEEP_ALL ? s->stash_all_probs : s->stash_all;
+            uint64_t kept = keep == GT_KEEP_ALL ? s->stash_all_probs : keep == GT_KEEP_SELECTIVE ? s->stash_sel : 0;
+            peak = max_u64(peak, held + alloc + s->x);
+            held += s->x + kept;
+            if (keep == GT_KEEP_RECOMPUTE && i > a) held -= s->x;
+        }
+        a = b;
+    }
+    /* head: xf, rstdf, losses, lse, dxf and one chunk of logits; then the chunk, losses and lse go,
+     * dx comes; dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch comes */
+    peak = max_u64(peak, held + 2 * s->x + 3 * s->row + s->logits);
+    peak = max_u64(peak, held + 3 * s->x + s->row);
+    held += s->scratch;
+    peak = max_u64(peak, held);
+    /* backward, segment by segment from the last: a recompute segment re-creates its blocks' stashes
+     * (and outputs but the last's) before walking back; a selective block re-creates h, then xn2, then
+     * xn1, one at a time; every block's stash and input go after its backward */
+    for (int b = N; b > 0;) {
+        int a = gt_plan_segment_start(plan, b - 1);
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
+            for (int i = a; i < b; i++) {
+                held += s->stash_all_probs + (i + 1 < b ? s->x : 0);
+                peak = max_u64(peak, held);
+            }
+            for (int i = b - 1; i >= a; i--) held -= s->stash_all_probs + s->x;
+        } else {
+            uint64_t transient = plan->keep[a] == GT_KEEP_SELECTIVE ? max_u64(s->ff, s->x) : 0;
+            peak = max_u64(peak, held + transient);
+            held -= (plan->keep[a] == GT_KEEP_ALL ? s->stash_all_probs : s->stash_sel) + s->x;
+        }
+        b = a;
+    }
+    return peak;
+}
+
 /* ------------------------------------------------------------------ checks */
 
 static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) {
@@ -322,9 +406,15 @@ static void measured_activation_peak_equals_prediction(void) {
                 gt_plan_estimate(&sh, &ps.plan[p], &est);
                 micro_result got;
                 run_micro(&r, &ps.plan[p], 1, &got);
-                printf("    %-28s measured %10llu  predicted %10llu%s\n", ps.name[p],
+                uint64_t spec = spec_act_peak(&sh, &ps.plan[p]);
+                printf("    %-28s measured %10llu  predicted %10llu  spec %10llu%s\n", ps.name[p],
                        (unsigned long long)got.act_peak, (unsigned long long)est.act_peak_bytes,
-                       got.act_peak == est.act_peak_bytes ? "" : "  <-- differs");
+                       (unsigned long long)spec,
+                       got.act_peak == est.act_peak_bytes && got.act_peak == spec ? "" : "  <-- differs");
+                CHECK(got.act_peak == spec,
+                      "%s %s, %s: measured activation peak %llu bytes, the memory discipline says %llu (%+lld)",
+                      backend_name(v), g_shapes[s].name, ps.name[p], (unsigned long long)got.act_peak,
+                      (unsigned long long)spec, (long long)got.act_peak - (long long)spec);
                 CHECK(got.act_peak == est.act_peak_bytes,
                       "%s %s, %s: measured activation peak %llu bytes, predicted %llu (%+lld)", backend_name(v),
                       g_shapes[s].name, ps.name[p], (unsigned long long)got.act_peak,
