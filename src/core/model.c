@@ -13,13 +13,18 @@
  *   KEEP_RECOMPUTE  nothing: the segment's input is kept and backward re-runs the segment
  * Every block input x_i is kept unless the block is inside a recompute segment.
  *
- * Memory discipline (the planner's memory model in planner.c follows this order exactly):
+ * Memory discipline (tests/test_recompute.c writes it out and holds the executor to it):
  *   - a block's stash and transients are allocated together at the start of its forward; the
  *     transients are freed at its end;
  *   - the block output doubles as scratch for the o-projection and down-projection outputs;
  *   - backward holds one gradient of the residual stream (dx) and one scratch region for all
  *     block backwards; a block's stash and its input are freed as soon as its backward is done.
  * Every buffer goes through gt_mem (memtrack.h), so act_peak_bytes is measured, not estimated.
+ *
+ * This executor is the only statement of the schedule. A dry model (gt_model_create_dry) runs the
+ * same code on a backend that computes nothing (ops_dry.h): the planner predicts memory that way,
+ * ZeRO's peaks included, and a model learns the order in which it will acquire units (for ZeRO-3's
+ * prefetch) from a dry twin of itself, so prediction equals measurement by construction.
  *
  * Recompute is bit-exact: a recomputed forward calls the same kernels on the same inputs with the
  * same dropout keys, so gradients are identical under every plan.

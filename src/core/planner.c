@@ -6,10 +6,9 @@
  *
  * Activations: with x the bytes of one block input and I what a block keeps beyond it, the seed's
  * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
- * The exact figure below walks the executor's allocation order (model.c) with byte sizes only:
- * forward keeps block inputs and stashes, each block adds its output and its transients while it
- * runs; the head adds the normed output, its gradient, loss rows and one chunk of logits; backward holds dx and one scratch
- * region, re-creates a recompute segment's stashes and frees each block's memory after its backward.
+ * Those are approximations (the head, the backward's scratch and the order of frees matter); the exact
+ * figure is measured on the executor itself, run dry (dry_run below: model.h's dry model), and
+ * remembered per plan, since auto prices the same plans for every grad_sync and every caller.
  *
  * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%), less the
  * down-projection for the last block of each segment (its output is the next segment's kept input,

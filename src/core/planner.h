@@ -6,8 +6,10 @@
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
  * length, which keep selectively) for the least recompute work that fits memory.budget.
  *
- * The activation figure follows the executor's allocation order in model.c, so the measured
- * act_peak_bytes equals it exactly; tests/test_recompute.c holds the two together.
+ * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
+ * micro-batch run on a dry backend (ops_dry.h), zero.c's state machine on its hooks, the same byte
+ * counters a real run reads, so the measured act_peak_bytes, params_peak_bytes and grads_peak_bytes
+ * equal them by construction.
  */
 #ifndef GT_PLANNER_H
 #define GT_PLANNER_H

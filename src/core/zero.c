@@ -18,26 +18,31 @@ int gt_zero_stage(const char *shard) {
     return 0;
 }
 
-void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
-                  int grad_micro, int depth) {
+/* What a real and a dry zero share: the settings and the units' ranges of the flat vector. */
+static void setup(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
     memset(z, 0, sizeof *z);
-    z->ops = ops;
-    z->mem = mem;
-    z->comm = comm;
     z->stage = stage;
     z->grad_micro = grad_micro;
     z->depth = depth;
     z->pending = -1;
-    z->eb = (size_t)ops->act_bytes;
-    int W = gt_comm_size(comm), rank = gt_comm_rank(comm);
-    gt_shard_init(&z->shard, layout->n_params, W, rank);
+    z->eb = (size_t)act_bytes;
     z->n_units = gt_model_n_units(&layout->cfg);
     z->units = calloc((size_t)z->n_units, sizeof *z->units);
     z->sched = malloc((2 * (size_t)z->n_units + 1) * sizeof *z->sched);
     if (!z->units || !z->sched) abort();
+    for (int u = 0; u < z->n_units; u++) gt_layout_unit(layout, u, &z->units[u].offset, &z->units[u].numel);
+}
+
+void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
+                  int grad_micro, int depth) {
+    setup(z, layout, stage, grad_micro, depth, ops->act_bytes);
+    z->ops = ops;
+    z->mem = mem;
+    z->comm = comm;
+    int W = gt_comm_size(comm), rank = gt_comm_rank(comm);
+    gt_shard_init(&z->shard, layout->n_params, W, rank);
     for (int u = 0; u < z->n_units; u++) {
         gt_zero_unit *U = &z->units[u];
-        gt_layout_unit(layout, u, &U->offset, &U->numel);
         U->counts = calloc((size_t)W, sizeof *U->counts);
         if (!U->counts) abort();
         for (int r = 0; r < W; r++) {
@@ -250,16 +255,6 @@ void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
 }
 
 void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
-    memset(z, 0, sizeof *z);
+    setup(z, layout, stage, grad_micro, depth, act_bytes);
     z->dry = 1;
-    z->stage = stage;
-    z->grad_micro = grad_micro;
-    z->depth = depth;
-    z->pending = -1;
-    z->eb = (size_t)act_bytes;
-    z->n_units = gt_model_n_units(&layout->cfg);
-    z->units = calloc((size_t)z->n_units, sizeof *z->units);
-    z->sched = malloc((2 * (size_t)z->n_units + 1) * sizeof *z->sched);
-    if (!z->units || !z->sched) abort();
-    for (int u = 0; u < z->n_units; u++) gt_layout_unit(layout, u, &z->units[u].offset, &z->units[u].numel);
 }
