@@ -625,6 +625,40 @@ static void auto_picks_least_recompute_that_fits(void) {
     printf("%s auto_picks_least_recompute_that_fits\n", check_failures == before ? "ok  " : "FAIL");
 }
 
+/* The planner remembers each plan's dry run for the shape; a run with the loss head in other chunks
+ * is another shape. With a vocabulary 64 times the model width the whole head (chunk limit lifted)
+ * sets the activation peak, the default chunks do not: the same plan priced both ways must follow. */
+static void remembered_predictions_follow_the_head_chunks(void) {
+    int before = check_failures;
+    shape_case wide = {"N=2 C=64 NH=4 NKV=2 F=160 V=4096 B=2 T=16", model_cfg(64, 2, 4, 2, 4096, 160), 2, 16};
+    const gt_ops *ops = backend(0);
+    runner r;
+    runner_init(&r, ops, &wide);
+    gt_mem_shape sh = mem_shape(ops, &wide);
+    gt_plan plan;
+    policy_plan("none", wide.model.n_layers, &plan);
+    uint64_t measured[2], predicted[2];
+    const uint64_t limits[2] = {0, UINT64_MAX};
+    for (int i = 0; i < 2; i++) {
+        gt_head_chunk_bytes = limits[i];
+        gt_mem_estimate est;
+        gt_plan_estimate(&sh, &plan, &est);
+        micro_result got;
+        run_micro(&r, &plan, 1, &got);
+        free(got.grads);
+        measured[i] = got.act_peak;
+        predicted[i] = est.act_peak_bytes;
+        CHECK(measured[i] == predicted[i], "%s, head %s: measured activation peak %llu bytes, predicted %llu",
+              wide.name, i ? "whole" : "in chunks", (unsigned long long)measured[i],
+              (unsigned long long)predicted[i]);
+    }
+    gt_head_chunk_bytes = 0;
+    CHECK(measured[1] > measured[0], "%s: the whole head (%llu bytes) should set a higher peak than chunks (%llu)",
+          wide.name, (unsigned long long)measured[1], (unsigned long long)measured[0]);
+    runner_free(&r);
+    printf("%s remembered_predictions_follow_the_head_chunks\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 /* ------------------------------------------------------------------ --predict */
 
 static int predict(int argc, char **argv) {
@@ -710,6 +744,7 @@ int main(int argc, char **argv) {
     all_policies_give_bit_identical_losses_and_grads_with_dropout();
     measured_activation_peak_equals_prediction();
     gt_head_chunk_bytes = 0;
+    remembered_predictions_follow_the_head_chunks();
     activation_peaks_order_as_the_model_says();
     recomputed_blocks_match_the_plan();
     bad_policy_strings_are_rejected();
