@@ -8,7 +8,9 @@
  *   - losses and gradients are bit-identical to those of "none", with dropout 0.1 (the recomputed
  *     forward must replay the dropout masks exactly);
  *   - the measured activation high-water mark of one micro-batch (gt_mem, GT_MEM_ACT) equals the
- *     planner's prediction (gt_plan_estimate) to the byte, and no activation bytes stay held;
+ *     planner's prediction (gt_plan_estimate: the executor run dry) to the byte, and the memory
+ *     discipline of model.c's header written out here (spec_act_peak), and no activation bytes
+ *     stay held;
  *   - measured peaks order as the memory model says (none > selective > full, none > sqrt > full);
  *   - the number of block forwards re-run in backward is the plan's;
  *   - bad policy strings are refused with a message, good ones parse and round-trip;
@@ -256,6 +258,88 @@ static const gt_ops *backend(int variant) {
 }
 static const char *backend_name(int variant) { return variant == 0 ? "cpu" : "cpu(probs kept)"; }
 
+/* ------------------------------------------------------------------ the memory discipline, written out */
+
+/* The activation high-water mark model.c's header promises (its "Memory discipline"), in bytes,
+ * written here from that text and independently of the executor. The planner's figure is the
+ * executor itself run dry, so "measured == predicted" holds by construction; this spec is what
+ * catches a change in what the executor allocates or when it frees. */
+typedef struct spec_sizes {
+    uint64_t x, kv, ff, row, lse, probs, logits;
+    uint64_t stash_all, stash_all_probs, stash_sel;
+    uint64_t scratch;
+} spec_sizes;
+
+static spec_sizes spec_make_sizes(const gt_mem_shape *sh) {
+    const gt_model_config *m = &sh->model;
+    uint64_t B = (uint64_t)sh->micro_batch, T = (uint64_t)sh->seq_len, BT = B * T;
+    uint64_t e = (uint64_t)sh->act_bytes;
+    uint64_t HD = (uint64_t)(m->dim / m->n_heads), KVD = (uint64_t)m->n_kv_heads * HD;
+    spec_sizes s;
+    s.x = BT * (uint64_t)m->dim * e;
+    s.kv = BT * KVD * e;
+    s.ff = BT * (uint64_t)m->ffn_dim * e;
+    s.row = BT * 4;
+    s.lse = B * (uint64_t)m->n_heads * T * 4;
+    s.probs = B * (uint64_t)m->n_heads * T * T * 4;
+    s.logits = (uint64_t)gt_head_rows(m, (int)BT, (int)e) * (uint64_t)m->vocab_size * e;
+    /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
+    s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
+    s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
+    s.stash_sel = s.stash_all - 2 * s.x - s.ff; /* minus xn1, xn2, h */
+    uint64_t big = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
+    s.scratch = 2 * s.x + big;
+    return s;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static uint64_t spec_act_peak(const gt_mem_shape *sh, const gt_plan *plan) {
+    spec_sizes sz = spec_make_sizes(sh);
+    const spec_sizes *s = &sz;
+    int N = plan->n_blocks;
+    uint64_t held = s->x, peak = held; /* x_0, the embedding output */
+    /* forward: a block allocates its stash and output, frees its transients and, inside a recompute
+     * segment, its input */
+    for (int a = 0; a < N;) {
+        int b = gt_plan_segment_end(plan, a);
+        for (int i = a; i < b; i++) {
+            int keep = plan->keep[i];
+            uint64_t alloc = keep == GT_KEEP_ALL ? s->stash_all_probs : s->stash_all;
+            uint64_t kept = keep == GT_KEEP_ALL ? s->stash_all_probs : keep == GT_KEEP_SELECTIVE ? s->stash_sel : 0;
+            peak = max_u64(peak, held + alloc + s->x);
+            held += s->x + kept;
+            if (keep == GT_KEEP_RECOMPUTE && i > a) held -= s->x;
+        }
+        a = b;
+    }
+    /* head: xf, rstdf, losses, lse, dxf and one chunk of logits; then the chunk, losses and lse go,
+     * dx comes; dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch comes */
+    peak = max_u64(peak, held + 2 * s->x + 3 * s->row + s->logits);
+    peak = max_u64(peak, held + 3 * s->x + s->row);
+    held += s->scratch;
+    peak = max_u64(peak, held);
+    /* backward, segment by segment from the last: a recompute segment re-creates its blocks' stashes
+     * (and outputs but the last's) before walking back; a selective block re-creates h, then xn2, then
+     * xn1, one at a time; every block's stash and input go after its backward */
+    for (int b = N; b > 0;) {
+        int a = gt_plan_segment_start(plan, b - 1);
+        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
+            for (int i = a; i < b; i++) {
+                held += s->stash_all_probs + (i + 1 < b ? s->x : 0);
+                peak = max_u64(peak, held);
+            }
+            for (int i = b - 1; i >= a; i--) held -= s->stash_all_probs + s->x;
+        } else {
+            uint64_t transient = plan->keep[a] == GT_KEEP_SELECTIVE ? max_u64(s->ff, s->x) : 0;
+            peak = max_u64(peak, held + transient);
+            held -= (plan->keep[a] == GT_KEEP_ALL ? s->stash_all_probs : s->stash_sel) + s->x;
+        }
+        b = a;
+    }
+    return peak;
+}
+
 /* ------------------------------------------------------------------ checks */
 
 static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) {
@@ -322,9 +406,15 @@ static void measured_activation_peak_equals_prediction(void) {
                 gt_plan_estimate(&sh, &ps.plan[p], &est);
                 micro_result got;
                 run_micro(&r, &ps.plan[p], 1, &got);
-                printf("    %-28s measured %10llu  predicted %10llu%s\n", ps.name[p],
+                uint64_t spec = spec_act_peak(&sh, &ps.plan[p]);
+                printf("    %-28s measured %10llu  predicted %10llu  spec %10llu%s\n", ps.name[p],
                        (unsigned long long)got.act_peak, (unsigned long long)est.act_peak_bytes,
-                       got.act_peak == est.act_peak_bytes ? "" : "  <-- differs");
+                       (unsigned long long)spec,
+                       got.act_peak == est.act_peak_bytes && got.act_peak == spec ? "" : "  <-- differs");
+                CHECK(got.act_peak == spec,
+                      "%s %s, %s: measured activation peak %llu bytes, the memory discipline says %llu (%+lld)",
+                      backend_name(v), g_shapes[s].name, ps.name[p], (unsigned long long)got.act_peak,
+                      (unsigned long long)spec, (long long)got.act_peak - (long long)spec);
                 CHECK(got.act_peak == est.act_peak_bytes,
                       "%s %s, %s: measured activation peak %llu bytes, predicted %llu (%+lld)", backend_name(v),
                       g_shapes[s].name, ps.name[p], (unsigned long long)got.act_peak,
@@ -535,6 +625,40 @@ static void auto_picks_least_recompute_that_fits(void) {
     printf("%s auto_picks_least_recompute_that_fits\n", check_failures == before ? "ok  " : "FAIL");
 }
 
+/* The planner remembers each plan's dry run for the shape; a run with the loss head in other chunks
+ * is another shape. With a vocabulary 64 times the model width the whole head (chunk limit lifted)
+ * sets the activation peak, the default chunks do not: the same plan priced both ways must follow. */
+static void remembered_predictions_follow_the_head_chunks(void) {
+    int before = check_failures;
+    shape_case wide = {"N=2 C=64 NH=4 NKV=2 F=160 V=4096 B=2 T=16", model_cfg(64, 2, 4, 2, 4096, 160), 2, 16};
+    const gt_ops *ops = backend(0);
+    runner r;
+    runner_init(&r, ops, &wide);
+    gt_mem_shape sh = mem_shape(ops, &wide);
+    gt_plan plan;
+    policy_plan("none", wide.model.n_layers, &plan);
+    uint64_t measured[2], predicted[2];
+    const uint64_t limits[2] = {0, UINT64_MAX};
+    for (int i = 0; i < 2; i++) {
+        gt_head_chunk_bytes = limits[i];
+        gt_mem_estimate est;
+        gt_plan_estimate(&sh, &plan, &est);
+        micro_result got;
+        run_micro(&r, &plan, 1, &got);
+        free(got.grads);
+        measured[i] = got.act_peak;
+        predicted[i] = est.act_peak_bytes;
+        CHECK(measured[i] == predicted[i], "%s, head %s: measured activation peak %llu bytes, predicted %llu",
+              wide.name, i ? "whole" : "in chunks", (unsigned long long)measured[i],
+              (unsigned long long)predicted[i]);
+    }
+    gt_head_chunk_bytes = 0;
+    CHECK(measured[1] > measured[0], "%s: the whole head (%llu bytes) should set a higher peak than chunks (%llu)",
+          wide.name, (unsigned long long)measured[1], (unsigned long long)measured[0]);
+    runner_free(&r);
+    printf("%s remembered_predictions_follow_the_head_chunks\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 /* ------------------------------------------------------------------ --predict */
 
 static int predict(int argc, char **argv) {
@@ -620,6 +744,7 @@ int main(int argc, char **argv) {
     all_policies_give_bit_identical_losses_and_grads_with_dropout();
     measured_activation_peak_equals_prediction();
     gt_head_chunk_bytes = 0;
+    remembered_predictions_follow_the_head_chunks();
     activation_peaks_order_as_the_model_says();
     recomputed_blocks_match_the_plan();
     bad_policy_strings_are_rejected();

@@ -99,6 +99,25 @@ void gt_layout_unit(const gt_layout *layout, int u, size_t *offset, size_t *nume
     }
 }
 
+/* One block's nine tensors, as gt_layout_init lays them out: q, k, v, o, gate, up, down, two norms. */
+static uint64_t block_params(const gt_model_config *m) {
+    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    return 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
+}
+
+uint64_t gt_model_param_count(const gt_model_config *m) {
+    uint64_t C = (uint64_t)m->dim, V = (uint64_t)m->vocab_size;
+    return (m->tie_word_embeddings ? 1 : 2) * V * C + (uint64_t)m->n_layers * block_params(m) + C;
+}
+
+void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
+    uint64_t C = (uint64_t)m->dim, V = (uint64_t)m->vocab_size;
+    *embed = V * C;
+    *block = block_params(m);
+    *head = C + (m->tie_word_embeddings ? 0 : V * C);
+}
+
 void gt_layout_init_params_range(const gt_layout *layout, float *dst, size_t begin, size_t end, uint64_t seed) {
     const float std = 0.02f; /* as gt_layout_init_params */
     for (int i = 0; i < layout->n_tensors; i++) {

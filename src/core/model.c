@@ -13,13 +13,18 @@
  *   KEEP_RECOMPUTE  nothing: the segment's input is kept and backward re-runs the segment
  * Every block input x_i is kept unless the block is inside a recompute segment.
  *
- * Memory discipline (the planner's memory model in planner.c follows this order exactly):
+ * Memory discipline (tests/test_recompute.c writes it out and holds the executor to it):
  *   - a block's stash and transients are allocated together at the start of its forward; the
  *     transients are freed at its end;
  *   - the block output doubles as scratch for the o-projection and down-projection outputs;
  *   - backward holds one gradient of the residual stream (dx) and one scratch region for all
  *     block backwards; a block's stash and its input are freed as soon as its backward is done.
  * Every buffer goes through gt_mem (memtrack.h), so act_peak_bytes is measured, not estimated.
+ *
+ * This executor is the only statement of the schedule. A dry model (gt_model_create_dry) runs the
+ * same code on a backend that computes nothing (ops_dry.h): the planner predicts memory that way,
+ * ZeRO's peaks included, and a model learns the order in which it will acquire units (for ZeRO-3's
+ * prefetch) from a dry twin of itself, so prediction equals measurement by construction.
  *
  * Recompute is bit-exact: a recomputed forward calls the same kernels on the same inputs with the
  * same dropout keys, so gradients are identical under every plan.
@@ -30,6 +35,8 @@
  * the embedding's gradient, which the embedding backward then adds to as well: the sum of both uses.
  */
 #include "model.h"
+
+#include "ops_dry.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +66,9 @@ struct gt_model {
     size_t token_capacity;
     float *rope;               /* (rope_T, HD/2, 2) fp32 cos/sin, device */
     int rope_T;
+    gt_model *twin;            /* a dry model of the same shape: records the order of acquisitions */
+    gt_ops dry_ops;            /* a dry model's backend and tracker (ops and mem point here) */
+    gt_mem dry_mem;
 };
 
 /* Sizes of one micro-batch's tensors, in bytes. */
@@ -108,86 +118,6 @@ static void unit_grads_done(gt_model *m, int u) {
 }
 static void progress(const gt_model *m) {
     if (m->hooks.progress) m->hooks.progress(m->hooks.ctx);
-}
-
-/* The units in the order of their first acquisition by gt_model_train_micro (eval = 0) or
- * gt_model_eval (eval = 1): forward every unit, the head (and, tied, the embedding again), then
- * backward segment by segment from the last: a recompute segment's blocks in forward order, any
- * other block alone. out: at least 2 n_layers + 3 entries. */
-static int unit_schedule(const gt_model_config *cfg, const gt_plan *plan, int eval, int *out) {
-    int N = cfg->n_layers, n = 0;
-    out[n++] = 0;
-    for (int i = 0; i < N; i++) out[n++] = 1 + i;
-    out[n++] = N + 1;
-    if (cfg->tie_word_embeddings) out[n++] = 0;
-    if (eval) return n;
-    for (int b = N; b > 0;) {
-        int a = b - 1;
-        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-        if (plan->keep[a] == GT_KEEP_RECOMPUTE)
-            for (int i = a; i < b; i++) out[n++] = 1 + i;
-        else
-            out[n++] = 1 + a;
-        b = a;
-    }
-    return n;
-}
-
-static void announce_schedule(gt_model *m, const gt_plan *plan, int eval) {
-    if (!m->hooks.schedule) return;
-    int *order = malloc((2 * (size_t)m->cfg.n_layers + 3) * sizeof *order);
-    if (!order) abort();
-    int n = unit_schedule(&m->cfg, plan, eval, order);
-    m->hooks.schedule(m->hooks.ctx, order, n);
-    free(order);
-}
-
-void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *h) {
-    int N = cfg->n_layers, tied = cfg->tie_word_embeddings, H = N + 1;
-    void *c = h->ctx;
-    int *order = malloc((2 * (size_t)N + 3) * sizeof *order);
-    if (!order) abort();
-    int n = unit_schedule(cfg, plan, eval, order);
-    if (h->schedule) h->schedule(c, order, n);
-    free(order);
-    /* forward: gt_model_train_micro / gt_model_eval below, call for call */
-    h->params(c, 0);
-    h->params_done(c, 0);
-    for (int i = 0; i < N; i++) {
-        h->params(c, 1 + i);
-        h->params_done(c, 1 + i);
-    }
-    h->params(c, H);
-    if (tied) h->params(c, 0);
-    if (eval) {
-        if (tied) h->params_done(c, 0);
-        h->params_done(c, H);
-        return;
-    }
-    h->grads(c, H);
-    if (tied) h->grads(c, 0);
-    if (tied) h->params_done(c, 0);
-    h->params_done(c, H);
-    h->grads_done(c, H);
-    for (int b = N; b > 0;) {
-        int a = b - 1;
-        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-        int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
-        if (recompute)
-            for (int i = a; i < b; i++) h->params(c, 1 + i);
-        for (int i = b - 1; i >= a; i--) {
-            h->params(c, 1 + i);
-            h->grads(c, 1 + i);
-            h->grads_done(c, 1 + i);
-            h->params_done(c, 1 + i);
-            if (recompute) h->params_done(c, 1 + i);
-        }
-        b = a;
-    }
-    h->grads(c, 0);
-    h->grads_done(c, 0);
-    if (tied) h->grads_done(c, 0);
-    if (h->micro_end) h->micro_end(c);
 }
 
 static shapes make_shapes(const gt_model *m, int B, int T) {
@@ -289,10 +219,8 @@ gt_model *gt_model_create_padded(const gt_ops *ops, gt_mem *mem, const gt_model_
     return gt_model_create_buffers(ops, mem, cfg, n, n);
 }
 
-gt_model *gt_model_create_buffers(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t params_len,
-                                  size_t grads_len) {
-    gt_model *m = calloc(1, sizeof *m);
-    if (!m) abort();
+static void model_init(gt_model *m, const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t params_len,
+                       size_t grads_len) {
     m->ops = ops;
     m->mem = mem;
     m->cfg = *cfg;
@@ -329,11 +257,38 @@ gt_model *gt_model_create_buffers(const gt_ops *ops, gt_mem *mem, const gt_model
     /* tied: the head is the embedding (layout.c then has no lm_head.weight) */
     m->off_head = cfg->tie_word_embeddings ? m->off_embed : t[2 + 9 * cfg->n_layers].offset;
     ensure_rope(m, cfg->max_seq_len);
+}
+
+
+gt_model *gt_model_create_buffers(const gt_ops *ops, gt_mem *mem, const gt_model_config *cfg, size_t params_len,
+                                  size_t grads_len) {
+    gt_model *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    model_init(m, ops, mem, cfg, params_len, grads_len);
     return m;
+}
+
+gt_model *gt_model_create_dry(const gt_model_config *cfg, int act_bytes, int keep_probs) {
+    gt_model *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    gt_ops_dry_init(&m->dry_ops, act_bytes, keep_probs);
+    gt_mem_init(&m->dry_mem, &m->dry_ops);
+    uint64_t n = gt_model_param_count(cfg);
+    model_init(m, &m->dry_ops, &m->dry_mem, cfg, n, n);
+    return m;
+}
+
+uint64_t gt_model_dry_train_micro(gt_model *dry, const gt_plan *plan, int B, int T) {
+    gt_mem_reset_peaks(dry->mem);
+    gt_rng_key no_key = {0, 0};
+    int recomputed = 0;
+    gt_model_train_micro(dry, plan, NULL, NULL, B, T, 0.0f, no_key, &recomputed);
+    return dry->mem->peak[GT_MEM_ACT];
 }
 
 void gt_model_destroy(gt_model *m) {
     if (!m) return;
+    gt_model_destroy(m->twin);
     if (m->params) gt_mem_free(m->mem, GT_MEM_PARAMS, m->params, m->params_len * m->eb);
     if (m->grads) gt_mem_free(m->mem, GT_MEM_GRADS, m->grads, m->grads_len * sizeof(float));
     free(m->unit_off);
@@ -548,8 +503,23 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
 
 /* ------------------------------------------------------------------ head */
 
+uint64_t gt_head_chunk_bytes = 0;
+
+int gt_head_rows(const gt_model_config *m, int BT, int elem_bytes) {
+    uint64_t e = (uint64_t)elem_bytes, bt = (uint64_t)BT, C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim;
+    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
+    uint64_t big = 2 * F > C + 2 * KVD ? 2 * F : C + 2 * KVD;
+    uint64_t limit = gt_head_chunk_bytes ? gt_head_chunk_bytes : bt * (C + big) * e;
+    uint64_t row = (uint64_t)m->vocab_size * e;
+    uint64_t r = row ? limit / row : bt;
+    if (r >= bt) return BT;
+    r = r >= 64 ? r / 64 * 64 : r >= 8 ? r / 8 * 8 : r > 0 ? r : 1; /* aligned row offsets where possible */
+    return (int)r;
+}
+
 /* The sum of n fp32 values on the device, added in double in row order on the host. */
 static double sum_rows(gt_model *m, const float *dev, int n) {
+    if (m->ops == &m->dry_ops) return 0.0; /* a dry model has no losses: skip the host-side loop */
     float *host = malloc((size_t)n * sizeof(float));
     if (!host) abort();
     m->ops->copy_to_host(host, dev, (size_t)n * sizeof(float));
@@ -570,137 +540,207 @@ static double head_forward(gt_model *m, const shapes *s, const void *norm_w, con
     return sum_rows(m, losses, s->BT);
 }
 
+/* ------------------------------------------------------------------ the order of acquisitions */
+
+/* Hooks that record the order in which units are acquired afresh (their count of acquisitions not
+ * yet released goes from 0 to 1: when zero.c gathers them). */
+typedef struct recorder {
+    int *refs;      /* (n_units) */
+    int *order;     /* (cap) */
+    int n, cap;
+} recorder;
+
+static void *record_params(void *ctx, int u) {
+    recorder *r = ctx;
+    if (r->refs[u]++ == 0) {
+        if (r->n == r->cap) abort();
+        r->order[r->n++] = u;
+    }
+    return r; /* a token: the dry run reads no parameters */
+}
+static void record_params_done(void *ctx, int u) { ((recorder *)ctx)->refs[u]--; }
+
+/* Tells the hooks the order of this micro-batch's (eval = 0) or evaluation's (eval = 1) first
+ * acquisitions, for prefetching: the same micro-batch run first on a dry twin of the model
+ * (ops_dry.h), whose hooks record it, so the order is the executor's own and no second copy of
+ * the schedule exists. */
+static void announce_schedule(gt_model *m, const gt_plan *plan, int eval, int B, int T) {
+    if (!m->hooks.schedule) return;
+    if (!m->twin) m->twin = gt_model_create_dry(&m->cfg, (int)m->eb, m->ops->can_keep_attention_probs);
+    int n_units = gt_model_n_units(&m->cfg);
+    recorder r = {calloc((size_t)n_units, sizeof(int)), malloc(2 * (size_t)n_units * sizeof(int)), 0, 2 * n_units};
+    if (!r.refs || !r.order) abort();
+    gt_unit_hooks rec = {.ctx = &r, .params = record_params, .params_done = record_params_done};
+    gt_model_set_unit_hooks(m->twin, &rec);
+    if (eval) {
+        gt_model_eval(m->twin, NULL, NULL, B, T, NULL);
+    } else {
+        gt_rng_key no_key = {0, 0};
+        int recomputed = 0;
+        gt_model_train_micro(m->twin, plan, NULL, NULL, B, T, 0.0f, no_key, &recomputed);
+    }
+    m->hooks.schedule(m->hooks.ctx, r.order, r.n);
+    free(r.refs);
+    free(r.order);
+}
+
 /* ------------------------------------------------------------------ one micro-batch */
 
-double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inputs, const int32_t *targets,
-                            int B, int T, float dloss, gt_rng_key dropout_key, int *recomputed_blocks) {
-    const gt_ops *ops = m->ops;
-    shapes s = make_shapes(m, B, T);
-    int N = m->cfg.n_layers;
-    float p = m->cfg.dropout;
-    int keep_probs = ops->can_keep_attention_probs;
-    ensure_rope(m, T);
-    upload_tokens(m, inputs, targets, s.BT);
+/* What one training micro-batch holds while the executor walks it. */
+typedef struct micro {
+    shapes s;
+    void **xs;         /* (N + 1) x_i the input of block i, x_N the last output; NULL once freed */
+    stash *st;         /* (N) */
+    void *dx;          /* (BT, C) gradient of the residual stream, from the head's backward on */
+    gt_rng_key key;    /* dropout masks: (key, layer, site) */
+    float p;           /* dropout probability */
+    int keep_probs;    /* KEEP_ALL blocks keep the attention probabilities (the backend can) */
+} micro;
 
-    void **xs = calloc((size_t)N + 1, sizeof *xs);   /* x_i: input of block i; x_N: last output */
-    stash *st = calloc((size_t)N, sizeof *st);
-    if (!xs || !st) abort();
-
-    /* ---- forward ---- */
-    int tied = m->cfg.tie_word_embeddings, U_HEAD = N + 1;
-    announce_schedule(m, plan, 0);
-    xs[0] = act_alloc(m, s.x);
-    ops->embedding_forward(xs[0], m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);
+/* Embedding and every block, keeping what the plan says; a recompute segment keeps its input only. */
+static void forward_blocks(gt_model *m, const gt_plan *plan, micro *mb) {
+    const shapes *s = &mb->s;
+    mb->xs[0] = act_alloc(m, s->x);
+    m->ops->embedding_forward(mb->xs[0], m->d_inputs, unit_params(m, 0), s->BT, s->C, s->V);
     unit_params_done(m, 0);
-    for (int a = 0; a < N;) {
+    for (int a = 0; a < m->cfg.n_layers;) {
         int b = gt_plan_segment_end(plan, a);
         for (int i = a; i < b; i++) {
             int keep = plan->keep[i];
             const void *pw = unit_params(m, 1 + i);
-            stash_alloc(m, &s, &st[i], keep, keep == GT_KEEP_ALL && keep_probs);
-            xs[i + 1] = act_alloc(m, s.x);
-            block_forward(m, i, pw, &s, xs[i], xs[i + 1], &st[i], dropout_key, p, 1);
+            stash_alloc(m, s, &mb->st[i], keep, keep == GT_KEEP_ALL && mb->keep_probs);
+            mb->xs[i + 1] = act_alloc(m, s->x);
+            block_forward(m, i, pw, s, mb->xs[i], mb->xs[i + 1], &mb->st[i], mb->key, mb->p, 1);
             unit_params_done(m, 1 + i);
-            stash_drop_transients(m, &s, &st[i]);
+            stash_drop_transients(m, s, &mb->st[i]);
             if (keep == GT_KEEP_RECOMPUTE && i > a) { /* inside a segment: inputs are not kept */
-                act_free(m, xs[i], s.x);
-                xs[i] = NULL;
+                act_free(m, mb->xs[i], s->x);
+                mb->xs[i] = NULL;
             }
         }
         a = b;
     }
+}
 
-    /* ---- head and loss, forward and backward together, chunk by chunk of token rows: each chunk's
-     * logits are made, turned into losses and then (in place) into their gradient, which gives the
-     * chunk's rows of dxf and adds to the head's weight gradient; the (BT, V) logits never exist
-     * (gt_head_rows). The head unit is the final norm and lm_head and, tied, the embedding unit
-     * too, whose gradient stays open until its own backward at the end adds to it ---- */
+/* Head and loss, forward and backward together, chunk by chunk of token rows: each chunk's logits are
+ * made, turned into losses and then (in place) into their gradient, which gives the chunk's rows of
+ * dxf and adds to the head's weight gradient; the (BT, V) logits never exist (gt_head_rows). The head
+ * unit is the final norm and lm_head and, tied, the embedding unit too, whose gradient stays open
+ * until its own backward at the end adds to it. Leaves mb->dx; returns the summed loss. */
+static double head_train(gt_model *m, micro *mb, float dloss) {
+    const gt_ops *ops = m->ops;
+    const shapes *s = &mb->s;
+    int N = m->cfg.n_layers, tied = m->cfg.tie_word_embeddings, U_HEAD = N + 1;
     char *pn = unit_params(m, U_HEAD);
     char *ph = tied ? unit_params(m, 0) : pn + (m->off_head - m->off_norm) * m->eb;
     float *gn = unit_grads(m, U_HEAD);
     float *gh = tied ? unit_grads(m, 0) : gn + (m->off_head - m->off_norm);
-    int R = gt_head_rows(&m->cfg, s.BT, (int)m->eb);
-    size_t chunk_bytes = (size_t)R * s.V * m->eb;
-    void *xf = act_alloc(m, s.x);
-    float *rstdf = act_alloc(m, s.row);
-    float *losses = act_alloc(m, s.row);
-    float *lse = act_alloc(m, s.row);
-    void *dxf = act_alloc(m, s.x);
+    int R = gt_head_rows(&m->cfg, s->BT, (int)m->eb);
+    size_t chunk_bytes = (size_t)R * s->V * m->eb;
+    void *xf = act_alloc(m, s->x);
+    float *rstdf = act_alloc(m, s->row);
+    float *losses = act_alloc(m, s->row);
+    float *lse = act_alloc(m, s->row);
+    void *dxf = act_alloc(m, s->x);
     void *logits = act_alloc(m, chunk_bytes);
-    ops->rmsnorm_forward(xf, rstdf, xs[N], pn, s.BT, s.C, m->cfg.norm_eps);
-    for (int r0 = 0; r0 < s.BT; r0 += R) {
-        int rows = s.BT - r0 < R ? s.BT - r0 : R;
-        size_t xo = (size_t)r0 * s.C * m->eb;
-        ops->matmul_forward(logits, (char *)xf + xo, ph, rows, s.C, s.V);
-        ops->crossentropy_forward(losses + r0, lse + r0, logits, m->d_targets + r0, rows, s.V);
-        ops->crossentropy_backward(logits, lse + r0, m->d_targets + r0, rows, s.V, dloss);
-        ops->matmul_backward((char *)dxf + xo, gh, logits, (char *)xf + xo, ph, rows, s.C, s.V, 0);
+    ops->rmsnorm_forward(xf, rstdf, mb->xs[N], pn, s->BT, s->C, m->cfg.norm_eps);
+    for (int r0 = 0; r0 < s->BT; r0 += R) {
+        int rows = s->BT - r0 < R ? s->BT - r0 : R;
+        size_t xo = (size_t)r0 * s->C * m->eb;
+        ops->matmul_forward(logits, (char *)xf + xo, ph, rows, s->C, s->V);
+        ops->crossentropy_forward(losses + r0, lse + r0, logits, m->d_targets + r0, rows, s->V);
+        ops->crossentropy_backward(logits, lse + r0, m->d_targets + r0, rows, s->V, dloss);
+        ops->matmul_backward((char *)dxf + xo, gh, logits, (char *)xf + xo, ph, rows, s->C, s->V, 0);
         progress(m);
     }
     act_free(m, logits, chunk_bytes);
-    double loss_sum = sum_rows(m, losses, s.BT);
-    act_free(m, losses, s.row);
-    act_free(m, lse, s.row);
-    void *dx = act_alloc(m, s.x);
-    ops->zero(dx, s.x);
-    ops->rmsnorm_backward(dx, gn, dxf, xs[N], pn, rstdf, s.BT, s.C);
+    double loss_sum = sum_rows(m, losses, s->BT);
+    act_free(m, losses, s->row);
+    act_free(m, lse, s->row);
+    mb->dx = act_alloc(m, s->x);
+    ops->zero(mb->dx, s->x);
+    ops->rmsnorm_backward(mb->dx, gn, dxf, mb->xs[N], pn, rstdf, s->BT, s->C);
     if (tied) unit_params_done(m, 0);
     unit_params_done(m, U_HEAD);
     unit_grads_done(m, U_HEAD);
-    act_free(m, dxf, s.x);
-    act_free(m, rstdf, s.row);
-    act_free(m, xf, s.x);
-    act_free(m, xs[N], s.x);
-    xs[N] = NULL;
+    act_free(m, dxf, s->x);
+    act_free(m, rstdf, s->row);
+    act_free(m, xf, s->x);
+    act_free(m, mb->xs[N], s->x);
+    mb->xs[N] = NULL;
+    return loss_sum;
+}
 
-    /* ---- backward through the blocks, segment by segment from the last ---- */
-    scratch sc;
-    sc.big_bytes = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
-    sc.c1 = act_alloc(m, s.x);
-    sc.c2 = act_alloc(m, s.x);
-    sc.big = act_alloc(m, sc.big_bytes);
-    for (int b = N; b > 0;) {
-        int a = b - 1;
-        while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-        int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
-        if (recompute) {
-            /* re-run the segment's forward from its kept input, keeping everything; the last
-             * block's output is not needed, so it is not computed (its o-projection goes to
-             * scratch). Each block's parameters stay acquired until its backward: one gather serves
-             * both (ZeRO-3) */
-            for (int i = a; i < b; i++) {
-                const void *pw = unit_params(m, 1 + i);
-                stash_alloc(m, &s, &st[i], GT_KEEP_ALL, keep_probs);
-                int last = i + 1 == b;
-                void *out = last ? sc.c2 : (xs[i + 1] = act_alloc(m, s.x));
-                block_forward(m, i, pw, &s, xs[i], out, &st[i], dropout_key, p, !last);
-                (*recomputed_blocks)++;
-            }
-        }
-        for (int i = b - 1; i >= a; i--) {
+/* Backward through blocks [a, b), one segment. A recompute segment first re-runs its forward from
+ * its kept input, keeping everything; the last block's output is not needed, so it is not computed
+ * (its o-projection goes to scratch). Each block's parameters stay acquired until its backward: one
+ * gather serves both (ZeRO-3). Every block's memory goes as soon as its backward is done. */
+static void backward_segment(gt_model *m, const gt_plan *plan, micro *mb, scratch *sc, int a, int b,
+                             int *recomputed_blocks) {
+    const shapes *s = &mb->s;
+    int recompute = plan->keep[a] == GT_KEEP_RECOMPUTE;
+    if (recompute) {
+        for (int i = a; i < b; i++) {
             const void *pw = unit_params(m, 1 + i);
-            float *pg = unit_grads(m, 1 + i);
-            block_backward(m, i, pw, pg, &s, xs[i], dx, &st[i], &sc, dropout_key, p);
-            unit_grads_done(m, 1 + i);
-            unit_params_done(m, 1 + i);
-            if (recompute) unit_params_done(m, 1 + i);
-            stash_free_all(m, &s, &st[i]);
-            act_free(m, xs[i], s.x);
-            xs[i] = NULL;
+            stash_alloc(m, s, &mb->st[i], GT_KEEP_ALL, mb->keep_probs);
+            int last = i + 1 == b;
+            void *out = last ? sc->c2 : (mb->xs[i + 1] = act_alloc(m, s->x));
+            block_forward(m, i, pw, s, mb->xs[i], out, &mb->st[i], mb->key, mb->p, !last);
+            (*recomputed_blocks)++;
         }
-        b = a;
     }
-    act_free(m, sc.c1, s.x);
-    act_free(m, sc.c2, s.x);
-    act_free(m, sc.big, sc.big_bytes);
+    for (int i = b - 1; i >= a; i--) {
+        const void *pw = unit_params(m, 1 + i);
+        float *pg = unit_grads(m, 1 + i);
+        block_backward(m, i, pw, pg, s, mb->xs[i], mb->dx, &mb->st[i], sc, mb->key, mb->p);
+        unit_grads_done(m, 1 + i);
+        unit_params_done(m, 1 + i);
+        if (recompute) unit_params_done(m, 1 + i);
+        stash_free_all(m, s, &mb->st[i]);
+        act_free(m, mb->xs[i], s->x);
+        mb->xs[i] = NULL;
+    }
+}
 
-    ops->embedding_backward(unit_grads(m, 0), dx, m->d_inputs, s.BT, s.C, s.V);
+/* Backward through the blocks, segment by segment from the last, with one scratch region for all. */
+static void backward_blocks(gt_model *m, const gt_plan *plan, micro *mb, int *recomputed_blocks) {
+    const shapes *s = &mb->s;
+    scratch sc;
+    sc.big_bytes = 2 * s->ff > s->x + 2 * s->kv ? 2 * s->ff : s->x + 2 * s->kv;
+    sc.c1 = act_alloc(m, s->x);
+    sc.c2 = act_alloc(m, s->x);
+    sc.big = act_alloc(m, sc.big_bytes);
+    for (int b = m->cfg.n_layers, a; b > 0; b = a) {
+        a = gt_plan_segment_start(plan, b - 1);
+        backward_segment(m, plan, mb, &sc, a, b, recomputed_blocks);
+    }
+    act_free(m, sc.c1, s->x);
+    act_free(m, sc.c2, s->x);
+    act_free(m, sc.big, sc.big_bytes);
+}
+
+double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inputs, const int32_t *targets,
+                            int B, int T, float dloss, gt_rng_key dropout_key, int *recomputed_blocks) {
+    int N = m->cfg.n_layers;
+    micro mb = {.s = make_shapes(m, B, T), .key = dropout_key, .p = m->cfg.dropout,
+                .keep_probs = m->ops->can_keep_attention_probs};
+    ensure_rope(m, T);
+    upload_tokens(m, inputs, targets, mb.s.BT);
+    mb.xs = calloc((size_t)N + 1, sizeof *mb.xs);
+    mb.st = calloc((size_t)N, sizeof *mb.st);
+    if (!mb.xs || !mb.st) abort();
+
+    announce_schedule(m, plan, 0, B, T);
+    forward_blocks(m, plan, &mb);
+    double loss_sum = head_train(m, &mb, dloss);
+    backward_blocks(m, plan, &mb, recomputed_blocks);
+    m->ops->embedding_backward(unit_grads(m, 0), mb.dx, m->d_inputs, mb.s.BT, mb.s.C, mb.s.V);
     unit_grads_done(m, 0);
-    if (tied) unit_grads_done(m, 0);
+    if (m->cfg.tie_word_embeddings) unit_grads_done(m, 0);
     if (m->hooks.micro_end) m->hooks.micro_end(m->hooks.ctx);
-    act_free(m, dx, s.x);
-    free(xs);
-    free(st);
+    act_free(m, mb.dx, mb.s.x);
+    free(mb.xs);
+    free(mb.st);
     return loss_sum;
 }
 
@@ -711,7 +751,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     gt_rng_key no_key = {0, 0};
     ensure_rope(m, T);
     upload_tokens(m, inputs, targets, s.BT);
-    announce_schedule(m, NULL, 1);
+    announce_schedule(m, NULL, 1, B, T);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);
     ops->embedding_forward(x, m->d_inputs, unit_params(m, 0), s.BT, s.C, s.V);

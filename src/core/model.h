@@ -62,6 +62,12 @@ void gt_layout_init_params_range(const gt_layout *layout, float *dst, size_t beg
 int gt_model_n_units(const gt_model_config *cfg);   /* n_layers + 2 */
 void gt_layout_unit(const gt_layout *layout, int unit, size_t *offset, size_t *numel);
 
+/* The same counts from the shape alone, without building a layout (the planner prices models it
+ * never builds): parameters of the model, and unit sizes in elements (the embedding, one block, the
+ * head unit). */
+uint64_t gt_model_param_count(const gt_model_config *model);
+void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
+
 /* RoPE inverse frequencies inv_freq (HD/2) exactly as transformers computes them for the config
  * (rope_type default or llama3), and the (cos, sin) table (T, HD/2, 2) of positions 0..T-1 that the
  * model hands to the kernels (ops.h rope_forward). */
@@ -99,9 +105,17 @@ typedef struct gt_unit_hooks {
 } gt_unit_hooks;
 void gt_model_set_unit_hooks(gt_model *model, const gt_unit_hooks *hooks);
 
-/* Calls `hooks` in exactly the order gt_model_train_micro does for `plan` (eval = 0) or
- * gt_model_eval (eval = 1), without computing anything: the planner replays ZeRO's memory with it. */
-void gt_model_replay_units(const gt_model_config *cfg, const gt_plan *plan, int eval, const gt_unit_hooks *hooks);
+
+/* A dry model: this executor on the dry backend (ops_dry.h), with a memory tracker of its own.
+ * gt_model_train_micro and gt_model_eval on it compute nothing but make exactly the allocations and
+ * unit-hook calls a real model of that shape makes, in the same order: the planner predicts memory
+ * with it (hooks included, for ZeRO's gathers) and a model records its order of acquisitions with
+ * one. act_bytes and keep_probs: those of the backend predicted (ops.h). */
+gt_model *gt_model_create_dry(const gt_model_config *cfg, int act_bytes, int keep_probs);
+/* One training micro-batch of (B, T) tokens under `plan` on a dry model: its activation high-water
+ * mark in bytes, what gt_mem measures as peak[GT_MEM_ACT] in a real one. */
+uint64_t gt_model_dry_train_micro(gt_model *dry, const gt_plan *plan, int B, int T);
+
 const gt_layout *gt_model_layout(const gt_model *model);
 void *gt_model_params(gt_model *model);      /* (n_params) working type, device */
 float *gt_model_grads(gt_model *model);      /* (n_params) fp32, device */
@@ -116,6 +130,17 @@ void gt_model_set_params(gt_model *model, const float *params_host);
 double gt_model_train_micro(gt_model *model, const gt_plan *plan, const int32_t *inputs,
                             const int32_t *targets, int B, int T, float dloss, gt_rng_key dropout_key,
                             int *recomputed_blocks);
+
+/* Rows of the loss head's chunks in training. The LM head, the cross-entropy and their backward run
+ * over this many token rows at a time, so the (rows, V) logits buffer is at most what a block's
+ * backward needs beside its stash anyway (its output gradient and scratch: (BT, C) + max(2 (BT, F),
+ * (BT, C) + 2 (BT, KVD)) elements, model.c's scratch) instead of (BT, V), and the head does not set
+ * the activation peak of a recompute plan. It depends on the shapes alone, so every recompute policy
+ * runs the same chunks and the gradients keep the same bits across policies. A multiple of 64 rows
+ * when it is 64 or more, of 8 when 8 or more; BT when the whole batch fits. gt_head_chunk_bytes,
+ * when not 0, replaces the limit (tests lower it to get several chunks). */
+extern uint64_t gt_head_chunk_bytes;
+int gt_head_rows(const gt_model_config *model, int BT, int elem_bytes);
 
 /* Forward only, no dropout, nothing kept for backward: returns the sum of per-token losses over
  * targets >= 0; if logits_host is not NULL it receives the (B, T, V) logits as fp32. */

@@ -6,10 +6,9 @@
  *
  * Activations: with x the bytes of one block input and I what a block keeps beyond it, the seed's
  * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
- * The exact figure below walks the executor's allocation order (model.c) with byte sizes only:
- * forward keeps block inputs and stashes, each block adds its output and its transients while it
- * runs; the head adds the normed output, its gradient, loss rows and one chunk of logits; backward holds dx and one scratch
- * region, re-creates a recompute segment's stashes and frees each block's memory after its backward.
+ * Those are approximations (the head, the backward's scratch and the order of frees matter); the exact
+ * figure is measured on the executor itself, run dry (dry_run below: model.h's dry model), and
+ * remembered per plan, since auto prices the same plans for every grad_sync and every caller.
  *
  * Compute: a recomputed block costs one more block forward (3F -> 4F at most, +33%), less the
  * down-projection for the last block of each segment (its output is the next segment's kept input,
@@ -17,96 +16,143 @@
  */
 #include "planner.h"
 #include "bytes.h"
+#include "model.h"
 #include "stages.h"
 #include "zero.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sizes {
-    uint64_t x, kv, ff, row, lse, probs, logits;
-    uint64_t stash_all, stash_all_probs, stash_sel;
-    uint64_t scratch;
-} sizes;
+/* The dry model of the last activation shape priced, and the dry runs already made on it: auto prices
+ * the same plans again for each grad_sync and for each caller (a hundred thousand of them for an
+ * 80-block model), and a plan's peaks depend on neither the world size nor the budget. Not
+ * thread-safe (the planner runs on one thread). */
+typedef struct dry_entry {
+    uint64_t hash;        /* 0: an empty slot */
+    uint8_t *code;        /* (n_blocks) keep | seg_start << 2 */
+    int n_blocks, with_zero;
+    uint64_t act, gather, acc;
+} dry_entry;
 
-static sizes make_sizes(const gt_mem_shape *sh) {
-    const gt_model_config *m = &sh->model;
-    uint64_t B = (uint64_t)sh->micro_batch, T = (uint64_t)sh->seq_len, BT = B * T;
-    uint64_t e = (uint64_t)sh->act_bytes;
-    uint64_t HD = (uint64_t)(m->dim / m->n_heads), KVD = (uint64_t)m->n_kv_heads * HD;
-    sizes s;
-    s.x = BT * (uint64_t)m->dim * e;
-    s.kv = BT * KVD * e;
-    s.ff = BT * (uint64_t)m->ffn_dim * e;
-    s.row = BT * 4;
-    s.lse = B * (uint64_t)m->n_heads * T * 4;
-    s.probs = B * (uint64_t)m->n_heads * T * T * 4;
-    s.logits = (uint64_t)gt_head_rows(m, (int)BT, (int)e) * (uint64_t)m->vocab_size * e;
-    /* xn1 q att x2 xn2 (5x), k v, rstd1 rstd2, lse, gate up h */
-    s.stash_all = 5 * s.x + 2 * s.kv + 2 * s.row + s.lse + 3 * s.ff;
-    s.stash_all_probs = s.stash_all + (sh->keep_probs ? s.probs : 0);
-    s.stash_sel = s.stash_all - 2 * s.x - s.ff; /* minus xn1, xn2, h */
-    uint64_t big = 2 * s.ff > s.x + 2 * s.kv ? 2 * s.ff : s.x + 2 * s.kv;
-    s.scratch = 2 * s.x + big;
-    return s;
+static struct {
+    int valid;
+    gt_model_config model;
+    int B, T, act_bytes, keep_probs, depth;
+    uint64_t head_chunk_bytes;   /* model.h: a test's override changes the head's chunks */
+    gt_model *dry;
+    dry_entry *memo;      /* open addressing, cap a power of two, at most half full */
+    size_t cap, used;
+} g_dry;
+
+static void dry_forget(void) {
+    for (size_t i = 0; i < g_dry.cap; i++) free(g_dry.memo[i].code);
+    free(g_dry.memo);
+    gt_model_destroy(g_dry.dry);
+    memset(&g_dry, 0, sizeof g_dry);
 }
 
-static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
-static int segment_start(const gt_plan *plan, int last) {
-    int a = last;
-    while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
-    return a;
+static gt_model *dry_model(const gt_mem_shape *sh) {
+    if (g_dry.valid && memcmp(&g_dry.model, &sh->model, offsetof(gt_model_config, init)) == 0 &&
+        g_dry.B == sh->micro_batch && g_dry.T == sh->seq_len && g_dry.act_bytes == sh->act_bytes &&
+        g_dry.keep_probs == sh->keep_probs && g_dry.depth == sh->prefetch &&
+        g_dry.head_chunk_bytes == gt_head_chunk_bytes)
+        return g_dry.dry;
+    dry_forget();
+    g_dry.model = sh->model;
+    g_dry.B = sh->micro_batch;
+    g_dry.T = sh->seq_len;
+    g_dry.act_bytes = sh->act_bytes;
+    g_dry.keep_probs = sh->keep_probs;
+    g_dry.depth = sh->prefetch;
+    g_dry.head_chunk_bytes = gt_head_chunk_bytes;
+    g_dry.dry = gt_model_create_dry(&sh->model, sh->act_bytes, sh->keep_probs);
+    g_dry.cap = 1024;
+    g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);
+    if (!g_dry.memo) abort();
+    g_dry.valid = 1;
+    return g_dry.dry;
 }
 
-/* The activation high-water mark of one training micro-batch (model.c's order, bytes only). */
-static uint64_t act_peak(const sizes *s, const gt_plan *plan) {
-    int N = plan->n_blocks;
-    uint64_t held = s->x, peak = held; /* x_0, the embedding output */
-    for (int a = 0; a < N;) {
-        int b = gt_plan_segment_end(plan, a);
-        for (int i = a; i < b; i++) {
-            int keep = plan->keep[i];
-            uint64_t alloc = keep == GT_KEEP_ALL ? s->stash_all_probs : s->stash_all;
-            uint64_t kept = keep == GT_KEEP_ALL ? s->stash_all_probs : keep == GT_KEEP_SELECTIVE ? s->stash_sel : 0;
-            peak = max_u64(peak, held + alloc + s->x);
-            held += s->x + kept;
-            if (keep == GT_KEEP_RECOMPUTE && i > a) held -= s->x;
-        }
-        a = b;
+static uint64_t plan_hash(const gt_plan *plan) {
+    uint64_t h = gt_mix64((uint64_t)plan->n_blocks);
+    for (int i = 0; i < plan->n_blocks; i++) h = gt_mix64(h ^ (uint64_t)(plan->keep[i] | plan->seg_start[i] << 2));
+    return h ? h : 1;
+}
+
+/* The memo's slot of `plan`: its entry, or the empty slot where it goes. */
+static dry_entry *memo_slot(const gt_plan *plan, uint64_t hash) {
+    for (size_t i = hash & (g_dry.cap - 1);; i = (i + 1) & (g_dry.cap - 1)) {
+        dry_entry *e = &g_dry.memo[i];
+        if (!e->hash) return e;
+        if (e->hash != hash || e->n_blocks != plan->n_blocks) continue;
+        int same = 1;
+        for (int b = 0; b < plan->n_blocks && same; b++)
+            same = e->code[b] == (plan->keep[b] | plan->seg_start[b] << 2);
+        if (same) return e;
     }
-    /* head: xf, rstdf, losses, lse, dxf and one chunk of logits; then the chunk, losses and lse go,
-     * dx comes */
-    peak = max_u64(peak, held + 2 * s->x + 3 * s->row + s->logits);
-    peak = max_u64(peak, held + 3 * s->x + s->row);
-    /* dxf, rstdf, xf and x_N are freed, dx stays: held is unchanged; the scratch region comes */
-    held += s->scratch;
-    peak = max_u64(peak, held);
-    for (int b = N; b > 0;) {
-        int a = segment_start(plan, b - 1);
-        if (plan->keep[a] == GT_KEEP_RECOMPUTE) {
-            for (int i = a; i < b; i++) {
-                held += s->stash_all_probs + (i + 1 < b ? s->x : 0);
-                peak = max_u64(peak, held);
-            }
-            for (int i = b - 1; i >= a; i--) held -= s->stash_all_probs + s->x;
-        } else {
-            /* a selective block re-creates h, then xn2, then xn1, one at a time */
-            uint64_t transient = plan->keep[a] == GT_KEEP_SELECTIVE ? max_u64(s->ff, s->x) : 0;
-            peak = max_u64(peak, held + transient);
-            held -= (plan->keep[a] == GT_KEEP_ALL ? s->stash_all_probs : s->stash_sel) + s->x;
-        }
-        b = a;
-    }
-    return peak;
 }
 
-uint64_t gt_model_param_count(const gt_model_config *m) {
-    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
-    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
-    uint64_t per_layer = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
-    return (m->tie_word_embeddings ? 1 : 2) * V * C + (uint64_t)m->n_layers * per_layer + C;
+static dry_entry *memo_add(const gt_plan *plan, uint64_t hash) {
+    if (2 * (g_dry.used + 1) > g_dry.cap) {
+        dry_entry *old = g_dry.memo;
+        size_t old_cap = g_dry.cap;
+        g_dry.cap *= 2;
+        g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);
+        if (!g_dry.memo) abort();
+        for (size_t i = 0; i < old_cap; i++) {
+            if (!old[i].hash) continue;
+            size_t j = old[i].hash & (g_dry.cap - 1);
+            while (g_dry.memo[j].hash) j = (j + 1) & (g_dry.cap - 1);
+            g_dry.memo[j] = old[i];
+        }
+        free(old);
+    }
+    dry_entry *e = memo_slot(plan, hash);
+    e->hash = hash;
+    e->n_blocks = plan->n_blocks;
+    e->code = malloc((size_t)plan->n_blocks + 1);
+    if (!e->code) abort();
+    for (int b = 0; b < plan->n_blocks; b++) e->code[b] = (uint8_t)(plan->keep[b] | plan->seg_start[b] << 2);
+    g_dry.used++;
+    return e;
+}
+
+/* The executor itself, run dry (model.h, ops_dry.h) on a micro-batch of the shape under `plan`: the
+ * activation high-water mark and, when ZeRO-3 or grad_sync = micro need them, the peaks of gathered
+ * units and gradient accumulators from zero.c's own state machine on the executor's hooks. That run
+ * has both of zero's machines on (stage 3 and grad_sync micro): they share no state (zero.c: the
+ * gathers are reference-counted per unit, the accumulators apart), so each peak is what a run with
+ * only its own machine measures, and one run serves every stage. */
+static void dry_run(const gt_mem_shape *sh, const gt_plan *plan, int stage, int micro, gt_mem_estimate *est) {
+    gt_model *dry = dry_model(sh);
+    int need_zero = stage == 3 || micro;
+    uint64_t hash = plan_hash(plan);
+    dry_entry *e = memo_slot(plan, hash);
+    if (!e->hash || (need_zero && !e->with_zero)) {
+        if (!e->hash) e = memo_add(plan, hash);
+        gt_zero z;
+        gt_unit_hooks hooks;
+        if (need_zero) {
+            gt_zero_init_dry(&z, gt_model_layout(dry), 3, 1, sh->prefetch, sh->act_bytes);
+            gt_zero_hooks(&z, &hooks);
+        }
+        gt_model_set_unit_hooks(dry, need_zero ? &hooks : NULL);
+        e->act = gt_model_dry_train_micro(dry, plan, sh->micro_batch, sh->seq_len);
+        gt_model_set_unit_hooks(dry, NULL);
+        if (need_zero) {
+            e->gather = z.dry_peak[0];
+            e->acc = z.dry_peak[1];
+            e->with_zero = 1;
+            gt_zero_free(&z);
+        }
+    }
+    est->act_peak_bytes = e->act;
+    if (need_zero) {
+        est->gather_bytes = stage == 3 ? e->gather : 0;
+        est->grad_buffer_bytes = micro ? e->acc : 0;
+    }
 }
 
 /* Model FLOPs of one forward (2 per multiply-add), causal attention counted as half the square. */
@@ -145,17 +191,10 @@ uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_m
            (cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
 }
 
-void gt_unit_sizes(const gt_model_config *m, uint64_t *embed, uint64_t *block, uint64_t *head) {
-    uint64_t C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim, V = (uint64_t)m->vocab_size;
-    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
-    *embed = V * C;
-    *block = 2 * C * C + 2 * KVD * C + 3 * C * F + 2 * C;
-    *head = C + (m->tie_word_embeddings ? 0 : V * C);
-}
-
 /* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
- * what they hold at their high-water marks, and the ring-model bytes of one step. */
-static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
+ * what they hold at their high-water marks (est's gather and accumulator peaks, from dry_run), and
+ * the ring-model bytes of one step. */
+static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
     int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
@@ -167,9 +206,6 @@ static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estim
     uint64_t Ue, Ub, Uh, t = (uint64_t)sh->model.tie_word_embeddings, N = (uint64_t)sh->model.n_layers;
     gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
     est->optim_bytes = slice * 12;
-    if (stage == 3 || micro) /* zero.c's own state machine, replayed over model.c's order of unit calls */
-        gt_zero_predict(&sh->model, plan, stage, micro, sh->prefetch, sh->act_bytes, &est->gather_bytes,
-                        &est->grad_buffer_bytes);
     if (stage == 3) {
         est->params_bytes = slice * e + est->gather_bytes;
     } else {
@@ -196,12 +232,13 @@ static void zero_state(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estim
 
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
-    sizes s = make_sizes(sh);
-    zero_state(sh, plan, est);
+    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int micro = stage >= 2 && sh->grad_micro;
+    dry_run(sh, plan, stage, micro, est);
+    zero_state(sh, est);
     /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
     est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
-    est->act_peak_bytes = act_peak(&s, plan);
     est->library_bytes = sh->library_bytes;
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
                        est->act_peak_bytes + est->library_bytes;
@@ -225,7 +262,7 @@ int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh, gt_mem_estimate *es
     int N = plan->n_blocks;
     if (N == 0 || plan->keep[N - 1] != GT_KEEP_RECOMPUTE) return 0;
     gt_plan kept = *plan;
-    for (int i = segment_start(plan, N - 1); i < N; i++) {
+    for (int i = gt_plan_segment_start(plan, N - 1); i < N; i++) {
         kept.keep[i] = GT_KEEP_ALL;
         kept.seg_start[i] = 1;
     }

@@ -6,8 +6,10 @@
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
  * length, which keep selectively) for the least recompute work that fits memory.budget.
  *
- * The activation figure follows the executor's allocation order in model.c, so the measured
- * act_peak_bytes equals it exactly; tests/test_recompute.c holds the two together.
+ * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
+ * micro-batch run on a dry backend (ops_dry.h), zero.c's state machine on its hooks, the same byte
+ * counters a real run reads, so the measured act_peak_bytes, params_peak_bytes and grads_peak_bytes
+ * equal them by construction.
  */
 #ifndef GT_PLANNER_H
 #define GT_PLANNER_H
@@ -68,9 +70,6 @@ uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, 
 uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
                                int seq_len);
 
-/* Parameters of the model. */
-uint64_t gt_model_param_count(const gt_model_config *model);
-
 /* Predicts memory and FLOPs of `plan` for `shape`. */
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
 
@@ -84,9 +83,6 @@ int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *shape, gt_mem_estimate 
 /* The plan the trainer runs for a fixed (not auto) policy: gt_plan_from_policy, then
  * gt_plan_keep_tail; *est its estimate. */
 void gt_plan_for_policy(gt_plan *plan, const gt_policy *policy, const gt_mem_shape *shape, gt_mem_estimate *est);
-
-/* Unit sizes in elements (model.h): the embedding, one block, the head unit. */
-void gt_unit_sizes(const gt_model_config *model, uint64_t *embed, uint64_t *block, uint64_t *head);
 
 /* Chooses the plan with the least recompute FLOPs whose total fits `budget_bytes` (tails kept as
  * gt_plan_keep_tail says). Returns 0, or

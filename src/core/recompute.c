@@ -111,6 +111,12 @@ int gt_plan_segment_end(const gt_plan *plan, int first) {
     return end;
 }
 
+int gt_plan_segment_start(const gt_plan *plan, int last) {
+    int a = last;
+    while (a > 0 && plan->keep[a] == GT_KEEP_RECOMPUTE && !plan->seg_start[a]) a--;
+    return a;
+}
+
 int gt_plan_recomputed_blocks(const gt_plan *plan) {
     int n = 0;
     for (int i = 0; i < plan->n_blocks; i++) n += plan->keep[i] == GT_KEEP_RECOMPUTE;
@@ -134,18 +140,4 @@ void gt_plan_describe(const gt_plan *plan, char *out, size_t out_len) {
     }
     snprintf(out, out_len, "%d blocks: %d keep all, %d selective, %d recompute in %d segment%s (longest %d)",
              plan->n_blocks, n_keep, n_sel, n_rec, n_seg, n_seg == 1 ? "" : "s", longest);
-}
-
-uint64_t gt_head_chunk_bytes = 0;
-
-int gt_head_rows(const gt_model_config *m, int BT, int elem_bytes) {
-    uint64_t e = (uint64_t)elem_bytes, bt = (uint64_t)BT, C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim;
-    uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
-    uint64_t big = 2 * F > C + 2 * KVD ? 2 * F : C + 2 * KVD;
-    uint64_t limit = gt_head_chunk_bytes ? gt_head_chunk_bytes : bt * (C + big) * e;
-    uint64_t row = (uint64_t)m->vocab_size * e;
-    uint64_t r = row ? limit / row : bt;
-    if (r >= bt) return BT;
-    r = r >= 64 ? r / 64 * 64 : r >= 8 ? r / 8 * 8 : r > 0 ? r : 1; /* aligned row offsets where possible */
-    return (int)r;
 }

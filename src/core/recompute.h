@@ -18,8 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-
 typedef enum gt_policy_kind {
     GT_POLICY_NONE,
     GT_POLICY_FULL,
@@ -61,22 +59,15 @@ void gt_policy_format(const gt_policy *policy, char *out, size_t out_len);
 void gt_plan_from_policy(gt_plan *plan, const gt_policy *policy, int n_blocks);
 
 /* Segments of recomputed blocks: a RECOMPUTE block with seg_start begins one that runs while the
- * next blocks are RECOMPUTE without seg_start. Returns one past the segment's last block. */
+ * next blocks are RECOMPUTE without seg_start. gt_plan_segment_end: one past the last block of the
+ * segment that starts at `first` (forward walks them so); gt_plan_segment_start: the first block of
+ * the segment that ends at `last` (backward walks them so, from the last block). A block that is not
+ * RECOMPUTE is a segment of its own. */
 int gt_plan_segment_end(const gt_plan *plan, int first);
+int gt_plan_segment_start(const gt_plan *plan, int last);
 
 /* Block forwards re-run in backward by one micro-batch under this plan. */
 int gt_plan_recomputed_blocks(const gt_plan *plan);
-
-/* Rows of the loss head's chunks in training. The LM head, the cross-entropy and their backward run
- * over this many token rows at a time, so the (rows, V) logits buffer is at most what a block's
- * backward needs beside its stash anyway (its output gradient and scratch: (BT, C) + max(2 (BT, F),
- * (BT, C) + 2 (BT, KVD)) elements, model.c's scratch) instead of (BT, V), and the head does not set
- * the activation peak of a recompute plan. It depends on the shapes alone, so every recompute policy
- * runs the same chunks and the gradients keep the same bits across policies. A multiple of 64 rows
- * when it is 64 or more, of 8 when 8 or more; BT when the whole batch fits. gt_head_chunk_bytes, when not 0, replaces the
- * limit (tests lower it to get several chunks). */
-extern uint64_t gt_head_chunk_bytes;
-int gt_head_rows(const gt_model_config *model, int BT, int elem_bytes);
 
 /* A short description ("full: 8 segments of 1", "blocks: 3 recompute, 5 keep"). */
 void gt_plan_describe(const gt_plan *plan, char *out, size_t out_len);

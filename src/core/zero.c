@@ -6,7 +6,6 @@
  */
 #include "zero.h"
 
-#include "planner.h"
 #include "testhooks.h"
 
 #include <signal.h>
@@ -21,26 +20,31 @@ int gt_zero_stage(const char *shard) {
     return 0;
 }
 
-void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
-                  int grad_micro, int depth) {
+/* What a real and a dry zero share: the settings and the units' ranges of the flat vector. */
+static void setup(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
     memset(z, 0, sizeof *z);
-    z->ops = ops;
-    z->mem = mem;
-    z->comm = comm;
     z->stage = stage;
     z->grad_micro = grad_micro;
     z->depth = depth;
     z->pending = -1;
-    z->eb = (size_t)ops->act_bytes;
-    int W = gt_comm_size(comm), rank = gt_comm_rank(comm);
-    gt_shard_init(&z->shard, layout->n_params, W, rank);
+    z->eb = (size_t)act_bytes;
     z->n_units = gt_model_n_units(&layout->cfg);
     z->units = calloc((size_t)z->n_units, sizeof *z->units);
     z->sched = malloc((2 * (size_t)z->n_units + 1) * sizeof *z->sched);
     if (!z->units || !z->sched) abort();
+    for (int u = 0; u < z->n_units; u++) gt_layout_unit(layout, u, &z->units[u].offset, &z->units[u].numel);
+}
+
+void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
+                  int grad_micro, int depth) {
+    setup(z, layout, stage, grad_micro, depth, ops->act_bytes);
+    z->ops = ops;
+    z->mem = mem;
+    z->comm = comm;
+    int W = gt_comm_size(comm), rank = gt_comm_rank(comm);
+    gt_shard_init(&z->shard, layout->n_params, W, rank);
     for (int u = 0; u < z->n_units; u++) {
         gt_zero_unit *U = &z->units[u];
-        gt_layout_unit(layout, u, &U->offset, &U->numel);
         U->counts = calloc((size_t)W, sizeof *U->counts);
         if (!U->counts) abort();
         for (int r = 0; r < W; r++) {
@@ -127,21 +131,13 @@ static void finish_gather(gt_zero *z, int u) {
     U->gather_req = NULL;
 }
 
-/* Units gathered ahead of use and not acquired yet. */
-static int prefetched(const gt_zero *z) {
-    int n = 0;
-    for (int u = 0; u < z->n_units; u++) n += z->units[u].gathered && !z->units[u].refs;
-    return n;
-}
-
 /* Start the gathers of the next units of the schedule, up to `depth` ahead. */
 static void prefetch(gt_zero *z) {
-    int ahead = prefetched(z);
-    for (int j = z->cursor; j < z->n_sched && ahead < z->depth; j++) {
+    for (int j = z->cursor; j < z->n_sched && z->ahead < z->depth; j++) {
         int v = z->sched[j];
         if (z->units[v].gathered) continue;
         start_gather(z, v);
-        ahead++;
+        z->ahead++;
     }
 }
 
@@ -156,6 +152,7 @@ static void hook_schedule(void *ctx, const int *units, int n) {
             U->gathered = NULL;
         }
     }
+    z->ahead = 0;
     memcpy(z->sched, units, (size_t)n * sizeof *units);
     z->n_sched = n;
     z->cursor = 0;
@@ -168,6 +165,7 @@ static void *unit_params(void *ctx, int u) {
     gt_zero_unit *U = &z->units[u];
     if (U->refs++ > 0) return U->gathered;
     if (!U->gathered) start_gather(z, u);
+    else z->ahead--; /* prefetched */
     for (int j = z->cursor; j < z->n_sched; j++)
         if (z->sched[j] == u) {
             z->cursor = j + 1;
@@ -255,44 +253,10 @@ void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
         h->grads_done = unit_grads_done;
         h->micro_end = hook_micro_end;
     }
-    if (z->stage == 3 || z->grad_micro) h->progress = hook_progress;
+    if ((z->stage == 3 || z->grad_micro) && !z->dry) h->progress = hook_progress; /* dry: nothing in flight */
 }
 
-/* dry-run stand-ins for the hooks a stage does not use */
-static void *dry_params(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
-static void dry_done(void *ctx, int u) { (void)ctx; (void)u; }
-static float *dry_grads(void *ctx, int u) { (void)ctx; (void)u; return NULL; }
-
-void gt_zero_predict(const gt_model_config *model, const gt_plan *plan, int stage, int grad_micro, int depth,
-                     int act_bytes, uint64_t *gather_peak, uint64_t *acc_peak) {
-    gt_zero z;
-    memset(&z, 0, sizeof z);
-    z.dry = 1;
-    z.stage = stage;
-    z.grad_micro = grad_micro;
-    z.depth = depth;
-    z.pending = -1;
-    z.eb = (size_t)act_bytes;
-    z.n_units = gt_model_n_units(model);
-    z.units = calloc((size_t)z.n_units, sizeof *z.units);
-    z.sched = malloc((2 * (size_t)z.n_units + 1) * sizeof *z.sched);
-    if (!z.units || !z.sched) abort();
-    uint64_t Ue, Ub, Uh;
-    gt_unit_sizes(model, &Ue, &Ub, &Uh);
-    for (int u = 0; u < z.n_units; u++) z.units[u].numel = u == 0 ? Ue : u == z.n_units - 1 ? Uh : Ub;
-    gt_unit_hooks h;
-    gt_zero_hooks(&z, &h);
-    if (!h.params) {
-        h.params = dry_params;
-        h.params_done = dry_done;
-    }
-    if (!h.grads) {
-        h.grads = dry_grads;
-        h.grads_done = dry_done;
-    }
-    gt_model_replay_units(model, plan, 0, &h);
-    *gather_peak = z.dry_peak[0];
-    *acc_peak = z.dry_peak[1];
-    free(z.units);
-    free(z.sched);
+void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
+    setup(z, layout, stage, grad_micro, depth, act_bytes);
+    z->dry = 1;
 }

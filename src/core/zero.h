@@ -75,6 +75,7 @@ typedef struct gt_zero {
     void *param_shard;      /* ZeRO-3: (slice_len) working parameters of the slice, GT_MEM_PARAMS */
     float *grad_slice;      /* grad_micro: (slice_len) fp32 gradient slice, GT_MEM_GRADS */
     int *sched, n_sched, cursor;  /* the executor's order of first acquisitions (model.h) */
+    int ahead;              /* units gathered ahead of use and not acquired yet */
     int pending;            /* the unit whose reduce-scatter is in flight, or -1 */
     uint64_t gathers, reductions;   /* collectives started since creation (tests) */
     /* dry run (the planner): no memory, no communication, only the byte counts below */
@@ -88,11 +89,10 @@ int gt_zero_stage(const char *shard);
 void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
                   int grad_micro, int depth);
 
-/* The high-water marks, in bytes, of gathered units (stage 3) and of gradient accumulators
- * (grad_micro) during one training micro-batch under `plan`: the same state machine as a run, replayed
- * over model.c's order of unit calls (gt_model_replay_units) without memory or communication. */
-void gt_zero_predict(const gt_model_config *model, const gt_plan *plan, int stage, int grad_micro, int depth,
-                     int act_bytes, uint64_t *gather_peak, uint64_t *acc_peak);
+/* A dry run's zero (the planner's): the same state machine with no memory and no communication;
+ * dry_peak gets the high-water marks, in bytes, of gathered units (stage 3) and of gradient
+ * accumulators (grad_micro) while a dry model (model.h) runs a micro-batch on its hooks. */
+void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes);
 void gt_zero_free(gt_zero *z);
 
 /* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients only
