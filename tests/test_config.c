@@ -167,7 +167,7 @@ static void file_values_are_typed(void) {
     CHECK(cfg.model.dropout == 0.25f);
     CHECK(cfg.train.lr == 0.001);
     CHECK(cfg.train.seed == UINT64_MAX);
-    CHECK_STR(cfg.train.lr_schedule, "linear");
+    CHECK_STR(gt_lr_schedule_name(cfg.train.lr_schedule), "linear");
     CHECK_STR(cfg.memory.recompute, "uniform:2");
     CHECK(cfg.memory.budget == 1500000000ull);
     CHECK_STR(cfg.data.val, "");

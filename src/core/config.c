@@ -47,7 +47,7 @@ typedef enum key_type {
     KEY_DOUBLE,  /* double, range below */
     KEY_U64,     /* uint64_t, any value (seed) */
     KEY_BYTES,   /* uint64_t byte size through gt_parse_bytes */
-    KEY_ENUM,    /* one of `choices` ("a|b|c") */
+    KEY_ENUM,    /* an enum field, one of `names` (a name table below) */
     KEY_PATH,    /* free text; `min` = 1 means it must not be empty */
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
@@ -66,15 +66,34 @@ typedef struct key_spec {
     size_t size;         /* of the string field, for text keys */
     double min, max;     /* numbers: the range; INFINITY = unbounded */
     int flags;
-    const char *choices; /* KEY_ENUM */
+    const char *const *names; /* KEY_ENUM: the name of each value, NULL-terminated */
 } key_spec;
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
 #define INT(sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL}
 #define NUM(sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL}
-#define ENUM(sec, name, field, choices) {sec, name, KEY_ENUM, STR(field), 0, 0, 0, choices}
+#define ENUM(sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), sizeof(((gt_config *)0)->field), 0, 0, 0, names}
 #define TEXT(sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL}
+
+/* One name table per choice-valued setting, in the order of its enum (config.h). */
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const precision_names[] = {"auto", "fp32", "bf16", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const lr_schedule_names[] = {"cosine", "linear", "constant", NULL};
+static const char *const shard_names[] = {"none", "optimizer", "gradients", "parameters", "auto", NULL};
+static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
+static const char *const grad_sync_names[] = {"auto", "step", "micro", NULL};
+static const char *const rope_type_names[] = {"default", "llama3", NULL};
+
+const char *gt_device_name(gt_device v) { return device_names[v]; }
+const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
+const char *gt_nonfinite_name(gt_nonfinite v) { return nonfinite_names[v]; }
+const char *gt_lr_schedule_name(gt_lr_schedule v) { return lr_schedule_names[v]; }
+const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
+const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }
+const char *gt_grad_sync_name(gt_grad_sync v) { return grad_sync_names[v]; }
+const char *gt_rope_type_name(gt_rope_type v) { return rope_type_names[v]; }
 
 static const key_spec keys[] = {
     INT("model", "dim", model.dim, 1, 65536),
@@ -88,7 +107,7 @@ static const key_spec keys[] = {
     INT("model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
     NUM("model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
     {"model", "tie_word_embeddings", KEY_BOOL, OFF(model.tie_word_embeddings), 0, 0, 0, 0, NULL},
-    ENUM("model", "rope_type", model.rope_type, "default|llama3"),
+    ENUM("model", "rope_type", model.rope_type, rope_type_names),
     NUM("model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
     NUM("model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
     NUM("model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
@@ -102,23 +121,23 @@ static const key_spec keys[] = {
     NUM("train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
     NUM("train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
     INT("train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
-    ENUM("train", "lr_schedule", train.lr_schedule, "cosine|linear|constant"),
+    ENUM("train", "lr_schedule", train.lr_schedule, lr_schedule_names),
     NUM("train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
     NUM("train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
     NUM("train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
     NUM("train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
     NUM("train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
     {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
-    ENUM("train", "precision", train.precision, "auto|fp32|bf16"),
-    ENUM("train", "device", train.device, "auto|cpu|cuda"),
-    ENUM("train", "nonfinite", train.nonfinite, "stop|skip"),
+    ENUM("train", "precision", train.precision, precision_names),
+    ENUM("train", "device", train.device, device_names),
+    ENUM("train", "nonfinite", train.nonfinite, nonfinite_names),
 
     TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
     {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
 
-    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters|auto"),
-    ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
-    ENUM("dist", "grad_sync", dist.grad_sync, "auto|step|micro"),
+    ENUM("dist", "shard", dist.shard, shard_names),
+    ENUM("dist", "comm", dist.comm, comm_names),
+    ENUM("dist", "grad_sync", dist.grad_sync, grad_sync_names),
     INT("dist", "prefetch", dist.prefetch, 0, 8),
 
     TEXT("data", "train", KEY_PATH, data.train, 1),
@@ -131,7 +150,7 @@ static const key_spec keys[] = {
     NUM("checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
     INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
-    ENUM("checkpoint", "allow_model_change", checkpoint.allow_model_change, "false|true"),
+    {"checkpoint", "allow_model_change", KEY_BOOL, OFF(checkpoint.allow_model_change), 0, 0, 0, 0, NULL},
 
     INT("log", "every", log.every, 1, INT_MAX),
     TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
@@ -146,7 +165,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->model = (gt_model_config){
         .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256, .ffn_dim = 352,
         .max_seq_len = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .dropout = 0.0f,
-        .tie_word_embeddings = 0, .rope_type = "default",
+        .tie_word_embeddings = 0, .rope_type = GT_ROPE_DEFAULT,
         /* LLaMA-3.1's values; they only matter with rope_type = llama3 */
         .rope_factor = 8.0, .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
         .rope_original_max_position_embeddings = 8192,
@@ -158,21 +177,21 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.lr = 3e-3;
     cfg->train.min_lr = 3e-4;
     cfg->train.warmup_steps = 20;
-    snprintf(cfg->train.lr_schedule, sizeof cfg->train.lr_schedule, "cosine");
+    cfg->train.lr_schedule = GT_LR_COSINE;
     cfg->train.weight_decay = 0.1;
     cfg->train.beta1 = 0.9;
     cfg->train.beta2 = 0.95;
     cfg->train.adam_eps = 1e-8;
     cfg->train.grad_clip = 1.0;
     cfg->train.seed = 1337;
-    snprintf(cfg->train.precision, sizeof cfg->train.precision, "auto");
-    snprintf(cfg->train.device, sizeof cfg->train.device, "auto");
-    snprintf(cfg->train.nonfinite, sizeof cfg->train.nonfinite, "stop");
+    cfg->train.precision = GT_PRECISION_AUTO;
+    cfg->train.device = GT_DEVICE_AUTO;
+    cfg->train.nonfinite = GT_NONFINITE_STOP;
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
-    snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
-    snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
-    snprintf(cfg->dist.grad_sync, sizeof cfg->dist.grad_sync, "auto");
+    cfg->dist.shard = GT_SHARD_OPTIMIZER;
+    cfg->dist.comm = GT_COMM_AUTO;
+    cfg->dist.grad_sync = GT_GRAD_SYNC_AUTO;
     cfg->dist.prefetch = 1;
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
@@ -182,7 +201,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
-    snprintf(cfg->checkpoint.allow_model_change, sizeof cfg->checkpoint.allow_model_change, "false");
+    cfg->checkpoint.allow_model_change = 0;
     cfg->log.every = 1;
 }
 
@@ -341,15 +360,9 @@ static void expected_text(const key_spec *ks, char *out, size_t len) {
     case KEY_BYTES: snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset"); break;
     case KEY_ENUM:
         snprintf(out, len, "one of ");
-        for (const char *c = ks->choices; *c; c++) {
+        for (int i = 0; ks->names[i]; i++) {
             size_t at = strlen(out);
-            if (at + 3 >= len) break;
-            if (*c == '|') {
-                snprintf(out + at, len - at, ", ");
-            } else {
-                out[at] = *c;
-                out[at + 1] = '\0';
-            }
+            snprintf(out + at, len - at, "%s%s", i ? ", " : "", ks->names[i]);
         }
         break;
     case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
@@ -395,16 +408,11 @@ static int in_range(const key_spec *ks, double v) {
     return 1;
 }
 
-static int enum_has(const char *choices, const char *value) {
-    size_t n = strlen(value);
-    for (const char *c = choices; *c;) {
-        const char *bar = strchr(c, '|');
-        size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && n > 0 && strncmp(c, value, n) == 0) return 1;
-        if (!bar) break;
-        c = bar + 1;
-    }
-    return 0;
+/* The enum value whose name is `value`, or -1. */
+static int enum_value(const char *const *names, const char *value) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], value) == 0) return i;
+    return -1;
 }
 
 /* Sets key k from text. On a bad value, fails with `prefix: MESSAGE (expected ...)`. */
@@ -465,13 +473,16 @@ static int set_key(loader *ld, int k, const char *value, const char *prefix) {
         }
         *(int *)field = strcmp(value, "true") == 0;
         return 0;
-    case KEY_ENUM:
-        if (!enum_has(ks->choices, value)) {
+    case KEY_ENUM: {
+        int v = enum_value(ks->names, value);
+        if (v < 0) {
             fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
             return -1;
         }
-        snprintf(field, ks->size, "%s", value);
+        _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int");
+        *(int *)field = v;
         return 0;
+    }
     case KEY_PATH:
     case KEY_POLICY:
     case KEY_RESUME:
@@ -750,7 +761,7 @@ static void check_across(loader *ld) {
         fail_at(ld, blame(ld, "model", "n_kv_heads", "model", "n_heads"),
                 "n_kv_heads %d does not divide n_heads %d (expected n_heads to be a multiple of n_kv_heads)",
                 m->n_kv_heads, m->n_heads);
-    if (strcmp(m->rope_type, "llama3") == 0 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
+    if (m->rope_type == GT_ROPE_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
         fail_at(ld, blame(ld, "model", "rope_high_freq_factor", "model", "rope_low_freq_factor"),
                 "rope_high_freq_factor %g is not above rope_low_freq_factor %g (expected high > low: llama3 "
                 "scaling divides by their difference)", m->rope_high_freq_factor, m->rope_low_freq_factor);
@@ -769,10 +780,10 @@ static void check_across(loader *ld) {
              c->train.warmup_steps, c->train.steps, c->train.steps);
         ld->cfg->train.warmup_steps = c->train.steps;
     }
-    if (strcmp(c->train.precision, "bf16") == 0 && strcmp(c->train.device, "cpu") == 0)
+    if (c->train.precision == GT_PRECISION_BF16 && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "train", "precision", "train", "device"),
                 "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
-    if (strcmp(c->dist.comm, "nccl") == 0 && strcmp(c->train.device, "cpu") == 0)
+    if (c->dist.comm == GT_COMM_NCCL && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
                 "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");
 
@@ -987,6 +998,7 @@ char *gt_config_to_ini(const gt_config *cfg) {
         case KEY_U64: snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)field); break;
         case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, sizeof value); break;
         case KEY_BOOL: snprintf(value, sizeof value, "%s", *(const int *)field ? "true" : "false"); break;
+        case KEY_ENUM: snprintf(value, sizeof value, "%s", ks->names[*(const int *)field]); break;
         default: snprintf(value, sizeof value, "%s", field); break;
         }
         /* one section header per change, a key line per key; room for both */

@@ -16,6 +16,30 @@
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 
+/* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
+ * to parse the INI, to print banners and to write the /config text of state files; gt_*_name gives
+ * the name of a value as the INI spells it. */
+typedef enum gt_device { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device;
+typedef enum gt_precision { GT_PRECISION_AUTO, GT_PRECISION_FP32, GT_PRECISION_BF16 } gt_precision;
+typedef enum gt_nonfinite { GT_NONFINITE_STOP, GT_NONFINITE_SKIP } gt_nonfinite;
+typedef enum gt_lr_schedule { GT_LR_COSINE, GT_LR_LINEAR, GT_LR_CONSTANT } gt_lr_schedule;
+/* the values of none..parameters are the ZeRO stages 0..3 */
+typedef enum gt_shard_stage {
+    GT_SHARD_NONE, GT_SHARD_OPTIMIZER, GT_SHARD_GRADIENTS, GT_SHARD_PARAMETERS, GT_SHARD_AUTO
+} gt_shard_stage;
+typedef enum gt_comm_choice { GT_COMM_AUTO, GT_COMM_NCCL, GT_COMM_MPI } gt_comm_choice;
+typedef enum gt_grad_sync { GT_GRAD_SYNC_AUTO, GT_GRAD_SYNC_STEP, GT_GRAD_SYNC_MICRO } gt_grad_sync;
+typedef enum gt_rope_type { GT_ROPE_DEFAULT, GT_ROPE_LLAMA3 } gt_rope_type;
+
+const char *gt_device_name(gt_device v);
+const char *gt_precision_name(gt_precision v);
+const char *gt_nonfinite_name(gt_nonfinite v);
+const char *gt_lr_schedule_name(gt_lr_schedule v);
+const char *gt_shard_stage_name(gt_shard_stage v);
+const char *gt_comm_choice_name(gt_comm_choice v);
+const char *gt_grad_sync_name(gt_grad_sync v);
+const char *gt_rope_type_name(gt_rope_type v);
+
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */
     int n_layers;      /* N, transformer blocks */
@@ -28,9 +52,9 @@ typedef struct gt_model_config {
     float rope_theta;
     float dropout;     /* attention-probability and residual-branch dropout, training only */
     int tie_word_embeddings; /* 1: the LM head is model.embed_tokens.weight (no lm_head.weight) */
-    /* RoPE frequency scaling, Hugging Face's rope_parameters / rope_scaling: rope_type "default"
-     * (none) or "llama3" (LLaMA-3.1: the four numbers below, as transformers names them) */
-    char rope_type[16];
+    /* RoPE frequency scaling, Hugging Face's rope_parameters / rope_scaling: rope_type default
+     * (none) or llama3 (LLaMA-3.1: the four numbers below, as transformers names them) */
+    gt_rope_type rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position_embeddings;
     char init[GT_PATH_MAX]; /* a Hugging Face checkpoint directory to start from; "" = random init */
@@ -45,22 +69,23 @@ typedef struct gt_config {
         int steps;             /* optimizer steps in total */
         double lr, min_lr;
         int warmup_steps;
-        char lr_schedule[16];  /* cosine | linear | constant */
+        gt_lr_schedule lr_schedule;
         double weight_decay, beta1, beta2, adam_eps;
         double grad_clip;      /* global norm; 0 disables clipping */
         uint64_t seed;
-        char precision[8];     /* fp32 | bf16 | auto (bf16 on cuda, fp32 on cpu) */
-        char device[8];        /* auto | cpu | cuda */
-        char nonfinite[8];     /* stop | skip: a step whose loss or gradient norm is not finite */
+        gt_precision precision; /* auto: bf16 on cuda, fp32 on cpu */
+        gt_device device;
+        gt_nonfinite nonfinite; /* what a step whose loss or gradient norm is not finite does */
     } train;
     struct {
-        char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto */
+        char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because
+                                * K's range depends on n_layers; gt_policy_parse (recompute.h) reads it */
         uint64_t budget;       /* bytes per rank, 0 = unset */
     } memory;
     struct {
-        char shard[16];        /* none | optimizer | gradients | parameters */
-        char comm[8];          /* auto | nccl | mpi */
-        char grad_sync[8];     /* auto | step | micro: when ZeRO-2/3 reduce gradients (zero.h) */
+        gt_shard_stage shard;
+        gt_comm_choice comm;
+        gt_grad_sync grad_sync; /* when ZeRO-2/3 reduce gradients (zero.h) */
         int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8) */
     } dist;
     struct {
@@ -75,7 +100,7 @@ typedef struct gt_config {
         double every_minutes;  /* also save when this many minutes passed since the last save; 0 = off */
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
-        char allow_model_change[8]; /* false | true: resume a file saved with other model keys */
+        int allow_model_change; /* 1: resume a file saved with other values of model keys */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

@@ -117,10 +117,10 @@ static int run_plan(int argc, char **argv) {
     }
     print_notes(err);
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
-    int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
-              (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
-    int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
-    int stage = gt_zero_stage(cfg.dist.shard); /* auto: 0 here; the report's auto line chooses */
+    int gpu = cfg.train.device == GT_DEVICE_CUDA ||
+              (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);
+    int bf16 = gpu && cfg.train.precision != GT_PRECISION_FP32;
+    int stage = cfg.dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg.dist.shard; /* auto: the report's auto line chooses */
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, bf16 ? 2 : 4, keep_probs, world,
@@ -128,7 +128,7 @@ static int run_plan(int argc, char **argv) {
                           gt_plan_library_bytes(gpu, world, cfg.dist.comm, &cfg.model, cfg.train.micro_batch,
                                                 cfg.train.seq_len),
                           stage,
-                          strcmp(cfg.dist.grad_sync, "micro") == 0, cfg.train.grad_accum, cfg.dist.prefetch};
+                          cfg.dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg.train.grad_accum, cfg.dist.prefetch};
     /* library workspaces on the GPU */
     printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");
     gt_plan_report(stdout, &cfg, &shape);

@@ -106,7 +106,7 @@ static void read_rope(cfg_reader *r, gt_model_config *out) {
     else
         theta = cfg_num(r, root, "rope_theta", theta, 0);
     out->rope_theta = (float)theta;
-    snprintf(out->rope_type, sizeof out->rope_type, "default");
+    out->rope_type = GT_ROPE_DEFAULT;
     if (!rope) return;
     json_t *type = json_object_get(rope, "rope_type");
     if (!type) type = json_object_get(rope, "type"); /* the older spelling */
@@ -121,7 +121,7 @@ static void read_rope(cfg_reader *r, gt_model_config *out) {
                  json_string_value(type));
         return;
     }
-    snprintf(out->rope_type, sizeof out->rope_type, "llama3");
+    out->rope_type = GT_ROPE_LLAMA3;
     out->rope_factor = cfg_num(r, rope, "factor", 0, 1);
     out->rope_low_freq_factor = cfg_num(r, rope, "low_freq_factor", 0, 1);
     out->rope_high_freq_factor = cfg_num(r, rope, "high_freq_factor", 0, 1);
@@ -225,10 +225,11 @@ int gt_hf_check_config(const char *dir, const gt_config *cfg, char *err, size_t 
         return failf(err, err_len, "%s: tie_word_embeddings = %s, but %s = %s (expected the same value)", where,
                      hf.tie_word_embeddings ? "true" : "false", ini_key(cfg, "tie_word_embeddings", k, sizeof k),
                      m->tie_word_embeddings ? "true" : "false");
-    int m_llama3 = strcmp(m->rope_type, "llama3") == 0;
-    if (strcmp(hf.rope_type, "llama3") == 0 ? !m_llama3 : m_llama3)
-        return failf(err, err_len, "%s: rope_type = %s, but %s = %s (expected the same value)", where, hf.rope_type,
-                     ini_key(cfg, "rope_type", k, sizeof k), m->rope_type[0] ? m->rope_type : "default");
+    int m_llama3 = m->rope_type == GT_ROPE_LLAMA3;
+    if (hf.rope_type != m->rope_type)
+        return failf(err, err_len, "%s: rope_type = %s, but %s = %s (expected the same value)", where,
+                     gt_rope_type_name(hf.rope_type), ini_key(cfg, "rope_type", k, sizeof k),
+                     gt_rope_type_name(m->rope_type));
     if (m_llama3) {
 #define SAME_NUM(hf_key, key)                                                                                  \
     if ((double)hf.key != (double)m->key)                                                                      \

@@ -120,8 +120,8 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *down = 2 * BT * F * C; /* the down-projection: not re-run for a segment's last block (model.c) */
 }
 
-int gt_plan_uses_nccl(int cuda, int world, const char *comm) {
-    return cuda && (strcmp(comm, "nccl") == 0 || (strcmp(comm, "auto") == 0 && world > 1));
+int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm) {
+    return cuda && (comm == GT_COMM_NCCL || (comm == GT_COMM_AUTO && world > 1));
 }
 
 /* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (wmma_selected, cuda_attention_wmma.cu); the
@@ -136,7 +136,7 @@ uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, 
     return rows * 4 * (1 + (uint64_t)(m->dim / m->n_heads));
 }
 
-uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
+uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const gt_model_config *m, int micro_batch,
                                int seq_len) {
     if (!cuda) return 0;
     return GT_PLAN_CUBLASLT_WORKSPACE + (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
@@ -330,7 +330,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
     gt_mem_shape resolved = *shape_in;
     const gt_mem_shape *shape = &resolved;
     {
-        int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+        int shard_auto = cfg->dist.shard == GT_SHARD_AUTO, sync_auto = cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO;
         int st = shard_auto ? -1 : resolved.stage ? resolved.stage : resolved.shard_optimizer;
         gt_policy pol;
         char perr[128];
@@ -338,7 +338,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
             gt_policy_parse(cfg->memory.recompute, resolved.model.n_layers, &pol, perr, sizeof perr) == 0) {
             gt_plan p;
             gt_mem_estimate e;
-            gt_plan_auto_all(&resolved, st, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0, &pol,
+            gt_plan_auto_all(&resolved, st, sync_auto ? -1 : cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, &pol,
                              cfg->memory.budget, &p, &e);
         }
     }
@@ -352,9 +352,9 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
     fprintf(out, "micro-batch %d x %d tokens, grad_accum %d, %d-byte activations%s, world %d, shard %s%s%s%s\n\n",
             shape->micro_batch, shape->seq_len, shape->grad_accum, shape->act_bytes,
             shape->keep_probs ? ", attention probabilities kept" : "", shape->world, stage_name[stage_now],
-            strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+            cfg->dist.shard == GT_SHARD_AUTO ? " (auto)" : "",
             stage_now >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
-            stage_now >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
+            stage_now >= 2 && cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "");
 
     fprintf(out, "model state per rank at recompute none (shard %s%s; params and grads are peaks: with ZeRO-3 "
                  "the shard plus gathered units, with grad_sync micro the slice plus unit accumulators):\n",
@@ -462,13 +462,13 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_mem_shape *shape_i
     gt_policy configured;
     char err[256];
     int policy_ok = gt_policy_parse(cfg->memory.recompute, N, &configured, err, sizeof err) == 0;
-    int shard_auto = strcmp(cfg->dist.shard, "auto") == 0, sync_auto = strcmp(cfg->dist.grad_sync, "auto") == 0;
+    int shard_auto = cfg->dist.shard == GT_SHARD_AUTO, sync_auto = cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO;
     int cfg_stage = shard_auto ? -1 : shape->stage ? shape->stage : shape->shard_optimizer;
     if (policy_ok && (configured.kind == GT_POLICY_AUTO || shard_auto || (cfg_stage >= 2 && sync_auto))) {
         gt_plan plan;
         gt_mem_estimate e;
         gt_mem_shape chosen = *shape;
-        int rc = gt_plan_auto_all(&chosen, cfg_stage, sync_auto ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0,
+        int rc = gt_plan_auto_all(&chosen, cfg_stage, sync_auto ? -1 : cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO,
                                   &configured, budget, &plan, &e);
         char desc[256];
         gt_plan_describe(&plan, desc, sizeof desc);

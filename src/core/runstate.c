@@ -326,7 +326,7 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
     config_changes(saved_config ? saved_config : "", run->config_text, model_changes, sizeof model_changes,
                    other_changes, sizeof other_changes);
     free(saved_config);
-    int allow = strcmp(cfg->checkpoint.allow_model_change, "true") == 0;
+    int allow = cfg->checkpoint.allow_model_change;
     if (model_changes[0] && !allow) {
         snprintf(err, err_len,
                  "%s: the model changed since the save: %s (these keys change what the model computes; set "
@@ -345,11 +345,11 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
         double gb = (double)file_size(path) / 1e9;
         printf("gtrain: resumed from %s (step %lld): %.3f GB read in %.2f s (%.2f GB/s)\n", path,
                (long long)info->step, gb, seconds, seconds > 0 ? gb / seconds : 0.0);
-        if (info->world_size != world || strcmp(info->shard, cfg->dist.shard) != 0)
+        if (info->world_size != world || strcmp(info->shard, gt_shard_stage_name(cfg->dist.shard)) != 0)
             printf("gtrain: saved by %d rank%s with shard %s, now %d rank%s with shard %s: each rank read its own "
                    "slice of the logical tensors\n",
                    info->world_size, info->world_size == 1 ? "" : "s", info->shard, world, world == 1 ? "" : "s",
-                   cfg->dist.shard);
+                   gt_shard_stage_name(cfg->dist.shard));
         if (info->global_batch != run->global_batch)
             printf("gtrain: global batch %llu -> %llu sequences per step: the data continues at sample %llu of "
                    "the global order\n",
@@ -568,7 +568,7 @@ static int save(gt_run_state *run, int step, const char *then) {
     info.seq_len = cfg->train.seq_len;
     info.lr = gt_lr_at(cfg, step);
     info.skipped_steps = run->skipped_steps;
-    snprintf(info.shard, sizeof info.shard, "%s", cfg->dist.shard);
+    snprintf(info.shard, sizeof info.shard, "%s", gt_shard_stage_name(cfg->dist.shard));
 
     run->opt->ops->synchronize();
     double t0 = MPI_Wtime();

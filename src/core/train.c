@@ -74,10 +74,10 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
     char why[512] = "", msg[2048] = "";
     int rank;
     MPI_Comm_rank(comm, &rank);
-    const char *dev = cfg->train.device, *prec = cfg->train.precision;
-    int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
+    const char *dev = gt_device_name(cfg->train.device);
+    int want_bf16 = cfg->train.precision != GT_PRECISION_FP32; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
-    if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
+    if (cfg->train.device == GT_DEVICE_CUDA || cfg->train.device == GT_DEVICE_AUTO) {
         /* the GPU of this rank (local rank modulo the visible devices); two ranks on one GPU is an
          * error with either setting, since the user clearly meant to use the GPUs */
         int gpu = gt_cuda_select_device(comm, why, sizeof why);
@@ -87,7 +87,7 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
         }
         ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
         if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
-        int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
+        int code = agree_input(comm, !ops && cfg->train.device == GT_DEVICE_CUDA ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
         MPI_Allreduce(here, all, 2, MPI_INT, MPI_MIN, comm);
@@ -97,7 +97,7 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
                     cfg->path);
     }
     if (!ops) {
-        if (strcmp(prec, "bf16") == 0) {
+        if (cfg->train.precision == GT_PRECISION_BF16) {
             snprintf(msg, sizeof msg, "%s: [train] precision = bf16 needs the CUDA backend; the CPU runs fp32",
                      cfg->path);
             return fail_input(rank, msg);
@@ -284,11 +284,11 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     const gt_ops *ops = NULL;
     rc = choose_backend(cfg, world_comm, &ops);
     if (rc) return rc;
-    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
+    int stage = cfg->dist.shard == GT_SHARD_AUTO ? -1 : (int)cfg->dist.shard; /* the values are the stages */
 
     /* communicator */
     int is_cuda = strcmp(ops->name, "cuda") == 0;
-    if (!is_cuda && strcmp(cfg->dist.comm, "nccl") == 0) {
+    if (!is_cuda && cfg->dist.comm == GT_COMM_NCCL) {
         snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
         return fail_input(rank, msg);
     } else if (gt_plan_uses_nccl(is_cuda, world, cfg->dist.comm)) {
@@ -325,7 +325,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         goto done;
     }
     /* dist.shard, dist.grad_sync and memory.recompute: any of them `auto` are chosen together */
-    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
+    int want_micro = cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? -1 : cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO;
     uint64_t library = gt_plan_library_bytes(is_cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
                                              cfg->train.seq_len);
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, ops->act_bytes,
@@ -341,7 +341,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             snprintf(msg, sizeof msg,
                      "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
                      "memory.recompute = %s); the smallest needs %s per rank",
-                     cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
+                     cfg->path, have, gt_shard_stage_name(cfg->dist.shard), gt_grad_sync_name(cfg->dist.grad_sync), cfg->memory.recompute, need);
             rc = fail_input(rank, msg);
             goto done;
         }
@@ -418,14 +418,14 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         static const char *const stage_names[] = {"none", "optimizer", "gradients", "parameters"};
         printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
                layout.n_params, ops->name, world, world == 1 ? "" : "s", gt_comm_name(comm), stage_names[stage],
-               strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+               cfg->dist.shard == GT_SHARD_AUTO ? " (auto)" : "",
                (unsigned long long)G, T);
         printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
                desc, params_b, act_b);
         if (stage >= 2)
             printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
                    "grads_peak_bytes %llu\n", stage, grad_micro ? "micro" : "step",
-                   strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
+                   cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "",
                    (unsigned long long)predicted.params_bytes, (unsigned long long)predicted.grads_bytes);
         char files[1024];
         gt_data_describe(train_data, files, sizeof files);
@@ -448,7 +448,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     float dloss = (float)(1.0 / ((double)G * T));
     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double flops_per_step = 3.0 * predicted.forward_flops * A;
-    int stop_on_nonfinite = strcmp(cfg->train.nonfinite, "stop") == 0;
+    int stop_on_nonfinite = cfg->train.nonfinite == GT_NONFINITE_STOP;
     nan_hook nan_hook = test_nan_hook();
     progress progress = {progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps), run.first_step,
                          cfg->train.steps, cfg->log.every, 0.0, 0, 0};
