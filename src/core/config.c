@@ -67,14 +67,22 @@ typedef struct key_spec {
     double min, max;     /* numbers: the range; INFINITY = unbounded */
     int flags;
     const char *const *names; /* KEY_ENUM: the name of each value, NULL-terminated */
+    int changes_model;   /* FN or RUN, below */
 } key_spec;
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
-#define INT(sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL}
-#define NUM(sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL}
-#define ENUM(sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), sizeof(((gt_config *)0)->field), 0, 0, 0, names}
-#define TEXT(sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL}
+/* The first column: FN marks the keys whose value is part of the function the model computes. A
+ * state file saved with another value would be resumed into a different function even where every
+ * tensor keeps its shape (n_heads at the same dim, rope_theta, norm_eps), so resume refuses it unless
+ * checkpoint.allow_model_change = true; model.init takes these keys from config.json (hf_config.c). */
+#define FN 1
+#define RUN 0
+#define INT(fn, sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL, fn}
+#define NUM(fn, sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL, fn}
+#define ENUM(fn, sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), sizeof(((gt_config *)0)->field), 0, 0, 0, names, fn}
+#define TEXT(fn, sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL, fn}
+#define PLAIN(fn, sec, name, type, field) {sec, name, type, OFF(field), 0, 0, 0, 0, NULL, fn}
 
 /* One name table per choice-valued setting, in the order of its enum (config.h). */
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -96,64 +104,64 @@ const char *gt_grad_sync_name(gt_grad_sync v) { return grad_sync_names[v]; }
 const char *gt_rope_type_name(gt_rope_type v) { return rope_type_names[v]; }
 
 static const key_spec keys[] = {
-    INT("model", "dim", model.dim, 1, 65536),
-    INT("model", "n_layers", model.n_layers, 1, GT_MAX_LAYERS),
-    INT("model", "n_heads", model.n_heads, 1, 4096),
-    INT("model", "n_kv_heads", model.n_kv_heads, 1, 4096),
-    INT("model", "vocab_size", model.vocab_size, 1, 1 << 24),
-    INT("model", "ffn_dim", model.ffn_dim, 1, 1 << 20),
-    NUM("model", "norm_eps", KEY_FLOAT, model.norm_eps, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
-    INT("model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
-    NUM("model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
-    {"model", "tie_word_embeddings", KEY_BOOL, OFF(model.tie_word_embeddings), 0, 0, 0, 0, NULL},
-    ENUM("model", "rope_type", model.rope_type, rope_type_names),
-    NUM("model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
-    INT("model", "rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 1, 1 << 24),
-    TEXT("model", "init", KEY_PATH, model.init, 0),
+    INT(FN, "model", "dim", model.dim, 1, 65536),
+    INT(FN, "model", "n_layers", model.n_layers, 1, GT_MAX_LAYERS),
+    INT(FN, "model", "n_heads", model.n_heads, 1, 4096),
+    INT(FN, "model", "n_kv_heads", model.n_kv_heads, 1, 4096),
+    INT(FN, "model", "vocab_size", model.vocab_size, 1, 1 << 24),
+    INT(FN, "model", "ffn_dim", model.ffn_dim, 1, 1 << 20),
+    NUM(FN, "model", "norm_eps", KEY_FLOAT, model.norm_eps, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
+    INT(RUN, "model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
+    NUM(RUN, "model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
+    PLAIN(FN, "model", "tie_word_embeddings", KEY_BOOL, model.tie_word_embeddings),
+    ENUM(FN, "model", "rope_type", model.rope_type, rope_type_names),
+    NUM(FN, "model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
+    INT(FN, "model", "rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 1, 1 << 24),
+    TEXT(RUN, "model", "init", KEY_PATH, model.init, 0),
 
-    INT("train", "seq_len", train.seq_len, 1, 1 << 20),
-    INT("train", "micro_batch", train.micro_batch, 1, 1 << 16),
-    INT("train", "grad_accum", train.grad_accum, 1, 1 << 20),
-    INT("train", "steps", train.steps, 1, INT_MAX),
-    NUM("train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
-    NUM("train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
-    INT("train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
-    ENUM("train", "lr_schedule", train.lr_schedule, lr_schedule_names),
-    NUM("train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
-    NUM("train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
-    NUM("train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
-    NUM("train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
-    NUM("train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
-    {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
-    ENUM("train", "precision", train.precision, precision_names),
-    ENUM("train", "device", train.device, device_names),
-    ENUM("train", "nonfinite", train.nonfinite, nonfinite_names),
+    INT(RUN, "train", "seq_len", train.seq_len, 1, 1 << 20),
+    INT(RUN, "train", "micro_batch", train.micro_batch, 1, 1 << 16),
+    INT(RUN, "train", "grad_accum", train.grad_accum, 1, 1 << 20),
+    INT(RUN, "train", "steps", train.steps, 1, INT_MAX),
+    NUM(RUN, "train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
+    NUM(RUN, "train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
+    INT(RUN, "train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
+    ENUM(RUN, "train", "lr_schedule", train.lr_schedule, lr_schedule_names),
+    NUM(RUN, "train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
+    NUM(RUN, "train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
+    NUM(RUN, "train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
+    NUM(RUN, "train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
+    NUM(RUN, "train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
+    PLAIN(RUN, "train", "seed", KEY_U64, train.seed),
+    ENUM(RUN, "train", "precision", train.precision, precision_names),
+    ENUM(RUN, "train", "device", train.device, device_names),
+    ENUM(RUN, "train", "nonfinite", train.nonfinite, nonfinite_names),
 
-    TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
-    {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
+    TEXT(RUN, "memory", "recompute", KEY_POLICY, memory.recompute, 1),
+    PLAIN(RUN, "memory", "budget", KEY_BYTES, memory.budget),
 
-    ENUM("dist", "shard", dist.shard, shard_names),
-    ENUM("dist", "comm", dist.comm, comm_names),
-    ENUM("dist", "grad_sync", dist.grad_sync, grad_sync_names),
-    INT("dist", "prefetch", dist.prefetch, 0, 8),
+    ENUM(RUN, "dist", "shard", dist.shard, shard_names),
+    ENUM(RUN, "dist", "comm", dist.comm, comm_names),
+    ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
+    INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
 
-    TEXT("data", "train", KEY_PATH, data.train, 1),
-    TEXT("data", "val", KEY_PATH, data.val, 0),
-    INT("data", "val_every", data.val_every, 0, INT_MAX),
-    INT("data", "val_batches", data.val_batches, 1, 1 << 20),
+    TEXT(RUN, "data", "train", KEY_PATH, data.train, 1),
+    TEXT(RUN, "data", "val", KEY_PATH, data.val, 0),
+    INT(RUN, "data", "val_every", data.val_every, 0, INT_MAX),
+    INT(RUN, "data", "val_batches", data.val_batches, 1, 1 << 20),
 
-    TEXT("checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
-    INT("checkpoint", "every", checkpoint.every, 0, INT_MAX),
-    NUM("checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
-    INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
-    TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
-    {"checkpoint", "allow_model_change", KEY_BOOL, OFF(checkpoint.allow_model_change), 0, 0, 0, 0, NULL},
+    TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
+    INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    NUM(RUN, "checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
+    INT(RUN, "checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
+    TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
+    PLAIN(RUN, "checkpoint", "allow_model_change", KEY_BOOL, checkpoint.allow_model_change),
 
-    INT("log", "every", log.every, 1, INT_MAX),
-    TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
+    INT(RUN, "log", "every", log.every, 1, INT_MAX),
+    TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -799,6 +807,87 @@ static void check_across(loader *ld) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * model.init: the [model] keys of a Hugging Face config.json
+ * ---------------------------------------------------------------------------------------------- */
+
+static void format_value(const gt_config *cfg, int k, char *value, size_t len);
+
+/* What config.json calls the FN keys (hf_config.c reads them). */
+static const struct {
+    const char *key, *json;
+} hf_names[] = {
+    {"dim", "hidden_size"}, {"n_layers", "num_hidden_layers"}, {"n_heads", "num_attention_heads"},
+    {"n_kv_heads", "num_key_value_heads"}, {"vocab_size", "vocab_size"}, {"ffn_dim", "intermediate_size"},
+    {"norm_eps", "rms_norm_eps"}, {"rope_theta", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
+    {"rope_type", "rope_type"}, {"rope_factor", "rope factor"}, {"rope_low_freq_factor", "rope low_freq_factor"},
+    {"rope_high_freq_factor", "rope high_freq_factor"},
+    {"rope_original_max_position_embeddings", "rope original_max_position_embeddings"},
+};
+
+static size_t field_size(const key_spec *ks) {
+    switch (ks->type) {
+    case KEY_FLOAT: return sizeof(float);
+    case KEY_DOUBLE: return sizeof(double);
+    case KEY_U64: case KEY_BYTES: return sizeof(uint64_t);
+    case KEY_INT: case KEY_BOOL: case KEY_ENUM: return sizeof(int);
+    default: return ks->size;
+    }
+}
+
+static void append(char *out, size_t len, const char *fmt, ...) {
+    size_t used = strlen(out);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
+    if (taken_len) taken[0] = '\0';
+    gt_config from = *cfg;
+    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return 2;
+    char mismatches[4096] = "";
+    for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
+        int k = key_index("model", hf_names[i].key);
+        if (strncmp(hf_names[i].key, "rope_", 5) == 0 && k != key_index("model", "rope_theta") &&
+            k != key_index("model", "rope_type") && from.model.rope_type != GT_ROPE_LLAMA3)
+            continue; /* llama3's numbers mean nothing to default RoPE */
+        char json_value[64], ini_value[64];
+        format_value(&from, k, json_value, sizeof json_value);
+        format_value(cfg, k, ini_value, sizeof ini_value);
+        int line = cfg->key_line[k];
+        const char *field = (const char *)&from + keys[k].offset;
+        double number = keys[k].type == KEY_INT ? *(const int *)field : keys[k].type == KEY_FLOAT ? *(const float *)field
+                        : keys[k].type == KEY_DOUBLE ? *(const double *)field : 0;
+        if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
+            char expected[128];
+            expected_text(&keys[k], expected, sizeof expected);
+            append(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
+                   mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
+        } else if (take && line == 0) {
+            memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
+            append(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
+        } else if (strcmp(json_value, ini_value) != 0) {
+            char where[GT_PATH_MAX + 96];
+            if (line > 0)
+                snprintf(where, sizeof where, "%s:%d [model] %s", cfg->path, line, keys[k].name);
+            else if (line < 0)
+                snprintf(where, sizeof where, "[model] %s (set on the command line)", keys[k].name);
+            else
+                snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", keys[k].name,
+                         cfg->path[0] ? cfg->path : "the INI");
+            append(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
+                   hf_names[i].json, json_value, where, ini_value);
+        }
+    }
+    if (!mismatches[0]) return 0;
+    snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
+             "that they are taken from config.json)", cfg->model.init, mismatches);
+    return 2;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Public functions
  * ---------------------------------------------------------------------------------------------- */
 
@@ -818,6 +907,26 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
     int k = key_index(section, name);
     return k < 0 ? 0 : cfg->key_line[k];
+}
+
+/* model.init set in a config the user wrote: the [model] keys it leaves out come from config.json,
+ * the ones it sets must agree (a stored /config sets every key, so this is for gt_config_load only).
+ * A config.json that cannot be read is no error here when nothing needs taking: the import reports
+ * it when it reads the weights, which a run that resumes from a state file never does. */
+static void take_from_init(loader *ld) {
+    gt_config *cfg = ld->cfg;
+    char taken[1024], msg[4096];
+    int all_set = 1;
+    for (int k = 0; k < N_KEYS; k++) all_set &= !keys[k].changes_model || cfg->key_line[k] != 0;
+    gt_model_config probe;
+    if (all_set && gt_hf_read_config(cfg->model.init, &probe, msg, sizeof msg) != 0) return;
+    if (gt_config_apply_init(cfg, 1, taken, sizeof taken, msg, sizeof msg) != 0) {
+        fail(ld, "%s", msg);
+        return;
+    }
+    if (taken[0])
+        note(ld, "note: [model] init = %s: taken from its config.json (the INI leaves them out): %s", cfg->model.init,
+             taken);
 }
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
@@ -843,9 +952,10 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
         note(&ld, "warning: %s sets no keys: %s (configs/README.md lists them)", ld.name,
              n_overrides ? "every key not overridden on the command line has its default" : "every key has its default");
     for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
+    remember_data_lines(cfg, &ld);
+    if (!ld.failed && file && cfg->model.init[0]) take_from_init(&ld);
     if (!ld.failed) check_across(&ld);
     free(ld.full);
-    remember_data_lines(cfg, &ld);
     if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
     return ld.failed ? 2 : 0;
 }
@@ -981,6 +1091,34 @@ static void shortest_number(double v, int is_float, char *out, size_t len) {
     }
 }
 
+/* Key k's value in cfg as the INI spells it: what gt_config_to_ini writes and a change names. */
+static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
+    const key_spec *ks = &keys[k];
+    const char *field = (const char *)cfg + ks->offset;
+    switch (ks->type) {
+    case KEY_INT: snprintf(value, len, "%d", *(const int *)field); break;
+    case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, len); break;
+    case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, len); break;
+    case KEY_U64: snprintf(value, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, len); break;
+    case KEY_BOOL: snprintf(value, len, "%s", *(const int *)field ? "true" : "false"); break;
+    case KEY_ENUM: snprintf(value, len, "%s", ks->names[*(const int *)field]); break;
+    default: snprintf(value, len, "%s", field); break;
+    }
+}
+
+void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user) {
+    for (int k = 0; k < N_KEYS; k++) {
+        if (was->key_line[k] == 0) continue;
+        char a[GT_PATH_MAX + 64], b[GT_PATH_MAX + 64], key[128];
+        format_value(was, k, a, sizeof a);
+        format_value(now, k, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        snprintf(key, sizeof key, "%s.%s", keys[k].section, keys[k].name);
+        each(user, key, keys[k].changes_model, a, b);
+    }
+}
+
 char *gt_config_to_ini(const gt_config *cfg) {
     size_t cap = 8192, used = 0;
     char *out = malloc(cap);
@@ -989,18 +1127,8 @@ char *gt_config_to_ini(const gt_config *cfg) {
     const char *section = "";
     for (int k = 0; k < N_KEYS; k++) {
         const key_spec *ks = &keys[k];
-        const char *field = (const char *)cfg + ks->offset;
         char value[GT_PATH_MAX + 64];
-        switch (ks->type) {
-        case KEY_INT: snprintf(value, sizeof value, "%d", *(const int *)field); break;
-        case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, sizeof value); break;
-        case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, sizeof value); break;
-        case KEY_U64: snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-        case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, sizeof value); break;
-        case KEY_BOOL: snprintf(value, sizeof value, "%s", *(const int *)field ? "true" : "false"); break;
-        case KEY_ENUM: snprintf(value, sizeof value, "%s", ks->names[*(const int *)field]); break;
-        default: snprintf(value, sizeof value, "%s", field); break;
-        }
+        format_value(cfg, k, value, sizeof value);
         /* one section header per change, a key line per key; room for both */
         size_t need = strlen(ks->section) + strlen(ks->name) + strlen(value) + 16;
         if (used + need >= cap) {

@@ -124,8 +124,9 @@ int gt_config_key_line(const gt_config *cfg, const char *section, const char *na
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);
 
-/* Loads `path`, applies `overrides` ("section.key=value"), validates everything but the
- * existence of data files. Returns 0, or 2 with a message in err. On 0, err holds the notes worth
+/* Loads `path`, applies `overrides` ("section.key=value"), takes the [model] keys left unset from
+ * model.init's config.json when model.init is set (gt_config_apply_init; a note lists them),
+ * validates everything but the existence of data files. Returns 0, or 2 with a message in err. On 0, err holds the notes worth
  * printing (one per line, e.g. "note: ...: the warm-up is shortened to 10 steps", "warning: ... sets
  * no keys"), or "". A warmup_steps above steps is no error: the warm-up is cut to steps. */
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
@@ -147,6 +148,28 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len);
 /* Writes the effective configuration (every key, after overrides) as INI text into a malloc'd
  * string: stored in training-state files and printed by --plan. */
 char *gt_config_to_ini(const gt_config *cfg);
+
+/* Calls each(user, "section.key", changes_model, was, now) for every key whose value differs between
+ * `was` and `now`, in the key table's order, with both values as gt_config_to_ini writes them.
+ * changes_model: the key changes the function the model computes (config.c's FN column). Keys `was`
+ * did not set are skipped: a /config written by an older gtrain lacks the keys added since. */
+typedef void gt_config_change_fn(void *user, const char *key, int changes_model, const char *was, const char *now);
+void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user);
+
+/* The [model] values a Hugging Face checkpoint directory's config.json determines (hf_config.c):
+ * dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_dim, norm_eps, rope_theta, rope_type and
+ * rope_*, tie_word_embeddings; max_seq_len from max_position_embeddings; the rest are defaults.
+ * Refuses attention_bias/mlp_bias true, a head_dim other than hidden_size/num_attention_heads,
+ * activations other than silu and RoPE types other than default and llama3. 0, or 2 with err. */
+int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t err_len);
+
+/* model.init = DIR: compares DIR/config.json with cfg's keys that change the model's function (the
+ * FN keys; rope_factor and its kin only for llama3 RoPE). With `take`, a key cfg left at its default
+ * (set neither in the file nor on the command line) is taken from config.json instead, and `taken`
+ * receives "dim = 64, n_layers = 2, ..." (or ""). Every mismatch comes in one message naming both
+ * values and where the INI's was set. max_seq_len and dropout are the run's choice. gt_config_load
+ * calls it with take = 1. 0, or 2 with err. */
+int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len);
 
 /* Parses a byte size: "123", "64KiB", "70GiB", "1.5GB", "2TiB". 0 on success, -1 on bad input. */
 int gt_parse_bytes(const char *text, uint64_t *bytes);

@@ -28,10 +28,10 @@
  * Exit codes: 0 done, 2 bad arguments, a file that is not a usable state file, or a tokenizer that
  * cannot be used.
  *
- * It reads HDF5 serially (default file access), so it needs no MPI start-up and runs as one process.
+ * It reads the file through state.c's readers for one process (the sec2 driver, no MPI calls), so it
+ * needs no MPI start-up and no optimizer, and runs as one process.
  */
 #include <errno.h>
-#include <hdf5.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -46,6 +46,7 @@
 #include "memtrack.h"
 #include "model.h"
 #include "ops.h"
+#include "state.h"
 
 #define EXIT_BAD 2
 
@@ -91,125 +92,21 @@ static int fail(const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- reading the state file */
 
-/* A string stored as an HDF5 string (fixed or variable length, scalar or one element) or as a 1-D
- * array of bytes: what /config and the `format` attribute may look like. malloc'd, or NULL. */
-static char *read_string(hid_t obj, int is_attr) {
-    hid_t type = is_attr ? H5Aget_type(obj) : H5Dget_type(obj);
-    hid_t space = is_attr ? H5Aget_space(obj) : H5Dget_space(obj);
-    if (type < 0 || space < 0) return NULL;
-    char *text = NULL;
-    hssize_t n = H5Sget_simple_extent_npoints(space);
-    if (H5Tget_class(type) == H5T_STRING && n == 1) {
-        if (H5Tis_variable_str(type) > 0) {
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mem, H5T_VARIABLE);
-            char *vl = NULL;
-            herr_t rc = is_attr ? H5Aread(obj, mem, &vl) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &vl);
-            if (rc >= 0 && vl) {
-                text = malloc(strlen(vl) + 1);
-                if (text) memcpy(text, vl, strlen(vl) + 1);
-            }
-            if (rc >= 0) H5Dvlen_reclaim(mem, space, H5P_DEFAULT, &vl);
-            H5Tclose(mem);
-        } else {
-            size_t len = H5Tget_size(type);
-            text = calloc(len + 1, 1);
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mem, len + 1);
-            H5Tset_strpad(mem, H5T_STR_NULLTERM);
-            herr_t rc = text ? (is_attr ? H5Aread(obj, mem, text) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, text))
-                             : -1;
-            H5Tclose(mem);
-            if (rc < 0) {
-                free(text);
-                text = NULL;
-            }
-        }
-    } else if (H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 && n >= 0) {
-        text = calloc((size_t)n + 1, 1);
-        herr_t rc = text ? (is_attr ? H5Aread(obj, H5T_NATIVE_CHAR, text)
-                                    : H5Dread(obj, H5T_NATIVE_CHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text))
-                         : -1;
-        if (rc < 0) {
-            free(text);
-            text = NULL;
-        }
-    }
-    H5Sclose(space);
-    H5Tclose(type);
-    return text;
-}
-
-/* Loads /model/<name> for every tensor of the layout into params (n_params fp32). 0 or EXIT_BAD. */
-static int read_weights(hid_t file, const char *path, const gt_layout *layout, float *params) {
-    for (int i = 0; i < layout->n_tensors; i++) {
-        const gt_tensor_info *t = &layout->tensors[i];
-        char name[160];
-        snprintf(name, sizeof name, "/model/%s", t->name);
-        hid_t ds = H5Lexists(file, "/model", H5P_DEFAULT) > 0 && H5Lexists(file, name, H5P_DEFAULT) > 0
-                       ? H5Dopen2(file, name, H5P_DEFAULT)
-                       : -1;
-        if (ds < 0) return fail("%s: no dataset %s", path, name);
-        hid_t space = H5Dget_space(ds);
-        hsize_t dims[2] = {0, 0};
-        int nd = H5Sget_simple_extent_ndims(space);
-        if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(space, dims, NULL);
-        H5Sclose(space);
-        int ok = nd == t->ndim && dims[0] == (hsize_t)t->shape[0] && (nd == 1 || dims[1] == (hsize_t)t->shape[1]);
-        if (!ok || H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, params + t->offset) < 0) {
-            H5Dclose(ds);
-            return fail("%s: dataset %s has the wrong shape or cannot be read for this [model] config", path,
-                        name);
-        }
-        H5Dclose(ds);
-    }
-    return 0;
-}
-
-/* Opens STATE.h5, parses its /config into cfg and reads its weights into *params (malloc'd). */
+/* Parses STATE.h5's /config into cfg and reads its weights into *params (malloc'd): state.c's
+ * readers, which need neither MPI nor an optimizer. */
 static int load_state(const char *path, gt_config *cfg, gt_layout *layout, float **params) {
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return fail("%s: %s", path, strerror(errno));
-    fclose(probe);
-    if (H5Fis_hdf5(path) <= 0) return fail("%s: not an HDF5 file", path);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file < 0) return fail("%s: cannot open as HDF5", path);
-
-    int rc = 0;
-    char *format = NULL, *text = NULL;
-    if (H5Aexists(file, "format") > 0) {
-        hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
-        format = attr >= 0 ? read_string(attr, 1) : NULL;
-        if (attr >= 0) H5Aclose(attr);
-    }
-    if (!format || strcmp(format, "gtrain-state") != 0) {
-        rc = fail("%s: not a gtrain training-state file (root attribute format is not \"gtrain-state\")", path);
-        goto done;
-    }
-    hid_t ds = H5Lexists(file, "/config", H5P_DEFAULT) > 0 ? H5Dopen2(file, "/config", H5P_DEFAULT) : -1;
-    if (ds >= 0) {
-        text = read_string(ds, 0);
-        H5Dclose(ds);
-    }
-    if (!text) {
-        rc = fail("%s: no readable /config text", path);
-        goto done;
-    }
-    char err[2048], name[GT_PATH_MAX + 16];
+    char err[2048], name[GT_PATH_MAX + 16], *text = NULL;
+    if (gt_state_read_config(path, &text, err, sizeof err) != 0) return fail("%s", err);
     snprintf(name, sizeof name, "%s:/config", path);
-    if (gt_config_load_string(cfg, text, name, 0, NULL, err, sizeof err) != 0) {
-        rc = fail("%s", err);
-        goto done;
-    }
+    int rc = gt_config_load_string(cfg, text, name, 0, NULL, err, sizeof err);
+    free(text);
+    if (rc != 0) return fail("%s", err);
     gt_layout_init(layout, &cfg->model);
     *params = malloc(layout->n_params * sizeof **params);
     if (!*params) abort();
-    rc = read_weights(file, path, layout, *params);
-done:
-    free(format);
-    free(text);
-    H5Fclose(file);
-    return rc;
+    if (gt_state_read_model(path, layout, *params, err, sizeof err) != 0)
+        return fail("%s (is it a state file of this [model] config?)", err);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the tokenizer helper */
@@ -475,7 +372,6 @@ int main(int argc, char **argv) {
     if (tokenizer && access(tokenizer, R_OK) != 0)
         return fail("--tokenizer %s: %s", tokenizer, strerror(errno));
 
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our own messages, not HDF5's error stack */
     gt_config cfg;
     gt_layout layout = {0};
     float *params = NULL;
