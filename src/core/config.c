@@ -891,12 +891,7 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
  * Public functions
  * ---------------------------------------------------------------------------------------------- */
 
-static void remember_data_lines(gt_config *cfg, const loader *ld) {
-    const origin *t = &ld->where[key_index("data", "train")], *v = &ld->where[key_index("data", "val")];
-    cfg->data_train_line = t->kind == ORIGIN_FILE ? t->line : t->kind == ORIGIN_CLI ? -1 : 0;
-    cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
-    const origin *m = &ld->where[key_index("log", "metrics")];
-    cfg->log_metrics_line = m->kind == ORIGIN_FILE ? m->line : m->kind == ORIGIN_CLI ? -1 : 0;
+static void remember_lines(gt_config *cfg, const loader *ld) {
     _Static_assert(N_KEYS <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
     for (int k = 0; k < N_KEYS; k++) {
         const origin *o = &ld->where[k];
@@ -907,6 +902,23 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
     int k = key_index(section, name);
     return k < 0 ? 0 : cfg->key_line[k];
+}
+
+void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) {
+        snprintf(out, len, "%s: [%s] %s", cfg->path, section, name);
+        return;
+    }
+    int line = cfg->key_line[k];
+    char value[GT_PATH_MAX + 64];
+    format_value(cfg, k, value, sizeof value);
+    if (line < 0)
+        snprintf(out, len, "command line: %s.%s=%s", section, name, value);
+    else if (line > 0)
+        snprintf(out, len, "%s:%d: [%s] %s", cfg->path, line, section, name);
+    else
+        snprintf(out, len, "%s%s[%s] %s (default)", cfg->path, cfg->path[0] ? ": " : "", section, name);
 }
 
 /* model.init set in a config the user wrote: the [model] keys it leaves out come from config.json,
@@ -952,7 +964,7 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
         note(&ld, "warning: %s sets no keys: %s (configs/README.md lists them)", ld.name,
              n_overrides ? "every key not overridden on the command line has its default" : "every key has its default");
     for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
-    remember_data_lines(cfg, &ld);
+    remember_lines(cfg, &ld);
     if (!ld.failed && file && cfg->model.init[0]) take_from_init(&ld);
     if (!ld.failed) check_across(&ld);
     free(ld.full);
@@ -987,15 +999,9 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 
 /* data.train / data.val: every file of the spec (commas, globs: data.h) must exist and be readable;
  * a pattern matching nothing is an error too. Headers are checked later, by the loader. */
-static int check_one_file(const gt_config *cfg, const char *key, const char *spec, int line, char *err,
-                          size_t err_len) {
+static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
-    if (line > 0)
-        snprintf(where, sizeof where, "%s:%d: [data] %s", cfg->path, line, key);
-    else if (line < 0)
-        snprintf(where, sizeof where, "command line: data.%s=%s", key, spec);
-    else
-        snprintf(where, sizeof where, "%s%s[data] %s (default)", cfg->path, cfg->path[0] ? ": " : "", key);
+    gt_config_where(cfg, "data", key, where, sizeof where);
     static const char expected[] =
         "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
         "paths separated by commas, or a glob";
@@ -1028,10 +1034,7 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
     const char *path = cfg->log.metrics;
     if (!path[0]) return 0;
     char where[GT_PATH_MAX * 2 + 64];
-    if (cfg->log_metrics_line > 0)
-        snprintf(where, sizeof where, "%s:%d: [log] metrics", cfg->path, cfg->log_metrics_line);
-    else
-        snprintf(where, sizeof where, "command line: log.metrics=%s", path);
+    gt_config_where(cfg, "log", "metrics", where, sizeof where);
     /* mkdir -p of the parent: "runs/x/metrics.jsonl" works before runs/x exists */
     char dir[GT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
@@ -1059,8 +1062,8 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
-    if (check_one_file(cfg, "train", cfg->data.train, cfg->data_train_line, err, err_len)) return 2;
-    if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, cfg->data_val_line, err, err_len))
+    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return 2;
+    if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, err, err_len))
         return 2;
     return 0;
 }

@@ -109,17 +109,18 @@ typedef struct gt_config {
 
     char path[GT_PATH_MAX];    /* the config file it came from */
 
-    /* Where data.train and data.val were set, so gt_config_check_files can name the line:
+    /* Where each key was set, in the order of config.c's key table (gt_config_key_line reads it):
      * a line of `path`, 0 = default, -1 = command line. Filled by gt_config_load. */
-    int data_train_line, data_val_line;
-    int log_metrics_line; /* the same for log.metrics */
-    /* The same for every key, in the order of config.c's key table (gt_config_key_line reads it). */
     int key_line[GT_CONFIG_MAX_KEYS];
 } gt_config;
 
 /* Where [section] name was set: a line of cfg->path (> 0), the command line (-1) or nowhere, the
  * default (0; also for a name that is no key). */
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
+
+/* Where [section] name was set, as a message about its value begins: "run.ini:12: [checkpoint] dir",
+ * "command line: checkpoint.dir=VALUE" or "run.ini: [checkpoint] dir (default)". */
+void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
 
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);

@@ -197,8 +197,11 @@ static int check_dir(gt_run_state *run) {
     host[sizeof host - 1] = '\0';
     int code = 0;
     if (node_rank == 0 && probe_dir(cfg->checkpoint.dir, rank, what, sizeof what) != 0) {
-        snprintf(msg, sizeof msg, "%s: [checkpoint] dir: %s '%s' (rank %d on %s): %s (expected a writable directory)",
-                 cfg->path, what, cfg->checkpoint.dir, rank, host, strerror(errno));
+        char where[GT_PATH_MAX + 128];
+        int os_error = errno;
+        gt_config_where(cfg, "checkpoint", "dir", where, sizeof where);
+        snprintf(msg, sizeof msg, "%s: %s '%s' (rank %d on %s): %s (expected a writable directory)", where, what,
+                 cfg->checkpoint.dir, rank, host, strerror(os_error));
         code = GT_EXIT_BAD_INPUT;
     }
     code = gt_agree_on_failure(run->mpi_comm, code, msg, sizeof msg);

@@ -541,7 +541,8 @@ def unusable_dir(e):
         for path in (a_file, a_file + "/sub"):
             out, err = e.run(np_, "u", f"checkpoint.dir={path}", expect=2)
             lines = gtrain_lines(err)
-            check(len(lines) == 1 and "[checkpoint] dir" in lines[0] and f"'{path}'" in lines[0]
+            check(len(lines) == 1 and lines[0].startswith(f"gtrain: command line: checkpoint.dir={path}: ")
+                  and f"'{path}'" in lines[0]
                   and "Not a directory" in lines[0], f"{np_} rank(s), dir {path}: exit 2, one line: {lines}")
             check(not trained_steps(out), "no step was trained")
     with Tmpfs(os.path.join(e.work, "ro"), 1 << 20, read_only=True) as ro:
