@@ -235,7 +235,7 @@ typedef struct loader {
     size_t err_len;
     int failed;
     int err_line;     /* the file line of the first handler error, 0 if none */
-    char notes[1024]; /* notes for an accepted config, one per line */
+    char notes[4096]; /* notes for an accepted config, one per line */
 
     /* the reader's side: a FILE or a string, the current line number, the last line in full */
     FILE *file;
@@ -867,7 +867,8 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
                    mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
         } else if (take && line == 0) {
             memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
-            append(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
+            if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
+                append(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
         } else if (strcmp(json_value, ini_value) != 0) {
             char where[GT_PATH_MAX + 96];
             if (line > 0)

@@ -108,7 +108,7 @@ static int run_plan(int argc, char **argv) {
         return 2;
     }
     gt_config cfg;
-    char err[2048];
+    char err[8192]; /* room for every model.init mismatch */
     int loaded = gt_config_load(&cfg, argv[i], argc - i - 1, argv + i + 1, err, sizeof err);
     free(rest);
     if (loaded != 0) {
@@ -231,7 +231,7 @@ int main(int argc, char **argv) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;
-    char err[2048];
+    char err[8192]; /* room for every model.init mismatch */
     int code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
     if (code == 0 && rank == 0) code = gt_config_check_metrics(&cfg, err, sizeof err);
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);
