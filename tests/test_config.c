@@ -710,6 +710,11 @@ static void choice_settings_are_enums_with_their_names(void) {
     CHECK_STR(gt_rope_type_name(cfg.model.rope_type), "llama3");
     /* the shard values are the ZeRO stages the trainer and planner use */
     CHECK(GT_SHARD_NONE == 0 && GT_SHARD_OPTIMIZER == 1 && GT_SHARD_GRADIENTS == 2 && GT_SHARD_PARAMETERS == 3);
+    CHECK(gt_config_resume(&cfg) == GT_RESUME_AUTO);
+    char *resume_ov[] = {"checkpoint.resume=never", "checkpoint.resume=runs/x/step_00000010.h5"};
+    gt_config other;
+    CHECK(gt_config_load(&other, NULL, 1, resume_ov, err, sizeof err) == 0 && gt_config_resume(&other) == GT_RESUME_NEVER);
+    CHECK(gt_config_load(&other, NULL, 1, resume_ov + 1, err, sizeof err) == 0 && gt_config_resume(&other) == GT_RESUME_PATH);
     char *text = gt_config_to_ini(&cfg);
     CHECK_HAS(text, "\nshard = auto\n");
     CHECK_HAS(text, "\ndevice = cuda\n");

@@ -959,6 +959,11 @@ int gt_config_key_line(const gt_config *cfg, const char *section, const char *na
     return k < 0 ? 0 : cfg->key_line[k];
 }
 
+gt_resume gt_config_resume(const gt_config *cfg) {
+    const char *r = cfg->checkpoint.resume;
+    return strcmp(r, "auto") == 0 ? GT_RESUME_AUTO : strcmp(r, "never") == 0 ? GT_RESUME_NEVER : GT_RESUME_PATH;
+}
+
 void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
     int k = key_index(section, name);
     if (k < 0) {

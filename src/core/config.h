@@ -30,6 +30,9 @@ typedef enum gt_shard_stage {
 typedef enum gt_comm_choice { GT_COMM_AUTO, GT_COMM_NCCL, GT_COMM_MPI } gt_comm_choice;
 typedef enum gt_grad_sync { GT_GRAD_SYNC_AUTO, GT_GRAD_SYNC_STEP, GT_GRAD_SYNC_MICRO } gt_grad_sync;
 typedef enum gt_rope_type { GT_ROPE_DEFAULT, GT_ROPE_LLAMA3 } gt_rope_type;
+/* checkpoint.resume is auto, never or a path: the text stays in the config (a path has no name
+ * table); gt_config_resume says which */
+typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_resume;
 
 #define GT_MAX_LAYERS 1024 /* blocks a model may have (the recompute plan has a byte per block) */
 
@@ -144,6 +147,9 @@ int gt_config_key_line(const gt_config *cfg, const char *section, const char *na
 /* Where [section] name was set, as a message about its value begins: "run.ini:12: [checkpoint] dir",
  * "command line: checkpoint.dir=VALUE" or "run.ini: [checkpoint] dir (default)". */
 void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
+
+/* Which of auto, never or a path checkpoint.resume is. */
+gt_resume gt_config_resume(const gt_config *cfg);
 
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);

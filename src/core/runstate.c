@@ -361,7 +361,7 @@ static void move_aside(const char *dir, const int64_t *steps, size_t n) {
 static int resume(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run);
-    int explicit_path = strcmp(cfg->checkpoint.resume, "auto") != 0;
+    int explicit_path = gt_config_resume(cfg) == GT_RESUME_PATH;
     if (!explicit_path && !cfg->checkpoint.dir[0]) return 0; /* no directory: nothing to look at */
 
     /* the candidates, newest first; rank 0 looks, everyone gets the same list */
@@ -456,7 +456,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         rc = check_dir(run);
         if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     }
-    if (!rc && strcmp(cfg->checkpoint.resume, "never") != 0) rc = resume(run);
+    if (!rc && gt_config_resume(cfg) != GT_RESUME_NEVER) rc = resume(run);
     run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;

@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gt_zero_stage(const char *shard) {
-    if (strcmp(shard, "optimizer") == 0) return 1;
-    if (strcmp(shard, "gradients") == 0) return 2;
-    if (strcmp(shard, "parameters") == 0) return 3;
-    return 0;
-}
-
 void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, const gt_layout *layout, int stage,
                   int grad_micro, int depth) {
     memset(z, 0, sizeof *z);
