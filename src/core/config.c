@@ -1,10 +1,12 @@
 /*
  * config.c — reads the run configuration: an INI file (libinih) plus `section.key=value` overrides.
  *
- * Every key is described once, in the `keys` table below: its section, name, type, range and where
- * it lives in gt_config. Parsing, range checks, error messages, the list of known keys and
- * gt_config_to_ini all walk that table, so a new key is one line there (plus its default and its
- * row in configs/README.md).
+ * Every key is described once, in the `keys` table below: whether it changes the function the model
+ * computes (FN), its section, name, type, range and where it lives in gt_config. Parsing, range
+ * checks, error messages, the list of known keys, gt_config_to_ini, the comparison of a state file's
+ * /config on resume (gt_config_changes) and model.init's config.json (gt_config_apply_init) all walk
+ * that table, so a new key is one line there (plus its default and its row in configs/README.md).
+ * A choice is an enum in gt_config; its one name table here parses it and prints it.
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
  * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. Things
