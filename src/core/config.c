@@ -81,7 +81,7 @@ typedef struct key_spec {
 #define RUN 0
 #define INT(fn, sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL, fn}
 #define NUM(fn, sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL, fn}
-#define ENUM(fn, sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), sizeof(((gt_config *)0)->field), 0, 0, 0, names, fn}
+#define ENUM(fn, sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), 0, 0, 0, 0, names, fn}
 #define TEXT(fn, sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL, fn}
 #define PLAIN(fn, sec, name, type, field) {sec, name, type, OFF(field), 0, 0, 0, 0, NULL, fn}
 
@@ -914,8 +914,11 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
         format_value(cfg, k, ini_value, sizeof ini_value);
         int line = cfg->key_line[k];
         const char *field = (const char *)&from + keys[k].offset;
-        double number = keys[k].type == KEY_INT ? *(const int *)field : keys[k].type == KEY_FLOAT ? *(const float *)field
-                        : keys[k].type == KEY_DOUBLE ? *(const double *)field : 0;
+        key_type type = keys[k].type;
+        double number = type == KEY_INT     ? *(const int *)field
+                        : type == KEY_FLOAT  ? *(const float *)field
+                        : type == KEY_DOUBLE ? *(const double *)field
+                                             : 0;
         if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
             char expected[128];
             expected_text(&keys[k], expected, sizeof expected);

@@ -156,9 +156,10 @@ void gt_config_defaults(gt_config *cfg);
 
 /* Loads `path`, applies `overrides` ("section.key=value"), takes the [model] keys left unset from
  * model.init's config.json when model.init is set (gt_config_apply_init; a note lists them),
- * validates everything but the existence of data files. Returns 0, or 2 with a message in err. On 0, err holds the notes worth
- * printing (one per line, e.g. "note: ...: the warm-up is shortened to 10 steps", "warning: ... sets
- * no keys"), or "". A warmup_steps above steps is no error: the warm-up is cut to steps. */
+ * validates everything but the existence of data files. Returns 0, or 2 with a message in err. On 0,
+ * err holds the notes worth printing (one per line, e.g. "note: ...: the warm-up is shortened to 10
+ * steps", "warning: ... sets no keys"), or "". A warmup_steps above steps is no error: the warm-up
+ * is cut to steps. */
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
                    size_t err_len);
 

@@ -87,7 +87,8 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
         }
         ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
         if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
-        int code = agree_input(comm, !ops && cfg->train.device == GT_DEVICE_CUDA ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
+        int code = agree_input(comm, !ops && cfg->train.device == GT_DEVICE_CUDA ? GT_EXIT_BAD_INPUT : 0, msg,
+                               sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
         MPI_Allreduce(here, all, 2, MPI_INT, MPI_MIN, comm);
@@ -341,7 +342,8 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
             snprintf(msg, sizeof msg,
                      "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
                      "memory.recompute = %s); the smallest needs %s per rank",
-                     cfg->path, have, gt_shard_stage_name(cfg->dist.shard), gt_grad_sync_name(cfg->dist.grad_sync), cfg->memory.recompute, need);
+                     cfg->path, have, gt_shard_stage_name(cfg->dist.shard), gt_grad_sync_name(cfg->dist.grad_sync),
+                     cfg->memory.recompute, need);
             rc = fail_input(rank, msg);
             goto done;
         }
