@@ -25,7 +25,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
     set_tests_properties(${name} PROPERTIES LABELS unit)
   endfunction()
   gtrain_sample_expect(sample_missing_file_exits_2 "no-such-state" /nonexistent/no-such-state.h5)
-  gtrain_sample_expect(sample_not_hdf5_exits_2 "not an HDF5 file" ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
+  gtrain_sample_expect(sample_not_hdf5_exits_2 "cannot open as HDF5" ${CMAKE_SOURCE_DIR}/configs/tiny.ini)
   gtrain_sample_expect(sample_no_file_exits_2 "usage")
   gtrain_sample_expect(sample_bad_tokens_exits_2 "--tokens" /nonexistent/x.h5 --tokens -3)
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -167,7 +168,7 @@ static void file_values_are_typed(void) {
     CHECK(cfg.model.dropout == 0.25f);
     CHECK(cfg.train.lr == 0.001);
     CHECK(cfg.train.seed == UINT64_MAX);
-    CHECK_STR(cfg.train.lr_schedule, "linear");
+    CHECK_STR(gt_lr_schedule_name(cfg.train.lr_schedule), "linear");
     CHECK_STR(cfg.memory.recompute, "uniform:2");
     CHECK(cfg.memory.budget == 1500000000ull);
     CHECK_STR(cfg.data.val, "");
@@ -686,6 +687,154 @@ static void check_files_names_missing_file_line_key(void) {
     CHECK_HAS(err, "it is a directory");
 }
 
+
+/* Every choice setting is an enum whose name table parses and prints each value (banners and the
+ * /config text of state files print the names). */
+static void choice_settings_are_enums_with_their_names(void) {
+    gt_config cfg;
+    char *ov[] = {"train.device=cuda", "train.precision=bf16", "train.nonfinite=skip", "train.lr_schedule=constant",
+                  "dist.shard=auto", "dist.comm=nccl", "dist.grad_sync=micro", "model.rope_type=llama3",
+                  "checkpoint.allow_model_change=true"};
+    CHECK(gt_config_load(&cfg, NULL, 9, ov, err, sizeof err) == 0);
+    CHECK(cfg.train.device == GT_DEVICE_CUDA && cfg.train.precision == GT_PRECISION_BF16);
+    CHECK(cfg.train.nonfinite == GT_NONFINITE_SKIP && cfg.train.lr_schedule == GT_LR_CONSTANT);
+    CHECK(cfg.dist.shard == GT_SHARD_AUTO && cfg.dist.comm == GT_COMM_NCCL && cfg.dist.grad_sync == GT_GRAD_SYNC_MICRO);
+    CHECK(cfg.model.rope_type == GT_ROPE_LLAMA3 && cfg.checkpoint.allow_model_change == 1);
+    CHECK_STR(gt_device_name(cfg.train.device), "cuda");
+    CHECK_STR(gt_precision_name(cfg.train.precision), "bf16");
+    CHECK_STR(gt_nonfinite_name(cfg.train.nonfinite), "skip");
+    CHECK_STR(gt_lr_schedule_name(cfg.train.lr_schedule), "constant");
+    CHECK_STR(gt_shard_stage_name(cfg.dist.shard), "auto");
+    CHECK_STR(gt_comm_choice_name(cfg.dist.comm), "nccl");
+    CHECK_STR(gt_grad_sync_name(cfg.dist.grad_sync), "micro");
+    CHECK_STR(gt_rope_type_name(cfg.model.rope_type), "llama3");
+    /* the shard values are the ZeRO stages the trainer and planner use */
+    CHECK(GT_SHARD_NONE == 0 && GT_SHARD_OPTIMIZER == 1 && GT_SHARD_GRADIENTS == 2 && GT_SHARD_PARAMETERS == 3);
+    CHECK(gt_config_resume(&cfg) == GT_RESUME_AUTO);
+    char *resume_ov[] = {"checkpoint.resume=never", "checkpoint.resume=runs/x/step_00000010.h5"};
+    gt_config other;
+    CHECK(gt_config_load(&other, NULL, 1, resume_ov, err, sizeof err) == 0 && gt_config_resume(&other) == GT_RESUME_NEVER);
+    CHECK(gt_config_load(&other, NULL, 1, resume_ov + 1, err, sizeof err) == 0 && gt_config_resume(&other) == GT_RESUME_PATH);
+    char *text = gt_config_to_ini(&cfg);
+    CHECK_HAS(text, "\nshard = auto\n");
+    CHECK_HAS(text, "\ndevice = cuda\n");
+    CHECK_HAS(text, "\nallow_model_change = true\n");
+    free(text);
+}
+
+/* gt_config_where names a value's origin the way messages about it begin: a file's line, the
+ * override as given (never the INI for a value from the command line), or the default. */
+static void where_names_file_line_override_or_default(void) {
+    gt_config cfg;
+    const char *path = write_file("where.ini", "[checkpoint]\n\ndir = runs/a\n");
+    char *ov[] = {"checkpoint.dir=runs/b", "log.metrics=m.jsonl"};
+    char where[2048];
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    gt_config_where(&cfg, "checkpoint", "dir", where, sizeof where);
+    CHECK_STR(where, fmt("%s:3: [checkpoint] dir", path));
+    CHECK(gt_config_load(&cfg, path, 2, ov, err, sizeof err) == 0);
+    gt_config_where(&cfg, "checkpoint", "dir", where, sizeof where);
+    CHECK_STR(where, "command line: checkpoint.dir=runs/b");
+    gt_config_where(&cfg, "train", "lr", where, sizeof where);
+    CHECK_STR(where, fmt("%s: [train] lr (default)", path));
+}
+
+typedef struct seen_changes {
+    char text[2048];
+} seen_changes;
+
+static void collect_change(void *user, const char *key, int changes_model, const char *was, const char *now) {
+    seen_changes *s = user;
+    size_t used = strlen(s->text);
+    snprintf(s->text + used, sizeof s->text - used, "%s%s%s %s->%s", used ? "; " : "", changes_model ? "FN " : "",
+             key, was, now);
+}
+
+/* What resume compares: every changed key, in table order, with the key table's FN column; keys a
+ * stored config does not set (an older gtrain's) are not compared. */
+static void changes_name_every_key_and_whether_it_changes_the_model(void) {
+    gt_config was, now;
+    char *ov[] = {"model.n_layers=6", "train.lr=0.001", "model.rope_theta=500000", "model.max_seq_len=128",
+                  "dist.shard=parameters"};
+    CHECK(gt_config_load_string(&was, "[model]\nn_layers = 4\nrope_theta = 10000\nmax_seq_len = 256\n"
+                                      "[train]\nlr = 0.003\n[dist]\nshard = optimizer\n",
+                                "saved", 0, NULL, err, sizeof err) == 0);
+    CHECK(gt_config_load_string(&now, "", "now", 5, ov, err, sizeof err) == 0);
+    now.model.dim = 96; /* a key the saved text does not set: not compared */
+    seen_changes s = {""};
+    gt_config_changes(&was, &now, collect_change, &s);
+    CHECK_STR(s.text, "FN model.n_layers 4->6; FN model.rope_theta 10000->500000; model.max_seq_len 256->128; "
+                      "train.lr 0.003->0.001; dist.shard optimizer->parameters");
+}
+
+/* model.init: a config.json in DIR. */
+static const char *hf_dir(const char *name, const char *json) {
+    static char dir[4][600];
+    static int next;
+    char *d = dir[next++ % 4];
+    snprintf(d, 600, "%s/%s", tmpdir, name);
+    mkdir(d, 0777);
+    char file[700];
+    snprintf(file, sizeof file, "%s/config.json", name);
+    write_file(file, json);
+    return d;
+}
+
+static const char HF_JSON[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,\n"
+    " \"num_key_value_heads\": 2, \"vocab_size\": 320, \"intermediate_size\": 160, \"rms_norm_eps\": 1e-06,\n"
+    " \"rope_theta\": 500000.0, \"max_position_embeddings\": 512, \"tie_word_embeddings\": true}\n";
+
+/* With model.init set, the [model] keys the INI leaves out come from config.json, with one note
+ * listing them; the ones it sets are still checked, and every mismatch is named in one message. */
+static void init_takes_unset_model_keys_and_names_every_mismatch(void) {
+    const char *dir = hf_dir("hf", HF_JSON);
+    gt_config cfg;
+    CHECK(load_text(&cfg, "init.ini", fmt("[model]\ninit = %s\nn_heads = 4\n", dir), 0, NULL) == 0);
+    CHECK(cfg.model.dim == 64 && cfg.model.n_layers == 2 && cfg.model.n_kv_heads == 2 && cfg.model.vocab_size == 320);
+    CHECK(cfg.model.ffn_dim == 160 && cfg.model.norm_eps == 1e-6f && cfg.model.rope_theta == 500000.0f);
+    CHECK(cfg.model.tie_word_embeddings == 1 && cfg.model.rope_type == GT_ROPE_DEFAULT);
+    CHECK(cfg.model.max_seq_len == 256); /* the run's choice: not taken */
+    CHECK_STR(err, fmt("note: [model] init = %s: taken from its config.json (the INI leaves them out): dim = 64, "
+                       "n_layers = 2, vocab_size = 320, ffn_dim = 160, norm_eps = 1e-06, rope_theta = 500000, "
+                       "tie_word_embeddings = true", dir));
+    /* the effective config, as a state file stores it, sets them all: reading it back takes nothing */
+    char *text = gt_config_to_ini(&cfg);
+    gt_config again;
+    CHECK(load_text(&again, "init_again.ini", text, 0, NULL) == 0);
+    CHECK_STR(err, "");
+    CHECK(memcmp(&again.model, &cfg.model, sizeof cfg.model) == 0);
+    free(text);
+
+    /* explicit values are checked, all at once: the file's and the command line's */
+    char *ov[] = {"model.n_layers=3"};
+    const char *path = write_file("init_bad.ini", fmt("[model]\ninit = %s\ndim = 128\nffn_dim = 160\n", dir));
+    CHECK(gt_config_load(&cfg, path, 1, ov, err, sizeof err) == 2);
+    CHECK_STR(err, fmt("%s/config.json: hidden_size = 64, but %s:3 [model] dim = 128; num_hidden_layers = 2, but "
+                       "[model] n_layers (set on the command line) = 3 (expected the same values, or the keys left "
+                       "out of [model] so that they are taken from config.json)", dir, path));
+    /* and gt_hf_check_config's comparison of a loaded config agrees: nothing left to mismatch */
+    CHECK(load_text(&cfg, "init.ini", fmt("[model]\ninit = %s\n", dir), 0, NULL) == 0);
+    CHECK(gt_config_apply_init(&cfg, 0, NULL, 0, err, sizeof err) == 0);
+}
+
+/* A config.json that cannot be read is an error when keys would be taken from it; when the INI sets
+ * every model key it is left to the import (a run resuming from a state file never reads it). */
+static void init_unreadable_is_an_error_only_when_keys_are_taken(void) {
+    gt_config cfg;
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s/no_such_hf", tmpdir);
+    CHECK(load_text(&cfg, "init_missing.ini", fmt("[model]\ninit = %s\n", missing), 0, NULL) == 2);
+    CHECK_HAS(err, "[model] init = ");
+    CHECK_HAS(err, "No such file or directory");
+    gt_config full;
+    gt_config_defaults(&full);
+    snprintf(full.model.init, sizeof full.model.init, "%s", missing);
+    char *text = gt_config_to_ini(&full);
+    CHECK(load_text(&cfg, "init_missing_full.ini", text, 0, NULL) == 0);
+    free(text);
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 
 #define RUN(test)                                                                                      \
@@ -736,6 +885,11 @@ int main(int argc, char **argv) {
     RUN(bytes_parse);
     RUN(to_ini_round_trips);
     RUN(check_files_names_missing_file_line_key);
+    RUN(choice_settings_are_enums_with_their_names);
+    RUN(where_names_file_line_override_or_default);
+    RUN(changes_name_every_key_and_whether_it_changes_the_model);
+    RUN(init_takes_unset_model_keys_and_names_every_mismatch);
+    RUN(init_unreadable_is_an_error_only_when_keys_are_taken);
 
     /* leave nothing behind */
     char cmd[600];

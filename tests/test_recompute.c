@@ -674,7 +674,7 @@ static int predict(int argc, char **argv) {
     }
     const gt_ops *ops = gt_ops_cpu();
     gt_mem_shape sh = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, ops->act_bytes,
-                       ops->can_keep_attention_probs, 1, strcmp(cfg.dist.shard, "optimizer") == 0};
+                       ops->can_keep_attention_probs, 1, cfg.dist.shard == GT_SHARD_OPTIMIZER};
     gt_policy pol;
     gt_plan plan;
     if (gt_policy_parse(cfg.memory.recompute, cfg.model.n_layers, &pol, err, sizeof err) != 0) {
@@ -713,20 +713,20 @@ static void library_bytes_follow_the_communicator_and_attention(void) {
     unsetenv("GTRAIN_CUDA_ATTENTION");
     const struct {
         int cuda, world;
-        const char *comm;
+        gt_comm_choice comm;
         uint64_t want;
-    } cases[] = {{0, 1, "auto", 0}, {0, 4, "nccl", 0}, {1, 1, "auto", L},     {1, 1, "mpi", L},
-                 {1, 1, "nccl", L + N}, {1, 2, "auto", L + N}, {1, 8, "mpi", L}, {1, 8, "nccl", L + N}};
+    } cases[] = {{0, 1, GT_COMM_AUTO, 0}, {0, 4, GT_COMM_NCCL, 0}, {1, 1, GT_COMM_AUTO, L},     {1, 1, GT_COMM_MPI, L},
+                 {1, 1, GT_COMM_NCCL, L + N}, {1, 2, GT_COMM_AUTO, L + N}, {1, 8, GT_COMM_MPI, L}, {1, 8, GT_COMM_NCCL, L + N}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t got = gt_plan_library_bytes(cases[i].cuda, cases[i].world, cases[i].comm, &m, 4, 2048);
         CHECK(got == cases[i].want, "cuda %d, world %d, comm %s: %llu library bytes, expected %llu", cases[i].cuda,
-              cases[i].world, cases[i].comm, (unsigned long long)got, (unsigned long long)cases[i].want);
+              cases[i].world, gt_comm_choice_name(cases[i].comm), (unsigned long long)got, (unsigned long long)cases[i].want);
     }
     setenv("GTRAIN_CUDA_ATTENTION", "cudnn", 1);
-    CHECK(gt_plan_library_bytes(1, 1, "auto", &m, 4, 2048) == L + cudnn, "cudnn asked: scratch not counted");
-    CHECK(gt_plan_library_bytes(0, 1, "auto", &m, 4, 2048) == 0, "cudnn asked on the CPU: counted");
+    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, &m, 4, 2048) == L + cudnn, "cudnn asked: scratch not counted");
+    CHECK(gt_plan_library_bytes(0, 1, GT_COMM_AUTO, &m, 4, 2048) == 0, "cudnn asked on the CPU: counted");
     setenv("GTRAIN_CUDA_ATTENTION", "mma", 1);
-    CHECK(gt_plan_library_bytes(1, 1, "auto", &m, 4, 2048) == L, "mma asked: cuDNN scratch counted");
+    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, &m, 4, 2048) == L, "mma asked: cuDNN scratch counted");
     unsetenv("GTRAIN_CUDA_ATTENTION");
     printf("%s library_bytes_follow_the_communicator_and_attention\n", check_failures == before ? "ok  " : "FAIL");
 }

@@ -1,10 +1,12 @@
 /*
  * config.c — reads the run configuration: an INI file (libinih) plus `section.key=value` overrides.
  *
- * Every key is described once, in the `keys` table below: its section, name, type, range and where
- * it lives in gt_config. Parsing, range checks, error messages, the list of known keys and
- * gt_config_to_ini all walk that table, so a new key is one line there (plus its default and its
- * row in configs/README.md).
+ * Every key is described once, in the `keys` table below: whether it changes the function the model
+ * computes (FN), its section, name, type, range and where it lives in gt_config. Parsing, range
+ * checks, error messages, the list of known keys, gt_config_to_ini, the comparison of a state file's
+ * /config on resume (gt_config_changes) and model.init's config.json (gt_config_apply_init) all walk
+ * that table, so a new key is one line there (plus its default and its row in configs/README.md).
+ * A choice is an enum in gt_config; its one name table here parses it and prints it.
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
  * `command line: section.key=value: MESSAGE (expected ...)`; the caller exits with code 2. Things
@@ -35,7 +37,6 @@
 #include <unistd.h>
 
 #include "data.h"
-#include "recompute.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The key table
@@ -47,7 +48,7 @@ typedef enum key_type {
     KEY_DOUBLE,  /* double, range below */
     KEY_U64,     /* uint64_t, any value (seed) */
     KEY_BYTES,   /* uint64_t byte size through gt_parse_bytes */
-    KEY_ENUM,    /* one of `choices` ("a|b|c") */
+    KEY_ENUM,    /* an enum field, one of `names` (a name table below) */
     KEY_PATH,    /* free text; `min` = 1 means it must not be empty */
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
@@ -66,75 +67,102 @@ typedef struct key_spec {
     size_t size;         /* of the string field, for text keys */
     double min, max;     /* numbers: the range; INFINITY = unbounded */
     int flags;
-    const char *choices; /* KEY_ENUM */
+    const char *const *names; /* KEY_ENUM: the name of each value, NULL-terminated */
+    int changes_model;   /* FN or RUN, below */
 } key_spec;
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
-#define INT(sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL}
-#define NUM(sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL}
-#define ENUM(sec, name, field, choices) {sec, name, KEY_ENUM, STR(field), 0, 0, 0, choices}
-#define TEXT(sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL}
+/* The first column: FN marks the keys whose value is part of the function the model computes. A
+ * state file saved with another value would be resumed into a different function even where every
+ * tensor keeps its shape (n_heads at the same dim, rope_theta, norm_eps), so resume refuses it unless
+ * checkpoint.allow_model_change = true; model.init takes these keys from config.json (hf_config.c). */
+#define FN 1
+#define RUN 0
+#define INT(fn, sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL, fn}
+#define NUM(fn, sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL, fn}
+#define ENUM(fn, sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), 0, 0, 0, 0, names, fn}
+#define TEXT(fn, sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL, fn}
+#define PLAIN(fn, sec, name, type, field) {sec, name, type, OFF(field), 0, 0, 0, 0, NULL, fn}
+
+/* One name table per choice-valued setting, in the order of its enum (config.h). */
+static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const precision_names[] = {"auto", "fp32", "bf16", NULL};
+static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const lr_schedule_names[] = {"cosine", "linear", "constant", NULL};
+static const char *const shard_names[] = {"none", "optimizer", "gradients", "parameters", "auto", NULL};
+static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
+static const char *const grad_sync_names[] = {"auto", "step", "micro", NULL};
+static const char *const rope_type_names[] = {"default", "llama3", NULL};
+
+const char *gt_device_name(gt_device v) { return device_names[v]; }
+const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
+const char *gt_nonfinite_name(gt_nonfinite v) { return nonfinite_names[v]; }
+const char *gt_lr_schedule_name(gt_lr_schedule v) { return lr_schedule_names[v]; }
+const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
+const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }
+const char *gt_grad_sync_name(gt_grad_sync v) { return grad_sync_names[v]; }
+const char *gt_rope_type_name(gt_rope_type v) { return rope_type_names[v]; }
 
 static const key_spec keys[] = {
-    INT("model", "dim", model.dim, 1, 65536),
-    INT("model", "n_layers", model.n_layers, 1, GT_MAX_LAYERS),
-    INT("model", "n_heads", model.n_heads, 1, 4096),
-    INT("model", "n_kv_heads", model.n_kv_heads, 1, 4096),
-    INT("model", "vocab_size", model.vocab_size, 1, 1 << 24),
-    INT("model", "ffn_dim", model.ffn_dim, 1, 1 << 20),
-    NUM("model", "norm_eps", KEY_FLOAT, model.norm_eps, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
-    INT("model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
-    NUM("model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
-    {"model", "tie_word_embeddings", KEY_BOOL, OFF(model.tie_word_embeddings), 0, 0, 0, 0, NULL},
-    ENUM("model", "rope_type", model.rope_type, "default|llama3"),
-    NUM("model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
-    NUM("model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
-    INT("model", "rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 1, 1 << 24),
-    TEXT("model", "init", KEY_PATH, model.init, 0),
+    INT(FN, "model", "dim", model.dim, 1, 65536),
+    INT(FN, "model", "n_layers", model.n_layers, 1, GT_MAX_LAYERS),
+    INT(FN, "model", "n_heads", model.n_heads, 1, 4096),
+    INT(FN, "model", "n_kv_heads", model.n_kv_heads, 1, 4096),
+    INT(FN, "model", "vocab_size", model.vocab_size, 1, 1 << 24),
+    INT(FN, "model", "ffn_dim", model.ffn_dim, 1, 1 << 20),
+    NUM(FN, "model", "norm_eps", KEY_FLOAT, model.norm_eps, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_theta", KEY_FLOAT, model.rope_theta, 0, INFINITY, MIN_OPEN),
+    INT(RUN, "model", "max_seq_len", model.max_seq_len, 1, 1 << 20),
+    NUM(RUN, "model", "dropout", KEY_FLOAT, model.dropout, 0, 1, MAX_OPEN),
+    PLAIN(FN, "model", "tie_word_embeddings", KEY_BOOL, model.tie_word_embeddings),
+    ENUM(FN, "model", "rope_type", model.rope_type, rope_type_names),
+    NUM(FN, "model", "rope_factor", KEY_DOUBLE, model.rope_factor, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_low_freq_factor", KEY_DOUBLE, model.rope_low_freq_factor, 0, INFINITY, MIN_OPEN),
+    NUM(FN, "model", "rope_high_freq_factor", KEY_DOUBLE, model.rope_high_freq_factor, 0, INFINITY, MIN_OPEN),
+    INT(FN, "model", "rope_original_max_position_embeddings", model.rope_original_max_position_embeddings, 1, 1 << 24),
+    TEXT(RUN, "model", "init", KEY_PATH, model.init, 0),
 
-    INT("train", "seq_len", train.seq_len, 1, 1 << 20),
-    INT("train", "micro_batch", train.micro_batch, 1, 1 << 16),
-    INT("train", "grad_accum", train.grad_accum, 1, 1 << 20),
-    INT("train", "steps", train.steps, 1, INT_MAX),
-    NUM("train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
-    NUM("train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
-    INT("train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
-    ENUM("train", "lr_schedule", train.lr_schedule, "cosine|linear|constant"),
-    NUM("train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
-    NUM("train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
-    NUM("train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
-    NUM("train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
-    NUM("train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
-    {"train", "seed", KEY_U64, OFF(train.seed), 0, 0, 0, 0, NULL},
-    ENUM("train", "precision", train.precision, "auto|fp32|bf16"),
-    ENUM("train", "device", train.device, "auto|cpu|cuda"),
-    ENUM("train", "nonfinite", train.nonfinite, "stop|skip"),
+    INT(RUN, "train", "seq_len", train.seq_len, 1, 1 << 20),
+    INT(RUN, "train", "micro_batch", train.micro_batch, 1, 1 << 16),
+    INT(RUN, "train", "grad_accum", train.grad_accum, 1, 1 << 20),
+    INT(RUN, "train", "steps", train.steps, 1, INT_MAX),
+    NUM(RUN, "train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
+    NUM(RUN, "train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
+    INT(RUN, "train", "warmup_steps", train.warmup_steps, 0, INT_MAX),
+    ENUM(RUN, "train", "lr_schedule", train.lr_schedule, lr_schedule_names),
+    NUM(RUN, "train", "weight_decay", KEY_DOUBLE, train.weight_decay, 0, INFINITY, 0),
+    NUM(RUN, "train", "beta1", KEY_DOUBLE, train.beta1, 0, 1, MAX_OPEN),
+    NUM(RUN, "train", "beta2", KEY_DOUBLE, train.beta2, 0, 1, MAX_OPEN),
+    NUM(RUN, "train", "adam_eps", KEY_DOUBLE, train.adam_eps, 0, INFINITY, MIN_OPEN),
+    NUM(RUN, "train", "grad_clip", KEY_DOUBLE, train.grad_clip, 0, INFINITY, 0),
+    PLAIN(RUN, "train", "seed", KEY_U64, train.seed),
+    ENUM(RUN, "train", "precision", train.precision, precision_names),
+    ENUM(RUN, "train", "device", train.device, device_names),
+    ENUM(RUN, "train", "nonfinite", train.nonfinite, nonfinite_names),
 
-    TEXT("memory", "recompute", KEY_POLICY, memory.recompute, 1),
-    {"memory", "budget", KEY_BYTES, OFF(memory.budget), 0, 0, 0, 0, NULL},
+    TEXT(RUN, "memory", "recompute", KEY_POLICY, memory.recompute, 1),
+    PLAIN(RUN, "memory", "budget", KEY_BYTES, memory.budget),
 
-    ENUM("dist", "shard", dist.shard, "none|optimizer|gradients|parameters|auto"),
-    ENUM("dist", "comm", dist.comm, "auto|nccl|mpi"),
-    ENUM("dist", "grad_sync", dist.grad_sync, "auto|step|micro"),
-    INT("dist", "prefetch", dist.prefetch, 0, 8),
+    ENUM(RUN, "dist", "shard", dist.shard, shard_names),
+    ENUM(RUN, "dist", "comm", dist.comm, comm_names),
+    ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
+    INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
 
-    TEXT("data", "train", KEY_PATH, data.train, 1),
-    TEXT("data", "val", KEY_PATH, data.val, 0),
-    INT("data", "val_every", data.val_every, 0, INT_MAX),
-    INT("data", "val_batches", data.val_batches, 1, 1 << 20),
+    TEXT(RUN, "data", "train", KEY_PATH, data.train, 1),
+    TEXT(RUN, "data", "val", KEY_PATH, data.val, 0),
+    INT(RUN, "data", "val_every", data.val_every, 0, INT_MAX),
+    INT(RUN, "data", "val_batches", data.val_batches, 1, 1 << 20),
 
-    TEXT("checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
-    INT("checkpoint", "every", checkpoint.every, 0, INT_MAX),
-    NUM("checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
-    INT("checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
-    TEXT("checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
-    ENUM("checkpoint", "allow_model_change", checkpoint.allow_model_change, "false|true"),
+    TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
+    INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    NUM(RUN, "checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
+    INT(RUN, "checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
+    TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
+    PLAIN(RUN, "checkpoint", "allow_model_change", KEY_BOOL, checkpoint.allow_model_change),
 
-    INT("log", "every", log.every, 1, INT_MAX),
-    TEXT("log", "metrics", KEY_PATH, log.metrics, 0),
+    INT(RUN, "log", "every", log.every, 1, INT_MAX),
+    TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -146,7 +174,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->model = (gt_model_config){
         .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .vocab_size = 256, .ffn_dim = 352,
         .max_seq_len = 256, .norm_eps = 1e-5f, .rope_theta = 10000.0f, .dropout = 0.0f,
-        .tie_word_embeddings = 0, .rope_type = "default",
+        .tie_word_embeddings = 0, .rope_type = GT_ROPE_DEFAULT,
         /* LLaMA-3.1's values; they only matter with rope_type = llama3 */
         .rope_factor = 8.0, .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
         .rope_original_max_position_embeddings = 8192,
@@ -158,21 +186,21 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.lr = 3e-3;
     cfg->train.min_lr = 3e-4;
     cfg->train.warmup_steps = 20;
-    snprintf(cfg->train.lr_schedule, sizeof cfg->train.lr_schedule, "cosine");
+    cfg->train.lr_schedule = GT_LR_COSINE;
     cfg->train.weight_decay = 0.1;
     cfg->train.beta1 = 0.9;
     cfg->train.beta2 = 0.95;
     cfg->train.adam_eps = 1e-8;
     cfg->train.grad_clip = 1.0;
     cfg->train.seed = 1337;
-    snprintf(cfg->train.precision, sizeof cfg->train.precision, "auto");
-    snprintf(cfg->train.device, sizeof cfg->train.device, "auto");
-    snprintf(cfg->train.nonfinite, sizeof cfg->train.nonfinite, "stop");
+    cfg->train.precision = GT_PRECISION_AUTO;
+    cfg->train.device = GT_DEVICE_AUTO;
+    cfg->train.nonfinite = GT_NONFINITE_STOP;
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
-    snprintf(cfg->dist.shard, sizeof cfg->dist.shard, "optimizer");
-    snprintf(cfg->dist.comm, sizeof cfg->dist.comm, "auto");
-    snprintf(cfg->dist.grad_sync, sizeof cfg->dist.grad_sync, "auto");
+    cfg->dist.shard = GT_SHARD_OPTIMIZER;
+    cfg->dist.comm = GT_COMM_AUTO;
+    cfg->dist.grad_sync = GT_GRAD_SYNC_AUTO;
     cfg->dist.prefetch = 1;
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
@@ -182,7 +210,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
-    snprintf(cfg->checkpoint.allow_model_change, sizeof cfg->checkpoint.allow_model_change, "false");
+    cfg->checkpoint.allow_model_change = 0;
     cfg->log.every = 1;
 }
 
@@ -208,7 +236,7 @@ typedef struct loader {
     size_t err_len;
     int failed;
     int err_line;     /* the file line of the first handler error, 0 if none */
-    char notes[1024]; /* notes for an accepted config, one per line */
+    char notes[4096]; /* notes for an accepted config, one per line */
 
     /* the reader's side: a FILE or a string, the current line number, the last line in full */
     FILE *file;
@@ -341,15 +369,9 @@ static void expected_text(const key_spec *ks, char *out, size_t len) {
     case KEY_BYTES: snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset"); break;
     case KEY_ENUM:
         snprintf(out, len, "one of ");
-        for (const char *c = ks->choices; *c; c++) {
+        for (int i = 0; ks->names[i]; i++) {
             size_t at = strlen(out);
-            if (at + 3 >= len) break;
-            if (*c == '|') {
-                snprintf(out + at, len - at, ", ");
-            } else {
-                out[at] = *c;
-                out[at + 1] = '\0';
-            }
+            snprintf(out + at, len - at, "%s%s", i ? ", " : "", ks->names[i]);
         }
         break;
     case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
@@ -395,16 +417,11 @@ static int in_range(const key_spec *ks, double v) {
     return 1;
 }
 
-static int enum_has(const char *choices, const char *value) {
-    size_t n = strlen(value);
-    for (const char *c = choices; *c;) {
-        const char *bar = strchr(c, '|');
-        size_t len = bar ? (size_t)(bar - c) : strlen(c);
-        if (len == n && n > 0 && strncmp(c, value, n) == 0) return 1;
-        if (!bar) break;
-        c = bar + 1;
-    }
-    return 0;
+/* The enum value whose name is `value`, or -1. */
+static int enum_value(const char *const *names, const char *value) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], value) == 0) return i;
+    return -1;
 }
 
 /* Sets key k from text. On a bad value, fails with `prefix: MESSAGE (expected ...)`. */
@@ -465,13 +482,16 @@ static int set_key(loader *ld, int k, const char *value, const char *prefix) {
         }
         *(int *)field = strcmp(value, "true") == 0;
         return 0;
-    case KEY_ENUM:
-        if (!enum_has(ks->choices, value)) {
+    case KEY_ENUM: {
+        int v = enum_value(ks->names, value);
+        if (v < 0) {
             fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
             return -1;
         }
-        snprintf(field, ks->size, "%s", value);
+        _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int");
+        *(int *)field = v;
         return 0;
+    }
     case KEY_PATH:
     case KEY_POLICY:
     case KEY_RESUME:
@@ -750,7 +770,7 @@ static void check_across(loader *ld) {
         fail_at(ld, blame(ld, "model", "n_kv_heads", "model", "n_heads"),
                 "n_kv_heads %d does not divide n_heads %d (expected n_heads to be a multiple of n_kv_heads)",
                 m->n_kv_heads, m->n_heads);
-    if (strcmp(m->rope_type, "llama3") == 0 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
+    if (m->rope_type == GT_ROPE_LLAMA3 && !(m->rope_high_freq_factor > m->rope_low_freq_factor))
         fail_at(ld, blame(ld, "model", "rope_high_freq_factor", "model", "rope_low_freq_factor"),
                 "rope_high_freq_factor %g is not above rope_low_freq_factor %g (expected high > low: llama3 "
                 "scaling divides by their difference)", m->rope_high_freq_factor, m->rope_low_freq_factor);
@@ -769,10 +789,10 @@ static void check_across(loader *ld) {
              c->train.warmup_steps, c->train.steps, c->train.steps);
         ld->cfg->train.warmup_steps = c->train.steps;
     }
-    if (strcmp(c->train.precision, "bf16") == 0 && strcmp(c->train.device, "cpu") == 0)
+    if (c->train.precision == GT_PRECISION_BF16 && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "train", "precision", "train", "device"),
                 "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
-    if (strcmp(c->dist.comm, "nccl") == 0 && strcmp(c->train.device, "cpu") == 0)
+    if (c->dist.comm == GT_COMM_NCCL && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
                 "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");
 
@@ -788,15 +808,150 @@ static void check_across(loader *ld) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * memory.recompute: the names follow Megatron-LM (recompute-granularity full|selective,
+ * recompute-method uniform|block) and Chen et al. 2016 (sqrt(N) segments)
+ * ---------------------------------------------------------------------------------------------- */
+
+static int parse_k(const char *text, int *k) {
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0') return -1;
+    if (v < -1000000 || v > 1000000) return -1;
+    *k = (int)v;
+    return 0;
+}
+
+int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len) {
+    memset(policy, 0, sizeof *policy);
+    static const char *expected = "none, full, selective, sqrt, auto, uniform:K or blocks:K";
+    if (strcmp(text, "none") == 0) { policy->kind = GT_POLICY_NONE; return 0; }
+    if (strcmp(text, "full") == 0) { policy->kind = GT_POLICY_FULL; policy->k = 1; return 0; }
+    if (strcmp(text, "selective") == 0) { policy->kind = GT_POLICY_SELECTIVE; return 0; }
+    if (strcmp(text, "auto") == 0) { policy->kind = GT_POLICY_AUTO; return 0; }
+    if (strcmp(text, "sqrt") == 0) {
+        policy->kind = GT_POLICY_SQRT;
+        int k = (int)lround(sqrt((double)n_layers));
+        policy->k = k < 1 ? 1 : k;
+        return 0;
+    }
+    const char *colon = strchr(text, ':');
+    if (colon) {
+        size_t head = (size_t)(colon - text);
+        int k;
+        int is_uniform = head == 7 && strncmp(text, "uniform", 7) == 0;
+        int is_blocks = head == 6 && strncmp(text, "blocks", 6) == 0;
+        if (is_uniform || is_blocks) {
+            if (parse_k(colon + 1, &k) != 0) {
+                snprintf(err, err_len, "'%s': K must be an integer (expected %s)", text, expected);
+                return -1;
+            }
+            if (is_uniform && (k < 1 || k > n_layers)) {
+                snprintf(err, err_len, "'%s': K must be in 1..%d (the number of layers)", text, n_layers);
+                return -1;
+            }
+            if (is_blocks && (k < 0 || k > n_layers)) {
+                snprintf(err, err_len, "'%s': K must be in 0..%d (the number of layers)", text, n_layers);
+                return -1;
+            }
+            policy->kind = is_uniform ? GT_POLICY_UNIFORM : GT_POLICY_BLOCKS;
+            policy->k = k;
+            return 0;
+        }
+    }
+    snprintf(err, err_len, "unknown recompute policy '%s' (expected %s)", text, expected);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * model.init: the [model] keys of a Hugging Face config.json
+ * ---------------------------------------------------------------------------------------------- */
+
+static void format_value(const gt_config *cfg, int k, char *value, size_t len);
+
+/* What config.json calls the FN keys (hf_config.c reads them). */
+static const struct {
+    const char *key, *json;
+} hf_names[] = {
+    {"dim", "hidden_size"}, {"n_layers", "num_hidden_layers"}, {"n_heads", "num_attention_heads"},
+    {"n_kv_heads", "num_key_value_heads"}, {"vocab_size", "vocab_size"}, {"ffn_dim", "intermediate_size"},
+    {"norm_eps", "rms_norm_eps"}, {"rope_theta", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
+    {"rope_type", "rope_type"}, {"rope_factor", "rope factor"}, {"rope_low_freq_factor", "rope low_freq_factor"},
+    {"rope_high_freq_factor", "rope high_freq_factor"},
+    {"rope_original_max_position_embeddings", "rope original_max_position_embeddings"},
+};
+
+static size_t field_size(const key_spec *ks) {
+    switch (ks->type) {
+    case KEY_FLOAT: return sizeof(float);
+    case KEY_DOUBLE: return sizeof(double);
+    case KEY_U64: case KEY_BYTES: return sizeof(uint64_t);
+    case KEY_INT: case KEY_BOOL: case KEY_ENUM: return sizeof(int);
+    default: return ks->size;
+    }
+}
+
+static void append(char *out, size_t len, const char *fmt, ...) {
+    size_t used = strlen(out);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
+    if (taken_len) taken[0] = '\0';
+    gt_config from = *cfg;
+    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return 2;
+    char mismatches[4096] = "";
+    for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
+        int k = key_index("model", hf_names[i].key);
+        if (strncmp(hf_names[i].key, "rope_", 5) == 0 && k != key_index("model", "rope_theta") &&
+            k != key_index("model", "rope_type") && from.model.rope_type != GT_ROPE_LLAMA3)
+            continue; /* llama3's numbers mean nothing to default RoPE */
+        char json_value[64], ini_value[64];
+        format_value(&from, k, json_value, sizeof json_value);
+        format_value(cfg, k, ini_value, sizeof ini_value);
+        int line = cfg->key_line[k];
+        const char *field = (const char *)&from + keys[k].offset;
+        key_type type = keys[k].type;
+        double number = type == KEY_INT     ? *(const int *)field
+                        : type == KEY_FLOAT  ? *(const float *)field
+                        : type == KEY_DOUBLE ? *(const double *)field
+                                             : 0;
+        if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
+            char expected[128];
+            expected_text(&keys[k], expected, sizeof expected);
+            append(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
+                   mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
+        } else if (take && line == 0) {
+            memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
+            if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
+                append(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
+        } else if (strcmp(json_value, ini_value) != 0) {
+            char where[GT_PATH_MAX + 96];
+            if (line > 0)
+                snprintf(where, sizeof where, "%s:%d [model] %s", cfg->path, line, keys[k].name);
+            else if (line < 0)
+                snprintf(where, sizeof where, "[model] %s (set on the command line)", keys[k].name);
+            else
+                snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", keys[k].name,
+                         cfg->path[0] ? cfg->path : "the INI");
+            append(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
+                   hf_names[i].json, json_value, where, ini_value);
+        }
+    }
+    if (!mismatches[0]) return 0;
+    snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
+             "that they are taken from config.json)", cfg->model.init, mismatches);
+    return 2;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Public functions
  * ---------------------------------------------------------------------------------------------- */
 
-static void remember_data_lines(gt_config *cfg, const loader *ld) {
-    const origin *t = &ld->where[key_index("data", "train")], *v = &ld->where[key_index("data", "val")];
-    cfg->data_train_line = t->kind == ORIGIN_FILE ? t->line : t->kind == ORIGIN_CLI ? -1 : 0;
-    cfg->data_val_line = v->kind == ORIGIN_FILE ? v->line : v->kind == ORIGIN_CLI ? -1 : 0;
-    const origin *m = &ld->where[key_index("log", "metrics")];
-    cfg->log_metrics_line = m->kind == ORIGIN_FILE ? m->line : m->kind == ORIGIN_CLI ? -1 : 0;
+static void remember_lines(gt_config *cfg, const loader *ld) {
     _Static_assert(N_KEYS <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
     for (int k = 0; k < N_KEYS; k++) {
         const origin *o = &ld->where[k];
@@ -807,6 +962,48 @@ static void remember_data_lines(gt_config *cfg, const loader *ld) {
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name) {
     int k = key_index(section, name);
     return k < 0 ? 0 : cfg->key_line[k];
+}
+
+gt_resume gt_config_resume(const gt_config *cfg) {
+    const char *r = cfg->checkpoint.resume;
+    return strcmp(r, "auto") == 0 ? GT_RESUME_AUTO : strcmp(r, "never") == 0 ? GT_RESUME_NEVER : GT_RESUME_PATH;
+}
+
+void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) {
+        snprintf(out, len, "%s: [%s] %s", cfg->path, section, name);
+        return;
+    }
+    int line = cfg->key_line[k];
+    char value[GT_PATH_MAX + 64];
+    format_value(cfg, k, value, sizeof value);
+    if (line < 0)
+        snprintf(out, len, "command line: %s.%s=%s", section, name, value);
+    else if (line > 0)
+        snprintf(out, len, "%s:%d: [%s] %s", cfg->path, line, section, name);
+    else
+        snprintf(out, len, "%s%s[%s] %s (default)", cfg->path, cfg->path[0] ? ": " : "", section, name);
+}
+
+/* model.init set in a config the user wrote: the [model] keys it leaves out come from config.json,
+ * the ones it sets must agree (a stored /config sets every key, so this is for gt_config_load only).
+ * A config.json that cannot be read is no error here when nothing needs taking: the import reports
+ * it when it reads the weights, which a run that resumes from a state file never does. */
+static void take_from_init(loader *ld) {
+    gt_config *cfg = ld->cfg;
+    char taken[1024], msg[4096];
+    int all_set = 1;
+    for (int k = 0; k < N_KEYS; k++) all_set &= !keys[k].changes_model || cfg->key_line[k] != 0;
+    gt_model_config probe;
+    if (all_set && gt_hf_read_config(cfg->model.init, &probe, msg, sizeof msg) != 0) return;
+    if (gt_config_apply_init(cfg, 1, taken, sizeof taken, msg, sizeof msg) != 0) {
+        fail(ld, "%s", msg);
+        return;
+    }
+    if (taken[0])
+        note(ld, "note: [model] init = %s: taken from its config.json (the INI leaves them out): %s", cfg->model.init,
+             taken);
 }
 
 static int load(gt_config *cfg, const char *name, FILE *file, const char *text, int n_overrides,
@@ -832,9 +1029,10 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
         note(&ld, "warning: %s sets no keys: %s (configs/README.md lists them)", ld.name,
              n_overrides ? "every key not overridden on the command line has its default" : "every key has its default");
     for (int i = 0; i < n_overrides && !ld.failed; i++) apply_override(&ld, overrides[i]);
+    remember_lines(cfg, &ld);
+    if (!ld.failed && file && cfg->model.init[0]) take_from_init(&ld);
     if (!ld.failed) check_across(&ld);
     free(ld.full);
-    remember_data_lines(cfg, &ld);
     if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
     return ld.failed ? 2 : 0;
 }
@@ -866,15 +1064,9 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 
 /* data.train / data.val: every file of the spec (commas, globs: data.h) must exist and be readable;
  * a pattern matching nothing is an error too. Headers are checked later, by the loader. */
-static int check_one_file(const gt_config *cfg, const char *key, const char *spec, int line, char *err,
-                          size_t err_len) {
+static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
-    if (line > 0)
-        snprintf(where, sizeof where, "%s:%d: [data] %s", cfg->path, line, key);
-    else if (line < 0)
-        snprintf(where, sizeof where, "command line: data.%s=%s", key, spec);
-    else
-        snprintf(where, sizeof where, "%s%s[data] %s (default)", cfg->path, cfg->path[0] ? ": " : "", key);
+    gt_config_where(cfg, "data", key, where, sizeof where);
     static const char expected[] =
         "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
         "paths separated by commas, or a glob";
@@ -907,10 +1099,7 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
     const char *path = cfg->log.metrics;
     if (!path[0]) return 0;
     char where[GT_PATH_MAX * 2 + 64];
-    if (cfg->log_metrics_line > 0)
-        snprintf(where, sizeof where, "%s:%d: [log] metrics", cfg->path, cfg->log_metrics_line);
-    else
-        snprintf(where, sizeof where, "command line: log.metrics=%s", path);
+    gt_config_where(cfg, "log", "metrics", where, sizeof where);
     /* mkdir -p of the parent: "runs/x/metrics.jsonl" works before runs/x exists */
     char dir[GT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
@@ -938,8 +1127,8 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
-    if (check_one_file(cfg, "train", cfg->data.train, cfg->data_train_line, err, err_len)) return 2;
-    if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, cfg->data_val_line, err, err_len))
+    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return 2;
+    if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, err, err_len))
         return 2;
     return 0;
 }
@@ -970,6 +1159,34 @@ static void shortest_number(double v, int is_float, char *out, size_t len) {
     }
 }
 
+/* Key k's value in cfg as the INI spells it: what gt_config_to_ini writes and a change names. */
+static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
+    const key_spec *ks = &keys[k];
+    const char *field = (const char *)cfg + ks->offset;
+    switch (ks->type) {
+    case KEY_INT: snprintf(value, len, "%d", *(const int *)field); break;
+    case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, len); break;
+    case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, len); break;
+    case KEY_U64: snprintf(value, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, len); break;
+    case KEY_BOOL: snprintf(value, len, "%s", *(const int *)field ? "true" : "false"); break;
+    case KEY_ENUM: snprintf(value, len, "%s", ks->names[*(const int *)field]); break;
+    default: snprintf(value, len, "%s", field); break;
+    }
+}
+
+void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user) {
+    for (int k = 0; k < N_KEYS; k++) {
+        if (was->key_line[k] == 0) continue;
+        char a[GT_PATH_MAX + 64], b[GT_PATH_MAX + 64], key[128];
+        format_value(was, k, a, sizeof a);
+        format_value(now, k, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        snprintf(key, sizeof key, "%s.%s", keys[k].section, keys[k].name);
+        each(user, key, keys[k].changes_model, a, b);
+    }
+}
+
 char *gt_config_to_ini(const gt_config *cfg) {
     size_t cap = 8192, used = 0;
     char *out = malloc(cap);
@@ -978,17 +1195,8 @@ char *gt_config_to_ini(const gt_config *cfg) {
     const char *section = "";
     for (int k = 0; k < N_KEYS; k++) {
         const key_spec *ks = &keys[k];
-        const char *field = (const char *)cfg + ks->offset;
         char value[GT_PATH_MAX + 64];
-        switch (ks->type) {
-        case KEY_INT: snprintf(value, sizeof value, "%d", *(const int *)field); break;
-        case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, sizeof value); break;
-        case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, sizeof value); break;
-        case KEY_U64: snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-        case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, sizeof value); break;
-        case KEY_BOOL: snprintf(value, sizeof value, "%s", *(const int *)field ? "true" : "false"); break;
-        default: snprintf(value, sizeof value, "%s", field); break;
-        }
+        format_value(cfg, k, value, sizeof value);
         /* one section header per change, a key line per key; room for both */
         size_t need = strlen(ks->section) + strlen(ks->name) + strlen(value) + 16;
         if (used + need >= cap) {

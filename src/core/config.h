@@ -16,6 +16,56 @@
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 
+/* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
+ * to parse the INI, to print banners and to write the /config text of state files; gt_*_name gives
+ * the name of a value as the INI spells it. */
+typedef enum gt_device { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device;
+typedef enum gt_precision { GT_PRECISION_AUTO, GT_PRECISION_FP32, GT_PRECISION_BF16 } gt_precision;
+typedef enum gt_nonfinite { GT_NONFINITE_STOP, GT_NONFINITE_SKIP } gt_nonfinite;
+typedef enum gt_lr_schedule { GT_LR_COSINE, GT_LR_LINEAR, GT_LR_CONSTANT } gt_lr_schedule;
+/* the values of none..parameters are the ZeRO stages 0..3 */
+typedef enum gt_shard_stage {
+    GT_SHARD_NONE, GT_SHARD_OPTIMIZER, GT_SHARD_GRADIENTS, GT_SHARD_PARAMETERS, GT_SHARD_AUTO
+} gt_shard_stage;
+typedef enum gt_comm_choice { GT_COMM_AUTO, GT_COMM_NCCL, GT_COMM_MPI } gt_comm_choice;
+typedef enum gt_grad_sync { GT_GRAD_SYNC_AUTO, GT_GRAD_SYNC_STEP, GT_GRAD_SYNC_MICRO } gt_grad_sync;
+typedef enum gt_rope_type { GT_ROPE_DEFAULT, GT_ROPE_LLAMA3 } gt_rope_type;
+/* checkpoint.resume is auto, never or a path: the text stays in the config (a path has no name
+ * table); gt_config_resume says which */
+typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_resume;
+
+#define GT_MAX_LAYERS 1024 /* blocks a model may have (the recompute plan has a byte per block) */
+
+/* memory.recompute, parsed: the text stays in the config (banners and /config print it as written),
+ * because K's range and sqrt's K depend on n_layers; gt_policy_parse reads it. */
+typedef enum gt_policy_kind {
+    GT_POLICY_NONE,
+    GT_POLICY_FULL,
+    GT_POLICY_UNIFORM,   /* uniform:K */
+    GT_POLICY_SQRT,      /* uniform with K = round(sqrt(N)) */
+    GT_POLICY_BLOCKS,    /* blocks:K — the first K blocks recompute */
+    GT_POLICY_SELECTIVE,
+    GT_POLICY_AUTO,      /* planner picks for memory.budget */
+} gt_policy_kind;
+
+typedef struct gt_policy {
+    gt_policy_kind kind;
+    int k;               /* K of uniform:K and blocks:K */
+} gt_policy;
+
+/* Parses a policy string for a model of n_layers blocks. 0, or -1 with a message in err that says
+ * what was expected (K range included). */
+int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len);
+
+const char *gt_device_name(gt_device v);
+const char *gt_precision_name(gt_precision v);
+const char *gt_nonfinite_name(gt_nonfinite v);
+const char *gt_lr_schedule_name(gt_lr_schedule v);
+const char *gt_shard_stage_name(gt_shard_stage v);
+const char *gt_comm_choice_name(gt_comm_choice v);
+const char *gt_grad_sync_name(gt_grad_sync v);
+const char *gt_rope_type_name(gt_rope_type v);
+
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */
     int n_layers;      /* N, transformer blocks */
@@ -28,9 +78,9 @@ typedef struct gt_model_config {
     float rope_theta;
     float dropout;     /* attention-probability and residual-branch dropout, training only */
     int tie_word_embeddings; /* 1: the LM head is model.embed_tokens.weight (no lm_head.weight) */
-    /* RoPE frequency scaling, Hugging Face's rope_parameters / rope_scaling: rope_type "default"
-     * (none) or "llama3" (LLaMA-3.1: the four numbers below, as transformers names them) */
-    char rope_type[16];
+    /* RoPE frequency scaling, Hugging Face's rope_parameters / rope_scaling: rope_type default
+     * (none) or llama3 (LLaMA-3.1: the four numbers below, as transformers names them) */
+    gt_rope_type rope_type;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_position_embeddings;
     char init[GT_PATH_MAX]; /* a Hugging Face checkpoint directory to start from; "" = random init */
@@ -45,22 +95,23 @@ typedef struct gt_config {
         int steps;             /* optimizer steps in total */
         double lr, min_lr;
         int warmup_steps;
-        char lr_schedule[16];  /* cosine | linear | constant */
+        gt_lr_schedule lr_schedule;
         double weight_decay, beta1, beta2, adam_eps;
         double grad_clip;      /* global norm; 0 disables clipping */
         uint64_t seed;
-        char precision[8];     /* fp32 | bf16 | auto (bf16 on cuda, fp32 on cpu) */
-        char device[8];        /* auto | cpu | cuda */
-        char nonfinite[8];     /* stop | skip: a step whose loss or gradient norm is not finite */
+        gt_precision precision; /* auto: bf16 on cuda, fp32 on cpu */
+        gt_device device;
+        gt_nonfinite nonfinite; /* what a step whose loss or gradient norm is not finite does */
     } train;
     struct {
-        char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto */
+        char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because
+                                * K's range depends on n_layers; gt_policy_parse (above) reads it */
         uint64_t budget;       /* bytes per rank, 0 = unset */
     } memory;
     struct {
-        char shard[16];        /* none | optimizer | gradients | parameters */
-        char comm[8];          /* auto | nccl | mpi */
-        char grad_sync[8];     /* auto | step | micro: when ZeRO-2/3 reduce gradients (zero.h) */
+        gt_shard_stage shard;
+        gt_comm_choice comm;
+        gt_grad_sync grad_sync; /* when ZeRO-2/3 reduce gradients (zero.h) */
         int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8) */
     } dist;
     struct {
@@ -75,7 +126,7 @@ typedef struct gt_config {
         double every_minutes;  /* also save when this many minutes passed since the last save; 0 = off */
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
-        char allow_model_change[8]; /* false | true: resume a file saved with other model keys */
+        int allow_model_change; /* 1: resume a file saved with other values of model keys */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */
@@ -84,11 +135,8 @@ typedef struct gt_config {
 
     char path[GT_PATH_MAX];    /* the config file it came from */
 
-    /* Where data.train and data.val were set, so gt_config_check_files can name the line:
+    /* Where each key was set, in the order of config.c's key table (gt_config_key_line reads it):
      * a line of `path`, 0 = default, -1 = command line. Filled by gt_config_load. */
-    int data_train_line, data_val_line;
-    int log_metrics_line; /* the same for log.metrics */
-    /* The same for every key, in the order of config.c's key table (gt_config_key_line reads it). */
     int key_line[GT_CONFIG_MAX_KEYS];
 } gt_config;
 
@@ -96,13 +144,22 @@ typedef struct gt_config {
  * default (0; also for a name that is no key). */
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
 
+/* Where [section] name was set, as a message about its value begins: "run.ini:12: [checkpoint] dir",
+ * "command line: checkpoint.dir=VALUE" or "run.ini: [checkpoint] dir (default)". */
+void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
+
+/* Which of auto, never or a path checkpoint.resume is. */
+gt_resume gt_config_resume(const gt_config *cfg);
+
 /* Defaults for every key (the tiny CPU model). */
 void gt_config_defaults(gt_config *cfg);
 
-/* Loads `path`, applies `overrides` ("section.key=value"), validates everything but the
- * existence of data files. Returns 0, or 2 with a message in err. On 0, err holds the notes worth
- * printing (one per line, e.g. "note: ...: the warm-up is shortened to 10 steps", "warning: ... sets
- * no keys"), or "". A warmup_steps above steps is no error: the warm-up is cut to steps. */
+/* Loads `path`, applies `overrides` ("section.key=value"), takes the [model] keys left unset from
+ * model.init's config.json when model.init is set (gt_config_apply_init; a note lists them),
+ * validates everything but the existence of data files. Returns 0, or 2 with a message in err. On 0,
+ * err holds the notes worth printing (one per line, e.g. "note: ...: the warm-up is shortened to 10
+ * steps", "warning: ... sets no keys"), or "". A warmup_steps above steps is no error: the warm-up
+ * is cut to steps. */
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
                    size_t err_len);
 
@@ -122,6 +179,28 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len);
 /* Writes the effective configuration (every key, after overrides) as INI text into a malloc'd
  * string: stored in training-state files and printed by --plan. */
 char *gt_config_to_ini(const gt_config *cfg);
+
+/* Calls each(user, "section.key", changes_model, was, now) for every key whose value differs between
+ * `was` and `now`, in the key table's order, with both values as gt_config_to_ini writes them.
+ * changes_model: the key changes the function the model computes (config.c's FN column). Keys `was`
+ * did not set are skipped: a /config written by an older gtrain lacks the keys added since. */
+typedef void gt_config_change_fn(void *user, const char *key, int changes_model, const char *was, const char *now);
+void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user);
+
+/* The [model] values a Hugging Face checkpoint directory's config.json determines (hf_config.c):
+ * dim, n_layers, n_heads, n_kv_heads, vocab_size, ffn_dim, norm_eps, rope_theta, rope_type and
+ * rope_*, tie_word_embeddings; max_seq_len from max_position_embeddings; the rest are defaults.
+ * Refuses attention_bias/mlp_bias true, a head_dim other than hidden_size/num_attention_heads,
+ * activations other than silu and RoPE types other than default and llama3. 0, or 2 with err. */
+int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t err_len);
+
+/* model.init = DIR: compares DIR/config.json with cfg's keys that change the model's function (the
+ * FN keys; rope_factor and its kin only for llama3 RoPE). With `take`, a key cfg left at its default
+ * (set neither in the file nor on the command line) is taken from config.json instead, and `taken`
+ * receives "dim = 64, n_layers = 2, ..." (or ""). Every mismatch comes in one message naming both
+ * values and where the INI's was set. max_seq_len and dropout are the run's choice. gt_config_load
+ * calls it with take = 1. 0, or 2 with err. */
+int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len);
 
 /* Parses a byte size: "123", "64KiB", "70GiB", "1.5GB", "2TiB". 0 on success, -1 on bad input. */
 int gt_parse_bytes(const char *text, uint64_t *bytes);

@@ -147,7 +147,7 @@ static int run_plan(int argc, char **argv) {
         return 2;
     }
     gt_config cfg;
-    char err[2048];
+    char err[8192]; /* room for every model.init mismatch */
     int loaded = gt_config_load(&cfg, argv[i], argc - i - 1, argv + i + 1, err, sizeof err);
     free(rest);
     if (loaded != 0) {
@@ -156,9 +156,9 @@ static int run_plan(int argc, char **argv) {
     }
     print_notes(err);
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
-    int gpu = strcmp(cfg.train.device, "cuda") == 0 ||
-              (strcmp(cfg.train.device, "auto") == 0 && strcmp(cfg.train.precision, "bf16") == 0);
-    int bf16 = gpu && strcmp(cfg.train.precision, "fp32") != 0;
+    int gpu = cfg.train.device == GT_DEVICE_CUDA ||
+              (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);
+    int bf16 = gpu && cfg.train.precision != GT_PRECISION_FP32;
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;
-    char err[2048];
+    char err[8192]; /* room for every model.init mismatch */
     int code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
     if (code == 0 && rank == 0) code = gt_config_check_metrics(&cfg, err, sizeof err);
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);

@@ -3,10 +3,9 @@
  * DIR/config.json, then DIR/model.safetensors, or the shards DIR/model-0000i-of-0000n.safetensors
  * listed by DIR/model.safetensors.index.json.
  *
- * config.json is CHECKED against the INI's [model], never used to fill it: the INI stays the one
- * description of the run (state files store it), and a mismatch is an error naming the key and both
- * values. Both spellings of RoPE found in the wild are read: `rope_theta` + `rope_scaling` (published
- * checkpoints) and `rope_parameters` (what transformers 5 writes).
+ * config.json (read by hf_config.c) fills the [model] keys the INI leaves out and is checked against
+ * the ones it sets (config.c, gt_config_apply_init): the effective config stays the one description
+ * of the run (state files store it), and every mismatch is named in one message.
  *
  * The weights are read natively (safetensors.h parses each file's header); a rank reads only the
  * bytes of the elements it asks for (its ZeRO slice of the flat parameter vector, src/dist/shard.h)
@@ -27,16 +26,10 @@
 
 /* ---- config.json ---- */
 
-/* The [model] values DIR/config.json determines (dim, n_layers, n_heads, n_kv_heads, vocab_size,
- * ffn_dim, norm_eps, rope_theta, rope_type and rope_*, tie_word_embeddings; max_seq_len from
- * max_position_embeddings). Refuses attention_bias/mlp_bias true, a head_dim other than
- * hidden_size/num_attention_heads, activations other than silu and RoPE types other than default
- * and llama3. 0, or 2 with err. */
-int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t err_len);
-
-/* Compares DIR/config.json with cfg->model. max_seq_len and dropout are the run's choice and not
- * compared. 0, or 2 with err naming the key, both values and where the INI value was set
- * ("run.ini:12", the command line, or the default). */
+/* gt_hf_read_config (config.json's [model] values) is declared in config.h: config.c uses it for
+ * model.init. This compares DIR/config.json with cfg->model, as gt_config_apply_init does without
+ * taking anything: every mismatch in one message naming the keys, both values and where each INI
+ * value was set ("run.ini:12", the command line, or the default). 0, or 2 with err. */
 int gt_hf_check_config(const char *dir, const gt_config *cfg, char *err, size_t err_len);
 
 /* ---- weights ---- */

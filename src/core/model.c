@@ -155,7 +155,7 @@ static void act_free(gt_model *m, void *p, size_t bytes) {
 void gt_rope_inv_freq(const gt_model_config *cfg, float *inv_freq) {
     int HD = cfg->dim / cfg->n_heads, half = HD / 2;
     for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(cfg->rope_theta, (float)(2 * i) / (float)HD);
-    if (strcmp(cfg->rope_type, "llama3") != 0) return;
+    if (cfg->rope_type != GT_ROPE_LLAMA3) return;
     const float factor = (float)cfg->rope_factor;
     const float low = (float)cfg->rope_low_freq_factor;
     const double old_len = (double)cfg->rope_original_max_position_embeddings;

@@ -69,10 +69,10 @@ double gt_lr_at(const gt_config *cfg, int step) {
     double lr = cfg->train.lr, min_lr = cfg->train.min_lr;
     int warmup = cfg->train.warmup_steps, steps = cfg->train.steps;
     if (warmup > 0 && step <= warmup) return lr * step / warmup;
-    if (strcmp(cfg->train.lr_schedule, "constant") == 0 || steps <= warmup) return lr;
+    if (cfg->train.lr_schedule == GT_LR_CONSTANT || steps <= warmup) return lr;
     double progress = (double)(step - warmup) / (double)(steps - warmup);
     if (progress > 1.0) progress = 1.0;
-    if (strcmp(cfg->train.lr_schedule, "linear") == 0) return lr - (lr - min_lr) * progress;
+    if (cfg->train.lr_schedule == GT_LR_LINEAR) return lr - (lr - min_lr) * progress;
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * progress));
 }
 

@@ -17,7 +17,6 @@
 #include "planner.h"
 #include "bytes.h"
 #include "model.h"
-#include "stages.h"
 #include "zero.h"
 
 #include <math.h>
@@ -168,8 +167,8 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *down = 2 * BT * F * C; /* the down-projection: not re-run for a segment's last block (model.c) */
 }
 
-int gt_plan_uses_nccl(int cuda, int world, const char *comm) {
-    return cuda && (strcmp(comm, "nccl") == 0 || (strcmp(comm, "auto") == 0 && world > 1));
+int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm) {
+    return cuda && (comm == GT_COMM_NCCL || (comm == GT_COMM_AUTO && world > 1));
 }
 
 /* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (wmma_selected, cuda_attention_wmma.cu); the
@@ -184,7 +183,7 @@ uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, 
     return rows * 4 * (1 + (uint64_t)(m->dim / m->n_heads));
 }
 
-uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
+uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const gt_model_config *m, int micro_batch,
                                int seq_len) {
     if (!cuda) return 0;
     return GT_PLAN_CUBLASLT_WORKSPACE + (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
@@ -361,10 +360,10 @@ static void report_header(FILE *out, const gt_config *cfg, const gt_mem_shape *s
     int stage = shape->stage;
     fprintf(out, "micro-batch %d x %d tokens, grad_accum %d, %d-byte activations%s, world %d, shard %s%s%s%s\n\n",
             shape->micro_batch, shape->seq_len, shape->grad_accum, shape->act_bytes,
-            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, gt_stage_name(stage),
-            strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+            shape->keep_probs ? ", attention probabilities kept" : "", shape->world, gt_shard_stage_name((gt_shard_stage)stage),
+            cfg->dist.shard == GT_SHARD_AUTO ? " (auto)" : "",
             stage >= 2 ? (shape->grad_micro ? ", grad_sync micro" : ", grad_sync step") : "",
-            stage >= 2 && strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "");
+            stage >= 2 && cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "");
 }
 
 /* Model state at recompute none for worlds 1, 2, 4, 8 and the run's; then the libraries' share. */
@@ -373,7 +372,7 @@ static void report_state_by_world(FILE *out, const gt_config *cfg, const gt_mem_
     int stage = shape->stage;
     fprintf(out, "model state per rank at recompute none (shard %s%s; params and grads are peaks: with ZeRO-3 "
                  "the shard plus gathered units, with grad_sync micro the slice plus unit accumulators):\n",
-            gt_stage_name(stage), stage >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
+            gt_shard_stage_name((gt_shard_stage)stage), stage >= 2 ? (shape->grad_micro ? " / micro" : " / step") : "");
     fprintf(out, "  %6s %14s %14s %14s %14s\n", "world", "params", "grads", "optimizer", "state total");
     int worlds[] = {1, 2, 4, 8, shape->world};
     int n_worlds = shape->world == 1 || shape->world == 2 || shape->world == 4 || shape->world == 8 ? 4 : 5;
@@ -424,7 +423,7 @@ static void report_stages(FILE *out, const gt_mem_shape *shape, const gt_policy 
             gt_mem_estimate e;
             gt_plan_for_policy(&plan, &pol, &ss, &e);
             char label[40], c[8][32];
-            snprintf(label, sizeof label, "ZeRO-%d %s%s", st, gt_stage_name(st), st < 2 ? "" : mi ? " / micro" : " / step");
+            snprintf(label, sizeof label, "ZeRO-%d %s%s", st, gt_shard_stage_name((gt_shard_stage)st), st < 2 ? "" : mi ? " / micro" : " / step");
             uint64_t v[8] = {e.params_bytes, e.gather_bytes, e.grads_bytes, e.grad_buffer_bytes, e.optim_bytes,
                              e.act_peak_bytes, e.total_bytes, (uint64_t)e.comm_bytes};
             for (int k = 0; k < 8; k++) gt_format_bytes(v[k], c[k], sizeof c[k]);
@@ -479,12 +478,12 @@ static void report_choice(FILE *out, const gt_config *cfg, const gt_plan_choice 
     if (c->fits) {
         fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
                      "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
-                gt_stage_name(c->stage), c->stage < 2 ? "-" : c->grad_micro ? "micro" : "step", desc, b1, b2,
+                gt_shard_stage_name((gt_shard_stage)c->stage), c->stage < 2 ? "-" : c->grad_micro ? "micro" : "step", desc, b1, b2,
                 budget ? "the budget " : "(no budget set)", b5,
                 100.0 * c->predicted.recompute_flops / (3.0 * c->predicted.forward_flops), b3);
     } else {
         fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
-                gt_stage_name(c->stage), desc, b1);
+                gt_shard_stage_name((gt_shard_stage)c->stage), desc, b1);
     }
 }
 
@@ -556,20 +555,20 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
 }
 
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world) {
-    int stage = gt_zero_stage(cfg->dist.shard); /* auto: 0 until gt_plan_resolve chooses */
+    int stage = cfg->dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg->dist.shard; /* auto: 0 until gt_plan_resolve chooses */
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
                           stage >= 1,
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
                                                 cfg->train.seq_len),
-                          stage, strcmp(cfg->dist.grad_sync, "micro") == 0, cfg->train.grad_accum, cfg->dist.prefetch};
+                          stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch};
     return shape;
 }
 
 int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choice *c, char *err, size_t err_len) {
     memset(c, 0, sizeof *c);
     if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &c->policy, err, err_len) != 0) return -1;
-    int stage = strcmp(cfg->dist.shard, "auto") == 0 ? -1 : gt_zero_stage(cfg->dist.shard);
-    int want_micro = strcmp(cfg->dist.grad_sync, "auto") == 0 ? -1 : strcmp(cfg->dist.grad_sync, "micro") == 0;
+    int stage = cfg->dist.shard == GT_SHARD_AUTO ? -1 : (int)cfg->dist.shard;
+    int want_micro = cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? -1 : cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO;
     c->shape = *base;
     c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
     c->fits = 1;

@@ -65,9 +65,9 @@ typedef struct gt_mem_estimate {
  * comm: the config's dist.comm (auto | nccl | mpi). */
 #define GT_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
 #define GT_PLAN_NCCL_BUFFERS ((uint64_t)512 << 20)
-int gt_plan_uses_nccl(int cuda, int world, const char *comm);
+int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm);
 uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, int seq_len);
-uint64_t gt_plan_library_bytes(int cuda, int world, const char *comm, const gt_model_config *m, int micro_batch,
+uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const gt_model_config *m, int micro_batch,
                                int seq_len);
 
 /* Predicts memory and FLOPs of `plan` for `shape`. */

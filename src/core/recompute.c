@@ -1,5 +1,5 @@
 /*
- * recompute.c — parsing activation-checkpointing policies and turning them into plans.
+ * recompute.c — turning activation-checkpointing policies (parsed with the config, config.h) into plans.
  *
  * The names follow Megatron-LM (recompute-granularity full|selective, recompute-method
  * uniform|block) and Chen et al. 2016 (sqrt(N) segments). The plan says, per block, what forward
@@ -11,56 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int parse_k(const char *text, int *k) {
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0') return -1;
-    if (v < -1000000 || v > 1000000) return -1;
-    *k = (int)v;
-    return 0;
-}
-
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len) {
-    memset(policy, 0, sizeof *policy);
-    static const char *expected = "none, full, selective, sqrt, auto, uniform:K or blocks:K";
-    if (strcmp(text, "none") == 0) { policy->kind = GT_POLICY_NONE; return 0; }
-    if (strcmp(text, "full") == 0) { policy->kind = GT_POLICY_FULL; policy->k = 1; return 0; }
-    if (strcmp(text, "selective") == 0) { policy->kind = GT_POLICY_SELECTIVE; return 0; }
-    if (strcmp(text, "auto") == 0) { policy->kind = GT_POLICY_AUTO; return 0; }
-    if (strcmp(text, "sqrt") == 0) {
-        policy->kind = GT_POLICY_SQRT;
-        int k = (int)lround(sqrt((double)n_layers));
-        policy->k = k < 1 ? 1 : k;
-        return 0;
-    }
-    const char *colon = strchr(text, ':');
-    if (colon) {
-        size_t head = (size_t)(colon - text);
-        int k;
-        int is_uniform = head == 7 && strncmp(text, "uniform", 7) == 0;
-        int is_blocks = head == 6 && strncmp(text, "blocks", 6) == 0;
-        if (is_uniform || is_blocks) {
-            if (parse_k(colon + 1, &k) != 0) {
-                snprintf(err, err_len, "'%s': K must be an integer (expected %s)", text, expected);
-                return -1;
-            }
-            if (is_uniform && (k < 1 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 1..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            if (is_blocks && (k < 0 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 0..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            policy->kind = is_uniform ? GT_POLICY_UNIFORM : GT_POLICY_BLOCKS;
-            policy->k = k;
-            return 0;
-        }
-    }
-    snprintf(err, err_len, "unknown recompute policy '%s' (expected %s)", text, expected);
-    return -1;
-}
 
 void gt_policy_format(const gt_policy *policy, char *out, size_t out_len) {
     switch (policy->kind) {

@@ -18,20 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum gt_policy_kind {
-    GT_POLICY_NONE,
-    GT_POLICY_FULL,
-    GT_POLICY_UNIFORM,   /* uniform:K */
-    GT_POLICY_SQRT,      /* uniform with K = round(sqrt(N)) */
-    GT_POLICY_BLOCKS,    /* blocks:K — the first K blocks recompute */
-    GT_POLICY_SELECTIVE,
-    GT_POLICY_AUTO,      /* planner picks for memory.budget */
-} gt_policy_kind;
+#include "config.h"
 
-typedef struct gt_policy {
-    gt_policy_kind kind;
-    int k;               /* K of uniform:K and blocks:K */
-} gt_policy;
+/* gt_policy (what memory.recompute says) and gt_policy_parse: config.h, which parses the setting. */
 
 typedef enum gt_block_keep {
     GT_KEEP_ALL = 0,
@@ -39,18 +28,12 @@ typedef enum gt_block_keep {
     GT_KEEP_RECOMPUTE = 2,
 } gt_block_keep;
 
-#define GT_MAX_LAYERS 1024
-
 typedef struct gt_plan {
     int n_blocks;
     uint8_t keep[GT_MAX_LAYERS];        /* gt_block_keep per block */
     uint8_t seg_start[GT_MAX_LAYERS];   /* 1: this block's input is kept (always 1 unless RECOMPUTE
                                            and not first of its segment) */
 } gt_plan;
-
-/* Parses a policy string for a model of n_layers blocks. 0, or -1 with a message in err that says
- * what was expected (K range included). */
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len);
 
 /* Writes the canonical text of a policy ("uniform:4"). */
 void gt_policy_format(const gt_policy *policy, char *out, size_t out_len);

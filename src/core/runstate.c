@@ -16,8 +16,9 @@
  *                        gtrain never deletes them. A file that reads but does not fit the model
  *                        (a tensor's shape) is exit 3 at once: an older file of the same run would
  *                        not fit either. So is one saved with another value of a key that changes
- *                        what the model computes (MODEL_KEYS below), unless
- *                        checkpoint.allow_model_change = true; any other changed key is a note.
+ *                        what the model computes (config.c's key table marks them), checked before
+ *                        any tensor is read, unless checkpoint.allow_model_change = true; any
+ *                        other changed key is a note.
  *   saving               every checkpoint.every steps, every checkpoint.every_minutes (rank 0's
  *                        clock, agreed at a step boundary), at the last step, and on a stop signal:
  *                        write DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
@@ -195,8 +196,11 @@ static int check_dir(gt_run_state *run) {
     host[sizeof host - 1] = '\0';
     int code = 0;
     if (node_rank == 0 && probe_dir(cfg->checkpoint.dir, rank, what, sizeof what) != 0) {
-        snprintf(msg, sizeof msg, "%s: [checkpoint] dir: %s '%s' (rank %d on %s): %s (expected a writable directory)",
-                 cfg->path, what, cfg->checkpoint.dir, rank, host, strerror(errno));
+        char where[GT_PATH_MAX + 128];
+        int os_error = errno;
+        gt_config_where(cfg, "checkpoint", "dir", where, sizeof where);
+        snprintf(msg, sizeof msg, "%s: %s '%s' (rank %d on %s): %s (expected a writable directory)", where, what,
+                 cfg->checkpoint.dir, rank, host, strerror(os_error));
         code = GT_EXIT_BAD_INPUT;
     }
     code = gt_agree_on_failure(run->mpi_comm, code, msg, sizeof msg);
@@ -229,57 +233,6 @@ static int check_dir(gt_run_state *run) {
  * What changed since the save
  * ---------------------------------------------------------------------------------------------- */
 
-/* Keys whose value is part of the function the model computes. A state file saved with another
- * value would be resumed into a different function even when every tensor keeps its shape
- * (n_heads or n_kv_heads at the same dim and kv width, rope_theta, norm_eps), so a change is exit 3
- * unless checkpoint.allow_model_change = true. Shape changes are caught earlier, by tensor, in
- * state.c; they are listed for completeness. Add a key here when the model gains one (RoPE scaling,
- * tied embeddings, ...); a key that a file's /config lacks (an older file) is not compared. */
-static const char *const MODEL_KEYS[] = {
-    "model.dim",        "model.n_layers", "model.n_heads",  "model.n_kv_heads",
-    "model.vocab_size", "model.ffn_dim",  "model.norm_eps", "model.rope_theta",
-    "model.tie_word_embeddings", "model.rope_type", "model.rope_factor", "model.rope_low_freq_factor",
-    "model.rope_high_freq_factor", "model.rope_original_max_position_embeddings",
-};
-
-static int is_model_key(const char *key) {
-    for (size_t i = 0; i < sizeof MODEL_KEYS / sizeof MODEL_KEYS[0]; i++)
-        if (strcmp(MODEL_KEYS[i], key) == 0) return 1;
-    return 0;
-}
-
-/* The next `key = value` line of INI text written by gt_config_to_ini, as "section.key" and value;
- * *p moves past it. 0 at the end. */
-static int ini_next(const char **p, char *section, size_t section_len, char *key, size_t key_len, char *value,
-                    size_t value_len) {
-    while (**p) {
-        const char *line = *p, *nl = strchr(line, '\n');
-        size_t n = nl ? (size_t)(nl - line) : strlen(line);
-        *p = line + n + (nl ? 1 : 0);
-        if (line[0] == '[') {
-            snprintf(section, section_len, "%.*s", (int)strcspn(line + 1, "]\n"), line + 1);
-            continue;
-        }
-        const char *eq = NULL;
-        for (const char *c = line; c + 3 <= line + n && !eq; c++)
-            if (strncmp(c, " = ", 3) == 0) eq = c;
-        if (!eq) continue;
-        snprintf(key, key_len, "%s.%.*s", section, (int)(eq - line), line);
-        snprintf(value, value_len, "%.*s", (int)(line + n - (eq + 3)), eq + 3);
-        return 1;
-    }
-    return 0;
-}
-
-/* The value of "section.key" in INI text; 0 when the key is not there. */
-static int ini_lookup(const char *text, const char *want, char *value, size_t value_len) {
-    char section[64] = "", key[192];
-    const char *p = text;
-    while (ini_next(&p, section, sizeof section, key, sizeof key, value, value_len))
-        if (strcmp(key, want) == 0) return 1;
-    return 0;
-}
-
 static void append(char *out, size_t len, const char *fmt, ...) {
     size_t used = strlen(out);
     if (used + 1 >= len) return;
@@ -289,19 +242,51 @@ static void append(char *out, size_t len, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Every key whose value differs between the saved config and this run's, as
- * "section.key: old -> new", comma-separated: MODEL_KEYS into `model`, the rest into `other`. */
-static void config_changes(const char *saved, const char *now, char *model, size_t model_len, char *other,
-                           size_t other_len) {
-    model[0] = other[0] = '\0';
-    char section[64] = "", key[192], old_value[GT_PATH_MAX + 64], new_value[GT_PATH_MAX + 64];
-    const char *p = saved;
-    while (ini_next(&p, section, sizeof section, key, sizeof key, old_value, sizeof old_value)) {
-        if (!ini_lookup(now, key, new_value, sizeof new_value) || strcmp(old_value, new_value) == 0) continue;
-        char *out = is_model_key(key) ? model : other;
-        append(out, is_model_key(key) ? model_len : other_len, "%s%s: %s -> %s", out[0] ? ", " : "", key,
-               old_value[0] ? old_value : "\"\"", new_value[0] ? new_value : "\"\"");
+/* What changed since the save, from gt_config_changes: the keys that change the model's function
+ * (config.c's table says which) as the refusal names them and as the note names them, the rest. */
+typedef struct changes {
+    char refusal[2048], model[2048], other[4096];
+} changes;
+
+static void note_change(void *user, const char *key, int changes_model, const char *was, const char *now) {
+    changes *c = user;
+    was = was[0] ? was : "\"\"";
+    now = now[0] ? now : "\"\"";
+    if (changes_model) {
+        append(c->refusal, sizeof c->refusal, "%s%s: the state file has %s, the config %s", c->refusal[0] ? "; " : "",
+               key, was, now);
+        append(c->model, sizeof c->model, "%s%s: %s -> %s", c->model[0] ? ", " : "", key, was, now);
+    } else {
+        append(c->other, sizeof c->other, "%s%s: %s -> %s", c->other[0] ? ", " : "", key, was, now);
     }
+}
+
+/* Reads the file's /config (config.c's parser) and compares it with this run's, before any tensor is
+ * read: a changed model key is named by key ("model.n_layers: the state file has 4, the config 6"),
+ * all of them in one message, and refused unless checkpoint.allow_model_change = true. A /config
+ * this gtrain cannot parse (a key since removed) is reported and not compared: the tensors' shapes
+ * are still checked when they are read. */
+static int compare_config(const gt_run_state *run, const char *path, changes *ch, char *err, size_t err_len) {
+    memset(ch, 0, sizeof *ch);
+    char *text = NULL;
+    int code = gt_state_read_config(path, &text, err, err_len);
+    if (code) return code;
+    gt_config saved;
+    char name[GT_PATH_MAX + 128], msg[2048];
+    snprintf(name, sizeof name, "%s:/config", path);
+    if (gt_config_load_string(&saved, text, name, 0, NULL, msg, sizeof msg) == 0)
+        gt_config_changes(&saved, run->cfg, note_change, ch);
+    else
+        snprintf(ch->other, sizeof ch->other, "(the saved config is not compared: %s)", msg);
+    free(text);
+    if (ch->refusal[0] && !run->cfg->checkpoint.allow_model_change) {
+        snprintf(err, err_len,
+                 "%s: the model changed since the save: %s (these keys change what the model computes; set "
+                 "checkpoint.allow_model_change = true to resume anyway)",
+                 path, ch->refusal);
+        return GT_STATE_INCOMPATIBLE;
+    }
+    return GT_STATE_OK;
 }
 
 static off_t file_size(const char *path) {
@@ -311,28 +296,17 @@ static off_t file_size(const char *path) {
 
 /* Tries to load one file on every rank. Returns GT_STATE_* (agreed) and the message in err. */
 static int try_load(gt_run_state *run, const char *path, gt_state_info *info, char *err, size_t err_len) {
-    char *saved_config = NULL;
+    changes ch;
     double t0 = MPI_Wtime();
-    int code = gt_state_read(path, run->opt, info, &saved_config, err, err_len);
-    code = gt_agree_on_failure(run->mpi_comm, code, err, err_len);
-    if (code) {
-        free(saved_config);
-        return code;
-    }
-    const gt_config *cfg = run->cfg;
-    /* every rank read the same /config, so every rank reaches the same verdict */
-    char model_changes[2048], other_changes[4096];
-    config_changes(saved_config ? saved_config : "", run->config_text, model_changes, sizeof model_changes,
-                   other_changes, sizeof other_changes);
+    /* every rank reads the same /config, so every rank reaches the same verdict */
+    int code = gt_agree_on_failure(run->mpi_comm, compare_config(run, path, &ch, err, err_len), err, err_len);
+    if (code) return code;
+    char *saved_config = NULL;
+    code = gt_state_read(path, run->opt, info, &saved_config, err, err_len);
     free(saved_config);
-    int allow = strcmp(cfg->checkpoint.allow_model_change, "true") == 0;
-    if (model_changes[0] && !allow) {
-        snprintf(err, err_len,
-                 "%s: the model changed since the save: %s (these keys change what the model computes; set "
-                 "checkpoint.allow_model_change = true to resume anyway)",
-                 path, model_changes);
-        return GT_STATE_INCOMPATIBLE;
-    }
+    code = gt_agree_on_failure(run->mpi_comm, code, err, err_len);
+    if (code) return code;
+    const gt_config *cfg = run->cfg;
 
     gt_optim_publish_params(run->opt);
     run->opt->ops->synchronize();
@@ -344,20 +318,20 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
         double gb = (double)file_size(path) / 1e9;
         printf("gtrain: resumed from %s (step %lld): %.3f GB read in %.2f s (%.2f GB/s)\n", path,
                (long long)info->step, gb, seconds, seconds > 0 ? gb / seconds : 0.0);
-        if (info->world_size != world || strcmp(info->shard, cfg->dist.shard) != 0)
+        if (info->world_size != world || strcmp(info->shard, gt_shard_stage_name(cfg->dist.shard)) != 0)
             printf("gtrain: saved by %d rank%s with shard %s, now %d rank%s with shard %s: each rank read its own "
                    "slice of the logical tensors\n",
                    info->world_size, info->world_size == 1 ? "" : "s", info->shard, world, world == 1 ? "" : "s",
-                   cfg->dist.shard);
+                   gt_shard_stage_name(cfg->dist.shard));
         if (info->global_batch != run->global_batch)
             printf("gtrain: global batch %llu -> %llu sequences per step: the data continues at sample %llu of "
                    "the global order\n",
                    (unsigned long long)info->global_batch, (unsigned long long)run->global_batch,
                    (unsigned long long)info->data_cursor);
-        if (model_changes[0])
+        if (ch.model[0])
             printf("gtrain: the model changed since the save (checkpoint.allow_model_change = true): %s\n",
-                   model_changes);
-        if (other_changes[0]) printf("gtrain: changed since the save: %s\n", other_changes);
+                   ch.model);
+        if (ch.other[0]) printf("gtrain: changed since the save: %s\n", ch.other);
         fflush(stdout);
     }
     return GT_STATE_OK;
@@ -386,7 +360,7 @@ static void move_aside(const char *dir, const int64_t *steps, size_t n) {
 static int resume(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run);
-    int explicit_path = strcmp(cfg->checkpoint.resume, "auto") != 0;
+    int explicit_path = gt_config_resume(cfg) == GT_RESUME_PATH;
     if (!explicit_path && !cfg->checkpoint.dir[0]) return 0; /* no directory: nothing to look at */
 
     /* the candidates, newest first; rank 0 looks, everyone gets the same list */
@@ -481,7 +455,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         rc = check_dir(run);
         if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     }
-    if (!rc && strcmp(cfg->checkpoint.resume, "never") != 0) rc = resume(run);
+    if (!rc && gt_config_resume(cfg) != GT_RESUME_NEVER) rc = resume(run);
     run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;
@@ -567,7 +541,7 @@ static int save(gt_run_state *run, int step, const char *then) {
     info.seq_len = cfg->train.seq_len;
     info.lr = gt_lr_at(cfg, step);
     info.skipped_steps = run->skipped_steps;
-    snprintf(info.shard, sizeof info.shard, "%s", cfg->dist.shard);
+    snprintf(info.shard, sizeof info.shard, "%s", gt_shard_stage_name(cfg->dist.shard));
 
     run->opt->ops->synchronize();
     double t0 = MPI_Wtime();

@@ -28,10 +28,10 @@
  * Exit codes: 0 done, 2 bad arguments, a file that is not a usable state file, or a tokenizer that
  * cannot be used.
  *
- * It reads HDF5 serially (default file access), so it needs no MPI start-up and runs as one process.
+ * It reads the file through state.c's readers for one process (the sec2 driver, no MPI calls), so it
+ * needs no MPI start-up and no optimizer, and runs as one process.
  */
 #include <errno.h>
-#include <hdf5.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -46,6 +46,7 @@
 #include "memtrack.h"
 #include "model.h"
 #include "ops.h"
+#include "state.h"
 
 #define EXIT_BAD 2
 
@@ -91,125 +92,21 @@ static int fail(const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- reading the state file */
 
-/* A string stored as an HDF5 string (fixed or variable length, scalar or one element) or as a 1-D
- * array of bytes: what /config and the `format` attribute may look like. malloc'd, or NULL. */
-static char *read_string(hid_t obj, int is_attr) {
-    hid_t type = is_attr ? H5Aget_type(obj) : H5Dget_type(obj);
-    hid_t space = is_attr ? H5Aget_space(obj) : H5Dget_space(obj);
-    if (type < 0 || space < 0) return NULL;
-    char *text = NULL;
-    hssize_t n = H5Sget_simple_extent_npoints(space);
-    if (H5Tget_class(type) == H5T_STRING && n == 1) {
-        if (H5Tis_variable_str(type) > 0) {
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mem, H5T_VARIABLE);
-            char *vl = NULL;
-            herr_t rc = is_attr ? H5Aread(obj, mem, &vl) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, &vl);
-            if (rc >= 0 && vl) {
-                text = malloc(strlen(vl) + 1);
-                if (text) memcpy(text, vl, strlen(vl) + 1);
-            }
-            if (rc >= 0) H5Dvlen_reclaim(mem, space, H5P_DEFAULT, &vl);
-            H5Tclose(mem);
-        } else {
-            size_t len = H5Tget_size(type);
-            text = calloc(len + 1, 1);
-            hid_t mem = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mem, len + 1);
-            H5Tset_strpad(mem, H5T_STR_NULLTERM);
-            herr_t rc = text ? (is_attr ? H5Aread(obj, mem, text) : H5Dread(obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, text))
-                             : -1;
-            H5Tclose(mem);
-            if (rc < 0) {
-                free(text);
-                text = NULL;
-            }
-        }
-    } else if (H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1 && n >= 0) {
-        text = calloc((size_t)n + 1, 1);
-        herr_t rc = text ? (is_attr ? H5Aread(obj, H5T_NATIVE_CHAR, text)
-                                    : H5Dread(obj, H5T_NATIVE_CHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text))
-                         : -1;
-        if (rc < 0) {
-            free(text);
-            text = NULL;
-        }
-    }
-    H5Sclose(space);
-    H5Tclose(type);
-    return text;
-}
-
-/* Loads /model/<name> for every tensor of the layout into params (n_params fp32). 0 or EXIT_BAD. */
-static int read_weights(hid_t file, const char *path, const gt_layout *layout, float *params) {
-    for (int i = 0; i < layout->n_tensors; i++) {
-        const gt_tensor_info *t = &layout->tensors[i];
-        char name[160];
-        snprintf(name, sizeof name, "/model/%s", t->name);
-        hid_t ds = H5Lexists(file, "/model", H5P_DEFAULT) > 0 && H5Lexists(file, name, H5P_DEFAULT) > 0
-                       ? H5Dopen2(file, name, H5P_DEFAULT)
-                       : -1;
-        if (ds < 0) return fail("%s: no dataset %s", path, name);
-        hid_t space = H5Dget_space(ds);
-        hsize_t dims[2] = {0, 0};
-        int nd = H5Sget_simple_extent_ndims(space);
-        if (nd >= 1 && nd <= 2) H5Sget_simple_extent_dims(space, dims, NULL);
-        H5Sclose(space);
-        int ok = nd == t->ndim && dims[0] == (hsize_t)t->shape[0] && (nd == 1 || dims[1] == (hsize_t)t->shape[1]);
-        if (!ok || H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, params + t->offset) < 0) {
-            H5Dclose(ds);
-            return fail("%s: dataset %s has the wrong shape or cannot be read for this [model] config", path,
-                        name);
-        }
-        H5Dclose(ds);
-    }
-    return 0;
-}
-
-/* Opens STATE.h5, parses its /config into cfg and reads its weights into *params (malloc'd). */
+/* Parses STATE.h5's /config into cfg and reads its weights into *params (malloc'd): state.c's
+ * readers, which need neither MPI nor an optimizer. */
 static int load_state(const char *path, gt_config *cfg, gt_layout *layout, float **params) {
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return fail("%s: %s", path, strerror(errno));
-    fclose(probe);
-    if (H5Fis_hdf5(path) <= 0) return fail("%s: not an HDF5 file", path);
-    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file < 0) return fail("%s: cannot open as HDF5", path);
-
-    int rc = 0;
-    char *format = NULL, *text = NULL;
-    if (H5Aexists(file, "format") > 0) {
-        hid_t attr = H5Aopen(file, "format", H5P_DEFAULT);
-        format = attr >= 0 ? read_string(attr, 1) : NULL;
-        if (attr >= 0) H5Aclose(attr);
-    }
-    if (!format || strcmp(format, "gtrain-state") != 0) {
-        rc = fail("%s: not a gtrain training-state file (root attribute format is not \"gtrain-state\")", path);
-        goto done;
-    }
-    hid_t ds = H5Lexists(file, "/config", H5P_DEFAULT) > 0 ? H5Dopen2(file, "/config", H5P_DEFAULT) : -1;
-    if (ds >= 0) {
-        text = read_string(ds, 0);
-        H5Dclose(ds);
-    }
-    if (!text) {
-        rc = fail("%s: no readable /config text", path);
-        goto done;
-    }
-    char err[2048], name[GT_PATH_MAX + 16];
+    char err[2048], name[GT_PATH_MAX + 16], *text = NULL;
+    if (gt_state_read_config(path, &text, err, sizeof err) != 0) return fail("%s", err);
     snprintf(name, sizeof name, "%s:/config", path);
-    if (gt_config_load_string(cfg, text, name, 0, NULL, err, sizeof err) != 0) {
-        rc = fail("%s", err);
-        goto done;
-    }
+    int rc = gt_config_load_string(cfg, text, name, 0, NULL, err, sizeof err);
+    free(text);
+    if (rc != 0) return fail("%s", err);
     gt_layout_init(layout, &cfg->model);
     *params = malloc(layout->n_params * sizeof **params);
     if (!*params) abort();
-    rc = read_weights(file, path, layout, *params);
-done:
-    free(format);
-    free(text);
-    H5Fclose(file);
-    return rc;
+    if (gt_state_read_model(path, layout, *params, err, sizeof err) != 0)
+        return fail("%s (is it a state file of this [model] config?)", err);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the tokenizer helper */
@@ -429,11 +326,17 @@ static int parse_number(const char *opt, const char *text, double lo, double hi,
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *path = NULL, *prompt = "\n", *tokenizer = NULL, *python = NULL, *doc_start = "auto";
-    const char *prompt_ids = NULL;
-    int print_ids = 0;
-    double tokens = 200, temperature = 0.8, top_k = 40, seed = 1;
+/* ---------------------------------------------------------------- the program */
+
+typedef struct options {
+    const char *path, *prompt, *tokenizer, *python, *doc_start, *prompt_ids;
+    int print_ids;
+    double tokens, temperature, top_k, seed;
+} options;
+
+/* -1 to go on, else the exit code. */
+static int parse_options(int argc, char **argv, options *o) {
+    *o = (options){NULL, "\n", NULL, NULL, "auto", NULL, 0, 200, 0.8, 40, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -442,161 +345,162 @@ int main(int argc, char **argv) {
         }
         int has_value = i + 1 < argc;
         int rc = 0;
-        if (strcmp(a, "--prompt") == 0 && has_value) prompt = argv[++i];
-        else if (strcmp(a, "--tokens") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1e9, &tokens);
-        else if (strcmp(a, "--temperature") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 100, &temperature);
-        else if (strcmp(a, "--top-k") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1e9, &top_k);
-        else if (strcmp(a, "--seed") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1.8e19, &seed);
-        else if (strcmp(a, "--tokenizer") == 0 && has_value) tokenizer = argv[++i];
-        else if (strcmp(a, "--python") == 0 && has_value) python = argv[++i];
-        else if (strcmp(a, "--doc-start") == 0 && has_value) doc_start = argv[++i];
-        else if (strcmp(a, "--prompt-ids") == 0 && has_value) prompt_ids = argv[++i];
-        else if (strcmp(a, "--ids") == 0) print_ids = 1;
+        if (strcmp(a, "--prompt") == 0 && has_value) o->prompt = argv[++i];
+        else if (strcmp(a, "--tokens") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1e9, &o->tokens);
+        else if (strcmp(a, "--temperature") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 100, &o->temperature);
+        else if (strcmp(a, "--top-k") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1e9, &o->top_k);
+        else if (strcmp(a, "--seed") == 0 && has_value) rc = parse_number(a, argv[++i], 0, 1.8e19, &o->seed);
+        else if (strcmp(a, "--tokenizer") == 0 && has_value) o->tokenizer = argv[++i];
+        else if (strcmp(a, "--python") == 0 && has_value) o->python = argv[++i];
+        else if (strcmp(a, "--doc-start") == 0 && has_value) o->doc_start = argv[++i];
+        else if (strcmp(a, "--prompt-ids") == 0 && has_value) o->prompt_ids = argv[++i];
+        else if (strcmp(a, "--ids") == 0) o->print_ids = 1;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gtrain-sample: unknown option or missing value: %s\n", a);
             usage(stderr);
             return EXIT_BAD;
-        } else if (!path) path = a;
+        } else if (!o->path) o->path = a;
         else {
-            fprintf(stderr, "gtrain-sample: more than one state file given (%s, %s)\n", path, a);
+            fprintf(stderr, "gtrain-sample: more than one state file given (%s, %s)\n", o->path, a);
             return EXIT_BAD;
         }
         if (rc) return rc;
     }
-    if (!path) {
+    if (!o->path) {
         usage(stderr);
         return EXIT_BAD;
     }
-    if (tokens != floor(tokens) || top_k != floor(top_k) || seed != floor(seed)) {
+    if (o->tokens != floor(o->tokens) || o->top_k != floor(o->top_k) || o->seed != floor(o->seed)) {
         fprintf(stderr, "gtrain-sample: --tokens, --top-k and --seed take whole numbers\n");
         return EXIT_BAD;
     }
-    if (!prompt[0]) prompt = "\n";
-    if (tokenizer && access(tokenizer, R_OK) != 0)
-        return fail("--tokenizer %s: %s", tokenizer, strerror(errno));
+    if (!o->prompt[0]) o->prompt = "\n";
+    if (o->tokenizer && access(o->tokenizer, R_OK) != 0)
+        return fail("--tokenizer %s: %s", o->tokenizer, strerror(errno));
+    return -1;
+}
 
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our own messages, not HDF5's error stack */
-    gt_config cfg;
-    gt_layout layout = {0};
-    float *params = NULL;
-    int rc = load_state(path, &cfg, &layout, &params);
-    if (rc) {
-        free(params);
-        gt_layout_free(&layout);
-        return rc;
-    }
-    const gt_model_config *mc = &cfg.model;
-    int V = mc->vocab_size, n_ok = V < 256 ? V : 256;
-    if (!tokenizer && !print_ids && V > 256) {
-        free(params);
-        gt_layout_free(&layout);
-        return fail("%s: the model's vocabulary has %d tokens, not 256 bytes, so its output is not text "
-                    "without its tokenizer: give --tokenizer tokenizer.json (the one the data was prepared "
-                    "with), or --ids to print token ids", path, V);
-    }
+/* The model's input after the doc-start token: the prompt's ids (*ids, malloc'd), the ids that may
+ * be sampled (*n_ok: the bytes, the tokenizer's vocabulary, or all) and the doc-start id (*sep, -1). */
+typedef struct input {
+    int32_t *ids;
+    size_t n;
+    int n_ok;
+    long sep;
+} input;
 
-    /* the model's input: [doc start] prompt */
-    int32_t *pids = NULL;
-    size_t n_prompt = 0;
-    long tok_vocab = 0, sep = -1;
-    const char *py = choose_python(python);
-    if (prompt_ids) {
-        rc = parse_ids(prompt_ids, V, &pids, &n_prompt);
-    } else if (tokenizer) {
-        rc = tokenizer_encode(py, tokenizer, doc_start, prompt, &pids, &n_prompt, &tok_vocab, &sep);
+static int model_input(const options *o, const char *py, int V, input *in) {
+    *in = (input){NULL, 0, V < 256 ? V : 256, -1};
+    int rc = 0;
+    long tok_vocab = 0;
+    if (o->prompt_ids) {
+        rc = parse_ids(o->prompt_ids, V, &in->ids, &in->n);
+        in->n_ok = V;
+    } else if (o->tokenizer) {
+        rc = tokenizer_encode(py, o->tokenizer, o->doc_start, o->prompt, &in->ids, &in->n, &tok_vocab, &in->sep);
         if (!rc && tok_vocab > V)
             rc = fail("%s has %ld tokens, more than the model's vocab_size %d: not the tokenizer this model was "
-                      "trained with", tokenizer, tok_vocab, V);
-        if (!rc) n_ok = (int)tok_vocab; /* ids of a padded vocabulary beyond the tokenizer's are never sampled */
+                      "trained with", o->tokenizer, tok_vocab, V);
+        if (!rc) in->n_ok = (int)tok_vocab; /* ids of a padded vocabulary beyond the tokenizer's are never sampled */
     } else if (V > 256) {
         rc = fail("%s: a vocabulary of %d tokens: give the prompt as --prompt-ids, or --tokenizer to encode "
-                  "--prompt", path, V);
+                  "--prompt", o->path, V);
     } else {
-        size_t len = strlen(prompt);
-        pids = malloc((len ? len : 1) * sizeof *pids);
-        if (!pids) abort();
+        size_t len = strlen(o->prompt);
+        in->ids = malloc((len ? len : 1) * sizeof *in->ids);
+        if (!in->ids) abort();
         for (size_t i = 0; i < len && !rc; i++) {
-            if ((unsigned char)prompt[i] >= (unsigned)V)
-                rc = fail("the prompt has byte %u, outside [model] vocab_size = %d", (unsigned char)prompt[i], V);
-            pids[i] = (unsigned char)prompt[i];
+            if ((unsigned char)o->prompt[i] >= (unsigned)V)
+                rc = fail("the prompt has byte %u, outside [model] vocab_size = %d", (unsigned char)o->prompt[i], V);
+            in->ids[i] = (unsigned char)o->prompt[i];
         }
-        n_prompt = len;
+        in->n = len;
     }
-    if (prompt_ids) n_ok = V;
-    if (rc) {
-        free(pids);
-        free(params);
-        gt_layout_free(&layout);
-        return rc;
-    }
+    if (!rc && (in->sep >= 0 ? 1 : 0) + in->n == 0) /* an empty --prompt-ids, or a prompt encoded as nothing */
+        rc = fail("empty prompt; give --prompt or --prompt-ids");
+    return rc;
+}
 
-    const gt_ops *ops = gt_ops_cpu();
-    gt_mem mem;
-    gt_mem_init(&mem, ops);
-    gt_model *model = gt_model_create(ops, &mem, mc);
-    gt_model_set_params(model, params);
-    free(params);
-
-    size_t n_sep = sep >= 0 ? 1 : 0, n_in = n_sep + n_prompt, n_new = (size_t)tokens, n_all = n_in + n_new;
-    if (n_in == 0) { /* an empty --prompt-ids, or a tokenizer that encodes the prompt as nothing */
-        fprintf(stderr, "gtrain-sample: empty prompt; give --prompt or --prompt-ids\n");
-        free(pids);
-        gt_model_destroy(model);
-        gt_layout_free(&layout);
-        return EXIT_BAD;
-    }
-    int window = mc->max_seq_len;
+/* Generates o->tokens tokens after the input and writes them out: as bytes to stdout, through the
+ * decode helper (a tokenizer), or as ids at the end. The exit code. */
+static int generate(gt_model *model, const gt_model_config *mc, const options *o, const char *py, const input *in) {
+    int V = mc->vocab_size, window = mc->max_seq_len;
+    size_t n_sep = in->sep >= 0 ? 1 : 0, n_in = n_sep + in->n, n_all = n_in + (size_t)o->tokens;
     int32_t *seq = malloc(n_all * sizeof *seq), *targets = calloc((size_t)window, sizeof *targets);
     float *logits = malloc((size_t)window * V * sizeof *logits);
     double *probs = malloc((size_t)V * sizeof *probs);
     int *order = malloc((size_t)V * sizeof *order);
     if (!seq || !targets || !logits || !probs || !order) abort();
-    if (n_sep) seq[0] = (int32_t)sep;
-    memcpy(seq + n_sep, pids, n_prompt * sizeof *seq);
-    rng_state = (uint64_t)seed;
+    if (n_sep) seq[0] = (int32_t)in->sep;
+    memcpy(seq + n_sep, in->ids, in->n * sizeof *seq);
+    rng_state = (uint64_t)o->seed;
 
-    /* where the text goes: our stdout (bytes), the decode helper (tokenizer), or ids at the end */
     FILE *decoder = NULL;
     pid_t decoder_pid = -1;
-    if (!print_ids && tokenizer) {
-        if (!prompt_ids) fputs(prompt, stdout);
-        decoder_pid = start_helper(py, "decode", tokenizer, doc_start, &decoder, NULL);
+    if (!o->print_ids && o->tokenizer) {
+        if (!o->prompt_ids) fputs(o->prompt, stdout);
+        decoder_pid = start_helper(py, "decode", o->tokenizer, o->doc_start, &decoder, NULL);
         if (decoder_pid < 0) abort();
-        for (size_t i = 0; i < n_prompt; i++) fprintf(decoder, "%s%d", i ? " " : "", (int)pids[i]);
+        for (size_t i = 0; i < in->n; i++) fprintf(decoder, "%s%d", i ? " " : "", (int)in->ids[i]);
         fputc('\n', decoder);
         fflush(decoder);
-    } else if (!print_ids) {
-        for (size_t i = 0; i < n_prompt; i++) putchar((int)pids[i]);
+    } else if (!o->print_ids) {
+        for (size_t i = 0; i < in->n; i++) putchar((int)in->ids[i]);
     }
     fflush(stdout);
     for (size_t n = n_in; n < n_all; n++) {
         int T = n < (size_t)window ? (int)n : window; /* the newest `window` tokens */
         gt_model_eval(model, seq + (n - (size_t)T), targets, 1, T, logits);
-        int next = pick(logits + (size_t)(T - 1) * V, n_ok, temperature, (int)top_k, probs, order);
+        int next = pick(logits + (size_t)(T - 1) * V, in->n_ok, o->temperature, (int)o->top_k, probs, order);
         seq[n] = next;
         if (decoder) {
             fprintf(decoder, "%d\n", next);
             if (fflush(decoder) != 0) break; /* the helper is gone (its status says why) */
-        } else if (!print_ids) {
+        } else if (!o->print_ids) {
             putchar(next);
             if (next == '\n') fflush(stdout);
         }
     }
-    if (print_ids)
+    if (o->print_ids)
         for (size_t i = 0; i < n_all; i++) printf("%d%s", (int)seq[i], i + 1 < n_all ? " " : "\n");
     fflush(stdout);
+    int rc = 0;
     if (decoder) {
         fclose(decoder);
         rc = wait_helper(decoder_pid);
     }
+    free(seq), free(targets), free(logits), free(probs), free(order);
+    return rc;
+}
 
-    free(pids);
-    free(seq);
-    free(targets);
-    free(logits);
-    free(probs);
-    free(order);
-    gt_model_destroy(model);
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    gt_config cfg;
+    gt_layout layout = {0};
+    float *params = NULL;
+    input in = {0};
+    rc = load_state(o.path, &cfg, &layout, &params);
+    const gt_model_config *mc = &cfg.model;
+    if (!rc && !o.tokenizer && !o.print_ids && mc->vocab_size > 256)
+        rc = fail("%s: the model's vocabulary has %d tokens, not 256 bytes, so its output is not text "
+                  "without its tokenizer: give --tokenizer tokenizer.json (the one the data was prepared "
+                  "with), or --ids to print token ids", o.path, mc->vocab_size);
+    const char *py = choose_python(o.python);
+    if (!rc) rc = model_input(&o, py, mc->vocab_size, &in);
+    if (!rc) {
+        const gt_ops *ops = gt_ops_cpu();
+        gt_mem mem;
+        gt_mem_init(&mem, ops);
+        gt_model *model = gt_model_create(ops, &mem, mc);
+        gt_model_set_params(model, params);
+        rc = generate(model, mc, &o, py, &in);
+        gt_model_destroy(model);
+    }
+    free(in.ids);
+    free(params);
     gt_layout_free(&layout);
     return rc;
 }

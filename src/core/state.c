@@ -748,8 +748,9 @@ static int read_group(reader *r, const gt_optim *opt, const char *group_name, fl
     return code;
 }
 
-static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config_text) {
-    memset(info, 0, sizeof *info);
+/* Opens r->path read-only and checks the format attributes; the root's `step` and `world_size` are
+ * returned for read_all. */
+static int open_checked(reader *r, int64_t *step, int64_t *world) {
     FILE *probe = fopen(r->path, "rb");
     if (!probe) return fail(r, GT_STATE_UNREADABLE, 0, "cannot read: %s", strerror(errno));
     fclose(probe);
@@ -764,7 +765,7 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
     if (r->file < 0) return fail(r, GT_STATE_UNREADABLE, 1, "cannot open as HDF5");
 
     char format[64];
-    int64_t version = 0, step = 0, world = 0;
+    int64_t version = 0;
     int code = read_attr_str(r, r->file, "/", "format", format, sizeof format);
     if (!code && strcmp(format, GT_STATE_FORMAT) != 0)
         code = fail(r, GT_STATE_UNREADABLE, 0, "format is '%s', not '%s'", format, GT_STATE_FORMAT);
@@ -772,8 +773,15 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
     if (!code && version != GT_STATE_FORMAT_VERSION)
         code = fail(r, GT_STATE_INCOMPATIBLE, 0, "format_version %lld; this gtrain reads version %d",
                     (long long)version, GT_STATE_FORMAT_VERSION);
-    if (!code) code = read_attr(r, r->file, "/", "step", H5T_NATIVE_INT64, &step);
-    if (!code) code = read_attr(r, r->file, "/", "world_size", H5T_NATIVE_INT64, &world);
+    if (!code) code = read_attr(r, r->file, "/", "step", H5T_NATIVE_INT64, step);
+    if (!code) code = read_attr(r, r->file, "/", "world_size", H5T_NATIVE_INT64, world);
+    return code;
+}
+
+static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config_text) {
+    memset(info, 0, sizeof *info);
+    int64_t step = 0, world = 0;
+    int code = open_checked(r, &step, &world);
     if (!code) code = read_attr(r, r->file, "/", "tokens_seen", H5T_NATIVE_UINT64, &info->tokens_seen);
     if (!code) code = read_attr_str(r, r->file, "/", "shard", info->shard, sizeof info->shard);
     if (!code) {
@@ -816,24 +824,62 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
     return code;
 }
 
-int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **config_text, char *err,
-                  size_t err_len) {
-    /* Failures are expected here (a corrupt file is a case, not a bug): report them as one line
-     * instead of HDF5's error stack. */
+/* /model/<name> of every tensor of the layout, whole, into params at the tensor's flat offset. */
+static int read_model_whole(reader *r, const gt_layout *layout, float *params) {
+    int code = check_tensors(r, layout, "/model");
+    for (int i = 0; i < layout->n_tensors && !code; i++) {
+        const gt_tensor_info *t = &layout->tensors[i];
+        char name[300];
+        snprintf(name, sizeof name, "/model/%s", t->name);
+        hid_t dset = H5Dopen2(r->file, name, H5P_DEFAULT);
+        herr_t rc = dset < 0 ? -1 : H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, params + t->offset);
+        if (rc < 0) capture(r);
+        if (dset >= 0) H5Dclose(dset);
+        if (rc < 0) code = fail(r, GT_STATE_UNREADABLE, 1, "reading %s failed", name);
+    }
+    return code;
+}
+
+/* What the readers share: failures are expected here (a corrupt file is a case, not a bug), so
+ * they are reported as one line instead of HDF5's error stack. Reads the config when config_text
+ * is given, the optimizer's slice when opt is, and the whole /model when layout is. */
+static int read_file(const char *path, gt_optim *opt, gt_state_info *info, const gt_layout *layout, float *params,
+                     char **config_text, char *err, size_t err_len) {
     H5E_auto2_t old_func;
     void *old_data;
     H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     reader r = {path, -1, err, err_len, ""};
     err[0] = '\0';
-    *config_text = NULL;
-    int code = read_all(&r, opt, info, config_text);
+    if (config_text) *config_text = NULL;
+    int code;
+    if (opt) {
+        code = read_all(&r, opt, info, config_text);
+    } else {
+        int64_t step = 0, world = 0;
+        code = open_checked(&r, &step, &world);
+        if (!code && config_text) code = read_config_text(&r, config_text);
+        if (!code && layout) code = read_model_whole(&r, layout, params);
+    }
     if (r.file >= 0 && H5Fclose(r.file) < 0 && !code) code = fail(&r, GT_STATE_UNREADABLE, 1, "closing failed");
-    if (code) {
+    if (code && config_text) {
         free(*config_text);
         *config_text = NULL;
     }
     H5Eclear2(H5E_DEFAULT);
     H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
     return code;
+}
+
+int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **config_text, char *err,
+                  size_t err_len) {
+    return read_file(path, opt, info, NULL, NULL, config_text, err, err_len);
+}
+
+int gt_state_read_config(const char *path, char **config_text, char *err, size_t err_len) {
+    return read_file(path, NULL, NULL, NULL, NULL, config_text, err, err_len);
+}
+
+int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len) {
+    return read_file(path, NULL, NULL, layout, params, NULL, err, err_len);
 }

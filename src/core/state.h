@@ -16,7 +16,7 @@
  * a flipped byte fails the read of what it hit, a truncated file fails to open.
  *
  * This file knows the format and nothing of directories, renames, resume policy or signals
- * (runstate.c owns those).
+ * (runstate.c owns those). Reading needs no MPI: gtrain-sample reads /config and /model here too.
  */
 #ifndef GT_STATE_H
 #define GT_STATE_H
@@ -74,6 +74,16 @@ enum {
  * together the ranks verify the whole file. */
 int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **config_text, char *err,
                   size_t err_len);
+
+/* For a run before its optimizer exists and for tools (gtrain-sample): one process, no MPI calls
+ * (the sec2 driver; parallel HDF5 opens a file so without MPI being initialised). Opens `path`,
+ * checks the format and reads /config into *config_text (malloc'd). GT_STATE_* and err. */
+int gt_state_read_config(const char *path, char **config_text, char *err, size_t err_len);
+
+/* The same, and checks /model against `layout` (every tensor with its shape, nothing else) and reads
+ * each tensor whole into params (layout->n_params fp32, flat layout order); the optimizer's moments
+ * are not read. GT_STATE_* and err. */
+int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
 
 /* The size a state file of this layout will have on disk, from the same chunking and alignment
  * rules the writer uses, plus an allowance for metadata: for the free-space check at start. */

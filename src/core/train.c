@@ -36,7 +36,6 @@
 #include "preflight.h"
 #include "recompute.h"
 #include "runstate.h"
-#include "stages.h"
 #include "testhooks.h"
 #include "zero.h"
 
@@ -70,10 +69,10 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
     char why[512] = "", msg[2048] = "";
     int rank;
     MPI_Comm_rank(comm, &rank);
-    const char *dev = cfg->train.device, *prec = cfg->train.precision;
-    int want_bf16 = strcmp(prec, "fp32") != 0; /* auto and bf16 mean bf16 on the GPU */
+    const char *dev = gt_device_name(cfg->train.device);
+    int want_bf16 = cfg->train.precision != GT_PRECISION_FP32; /* auto and bf16 mean bf16 on the GPU */
     const gt_ops *ops = NULL;
-    if (strcmp(dev, "cuda") == 0 || strcmp(dev, "auto") == 0) {
+    if (cfg->train.device == GT_DEVICE_CUDA || cfg->train.device == GT_DEVICE_AUTO) {
         /* the GPU of this rank (local rank modulo the visible devices); two ranks on one GPU is an
          * error with either setting, since the user clearly meant to use the GPUs */
         int gpu = gt_cuda_select_device(comm, why, sizeof why);
@@ -83,7 +82,8 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
         }
         ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
         if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
-        int code = agree_input(comm, !ops && strcmp(dev, "cuda") == 0 ? GT_EXIT_BAD_INPUT : 0, msg, sizeof msg);
+        int code = agree_input(comm, !ops && cfg->train.device == GT_DEVICE_CUDA ? GT_EXIT_BAD_INPUT : 0, msg,
+                               sizeof msg);
         if (code) return code;
         int here[2] = {ops != NULL, -(ops != NULL)}, all[2] = {0, 0}; /* {everywhere, -somewhere} */
         MPI_Allreduce(here, all, 2, MPI_INT, MPI_MIN, comm);
@@ -93,7 +93,7 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
                     cfg->path);
     }
     if (!ops) {
-        if (strcmp(prec, "bf16") == 0) {
+        if (cfg->train.precision == GT_PRECISION_BF16) {
             snprintf(msg, sizeof msg, "%s: [train] precision = bf16 needs the CUDA backend; the CPU runs fp32",
                      cfg->path);
             return fail_input(rank, msg);
@@ -309,7 +309,7 @@ typedef struct step_result {
 static int open_communicator(run *r) {
     const gt_config *cfg = r->cfg;
     char msg[2048], why[256];
-    if (!r->is_cuda && strcmp(cfg->dist.comm, "nccl") == 0) {
+    if (!r->is_cuda && cfg->dist.comm == GT_COMM_NCCL) {
         snprintf(msg, sizeof msg, "%s: [dist] comm = nccl needs the CUDA backend", cfg->path);
         return fail_input(r->rank, msg);
     } else if (gt_plan_uses_nccl(r->is_cuda, r->world, cfg->dist.comm)) {
@@ -351,7 +351,8 @@ static int resolve_plan(run *r) {
         snprintf(msg, sizeof msg,
                  "%s: [memory] budget = %s: nothing fits (dist.shard = %s, dist.grad_sync = %s, "
                  "memory.recompute = %s); the smallest needs %s per rank",
-                 cfg->path, have, cfg->dist.shard, cfg->dist.grad_sync, cfg->memory.recompute, need);
+                 cfg->path, have, gt_shard_stage_name(cfg->dist.shard), gt_grad_sync_name(cfg->dist.grad_sync),
+                 cfg->memory.recompute, need);
         return fail_input(r->rank, msg);
     }
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted);
@@ -416,14 +417,14 @@ static void print_banner(const run *r) {
     gt_format_bytes(p->act_peak_bytes, act_b, sizeof act_b);
     printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
            r->layout.n_params, r->ops->name, r->world, r->world == 1 ? "" : "s", gt_comm_name(r->comm),
-           gt_stage_name(c->stage), strcmp(cfg->dist.shard, "auto") == 0 ? " (auto)" : "",
+           gt_shard_stage_name((gt_shard_stage)c->stage), cfg->dist.shard == GT_SHARD_AUTO ? " (auto)" : "",
            (unsigned long long)r->G, cfg->train.seq_len);
     printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
            desc, params_b, act_b);
     if (c->stage >= 2)
         printf("gtrain: ZeRO-%d, grad_sync %s%s; predicted peaks per rank: params_peak_bytes %llu, "
                "grads_peak_bytes %llu\n", c->stage, c->grad_micro ? "micro" : "step",
-               strcmp(cfg->dist.grad_sync, "auto") == 0 ? " (auto)" : "",
+               cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "",
                (unsigned long long)p->params_bytes, (unsigned long long)p->grads_bytes);
     char files[1024];
     gt_data_describe(r->train_data, files, sizeof files);
@@ -552,7 +553,7 @@ static int train_step(run *r, int step, step_result *res) {
     int bad_micro;
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
     reduce_update_publish(r, step, bad_micro, res);
-    if (res->nonfinite && strcmp(cfg->train.nonfinite, "stop") != 0) r->state.skipped_steps++;
+    if (res->nonfinite && cfg->train.nonfinite != GT_NONFINITE_STOP) r->state.skipped_steps++;
     gt_comm_stats_get(r->comm, &res->comm);
     double tokens = (double)r->G * cfg->train.seq_len;
     res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
@@ -612,7 +613,7 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
 static int report_nonfinite(run *r, const step_result *res) {
     char newest[GT_PATH_MAX + 128];
     gt_runstate_describe_newest(&r->state, newest, sizeof newest);
-    if (strcmp(r->cfg->train.nonfinite, "stop") == 0) {
+    if (r->cfg->train.nonfinite == GT_NONFINITE_STOP) {
         if (r->rank == 0)
             fprintf(stderr, "gtrain: %s; no update was applied and nothing was saved; %s (train.nonfinite "
                     "= stop; exit %d)\n", res->why, newest, GT_EXIT_FAILURE);

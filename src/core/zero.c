@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gt_zero_stage(const char *shard) {
-    if (strcmp(shard, "optimizer") == 0) return 1;
-    if (strcmp(shard, "gradients") == 0) return 2;
-    if (strcmp(shard, "parameters") == 0) return 3;
-    return 0;
-}
-
 /* What a real and a dry zero share: the settings and the units' ranges of the flat vector. */
 static void setup(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
     memset(z, 0, sizeof *z);

@@ -81,8 +81,8 @@ typedef struct gt_zero {
     /* dry run (the planner): no memory, no communication, only the byte counts below */
     int dry;
     uint64_t dry_cur[2], dry_peak[2];  /* [0] gathered parameters, [1] gradient accumulators */
-} gt_zero;/* Stage of a dist.shard value: 0 none, 1 optimizer, 2 gradients, 3 parameters. */
-int gt_zero_stage(const char *shard);
+} gt_zero;
+/* The stage of dist.shard is its enum value (config.h's gt_shard_stage: 0 none .. 3 parameters). */
 
 /* Sets up units and slices for `layout`; allocates param_shard (stage 3) and grad_slice
  * (grad_micro). depth: prefetch depth (dist.prefetch). */

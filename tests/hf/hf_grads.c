@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("hf_grads: %zu parameters from %d file(s), %d tensors, rope %s, %s embeddings\n", n, n_files,
-           layout.n_tensors, cfg.rope_type, cfg.tie_word_embeddings ? "tied" : "untied");
+           layout.n_tensors, gt_rope_type_name(cfg.rope_type), cfg.tie_word_embeddings ? "tied" : "untied");
 
     const gt_ops *ops = gt_ops_cpu();
     gt_mem mem;

@@ -324,6 +324,27 @@ def check_resume_wins(args, ini, work):
     assert "continuing at step 21" in p.stdout
 
 
+def check_init_takes_unset_keys(args, hf_dir, work, first_loss):
+    """An INI whose [model] has only init (and max_seq_len, the run's choice): the other keys come from
+    config.json, one note lists them, and the run is the one with every key written out."""
+    full = open(f"{work}/run.ini").read()
+    model, rest = full.split("[train]", 1)
+    keep = [l for l in model.splitlines() if l.startswith(("[model]", "init =", "max_seq_len ="))]
+    ini = f"{work}/init_only.ini"
+    open(ini, "w").write("\n".join(keep) + "\n[train]" + rest)
+    p = run([args.gtrain, ini, "train.steps=1", f"checkpoint.dir={work}/ck_init_only",
+             f"log.metrics={work}/init_only.jsonl"])
+    assert p.returncode == 0, f"gtrain failed ({p.returncode}): {p.stdout}\n{p.stderr}"
+    notes = [l for l in p.stderr.splitlines() if "taken from its config.json" in l]
+    log(f"init only: {notes}")
+    assert len(notes) == 1, f"expected one line listing the keys taken: {p.stderr}"
+    for key in ("dim = 64", "n_layers = 2", "n_kv_heads = 1", "vocab_size = 320", "rope_theta = 500000",
+                "rope_type = llama3", "rope_original_max_position_embeddings = 64"):
+        assert key in notes[0], f"the note does not list {key}"
+    loss = json.loads(open(f"{work}/init_only.jsonl").readline())["loss"]
+    assert loss == first_loss, f"step 1 loss {loss} with the keys taken, {first_loss} with them written out"
+
+
 def check_world_sizes(args, hf_dir, cfg, work):
     """lr 1e-30 and no weight decay: one step leaves the master weights as imported, bit for bit."""
     from safetensors.numpy import load_file
@@ -453,6 +474,9 @@ def check_broken(args, work):
         ("ffn_mismatch_names_the_ini_line", ffn_bigger, [],
          ["config.json", "intermediate_size = ", "ffn_mismatch_names_the_ini_line.ini:", "[model] ffn_dim = "]),
         ("tie_mismatch", lambda d: None, ["model.tie_word_embeddings=true"], ["config.json", "tie_word_embeddings"]),
+        ("every_mismatch_at_once", ffn_bigger, ["model.n_layers=3"],
+         ["config.json", "intermediate_size = ", "every_mismatch_at_once.ini:", "[model] ffn_dim = ",
+          "num_hidden_layers = 2, but [model] n_layers (set on the command line) = 3"]),
         ("no_weights", lambda d: os.remove(f"{d}/model.safetensors"), [], ["no model.safetensors"]),
         ("init_missing", lambda d: None, [f"model.init={work}/no_such_dir"],
          ["[model] init", "no_such_dir", "No such file or directory"]),
@@ -720,6 +744,8 @@ def main():
         check_resume_wins(args, ini, work)
     if args.case == "gqa":
         check_world_sizes(args, hf_dir, cfg, work)
+    if args.case == "llama31":
+        check_init_takes_unset_keys(args, hf_dir, work, json.loads(open(f"{work}/metrics.jsonl").readline())["loss"])
     print(f"PASS: {args.case}")
 
 

@@ -15,8 +15,9 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   corrupt_fallback   a flipped byte in a data chunk (read by rank 1 only), a truncated file, a
                      broken superblock: reported, and auto falls back to the newest good file;
                      nothing usable -> exit 3; checkpoint.resume=PATH of a bad file -> exit 3
-  shape_mismatch     other ffn_dim / n_layers -> exit 3 naming the tensor and both shapes;
-                     a changed hyperparameter is reported and allowed
+  shape_mismatch     other ffn_dim / n_layers -> exit 3 naming the keys and both values, all in one
+                     message; with checkpoint.allow_model_change = true the tensors' shapes still
+                     stop it (exit 3 naming the tensor); a changed hyperparameter is reported and allowed
   sigterm            SIGTERM -> state saved, exit 75, resume bit-identical; with 2 ranks, SIGUSR1 to
                      one rank only, and a second signal during the save
   save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
@@ -434,12 +435,19 @@ def corrupt_fallback(e):
 def shape_mismatch(e):
     e.run(1, "ref", "train.steps=2")
     _, err = e.run(1, "ref", "model.ffn_dim=192", expect=3)
+    check("model.ffn_dim: the state file has 160, the config 192" in err and "tensor" not in err,
+          "ffn_dim 160 -> 192: exit 3 naming the key and both values")
+    _, err = e.run(1, "ref", "model.n_layers=3", "model.ffn_dim=192", expect=3)
+    check("model.n_layers: the state file has 2, the config 3; model.ffn_dim: the state file has 160, the config 192"
+          in err and len(err.strip().splitlines()) == 1, "n_layers and ffn_dim changed: both keys in one message")
+    allow = "checkpoint.allow_model_change=true"
+    _, err = e.run(1, "ref", "model.ffn_dim=192", allow, expect=3)
     check("model.layers.0.mlp.gate_proj.weight" in err and "[160, 64]" in err and "[192, 64]" in err,
-          "ffn_dim 160 -> 192: exit 3 naming the tensor and both shapes")
-    _, err = e.run(1, "ref", "model.n_layers=3", expect=3)
-    check("model.layers.2." in err and "not in the file" in err, "n_layers 2 -> 3: exit 3 naming a missing tensor")
-    _, err = e.run(1, "ref", "model.n_layers=1", expect=3)
-    check("model.layers.1." in err and "not in the model" in err, "n_layers 2 -> 1: exit 3 naming an extra tensor")
+          "ffn_dim 160 -> 192, allowed: exit 3 naming the tensor and both shapes")
+    _, err = e.run(1, "ref", "model.n_layers=3", allow, expect=3)
+    check("model.layers.2." in err and "not in the file" in err, "n_layers 2 -> 3, allowed: exit 3 naming a missing tensor")
+    _, err = e.run(1, "ref", "model.n_layers=1", allow, expect=3)
+    check("model.layers.1." in err and "not in the model" in err, "n_layers 2 -> 1, allowed: exit 3 naming an extra tensor")
     check(e.steps_saved("ref") == [2], "refused resumes leave the files alone")
     out, _ = e.run(1, "ref", "train.steps=4", "train.lr=1e-3")
     check("train.steps: 2 -> 4" in out and "train.lr: 0.003 -> 0.001" in out, "changed hyperparameters are reported")
@@ -555,7 +563,8 @@ def unusable_dir(e):
         for path in (a_file, a_file + "/sub"):
             out, err = e.run(np_, "u", f"checkpoint.dir={path}", expect=2)
             lines = gtrain_lines(err)
-            check(len(lines) == 1 and "[checkpoint] dir" in lines[0] and f"'{path}'" in lines[0]
+            check(len(lines) == 1 and lines[0].startswith(f"gtrain: command line: checkpoint.dir={path}: ")
+                  and f"'{path}'" in lines[0]
                   and "Not a directory" in lines[0], f"{np_} rank(s), dir {path}: exit 2, one line: {lines}")
             check(not trained_steps(out), "no step was trained")
     with Tmpfs(os.path.join(e.work, "ro"), 1 << 20, read_only=True) as ro:
@@ -660,15 +669,16 @@ def nonfinite(e):
 
 def model_change(e):
     e.run(1, "m", "train.steps=2")
-    cases = [(["model.n_heads=8", "model.n_kv_heads=4"], ["model.n_heads: 4 -> 8", "model.n_kv_heads: 2 -> 4"]),
-             (["model.rope_theta=500000"], ["model.rope_theta: 10000 -> 500000"]),
-             (["model.norm_eps=1e-6"], ["model.norm_eps: 1e-05 -> 1e-06"])]
+    cases = [(["model.n_heads=8", "model.n_kv_heads=4"],
+              ["model.n_heads: the state file has 4, the config 8; model.n_kv_heads: the state file has 2, the config 4"]),
+             (["model.rope_theta=500000"], ["model.rope_theta: the state file has 10000, the config 500000"]),
+             (["model.norm_eps=1e-6"], ["model.norm_eps: the state file has 1e-05, the config 1e-06"])]
     for overrides, keys in cases:
         _, err = e.run(1, "m", *overrides, expect=3)
         check(all(k in err for k in keys) and "checkpoint.allow_model_change = true" in err,
               f"{' '.join(overrides)} (same tensor shapes): exit 3 naming {keys}")
     _, err = e.run(1, "m", "model.vocab_size=300", expect=3)
-    check("model.embed_tokens.weight" in err and "[256, 64]" in err, "vocab_size 256 -> 300: exit 3 naming the tensor")
+    check("model.vocab_size: the state file has 256, the config 300" in err, "vocab_size 256 -> 300: exit 3 naming the key")
     check(e.steps_saved("m") == [2], "refused resumes leave the files alone")
     out, _ = e.run(1, "m", "model.rope_theta=500000", "checkpoint.allow_model_change=true", "train.steps=4",
                    "train.lr=1e-3")
