@@ -12,8 +12,9 @@ The reference shares nothing with gtrain but the documented contracts:
     head, none on the RMSNorm weights (README "Training");
   - the schedule: README's words (linear warm-up over warmup_steps, then cosine or linear to min_lr at
     steps), written out here, set on the groups before each step.
-gtrain trains STEPS steps on the CPU (fp32) at the world size and ZeRO stage of the case and saves its
-state; every master weight of the file must equal the reference's within WEIGHT_ATOL, every step's
+gtrain trains STEPS steps on the CPU (fp32) at each world size, ZeRO stage and dist.grad_sync of the case
+(grad_accum 2 at W = 2: micro-batches accumulate; at ZeRO-2/3, grad_sync = micro reduces unit by unit in
+every micro-batch, step once per step) and saves its state; every master weight of the file must equal the reference's within WEIGHT_ATOL, every step's
 lr (metrics) the schedule's within 1e-6 relative and every grad_norm the reference's pre-clip norm within
 1e-5 relative.
 
@@ -123,7 +124,7 @@ def reference(work, tokens, schedule):
     return {n: p.detach().numpy() for n, p in model.named_parameters()}, norms
 
 
-def run_gtrain(args, work, name, world, shard, schedule):
+def run_gtrain(args, work, name, world, shard, sync, schedule):
     accum = GLOBAL // (2 * world)
     ck = f"{work}/ck_{name}"
     shutil.rmtree(ck, ignore_errors=True)
@@ -162,6 +163,7 @@ device = cpu
 recompute = none
 [dist]
 shard = {shard}
+grad_sync = {sync}
 [data]
 train = {work}/train.bin
 val = {work}/train.bin
@@ -195,7 +197,7 @@ def main():
     ap.add_argument("--mpiexec-flags", default="")
     ap.add_argument("--work", required=True)
     ap.add_argument("--schedule", choices=["cosine", "linear"], required=True)
-    ap.add_argument("--runs", required=True, help="comma-separated WORLD:SHARD, e.g. 1:none,2:optimizer")
+    ap.add_argument("--runs", required=True, help="comma-separated WORLD:SHARD[:GRAD_SYNC], e.g. 1:none,2:optimizer,2:parameters:micro")
     args = ap.parse_args()
     torch.set_num_threads(1)
     shutil.rmtree(args.work, ignore_errors=True)
@@ -208,9 +210,10 @@ def main():
         fail(f"grad_clip {CLIP} does not clip every step (norms {ref_norms}): the test would miss clipping bugs")
     bad = []
     for spec in args.runs.split(","):
-        world, shard = int(spec.split(":")[0]), spec.split(":")[1]
-        name = f"w{world}_{shard}_{args.schedule}"
-        got, metrics = run_gtrain(args, args.work, name, world, shard, args.schedule)
+        world, shard, sync = (spec.split(":") + ["auto"])[:3]
+        world = int(world)
+        name = f"w{world}_{shard}_{sync}_{args.schedule}"
+        got, metrics = run_gtrain(args, args.work, name, world, shard, sync, args.schedule)
         if sorted(got) != sorted(ref):
             fail(f"{name}: tensors differ: {sorted(set(got) ^ set(ref))}")
         worst = max((float(np.abs(got[n].astype(np.float64) - ref[n]).max()), n) for n in ref)
