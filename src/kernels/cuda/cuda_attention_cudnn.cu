@@ -83,7 +83,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "cuda_attention.cuh"
 
 #if GTRAIN_HAVE_CUDNN_HEADERS
 #include <cudnn_graph.h>

@@ -101,50 +101,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "cuda_attention.cuh"
+#include "cuda_ptx.cuh"
 
 namespace {
 
 constexpr int MM_THREADS = 128; /* 4 warps */
 constexpr int MM_BM = 64;       /* query rows per block, 16 per warp */
 
-/* The inline PTX of this file is all in the wrappers below and cp_async4 further down. The CPU
- * emulation (tests/gpu/emu, GT_CUDA_EMULATED: the host compiler, which cannot take PTX) gets its own
- * definitions of the same wrappers from emu_ptx.h: warp-collective ldmatrix and mma.sync from the ISA's
- * fragment tables, cp.async queued per thread until cp.async.wait_group. nvcc never defines
- * GT_CUDA_EMULATED, so the device code is unchanged by this. */
-#ifdef GT_CUDA_EMULATED
-#include "emu_ptx.h"
-#else
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past T) */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-
-/* c (16x8 fp32) += a (16x16 bf16, row) . b (16x8 bf16, col) */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-#endif /* GT_CUDA_EMULATED */
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
@@ -241,11 +205,6 @@ __device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)
             mma_bf16(acc[dt + 1], pa, r[2], r[3]);
         }
     }
-}
-
-/* the dropout index of (b, h, query t, key s), as cuda_attention.cu's */
-__device__ __forceinline__ uint64_t mm_drop_index(int b, int h, int t, int s, int NH, int Tn) {
-    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
 }
 
 template <int HD, int BN>
@@ -347,7 +306,7 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
                     else sum_b += p;
                     if (dropout > 0.0f && p != 0.0f) {
                         const int r = e < 2 ? row_a : row_b, col = k0 + nt * 8 + 2 * quad + (e & 1);
-                        p = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? p * keep_scale : 0.0f;
+                        p = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, r, col, NH, Tn), dropout) ? p * keep_scale : 0.0f;
                     }
                     s[nt][e] = p;
                 }
@@ -406,7 +365,7 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     dim3 grid((unsigned)((Tn + MM_BM - 1) / MM_BM), (unsigned)NH, (unsigned)B);
     mma_attention_forward_kernel<HD, BN><<<grid, MM_THREADS, smem>>>(out, lse, q, k, v, Tn, NH, NKV, scale, dropout,
-                                                                    keep_scale, rng_base(key));
+                                                                    keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -415,13 +374,6 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
  * Shared by both kernels: tiles of Q, dO, K, V in shared memory in rows of HD + 8 bf16 (the forward's
  * padding), all of a warp's tensor-core work on its own 16 rows, and the forward's two fragment
  * patterns (mma_abt, mma_pv above). */
-
-/* 4 bytes global -> shared (cp.async.ca: .cg takes 16-byte copies only); src_bytes 0 writes zero */
-#ifndef GT_CUDA_EMULATED /* emu_ptx.h has it */
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-#endif
 
 /* N floats src[row0 .. row0 + N) (a row statistic of one head: lse or D) into dst; past T zero */
 template <int N>
@@ -534,7 +486,7 @@ mma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, 
                         const float p = expf(s[nt][e] * scale - (e < 2 ? lse_a : lse_b));
                         float d = dp[nt][e];
                         if (dropout > 0.0f)
-                            d = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? d * keep_scale
+                            d = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, r, col, NH, Tn), dropout) ? d * keep_scale
                                                                                                    : 0.0f;
                         ds = p * (d - (e < 2 ? D_a : D_b)) * scale;
                     }
@@ -645,7 +597,7 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
                         float d = dp[nt][e];
                         pt = p;
                         if (dropout > 0.0f) {
-                            const bool keep = dev_dropout_keep(rng, mm_drop_index(b, h, tq, sk, NH, Tn), dropout);
+                            const bool keep = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, tq, sk, NH, Tn), dropout);
                             d = keep ? d * keep_scale : 0.0f;
                             pt = keep ? p * keep_scale : 0.0f;
                         }
@@ -677,7 +629,7 @@ void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out
                  const bf16 *v, const float *lse, int B, int Tn, int NH, int NKV, float dropout, gt_rng_key key) {
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    const uint64_t rng = rng_base(key);
+    const uint64_t rng = gt_rng_base(key);
     float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
     gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, 1);
 

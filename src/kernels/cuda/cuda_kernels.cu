@@ -609,7 +609,7 @@ __global__ void residual_forward_kernel(T *out, const T *res, const T *branch, s
                                         float keep_scale, uint64_t rng) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float b = load_f(branch + i);
-        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        if (dropout > 0.0f) b = gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
         store_f(out + i, __fadd_rn(load_f(res + i), b));
     }
 }
@@ -620,7 +620,7 @@ __global__ void dropout_backward_kernel(T *dbranch, const T *dout, size_t n, flo
                                         uint64_t rng) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float d = load_f(dout + i);
-        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(d, keep_scale) : 0.0f);
+        store_f(dbranch + i, gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(d, keep_scale) : 0.0f);
     }
 }
 
@@ -635,14 +635,14 @@ __global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branc
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             float bj = load_f(&b.v[j]);
-            if (dropout > 0.0f) bj = dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
+            if (dropout > 0.0f) bj = gt_dropout_keep_at(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
             store_f(&o.v[j], __fadd_rn(load_f(&r.v[j]), bj));
         }
         store16(out + p * VEC, o);
     }
     for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float b = load_f(branch + i);
-        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        if (dropout > 0.0f) b = gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
         store_f(out + i, __fadd_rn(load_f(res + i), b));
     }
 }
@@ -658,19 +658,19 @@ __global__ void dropout_backward_vec_kernel(T *dbranch, const T *dout, size_t nv
         pack16<T> o;
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            store_f(&o.v[j], dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout)
+            store_f(&o.v[j], gt_dropout_keep_at(rng, (uint64_t)(p * VEC + j), dropout)
                                  ? __fmul_rn(load_f(&d.v[j]), keep_scale) : 0.0f);
         store16(dbranch + p * VEC, o);
     }
     for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
+        store_f(dbranch + i, gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
 }
 
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    const uint64_t rng = dropout > 0.0f ? rng_base(key) : 0;
+    const uint64_t rng = dropout > 0.0f ? gt_rng_base(key) : 0;
     const size_t nv = n / pack16<T>::VEC;
     if (aligned16(out) && aligned16(res) && aligned16(branch))
         residual_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
@@ -692,10 +692,10 @@ static void dropout_backward(void *dbranch, const void *dout, size_t n, float dr
     const size_t nv = n / pack16<T>::VEC;
     if (aligned16(dbranch) && aligned16(dout))
         dropout_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
-            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, rng_base(key));
+            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, gt_rng_base(key));
     else
         dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n,
-                                                                                  dropout, keep_scale, rng_base(key));
+                                                                                  dropout, keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
