@@ -1,34 +1,20 @@
 /*
- * cuda_attention.cu — causal grouped-query attention (attention_forward, attention_backward), flash
- * style: the (T, T) score matrix never exists in device memory. Forward keeps the log-sum-exp of
- * every score row; backward recomputes the probabilities tile by tile as p = expf(s - lse).
+ * cuda_attention.cu — causal grouped-query attention for the ops table (attention_forward,
+ * attention_backward): the default kernels, flash style (the (T, T) scores never exist in device
+ * memory), fp32 arithmetic on CUDA cores, deterministic; and the choice of an opt-in variant
+ * (GTRAIN_CUDA_ATTENTION; cuda_attention.cuh says how the variants meet).
  *
- * Tiling. A block is 256 threads seen as a 16 x 16 grid (tx = thread % 16, ty = thread / 16). A tile
- * of rows (queries, or keys in the dk/dv kernel) and a tile of keys sit in shared memory in fp32
- * (converted from the working type on load, zero-padded past T and past HD); each thread owns rows
- * ty + 16 i and columns tx + 16 j of a score tile, and the head dimensions d = tx + 16 j of its rows
- * of an output accumulator. Rows are padded to HDM + 1 floats so the column-strided reads of the
- * score products hit 16 different banks. A score row lives in the 16 lanes of one half-warp, so row
- * max and row sums are xor-shuffles over 16 lanes: a fixed tree, the same bits on every lane.
- * HDM (16, 32, 64 or 128) is HD rounded up, a template argument so accumulators stay in registers.
- * Arithmetic is fp32 throughout; only the results are rounded to the working type.
- *
- * Forward, one block per (query tile of BM rows, head, batch): loop over key tiles up to the
- * diagonal with an online softmax (running max m, running sum l, output rescaled by expf(m_old -
- * m_new)); dropout (transformers' attention_dropout) multiplies the probability that enters the
- * output by keep/(1-p), index ((b*NH + h)*T + t)*T + s; lse = m + logf(l).
- *
- * Backward, without atomics (every output element has one owning thread, summing in fixed order):
- *   with dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp, ds = p (dp - D_t) * scale:
- *   kernel 0 (attention_rowdot_kernel, shared with the WMMA variant), one warp per row: D_t =
- *     dout_t . out_t from the forward output (equal to sum_s p dp, dropout included, since out_t =
- *     sum_s p~ v_s), so no pass over the key tiles is spent on it; D goes to a (B, NH, T) scratch;
- *   kernel 1, per (query tile, head, batch): one pass over key tiles computes dq_t = sum_s ds k_s;
- *   kernel 2, per (key tile, kv head, batch): loops over the group's query heads and the query tiles
- *     at or after the diagonal, recomputing p, dp and ds, and sums dk_s = sum ds q_t and
- *     dv_s = sum p~ dout_t (p~ the probability after dropout).
- * That recomputes the scores twice in backward (the CPU backend does the same); correctness,
- * determinism and O(T) memory come first here, speed second.
+ * Forward, one block of 256 threads per (query tile, head, batch): key tiles up to the diagonal with
+ * an online softmax (running max m and sum l, the output rescaled by expf(m_old - m_new)); dropout
+ * (ops.h's index) multiplies the probability that enters the output by keep/(1-p); lse = m + logf(l)
+ * is kept for backward. Backward recomputes p = expf(s - lse) tile by tile, without atomics: D_t =
+ * dout_t . out_t from the forward output (attention_rowdot_kernel, shared with the mma variant); a dq
+ * kernel per query tile; a dk/dv kernel per (key tile, kv head) that loops over the group's query
+ * heads and the query tiles from the diagonal on, so every output element has one owning thread
+ * summing in a fixed order. Tiles sit in shared memory in fp32, rows padded to HDM + 1 floats (the
+ * column-strided reads hit 16 banks); a thread of the 16 x 16 grid owns rows ty + 16 i and columns
+ * tx + 16 j, so a score row lives in one half-warp and its max and sum are xor-shuffles over 16 lanes.
+ * HDM (16, 32, 64, 128) is HD rounded up, a template argument so the accumulators stay in registers.
  */
 #include <math.h>
 

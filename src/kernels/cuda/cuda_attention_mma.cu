@@ -1,101 +1,21 @@
 /*
- * cuda_attention_mma.cu — an OPTIONAL bf16 flash-attention, FORWARD and BACKWARD, written for sm_80/sm_90
- * tensor cores with the PTX instructions whose register layouts the PTX ISA documents (mma.sync
- * m16n8k16, ldmatrix, cp.async), so that, unlike the WMMA variant, the accumulators (O in forward; dQ,
- * dK, dV in backward) stay in registers.
+ * cuda_attention_mma.cu — an opt-in bf16 flash attention (GTRAIN_CUDA_ATTENTION=mma), forward and
+ * backward, on sm_80/sm_90 tensor cores through the PTX instructions whose register layouts the PTX
+ * ISA documents (mma.sync m16n8k16, ldmatrix, cp.async; cuda_ptx.cuh), so that the accumulators (O in
+ * forward; dQ, dK, dV in backward) stay in registers. It takes HD 64 and 128 with 16-byte aligned
+ * tensors and leaves every other call to the default kernels (cuda_attention.cu), whose semantics it
+ * shares (scale, causal mask, GQA, lse, ops.h's dropout); results differ by rounding only. It has
+ * never run on a GPU: docs/gpu.md says how it was checked without one.
  *
- *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
- *   *** on reading and on CPU emulations (below: of the index math, and of this very source). Opt-in with
- *   *** GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has passed on a real GPU.
- *
- * With GTRAIN_CUDA_ATTENTION=mma both directions run here for the bf16 working type, HD 64 or 128 and
- * 16-byte aligned q, k, v (and dout, dq, dk, dv in backward); anything else falls through to the WMMA
- * variant (cuda_attention_wmma.cu), then to the default kernels. The backward recomputes the
- * probabilities from q, k and lse and takes D from the output, so it pairs with any forward with the
- * same lse semantics.
- *
- * Semantics as cuda_attention.cu: scale 1/sqrt(HD), causal s <= t, GQA head h reads kv head
- * h / (NH/NKV), lse = m + log(l) with m the row max of the scaled scores and l the sum of the
- * pre-dropout probabilities, dropout on the probabilities with dev_dropout_keep at index
- * ((b*NH + h)*T + t)*T + s and the 1/(1-p) scale. Differences are rounding only (bf16 products summed
- * in fp32 by the tensor cores; P rounded to bf16 before P V; in backward P~ and dS rounded to bf16
- * before dV, dQ and dK).
- *
- * Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"
- * and "ldmatrix"), lane = 4 g + c (g = groupID = lane >> 2, c = threadID_in_group = lane % 4):
- *   A (16 x 16 bf16, .row), four .b32 registers of two bf16 each (lower column in the low half):
- *     a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8, 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..);
- *   B (16 x 8 bf16, .col), two registers: b[0] = (rows/k 2c, 2c+1; col/n g), b[1] = (k 2c+8, 2c+9; n g);
- *   C, D (16 x 8 fp32): c[0], c[1] = (row g, cols 2c, 2c+1), c[2], c[3] = (row g+8, cols 2c, 2c+1);
- *   ldmatrix.sync.aligned.m8n8.x4.shared.b16: lanes 8i..8i+7 give the addresses of rows 0-7 of
- *     matrix i; register i of lane l gets row l / 4, columns 2 (l % 4), 2 (l % 4) + 1 of matrix i; with
- *     .trans it gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4 (the transposed matrix's row l / 4).
- * Three consequences, derived at mma_abt and mma_pv below: (1) a row-major tile's 16 x 16 block loaded
- * with ldmatrix.x4 (lane l -> row l % 16, column block l / 16) is an A fragment; (2) a plain
- * ldmatrix of a row-major (n x k) tile gives B fragments of its transpose (S = Q K^T: K rows are the
- * n index); ldmatrix.trans of a row-major (k x n) tile gives B fragments of the tile itself (P V);
- * (3) the C accumulators of n-tiles 2j and 2j+1 are, element for element, the A fragment of k-block j
- * (a[0] = c of tile 2j row g, a[1] = tile 2j row g+8, a[2] = tile 2j+1 row g, a[3] = tile 2j+1 row
- * g+8), so P (or dS) goes from one product into the next without shared memory.
- * Emulation, no GPU needed (CTest mma_attention_forward_emulation_matches_fp64 and
- * _backward_..., label unit, numpy): tests/gpu/mma_emu.py builds ldmatrix(.trans).x4, mma.sync
- * m16n8k16 and shfl.sync.bfly from the ISA tables above, lanes as a numpy axis, shared memory filled
- * with NaN (a read of anything not written poisons the result); tests/gpu/emulate_mma_attention_fwd.py
- * and _bwd.py run hand transcriptions of the three kernels (every lane, row, column, address and
- * pointer expression, causal tile skips, the online softmax and its quad shuffles, GQA, the dk/dv
- * step order, the dropout index with a stand-in keep function) in fp64 against a direct attention:
- * out, lse, dq, dk, dv agree to about 1e-15 (the tests allow 1e-10) at test_ops_cuda's mma shapes but
- * the 7B one, plus T 129, 65 and 300; no ldmatrix row is misaligned or bank-conflicting; and every one
- * of the deliberately wrong layouts (a, b, c registers, ldmatrix rows, .trans, the shuffle partner)
- * fails. They do NOT check bf16 and fp32 rounding, the real RNG, barriers and cp.async ordering
- * (races), registers, shared-memory and launch limits, the host wrappers (their grid and BN are
- * copied, not run), or that the hardware matches the ISA text; and a transcription is only as good as
- * its copying: edit it with the kernel.
- *
- * This source itself also runs on the CPU (CTest cuda_kernels_emulated_match_cpu and _reverse_schedule,
- * label unit: tests/gpu/emu, test_ops_cuda.c's mma checks): under GT_CUDA_EMULATED the PTX wrappers
- * below come from tests/gpu/emu/emu_ptx.h (nvcc's build is unchanged), ldmatrix and mma.sync as
- * warp-collective operations from the same ISA tables (all 32 lanes, 16-byte aligned shared rows) and
- * cp.async performed at its thread's wait_group (the latest it may land; at issue, the earliest, in
- * the _reverse_schedule run); the blocks' threads run as fibers with real
- * barriers. That covers what the transcriptions do not: the kernels and host wrappers as written, the
- * bf16/fp32 roundings of the code (not the tensor core's internal ones), the real RNG, barrier and
- * cp.async-wait placement within a block, shared-memory and launch limits; out, lse, dq, dk, dv agree
- * with the CPU backend at test_ops_cuda's tolerances and repeat bit for bit. Still not checked there:
- * the hardware's accumulation order, registers, races between blocks, speed.
- *
- * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
- * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
- * with cp.async, two stages deep: the next K/V tile loads while the tensor cores work on this one.
- * Each warp keeps its Q rows as ldmatrix'd A fragments, computes S = Q K^T (16 x BN, fp32 in
- * registers), the online softmax on those registers (row statistics reduced over the 4 lanes that
- * share a row), rescales its O accumulator (16 x HD fp32, in registers) and adds P V with P re-packed
- * from the S registers as bf16 A fragments (the m16n8 accumulator layout is the m16n8k16 A layout of
- * two neighbouring n-tiles) and V read with ldmatrix.trans. Shared rows are padded by 16 bytes so the
- * 8 rows of each ldmatrix hit distinct banks. BN = 64 keys at HD 64 and 32 at HD 128, so that
- * registers (about 130-160 per thread) and shared memory (46 and 52 KiB) allow 3-4 blocks per SM.
- * No atomics; every sum has a fixed order, so results repeat bit for bit.
- *
- * Backward (FlashAttention-2's, without atomics; as cuda_attention.cu: dp~ = dout_t . v_s, dp = dp~
- * keep/(1-p), D_t = dout_t . out_t, ds = p (dp - D_t) scale, p = exp(s scale - lse_t)), three kernels:
- *   D: cuda_attention.cu's gt_cuda_attention_rowdot into a (B, NH, T) fp32 scratch;
- *   dq, grid (query tiles of 64, longest first) x NH x B, 4 warps of 16 query rows: Q and dO tiles in
- *     shared memory; the K and V tiles of BN keys (0 up to the block's last query: causal tile
- *     skipping, and a warp skips a tile past its own last row) stream through two cp.async stages.
- *     Per tile: S = Q K^T and dP~ = dO V^T (16 x BN fp32 in registers), dS in place of S, and
- *     dQ += dS K with K through ldmatrix.trans; dQ (16 x HD fp32) stays in registers to the end;
- *   dk/dv, grid (key tiles of 64, tile 0 first) x NKV x B, 4 warps of 16 key rows: K and V tiles in
- *     shared memory; the steps (the group's query heads in order, then the query tiles of BQ rows
- *     from the block's diagonal on) stream Q, dO, lse and D through two cp.async stages (lse and D
- *     with 4-byte cp.async.ca). Per step: S^T = K Q^T and dP~^T = V dO^T (16 x BQ), P~^T (after
- *     dropout) and dS^T in place, dV += P~^T dO and dK += dS^T Q with dO and Q through ldmatrix.trans;
- *     dK, dV (2 x 16 x HD fp32) stay in registers over every head of the group (GQA summed in a fixed
- *     order, no cross-block sum).
- * BN = BQ = 64 at HD 64, 32 at HD 128. Shared memory 2 (HD + 8)(2*64 + 4*BN) bytes (+ 16 BN for lse and
- * D in dk/dv): dq 54 / 68 KiB, dk/dv 55 / 68.5 KiB at HD 64 / 128. Registers (ptxas -v, nvcc 13.0,
- * sm_90, __launch_bounds__(128, 2), no spills): dq 206 / 190, dk/dv 224 / 252 at HD 64 / 128, so two
- * blocks fit per SM: at most 252 x 32 registers per warp, allocated in units of 256 = 8192, x 4 warps
- * x 2 blocks = the SM's 65536; and 2 x (68.5 + 1 reserved) KiB of its 228 KiB of shared memory.
+ * Forward (FlashAttention-2's schedule): a block is 4 warps and 64 query rows, 16 per warp; tiles of
+ * BN keys of K and V stream through shared memory in two cp.async stages; each warp computes S = Q K^T
+ * in registers, the online softmax on them (a row's statistics over the 4 lanes that share it),
+ * rescales O and adds P V, P re-packed from S's accumulators as A fragments (the m16n8 accumulator
+ * layout is the A layout of two neighbouring n-tiles: the derivations are at mma_abt and mma_pv).
+ * Backward, without atomics: D = rowsum(dO * O) (gt_cuda_attention_rowdot); a dq kernel per query
+ * tile streams K and V; a dk/dv kernel per (key tile, kv head) streams Q, dO, lse and D of the group's
+ * query heads from the diagonal on, so each output has one owner and a fixed summation order.
+ * BN = 64 at HD 64, 32 at HD 128; shared rows are padded by 16 bytes so each ldmatrix hits 8 banks.
  */
 #include <math.h>
 #include <stdint.h>
@@ -660,7 +580,7 @@ long g_mma_calls = 0;
 extern "C" long gt_cuda_attention_mma_calls(void) { return g_mma_calls; }
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected
- * variant is "mma" (gt_cuda_attention_variant() == 2); returns 1 when it ran the call. */
+ * variant is GT_ATTENTION_MMA; returns 1 when it ran the call. */
 int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                   int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     if (HD != 64 && HD != 128) return 0;
@@ -674,9 +594,9 @@ int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const vo
 }
 
 /* Called by cuda_attention.cu's attention_backward for the bf16 working type when the selected variant
- * is "mma" (gt_cuda_attention_variant() == 2); returns 1 when it ran the call, 0 to fall through (to
- * the WMMA backward, then the default kernels). Inputs read with cp.async (q, k, v, dout) and outputs
- * written with 4-byte stores (dq, dk, dv) must be 16-byte aligned. */
+ * is GT_ATTENTION_MMA; returns 1 when it ran the call, 0 to leave it to the default kernels. Inputs
+ * read with cp.async (q, k, v, dout) and outputs written with 4-byte stores (dq, dk, dv) must be
+ * 16-byte aligned. */
 int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
                                    const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
                                    int HD, float dropout, gt_rng_key key) {

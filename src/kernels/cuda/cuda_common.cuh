@@ -4,7 +4,7 @@
  *   - CUDA_CHECK / CUDA_CHECK_LAUNCH: abort with file:line on any failed CUDA call (never continue);
  *   - the working type: `float` (fp32 mode) or `bf16` (bf16 mode). Kernels are templates over it and
  *     do all arithmetic in fp32: load_f() widens, store_f() rounds (round-to-nearest-even);
- *   - (the dropout RNG and index are ops.h's own functions, callable on the device);
+ *   - ops.h (its dropout RNG and index are callable on the device too);
  *   - deterministic warp/block reductions (fixed trees, no atomics);
  *   - the allocator entry points (cuda_ops.cu) that other files use for scratch buffers;
  *   - the fill functions: each .cu puts its own entries into the ops table.

@@ -3,29 +3,20 @@
  * deterministic backward), RMSNorm (forward, apply, backward), rotary embedding, SwiGLU, the residual
  * add with dropout on the branch, and the fused softmax + cross-entropy of the LM head.
  *
- * All math is fp32 (sums of squares and dot products of a row in double, as the CPU backend does),
- * reading and writing the working type (float or bf16) through load_f/store_f. Where the CPU backend
- * spells an expression, the same expression is used here, with __fmul_rn/__fadd_rn where a fused
- * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
- * bit) — this is a convenience for the tests, not a contract.
+ * All math is fp32 (a row's sums of squares and dot products in double, as the CPU backend does),
+ * reading and writing the working type through load_f/store_f. Where the CPU backend spells an
+ * expression, the same expression is used here, with __fmul_rn/__fadd_rn where a fused multiply-add
+ * would change the rounding, so fp32 mode agrees with the CPU closely (a convenience for the tests,
+ * not a contract). The kernels move 16 bytes per access (pack16) when their pointers are 16-byte
+ * aligned, with a scalar tail or a single-element kernel otherwise; row-wise kernels run one block per
+ * row, and RMSNorm holds a row in registers for the usual shapes (C <= 1024 vectors), so forward and
+ * the fused backward read each row once. Token ids outside [0, V) raise a device flag (take_fault)
+ * instead of reading out of bounds.
  *
- * Memory access: the elementwise kernels (SwiGLU, residual, dropout backward), the embedding rows,
- * RMSNorm's apply, RoPE (HD/2 a multiple of the vector) and the cross-entropy rows (V a multiple of the
- * vector) move 16 bytes per access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte
- * aligned, with a scalar tail or a single-element kernel otherwise; per-element index arithmetic is a
- * multiply, never a 64-bit division (row-wise kernels run one block per row; RoPE takes t and b from
- * the grid). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
- * row in registers: forward reads x once for the sum of squares and the output, and backward is one
- * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token
- * ids outside [0, V) raise a device flag (take_fault) instead of reading out of bounds. Still one
- * element per access: the embedding backward (a scatter by token id).
- *
- * Reductions that feed gradients never use atomics:
- *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
- *     order) into scratch, then one pass adding the chunks in order;
- *   - embedding dwte: tokens are split into EMB_BUCKETS buckets by token id modulo EMB_BUCKETS; a
- *     block owns (bucket, 256 columns) and walks all tokens in order, adding only its bucket's, so
- *     each dwte element has one owning thread and a fixed summation order.
+ * Reductions that feed gradients never use atomics: RMSNorm's dweight sums per-chunk partials (rows
+ * in order) into scratch, then adds the chunks in order; the embedding's dwte splits tokens into
+ * EMB_BUCKETS buckets by id, and a block owning (bucket, 256 columns) walks all tokens in order, so
+ * each dwte element has one owning thread and a fixed summation order.
  */
 #include <math.h>
 #include <string.h>

@@ -12,9 +12,9 @@
  * kernel. Either way the order is fixed by n and the pointer's alignment, so a call repeats bit for
  * bit. scale has the same 16-byte path with a scalar tail.
  *
- * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it — scalars
- * formed in double on the host and rounded to float, the element update in fp32 with explicit
- * round-to-nearest intrinsics so no fused multiply-add changes the rounding.
+ * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it: the step's
+ * scalars from ops.h's gt_adamw_step_scalars (the CPU backend's too), the element update in fp32 with
+ * explicit round-to-nearest intrinsics so no fused multiply-add changes the rounding.
  */
 #include <math.h>
 
