@@ -44,18 +44,19 @@ endif()
 # The default path of the CUDA backend run on the CPU (label unit): tests/gpu/emu emulates the CUDA
 # execution model (blocks in turn, each block's threads as fibers with real __syncthreads and warp
 # barriers, guard pages after shared and device memory; cuda_emu.h says what it checks and what it
-# cannot), and test_ops_cuda.c, compiled with GT_CUDA_EMULATED, compares the real kernel sources of
-# cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu, cuda_ops.cu, cuda_attention_mma.cu and
-# cuda_attention_wmma.cu with the CPU backend. Copies of those .cu files are rewritten for the host
-# compiler at build time (emu/emulate_cu.cmake: launches and __shared__ declarations only; the mma
-# file's inline-PTX wrappers come from emu/emu_ptx.h and the wmma file's nvcuda::wmma from
-# emu/emu_wmma.h under GT_CUDA_EMULATED); cuBLASLt's matmul and the cuDNN attention variant are
-# replaced by tests/gpu/emu/emu_stubs.cpp. Needs the toolkit's headers only (no GPU, no driver).
+# cannot; docs/gpu.md), and test_ops_cuda.c, compiled with GT_CUDA_EMULATED, compares the real kernel
+# sources of cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu, cuda_ops.cu and cuda_attention_mma.cu
+# with the CPU backend. Copies of those .cu files are rewritten for the host compiler at build time
+# (emu/emulate_cu.cmake: launches and __shared__ declarations only); emu/include comes first on their
+# include path and stands in for the toolkit's cuda_runtime.h and for the backend's cuda_ptx.cuh (the
+# mma file's inline-PTX wrappers), so the product sources name nothing of the emulation. cuBLASLt's
+# matmul and the cuDNN attention variant are replaced by tests/gpu/emu/emu_stubs.cpp. Needs the
+# toolkit's headers only (no GPU, no driver).
 if(GTRAIN_HAVE_CUDA)
   enable_language(CXX)
   set(_emu_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
   set(_emu_src "")
-  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma cuda_attention_wmma)
+  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma)
     add_custom_command(
       OUTPUT ${_emu_dir}/${f}.cpp
       COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu -DOUT=${_emu_dir}/${f}.cpp
@@ -82,8 +83,8 @@ if(GTRAIN_HAVE_CUDA)
   target_link_libraries(test_ops_cuda_emulated PRIVATE gtrain_blas OpenMP::OpenMP_C ${GTRAIN_LIBM})
   # twice: blocks and threads in launch order, then reversed (GT_EMU_SCHEDULE=reverse), so a kernel
   # that depends on the order its threads run in cannot pass both by luck (and cp.async copies land
-  # at their wait_group, then at issue: GT_EMU_CP_ASYNC=eager); ~10 s each (most of it the wmma and
-  # mma attentions' checks). A third run, of the attention checks only, takes a block's warps one at a
+  # at their wait_group, then at issue: GT_EMU_CP_ASYNC=eager); ~10 s each (most of it the mma
+  # attention's checks). A third run, of the attention checks only, takes a block's warps one at a
   # time (GT_EMU_SCHEDULE=warps: each warp until all its lanes wait at __syncthreads), so a warp that
   # reads other warps' shared-memory writes without a block barrier between reads the poison (~9 s).
   add_test(NAME cuda_kernels_emulated_match_cpu COMMAND test_ops_cuda_emulated)

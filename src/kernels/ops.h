@@ -23,8 +23,17 @@
 #ifndef GT_OPS_H
 #define GT_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The small functions below are written once for both backends: plain C for the CPU and the core,
+ * and callable from CUDA kernels too when nvcc compiles them (cuda_common.cuh includes this file). */
+#ifdef __CUDACC__
+#define GT_HOST_DEVICE __host__ __device__
+#else
+#define GT_HOST_DEVICE
+#endif
 
 /* Counter-based dropout randomness: the keep/drop decision for element `index` is a pure function
  * of (key.seed, key.stream, index), so a recomputed forward and the backward replay the same mask
@@ -35,22 +44,52 @@ typedef struct gt_rng_key {
 } gt_rng_key;
 
 /* splitmix64 finaliser: the one mixing function shared by every backend. */
-static inline uint64_t gt_mix64(uint64_t z) {
+static inline GT_HOST_DEVICE uint64_t gt_mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 
-/* Uniform in [0, 1) with 24 random bits, identical on every backend. */
-static inline float gt_rng_uniform(gt_rng_key key, uint64_t index) {
-    uint64_t h = gt_mix64(gt_mix64(key.seed ^ gt_mix64(key.stream)) + index);
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
+/* The decision for element `index` depends on the key only through this base, so a kernel gets the
+ * base once per call (computed on the host) and spends one mix per element. */
+static inline GT_HOST_DEVICE uint64_t gt_rng_base(gt_rng_key key) { return gt_mix64(key.seed ^ gt_mix64(key.stream)); }
+
+/* Dropout keeps an element when u >= p, u uniform in [0, 1) with 24 random bits (the same bits on
+ * every backend), and scales a kept one by 1/(1-p). */
+static inline GT_HOST_DEVICE int gt_dropout_keep_at(uint64_t base, uint64_t index, float p) {
+    const uint64_t h = gt_mix64(base + index);
+    return (float)(h >> 40) * (1.0f / 16777216.0f) >= p;
+}
+static inline int gt_dropout_keep(gt_rng_key key, uint64_t index, float p) {
+    return gt_dropout_keep_at(gt_rng_base(key), index, p);
 }
 
-/* Dropout keeps an element when u >= p and scales it by 1/(1-p). */
-static inline int gt_dropout_keep(gt_rng_key key, uint64_t index, float p) {
-    return gt_rng_uniform(key, index) >= p;
+/* The attention dropout's element index of (batch b, query head h, query t, key s): the flat index
+ * the (B, NH, T, T) probabilities would have, so every attention kernel drops the same elements. */
+static inline GT_HOST_DEVICE uint64_t gt_attention_drop_index(int b, int h, int t, int s, int NH, int T) {
+    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)T + (uint64_t)t) * (uint64_t)T + (uint64_t)s;
+}
+
+/* The scalars of one step of torch.optim.AdamW (torch/optim/adamw.py, _single_tensor_adamw): formed
+ * in double as python does, rounded to float where torch hands them to an fp32 kernel. Every
+ * backend's adamw takes them from here, so they agree to the bit. t counts steps from 1. */
+typedef struct gt_adamw_scalars {
+    float decay;     /* 1 - lr * weight_decay (param.mul_) */
+    float w1;        /* 1 - beta1: the lerp weight of exp_avg */
+    float w2;        /* 1 - beta2: the weight of grad^2 in exp_avg_sq */
+    float step_size; /* lr / (1 - beta1^t) */
+    float bc2_sqrt;  /* sqrt(1 - beta2^t) */
+} gt_adamw_scalars;
+
+static inline gt_adamw_scalars gt_adamw_step_scalars(float lr, float beta1, float beta2, float weight_decay, int t) {
+    gt_adamw_scalars s;
+    s.decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    s.w1 = (float)(1.0 - (double)beta1);
+    s.w2 = (float)(1.0 - (double)beta2);
+    s.step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
+    s.bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+    return s;
 }
 
 typedef struct gt_ops gt_ops;

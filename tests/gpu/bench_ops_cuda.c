@@ -17,7 +17,7 @@
  * are each input read once and each output written once. "roof%" = floor / measured. The first two
  * lines measure the ceilings actually reached here: a large device-to-device copy (bytes read +
  * written) and an 8192^3 bf16 matmul. Attention is timed with the default kernels and with the
- * opt-in tensor-core variants (GTRAIN_CUDA_ATTENTION=wmma, and =mma: cuda_attention_mma.cu's forward and
+ * opt-in tensor-core variant (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu's forward and
  * backward), and with cuDNN's fused attention (=cudnn) when libcudnn loads; a cudnn direction cuDNN
  * declined is named "cudnn-fallback" (those are the default kernels' times). The last line per shape adds the ops of one
  * micro-batch's forward and backward (every op measured here; rope and dropout are not) and the
@@ -38,7 +38,7 @@
 #define PEAK_FLOPS 989e12 /* H100/H200 SXM dense bf16, NVIDIA datasheet */
 #define PEAK_BYTES 4.8e12 /* H200 HBM3e, NVIDIA datasheet */
 
-void gt_cuda_attention_force_variant(int variant); /* cuda_attention_wmma.cu, for tests */
+void gt_cuda_attention_force_variant(const char *name); /* cuda_attention.cuh, for tests */
 long gt_cuda_attention_cudnn_calls(void);            /* cuda_attention_cudnn.cu, for tests */
 long gt_cuda_attention_cudnn_version(char *why, size_t n);
 
@@ -253,13 +253,14 @@ static double bench_linear(const model_shape *m, const char *what, int IC, int O
     return f + b;
 }
 
-/* attention forward + backward with the variant asked for (0 default, 1 wmma, 2 mma, 3 cudnn); returns
- * their sum, or -1 when the variant is cudnn and libcudnn does not load */
-static double bench_attention(const model_shape *m, int variant) {
+/* attention forward + backward with the variant asked for ("default", "mma", "cudnn"); returns their
+ * sum, or -1 when the variant is cudnn and libcudnn does not load */
+static double bench_attention(const model_shape *m, const char *variant) {
+    const int cudnn = strcmp(variant, "cudnn") == 0;
     const int HD = m->C / m->NH, KVD = m->NKV * HD, N = m->B * m->T;
     const double eb = gpu->act_bytes;
     char dims[64], op[64], why[320];
-    if (variant == 3 && !gt_cuda_attention_cudnn_version(why, sizeof why)) {
+    if (cudnn && !gt_cuda_attention_cudnn_version(why, sizeof why)) {
         printf("%-3s attention cudnn skipped: %s\n", m->name, why);
         return -1.0;
     }
@@ -279,22 +280,21 @@ static double bench_attention(const model_shape *m, int variant) {
     const double causal = (double)m->B * m->NH * (double)m->T * m->T * HD; /* T^2/2 pairs x 2 flops */
     const double io = eb * (2.0 * N * m->C + 2.0 * N * KVD);                /* q, k, v, out */
     x.op = OP_ATTN_FWD;
-    static const char *names[4] = {"default", "wmma", "mma", "cudnn"};
     /* cudnn only: whether cuDNN itself ran the timed calls, or declined them to the default kernels */
     long c0 = gt_cuda_attention_cudnn_calls();
     double t = time_op(&x);
-    snprintf(op, sizeof op, "attention_forward %s%s", names[variant],
-             variant == 3 && gt_cuda_attention_cudnn_calls() == c0 ? "-fallback" : "");
+    snprintf(op, sizeof op, "attention_forward %s%s", variant,
+             cudnn && gt_cuda_attention_cudnn_calls() == c0 ? "-fallback" : "");
     double f = report(m->name, op, dims, t, 2.0 * causal, io);
     x.op = OP_ATTN_BWD; /* reads q, k, v, out, dout, lse; writes dq, dk, dv */
     c0 = gt_cuda_attention_cudnn_calls();
     t = time_op(&x);
-    snprintf(op, sizeof op, "attention_backward %s%s", names[variant],
-             variant == 3 && gt_cuda_attention_cudnn_calls() == c0 ? "-fallback" : "");
+    snprintf(op, sizeof op, "attention_backward %s%s", variant,
+             cudnn && gt_cuda_attention_cudnn_calls() == c0 ? "-fallback" : "");
     double b = report(m->name, op, dims, t, 5.0 * causal, io + eb * (2.0 * N * m->C + 2.0 * N * KVD));
     gpu->free(x.a), gpu->free(x.b), gpu->free(x.c), gpu->free(x.d), gpu->free(x.e), gpu->free(x.f);
     gpu->free(x.g), gpu->free(x.h), gpu->free(x.fa);
-    gt_cuda_attention_force_variant(-1);
+    gt_cuda_attention_force_variant(NULL);
     return f + b;
 }
 
@@ -311,10 +311,9 @@ static void bench_shape(const model_shape *m) {
     block += bench_linear(m, "k/v (C->KVD)", C, KVD) * 2.0;
     block += bench_linear(m, "gate/up (C->F)", C, F) * 2.0;
     block += bench_linear(m, "down (F->C)", F, C);
-    double attn_default = bench_attention(m, 0);
-    double attn_wmma = bench_attention(m, 1);
-    double attn_mma = bench_attention(m, 2); /* the mma forward and backward */
-    double attn_cudnn = bench_attention(m, 3); /* -1: libcudnn did not load */
+    double attn_default = bench_attention(m, "default");
+    double attn_mma = bench_attention(m, "mma");
+    double attn_cudnn = bench_attention(m, "cudnn"); /* -1: libcudnn did not load */
     block += attn_default;
 
     op_ctx x = {0};
@@ -380,19 +379,18 @@ static void bench_shape(const model_shape *m) {
     double micro = m->L * block + head;
     double flops = 6.0 * P * N + 3.0 * 2.0 * m->L * (double)m->B * m->NH * (double)m->T * m->T * HD;
     printf("%-3s step estimate from the ops: %.1f ms per micro-batch (blocks %.1f, head %.1f) + optimizer %.1f ms;"
-           " model FLOPs %.3g -> MFU %.1f%% at one micro-batch per step (attention wmma instead: %.1f ms,"
-           " mma: %.1f ms, cudnn: %.1f ms)\n",
+           " model FLOPs %.3g -> MFU %.1f%% at one micro-batch per step (attention mma instead: %.1f ms,"
+           " cudnn: %.1f ms)\n",
            m->name, micro * 1e3, m->L * block * 1e3, head * 1e3, opt * 1e3, flops,
-           100.0 * flops / (micro + opt) / PEAK_FLOPS, (micro + m->L * (attn_wmma - attn_default)) * 1e3,
-           (micro + m->L * (attn_mma - attn_default)) * 1e3,
+           100.0 * flops / (micro + opt) / PEAK_FLOPS, (micro + m->L * (attn_mma - attn_default)) * 1e3,
            attn_cudnn < 0.0 ? -1.0 : (micro + m->L * (attn_cudnn - attn_default)) * 1e3);
     if (jsonl)
         fprintf(jsonl,
                 "{\"shape\":\"%s\",\"op\":\"step_estimate\",\"micro_batch_ms\":%.6g,\"optimizer_ms\":%.6g,"
-                "\"model_flops\":%.6g,\"mfu\":%.4g,\"micro_batch_ms_wmma_attention\":%.6g,"
+                "\"model_flops\":%.6g,\"mfu\":%.4g,"
                 "\"micro_batch_ms_mma_attention\":%.6g,\"micro_batch_ms_cudnn_attention\":%.6g}\n",
                 m->name, micro * 1e3, opt * 1e3, flops, flops / (micro + opt) / PEAK_FLOPS,
-                (micro + m->L * (attn_wmma - attn_default)) * 1e3, (micro + m->L * (attn_mma - attn_default)) * 1e3,
+                (micro + m->L * (attn_mma - attn_default)) * 1e3,
                 attn_cudnn < 0.0 ? -1.0 : (micro + m->L * (attn_cudnn - attn_default)) * 1e3);
 }
 

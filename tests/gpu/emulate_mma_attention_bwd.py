@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # tests/gpu/emulate_mma_attention_bwd.py — the mma attention BACKWARD (store_rows, the dq and dk/dv
 # kernels of src/kernels/cuda/cuda_attention_mma.cu, NEVER RUN ON A GPU; mma_abt, mma_pv, head_rows and
-# mm_drop_index are transcribed once in mma_emu.py, shared with the forward's script) transcribed by
+# gt_attention_drop_index are transcribed once in mma_emu.py, shared with the forward's script) transcribed by
 # hand onto the PTX emulation of mma_emu.py and compared with a direct fp64 attention backward: dq, dk,
 # dv (D from the output, as gt_cuda_attention_rowdot gives it; lse from the reference forward).
 # The transcription keeps the kernels' loops, their lane/row/column/address expressions (evaluated for
@@ -109,7 +109,7 @@ def dq_kernel(dq, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BN, scale, dropo
                                     p = np.exp(s[nt][:, e] * scale - (R["lse_a"] if e < 2 else R["lse_b"]))
                                 d = dp[nt][:, e]
                                 if dropout > 0.0:
-                                    d = np.where(emu.keepf(emu.mm_drop_index(b, h, r, col, NH, Tn), dropout),
+                                    d = np.where(emu.keepf(emu.gt_attention_drop_index(b, h, r, col, NH, Tn), dropout),
                                                  d * keep_scale, 0.0)
                                 ds = p * (d - (R["D_a"] if e < 2 else R["D_b"])) * scale
                                 s[nt][:, e] = np.where(live, ds, 0.0)
@@ -203,7 +203,7 @@ def dkdv_kernel(dk, dv, Dbuf, dout, q, k, v, lse, B, Tn, NH, NKV, HD, BQ, scale,
                                 d = dp[nt][:, e]
                                 pt = p
                                 if dropout > 0.0:
-                                    keep = emu.keepf(emu.mm_drop_index(b, h, tq, sk, NH, Tn), dropout)
+                                    keep = emu.keepf(emu.gt_attention_drop_index(b, h, tq, sk, NH, Tn), dropout)
                                     d = np.where(keep, d * keep_scale, 0.0)
                                     pt = np.where(keep, p * keep_scale, 0.0)
                                 ds = p * (d - sD[tD + c]) * scale

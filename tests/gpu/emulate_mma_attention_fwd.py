@@ -7,7 +7,7 @@
 # the 4 lanes of a quad by xor shuffles, P re-packed from the S accumulators as A fragments, V through
 # ldmatrix.trans, the two cp.async stages (as plain copies into the stage the kernel uses) and its
 # global pointer arithmetic on flat arrays; dropout's keep decision is mma_emu.keepf at the kernel's
-# index. The kernel's helpers shared with the backward (mma_abt_kblock, mma_pv, head_rows, mm_drop_index)
+# index. The kernel's helpers shared with the backward (mma_abt_kblock, mma_pv, head_rows, gt_attention_drop_index)
 # are transcribed once in mma_emu.py.
 # It does NOT check bf16/fp32 rounding, the real RNG, barriers, cp.async ordering or timing.
 # A transcription: edit it with the kernel.
@@ -125,7 +125,7 @@ def forward_kernel(out, lse, q, k, v, B, Tn, NH, NKV, HD, BN, scale, dropout, ke
                                 if dropout > 0.0:
                                     rr = row_a if e < 2 else row_b
                                     col = k0 + nt * 8 + 2 * quad + (e & 1)
-                                    idx = emu.mm_drop_index(b, h, rr, col, NH, Tn)
+                                    idx = emu.gt_attention_drop_index(b, h, rr, col, NH, Tn)
                                     p = np.where(p != 0.0, np.where(emu.keepf(idx, dropout), p * keep_scale, 0.0), p)
                                 s[nt][:, e] = p
                         R["l_a"] = R["l_a"] * corr_a + sum_a

@@ -2,7 +2,7 @@
 # numpy emulation of the warp-level PTX instructions that src/kernels/cuda/cuda_attention_mma.cu uses
 # (ldmatrix(.trans).x4, mma.sync m16n8k16 .row.col bf16 -> f32, shfl.sync.bfly, cp.async's zero fill),
 # built from the PTX ISA's fragment tables, plus the pieces both transcriptions need (the loaders,
-# the kernels' shared helpers head_rows, mma_abt(_kblock), mma_pv and mm_drop_index, the stand-in
+# the kernels' shared helpers head_rows, mma_abt(_kblock), mma_pv and gt_attention_drop_index, the stand-in
 # dropout keep function, a direct fp64 attention forward and backward, and the harness
 # that runs the shapes and the mutation checks).
 #
@@ -236,12 +236,12 @@ def mma_pv(acc, p, smem, Vs, HD, NT):
             acc[dt + 1] = mma_bf16(acc[dt + 1], pa, r[:, 2], r[:, 3])
 
 
-def mm_drop_index(b, h, t, s, NH, Tn):
+def gt_attention_drop_index(b, h, t, s, NH, Tn):
     return ((b * NH + h) * Tn + t) * Tn + s
 
 
 def keepf(idx, p):
-    """stand-in for dev_dropout_keep(rng, idx, p): any deterministic function of the element index does;
+    """stand-in for gt_dropout_keep_at(rng, idx, p) (ops.h): any deterministic function of the element index does;
     this one keeps about 1 - p of them"""
     return ((np.asarray(idx, dtype=np.int64) * 2654435761) % 1000) / 1000.0 >= p
 

@@ -5,18 +5,18 @@
 # Phases, in order of value; each has its own time limit, cut further to what is left of the budget,
 # and is skipped when too little is left:
 #   1. ops          test_ops_cuda: every op of the CUDA backend against the CPU backend, fp32 and bf16,
-#                   per-row errors, the 7B attention shape, the wmma and mma attention variants (and
-#                   cudnn when libcudnn loads), bad token ids
+#                   per-row errors, the 7B attention shape, the mma attention variant (and cudnn when
+#                   libcudnn loads), bad token ids
 #   2. comm         test_comm as a singleton: the MPI, local and NCCL communicators for real at world
 #                   size 1 (NCCL: every collective on device buffers)
 #   3. trainer      gtrain on configs/tiny.ini: cuda fp32 vs cpu losses, bf16 learns, bit-identical
 #                   repeats and recompute policies, the local and the NCCL communicator give the same
-#                   losses, GTRAIN_CUDA_SYNC=1 runs, the wmma, mma and cudnn attentions track the
+#                   losses, GTRAIN_CUDA_SYNC=1 runs, the mma and cudnn attentions track the
 #                   default, ZeRO-2 and ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
 #   4. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
-#                   (attention: default, wmma, mma, cudnn)
+#                   (attention: default, mma, cudnn)
 #   5. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective,
-#                   and none with the wmma, mma and cudnn attentions: tokens/s, step ms, MFU, peak memory
+#                   and none with the mma and cudnn attentions: tokens/s, step ms, MFU, peak memory
 #   6. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
 #   7. sanitize     compute-sanitizer (when the machine has it and it supports the device: on gVisor
 #                   machines it refuses the device, which is a SKIP): memcheck over test_ops_cuda's small
@@ -169,12 +169,10 @@ phase_ops() {
     (cd "$WORK" && run_timed "$lim" "$RES/ops.log" "$TESTS/test_ops_cuda")
     rc=$?
     key=$(grep -E "checks failed" "$RES/ops.log" | tail -n 1)
-    # the 7B attention shape's errors, default and wmma (tensor-relative, then worst row)
-    local a7 w7
+    # the 7B attention shape's errors, per variant (tensor-relative, then worst row)
+    local a7
     a7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
-    w7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) wmma B1 T2048" "$RES/ops.log" | grep -v "per row" |
-        sed -E 's/.*attention (out|dq) wmma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     local m7 c7 cu
     m7=$(grep -E "^(ok|FAIL) +bf16 +attention (out|dq) mma B1 T2048" "$RES/ops.log" | grep -v "per row" |
         sed -E 's/.*attention (out|dq) mma .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
@@ -186,7 +184,7 @@ phase_ops() {
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
-    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, wmma ${w7:-?}, mma ${m7:-?}, cudnn ${c7:-?} (${cu:-cudnn: ?})"
+    phase_line ops "$status" $(($(date +%s) - t0)) "${key:-exit $rc}; 7B attention rel err: default ${a7:-?}, mma ${m7:-?}, cudnn ${c7:-?} (${cu:-cudnn: ?})"
 }
 
 # ---------------------------------------------------------------- 2. comm
@@ -256,7 +254,6 @@ phase_trainer() {
         "tiny-cuda-bf16-zero2||train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro"
         "tiny-cuda-bf16-zero3-nccl||train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full dist.comm=nccl"
         "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
-        "tiny-cuda-bf16-wmma|GTRAIN_CUDA_ATTENTION=wmma|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-mma|GTRAIN_CUDA_ATTENTION=mma|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-cudnn|GTRAIN_CUDA_ATTENTION=cudnn|train.device=cuda train.precision=bf16"
     )
@@ -312,7 +309,7 @@ def tracks(variant):
     d = max((abs(a - b) for a, b in zip(v, b16)), default=float("nan"))
     check(f"{variant} attention tracks default", len(v) == 40 and d < 0.1, f"max |loss diff| {d:.3g}")
     return d
-dw, dm = tracks("wmma"), tracks("mma")
+dm = tracks("mma")
 # cudnn: its one stderr line when it fell back (no libcudnn here, or cuDNN declined): then the run is the
 # default kernels' and only has to finish; otherwise its losses must track the default's
 c = losses("tiny-cuda-bf16-cudnn")
@@ -324,7 +321,7 @@ except OSError:
 cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran" if c else "no steps"
 check("cudnn attention tracks default", len(c) == 40 and dc < 0.1, f"max |loss diff| {dc:.3g} ({cudnn_how})")
 print("\n".join(lines))
-print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g}; wmma-vs-default {dw:.2g};"
+print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g};"
       f" mma-vs-default {dm:.2g}; cudnn-vs-default {dc:.2g} ({cudnn_how})")
 sys.exit(0 if ok else 1)
 PY
@@ -363,9 +360,8 @@ out.append("copy " + g("-", "copy (device to device)", "gbps", "{:.0f} GB/s"))
 out.append("matmul " + g("-", "matmul 8192^3 (cuBLASLt)", "tflops", "{:.0f} TFLOP/s"))
 for s in ("1b", "7b"):
     out.append(f"{s}: attn fwd/bwd " + g(s, "attention_forward default", "ms", "{:.2f}") + "/" +
-               g(s, "attention_backward default", "ms", "{:.2f}") + " ms (wmma " +
-               g(s, "attention_forward wmma", "ms", "{:.2f}") + "/" + g(s, "attention_backward wmma", "ms", "{:.2f}") +
-               ", mma " + g(s, "attention_forward mma", "ms", "{:.2f}") + "/" +
+               g(s, "attention_backward default", "ms", "{:.2f}") + " ms (mma " +
+               g(s, "attention_forward mma", "ms", "{:.2f}") + "/" +
                g(s, "attention_backward mma", "ms", "{:.2f}") +
                ", cudnn " + g(s, "attention_forward cudnn", "ms", "{:.2f}") + "/" +
                g(s, "attention_backward cudnn", "ms", "{:.2f}") +
@@ -392,11 +388,10 @@ phase_bench_train() {
               data.val_every=0 train.device=cuda train.precision=bf16"
     "$GTRAIN" --plan "$ROOT/configs/llama1b.ini" train.micro_batch=4 train.device=cuda > "$RES/1b-plan.txt" 2>&1
     local pol rest
-    for pol in none full selective none-mma none-cudnn none-wmma; do
+    for pol in none full selective none-mma none-cudnn; do
         rest=$((deadline - $(date +%s)))
         [ "$rest" -ge 20 ] || { log "bench-train: no time left for $pol"; break; }
         local envs="" policy=$pol
-        [ "$pol" = none-wmma ] && envs=GTRAIN_CUDA_ATTENTION=wmma policy=none
         [ "$pol" = none-mma ] && envs=GTRAIN_CUDA_ATTENTION=mma policy=none
         [ "$pol" = none-cudnn ] && envs=GTRAIN_CUDA_ATTENTION=cudnn policy=none
         # shellcheck disable=SC2086
@@ -406,7 +401,7 @@ phase_bench_train() {
     key=$(python3 - "$RES" <<'PY'
 import json, os, statistics, sys
 res, out, ok = sys.argv[1], [], True
-for pol in ("none", "full", "selective", "none-mma", "none-cudnn", "none-wmma"):
+for pol in ("none", "full", "selective", "none-mma", "none-cudnn"):
     try:
         rows = [json.loads(l) for l in open(os.path.join(res, f"1b-{pol}.jsonl")) if '"loss"' in l]
     except OSError:

@@ -23,12 +23,10 @@
  *   sumsq                                                 1e-12 relative (double, order only)
  *   adamw param / moments                                 1e-6
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
- * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs three times in bf16
- * mode: with the default kernels, then with the opt-in tensor-core variant (cuda_attention_wmma.cu,
- * GTRAIN_CUDA_ATTENTION=wmma) forced on, then with the opt-in mma forward and backward
- * (cuda_attention_mma.cu, GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, each with a check
- * that the variant really took the calls (forward and backward). Fourth, when libcudnn loads (else one
- * SKIP line), cuDNN's fused attention (cuda_attention_cudnn.cu, GTRAIN_CUDA_ATTENTION=cudnn): same
+ * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16
+ * mode: with the default kernels, then with the opt-in mma forward and backward (cuda_attention_mma.cu,
+ * GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, with a check that the variant really took
+ * the calls (forward and backward). Third, when libcudnn loads (else one SKIP line), cuDNN's fused attention (cuda_attention_cudnn.cu, GTRAIN_CUDA_ATTENTION=cudnn): same
  * tolerances, the calls it must take counted with its own fallback rules (dropout, HD, T = 1 and older
  * cuDNN's T % 128 go to the default kernels, whose results are checked all the same), and both mixed
  * pairings (default forward + cudnn backward and the reverse) to check that its lse is gtrain's.
@@ -42,8 +40,8 @@
  * bf16 mode that recomputation takes D from the GPU's forward output, as the GPU's backward does (the
  * CPU's output, rounded, differs from it by a bf16 step here and there, which such rows magnify).
  * Built with GT_CUDA_EMULATED (the CPU emulation of tests/gpu/emu, test cuda_kernels_emulated_match_cpu)
- * the wmma and mma variants run their real kernel sources (nvcuda::wmma emulated by
- * tests/gpu/emu/emu_wmma.h, ldmatrix, mma.sync and cp.async by emu_ptx.h; the work in cuda_emu.cpp).
+ * the mma variant runs its real kernel source (ldmatrix, mma.sync and cp.async by the emulation's
+ * include/cuda_ptx.cuh; the work in cuda_emu.cpp).
  * Token ids and targets outside [0, V) must raise the device fault flag (take_fault) and never be
  * read through. Also checked: rmsnorm_apply equals rmsnorm_forward's out bit for bit (the recompute contract),
  * and in-place calls give the out-of-place bits (the aliasing model.c uses: rope forward and backward,
@@ -62,10 +60,9 @@
 
 static const gt_ops *cpu, *gpu;
 
-/* private to the CUDA backend (cuda_attention_wmma.cu): force the attention variant (1 the bf16
- * tensor-core one, 0 the default kernels, -1 back to GTRAIN_CUDA_ATTENTION) and count its calls */
-void gt_cuda_attention_force_variant(int variant);
-long gt_cuda_attention_wmma_calls(void);
+/* private to the CUDA backend (cuda_attention.cuh): force the attention variant by its
+ * GTRAIN_CUDA_ATTENTION name ("default", "mma", "cudnn"; NULL: back to the environment) */
+void gt_cuda_attention_force_variant(const char *name);
 long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward and backward calls it took */
 /* cuda_attention_cudnn.cu: calls cuDNN ran; its version once loaded (0 and why otherwise); whether its
  * static fallback rules let a call through */
@@ -74,8 +71,8 @@ long gt_cuda_attention_cudnn_version(char *why, size_t n);
 int gt_cuda_attention_cudnn_shape_ok(int backward, int T, int HD, float dropout);
 const char *gt_cuda_attention_cudnn_last_fallback(void);
 static const char *attn_variant = ""; /* prefix of the attention checks' names */
-/* >= -1: the variant forced just before each forward / backward call (mixed pairings); -2: leave it */
-static int attn_fwd_force = -2, attn_bwd_force = -2;
+/* the variant forced just before each forward / backward call (mixed pairings); NULL: leave it */
+static const char *attn_fwd_force, *attn_bwd_force;
 static int attn_nondet_bwd; /* 1: dq, dk, dv repeats need not be equal bytes (cuDNN's backward) */
 static int bf16_mode;
 static int failures, checks;
@@ -633,9 +630,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *out = gpu->alloc(nq * gpu->act_bytes), *dq = gpu->alloc(nq * gpu->act_bytes);
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
-        if (attn_fwd_force >= -1) gt_cuda_attention_force_variant(attn_fwd_force);
+        if (attn_fwd_force) gt_cuda_attention_force_variant(attn_fwd_force);
         gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
-        if (attn_bwd_force >= -1) gt_cuda_attention_force_variant(attn_bwd_force);
+        if (attn_bwd_force) gt_cuda_attention_force_variant(attn_bwd_force);
         gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
@@ -899,29 +896,25 @@ static void test_vector_utilities(void) {
     free(x), free(sc), free(got), free(p), free(ea), free(eas), free(g), free(gp), free(gea), free(geas);
 }
 
-/* Forces attention variant `variant` (gt_cuda_attention_force_variant), runs test_attention over
- * shapes (the last one, the 7B shape, left out when quick; head dims the variant does not take are
- * skipped) and checks that the variant took every forward and backward call: calls() counts them. */
+/* Forces the mma attention variant, runs test_attention over shapes (the last one, the 7B shape, left
+ * out when quick) and checks that the variant took every forward and backward call of head size 64
+ * and 128 and none of the others (those the default kernels run, checked all the same). */
 typedef struct attn_shape { int B, T, NH, NKV, HD; float p; } attn_shape;
 
-static void attention_variant_takes_all(int variant, const char *name, long (*calls)(void), const attn_shape *cs,
-                                        int n, int quick) {
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "%s ", name);
-    gt_cuda_attention_force_variant(variant);
-    attn_variant = prefix;
-    const long c0 = calls();
+static void attention_mma_takes_all(const attn_shape *cs, int n, int quick) {
+    gt_cuda_attention_force_variant("mma");
+    attn_variant = "mma ";
+    const long c0 = gt_cuda_attention_mma_calls();
     long want = 0;
     for (int i = 0; i < n - (quick ? 1 : 0); i++) {
-        if (variant == 2 && cs[i].HD != 64 && cs[i].HD != 128) continue; /* mma: HD 64 and 128 only */
         test_attention(cs[i].B, cs[i].T, cs[i].NH, cs[i].NKV, cs[i].HD, cs[i].p);
-        want += 2 * 2; /* 2 repeats x (forward + backward) */
+        if (cs[i].HD == 64 || cs[i].HD == 128) want += 2 * 2; /* 2 repeats x (forward + backward) */
     }
-    const long took = calls() - c0;
+    const long took = gt_cuda_attention_mma_calls() - c0;
     checks++;
     if (took != want) {
         failures++;
-        printf("FAIL bf16  attention %s: the variant took %ld of %ld calls\n", name, took, want);
+        printf("FAIL bf16  attention mma: the variant took %ld of %ld calls\n", took, want);
     }
     attn_variant = "";
 }
@@ -963,7 +956,7 @@ int main(void) {
             test_rope(1, 5, 9, 128);  /* 576 pairs: three blocks of 256, the last partly idle */
             test_rope(2, 7, 3, 20);   /* HD/2 = 10, not a multiple of the 16-byte vector: the single-pair kernel */
         }
-        gt_cuda_attention_force_variant(0); /* the default kernels, whatever GTRAIN_CUDA_ATTENTION says */
+        gt_cuda_attention_force_variant("default"); /* whatever GTRAIN_CUDA_ATTENTION says */
         test_attention(2, 77, 4, 2, 64, 0.0f);
         test_attention(2, 77, 4, 2, 64, 0.1f);
         test_attention(1, 130, 2, 1, 128, 0.0f);
@@ -972,20 +965,18 @@ int main(void) {
         test_attention(1, 1, 2, 1, 16, 0.0f);
         if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
-            /* the opt-in bf16 tensor-core variants, forced one after the other; each call is also run
-             * twice and compared bytewise, and the variant must take every call.
-             * wmma (GTRAIN_CUDA_ATTENTION=wmma): GQA, T not a multiple of its 64-row tiles, HD 32, 64 and
-             * 128, with and without dropout. mma (=mma: cuda_attention_mma.cu, HD 64 and 128): GQA
-             * (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout, T not a
-             * multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape. */
+            /* the opt-in bf16 tensor-core variant (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu, HD 64
+             * and 128); each call is also run twice and compared bytewise, and it must take every call:
+             * GQA (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout, T not a
+             * multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape; and
+             * HD 32, which it leaves to the default kernels. */
             static const attn_shape tc_shapes[] = {
                 {2, 77, 4, 2, 64, 0.0f}, {2, 77, 4, 2, 64, 0.1f},  {1, 130, 2, 1, 128, 0.0f},
                 {1, 130, 4, 4, 128, 0.2f}, {1, 200, 8, 2, 64, 0.1f}, {2, 50, 4, 1, 32, 0.0f},
-                {1, 1, 2, 1, 128, 0.0f}, {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
+                {1, 1, 2, 1, 128, 0.0f},
+                {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
             };
-            const int n_tc = (int)(sizeof tc_shapes / sizeof tc_shapes[0]);
-            attention_variant_takes_all(1, "wmma", gt_cuda_attention_wmma_calls, tc_shapes, n_tc, quick);
-            attention_variant_takes_all(2, "mma", gt_cuda_attention_mma_calls, tc_shapes, n_tc, quick);
+            attention_mma_takes_all(tc_shapes, (int)(sizeof tc_shapes / sizeof tc_shapes[0]), quick);
             /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
              * fall back to the default kernels (dropout, HD 20, T 1) */
@@ -1003,7 +994,7 @@ int main(void) {
                     {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
                 };
                 const int ncs = (int)(sizeof cs / sizeof cs[0]) - (quick ? 1 : 0);
-                gt_cuda_attention_force_variant(3);
+                gt_cuda_attention_force_variant("cudnn");
                 attn_variant = "cudnn ";
                 attn_nondet_bwd = 1;
                 const long c0 = gt_cuda_attention_cudnn_calls();
@@ -1021,15 +1012,15 @@ int main(void) {
                 }
                 /* mixed pairings: the lse of one variant feeds the other's backward */
                 attn_variant = "default-fwd+cudnn-bwd ";
-                attn_fwd_force = 0, attn_bwd_force = 3;
+                attn_fwd_force = "default", attn_bwd_force = "cudnn";
                 test_attention(1, 256, 8, 2, 64, 0.0f);
                 cwant += 2 * gt_cuda_attention_cudnn_shape_ok(1, 256, 64, 0.0f);
                 attn_variant = "cudnn-fwd+default-bwd ";
-                attn_fwd_force = 3, attn_bwd_force = 0;
+                attn_fwd_force = "cudnn", attn_bwd_force = "default";
                 attn_nondet_bwd = 0;
                 test_attention(1, 256, 8, 2, 64, 0.0f);
                 cwant += 2 * gt_cuda_attention_cudnn_shape_ok(0, 256, 64, 0.0f);
-                attn_fwd_force = attn_bwd_force = -2;
+                attn_fwd_force = attn_bwd_force = NULL;
                 const long ctook = gt_cuda_attention_cudnn_calls() - c0;
                 checks++;
                 if (ctook != cwant) {
@@ -1043,7 +1034,7 @@ int main(void) {
             }
             attn_variant = "";
         }
-        gt_cuda_attention_force_variant(-1);
+        gt_cuda_attention_force_variant(NULL);
         if (!attention_only) {
             test_swiglu();
             test_residual_dropout(0.0f);

@@ -12,9 +12,9 @@
 #   - GTRAIN_CUDA_SYNC=1: identical losses
 #   - ZeRO-2 with dist.grad_sync=micro, ZeRO-3 (local communicator, world size 1): bit-identical to ZeRO-1
 #   - dist.comm=nccl: refused with the emulation's words (no NCCL here), not a crash or a CPU run
-#   - GTRAIN_CUDA_ATTENTION=mma (the tensor-core attention, its PTX emulated) at head size 64 and
-#     GTRAIN_CUDA_ATTENTION=wmma (nvcuda::wmma emulated) at tiny's head size 32: each tracks the default
-#     kernels' losses without equalling them, and repeats bit for bit
+#   - GTRAIN_CUDA_ATTENTION=mma (the tensor-core attention, its PTX emulated) at head size 64 tracks the
+#     default kernels' losses without equalling them, and repeats bit for bit; at tiny's head size 32,
+#     which it does not take, the default kernels run: their losses exactly
 # Not here (they need a GPU): the cuDNN attention, cuBLASLt (a reference loop stands in),
 # NCCL, more than one rank, the device's timing and math.
 #   trainer_emulated.sh GTRAIN_EMULATED GTRAIN_PREP SOURCE_DIR WORKDIR
@@ -51,9 +51,8 @@ run bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=se
 run bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
 run bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
 run bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
-# the wmma attention takes head sizes 32, 64 and 128: tiny's 32 as it is; 3 steps (the test's time)
-run bf16-wmma GTRAIN_CUDA_ATTENTION=wmma train.device=cuda train.precision=bf16 train.steps=3
-run bf16-wmma-again GTRAIN_CUDA_ATTENTION=wmma train.device=cuda train.precision=bf16 train.steps=3
+# tiny's head size 32, which the mma attention leaves to the default kernels; 3 steps (the test's time)
+run bf16-mma-hd32 GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 train.steps=3
 # the mma attention takes head sizes 64 and 128 (tiny's is 32): two heads of 64, one kv head
 HD64="model.n_heads=2 model.n_kv_heads=1"
 # shellcheck disable=SC2086
@@ -125,17 +124,14 @@ check("mma attention ran and tracks default", len(h64) == 6 and len(mma) == 6 an
       f"max |loss diff| {dm:.3g} over 6 steps at HD 64 (0 would mean the default kernels ran)")
 check("mma attention deterministic", len(mma) == 6 and losses("bf16-hd64-mma-again") == mma,
       "the same run twice: identical losses")
-# the same for the wmma attention (cuda_attention_wmma.cu on the emulated nvcuda::wmma), at tiny's HD 32
-# (3 steps against the default run's first 3: with warmup_steps=2 the learning rates that lead to them match)
-wm = losses("bf16-wmma")
-dw = max((abs(a - b) for a, b in zip(wm, b16)), default=math.inf)
-check("wmma attention ran and tracks default", n and len(wm) == 3 and wm != b16[:3] and dw < 0.1,
-      f"max |loss diff| {dw:.3g} over 3 steps at HD 32 (0 would mean the default kernels ran)")
-check("wmma attention deterministic", len(wm) == 3 and losses("bf16-wmma-again") == wm,
-      "the same run twice: identical losses")
+# at tiny's HD 32 the mma attention declines every call: the default kernels' losses, bit for bit (3 steps
+# against the default run's first 3: with warmup_steps=2 the learning rates that lead to them match)
+m32 = losses("bf16-mma-hd32")
+check("mma attention leaves HD 32 to the default kernels", n and len(m32) == 3 and m32 == b16[:3],
+      "3 steps at HD 32: the default run's losses")
 if not ok:
     for label in ("cpu", "fp32", "bf16", "bf16-full", "bf16-selective", "bf16-sync", "bf16-zero2", "bf16-zero3",
-                  "bf16-hd64", "bf16-hd64-mma", "bf16-wmma"):
+                  "bf16-hd64", "bf16-hd64-mma", "bf16-mma-hd32"):
         print(f"  {label:15s}", " ".join(f"{x:.8f}" for x in losses(label)))
 sys.exit(0 if ok else 1)
 PY

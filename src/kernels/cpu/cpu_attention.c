@@ -13,7 +13,8 @@
  * policies. lse_t = max_t + log(sum_j exp(S_tj - max_t)), the sum over fixed lanes in index order.
  *
  * Dropout on the probabilities follows transformers' attention_dropout: p~_j = p_j * keep_j/(1-p),
- * keep_j = gt_dropout_keep(key, ((b*NH + h)*T + t)*T + j, p).
+ * keep_j = gt_dropout_keep(key, gt_attention_drop_index(b, h, t, j, NH, T), p) (ops.h: the index is
+ * ((b*NH + h)*T + t)*T + j, the same in every backend).
  *
  * Backward, per row t of head h:
  *   dp~_j = dout_t . v_j ; dp_j = dp~_j * keep_j/(1-p) ; D_t = sum_j p_j dp_j = dout_t . out_t
@@ -39,10 +40,6 @@
 /* Lanes of the row sums: independent partial sums added in lane order at the end, so the compiler
  * can vectorise without -ffast-math and the result depends only on n. */
 #define SUM_LANES 16
-
-static inline uint64_t drop_index(int b, int h, int t, int j, int NH, int T) {
-    return (((uint64_t)b * NH + h) * T + t) * T + j;
-}
 
 /* S (nq, kend) = scale * q (nq rows, stride qstride) @ k (kend rows, stride kstride)^T */
 static NOINLINE void block_scores(float *S, const float *q, size_t qstride, const float *k, size_t kstride,
@@ -132,7 +129,7 @@ void gt_cpu_attention_forward(void *out_, float *lse, float *probs, const void *
                 for (int r = 0; r < nq; r++) {
                     float *p = P + (size_t)r * kend;
                     for (int j = 0; j <= t0 + r; j++)
-                        p[j] = gt_dropout_keep(key, drop_index(b, h, t0 + r, j, NH, T), dropout) ? p[j] * keep_scale
+                        p[j] = gt_dropout_keep(key, gt_attention_drop_index(b, h, t0 + r, j, NH, T), dropout) ? p[j] * keep_scale
                                                                                                   : 0.0f;
                 }
             }
@@ -197,7 +194,7 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
                         if (dropout > 0.0f) {
                             /* dp := dp~ * keep/(1-p); p keeps the probabilities, turned into p~ below */
                             for (int j = 0; j < jend; j++)
-                                dp[j] = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout)
+                                dp[j] = gt_dropout_keep(key, gt_attention_drop_index(b, h, t, j, NH, T), dropout)
                                             ? dp[j] * keep_scale
                                             : 0.0f;
                         }
@@ -206,7 +203,7 @@ void gt_cpu_attention_backward(void *dq_, void *dk_, void *dv_, const void *dout
                         for (int j = jend; j < kend; j++) ds[j] = 0.0f;
                         if (dropout > 0.0f) {
                             for (int j = 0; j < jend; j++)
-                                p[j] = gt_dropout_keep(key, drop_index(b, h, t, j, NH, T), dropout) ? p[j] * keep_scale
+                                p[j] = gt_dropout_keep(key, gt_attention_drop_index(b, h, t, j, NH, T), dropout) ? p[j] * keep_scale
                                                                                                      : 0.0f;
                         }
                     }

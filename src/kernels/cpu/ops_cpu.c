@@ -128,18 +128,12 @@ static void cpu_scale(float *x, size_t n, float s) {
  *   step_size = lr / (1 - beta1^t) ; bc2_sqrt = sqrt(1 - beta2^t)      (python doubles)
  *   denom = exp_avg_sq.sqrt() / bc2_sqrt + eps
  *   param.addcdiv_(exp_avg, denom, value=-step_size)
- * Scalars are formed in double as python does and rounded to float where torch hands them to an
- * fp32 kernel. t counts steps from 1. */
+ * The scalars come from gt_adamw_step_scalars (ops.h), shared with the CUDA backend. */
 static void cpu_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     GT_CPU_CHECK(t >= 1, "adamw step count t=%d must start at 1", t);
-    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const float w1 = (float)(1.0 - (double)beta1);
-    const float w2 = (float)(1.0 - (double)beta2);
-    const double bc1 = 1.0 - pow((double)beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
+    const gt_adamw_scalars k = gt_adamw_step_scalars(lr, beta1, beta2, weight_decay, t);
+    const float decay = k.decay, w1 = k.w1, w2 = k.w2, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i];

@@ -1,38 +1,26 @@
 /*
- * cuda_attention.cu — causal grouped-query attention (attention_forward, attention_backward), flash
- * style: the (T, T) score matrix never exists in device memory. Forward keeps the log-sum-exp of
- * every score row; backward recomputes the probabilities tile by tile as p = expf(s - lse).
+ * cuda_attention.cu — causal grouped-query attention for the ops table (attention_forward,
+ * attention_backward): the default kernels, flash style (the (T, T) scores never exist in device
+ * memory), fp32 arithmetic on CUDA cores, deterministic; and the choice of an opt-in variant
+ * (GTRAIN_CUDA_ATTENTION; cuda_attention.cuh says how the variants meet).
  *
- * Tiling. A block is 256 threads seen as a 16 x 16 grid (tx = thread % 16, ty = thread / 16). A tile
- * of rows (queries, or keys in the dk/dv kernel) and a tile of keys sit in shared memory in fp32
- * (converted from the working type on load, zero-padded past T and past HD); each thread owns rows
- * ty + 16 i and columns tx + 16 j of a score tile, and the head dimensions d = tx + 16 j of its rows
- * of an output accumulator. Rows are padded to HDM + 1 floats so the column-strided reads of the
- * score products hit 16 different banks. A score row lives in the 16 lanes of one half-warp, so row
- * max and row sums are xor-shuffles over 16 lanes: a fixed tree, the same bits on every lane.
- * HDM (16, 32, 64 or 128) is HD rounded up, a template argument so accumulators stay in registers.
- * Arithmetic is fp32 throughout; only the results are rounded to the working type.
- *
- * Forward, one block per (query tile of BM rows, head, batch): loop over key tiles up to the
- * diagonal with an online softmax (running max m, running sum l, output rescaled by expf(m_old -
- * m_new)); dropout (transformers' attention_dropout) multiplies the probability that enters the
- * output by keep/(1-p), index ((b*NH + h)*T + t)*T + s; lse = m + logf(l).
- *
- * Backward, without atomics (every output element has one owning thread, summing in fixed order):
- *   with dp~ = dout_t . v_s, dp = dp~ * keep/(1-p), D_t = sum_s p dp, ds = p (dp - D_t) * scale:
- *   kernel 0 (attention_rowdot_kernel, shared with the WMMA variant), one warp per row: D_t =
- *     dout_t . out_t from the forward output (equal to sum_s p dp, dropout included, since out_t =
- *     sum_s p~ v_s), so no pass over the key tiles is spent on it; D goes to a (B, NH, T) scratch;
- *   kernel 1, per (query tile, head, batch): one pass over key tiles computes dq_t = sum_s ds k_s;
- *   kernel 2, per (key tile, kv head, batch): loops over the group's query heads and the query tiles
- *     at or after the diagonal, recomputing p, dp and ds, and sums dk_s = sum ds q_t and
- *     dv_s = sum p~ dout_t (p~ the probability after dropout).
- * That recomputes the scores twice in backward (the CPU backend does the same); correctness,
- * determinism and O(T) memory come first here, speed second.
+ * Forward, one block of 256 threads per (query tile, head, batch): key tiles up to the diagonal with
+ * an online softmax (running max m and sum l, the output rescaled by expf(m_old - m_new)); dropout
+ * (ops.h's index) multiplies the probability that enters the output by keep/(1-p); lse = m + logf(l)
+ * is kept for backward. Backward recomputes p = expf(s - lse) tile by tile, without atomics: D_t =
+ * dout_t . out_t from the forward output (attention_rowdot_kernel, shared with the mma variant); a dq
+ * kernel per query tile; a dk/dv kernel per (key tile, kv head) that loops over the group's query
+ * heads and the query tiles from the diagonal on, so every output element has one owning thread
+ * summing in a fixed order. Tiles sit in shared memory in fp32, rows padded to HDM + 1 floats (the
+ * column-strided reads hit 16 banks); a thread of the 16 x 16 grid owns rows ty + 16 i and columns
+ * tx + 16 j, so a score row lives in one half-warp and its max and sum are xor-shuffles over 16 lanes.
+ * HDM (16, 32, 64, 128) is HD rounded up, a template argument so the accumulators stay in registers.
  */
 #include <math.h>
 
-#include "cuda_common.cuh"
+#include <string.h>
+
+#include "cuda_attention.cuh"
 
 #define ATTN_THREADS 256
 
@@ -99,10 +87,6 @@ __device__ __forceinline__ float half_warp_sum(float v) {
     return v;
 }
 
-__device__ __forceinline__ uint64_t drop_index(int b, int h, int t, int s, int NH, int Tn) {
-    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
-}
-
 /* ---------------------------------------------------------------- forward */
 
 template <typename T, int BM, int BN, int HDM>
@@ -162,7 +146,7 @@ attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v,
                 float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - m_new);
                 row_sum += p;
                 if (dropout > 0.0f && p != 0.0f)
-                    p = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? p * keep_scale : 0.0f;
+                    p = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, t, sk, NH, Tn), dropout) ? p * keep_scale : 0.0f;
                 sP[(ty + 16 * i) * LP + tx + 16 * j] = p;
             }
             row_sum = half_warp_sum(row_sum);
@@ -291,7 +275,7 @@ attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q
                     const float p = expf(s[i][j] * scale - row_lse[i]);
                     float d = dp[i][j];
                     if (dropout > 0.0f)
-                        d = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
+                        d = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, t, sk, NH, Tn), dropout) ? d * keep_scale : 0.0f;
                     ds = p * (d - Dt[i]) * scale;
                 }
                 sS[(ty + 16 * i) * LP + tx + 16 * j] = ds;
@@ -389,7 +373,7 @@ attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, c
                         float d = dp[i][j];
                         pt = p;
                         if (dropout > 0.0f) {
-                            const bool keep = dev_dropout_keep(rng, drop_index(b, h, t, sk, NH, Tn), dropout);
+                            const bool keep = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, t, sk, NH, Tn), dropout);
                             d = keep ? d * keep_scale : 0.0f;
                             pt = keep ? p * keep_scale : 0.0f;
                         }
@@ -462,7 +446,7 @@ static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, i
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     dim3 grid((unsigned)((Tn + BM - 1) / BM), (unsigned)NH, (unsigned)B);
     attention_forward_kernel<T, BM, BN, HDM><<<grid, ATTN_THREADS, smem>>>(out, lse, q, k, v, Tn, NH, NKV, HD, scale,
-                                                                          dropout, keep_scale, rng_base(key));
+                                                                          dropout, keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -472,7 +456,7 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
     constexpr int BM = BWD_BM, BN = BWD_BN, LD = HDM + 1, LP = BN + 1;
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    const uint64_t rng = rng_base(key);
+    const uint64_t rng = gt_rng_base(key);
     float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
     gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, sizeof(T) == sizeof(bf16));
 
@@ -494,27 +478,63 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
     gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
 }
 
-/* Optional bf16 tensor-core variants, opt-in: GTRAIN_CUDA_ATTENTION=wmma (cuda_attention_wmma.cu, forward
- * and backward) or =mma (cuda_attention_mma.cu, forward and backward). Each returns 1 when it ran
- * the call (bf16, supported HD, aligned inputs), 0 to use the kernels here. */
-int gt_cuda_attention_variant(void);
-int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
-                                  int NH, int NKV, int HD, float dropout, gt_rng_key key);
-int gt_cuda_attention_wmma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B,
-                                   int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key);
-int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                                   const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
-                                   int HD, float dropout, gt_rng_key key);
-int gt_cuda_attention_wmma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                                    const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
-                                    int HD, float dropout, gt_rng_key key);
-/* GTRAIN_CUDA_ATTENTION=cudnn (variant 3): cuDNN's fused attention (cuda_attention_cudnn.cu); when it
- * declines, the default kernels below run, never the wmma/mma ones */
-int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
-                                    int NH, int NKV, int HD, float dropout);
-int gt_cuda_attention_cudnn_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                                     const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
-                                     int HD, float dropout);
+/* ---------------------------------------------------------------- the variant */
+
+/* -1: GTRAIN_CUDA_ATTENTION not read yet / no variant forced */
+static int g_env_variant = -1, g_forced_variant = -1;
+
+static int variant_named(const char *name) {
+    if (strcmp(name, "default") == 0) return GT_ATTENTION_DEFAULT;
+    if (strcmp(name, "mma") == 0) return GT_ATTENTION_MMA;
+    if (strcmp(name, "cudnn") == 0) return GT_ATTENTION_CUDNN;
+    return -1;
+}
+
+gt_attention_variant gt_cuda_attention_variant(void) {
+    if (g_forced_variant >= 0) return (gt_attention_variant)g_forced_variant;
+    if (g_env_variant < 0) {
+        const char *e = getenv("GTRAIN_CUDA_ATTENTION");
+        const int v = e && *e ? variant_named(e) : GT_ATTENTION_DEFAULT;
+        if (v < 0)
+            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (mma, cudnn or default); using the "
+                            "default attention kernels\n", e);
+        g_env_variant = v < 0 ? GT_ATTENTION_DEFAULT : v;
+    }
+    return (gt_attention_variant)g_env_variant;
+}
+
+extern "C" void gt_cuda_attention_force_variant(const char *name) {
+    if (!name) {
+        g_forced_variant = -1;
+        return;
+    }
+    g_forced_variant = variant_named(name);
+    if (g_forced_variant < 0) GT_CUDA_FAIL("attention variant \"%s\" is not known (default, mma, cudnn)", name);
+}
+
+/* the bf16 working type only: 1 when the chosen opt-in variant ran the call */
+static int variant_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn, int NH,
+                           int NKV, int HD, float dropout, gt_rng_key key) {
+    switch (gt_cuda_attention_variant()) {
+    case GT_ATTENTION_MMA: return gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key);
+    case GT_ATTENTION_CUDNN: return gt_cuda_attention_cudnn_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout);
+    default: return 0;
+    }
+}
+
+static int variant_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+                            const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV, int HD,
+                            float dropout, gt_rng_key key) {
+    switch (gt_cuda_attention_variant()) {
+    case GT_ATTENTION_MMA:
+        return gt_cuda_attention_mma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key);
+    case GT_ATTENTION_CUDNN:
+        return gt_cuda_attention_cudnn_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout);
+    default: return 0;
+    }
+}
+
+/* ---------------------------------------------------------------- the table's entries */
 
 template <typename T>
 static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
@@ -522,15 +542,7 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
     if (B <= 0 || Tn <= 0) return;
-    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 3 &&
-        gt_cuda_attention_cudnn_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout))
-        return;
-    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
-        gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
-        return;
-    if (sizeof(T) == sizeof(bf16) &&
-        gt_cuda_attention_wmma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key))
-        return;
+    if (sizeof(T) == sizeof(bf16) && variant_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key)) return;
     T *o = (T *)out;
     const T *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
     if (HD <= 16) forward_hd<T, 16>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
@@ -547,14 +559,8 @@ static void attention_backward(void *dq, void *dk, void *dv, const void *dout, c
     (void)probs;
     check_shapes(NH, NKV, HD);
     if (B <= 0 || Tn <= 0) return;
-    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 3 &&
-        gt_cuda_attention_cudnn_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout))
-        return;
-    if (sizeof(T) == sizeof(bf16) && gt_cuda_attention_variant() == 2 &&
-        gt_cuda_attention_mma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
-        return;
     if (sizeof(T) == sizeof(bf16) &&
-        gt_cuda_attention_wmma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
+        variant_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
         return;
     T *a = (T *)dq, *bk = (T *)dk, *bv = (T *)dv;
     const T *o = (const T *)dout, *ou = (const T *)out, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;

@@ -1,89 +1,27 @@
 /*
- * cuda_attention_cudnn.cu — an OPTIONAL variant of the causal grouped-query attention of
- * cuda_attention.cu (same contract as ops.h's attention_forward / attention_backward) that runs
- * cuDNN's fused flash attention, built with cuDNN's backend (graph) C API.
+ * cuda_attention_cudnn.cu — an opt-in variant of the attention (GTRAIN_CUDA_ATTENTION=cudnn, bf16)
+ * that runs cuDNN 9's fused flash attention, built with cuDNN's backend (graph) C API. It has never
+ * run on a GPU: docs/gpu.md says what was checked without one, and describes the graphs in full.
  *
- *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90, cuDNN 9.19 headers) without a device;
- *   *** the graphs below follow how NVIDIA's cudnn-frontend builds its composite SDPA graphs for
- *   *** cuDNN 9, but nothing has been executed and no number checked until tests/gpu/test_ops_cuda.c
- *   *** has passed on a real GPU. What was checked without one (tests/gpu/test_cudnn_graph.c and
- *   *** tests/scripts/cudnn_graph_aot.sh, cuDNN 9.19): every tensor and operation descriptor of both
- *   *** graphs finalizes, the wiring check below holds, and for an H200 described by hand
- *   *** (tests/gpu/h200-device.json) cuDNN classifies the graphs as SDPA_FWD / SDPA_BWD, its heuristics
- *   *** offer engine configs, and the first one compiles its kernel for sm_90 at every shape tried
- *   *** (GQA, T 33..2048, HD 24..128); only loading that kernel needs the driver that was not there.
- *
- * Selection. Opt-in: GTRAIN_CUDA_ATTENTION=cudnn (variant 3 of cuda_attention_wmma.cu's
- * wmma_selected(), read once), or a test forcing it (gt_cuda_attention_force_variant(3)); only for
- * the bf16 working type. The hooks at the top of cuda_attention.cu's attention_forward and
- * attention_backward call the two functions at the bottom of this file, which return 1 when cuDNN
- * ran the call and 0 to use the default (fp32 CUDA-core) kernels.
- *
- * Loading. libcudnn is never linked (tools/bundle-runtime.sh cannot carry its ~500 MB): the first
- * call dlopen()s "libcudnn.so.9", then "libcudnn.so", takes the ten functions it uses with dlsym()
- * and creates one handle on the backend's stream (the legacy default stream 0, cuda_common.cuh).
- * The headers (cudnn_graph.h) give types and enums only; without them at build time
- * (GTRAIN_HAVE_CUDNN_HEADERS unset, CMakeLists.txt) this file compiles to the fallback alone.
- *
- * Fallback rules: the call goes to the default kernels, and the FIRST such fallback of the process
- * prints one line, "gtrain: GTRAIN_CUDA_ATTENTION=cudnn: <reason>; using the default attention
- * kernels" on stderr (later ones are silent), when
- *   - the library or one of the symbols is missing, its version is not 9.x, it is 9.10.0 / 9.10.1
- *     (SDPA bugs NVIDIA lists), or cudnnCreate fails: then for the rest of the process;
- *   - dropout > 0 (cuDNN's dropout mask is its own RNG's, not gtrain's counter-based one, and the
- *     recompute contract needs gtrain's), HD not a multiple of 8 or over 128, T = 1, a tensor not
- *     16-byte aligned, or (backward, cuDNN <= 9.15) T not a multiple of 128 (those versions need a
- *     padding mask there, which these graphs do not build): for that call;
- *   - building the graph, finalizing it, or finding an engine config whose execution plan finalizes
- *     (heuristics mode A, then the fallback list) fails: remembered per shape, never retried;
- *   - cudnnBackendExecute fails: the plan is dropped, that call and later ones of the shape fall back.
- * Plans are cached per (direction, B, T, NH, NKV, HD), at most CACHE_SIZE shapes (then new shapes fall
- * back); their descriptors live until the process ends. Workspace and scratch come from the backend's
- * caching allocator (gt_cuda_alloc), stream-ordered like the kernels' scratch.
- *
- * Tensors. gtrain's layouts are described to cuDNN by strides, nothing is copied: q, out, dout, dq
- * (B, T, NH, HD) row-major are the logical (b, h, s, d) with strides (T*NH*HD, HD, NH*HD, 1); k, v,
- * dk, dv likewise with NKV; K enters the first matmul as K^T (b, NKV, d, s), strides (.., HD, 1,
- * NKV*HD), and V as V^T the same way in backward. Grouped-query attention is matmul broadcasting of
- * the NKV heads over the NH query heads (h uses kv head h / (NH/NKV), as in gtrain), and in backward
- * dK, dV are the per-query-head products summed by a reduction over each group.
- *
- * Forward graph (all virtual tensors fp32 unless said; Stats, O, Q, K, V are the real ones):
- *   S = Q K^T (matmul, fp32 compute)  ->  S * scale (by-value scalar 1/sqrt(HD))
- *   causal mask: row = GEN_INDEX(axis 2), col = GEN_INDEX(axis 3) (int32), keep = CMP_GE(row, col)
- *     (boolean), S = BINARY_SELECT(S, -inf, keep)   [-FLT_MAX before cuDNN 9.10, as the frontend]
- *   m = max over keys (reduction MAX), E = exp(S - m), l = sum over keys (reduction ADD)
- *   Stats = m + log(l)                (fp32, (b, NH, T, 1), strides (NH*T, T, 1, 1))
- *   P = E / l (bf16)  ->  O = P V (matmul, bf16 out)
- *
- * Stats / lse pairing. Stats is, by that graph, exactly gtrain's lse: the natural-log log-sum-exp of
- * the scaled, causally masked scores of each (b, h, t) row, fp32, laid out (B, NH, T) — the layout
- * of cuda_attention.cu and the CPU backend. So the cudnn forward writes the lse buffer directly, and
- * the cudnn backward reads whatever lse the forward left there, whichever variant ran it. Any
- * pairing is valid: cudnn forward + default backward (the backward fell back), default forward +
- * cudnn backward (the forward fell back), or both cudnn. tests/gpu/test_ops_cuda.c checks the cudnn
- * lse against the CPU's and runs both mixed pairings.
- *
- * Backward graph (as cudnn-frontend's composite SDPA backward, no dropout):
- *   D = sum_d(dO * O) (pointwise MUL, reduction ADD) * 1  ->  a real fp32 (b, NH, T, 1) scratch tensor
- *   S = Q K^T * scale - Stats, causal mask as above, P = exp(S)   (P recomputed from gtrain's lse)
- *   dV = P^T dO   (P^T a transposed RESHAPE view in bf16; for GQA a bf16 per-query-head dV summed by
- *                  a reduction ADD into the NKV heads)
- *   dP = dO V^T,  dS = (dP - D) * P * scale
- *   dK = dS^T Q   (transposed bf16 view, GQA reduction as for dV)
- *   dQ = dS K     (K a RESHAPE view of K^T) accumulated by cuDNN into a real fp32 (b, NH, T, HD)
- *                 scratch tensor (zeroed first), then IDENTITY into dq (bf16).
- * NOT DETERMINISTIC: that dQ accumulation is the path of cuDNN's default (non-deterministic)
- * backward: the fp32 sums of dQ may come out in a different order from run to run, so repeats can
- * differ in the last bits. The default kernels stay gtrain's deterministic path; tests/gpu checks the
- * cudnn backward against the CPU with tolerances but does not require equal bytes on repeats.
+ * libcudnn is never linked: the first call dlopen()s libcudnn.so.9 (then libcudnn.so), takes the
+ * functions it uses with dlsym() and creates one handle on the backend's stream 0; without cuDNN's
+ * headers at build time (GTRAIN_HAVE_CUDNN_HEADERS unset) the file compiles to the fallback alone.
+ * A call goes to the default kernels, the first such fallback of the process printing one line, when
+ * the library is missing or unfit (not 9.x, or 9.10.0/9.10.1), for dropout > 0 (cuDNN's mask is not
+ * ops.h's), HD not a multiple of 8 or over 128, T = 1, a tensor not 16-byte aligned, a backward with
+ * T % 128 != 0 on cuDNN <= 9.15, or when building or running the graph fails (remembered per shape).
+ * Plans are cached per (direction, B, T, NH, NKV, HD). gtrain's tensors are described by strides,
+ * never copied; GQA is matmul broadcasting (and, for dK and dV, a sum over each group). The forward
+ * graph's Stats output is exactly gtrain's lse, so any forward pairs with any backward. The backward
+ * is cudnn-frontend's composite SDPA backward, whose dQ accumulation is NOT deterministic: repeats
+ * can differ in the last bits (the default kernels stay the deterministic path).
  */
 #include <dlfcn.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "cuda_attention.cuh"
 
 #if GTRAIN_HAVE_CUDNN_HEADERS
 #include <cudnn_graph.h>
@@ -872,8 +810,8 @@ static int ran_call(bool ran, const char *why) {
 #endif
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected variant
- * is "cudnn" (gt_cuda_attention_variant() == 3), after its shape checks (NH % NKV == 0, B, T > 0);
- * returns 1 when cuDNN ran the call, 0 to use the default kernels. */
+ * is GT_ATTENTION_CUDNN, after its shape checks (NH % NKV == 0, B, T > 0); returns 1 when cuDNN ran
+ * the call, 0 to use the default kernels. */
 int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                     int NH, int NKV, int HD, float dropout) {
 #if GTRAIN_HAVE_CUDNN_HEADERS

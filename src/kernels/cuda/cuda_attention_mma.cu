@@ -1,150 +1,34 @@
 /*
- * cuda_attention_mma.cu — an OPTIONAL bf16 flash-attention, FORWARD and BACKWARD, written for sm_80/sm_90
- * tensor cores with the PTX instructions whose register layouts the PTX ISA documents (mma.sync
- * m16n8k16, ldmatrix, cp.async), so that, unlike the WMMA variant, the accumulators (O in forward; dQ,
- * dK, dV in backward) stay in registers.
+ * cuda_attention_mma.cu — an opt-in bf16 flash attention (GTRAIN_CUDA_ATTENTION=mma), forward and
+ * backward, on sm_80/sm_90 tensor cores through the PTX instructions whose register layouts the PTX
+ * ISA documents (mma.sync m16n8k16, ldmatrix, cp.async; cuda_ptx.cuh), so that the accumulators (O in
+ * forward; dQ, dK, dV in backward) stay in registers. It takes HD 64 and 128 with 16-byte aligned
+ * tensors and leaves every other call to the default kernels (cuda_attention.cu), whose semantics it
+ * shares (scale, causal mask, GQA, lse, ops.h's dropout); results differ by rounding only. It has
+ * never run on a GPU: docs/gpu.md says how it was checked without one.
  *
- *   *** NEVER RUN ON A GPU. Written and compiled (nvcc 13, sm_90) without a device; correctness rests
- *   *** on reading and on CPU emulations (below: of the index math, and of this very source). Opt-in with
- *   *** GTRAIN_CUDA_ATTENTION=mma until tests/gpu/test_ops_cuda.c has passed on a real GPU.
- *
- * With GTRAIN_CUDA_ATTENTION=mma both directions run here for the bf16 working type, HD 64 or 128 and
- * 16-byte aligned q, k, v (and dout, dq, dk, dv in backward); anything else falls through to the WMMA
- * variant (cuda_attention_wmma.cu), then to the default kernels. The backward recomputes the
- * probabilities from q, k and lse and takes D from the output, so it pairs with any forward with the
- * same lse semantics.
- *
- * Semantics as cuda_attention.cu: scale 1/sqrt(HD), causal s <= t, GQA head h reads kv head
- * h / (NH/NKV), lse = m + log(l) with m the row max of the scaled scores and l the sum of the
- * pre-dropout probabilities, dropout on the probabilities with dev_dropout_keep at index
- * ((b*NH + h)*T + t)*T + s and the 1/(1-p) scale. Differences are rounding only (bf16 products summed
- * in fp32 by the tensor cores; P rounded to bf16 before P V; in backward P~ and dS rounded to bf16
- * before dV, dQ and dK).
- *
- * Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"
- * and "ldmatrix"), lane = 4 g + c (g = groupID = lane >> 2, c = threadID_in_group = lane % 4):
- *   A (16 x 16 bf16, .row), four .b32 registers of two bf16 each (lower column in the low half):
- *     a[0] = (row g, cols 2c, 2c+1), a[1] = (g+8, 2c..), a[2] = (g, 2c+8..), a[3] = (g+8, 2c+8..);
- *   B (16 x 8 bf16, .col), two registers: b[0] = (rows/k 2c, 2c+1; col/n g), b[1] = (k 2c+8, 2c+9; n g);
- *   C, D (16 x 8 fp32): c[0], c[1] = (row g, cols 2c, 2c+1), c[2], c[3] = (row g+8, cols 2c, 2c+1);
- *   ldmatrix.sync.aligned.m8n8.x4.shared.b16: lanes 8i..8i+7 give the addresses of rows 0-7 of
- *     matrix i; register i of lane l gets row l / 4, columns 2 (l % 4), 2 (l % 4) + 1 of matrix i; with
- *     .trans it gets rows 2 (l % 4), 2 (l % 4) + 1 of column l / 4 (the transposed matrix's row l / 4).
- * Three consequences, derived at mma_abt and mma_pv below: (1) a row-major tile's 16 x 16 block loaded
- * with ldmatrix.x4 (lane l -> row l % 16, column block l / 16) is an A fragment; (2) a plain
- * ldmatrix of a row-major (n x k) tile gives B fragments of its transpose (S = Q K^T: K rows are the
- * n index); ldmatrix.trans of a row-major (k x n) tile gives B fragments of the tile itself (P V);
- * (3) the C accumulators of n-tiles 2j and 2j+1 are, element for element, the A fragment of k-block j
- * (a[0] = c of tile 2j row g, a[1] = tile 2j row g+8, a[2] = tile 2j+1 row g, a[3] = tile 2j+1 row
- * g+8), so P (or dS) goes from one product into the next without shared memory.
- * Emulation, no GPU needed (CTest mma_attention_forward_emulation_matches_fp64 and
- * _backward_..., label unit, numpy): tests/gpu/mma_emu.py builds ldmatrix(.trans).x4, mma.sync
- * m16n8k16 and shfl.sync.bfly from the ISA tables above, lanes as a numpy axis, shared memory filled
- * with NaN (a read of anything not written poisons the result); tests/gpu/emulate_mma_attention_fwd.py
- * and _bwd.py run hand transcriptions of the three kernels (every lane, row, column, address and
- * pointer expression, causal tile skips, the online softmax and its quad shuffles, GQA, the dk/dv
- * step order, the dropout index with a stand-in keep function) in fp64 against a direct attention:
- * out, lse, dq, dk, dv agree to about 1e-15 (the tests allow 1e-10) at test_ops_cuda's mma shapes but
- * the 7B one, plus T 129, 65 and 300; no ldmatrix row is misaligned or bank-conflicting; and every one
- * of the deliberately wrong layouts (a, b, c registers, ldmatrix rows, .trans, the shuffle partner)
- * fails. They do NOT check bf16 and fp32 rounding, the real RNG, barriers and cp.async ordering
- * (races), registers, shared-memory and launch limits, the host wrappers (their grid and BN are
- * copied, not run), or that the hardware matches the ISA text; and a transcription is only as good as
- * its copying: edit it with the kernel.
- *
- * This source itself also runs on the CPU (CTest cuda_kernels_emulated_match_cpu and _reverse_schedule,
- * label unit: tests/gpu/emu, test_ops_cuda.c's mma checks): under GT_CUDA_EMULATED the PTX wrappers
- * below come from tests/gpu/emu/emu_ptx.h (nvcc's build is unchanged), ldmatrix and mma.sync as
- * warp-collective operations from the same ISA tables (all 32 lanes, 16-byte aligned shared rows) and
- * cp.async performed at its thread's wait_group (the latest it may land; at issue, the earliest, in
- * the _reverse_schedule run); the blocks' threads run as fibers with real
- * barriers. That covers what the transcriptions do not: the kernels and host wrappers as written, the
- * bf16/fp32 roundings of the code (not the tensor core's internal ones), the real RNG, barrier and
- * cp.async-wait placement within a block, shared-memory and launch limits; out, lse, dq, dk, dv agree
- * with the CPU backend at test_ops_cuda's tolerances and repeat bit for bit. Still not checked there:
- * the hardware's accumulation order, registers, races between blocks, speed.
- *
- * Schedule (FlashAttention-2's forward): a block is 4 warps and 64 query rows (16 per warp), grid
- * (query tiles, longest first) x NH x B. The Q tile and each BN-key tile of K and V go to shared memory
- * with cp.async, two stages deep: the next K/V tile loads while the tensor cores work on this one.
- * Each warp keeps its Q rows as ldmatrix'd A fragments, computes S = Q K^T (16 x BN, fp32 in
- * registers), the online softmax on those registers (row statistics reduced over the 4 lanes that
- * share a row), rescales its O accumulator (16 x HD fp32, in registers) and adds P V with P re-packed
- * from the S registers as bf16 A fragments (the m16n8 accumulator layout is the m16n8k16 A layout of
- * two neighbouring n-tiles) and V read with ldmatrix.trans. Shared rows are padded by 16 bytes so the
- * 8 rows of each ldmatrix hit distinct banks. BN = 64 keys at HD 64 and 32 at HD 128, so that
- * registers (about 130-160 per thread) and shared memory (46 and 52 KiB) allow 3-4 blocks per SM.
- * No atomics; every sum has a fixed order, so results repeat bit for bit.
- *
- * Backward (FlashAttention-2's, without atomics; as cuda_attention.cu: dp~ = dout_t . v_s, dp = dp~
- * keep/(1-p), D_t = dout_t . out_t, ds = p (dp - D_t) scale, p = exp(s scale - lse_t)), three kernels:
- *   D: cuda_attention.cu's gt_cuda_attention_rowdot into a (B, NH, T) fp32 scratch;
- *   dq, grid (query tiles of 64, longest first) x NH x B, 4 warps of 16 query rows: Q and dO tiles in
- *     shared memory; the K and V tiles of BN keys (0 up to the block's last query: causal tile
- *     skipping, and a warp skips a tile past its own last row) stream through two cp.async stages.
- *     Per tile: S = Q K^T and dP~ = dO V^T (16 x BN fp32 in registers), dS in place of S, and
- *     dQ += dS K with K through ldmatrix.trans; dQ (16 x HD fp32) stays in registers to the end;
- *   dk/dv, grid (key tiles of 64, tile 0 first) x NKV x B, 4 warps of 16 key rows: K and V tiles in
- *     shared memory; the steps (the group's query heads in order, then the query tiles of BQ rows
- *     from the block's diagonal on) stream Q, dO, lse and D through two cp.async stages (lse and D
- *     with 4-byte cp.async.ca). Per step: S^T = K Q^T and dP~^T = V dO^T (16 x BQ), P~^T (after
- *     dropout) and dS^T in place, dV += P~^T dO and dK += dS^T Q with dO and Q through ldmatrix.trans;
- *     dK, dV (2 x 16 x HD fp32) stay in registers over every head of the group (GQA summed in a fixed
- *     order, no cross-block sum).
- * BN = BQ = 64 at HD 64, 32 at HD 128. Shared memory 2 (HD + 8)(2*64 + 4*BN) bytes (+ 16 BN for lse and
- * D in dk/dv): dq 54 / 68 KiB, dk/dv 55 / 68.5 KiB at HD 64 / 128. Registers (ptxas -v, nvcc 13.0,
- * sm_90, __launch_bounds__(128, 2), no spills): dq 206 / 190, dk/dv 224 / 252 at HD 64 / 128, so two
- * blocks fit per SM: at most 252 x 32 registers per warp, allocated in units of 256 = 8192, x 4 warps
- * x 2 blocks = the SM's 65536; and 2 x (68.5 + 1 reserved) KiB of its 228 KiB of shared memory.
+ * Forward (FlashAttention-2's schedule): a block is 4 warps and 64 query rows, 16 per warp; tiles of
+ * BN keys of K and V stream through shared memory in two cp.async stages; each warp computes S = Q K^T
+ * in registers, the online softmax on them (a row's statistics over the 4 lanes that share it),
+ * rescales O and adds P V, P re-packed from S's accumulators as A fragments (the m16n8 accumulator
+ * layout is the A layout of two neighbouring n-tiles: the derivations are at mma_abt and mma_pv).
+ * Backward, without atomics: D = rowsum(dO * O) (gt_cuda_attention_rowdot); a dq kernel per query
+ * tile streams K and V; a dk/dv kernel per (key tile, kv head) streams Q, dO, lse and D of the group's
+ * query heads from the diagonal on, so each output has one owner and a fixed summation order.
+ * BN = 64 at HD 64, 32 at HD 128; shared rows are padded by 16 bytes so each ldmatrix hits 8 banks.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
+#include "cuda_attention.cuh"
+#include "cuda_ptx.cuh"
 
 namespace {
 
 constexpr int MM_THREADS = 128; /* 4 warps */
 constexpr int MM_BM = 64;       /* query rows per block, 16 per warp */
 
-/* The inline PTX of this file is all in the wrappers below and cp_async4 further down. The CPU
- * emulation (tests/gpu/emu, GT_CUDA_EMULATED: the host compiler, which cannot take PTX) gets its own
- * definitions of the same wrappers from emu_ptx.h: warp-collective ldmatrix and mma.sync from the ISA's
- * fragment tables, cp.async queued per thread until cp.async.wait_group. nvcc never defines
- * GT_CUDA_EMULATED, so the device code is unchanged by this. */
-#ifdef GT_CUDA_EMULATED
-#include "emu_ptx.h"
-#else
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (rows past T) */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
-}
-
-/* c (16x8 fp32) += a (16x16 bf16, row) . b (16x8 bf16, col) */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-#endif /* GT_CUDA_EMULATED */
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
@@ -241,11 +125,6 @@ __device__ __forceinline__ void mma_pv(float (&acc)[HD / 8][4], const float (&p)
             mma_bf16(acc[dt + 1], pa, r[2], r[3]);
         }
     }
-}
-
-/* the dropout index of (b, h, query t, key s), as cuda_attention.cu's */
-__device__ __forceinline__ uint64_t mm_drop_index(int b, int h, int t, int s, int NH, int Tn) {
-    return (((uint64_t)b * (uint64_t)NH + (uint64_t)h) * (uint64_t)Tn + (uint64_t)t) * (uint64_t)Tn + (uint64_t)s;
 }
 
 template <int HD, int BN>
@@ -347,7 +226,7 @@ mma_attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k
                     else sum_b += p;
                     if (dropout > 0.0f && p != 0.0f) {
                         const int r = e < 2 ? row_a : row_b, col = k0 + nt * 8 + 2 * quad + (e & 1);
-                        p = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? p * keep_scale : 0.0f;
+                        p = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, r, col, NH, Tn), dropout) ? p * keep_scale : 0.0f;
                     }
                     s[nt][e] = p;
                 }
@@ -406,7 +285,7 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     dim3 grid((unsigned)((Tn + MM_BM - 1) / MM_BM), (unsigned)NH, (unsigned)B);
     mma_attention_forward_kernel<HD, BN><<<grid, MM_THREADS, smem>>>(out, lse, q, k, v, Tn, NH, NKV, scale, dropout,
-                                                                    keep_scale, rng_base(key));
+                                                                    keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -415,13 +294,6 @@ void forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 
  * Shared by both kernels: tiles of Q, dO, K, V in shared memory in rows of HD + 8 bf16 (the forward's
  * padding), all of a warp's tensor-core work on its own 16 rows, and the forward's two fragment
  * patterns (mma_abt, mma_pv above). */
-
-/* 4 bytes global -> shared (cp.async.ca: .cg takes 16-byte copies only); src_bytes 0 writes zero */
-#ifndef GT_CUDA_EMULATED /* emu_ptx.h has it */
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
-}
-#endif
 
 /* N floats src[row0 .. row0 + N) (a row statistic of one head: lse or D) into dst; past T zero */
 template <int N>
@@ -534,7 +406,7 @@ mma_attention_backward_dq_kernel(bf16 *dq, const float *Dbuf, const bf16 *dout, 
                         const float p = expf(s[nt][e] * scale - (e < 2 ? lse_a : lse_b));
                         float d = dp[nt][e];
                         if (dropout > 0.0f)
-                            d = dev_dropout_keep(rng, mm_drop_index(b, h, r, col, NH, Tn), dropout) ? d * keep_scale
+                            d = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, r, col, NH, Tn), dropout) ? d * keep_scale
                                                                                                    : 0.0f;
                         ds = p * (d - (e < 2 ? D_a : D_b)) * scale;
                     }
@@ -645,7 +517,7 @@ mma_attention_backward_dkdv_kernel(bf16 *dk, bf16 *dv, const float *Dbuf, const 
                         float d = dp[nt][e];
                         pt = p;
                         if (dropout > 0.0f) {
-                            const bool keep = dev_dropout_keep(rng, mm_drop_index(b, h, tq, sk, NH, Tn), dropout);
+                            const bool keep = gt_dropout_keep_at(rng, gt_attention_drop_index(b, h, tq, sk, NH, Tn), dropout);
                             d = keep ? d * keep_scale : 0.0f;
                             pt = keep ? p * keep_scale : 0.0f;
                         }
@@ -677,7 +549,7 @@ void backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out
                  const bf16 *v, const float *lse, int B, int Tn, int NH, int NKV, float dropout, gt_rng_key key) {
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    const uint64_t rng = rng_base(key);
+    const uint64_t rng = gt_rng_base(key);
     float *Dbuf = (float *)gt_cuda_alloc(sizeof(float) * (size_t)B * NH * Tn); /* (B, NH, T) */
     gt_cuda_attention_rowdot(Dbuf, dout, out, B, Tn, NH, HD, 1);
 
@@ -708,7 +580,7 @@ long g_mma_calls = 0;
 extern "C" long gt_cuda_attention_mma_calls(void) { return g_mma_calls; }
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected
- * variant is "mma" (gt_cuda_attention_variant() == 2); returns 1 when it ran the call. */
+ * variant is GT_ATTENTION_MMA; returns 1 when it ran the call. */
 int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                   int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     if (HD != 64 && HD != 128) return 0;
@@ -722,9 +594,9 @@ int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const vo
 }
 
 /* Called by cuda_attention.cu's attention_backward for the bf16 working type when the selected variant
- * is "mma" (gt_cuda_attention_variant() == 2); returns 1 when it ran the call, 0 to fall through (to
- * the WMMA backward, then the default kernels). Inputs read with cp.async (q, k, v, dout) and outputs
- * written with 4-byte stores (dq, dk, dv) must be 16-byte aligned. */
+ * is GT_ATTENTION_MMA; returns 1 when it ran the call, 0 to leave it to the default kernels. Inputs
+ * read with cp.async (q, k, v, dout) and outputs written with 4-byte stores (dq, dk, dv) must be
+ * 16-byte aligned. */
 int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
                                    const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV,
                                    int HD, float dropout, gt_rng_key key) {

@@ -4,7 +4,7 @@
  *   - CUDA_CHECK / CUDA_CHECK_LAUNCH: abort with file:line on any failed CUDA call (never continue);
  *   - the working type: `float` (fp32 mode) or `bf16` (bf16 mode). Kernels are templates over it and
  *     do all arithmetic in fp32: load_f() widens, store_f() rounds (round-to-nearest-even);
- *   - the device copy of the counter-based dropout RNG of ops.h, with identical arithmetic;
+ *   - ops.h (its dropout RNG and index are callable on the device too);
  *   - deterministic warp/block reductions (fixed trees, no atomics);
  *   - the allocator entry points (cuda_ops.cu) that other files use for scratch buffers;
  *   - the fill functions: each .cu puts its own entries into the ops table.
@@ -70,25 +70,6 @@ __device__ __forceinline__ void store_f(bf16 *p, float v) { *p = __float2bfloat1
 template <typename T>
 __device__ __forceinline__ T *head_rows(T *x, int b, int Tn, size_t stride, int h, int HD) {
     return x + (size_t)b * Tn * stride + (size_t)h * HD;
-}
-
-/* ---------------------------------------------------------------- dropout RNG (ops.h, on device) */
-
-__device__ __forceinline__ uint64_t dev_mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* gt_rng_uniform(key, index) = u(mix64(base + index)) with base = mix64(seed ^ mix64(stream)); the
- * host computes base once per call (rng_base) so each element costs one mix. */
-static inline uint64_t rng_base(gt_rng_key key) { return gt_mix64(key.seed ^ gt_mix64(key.stream)); }
-
-__device__ __forceinline__ bool dev_dropout_keep(uint64_t base, uint64_t index, float p) {
-    uint64_t h = dev_mix64(base + index);
-    float u = (float)(h >> 40) * (1.0f / 16777216.0f);
-    return u >= p;
 }
 
 /* ---------------------------------------------------------------- 16-byte accesses */
@@ -165,10 +146,6 @@ static inline unsigned grid_for(size_t n, int threads, size_t max_blocks) {
 /* the caching allocator (cuda_ops.cu), also used for kernels' scratch buffers */
 void *gt_cuda_alloc(size_t bytes);
 void gt_cuda_free(void *ptr);
-
-/* D (B, NH, T) fp32 = rowsum(dout * out) over HD for attention backward (cuda_attention.cu); dout and
- * out (B, T, NH, HD) in bf16 (bf16_io) or fp32 */
-void gt_cuda_attention_rowdot(float *D, const void *dout, const void *out, int B, int Tn, int NH, int HD, int bf16_io);
 
 /* each source file fills its part of the table for the working type chosen */
 void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16);

@@ -3,29 +3,20 @@
  * deterministic backward), RMSNorm (forward, apply, backward), rotary embedding, SwiGLU, the residual
  * add with dropout on the branch, and the fused softmax + cross-entropy of the LM head.
  *
- * All math is fp32 (sums of squares and dot products of a row in double, as the CPU backend does),
- * reading and writing the working type (float or bf16) through load_f/store_f. Where the CPU backend
- * spells an expression, the same expression is used here, with __fmul_rn/__fadd_rn where a fused
- * multiply-add would change the rounding, so that fp32 mode agrees with the CPU closely (often to the
- * bit) — this is a convenience for the tests, not a contract.
+ * All math is fp32 (a row's sums of squares and dot products in double, as the CPU backend does),
+ * reading and writing the working type through load_f/store_f. Where the CPU backend spells an
+ * expression, the same expression is used here, with __fmul_rn/__fadd_rn where a fused multiply-add
+ * would change the rounding, so fp32 mode agrees with the CPU closely (a convenience for the tests,
+ * not a contract). The kernels move 16 bytes per access (pack16) when their pointers are 16-byte
+ * aligned, with a scalar tail or a single-element kernel otherwise; row-wise kernels run one block per
+ * row, and RMSNorm holds a row in registers for the usual shapes (C <= 1024 vectors), so forward and
+ * the fused backward read each row once. Token ids outside [0, V) raise a device flag (take_fault)
+ * instead of reading out of bounds.
  *
- * Memory access: the elementwise kernels (SwiGLU, residual, dropout backward), the embedding rows,
- * RMSNorm's apply, RoPE (HD/2 a multiple of the vector) and the cross-entropy rows (V a multiple of the
- * vector) move 16 bytes per access (pack16: 8 bf16 or 4 float) when their pointers are 16-byte
- * aligned, with a scalar tail or a single-element kernel otherwise; per-element index arithmetic is a
- * multiply, never a 64-bit division (row-wise kernels run one block per row; RoPE takes t and b from
- * the grid). RMSNorm, for the usual shapes (C a multiple of the vector, C <= 1024 vectors), holds a
- * row in registers: forward reads x once for the sum of squares and the output, and backward is one
- * fused kernel that reads each row's x and dout once for both dinp and the dweight partials. Token
- * ids outside [0, V) raise a device flag (take_fault) instead of reading out of bounds. Still one
- * element per access: the embedding backward (a scatter by token id).
- *
- * Reductions that feed gradients never use atomics:
- *   - RMSNorm dweight: per-chunk partial sums (RMS_DW_ROWS rows each, one thread per column, rows in
- *     order) into scratch, then one pass adding the chunks in order;
- *   - embedding dwte: tokens are split into EMB_BUCKETS buckets by token id modulo EMB_BUCKETS; a
- *     block owns (bucket, 256 columns) and walks all tokens in order, adding only its bucket's, so
- *     each dwte element has one owning thread and a fixed summation order.
+ * Reductions that feed gradients never use atomics: RMSNorm's dweight sums per-chunk partials (rows
+ * in order) into scratch, then adds the chunks in order; the embedding's dwte splits tokens into
+ * EMB_BUCKETS buckets by id, and a block owning (bucket, 256 columns) walks all tokens in order, so
+ * each dwte element has one owning thread and a fixed summation order.
  */
 #include <math.h>
 #include <string.h>
@@ -609,7 +600,7 @@ __global__ void residual_forward_kernel(T *out, const T *res, const T *branch, s
                                         float keep_scale, uint64_t rng) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float b = load_f(branch + i);
-        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        if (dropout > 0.0f) b = gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
         store_f(out + i, __fadd_rn(load_f(res + i), b));
     }
 }
@@ -620,7 +611,7 @@ __global__ void dropout_backward_kernel(T *dbranch, const T *dout, size_t n, flo
                                         uint64_t rng) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float d = load_f(dout + i);
-        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(d, keep_scale) : 0.0f);
+        store_f(dbranch + i, gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(d, keep_scale) : 0.0f);
     }
 }
 
@@ -635,14 +626,14 @@ __global__ void residual_forward_vec_kernel(T *out, const T *res, const T *branc
 #pragma unroll
         for (int j = 0; j < VEC; j++) {
             float bj = load_f(&b.v[j]);
-            if (dropout > 0.0f) bj = dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
+            if (dropout > 0.0f) bj = gt_dropout_keep_at(rng, (uint64_t)(p * VEC + j), dropout) ? __fmul_rn(bj, keep_scale) : 0.0f;
             store_f(&o.v[j], __fadd_rn(load_f(&r.v[j]), bj));
         }
         store16(out + p * VEC, o);
     }
     for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float b = load_f(branch + i);
-        if (dropout > 0.0f) b = dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
+        if (dropout > 0.0f) b = gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(b, keep_scale) : 0.0f;
         store_f(out + i, __fadd_rn(load_f(res + i), b));
     }
 }
@@ -658,19 +649,19 @@ __global__ void dropout_backward_vec_kernel(T *dbranch, const T *dout, size_t nv
         pack16<T> o;
 #pragma unroll
         for (int j = 0; j < VEC; j++)
-            store_f(&o.v[j], dev_dropout_keep(rng, (uint64_t)(p * VEC + j), dropout)
+            store_f(&o.v[j], gt_dropout_keep_at(rng, (uint64_t)(p * VEC + j), dropout)
                                  ? __fmul_rn(load_f(&d.v[j]), keep_scale) : 0.0f);
         store16(dbranch + p * VEC, o);
     }
     for (size_t i = nv * VEC + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        store_f(dbranch + i, dev_dropout_keep(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
+        store_f(dbranch + i, gt_dropout_keep_at(rng, (uint64_t)i, dropout) ? __fmul_rn(load_f(dout + i), keep_scale) : 0.0f);
 }
 
 template <typename T>
 static void residual_forward(void *out, const void *res, const void *branch, size_t n, float dropout, gt_rng_key key) {
     if (n == 0) return;
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
-    const uint64_t rng = dropout > 0.0f ? rng_base(key) : 0;
+    const uint64_t rng = dropout > 0.0f ? gt_rng_base(key) : 0;
     const size_t nv = n / pack16<T>::VEC;
     if (aligned16(out) && aligned16(res) && aligned16(branch))
         residual_forward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
@@ -692,10 +683,10 @@ static void dropout_backward(void *dbranch, const void *dout, size_t n, float dr
     const size_t nv = n / pack16<T>::VEC;
     if (aligned16(dbranch) && aligned16(dout))
         dropout_backward_vec_kernel<T><<<grid_for(nv ? nv : 1, THREADS, MAX_BLOCKS), THREADS>>>(
-            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, rng_base(key));
+            (T *)dbranch, (const T *)dout, nv, n, dropout, keep_scale, gt_rng_base(key));
     else
         dropout_backward_kernel<T><<<grid_for(n, THREADS, MAX_BLOCKS), THREADS>>>((T *)dbranch, (const T *)dout, n,
-                                                                                  dropout, keep_scale, rng_base(key));
+                                                                                  dropout, keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 

@@ -12,9 +12,9 @@
  * kernel. Either way the order is fixed by n and the pointer's alignment, so a call repeats bit for
  * bit. scale has the same 16-byte path with a scalar tail.
  *
- * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it — scalars
- * formed in double on the host and rounded to float, the element update in fp32 with explicit
- * round-to-nearest intrinsics so no fused multiply-add changes the rounding.
+ * AdamW follows torch.optim.AdamW (single-tensor path) exactly as the CPU backend spells it: the step's
+ * scalars from ops.h's gt_adamw_step_scalars (the CPU backend's too), the element update in fp32 with
+ * explicit round-to-nearest intrinsics so no fused multiply-add changes the rounding.
  */
 #include <math.h>
 
@@ -153,13 +153,8 @@ static void cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const fl
                        float beta1, float beta2, float eps, float weight_decay, int t) {
     if (t < 1) GT_CUDA_FAIL("adamw step count t=%d must start at 1", t);
     if (n == 0) return;
-    const float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    const float w1 = (float)(1.0 - (double)beta1);
-    const float w2 = (float)(1.0 - (double)beta2);
-    const double bc1 = 1.0 - pow((double)beta1, (double)t);
-    const double bc2 = 1.0 - pow((double)beta2, (double)t);
-    const float step_size = (float)((double)lr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
+    const gt_adamw_scalars k = gt_adamw_step_scalars(lr, beta1, beta2, weight_decay, t);
+    const float decay = k.decay, w1 = k.w1, w2 = k.w2, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt;
     const size_t nv = n / 4, done = nv * 4;
     if (nv && aligned16(param) && aligned16(exp_avg) && aligned16(exp_avg_sq) && aligned16(grad)) {
         adamw_vec_kernel<<<grid_for(nv, THREADS, MAX_BLOCKS), THREADS>>>((float4 *)param, (float4 *)exp_avg,

@@ -455,14 +455,7 @@ void launch_error(cudaError_t err, const char *name, const char *file, int line,
 const char *const LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
 const char *const LDMATRIX_T = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
 const char *const MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
-const char *const WMMA_LOAD = "wmma::load_matrix_sync";
-const char *const WMMA_STORE = "wmma::store_matrix_sync";
-const char *const WMMA_MMA = "wmma::mma_sync";
-const char *const WMMA_FILL = "wmma::fill_fragment";
-bool is_tensor_op(const char *what) {
-    return what == LDMATRIX || what == LDMATRIX_T || what == MMA || what == WMMA_LOAD || what == WMMA_STORE ||
-           what == WMMA_MMA || what == WMMA_FILL;
-}
+bool is_tensor_op(const char *what) { return what == LDMATRIX || what == LDMATRIX_T || what == MMA; }
 
 /* n bytes at p lie in this block's shared memory (dynamic, or one static __shared__ array) */
 bool in_shared(const void *p, size_t n) {
@@ -634,113 +627,6 @@ void gt_emu_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint
     }
     (void)gt_emu_warp_meet(0xffffffffu, 0, MMA); /* every lane has read `mine` */
     for (int e = 0; e < 4; e++) c[e] = d[e];
-}
-
-/* ---------------------------------------------------------------- nvcuda::wmma (emu_wmma.h) */
-
-namespace {
-/* what one lane gives a wmma meeting: its arguments, compared with every other lane's */
-struct wmma_args {
-    const void *p;
-    unsigned ldm;
-    int col_major, esize;
-    const void *frag; /* mma_sync: this lane's operands */
-    uint64_t value;   /* fill_fragment: the value's bits */
-};
-
-/* the first meeting of a wmma operation: all 32 lanes, each with the same arguments as lane 0 (every
- * lane compares, so each operation meets a second time before a lane's `mine` goes out of scope) */
-const wmma_args *wmma_meet(const wmma_args &mine, const char *what) {
-    if (!B.cur) kernel_bug("%s outside a kernel", what);
-    const uint64_t *all = gt_emu_warp_meet(0xffffffffu, (uint64_t)(uintptr_t)&mine, what);
-    const wmma_args *l0 = (const wmma_args *)(uintptr_t)all[0];
-    for (int l = 1; l < 32; l++) {
-        const wmma_args *o = (const wmma_args *)(uintptr_t)all[l];
-        if (o->p != l0->p || o->ldm != l0->ldm || o->col_major != l0->col_major || o->esize != l0->esize ||
-            o->value != l0->value)
-            kernel_bug("%s: lanes of one warp with different arguments: lane 0 (%p, ldm %u, %s) and lane %d (%p, "
-                       "ldm %u, %s)", what, l0->p, l0->ldm, l0->col_major ? "col-major" : "row-major", l, o->p,
-                       o->ldm, o->col_major ? "col-major" : "row-major");
-    }
-    return l0;
-}
-
-/* the pointer and ldm rules of load/store_matrix_sync (CUDA C++ Programming Guide, "Warp Matrix
- * Functions"): a 256-bit (32-byte) aligned pointer, ldm a multiple of 8 for 16-bit elements and of 4
- * for float (16 bytes) */
-void wmma_check_memory(const wmma_args &a, const char *what) {
-    if ((uintptr_t)a.p % 32) kernel_bug("%s: pointer %p is not 32-byte aligned", what, a.p);
-    if (a.ldm * (unsigned)a.esize % 16 || a.ldm < 16)
-        kernel_bug("%s: ldm %u is not a multiple of %d elements of %d bytes (or below 16)", what, a.ldm,
-                   16 / a.esize, a.esize);
-}
-} /* namespace */
-
-void gt_emu_wmma_load(void *x, const void *p, unsigned ldm, int esize, int col_major) {
-    const wmma_args mine = {p, ldm, col_major, esize, NULL, 0};
-    wmma_check_memory(*wmma_meet(mine, WMMA_LOAD), WMMA_LOAD);
-    const int lane = gt_emu_lane();
-    for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) {
-        const int i = lane * GT_EMU_WMMA_PER_LANE + e, r = i / 16, c = i % 16;
-        const size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
-        memcpy((char *)x + (size_t)e * esize, (const char *)p + off * esize, (size_t)esize);
-    }
-    (void)gt_emu_warp_meet(0xffffffffu, 0, WMMA_LOAD); /* one instruction: no lane goes on before all read */
-}
-
-void gt_emu_wmma_store(void *p, const void *x, unsigned ldm, int esize, int col_major) {
-    const wmma_args mine = {p, ldm, col_major, esize, NULL, 0};
-    wmma_check_memory(*wmma_meet(mine, WMMA_STORE), WMMA_STORE);
-    const int lane = gt_emu_lane();
-    for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) {
-        const int i = lane * GT_EMU_WMMA_PER_LANE + e, r = i / 16, c = i % 16;
-        const size_t off = col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c;
-        memcpy((char *)p + off * esize, (const char *)x + (size_t)e * esize, (size_t)esize);
-    }
-    (void)gt_emu_warp_meet(0xffffffffu, 0, WMMA_STORE);
-}
-
-void gt_emu_wmma_fill(void *x, uint64_t value_bits, int esize) {
-    const wmma_args mine = {NULL, 0, 0, esize, NULL, value_bits};
-    (void)wmma_meet(mine, WMMA_FILL);
-    (void)gt_emu_warp_meet(0xffffffffu, 0, WMMA_FILL); /* every lane has compared the others' `mine` */
-    for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) memcpy((char *)x + (size_t)e * esize, &value_bits, (size_t)esize);
-}
-
-namespace {
-struct wmma_operands {
-    const uint16_t *a, *b;
-    const float *c;
-};
-} /* namespace */
-
-void gt_emu_wmma_mma_bf16(float d[GT_EMU_WMMA_PER_LANE], const uint16_t a[GT_EMU_WMMA_PER_LANE],
-                          const uint16_t b[GT_EMU_WMMA_PER_LANE], const float c[GT_EMU_WMMA_PER_LANE]) {
-    const wmma_operands ops = {a, b, c};
-    const wmma_args mine = {NULL, 0, 0, 2, &ops, 0};
-    if (!B.cur) kernel_bug("%s outside a kernel", WMMA_MMA);
-    const uint64_t *all = gt_emu_warp_meet(0xffffffffu, (uint64_t)(uintptr_t)&mine, WMMA_MMA);
-    /* the whole warp's A (m x k), B (k x n) and C, element i of the tile at lane i / 8, slot i % 8 */
-    float A[16][16], Bm[16][16], C[16][16];
-    for (int l = 0; l < 32; l++) {
-        const wmma_operands *o = (const wmma_operands *)((const wmma_args *)(uintptr_t)all[l])->frag;
-        for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) {
-            const int i = l * GT_EMU_WMMA_PER_LANE + e, r = i / 16, col = i % 16;
-            A[r][col] = bf16_bits_to_float(o->a[e]);
-            Bm[r][col] = bf16_bits_to_float(o->b[e]);
-            C[r][col] = o->c[e];
-        }
-    }
-    const int lane = gt_emu_lane();
-    float out[GT_EMU_WMMA_PER_LANE];
-    for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) {
-        const int i = lane * GT_EMU_WMMA_PER_LANE + e, r = i / 16, col = i % 16;
-        float acc = C[r][col];
-        for (int k = 0; k < 16; k++) acc += A[r][k] * Bm[k][col]; /* exact product; -ffp-contract=off */
-        out[e] = acc;
-    }
-    (void)gt_emu_warp_meet(0xffffffffu, 0, WMMA_MMA); /* every lane has read the others' fragments */
-    for (int e = 0; e < GT_EMU_WMMA_PER_LANE; e++) d[e] = out[e];
 }
 
 void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes) {

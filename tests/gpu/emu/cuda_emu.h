@@ -1,8 +1,9 @@
 /*
  * cuda_emu.h — a CPU emulation of the CUDA execution model, just enough to compile and run the default
  * path of the CUDA backend (src/kernels/cuda: cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu,
- * cuda_ops.cu, cuda_common.cuh) and the tensor-core attentions (cuda_attention_mma.cu, cuda_attention_wmma.cu) with the host C++ compiler, so its kernels can be checked against the
- * CPU backend on a machine without a GPU (tests/gpu.cmake: cuda_kernels_emulated_match_cpu).
+ * cuda_ops.cu, cuda_common.cuh) and the tensor-core attention (cuda_attention_mma.cu) with the host C++
+ * compiler, so its kernels can be checked against the CPU backend on a machine without a GPU
+ * (tests/gpu.cmake: cuda_kernels_emulated_match_cpu; docs/gpu.md).
  *
  * How the real sources get here: tests/gpu/emu/emulate_cu.cmake copies each .cu into the build tree
  * and rewrites, line for line, the two things C++ cannot parse or would get wrong:
@@ -41,8 +42,7 @@
  * the GPU memory model (every write is visible at once), the device's math (expf, logf, sqrtf and
  * double math are the host's libm; nvcc contracts a * b + c into FMAs where this build, with
  * -ffp-contract=off, does not), the tensor cores' rounding (ldmatrix, mma.sync and cp.async are
- * emulated below for cuda_attention_mma.cu, see "tensor-core PTX"; nvcuda::wmma for
- * cuda_attention_wmma.cu, see "nvcuda::wmma", with a fragment layout of the emulation's choosing),
+ * emulated below for cuda_attention_mma.cu, see "tensor-core PTX"),
  * cuBLASLt (tests/gpu/emu/emu_stubs.cpp stands in with a reference loop), streams (everything is
  * synchronous).
  */
@@ -208,9 +208,9 @@ void gt_emu_shared(void *p, size_t bytes);
 /* the launch's dynamic shared memory (followed by a guard page; 0xFF at every block's start) */
 void *gt_emu_dynamic_shared(void);
 
-/* ---------------------------------------------------------------- tensor-core PTX (emu_ptx.h) */
+/* ---------------------------------------------------------------- tensor-core PTX (include/cuda_ptx.cuh) */
 
-/* What cuda_attention_mma.cu's inline PTX does, for emu_ptx.h's stand-ins of its wrappers (the PTX ISA:
+/* What cuda_attention_mma.cu's inline PTX does, for include/cuda_ptx.cuh's stand-ins of its wrappers (the PTX ISA:
  * "ldmatrix", "Matrix Fragments for mma.m16n8k16 with floating point type", "cp.async"). Each is
  * checked as the hardware requires, failures a KERNEL BUG:
  *   ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: warp-collective, all 32 lanes (mask 0xffffffff,
@@ -236,28 +236,6 @@ void gt_emu_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint
 void gt_emu_cp_async(void *dst, const void *src, int size, int src_bytes);
 void gt_emu_cp_async_commit(void);
 void gt_emu_cp_async_wait(int newest_pending);
-
-/* ---------------------------------------------------------------- nvcuda::wmma (emu_wmma.h) */
-
-/* What cuda_attention_wmma.cu's 16x16x16 wmma operations do (the CUDA C++ Programming Guide, "Warp
- * Matrix Functions"), for emu_wmma.h's host nvcuda::wmma. The fragments' layout is opaque on the device
- * (the kernels never index their elements), so the emulation picks one: element i = 16 r + c of the
- * logical 16x16 tile (row r, column c: m x k for matrix_a, k x n for matrix_b, m x n for the
- * accumulator) is slot i % 8 of lane i / 8. Checked, failures a KERNEL BUG:
- *   load_matrix_sync, store_matrix_sync, mma_sync and fill_fragment are warp-collective: all 32 lanes
- *     (mask 0xffffffff, every lane at the same operation), each with the same pointer, ldm, layout and
- *     fill value as lane 0;
- *   load/store: a 32-byte aligned pointer, ldm a multiple of 8 elements for bf16 and of 4 for float;
- *     row_major / mem_row_major reads element (r, c) at p[r ldm + c], col_major at p[c ldm + r];
- *   mma_sync gathers the warp's A, B and C, and each output is C plus its 16 bf16 products (exact in
- *     fp32) added one at a time in k order, rounding to nearest fp32 after each add (the tensor cores'
- *     internal order and rounding are not specified: a choice, not a model of them); D may be C. */
-#define GT_EMU_WMMA_PER_LANE 8
-void gt_emu_wmma_load(void *x, const void *p, unsigned ldm, int esize, int col_major);
-void gt_emu_wmma_store(void *p, const void *x, unsigned ldm, int esize, int col_major);
-void gt_emu_wmma_fill(void *x, uint64_t value_bits, int esize);
-void gt_emu_wmma_mma_bf16(float d[GT_EMU_WMMA_PER_LANE], const uint16_t a[GT_EMU_WMMA_PER_LANE],
-                          const uint16_t b[GT_EMU_WMMA_PER_LANE], const float c[GT_EMU_WMMA_PER_LANE]);
 
 /* ---------------------------------------------------------------- device memory */
 

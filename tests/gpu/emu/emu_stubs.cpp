@@ -10,10 +10,9 @@
  *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
  *   cuda_attention_cudnn.cu (cuDNN) -> never taken: its entries return 0 ("run the default kernels"),
  *       its call counter stays 0, cuDNN reports itself as not loaded. GTRAIN_CUDA_ATTENTION=cudnn (or
- *       forcing variant 3) therefore runs the default kernels. The variant selection itself
- *       (gt_cuda_attention_variant, _force_variant, GTRAIN_CUDA_ATTENTION=wmma or =mma) is
- *       cuda_attention_wmma.cu's own: that file and cuda_attention_mma.cu ARE emulated (nvcuda::wmma
- *       through emu_wmma.h, the mma file's inline PTX through emu_ptx.h).
+ *       forcing "cudnn") therefore runs the default kernels. The variant selection itself is
+ *       cuda_attention.cu's own, and cuda_attention_mma.cu IS emulated (its inline PTX through
+ *       include/cuda_ptx.cuh).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +21,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda_common.cuh"
+#include "cuda_attention.cuh"
 
 /* ---------------------------------------------------------------- matmul */
 

@@ -1,13 +1,17 @@
 /*
- * emu_ptx.h — the CPU emulation's definitions of cuda_attention_mma.cu's inline-PTX wrappers (that file
- * includes this in place of its own under GT_CUDA_EMULATED; nvcc never sees it). Same names and
- * signatures, so every call site, index and pointer expression of the kernels runs as written; the
- * instructions themselves are cuda_emu.cpp's gt_emu_ldmatrix_x4, gt_emu_mma_m16n8k16_bf16 and
- * gt_emu_cp_async* (cuda_emu.h says what they model and check). Included inside the kernel file's
- * anonymous namespace, after cuda_common.cuh (so after cuda_emu.h).
+ * cuda_ptx.cuh — the CPU emulation's stand-in for src/kernels/cuda/cuda_ptx.cuh, the backend's inline
+ * PTX wrappers (this directory comes first on the include path of the emulated sources only, as for
+ * cuda_runtime.h; nvcc never sees this file). Same names and signatures, so every call site, index and
+ * pointer expression of the kernels runs as written; the instructions themselves are cuda_emu.cpp's
+ * gt_emu_ldmatrix_x4, gt_emu_mma_m16n8k16_bf16 and gt_emu_cp_async* (cuda_emu.h says what they model
+ * and check).
  */
-#ifndef GT_EMU_PTX_H
-#define GT_EMU_PTX_H
+#ifndef GT_EMU_CUDA_PTX_CUH
+#define GT_EMU_CUDA_PTX_CUH
+
+#include <stdint.h>
+
+#include "cuda_emu.h"
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_bytes */
 static inline void cp_async16(void *dst, const void *src, int src_bytes) { gt_emu_cp_async(dst, src, 16, src_bytes); }
