@@ -171,8 +171,8 @@ int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm) {
     return cuda && (comm == GT_COMM_NCCL || (comm == GT_COMM_AUTO && world > 1));
 }
 
-/* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (wmma_selected, cuda_attention_wmma.cu); the
- * planner only needs to know whether it names cuDNN. */
+/* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (gt_cuda_attention_variant, cuda_attention.cu);
+ * the planner only needs to know whether it names cuDNN, which keeps scratch the plan must count. */
 static int cudnn_attention_asked(void) {
     const char *e = getenv("GTRAIN_CUDA_ATTENTION");
     return e && strcmp(e, "cudnn") == 0;
