@@ -731,6 +731,34 @@ static void library_bytes_follow_the_communicator_and_attention(void) {
     printf("%s library_bytes_follow_the_communicator_and_attention\n", check_failures == before ? "ok  " : "FAIL");
 }
 
+/* Each policy makes the plan docs/recompute.md describes, block by block: full recomputes every block in
+ * segments of one (activations N x + I), uniform:K in segments of K, sqrt is uniform:round(sqrt N) (3 for 7),
+ * blocks:K recomputes the first K blocks one by one, selective keeps the matmul outputs of every block,
+ * none keeps everything. The peaks above are measured on these plans, so only this says that the plans
+ * are the documented ones. */
+static void policies_make_the_documented_plans(void) {
+    int before = check_failures;
+    const int N = 7;
+    const char *policy[] = {"none", "full", "selective", "sqrt", "uniform:2", "blocks:2"};
+    /* per block: keep (A all, S selective, R recompute), then 1 where a segment starts */
+    const char *keep[] = {"AAAAAAA", "RRRRRRR", "SSSSSSS", "RRRRRRR", "RRRRRRR", "RRAAAAA"};
+    const char *start[] = {"1111111", "1111111", "1111111", "1001001", "1010101", "1111111"};
+    for (size_t p = 0; p < sizeof policy / sizeof policy[0]; p++) {
+        gt_plan plan;
+        if (policy_plan(policy[p], N, &plan) != 0) continue;
+        char got_keep[GT_MAX_LAYERS + 1] = "", got_start[GT_MAX_LAYERS + 1] = "";
+        for (int i = 0; i < N; i++) {
+            got_keep[i] = plan.keep[i] == GT_KEEP_ALL ? 'A' : plan.keep[i] == GT_KEEP_SELECTIVE ? 'S' : 'R';
+            got_start[i] = plan.seg_start[i] ? '1' : '0';
+        }
+        CHECK(plan.n_blocks == N, "%s: %d blocks, expected %d", policy[p], plan.n_blocks, N);
+        CHECK(strcmp(got_keep, keep[p]) == 0, "%s: keeps %s, expected %s", policy[p], got_keep, keep[p]);
+        CHECK(strcmp(got_start, start[p]) == 0, "%s: segments start at %s, expected %s", policy[p], got_start,
+              start[p]);
+    }
+    printf("%s policies_make_the_documented_plans\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--predict") == 0) return predict(argc - 2, argv + 2);
     init_shapes();
@@ -748,6 +776,7 @@ int main(int argc, char **argv) {
     activation_peaks_order_as_the_model_says();
     recomputed_blocks_match_the_plan();
     bad_policy_strings_are_rejected();
+    policies_make_the_documented_plans();
     auto_picks_least_recompute_that_fits();
     library_bytes_follow_the_communicator_and_attention();
     if (check_failures) {
