@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "errmsg.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The key table
@@ -890,15 +891,6 @@ static size_t field_size(const key_spec *ks) {
     }
 }
 
-static void append(char *out, size_t len, const char *fmt, ...) {
-    size_t used = strlen(out);
-    if (used + 1 >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + used, len - used, fmt, ap);
-    va_end(ap);
-}
-
 int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
     if (taken_len) taken[0] = '\0';
     gt_config from = *cfg;
@@ -922,12 +914,12 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
         if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
             char expected[128];
             expected_text(&keys[k], expected, sizeof expected);
-            append(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
+            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
                    mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
         } else if (take && line == 0) {
             memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
             if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
-                append(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
+                gt_appendf(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
         } else if (strcmp(json_value, ini_value) != 0) {
             char where[GT_PATH_MAX + 96];
             if (line > 0)
@@ -937,7 +929,7 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
             else
                 snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", keys[k].name,
                          cfg->path[0] ? cfg->path : "the INI");
-            append(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
+            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
                    hf_names[i].json, json_value, where, ini_value);
         }
     }

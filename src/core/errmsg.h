@@ -15,4 +15,8 @@
  * code for bad input, so a reader whose errors are all bad input can `return gt_errorf(...)`. */
 int gt_errorf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Appends to the NUL-terminated text in out[0..len) (truncating), for messages that list several
+ * problems at once (every mismatching key of a config, say). */
+void gt_appendf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -60,6 +60,7 @@
 
 #include "agree.h"
 #include "bytes.h"
+#include "errmsg.h"
 #include "signals.h"
 #include "state.h"
 #include "testhooks.h"
@@ -233,15 +234,6 @@ static int check_dir(gt_run_state *run) {
  * What changed since the save
  * ---------------------------------------------------------------------------------------------- */
 
-static void append(char *out, size_t len, const char *fmt, ...) {
-    size_t used = strlen(out);
-    if (used + 1 >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + used, len - used, fmt, ap);
-    va_end(ap);
-}
-
 /* What changed since the save, from gt_config_changes: the keys that change the model's function
  * (config.c's table says which) as the refusal names them and as the note names them, the rest. */
 typedef struct changes {
@@ -253,11 +245,11 @@ static void note_change(void *user, const char *key, int changes_model, const ch
     was = was[0] ? was : "\"\"";
     now = now[0] ? now : "\"\"";
     if (changes_model) {
-        append(c->refusal, sizeof c->refusal, "%s%s: the state file has %s, the config %s", c->refusal[0] ? "; " : "",
+        gt_appendf(c->refusal, sizeof c->refusal, "%s%s: the state file has %s, the config %s", c->refusal[0] ? "; " : "",
                key, was, now);
-        append(c->model, sizeof c->model, "%s%s: %s -> %s", c->model[0] ? ", " : "", key, was, now);
+        gt_appendf(c->model, sizeof c->model, "%s%s: %s -> %s", c->model[0] ? ", " : "", key, was, now);
     } else {
-        append(c->other, sizeof c->other, "%s%s: %s -> %s", c->other[0] ? ", " : "", key, was, now);
+        gt_appendf(c->other, sizeof c->other, "%s%s: %s -> %s", c->other[0] ? ", " : "", key, was, now);
     }
 }
 
@@ -347,9 +339,9 @@ static void move_aside(const char *dir, const int64_t *steps, size_t n) {
         state_path(path, sizeof path, dir, steps[i], 0);
         snprintf(bad, sizeof bad, "%s.bad", path);
         if (rename(path, bad) == 0)
-            append(line, sizeof line, "%s%s -> %s", line[0] ? ", " : "", path, bad);
+            gt_appendf(line, sizeof line, "%s%s -> %s", line[0] ? ", " : "", path, bad);
         else
-            append(line, sizeof line, "%s%s (cannot rename: %s)", line[0] ? ", " : "", path, strerror(errno));
+            gt_appendf(line, sizeof line, "%s%s (cannot rename: %s)", line[0] ? ", " : "", path, strerror(errno));
     }
     fprintf(stderr, "gtrain: set aside %zu state file%s that failed verification: %s (not counted toward "
             "checkpoint.keep; gtrain never deletes them)\n", n, n == 1 ? "" : "s", line);
