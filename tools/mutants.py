@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The mutation harness (tools/mutants.sh runs it; docs/mutation-testing.md): puts each curated bug of
+"""The mutation harness (tools/mutants.sh runs it; docs/testing.md): puts each curated bug of
 tests/mutants/*.mutant into the source tree, one at a time, rebuilds BUILD incrementally, runs the tests
 the mutant names and prints one table, mutant -> the test that caught it, or NOT CAUGHT.
 

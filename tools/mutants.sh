@@ -3,7 +3,7 @@
 # incremental CPU build in build-mutants/, the tests the mutant names, one table of what caught it.
 # Exit 1 on any mutant NOT CAUGHT, STALE (its anchor text moved) or BUILD FAILED.
 # Usage: tools/mutants.sh [--only NAME]... [--list]. It edits the source tree while it runs (every file
-# is restored, also on Ctrl-C): do not build or edit this checkout meanwhile. docs/mutation-testing.md.
+# is restored, also on Ctrl-C): do not build or edit this checkout meanwhile. docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=/opt/gtrain-venv/bin/python

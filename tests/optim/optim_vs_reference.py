@@ -22,7 +22,7 @@ Why the constants: grad_clip = 0.02 is far below the norms (1.0 .. 1.3) so every
 1e-5 is close enough to the clipped per-element gradients (~1e-4) that AdamW's update depends on the clipped
 scale (with eps << |g| Adam would be blind to a constant rescaling). lr = 1e-2 makes a missed decay
 (1e-2 * 0.1 * ~1 per step on a norm weight) or a wrong schedule show at ~1e-4 .. 1e-3, far above
-the fp32 gap measured on a correct build (2.2e-7, one ulp at 1.0; docs/mutation-testing.md has each bug's).
+the fp32 gap measured on a correct build (2.2e-7, one ulp at 1.0; docs/testing.md has each bug's).
 """
 import argparse
 import json
