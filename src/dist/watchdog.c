@@ -1,0 +1,329 @@
+/*
+ * watchdog.c — the hang detector (see watchdog.h). The training thread only stores into `live`
+ * (relaxed atomics: a torn view costs at most a second of staleness in a message); the watchdog
+ * thread reads it, publishes it as one text line per rank, and on a timeout reads the others'
+ * lines, writes the verdict and _exits. _exit, not MPI_Abort: MPI was started single-threaded, and
+ * the launcher ends the remaining ranks when one exits non-zero (mpirun returns that rank's code).
+ */
+#define _GNU_SOURCE /* gethostname, O_CLOEXEC */
+
+#include "watchdog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEARTBEAT_S 1.0
+#define STALE_S 5.0       /* a record older than this: its process is stopped or dead */
+#define RECORD_BYTES 256
+
+typedef struct live_state {
+    const char *op;        /* the collective this rank is in or last was in (a string literal) */
+    uint64_t started;      /* collectives started so far */
+    uint64_t seq;          /* the one it is in (or last was in) */
+    int in;                /* 1 while inside a collective */
+    double in_since;       /* wall clock (CLOCK_REALTIME, comparable across nodes) */
+    int step;              /* the step it is working on */
+    int last_done;         /* the last step it finished */
+    double last_done_at;   /* when (or when the watchdog started) */
+    double slowest_step_s;
+} live_state;
+
+static live_state live;
+static int running;
+static int stopping;
+static pthread_t thread;
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
+static char dir[4096];
+static int my_rank, world_size;
+static double timeout_s;
+static int owns_tmp_dir;   /* the /dev/shm fallback: rank 0 removes it at the end */
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double load_double(const double *p) {
+    double v;
+    __atomic_load(p, &v, __ATOMIC_RELAXED);
+    return v;
+}
+static void store_double(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
+
+uint64_t gt_watchdog_enter(const char *op) {
+    if (!LOAD(running)) return 0;
+    uint64_t seq = LOAD(live.started) + 1;
+    STORE(live.started, seq);
+    STORE(live.op, op);
+    STORE(live.seq, seq);
+    store_double(&live.in_since, wall_now());
+    STORE(live.in, 1);
+    return seq;
+}
+
+void gt_watchdog_leave(void) {
+    if (LOAD(running)) STORE(live.in, 0);
+}
+
+uint64_t gt_watchdog_started(const char *op) {
+    uint64_t seq = gt_watchdog_enter(op);
+    gt_watchdog_leave();
+    return seq;
+}
+
+void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
+    if (!LOAD(running)) return;
+    STORE(live.op, op);
+    STORE(live.seq, seq);
+    store_double(&live.in_since, wall_now());
+    STORE(live.in, 1);
+}
+
+void gt_watchdog_step_begin(int step) {
+    if (LOAD(running)) STORE(live.step, step);
+}
+
+void gt_watchdog_step_done(int step, double seconds) {
+    if (!LOAD(running)) return;
+    STORE(live.last_done, step);
+    store_double(&live.last_done_at, wall_now());
+    if (seconds > load_double(&live.slowest_step_s)) store_double(&live.slowest_step_s, seconds);
+}
+
+/* ---------------------------------------------------------------- records */
+
+typedef struct record {
+    int rank, pid, in, step, last_done;
+    unsigned long long started, seq;
+    double in_since, last_done_at, written_at;
+    char op[32], host[64];
+} record;
+
+static void record_path(int rank, char *out, size_t len) { snprintf(out, len, "%s/rank_%05d", dir, rank); }
+
+static void snapshot(record *r) {
+    memset(r, 0, sizeof *r);
+    r->rank = my_rank;
+    r->pid = (int)getpid();
+    const char *op = LOAD(live.op);
+    snprintf(r->op, sizeof r->op, "%s", op ? op : "none");
+    r->started = LOAD(live.started);
+    r->seq = LOAD(live.seq);
+    r->in = LOAD(live.in);
+    r->in_since = load_double(&live.in_since);
+    r->step = LOAD(live.step);
+    r->last_done = LOAD(live.last_done);
+    r->last_done_at = load_double(&live.last_done_at);
+    r->written_at = wall_now();
+    gethostname(r->host, sizeof r->host - 1);
+}
+
+/* One line, padded to RECORD_BYTES and written in place: open, write, close each time, so a shared
+ * file system's close-to-open consistency shows the other nodes the new line. */
+static void publish(const record *r) {
+    char line[RECORD_BYTES], path[4200];
+    int n = snprintf(line, sizeof line,
+                     "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
+                     "started %llu in %d since %.3f written %.3f\n",
+                     r->rank, r->pid, r->host, r->step, r->last_done, r->last_done_at, r->op, r->seq, r->started,
+                     r->in, r->in_since, r->written_at);
+    if (n < 0 || n >= (int)sizeof line) return;
+    memset(line + n, ' ', sizeof line - (size_t)n - 1);
+    line[sizeof line - 1] = '\n';
+    record_path(r->rank, path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ssize_t w = pwrite(fd, line, sizeof line, 0);
+    (void)w;
+    close(fd);
+}
+
+static int read_record(int rank, record *r) {
+    char line[RECORD_BYTES + 1], path[4200];
+    record_path(rank, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = pread(fd, line, RECORD_BYTES, 0);
+    close(fd);
+    if (n <= 0) return -1;
+    line[n] = '\0';
+    memset(r, 0, sizeof *r);
+    int got = sscanf(line,
+                     "gtrain-watchdog 1 rank %d pid %d host %63s step %d done %d at %lf op %31s seq %llu "
+                     "started %llu in %d since %lf written %lf",
+                     &r->rank, &r->pid, r->host, &r->step, &r->last_done, &r->last_done_at, r->op, &r->seq,
+                     &r->started, &r->in, &r->in_since, &r->written_at);
+    return got == 12 && r->rank == rank ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- the verdict */
+
+static void describe_rank(const record *r, double now, char *out, size_t len) {
+    int n;
+    if (r->in)
+        n = snprintf(out, len, "rank %d (pid %d on %s) in %s #%llu for %.1f s at step %d", r->rank, r->pid, r->host,
+                     r->op, r->seq, now - r->in_since, r->step);
+    else
+        n = snprintf(out, len, "rank %d (pid %d on %s) computing step %d, last collective %s #%llu", r->rank, r->pid,
+                     r->host, r->step, r->op, r->seq);
+    if (n > 0 && (size_t)n < len && now - r->written_at > STALE_S)
+        snprintf(out + n, len - (size_t)n, ", record %.0f s old: stopped or dead", now - r->written_at);
+}
+
+static double effective_limit(void) {
+    double by_steps = GT_WATCHDOG_STEP_FACTOR * load_double(&live.slowest_step_s);
+    return by_steps > timeout_s ? by_steps : timeout_s;
+}
+
+/* Names the ranks behind (fewer collectives started than the most advanced rank, or a stale record),
+ * prints one line if this rank is the first to claim the verdict, and ends the process. */
+static void fire(const record *me, const char *what) {
+    double now = wall_now();
+    record *all = calloc((size_t)world_size, sizeof *all);
+    int *have = calloc((size_t)world_size, sizeof *have);
+    size_t cap = 8192 + (size_t)world_size * 160;
+    char *msg = malloc(cap), one[512];
+    if (!all || !have || !msg) _exit(GT_WATCHDOG_EXIT);
+    unsigned long long most = me->started;
+    for (int r = 0; r < world_size; r++) {
+        if (r == my_rank) all[r] = *me, have[r] = 1;
+        else have[r] = read_record(r, &all[r]) == 0;
+        if (have[r] && all[r].started > most) most = all[r].started;
+    }
+    size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
+                                my_rank, what, effective_limit());
+    int named = 0, unseen = 0;
+    for (int r = 0; r < world_size && n < cap; r++) {
+        if (!have[r] && owns_tmp_dir) {
+            unseen++; /* on another node: the /dev/shm records are per node */
+            continue;
+        }
+        if (!have[r]) {
+            n += (size_t)snprintf(msg + n, cap - n, "%srank %d (no record in %s)", named++ ? "; " : "", r, dir);
+            continue;
+        }
+        if (all[r].started >= most && now - all[r].written_at <= STALE_S) continue;
+        describe_rank(&all[r], now, one, sizeof one);
+        n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+    }
+    if (!named && n < cap)
+        n += (size_t)snprintf(msg + n, cap - n, "none: every rank started %llu collectives and is alive (a stuck "
+                              "communication library or network)", most);
+    if (unseen && n < cap)
+        n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) on other nodes not seen (without checkpoint.dir the "
+                              "records are per node)", unseen);
+    if (n < cap) n += (size_t)snprintf(msg + n, cap - n, "; exit %d\n", GT_WATCHDOG_EXIT);
+    if (n >= cap) n = cap - 1, msg[n - 1] = '\n';
+    char claim[4200];
+    snprintf(claim, sizeof claim, "%s/verdict", dir);
+    int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, msg, n);
+        close(fd);
+        w = write(STDERR_FILENO, msg, n);
+        (void)w;
+    }
+    _exit(GT_WATCHDOG_EXIT);
+}
+
+static void check(const record *me) {
+    double limit = effective_limit(), now = wall_now();
+    char what[256];
+    if (me->in && now - me->in_since > limit) {
+        snprintf(what, sizeof what, "waited %.1f s in %s #%llu at step %d", now - me->in_since, me->op, me->seq,
+                 me->step);
+        fire(me, what);
+    }
+    if (now - me->last_done_at > limit) {
+        snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s %s #%llu)",
+                 now - me->last_done_at, me->last_done, me->in ? "in" : "computing, last collective", me->op,
+                 me->seq);
+        fire(me, what);
+    }
+}
+
+static void *watch(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&stop_lock);
+    while (!stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)HEARTBEAT_S;
+        pthread_cond_timedwait(&stop_cond, &stop_lock, &until);
+        if (stopping) break;
+        record me;
+        snapshot(&me);
+        publish(&me);
+        check(&me);
+    }
+    pthread_mutex_unlock(&stop_lock);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- start, stop */
+
+static int make_dir(const char *path, char *why, size_t why_len) {
+    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
+    snprintf(why, why_len, "cannot create the watchdog's directory %s: %s", path, strerror(errno));
+    return -1;
+}
+
+int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char *why, size_t why_len) {
+    if (timeout <= 0) return 0;
+    MPI_Comm_rank(world, &my_rank);
+    MPI_Comm_size(world, &world_size);
+    timeout_s = timeout;
+    /* one name for the node-local fallback, chosen by rank 0 */
+    long token[2] = {(long)getpid(), (long)time(NULL)};
+    MPI_Bcast(token, 2, MPI_LONG, 0, world);
+    owns_tmp_dir = !ckpt_dir[0];
+    if (ckpt_dir[0]) snprintf(dir, sizeof dir, "%s/.watchdog", ckpt_dir);
+    else snprintf(dir, sizeof dir, "/dev/shm/gtrain-watchdog-%ld-%ld", token[0], token[1]);
+    int bad = make_dir(dir, why, why_len);
+    if (!bad && my_rank == 0) {
+        char claim[4200];
+        snprintf(claim, sizeof claim, "%s/verdict", dir); /* a previous run's */
+        unlink(claim);
+    }
+    memset(&live, 0, sizeof live);
+    store_double(&live.last_done_at, wall_now());
+    record me;
+    snapshot(&me);
+    if (!bad) publish(&me);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world); /* every record is there before any check */
+    if (bad) return -1;
+    stopping = 0;
+    STORE(running, 1);
+    if (pthread_create(&thread, NULL, watch, NULL) != 0) {
+        STORE(running, 0);
+        snprintf(why, why_len, "cannot start the watchdog thread");
+        return -1;
+    }
+    return 0;
+}
+
+void gt_watchdog_stop(void) {
+    if (!LOAD(running)) return;
+    pthread_mutex_lock(&stop_lock);
+    stopping = 1;
+    pthread_cond_signal(&stop_cond);
+    pthread_mutex_unlock(&stop_lock);
+    pthread_join(thread, NULL);
+    STORE(running, 0);
+    char path[4200];
+    record_path(my_rank, path, sizeof path);
+    unlink(path);
+    rmdir(dir); /* fails but for the last rank to leave, which removes it */
+}
