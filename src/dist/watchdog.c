@@ -171,15 +171,16 @@ static int read_record(int rank, record *r) {
 /* ---------------------------------------------------------------- the verdict */
 
 static void describe_rank(const record *r, double now, char *out, size_t len) {
-    int n;
-    if (r->in)
-        n = snprintf(out, len, "rank %d (pid %d on %s) in %s #%llu for %.1f s at step %d", r->rank, r->pid, r->host,
-                     r->op, r->seq, now - r->in_since, r->step);
+    const char *where = r->in ? "in" : "computing; last collective";
+    if (now - r->written_at > STALE_S)
+        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s, stopped or dead; last seen at step %d, "
+                 "%s %s #%llu", r->rank, r->pid, r->host, now - r->written_at, r->step, where, r->op, r->seq);
+    else if (r->in)
+        snprintf(out, len, "rank %d (pid %d on %s): in %s #%llu for %.1f s at step %d", r->rank, r->pid, r->host, r->op,
+                 r->seq, now - r->in_since, r->step);
     else
-        n = snprintf(out, len, "rank %d (pid %d on %s) computing step %d, last collective %s #%llu", r->rank, r->pid,
-                     r->host, r->step, r->op, r->seq);
-    if (n > 0 && (size_t)n < len && now - r->written_at > STALE_S)
-        snprintf(out + n, len - (size_t)n, ", record %.0f s old: stopped or dead", now - r->written_at);
+        snprintf(out, len, "rank %d (pid %d on %s): computing step %d; last collective %s #%llu", r->rank, r->pid,
+                 r->host, r->step, r->op, r->seq);
 }
 
 static double effective_limit(void) {
