@@ -87,6 +87,7 @@ forward() {
 trap 'forward INT' INT
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
+trap 'forward HUP' HUP # the terminal went away: mpirun, in its own group, would not hear of it
 rc=""
 while :; do
   # wait returns early (status > 128) when a trap ran; mpirun is still going then, so wait again

@@ -30,6 +30,10 @@ mpi_flags=(--oversubscribe --bind-to none)
 (($(id -u) == 0)) && mpi_flags+=(--allow-run-as-root)
 
 failed=0
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do descendants "$child"; echo "$child"; done
+}
 # row NAME SIGNAL EXPECTED_EXIT STOPPED_BY COMMAND...: STOPPED_BY is the signal the ranks must name
 # ("" when the row does not stop them by a signal of their own). NAME decides whom the signal goes to:
 # *-group sends it to the process group (what a terminal's Ctrl-C does), else to the started pid.
@@ -51,8 +55,11 @@ row() {
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
     echo "FAIL $name: still running 60 s after SIG$sig"
-    kill -9 -- -"$pid" 2>/dev/null
+    # mpirun and each rank run in process groups of their own: kill the whole tree, by pid
+    local tree=($(descendants "$pid") "$pid")
+    kill -9 "${tree[@]}" 2>/dev/null
     failed=1
+    tail -n 15 "$dir/log"
     return
   fi
   wait "$pid"
