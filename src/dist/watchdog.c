@@ -9,7 +9,9 @@
 
 #include "watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
 static char dir[4096];
 static int my_rank, world_size;
 static double timeout_s;
-static int owns_tmp_dir;   /* the /dev/shm fallback: rank 0 removes it at the end */
+static int owns_tmp_dir;   /* the /dev/shm fallback (a killed job's is swept by the next job's start) */
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
@@ -219,8 +221,15 @@ static void fire(const record *me, const char *what) {
         describe_rank(&all[r], now, one, sizeof one);
         n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
     }
+    /* every rank equally far: the late ones are those still computing (one rank alone: this one) */
+    int behind = named;
+    for (int r = 0; !behind && r < world_size && n < cap; r++)
+        if (have[r] && !all[r].in) {
+            describe_rank(&all[r], now, one, sizeof one);
+            n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+        }
     if (!named && n < cap)
-        n += (size_t)snprintf(msg + n, cap - n, "none: every rank started %llu collectives and is alive (a stuck "
+        n += (size_t)snprintf(msg + n, cap - n, "none: every rank is in collective #%llu and alive (a stuck "
                               "communication library or network)", most);
     if (unseen && n < cap)
         n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) on other nodes not seen (without checkpoint.dir the "
@@ -281,6 +290,49 @@ static int make_dir(const char *path, char *why, size_t why_len) {
     return -1;
 }
 
+/* The /dev/shm directories of jobs that were killed (nobody removed them): one whose records of this
+ * host all name processes that are gone. Other ranks may sweep at the same time; failures are fine. */
+static void sweep_stale_tmp_dirs(void) {
+    DIR *shm = opendir("/dev/shm");
+    if (!shm) return;
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    struct dirent *e;
+    while ((e = readdir(shm))) {
+        if (strncmp(e->d_name, "gtrain-watchdog-", 16) != 0) continue;
+        char sub[4200], path[4600], line[RECORD_BYTES + 1];
+        snprintf(sub, sizeof sub, "/dev/shm/%s", e->d_name);
+        DIR *d = opendir(sub);
+        if (!d) continue;
+        int alive = 0, records = 0;
+        struct dirent *f;
+        while ((f = readdir(d)) && !alive) {
+            if (strncmp(f->d_name, "rank_", 5) != 0) continue;
+            snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC), pid = 0;
+            ssize_t n = fd >= 0 ? pread(fd, line, RECORD_BYTES, 0) : -1;
+            if (fd >= 0) close(fd);
+            char their_host[64] = "";
+            line[n > 0 ? n : 0] = '\0';
+            records++;
+            if (sscanf(line, "gtrain-watchdog 1 rank %*d pid %d host %63s", &pid, their_host) != 2 ||
+                strcmp(their_host, host) != 0 || pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH)
+                alive = 1; /* unreadable, another host's, or running: leave it */
+        }
+        if (!alive && records) {
+            rewinddir(d);
+            while ((f = readdir(d)))
+                if (f->d_name[0] != '.') {
+                    snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+                    unlink(path);
+                }
+            rmdir(sub);
+        }
+        closedir(d);
+    }
+    closedir(shm);
+}
+
 int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char *why, size_t why_len) {
     if (timeout <= 0) return 0;
     MPI_Comm_rank(world, &my_rank);
@@ -290,6 +342,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
     long token[2] = {(long)getpid(), (long)time(NULL)};
     MPI_Bcast(token, 2, MPI_LONG, 0, world);
     owns_tmp_dir = !ckpt_dir[0];
+    if (owns_tmp_dir) sweep_stale_tmp_dirs();
     if (ckpt_dir[0]) snprintf(dir, sizeof dir, "%s/.watchdog", ckpt_dir);
     else snprintf(dir, sizeof dir, "/dev/shm/gtrain-watchdog-%ld-%ld", token[0], token[1]);
     int bad = make_dir(dir, why, why_len);
