@@ -285,8 +285,10 @@ static void *watch(void *arg) {
 /* ---------------------------------------------------------------- start, stop */
 
 static int make_dir(const char *path, char *why, size_t why_len) {
-    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
-    snprintf(why, why_len, "cannot create the watchdog's directory %s: %s", path, strerror(errno));
+    struct stat st;
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
+    snprintf(why, why_len, "cannot create the watchdog's directory %s: %s", path,
+             errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
     return -1;
 }
 
@@ -341,11 +343,24 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
     /* one name for the node-local fallback, chosen by rank 0 */
     long token[2] = {(long)getpid(), (long)time(NULL)};
     MPI_Bcast(token, 2, MPI_LONG, 0, world);
-    owns_tmp_dir = !ckpt_dir[0];
-    if (owns_tmp_dir) sweep_stale_tmp_dirs();
-    if (ckpt_dir[0]) snprintf(dir, sizeof dir, "%s/.watchdog", ckpt_dir);
-    else snprintf(dir, sizeof dir, "/dev/shm/gtrain-watchdog-%ld-%ld", token[0], token[1]);
-    int bad = make_dir(dir, why, why_len);
+    /* checkpoint.dir/.watchdog, shared by the nodes; when there is no checkpoint.dir, or some rank
+     * cannot make the directory there (a full disk: that run goes on, its saves retry), /dev/shm */
+    int bad = 0;
+    if (ckpt_dir[0]) {
+        snprintf(dir, sizeof dir, "%s/.watchdog", ckpt_dir);
+        bad = make_dir(dir, why, why_len);
+        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world);
+        if (bad && my_rank == 0)
+            fprintf(stderr, "gtrain: watchdog: %s%s; the ranks' records go to /dev/shm instead, where ranks on "
+                    "other nodes do not see them\n", why[0] ? why : "some rank cannot create ", why[0] ? "" : dir);
+    }
+    owns_tmp_dir = !ckpt_dir[0] || bad;
+    if (owns_tmp_dir) {
+        sweep_stale_tmp_dirs();
+        snprintf(dir, sizeof dir, "/dev/shm/gtrain-watchdog-%ld-%ld", token[0], token[1]);
+        why[0] = '\0';
+        bad = make_dir(dir, why, why_len);
+    }
     if (!bad && my_rank == 0) {
         char claim[4200];
         snprintf(claim, sizeof claim, "%s/verdict", dir); /* a previous run's */
