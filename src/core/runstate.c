@@ -617,7 +617,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int mine[2] = {gt_signals_pending(), 0}, all[2] = {0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
-    gt_watchdog_enter("stop_agreement");
+    gt_watchdog_enter("stop_agreement", sizeof mine);
     MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_watchdog_leave();
     int sig = all[0];

@@ -7,7 +7,7 @@ int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len) {
     int worst = 0, world, rank;
     MPI_Comm_size(comm, &world);
     MPI_Comm_rank(comm, &rank);
-    gt_watchdog_enter("agree");
+    gt_watchdog_enter("agree", sizeof code);
     MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, comm);
     if (worst) {
         int mine = code == worst ? rank : world, who = 0;

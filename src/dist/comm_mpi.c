@@ -369,7 +369,7 @@ static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
 
 void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
-    gt_watchdog_enter("all_reduce");
+    gt_watchdog_enter("all_reduce", bytes);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -381,7 +381,7 @@ void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype)
 void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
                                 gt_dtype dtype) {
     uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
-    gt_watchdog_enter("reduce_scatter");
+    gt_watchdog_enter("reduce_scatter", bytes);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -392,7 +392,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
 
 void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
-    gt_watchdog_enter("all_gather");
+    gt_watchdog_enter("all_gather", bytes);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -418,7 +418,7 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, cons
     size_t *displs = malloc((size_t)c->size * sizeof *displs);
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
-    gt_watchdog_enter("reduce_scatter_v");
+    gt_watchdog_enter("reduce_scatter_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -432,7 +432,7 @@ void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype 
     size_t *displs = malloc((size_t)c->size * sizeof *displs);
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
-    gt_watchdog_enter("all_gather_v");
+    gt_watchdog_enter("all_gather_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -466,7 +466,7 @@ gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t 
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_comm_request *r = request_new();
     r->op = "wait_all_gather_v";
-    r->seq = gt_watchdog_started("all_gather_v");
+    r->seq = gt_watchdog_started("all_gather_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
@@ -483,7 +483,7 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_comm_request *r = request_new();
     r->op = "wait_reduce_scatter_v";
-    r->seq = gt_watchdog_started("reduce_scatter_v");
+    r->seq = gt_watchdog_started("reduce_scatter_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0;
@@ -519,7 +519,7 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
 
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
-    gt_watchdog_enter("broadcast");
+    gt_watchdog_enter("broadcast", bytes);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -529,7 +529,7 @@ void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
 }
 
 void gt_comm_barrier(gt_comm *c) {
-    gt_watchdog_enter("barrier");
+    gt_watchdog_enter("barrier", 0);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Barrier(c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -537,7 +537,7 @@ void gt_comm_barrier(gt_comm *c) {
 }
 
 double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
-    gt_watchdog_enter("all_reduce_scalar");
+    gt_watchdog_enter("all_reduce_scalar", sizeof x);
     double y = 0.0, t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
@@ -548,7 +548,7 @@ double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
 
 int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
     int y = 0;
-    gt_watchdog_enter("all_reduce_int_max");
+    gt_watchdog_enter("all_reduce_int_max", sizeof x);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }

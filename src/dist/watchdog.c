@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +47,23 @@ static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
 static char dir[4096];
 static int my_rank, world_size;
 static double timeout_s;
+/* the flight recorder's ring, mapped from DIR/flight_NNNNN (watchdog.h) */
+typedef struct flight_entry {
+    uint64_t seq, bytes;
+    double t_issue, t_done;
+    int32_t step, state;
+    char op[24];
+} flight_entry;
+typedef struct flight_header {
+    char magic[16];
+    uint32_t entries;
+    int32_t rank, pid;
+    char pad[36];
+} flight_header;
+_Static_assert(sizeof(flight_entry) == 64 && sizeof(flight_header) == 64, "the file layout of watchdog.h");
+static flight_header *flight;          /* NULL: no recorder */
+static flight_entry *ring;
+static size_t flight_bytes;
 static int owns_tmp_dir;   /* the /dev/shm fallback (a killed job's is swept by the next job's start) */
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -64,24 +82,50 @@ static double load_double(const double *p) {
 }
 static void store_double(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
 
-uint64_t gt_watchdog_enter(const char *op) {
+static void flight_issue(uint64_t seq, const char *op, uint64_t bytes, double t) {
+    if (!ring) return;
+    flight_entry *e = &ring[seq % GT_FLIGHT_ENTRIES];
+    e->state = 0;
+    e->seq = seq;
+    e->bytes = bytes;
+    e->t_issue = t;
+    e->t_done = 0;
+    e->step = live.step;
+    strncpy(e->op, op, sizeof e->op - 1);
+    e->op[sizeof e->op - 1] = '\0';
+    e->state = 1;
+}
+
+static void flight_done(uint64_t seq) {
+    if (!ring) return;
+    flight_entry *e = &ring[seq % GT_FLIGHT_ENTRIES];
+    if (e->seq != seq) return; /* overwritten since it was started: K newer ones went by */
+    e->t_done = wall_now();
+    e->state = 2;
+}
+
+uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
     if (!LOAD(running)) return 0;
     uint64_t seq = LOAD(live.started) + 1;
+    double t = wall_now();
+    flight_issue(seq, op, bytes, t);
     STORE(live.started, seq);
     STORE(live.op, op);
     STORE(live.seq, seq);
-    store_double(&live.in_since, wall_now());
+    store_double(&live.in_since, t);
     STORE(live.in, 1);
     return seq;
 }
 
 void gt_watchdog_leave(void) {
-    if (LOAD(running)) STORE(live.in, 0);
+    if (!LOAD(running)) return;
+    STORE(live.in, 0);
+    flight_done(LOAD(live.seq));
 }
 
-uint64_t gt_watchdog_started(const char *op) {
-    uint64_t seq = gt_watchdog_enter(op);
-    gt_watchdog_leave();
+uint64_t gt_watchdog_started(const char *op, uint64_t bytes) {
+    uint64_t seq = gt_watchdog_enter(op, bytes);
+    STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
     return seq;
 }
 
@@ -236,6 +280,7 @@ static void fire(const record *me, const char *what) {
                               "records are per node)", unseen);
     if (n < cap) n += (size_t)snprintf(msg + n, cap - n, "; exit %d\n", GT_WATCHDOG_EXIT);
     if (n >= cap) n = cap - 1, msg[n - 1] = '\n';
+    if (flight) msync(flight, flight_bytes, MS_SYNC); /* for readers on other nodes */
     char claim[4200];
     snprintf(claim, sizeof claim, "%s/verdict", dir);
     int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -335,6 +380,26 @@ static void sweep_stale_tmp_dirs(void) {
     closedir(shm);
 }
 
+/* The ring's file, created afresh (a previous run's ring of this rank is replaced) and mapped; without
+ * it the watchdog still works, with no ring. */
+static void open_flight_recorder(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/flight_%05d", dir, my_rank);
+    flight_bytes = sizeof(flight_header) + (size_t)GT_FLIGHT_ENTRIES * sizeof(flight_entry);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    void *p = ftruncate(fd, (off_t)flight_bytes) == 0
+                  ? mmap(NULL, flight_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return;
+    flight = p;
+    memcpy(flight->magic, "gtrain-flight 1", 16);
+    flight->entries = GT_FLIGHT_ENTRIES;
+    flight->rank = my_rank;
+    flight->pid = (int32_t)getpid();
+    ring = (flight_entry *)(flight + 1);
+}
+
 int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char *why, size_t why_len) {
     if (timeout <= 0) return 0;
     MPI_Comm_rank(world, &my_rank);
@@ -368,6 +433,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
     }
     memset(&live, 0, sizeof live);
     store_double(&live.last_done_at, wall_now());
+    if (!bad) open_flight_recorder();
     record me;
     snapshot(&me);
     if (!bad) publish(&me);
@@ -394,5 +460,12 @@ void gt_watchdog_stop(void) {
     char path[4200];
     record_path(my_rank, path, sizeof path);
     unlink(path);
+    if (flight) {
+        munmap(flight, flight_bytes);
+        flight = NULL;
+        ring = NULL;
+        snprintf(path, sizeof path, "%s/flight_%05d", dir, my_rank); /* a run that ended well leaves none */
+        unlink(path);
+    }
     rmdir(dir); /* fails but for the last rank to leave, which removes it */
 }

@@ -6,11 +6,13 @@
 #   spin  it loops forever (compute that never ends; its threads still run).
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
 # output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
-# arrived, and the state file of step 4 must still be there.
+# arrived, the state file of step 4 must still be there, and tools/flight_recorder.py, reading the
+# rings the ranks left in ckpt/.watchdog, must say that rank 1 is behind rank 0.
 #   watchdog_names_hung_rank.sh MODE GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 mode=$1 gtrain=$2 prep=$3 work=$4
 shift 4
+tools=$(cd "$(dirname "$0")/../../tools" && pwd)
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 "$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null || exit 1
 cat >run.ini <<INI
@@ -73,5 +75,10 @@ arrived=${verdict#*not arrived: }
 [[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
 (($(echo "$elapsed < 60" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10)"; failed=1; }
 [[ -f ckpt/step_00000004.h5 ]] || { echo "FAIL: the state file of step 4 is gone"; failed=1; }
+# the flight recorder (tools/flight_recorder.py) tells the same story from the rings left behind
+flight=$(python3 "$tools/flight_recorder.py" ckpt/.watchdog)
+echo "$flight" | tail -n 1
+[[ $(echo "$flight" | tail -n 1) == "rank 1 is behind: rank 0 started "* ]] ||
+  { echo "FAIL: the flight recorder does not show rank 1 behind rank 0"; echo "$flight"; failed=1; }
 ((failed)) && { tail -n 20 run.log; exit 1; }
 echo PASS
