@@ -2,7 +2,8 @@
  * watchdog.c — the hang detector (see watchdog.h). The training thread only stores into `live`
  * (relaxed atomics: a torn view costs at most a second of staleness in a message); the watchdog
  * thread reads it, publishes it as one text line per rank, and on a timeout reads the others'
- * lines, writes the verdict and _exits. _exit, not MPI_Abort: MPI was started single-threaded, and
+ * lines, writes the verdict and _exits. The flight recorder's ring is written by the training
+ * thread itself, into memory mapped from a file. _exit, not MPI_Abort: MPI was started single-threaded, and
  * the launcher ends the remaining ranks when one exits non-zero (mpirun returns that rank's code).
  */
 #define _GNU_SOURCE /* gethostname, O_CLOEXEC */
@@ -253,12 +254,8 @@ static void fire(const record *me, const char *what) {
                                 my_rank, what, effective_limit());
     int named = 0, unseen = 0;
     for (int r = 0; r < world_size && n < cap; r++) {
-        if (!have[r] && owns_tmp_dir) {
-            unseen++; /* on another node: the /dev/shm records are per node */
-            continue;
-        }
         if (!have[r]) {
-            n += (size_t)snprintf(msg + n, cap - n, "%srank %d (no record in %s)", named++ ? "; " : "", r, dir);
+            unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
             continue;
         }
         if (all[r].started >= most && now - all[r].written_at <= STALE_S) continue;
@@ -276,8 +273,8 @@ static void fire(const record *me, const char *what) {
         n += (size_t)snprintf(msg + n, cap - n, "none: every rank is in collective #%llu and alive (a stuck "
                               "communication library or network)", most);
     if (unseen && n < cap)
-        n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) on other nodes not seen (without checkpoint.dir the "
-                              "records are per node)", unseen);
+        n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) not seen: no record in %s (ranks on other nodes, "
+                              "when it is not shared with them)", unseen, dir);
     if (n < cap) n += (size_t)snprintf(msg + n, cap - n, "; exit %d\n", GT_WATCHDOG_EXIT);
     if (n >= cap) n = cap - 1, msg[n - 1] = '\n';
     if (flight) msync(flight, flight_bytes, MS_SYNC); /* for readers on other nodes */
