@@ -496,7 +496,8 @@ static int open_run(run *r, const gt_config *cfg, MPI_Comm mpi) {
     /* last, so that start-up (loading a state file can take minutes) is not timed */
     char why[4400] = "", msg[4800] = "";
     rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, why, sizeof why) ? GT_EXIT_BAD_INPUT : 0;
-    if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s", cfg->path, why);
+    if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
+                     why);
     return agree_input(mpi, rc, msg, sizeof msg);
 }
 
