@@ -10,8 +10,8 @@
 # One rank runs gtrain directly (it starts MPI by itself as a singleton); more run under
 # `mpirun -np N --oversubscribe --bind-to none` (plus --allow-run-as-root as root). The binary is
 # $GTRAIN_BIN, else build/gtrain of this checkout (tools/build.sh makes it).
-# To stop a run early with its state saved (checkpoint.dir set): kill -USR1 (or -TERM) the gtrain
-# process, or for N > 1 send SIGUSR1 to mpirun, which forwards it; gtrain then exits 75.
+# To stop a run early with its state saved (checkpoint.dir set): Ctrl-C, or kill -INT, -TERM or
+# -USR1 this script's pid, whatever N: the ranks save and this script exits 75 (docs/launch.md).
 set -euo pipefail
 
 usage() { echo "usage: launch/local.sh [-n RANKS] CONFIG.ini [section.key=value ...]" >&2; exit 2; }
@@ -67,4 +67,35 @@ fi
 cmd=(mpirun -np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS)
 [[ -n "${GOMP_SPINCOUNT:-}" ]] && cmd+=(-x GOMP_SPINCOUNT)
 (($(id -u) == 0)) && cmd+=(--allow-run-as-root)
-exec "${cmd[@]}" "$bin" "$@"
+
+# Stopping (docs/launch.md, "Stopping"): mpirun answers SIGINT and SIGTERM by ending the job itself
+# and returns 1 whatever the ranks returned, so a wrapper that requeues on 75 would not. mpirun
+# therefore runs in a process group of its own (a Ctrl-C from the terminal reaches only this script),
+# and every stop signal this script gets is passed on as SIGUSR1, which mpirun forwards to the ranks
+# unchanged: they save, exit 75, and mpirun returns the ranks' code, which this script returns.
+# stdin is not passed on: a process group in the background must not read the terminal.
+set +e -m
+"${cmd[@]}" "$bin" "$@" </dev/null &
+mpirun_pid=$!
+set +m
+stopping=0
+forward() {
+  stopping=1
+  echo "local.sh: got SIG$1; asking the ranks to save their state and stop" >&2
+  kill -USR1 "$mpirun_pid" 2>/dev/null
+}
+trap 'forward INT' INT
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+trap 'forward HUP' HUP # the terminal went away: mpirun, in its own group, would not hear of it
+rc=""
+while :; do
+  # wait returns early (status > 128) when a trap ran; mpirun is still going then, so wait again
+  # (bash answers 127 for a child already waited for, and remembers a finished child's status)
+  stopping=0
+  wait "$mpirun_pid"
+  status=$?
+  [[ -n "$rc" && $status == 127 ]] || rc=$status
+  ((stopping)) || break
+done
+exit "$rc"

@@ -20,3 +20,20 @@ add_test(NAME test_hooks_need_the_flag
                  $<TARGET_FILE:gtrain-prep> ${PROJECT_SOURCE_DIR}/configs/tiny.ini ${CMAKE_CURRENT_BINARY_DIR}/test_hooks_need_the_flag
                  ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
 set_tests_properties(test_hooks_need_the_flag PROPERTIES LABELS mpi TIMEOUT 300)
+
+# A hung rank (stopped by SIGSTOP, or computing forever) ends the job within dist.timeout plus a
+# margin, exit 76, with one line naming it (src/dist/watchdog.h, GTRAIN_TEST_HANG_AT in train.c).
+foreach(mode stop spin)
+  add_test(NAME watchdog_names_hung_rank_${mode}
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/watchdog_names_hung_rank.sh ${mode} $<TARGET_FILE:gtrain>
+                   $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/watchdog_names_hung_rank_${mode}
+                   ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+  set_tests_properties(watchdog_names_hung_rank_${mode} PROPERTIES LABELS mpi TIMEOUT 300)
+endforeach()
+
+# docs/launch.md's table "how a run stops", row by row: gtrain, launch/local.sh with 1 and 2 ranks
+# and mpirun by hand, each sent SIGINT, SIGTERM or SIGUSR1 (labels resume and mpi).
+add_test(NAME stops_table_holds
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/stops_table.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 ${PROJECT_SOURCE_DIR}/launch/local.sh ${CMAKE_CURRENT_BINARY_DIR}/stops_table_holds)
+set_tests_properties(stops_table_holds PROPERTIES LABELS "resume;mpi" TIMEOUT 600)

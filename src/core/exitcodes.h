@@ -1,6 +1,6 @@
 /*
  * exitcodes.h — the exit codes of the CLI contract (DESIGN.md), which every part of a run may return
- * and the batch scripts act on (75 requeues).
+ * and the batch scripts act on (75 and 76 requeue).
  */
 #ifndef GT_EXITCODES_H
 #define GT_EXITCODES_H
@@ -11,6 +11,7 @@ enum {
     GT_EXIT_BAD_INPUT = 2,
     GT_EXIT_BAD_STATE = 3,
     GT_EXIT_PREEMPTED = 75,
+    GT_EXIT_HUNG = 76, /* the watchdog ended a hang (dist.timeout); src/dist/watchdog.h, requeued like 75 */
 };
 
 #endif

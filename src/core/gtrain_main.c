@@ -7,7 +7,7 @@
  *   gtrain --help
  *
  * Exit codes (DESIGN.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
- * 75 stopped by SIGTERM/SIGUSR1 after saving; 1 anything else. MPI is initialised before anything
+ * 75 stopped by SIGTERM/SIGUSR1/SIGINT after saving; 76 a hang ended by the watchdog; 1 anything else. MPI is initialised before anything
  * else for training, so `gtrain` runs the same as a plain process and under mpirun/srun; --plan,
  * --version and --help need no MPI, no data and no GPU.
  *
@@ -59,7 +59,8 @@ static void usage(FILE *out) {
             "world of N ranks (default: the launcher's, else 1) and exits without training.\n"
             "\n"
             "exit codes: 0 done, 2 bad invocation/config/data, 3 unusable training-state file,\n"
-            "            75 stopped by SIGTERM/SIGUSR1 after saving state, 1 other failure\n");
+            "            75 stopped by SIGTERM/SIGUSR1/SIGINT after saving state, 76 a rank hung\n"
+            "            (dist.timeout; the watchdog names it), 1 other failure\n");
 }
 
 /* OpenMP threads that finish a parallel region early spin before they sleep; libgomp's default is

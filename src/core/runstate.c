@@ -64,6 +64,7 @@
 #include "signals.h"
 #include "state.h"
 #include "testhooks.h"
+#include "watchdog.h"
 #include "exitcodes.h"
 
 static int rank_of(const gt_run_state *run) { return gt_comm_rank(run->comm); }
@@ -608,13 +609,15 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int mine[2] = {gt_signals_pending(), 0}, all[2] = {0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
+    gt_watchdog_enter("stop_agreement", sizeof mine);
     MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, run->mpi_comm);
+    gt_watchdog_leave();
     int sig = all[0];
     if (!sig) {
         if (by_steps || all[1]) save(run, step, PERIODIC_THEN);
         return 0;
     }
-    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGUSR1";
+    const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";
     if (!has_dir) {
         if (rank_of(run) == 0)
             fprintf(stderr, "gtrain: stopped by %s after step %d; checkpoint.dir is empty, so nothing was saved\n",

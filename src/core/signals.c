@@ -24,6 +24,7 @@ void gt_signals_install(void) {
     sa.sa_flags = SA_RESTART; /* a signal during a write or an MPI wait must not fail the call */
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* Ctrl-C saves too, on every rank count (one rank gets it directly) */
 }
 
 int gt_signals_pending(void) { return (int)stop_signal; }

@@ -1,6 +1,7 @@
 /*
  * signals.h — the stop flag for preemption: SIGTERM and SIGUSR1 (what Slurm and most schedulers send
- * before they kill a job) only set a flag here. The training loop looks at it at each step boundary,
+ * before they kill a job) and SIGINT (Ctrl-C, so that a 1-rank run stops like a launched one) only set
+ * a flag here. The training loop looks at it at each step boundary,
  * all ranks agree on it (a max all-reduce in runstate.c, since the signal may reach only some ranks), and
  * the run saves its state and exits 75. A second signal during that save changes nothing: the handler
  * never does more than set the flag.
@@ -8,7 +9,7 @@
 #ifndef GT_SIGNALS_H
 #define GT_SIGNALS_H
 
-/* Installs the handlers for SIGTERM and SIGUSR1 (sigaction, SA_RESTART) and clears the flag. */
+/* Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (sigaction, SA_RESTART) and clears the flag. */
 void gt_signals_install(void);
 
 /* The number of the first stop signal received since gt_signals_install, or 0. */

@@ -18,6 +18,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #include "recompute.h"
 #include "runstate.h"
 #include "testhooks.h"
+#include "watchdog.h"
 #include "zero.h"
 
 #define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
@@ -251,6 +253,20 @@ static nan_hook test_nan_hook(void) {
     else
         h.step = 0;
     return h;
+}
+
+/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin (tests only): rank RANK hangs as step STEP begins, before
+ * its first collective of the step: stopped by SIGSTOP (a frozen process), or in an endless loop
+ * (compute that never ends; its own threads keep running). What the watchdog must catch. */
+static void test_hang(int step, int rank) {
+    const char *env = gt_test_hook("GTRAIN_TEST_HANG_AT");
+    int at = 0, who = 0;
+    char how[8] = "";
+    if (!env || sscanf(env, "%d:%d:%7s", &at, &who, how) != 3 || at != step || who != rank) return;
+    if (strcmp(how, "stop") == 0) raise(SIGSTOP);
+    else
+        for (volatile unsigned long spin = 0;; spin++) {
+        }
 }
 
 static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, double loss) {
@@ -477,10 +493,16 @@ static int open_run(run *r, const gt_config *cfg, MPI_Comm mpi) {
     r->nan_hook = test_nan_hook();
     r->progress = (progress){progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps),
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
-    return 0;
+    /* last, so that start-up (loading a state file can take minutes) is not timed */
+    char why[4400] = "", msg[4800] = "";
+    rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, why, sizeof why) ? GT_EXIT_BAD_INPUT : 0;
+    if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
+                     why);
+    return agree_input(mpi, rc, msg, sizeof msg);
 }
 
 static void close_run(run *r) {
+    gt_watchdog_stop();
     if (r->metrics) fclose(r->metrics);
     free(r->inputs);
     free(r->targets);
@@ -654,7 +676,10 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     int rc = open_run(&r, cfg, world_comm);
     for (int step = r.state.first_step; !rc && step <= cfg->train.steps; step++) {
         step_result res;
+        gt_watchdog_step_begin(step);
+        test_hang(step, r.rank);
         if ((rc = train_step(&r, step, &res))) break;
+        gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds);
         if (r.metrics) write_metrics(r.metrics, &r, &res);

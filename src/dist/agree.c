@@ -1,15 +1,20 @@
 /* agree.c — see agree.h. */
 #include "agree.h"
 
+#include "watchdog.h"
+
 int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len) {
     int worst = 0, world, rank;
     MPI_Comm_size(comm, &world);
     MPI_Comm_rank(comm, &rank);
+    gt_watchdog_enter("agree", sizeof code);
     MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, comm);
-    if (!worst) return 0;
-    int mine = code == worst ? rank : world, who = 0;
-    MPI_Allreduce(&mine, &who, 1, MPI_INT, MPI_MIN, comm);
-    MPI_Bcast(msg, (int)msg_len, MPI_CHAR, who, comm);
+    if (worst) {
+        int mine = code == worst ? rank : world, who = 0;
+        MPI_Allreduce(&mine, &who, 1, MPI_INT, MPI_MIN, comm);
+        MPI_Bcast(msg, (int)msg_len, MPI_CHAR, who, comm);
+    }
+    gt_watchdog_leave();
     return worst;
 }
 

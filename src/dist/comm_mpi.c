@@ -21,6 +21,8 @@
  *     size and count reduce in a fixed order.
  *   - Errors: MPI_ERRORS_RETURN on our duplicate communicator; every call is checked and a failure
  *     aborts the job with rank, file:line and the MPI error string.
+ *   - Hangs: every public wrapper tells the watchdog (watchdog.h) which collective it is in; a
+ *     non-blocking one counts when started and is "in" again while waited for.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@
 
 #include "agree.h"
 #include "comm_internal.h"
+#include "watchdog.h"
 
 #define gt_comm_abort(c, ...)                                                       \
     do {                                                                            \
@@ -366,9 +369,11 @@ static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
 
 void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
+    gt_watchdog_enter("all_reduce", bytes);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_all_reduce++;
     c->stats.bytes_sent += 2 * ring_bytes(c, bytes) / (uint64_t)c->size;
 }
@@ -376,18 +381,22 @@ void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype)
 void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
                                 gt_dtype dtype) {
     uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
+    gt_watchdog_enter("reduce_scatter", bytes);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_reduce_scatter++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
 }
 
 void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
+    gt_watchdog_enter("all_gather", bytes);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_all_gather++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
 }
@@ -409,9 +418,11 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, cons
     size_t *displs = malloc((size_t)c->size * sizeof *displs);
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    gt_watchdog_enter("reduce_scatter_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_reduce_scatter_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
     free(displs);
@@ -421,9 +432,11 @@ void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype 
     size_t *displs = malloc((size_t)c->size * sizeof *displs);
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
+    gt_watchdog_enter("all_gather_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_all_gather_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
     free(displs);
@@ -433,6 +446,8 @@ struct gt_comm_request {
     void *handle;       /* the backend's, NULL for a request that moved nothing */
     double t_start;
     int done;           /* completion observed (seconds_total counted) */
+    const char *op;     /* what a wait waits for, for the watchdog */
+    uint64_t seq;
 };
 
 static gt_comm_request *request_new(void) {
@@ -450,6 +465,8 @@ gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t 
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_comm_request *r = request_new();
+    r->op = "wait_all_gather_v";
+    r->seq = gt_watchdog_started("all_gather_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
@@ -465,6 +482,8 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_comm_request *r = request_new();
+    r->op = "wait_reduce_scatter_v";
+    r->seq = gt_watchdog_started("reduce_scatter_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0;
@@ -488,42 +507,52 @@ int gt_comm_test(gt_comm *c, gt_comm_request *r) {
 }
 
 void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
+    gt_watchdog_enter_wait(r->op, r->seq);
     double t0 = MPI_Wtime();
     if (r->handle) c->ops->wait(c, r->handle);
     double t1 = MPI_Wtime();
     c->stats.seconds += t1 - t0;
     if (!r->done) c->stats.seconds_total += t1 - r->t_start;
+    gt_watchdog_leave();
     free(r);
 }
 
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
+    gt_watchdog_enter("broadcast", bytes);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_broadcast++;
     if (c->rank == root && c->size > 1) c->stats.bytes_sent += bytes;
 }
 
 void gt_comm_barrier(gt_comm *c) {
+    gt_watchdog_enter("barrier", 0);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Barrier(c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
 }
 
 double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
+    gt_watchdog_enter("all_reduce_scalar", sizeof x);
     double y = 0.0, t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;
 }
 
 int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
     int y = 0;
+    gt_watchdog_enter("all_reduce_int_max", sizeof x);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
     { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;
 }

@@ -1,0 +1,468 @@
+/*
+ * watchdog.c — the hang detector (see watchdog.h). The training thread only stores into `live`
+ * (relaxed atomics: a torn view costs at most a second of staleness in a message); the watchdog
+ * thread reads it, publishes it as one text line per rank, and on a timeout reads the others'
+ * lines, writes the verdict and _exits. The flight recorder's ring is written by the training
+ * thread itself, into memory mapped from a file. _exit, not MPI_Abort: MPI was started single-threaded, and
+ * the launcher ends the remaining ranks when one exits non-zero (mpirun returns that rank's code).
+ */
+#define _GNU_SOURCE /* gethostname, O_CLOEXEC */
+
+#include "watchdog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEARTBEAT_S 1.0
+#define STALE_S 5.0       /* a record older than this: its process is stopped or dead */
+#define RECORD_BYTES 256
+
+typedef struct live_state {
+    const char *op;        /* the collective this rank is in or last was in (a string literal) */
+    uint64_t started;      /* collectives started so far */
+    uint64_t seq;          /* the one it is in (or last was in) */
+    int in;                /* 1 while inside a collective */
+    double in_since;       /* wall clock (CLOCK_REALTIME, comparable across nodes) */
+    int step;              /* the step it is working on */
+    int last_done;         /* the last step it finished */
+    double last_done_at;   /* when (or when the watchdog started) */
+    double slowest_step_s;
+} live_state;
+
+static live_state live;
+static int running;
+static int stopping;
+static pthread_t thread;
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
+static char dir[4096];
+static int my_rank, world_size;
+static double timeout_s;
+/* the flight recorder's ring, mapped from DIR/flight_NNNNN (watchdog.h) */
+typedef struct flight_entry {
+    uint64_t seq, bytes;
+    double t_issue, t_done;
+    int32_t step, state;
+    char op[24];
+} flight_entry;
+typedef struct flight_header {
+    char magic[16];
+    uint32_t entries;
+    int32_t rank, pid;
+    char pad[36];
+} flight_header;
+_Static_assert(sizeof(flight_entry) == 64 && sizeof(flight_header) == 64, "the file layout of watchdog.h");
+static flight_header *flight;          /* NULL: no recorder */
+static flight_entry *ring;
+static size_t flight_bytes;
+static int owns_tmp_dir;   /* the /dev/shm fallback (a killed job's is swept by the next job's start) */
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double load_double(const double *p) {
+    double v;
+    __atomic_load(p, &v, __ATOMIC_RELAXED);
+    return v;
+}
+static void store_double(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
+
+static void flight_issue(uint64_t seq, const char *op, uint64_t bytes, double t) {
+    if (!ring) return;
+    flight_entry *e = &ring[seq % GT_FLIGHT_ENTRIES];
+    e->state = 0;
+    e->seq = seq;
+    e->bytes = bytes;
+    e->t_issue = t;
+    e->t_done = 0;
+    e->step = live.step;
+    strncpy(e->op, op, sizeof e->op - 1);
+    e->op[sizeof e->op - 1] = '\0';
+    e->state = 1;
+}
+
+static void flight_done(uint64_t seq) {
+    if (!ring) return;
+    flight_entry *e = &ring[seq % GT_FLIGHT_ENTRIES];
+    if (e->seq != seq) return; /* overwritten since it was started: K newer ones went by */
+    e->t_done = wall_now();
+    e->state = 2;
+}
+
+uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
+    if (!LOAD(running)) return 0;
+    uint64_t seq = LOAD(live.started) + 1;
+    double t = wall_now();
+    flight_issue(seq, op, bytes, t);
+    STORE(live.started, seq);
+    STORE(live.op, op);
+    STORE(live.seq, seq);
+    store_double(&live.in_since, t);
+    STORE(live.in, 1);
+    return seq;
+}
+
+void gt_watchdog_leave(void) {
+    if (!LOAD(running)) return;
+    STORE(live.in, 0);
+    flight_done(LOAD(live.seq));
+}
+
+uint64_t gt_watchdog_started(const char *op, uint64_t bytes) {
+    uint64_t seq = gt_watchdog_enter(op, bytes);
+    STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
+    return seq;
+}
+
+void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
+    if (!LOAD(running)) return;
+    STORE(live.op, op);
+    STORE(live.seq, seq);
+    store_double(&live.in_since, wall_now());
+    STORE(live.in, 1);
+}
+
+void gt_watchdog_step_begin(int step) {
+    if (LOAD(running)) STORE(live.step, step);
+}
+
+void gt_watchdog_step_done(int step, double seconds) {
+    if (!LOAD(running)) return;
+    STORE(live.last_done, step);
+    store_double(&live.last_done_at, wall_now());
+    if (seconds > load_double(&live.slowest_step_s)) store_double(&live.slowest_step_s, seconds);
+}
+
+/* ---------------------------------------------------------------- records */
+
+typedef struct record {
+    int rank, pid, in, step, last_done;
+    unsigned long long started, seq;
+    double in_since, last_done_at, written_at;
+    char op[32], host[64];
+} record;
+
+static void record_path(int rank, char *out, size_t len) { snprintf(out, len, "%s/rank_%05d", dir, rank); }
+
+static void snapshot(record *r) {
+    memset(r, 0, sizeof *r);
+    r->rank = my_rank;
+    r->pid = (int)getpid();
+    const char *op = LOAD(live.op);
+    snprintf(r->op, sizeof r->op, "%s", op ? op : "none");
+    r->started = LOAD(live.started);
+    r->seq = LOAD(live.seq);
+    r->in = LOAD(live.in);
+    r->in_since = load_double(&live.in_since);
+    r->step = LOAD(live.step);
+    r->last_done = LOAD(live.last_done);
+    r->last_done_at = load_double(&live.last_done_at);
+    r->written_at = wall_now();
+    gethostname(r->host, sizeof r->host - 1);
+}
+
+/* One line, padded to RECORD_BYTES and written in place: open, write, close each time, so a shared
+ * file system's close-to-open consistency shows the other nodes the new line. */
+static void publish(const record *r) {
+    char line[RECORD_BYTES], path[4200];
+    int n = snprintf(line, sizeof line,
+                     "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
+                     "started %llu in %d since %.3f written %.3f\n",
+                     r->rank, r->pid, r->host, r->step, r->last_done, r->last_done_at, r->op, r->seq, r->started,
+                     r->in, r->in_since, r->written_at);
+    if (n < 0 || n >= (int)sizeof line) return;
+    memset(line + n, ' ', sizeof line - (size_t)n - 1);
+    line[sizeof line - 1] = '\n';
+    record_path(r->rank, path, sizeof path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ssize_t w = pwrite(fd, line, sizeof line, 0);
+    (void)w;
+    close(fd);
+}
+
+static int read_record(int rank, record *r) {
+    char line[RECORD_BYTES + 1], path[4200];
+    record_path(rank, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = pread(fd, line, RECORD_BYTES, 0);
+    close(fd);
+    if (n <= 0) return -1;
+    line[n] = '\0';
+    memset(r, 0, sizeof *r);
+    int got = sscanf(line,
+                     "gtrain-watchdog 1 rank %d pid %d host %63s step %d done %d at %lf op %31s seq %llu "
+                     "started %llu in %d since %lf written %lf",
+                     &r->rank, &r->pid, r->host, &r->step, &r->last_done, &r->last_done_at, r->op, &r->seq,
+                     &r->started, &r->in, &r->in_since, &r->written_at);
+    return got == 12 && r->rank == rank ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------- the verdict */
+
+static void describe_rank(const record *r, double now, char *out, size_t len) {
+    const char *where = r->in ? "in" : "computing; last collective";
+    if (now - r->written_at > STALE_S)
+        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s, stopped or dead; last seen at step %d, "
+                 "%s %s #%llu", r->rank, r->pid, r->host, now - r->written_at, r->step, where, r->op, r->seq);
+    else if (r->in)
+        snprintf(out, len, "rank %d (pid %d on %s): in %s #%llu for %.1f s at step %d", r->rank, r->pid, r->host, r->op,
+                 r->seq, now - r->in_since, r->step);
+    else
+        snprintf(out, len, "rank %d (pid %d on %s): computing step %d; last collective %s #%llu", r->rank, r->pid,
+                 r->host, r->step, r->op, r->seq);
+}
+
+static double effective_limit(void) {
+    double by_steps = GT_WATCHDOG_STEP_FACTOR * load_double(&live.slowest_step_s);
+    return by_steps > timeout_s ? by_steps : timeout_s;
+}
+
+/* Names the ranks behind (fewer collectives started than the most advanced rank, or a stale record),
+ * prints one line if this rank is the first to claim the verdict, and ends the process. */
+static void fire(const record *me, const char *what) {
+    double now = wall_now();
+    record *all = calloc((size_t)world_size, sizeof *all);
+    int *have = calloc((size_t)world_size, sizeof *have);
+    size_t cap = 8192 + (size_t)world_size * 160;
+    char *msg = malloc(cap), one[512];
+    if (!all || !have || !msg) _exit(GT_WATCHDOG_EXIT);
+    unsigned long long most = me->started;
+    for (int r = 0; r < world_size; r++) {
+        if (r == my_rank) all[r] = *me, have[r] = 1;
+        else have[r] = read_record(r, &all[r]) == 0;
+        if (have[r] && all[r].started > most) most = all[r].started;
+    }
+    size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
+                                my_rank, what, effective_limit());
+    int named = 0, unseen = 0;
+    for (int r = 0; r < world_size && n < cap; r++) {
+        if (!have[r]) {
+            unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
+            continue;
+        }
+        if (all[r].started >= most && now - all[r].written_at <= STALE_S) continue;
+        describe_rank(&all[r], now, one, sizeof one);
+        n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+    }
+    /* every rank equally far: the late ones are those still computing (one rank alone: this one) */
+    int behind = named;
+    for (int r = 0; !behind && r < world_size && n < cap; r++)
+        if (have[r] && !all[r].in) {
+            describe_rank(&all[r], now, one, sizeof one);
+            n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+        }
+    if (!named && n < cap)
+        n += (size_t)snprintf(msg + n, cap - n, "none: every rank is in collective #%llu and alive (a stuck "
+                              "communication library or network)", most);
+    if (unseen && n < cap)
+        n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) not seen: no record in %s (ranks on other nodes, "
+                              "when it is not shared with them)", unseen, dir);
+    if (n < cap) n += (size_t)snprintf(msg + n, cap - n, "; exit %d\n", GT_WATCHDOG_EXIT);
+    if (n >= cap) n = cap - 1, msg[n - 1] = '\n';
+    if (flight) msync(flight, flight_bytes, MS_SYNC); /* for readers on other nodes */
+    char claim[4200];
+    snprintf(claim, sizeof claim, "%s/verdict", dir);
+    int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, msg, n);
+        close(fd);
+        w = write(STDERR_FILENO, msg, n);
+        (void)w;
+    }
+    _exit(GT_WATCHDOG_EXIT);
+}
+
+static void check(const record *me) {
+    double limit = effective_limit(), now = wall_now();
+    char what[256];
+    if (me->in && now - me->in_since > limit) {
+        snprintf(what, sizeof what, "waited %.1f s in %s #%llu at step %d", now - me->in_since, me->op, me->seq,
+                 me->step);
+        fire(me, what);
+    }
+    if (now - me->last_done_at > limit) {
+        snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s %s #%llu)",
+                 now - me->last_done_at, me->last_done, me->in ? "in" : "computing, last collective", me->op,
+                 me->seq);
+        fire(me, what);
+    }
+}
+
+static void *watch(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&stop_lock);
+    while (!stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)HEARTBEAT_S;
+        pthread_cond_timedwait(&stop_cond, &stop_lock, &until);
+        if (stopping) break;
+        record me;
+        snapshot(&me);
+        publish(&me);
+        check(&me);
+    }
+    pthread_mutex_unlock(&stop_lock);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- start, stop */
+
+static int make_dir(const char *path, char *why, size_t why_len) {
+    struct stat st;
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))) return 0;
+    snprintf(why, why_len, "cannot create the watchdog's directory %s: %s", path,
+             errno == EEXIST ? "a file of that name is in the way" : strerror(errno));
+    return -1;
+}
+
+/* The /dev/shm directories of jobs that were killed (nobody removed them): one whose records of this
+ * host all name processes that are gone. Other ranks may sweep at the same time; failures are fine. */
+static void sweep_stale_tmp_dirs(void) {
+    DIR *shm = opendir("/dev/shm");
+    if (!shm) return;
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    struct dirent *e;
+    while ((e = readdir(shm))) {
+        if (strncmp(e->d_name, "gtrain-watchdog-", 16) != 0) continue;
+        char sub[4200], path[4600], line[RECORD_BYTES + 1];
+        snprintf(sub, sizeof sub, "/dev/shm/%s", e->d_name);
+        DIR *d = opendir(sub);
+        if (!d) continue;
+        int alive = 0, records = 0;
+        struct dirent *f;
+        while ((f = readdir(d)) && !alive) {
+            if (strncmp(f->d_name, "rank_", 5) != 0) continue;
+            snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC), pid = 0;
+            ssize_t n = fd >= 0 ? pread(fd, line, RECORD_BYTES, 0) : -1;
+            if (fd >= 0) close(fd);
+            char their_host[64] = "";
+            line[n > 0 ? n : 0] = '\0';
+            records++;
+            if (sscanf(line, "gtrain-watchdog 1 rank %*d pid %d host %63s", &pid, their_host) != 2 ||
+                strcmp(their_host, host) != 0 || pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH)
+                alive = 1; /* unreadable, another host's, or running: leave it */
+        }
+        if (!alive && records) {
+            rewinddir(d);
+            while ((f = readdir(d)))
+                if (f->d_name[0] != '.') {
+                    snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
+                    unlink(path);
+                }
+            rmdir(sub);
+        }
+        closedir(d);
+    }
+    closedir(shm);
+}
+
+/* The ring's file, created afresh (a previous run's ring of this rank is replaced) and mapped; without
+ * it the watchdog still works, with no ring. */
+static void open_flight_recorder(void) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/flight_%05d", dir, my_rank);
+    flight_bytes = sizeof(flight_header) + (size_t)GT_FLIGHT_ENTRIES * sizeof(flight_entry);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    void *p = ftruncate(fd, (off_t)flight_bytes) == 0
+                  ? mmap(NULL, flight_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return;
+    flight = p;
+    memcpy(flight->magic, "gtrain-flight 1", 16);
+    flight->entries = GT_FLIGHT_ENTRIES;
+    flight->rank = my_rank;
+    flight->pid = (int32_t)getpid();
+    ring = (flight_entry *)(flight + 1);
+}
+
+int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char *why, size_t why_len) {
+    if (timeout <= 0) return 0;
+    MPI_Comm_rank(world, &my_rank);
+    MPI_Comm_size(world, &world_size);
+    timeout_s = timeout;
+    /* one name for the node-local fallback, chosen by rank 0 */
+    long token[2] = {(long)getpid(), (long)time(NULL)};
+    MPI_Bcast(token, 2, MPI_LONG, 0, world);
+    /* checkpoint.dir/.watchdog, shared by the nodes; when there is no checkpoint.dir, or some rank
+     * cannot make the directory there (a full disk: that run goes on, its saves retry), /dev/shm */
+    int bad = 0;
+    if (ckpt_dir[0]) {
+        snprintf(dir, sizeof dir, "%s/.watchdog", ckpt_dir);
+        bad = make_dir(dir, why, why_len);
+        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world);
+        if (bad && my_rank == 0)
+            fprintf(stderr, "gtrain: watchdog: %s%s; the ranks' records go to /dev/shm instead, where ranks on "
+                    "other nodes do not see them\n", why[0] ? why : "some rank cannot create ", why[0] ? "" : dir);
+    }
+    owns_tmp_dir = !ckpt_dir[0] || bad;
+    if (owns_tmp_dir) {
+        sweep_stale_tmp_dirs();
+        snprintf(dir, sizeof dir, "/dev/shm/gtrain-watchdog-%ld-%ld", token[0], token[1]);
+        why[0] = '\0';
+        bad = make_dir(dir, why, why_len);
+    }
+    if (!bad && my_rank == 0) {
+        char claim[4200];
+        snprintf(claim, sizeof claim, "%s/verdict", dir); /* a previous run's */
+        unlink(claim);
+    }
+    memset(&live, 0, sizeof live);
+    store_double(&live.last_done_at, wall_now());
+    if (!bad) open_flight_recorder();
+    record me;
+    snapshot(&me);
+    if (!bad) publish(&me);
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world); /* every record is there before any check */
+    if (bad) return -1;
+    stopping = 0;
+    STORE(running, 1);
+    if (pthread_create(&thread, NULL, watch, NULL) != 0) {
+        STORE(running, 0);
+        snprintf(why, why_len, "cannot start the watchdog thread");
+        return -1;
+    }
+    return 0;
+}
+
+void gt_watchdog_stop(void) {
+    if (!LOAD(running)) return;
+    pthread_mutex_lock(&stop_lock);
+    stopping = 1;
+    pthread_cond_signal(&stop_cond);
+    pthread_mutex_unlock(&stop_lock);
+    pthread_join(thread, NULL);
+    STORE(running, 0);
+    char path[4200];
+    record_path(my_rank, path, sizeof path);
+    unlink(path);
+    if (flight) {
+        munmap(flight, flight_bytes);
+        flight = NULL;
+        ring = NULL;
+        snprintf(path, sizeof path, "%s/flight_%05d", dir, my_rank); /* a run that ended well leaves none */
+        unlink(path);
+    }
+    rmdir(dir); /* fails but for the last rank to leave, which removes it */
+}

@@ -1,0 +1,62 @@
+/*
+ * watchdog.h — ends a job that hangs, and names the rank(s) it waits for.
+ *
+ * Every rank keeps a small record of where it is: the collective it is in (operation name and
+ * sequence number: the n-th collective this rank started), since when, the last step it finished.
+ * The communicator's public wrappers (comm_mpi.c) and the trainer update it with a few stores; a
+ * thread per rank wakes once a second, writes the record to DIR/rank_NNNNN (a line of text, readable
+ * by every other rank without a collective: DIR is checkpoint.dir/.watchdog, shared by the nodes, or
+ * a node-local directory under /dev/shm when the run has no checkpoint.dir) and checks two clocks:
+ * time inside the current collective, and time since the last finished step. When either passes the
+ * limit, it reads every rank's record, names the ranks that did not arrive (they started fewer
+ * collectives than the most advanced rank, or their record stopped being refreshed: a stopped or
+ * dead process), prints ONE line (the first rank to claim DIR/verdict prints; others stay silent)
+ * and ends the process with GT_WATCHDOG_EXIT (76): the launcher then ends the other ranks.
+ *
+ * The flight recorder: the same calls also fill a ring of the last GT_FLIGHT_ENTRIES operations
+ * (sequence number, name, bytes, step, issue and completion times) that lives in a file mapped
+ * into memory, DIR/flight_NNNNN: no system call per operation, and the kernel keeps the file's
+ * contents when the process is stopped or killed, so after a hang tools/flight_recorder.py reads
+ * every rank's ring and says where the ranks diverge. Its layout is GT_FLIGHT_* below.
+ *
+ * The limit is max(dist.timeout, 10 x the slowest step so far): the configured seconds are a floor
+ * that covers start-up, the first step and saves; steps that are slow by nature raise it.
+ * Everything here is a no-op until gt_watchdog_start and after gt_watchdog_stop.
+ */
+#ifndef GT_WATCHDOG_H
+#define GT_WATCHDOG_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#define GT_WATCHDOG_EXIT 76      /* == GT_EXIT_HUNG (core/exitcodes.h); dist cannot include core */
+#define GT_WATCHDOG_STEP_FACTOR 10.0
+
+/* flight_NNNNN: a 64-byte header {char magic[16] = "gtrain-flight 1", uint32 entries, int32 rank,
+ * int32 pid, 36 bytes zero}, then `entries` records of 64 bytes, little-endian as the host writes them:
+ * {uint64 seq, uint64 bytes, double t_issue, double t_done (0 while in flight), int32 step,
+ *  int32 state (0 empty, 1 in flight, 2 done), char op[24]}; operation seq is at index seq % entries. */
+#define GT_FLIGHT_ENTRIES 1024
+
+/* Collective over world. dir: checkpoint.dir, or "" for a node-local record directory.
+ * timeout_s <= 0: off (returns 0 and does nothing). Returns 0, or -1 with a reason (the record
+ * directory cannot be made) — the same on every rank is not guaranteed; the caller agrees. */
+int gt_watchdog_start(MPI_Comm world, const char *dir, double timeout_s, char *why, size_t why_len);
+
+/* Stops the thread and removes this rank's record. Not collective. */
+void gt_watchdog_stop(void);
+
+/* A blocking collective of `bytes` (this rank's buffer): enter returns its sequence number; leave
+ * marks it complete. */
+uint64_t gt_watchdog_enter(const char *op, uint64_t bytes);
+void gt_watchdog_leave(void);
+
+/* A non-blocking collective: started (counts it and returns its number), then later waited for. */
+uint64_t gt_watchdog_started(const char *op, uint64_t bytes);
+void gt_watchdog_enter_wait(const char *op, uint64_t seq);
+
+/* The trainer: step `step` begins; step finished after `seconds` of work (saves excluded). */
+void gt_watchdog_step_begin(int step);
+void gt_watchdog_step_done(int step, double seconds);
+
+#endif

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A hung rank ends the job within dist.timeout plus a margin, with exit 76 and one line naming it.
+# Two ranks train with dist.timeout = 10 and a state file every 4 steps; GTRAIN_TEST_HANG_AT makes
+# rank 1 hang as step 8 begins, before its first collective of the step:
+#   stop  it stops itself with SIGSTOP (a frozen process: its watchdog thread is frozen too);
+#   spin  it loops forever (compute that never ends; its threads still run).
+# Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
+# output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
+# arrived, the state file of step 4 must still be there, and tools/flight_recorder.py, reading the
+# rings the ranks left in ckpt/.watchdog, must say that rank 1 is behind rank 0.
+#   watchdog_names_hung_rank.sh MODE GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
+set -uo pipefail
+mode=$1 gtrain=$2 prep=$3 work=$4
+shift 4
+tools=$(cd "$(dirname "$0")/../../tools" && pwd)
+rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
+"$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null || exit 1
+cat >run.ini <<INI
+[model]
+dim = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+ffn_dim = 64
+max_seq_len = 32
+[train]
+seq_len = 32
+micro_batch = 2
+steps = 10000
+warmup_steps = 1
+[data]
+train = corpus.train.bin
+val =
+[dist]
+timeout = 10
+[checkpoint]
+dir = ckpt
+every = 4
+[log]
+metrics = metrics.jsonl
+INI
+# steps of 300 ms or more: the records (refreshed every second) then show a step or two before the hang
+export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_HANG_AT=8:1:$mode GTRAIN_TEST_STEP_DELAY_MS=300
+"$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
+launcher=$!
+for _ in $(seq 1200); do
+  [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 7)) && break
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.05
+done
+(($(wc -l <metrics.jsonl 2>/dev/null || echo 0) >= 7)) || { echo "FAIL: the run did not reach step 7"; cat run.log; exit 1; }
+t0=$(date +%s.%N) # rank 0 wrote step 7's line: rank 1 hangs at most a step from now
+for _ in $(seq 1200); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL: the job still runs 120 s after rank 1 hung"
+  # the ranks' pids are in the watchdog's records: stop exactly this job's processes
+  for f in ckpt/.watchdog/rank_*; do
+    pid=$(awk '{print $6}' "$f" 2>/dev/null)
+    [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null
+  done
+  kill -9 "$launcher" 2>/dev/null
+  tail -n 5 run.log
+  exit 1
+fi
+wait "$launcher"
+rc=$?
+elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
+verdict=$(grep '^gtrain: watchdog:' run.log)
+printf 'mode %s: the launcher returned %d %.1f s after step 7 ended\n%s\n' "$mode" "$rc" "$elapsed" "$verdict"
+failed=0
+((rc == 76)) || { echo "FAIL: exit $rc, expected 76"; failed=1; }
+(($(grep -c '^gtrain: watchdog:' run.log) == 1)) || { echo "FAIL: not exactly one watchdog line"; failed=1; }
+arrived=${verdict#*not arrived: }
+[[ $arrived == "rank 1 (pid "* ]] || { echo "FAIL: rank 1 is not named as not arrived"; failed=1; }
+[[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
+(($(echo "$elapsed < 60" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10)"; failed=1; }
+[[ -f ckpt/step_00000004.h5 ]] || { echo "FAIL: the state file of step 4 is gone"; failed=1; }
+# the flight recorder (tools/flight_recorder.py) tells the same story from the rings left behind
+flight=$(python3 "$tools/flight_recorder.py" ckpt/.watchdog)
+echo "$flight" | tail -n 1
+[[ $(echo "$flight" | tail -n 1) == "rank 1 is behind: rank 0 started "* ]] ||
+  { echo "FAIL: the flight recorder does not show rank 1 behind rank 0"; echo "$flight"; failed=1; }
+((failed)) && { tail -n 20 run.log; exit 1; }
+echo PASS
