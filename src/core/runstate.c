@@ -436,6 +436,108 @@ static int resume(gt_run_state *run) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * The global batch across world sizes
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The file a resume would start from, its attributes only: checkpoint.resume = PATH, or the newest
+ * file in checkpoint.dir whose attributes read (the one resume() will try first unless its tensors
+ * then fail). 0, or -1 when there is none to look at. Rank 0. */
+static int peek_resume_file(const gt_config *cfg, gt_state_info *info, char *path, size_t path_len) {
+    char err[GT_PATH_MAX + 1024];
+    if (gt_config_resume(cfg) == GT_RESUME_PATH) {
+        snprintf(path, path_len, "%s", cfg->checkpoint.resume);
+        return gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK ? 0 : -1;
+    }
+    int64_t *steps = NULL;
+    size_t n = list_state_files(cfg->checkpoint.dir, &steps);
+    int found = -1;
+    for (size_t i = 0; i < n && found; i++) {
+        state_path(path, path_len, cfg->checkpoint.dir, steps[i], 0);
+        if (gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK) found = 0;
+    }
+    free(steps);
+    return found;
+}
+
+/* What keeps the global batch G on `world` ranks when micro_batch x world does not divide it: the
+ * largest micro_batch up to the current one that divides G / world (so no more activation memory),
+ * with the grad_accum that completes it. 0 when G is not a multiple of world: nothing keeps it. */
+static int fitting_micro_batch(uint64_t G, int world, int micro_batch) {
+    if (G % (uint64_t)world) return 0;
+    uint64_t per_rank = G / (uint64_t)world;
+    for (int b = micro_batch; b >= 1; b--)
+        if (per_rank % (uint64_t)b == 0) return b;
+    return 0;
+}
+
+/* Rank 0's verdict for gt_runstate_keep_global_batch: 0 with *grad_accum set, or 2 with msg. */
+static int decide_grad_accum(const gt_config *cfg, int world, int *grad_accum, char *msg, size_t len) {
+    gt_state_info info;
+    char path[GT_PATH_MAX + 64], where[GT_PATH_MAX + 128];
+    *grad_accum = cfg->train.grad_accum;
+    if (peek_resume_file(cfg, &info, path, sizeof path) != 0 || info.global_batch == 0) return 0;
+    uint64_t G = info.global_batch, B = (uint64_t)cfg->train.micro_batch, A = (uint64_t)cfg->train.grad_accum;
+    if (B * A * (uint64_t)world == G) return 0;
+    char saved[256];
+    snprintf(saved, sizeof saved, "%d rank%s x micro_batch %d x grad_accum %d", info.world_size,
+             info.world_size == 1 ? "" : "s", info.micro_batch, info.grad_accum);
+    gt_config_where(cfg, "train", "grad_accum", where, sizeof where);
+    /* Only the command line is a choice made for this run. A config file is the job's description,
+     * reused as-is when the job comes back on fewer or more ranks (shipped configs write every key),
+     * and its grad_accum cannot tell a deliberate edit from a value an earlier resume rescaled. */
+    if (gt_config_key_line(cfg, "train", "grad_accum") < 0) {
+        printf("gtrain: warning: %s: the global batch changes from %llu to %llu sequences per step (%s saved "
+               "%s); the run will not follow the saved one's losses\n",
+               where, (unsigned long long)G, (unsigned long long)(B * A * (uint64_t)world), path, saved);
+        fflush(stdout);
+        return 0;
+    }
+    if (G % (B * (uint64_t)world) == 0) {
+        *grad_accum = (int)(G / (B * (uint64_t)world));
+        printf("gtrain: keeping the global batch of %s, %llu sequences per step (saved %s): train.grad_accum %d "
+               "-> %d on %d rank%s\n", path, (unsigned long long)G, saved, cfg->train.grad_accum, *grad_accum,
+               world, world == 1 ? "" : "s");
+        fflush(stdout);
+        return 0;
+    }
+    char fit[256];
+    int b = fitting_micro_batch(G, world, cfg->train.micro_batch);
+    if (b)
+        snprintf(fit, sizeof fit, "train.micro_batch=%d train.grad_accum=%llu keep it", b,
+                 (unsigned long long)(G / (uint64_t)world / (uint64_t)b));
+    else
+        snprintf(fit, sizeof fit, "no micro_batch x grad_accum keeps it on %d ranks (run on a number of ranks that "
+                 "divides %llu)", world, (unsigned long long)G);
+    snprintf(msg, len,
+             "%s: cannot keep the global batch of %s, %llu sequences per step (saved %s): micro_batch %llu x %d "
+             "rank%s = %llu does not divide it; %s, or set train.grad_accum on the command line to train with "
+             "another global batch", where, path, (unsigned long long)G, saved, (unsigned long long)B, world,
+             world == 1 ? "" : "s", (unsigned long long)(B * (uint64_t)world), fit);
+    return GT_EXIT_BAD_INPUT;
+}
+
+int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world) {
+    if (gt_config_resume(cfg) == GT_RESUME_NEVER ||
+        (gt_config_resume(cfg) == GT_RESUME_AUTO && !cfg->checkpoint.dir[0]))
+        return 0;
+    int rank = 0, size = 1;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    char msg[2 * GT_PATH_MAX + 1024] = "";
+    int verdict[2] = {0, cfg->train.grad_accum}; /* exit code, grad_accum */
+    if (rank == 0) {
+        verdict[0] = decide_grad_accum(cfg, size, &verdict[1], msg, sizeof msg);
+        if (verdict[0]) {
+            fprintf(stderr, "gtrain: %s\n", msg);
+            fflush(stderr);
+        }
+    }
+    MPI_Bcast(verdict, 2, MPI_INT, 0, world);
+    cfg->train.grad_accum = verdict[1];
+    return verdict[0];
+}
+
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,
                       gt_optim *opt, uint64_t global_batch) {
     memset(run, 0, sizeof *run);
