@@ -7,6 +7,12 @@
  *                        node-local): a read-only mount or a path that is a file is exit 2 with the
  *                        path and the OS error, not a lost run at the first save. Less free space
  *                        than one state file (statvfs against gt_state_file_bytes) is a warning.
+ *                        Then each node's first rank writes a file named by a random token into
+ *                        it and, after all have, checks that it sees every node's: a directory
+ *                        that is not the same on every node (a node-local path) is exit 2 naming
+ *                        the hosts that disagree.
+ *   the global batch     a resume on another world size keeps the saved global batch by rescaling
+ *                        grad_accum (gt_runstate_keep_global_batch, before the run is built).
  *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
  *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
  *                        truncation) is reported and the next older one is tried; none usable:
@@ -148,6 +154,15 @@ static void remove_stale_temporaries(const char *dir) {
     closedir(d);
 }
 
+static void append(char *out, size_t len, const char *fmt, ...) {
+    size_t used = strlen(out);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
 /* ------------------------------------------------------------------------------------------------
  * The directory: usable before the first step
  * ---------------------------------------------------------------------------------------------- */
@@ -185,8 +200,93 @@ static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
     return 0;
 }
 
+/* One node's probe of "is checkpoint.dir the same directory everywhere": the file it wrote, named
+ * by a random token, and the host that wrote it. */
+typedef struct node_probe {
+    int leader; /* this rank wrote a probe (the first rank of its node) */
+    char token[24];
+    char host[64];
+} node_probe;
+
+static void probe_token(char *out, size_t len, int rank) {
+    uint64_t r = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+        r = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 20 ^ (uint64_t)rank;
+    if (fd >= 0) close(fd);
+    snprintf(out, len, "%016llx", (unsigned long long)r);
+}
+
+static void node_probe_path(char *out, size_t len, const char *dir, const node_probe *p) {
+    snprintf(out, len, "%s/.gtrain-node-probe.%s", dir, p->token);
+}
+
+/* checkpoint.dir must be one directory that every node sees (a shared file system): a node-local
+ * path gives each node its own files, and a resume then reads whatever its node saw. The first rank
+ * of each node writes a file named by a random token into it; after all have written, each checks
+ * that it sees every node's file. Exit 2 naming the nodes that do not, by host name. With
+ * GTRAIN_TEST_RANK_IS_NODE=1 every rank probes as if it were a node of its own, so that a test on
+ * one machine can give each rank a private directory (a mount namespace) and see the refusal.
+ * Collective. */
+static int check_same_dir(gt_run_state *run, int node_rank, const char *host) {
+    const char *dir = run->cfg->checkpoint.dir;
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    node_probe mine;
+    memset(&mine, 0, sizeof mine);
+    mine.leader = node_rank == 0 || gt_test_hook("GTRAIN_TEST_RANK_IS_NODE") != NULL;
+    snprintf(mine.host, sizeof mine.host, "%s", host);
+    char path[GT_PATH_MAX + 64];
+    if (mine.leader) {
+        probe_token(mine.token, sizeof mine.token, rank);
+        node_probe_path(path, sizeof path, dir, &mine);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) close(fd); /* a failure shows as a probe that no node sees, its own included */
+    }
+    node_probe *all = calloc((size_t)world, sizeof *all);
+    if (!all) abort();
+    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, run->mpi_comm);
+    int verdict[2] = {0, -1}; /* probes seen, the first one missing (a rank) */
+    int leaders = 0;
+    for (int r = 0; r < world; r++) {
+        if (!all[r].leader) continue;
+        leaders++;
+        if (!mine.leader) continue;
+        node_probe_path(path, sizeof path, dir, &all[r]);
+        if (access(path, F_OK) == 0) verdict[0]++;
+        else if (verdict[1] < 0) verdict[1] = r;
+    }
+    int *verdicts = calloc((size_t)world * 2, sizeof *verdicts);
+    if (!verdicts) abort();
+    MPI_Allgather(verdict, 2, MPI_INT, verdicts, 2, MPI_INT, run->mpi_comm);
+    if (mine.leader) { /* every node has looked: the probes can go */
+        node_probe_path(path, sizeof path, dir, &mine);
+        unlink(path);
+    }
+    char nodes[2048] = "";
+    int disagree = 0;
+    for (int r = 0; r < world; r++) {
+        if (!all[r].leader || verdicts[2 * r] == leaders) continue;
+        disagree++;
+        append(nodes, sizeof nodes, "%s%s (rank %d) sees %d of the %d nodes' probe files, not %s's",
+               disagree > 1 ? "; " : "", all[r].host, r, verdicts[2 * r], leaders, all[verdicts[2 * r + 1]].host);
+    }
+    free(all);
+    free(verdicts);
+    if (!disagree) return 0;
+    if (rank == 0) {
+        char where[GT_PATH_MAX + 128];
+        gt_config_where(run->cfg, "checkpoint", "dir", where, sizeof where);
+        fprintf(stderr, "gtrain: %s: '%s' is not the same directory on every node: %s (expected a directory on a "
+                "file system every node shares; each node's first rank wrote a probe file into it)\n", where, dir,
+                nodes);
+        fflush(stderr);
+    }
+    return GT_EXIT_BAD_INPUT;
+}
+
 /* exit 2 (agreed) when checkpoint.dir is not usable on some node (the first rank of each node
- * probes it); a warning when some rank sees less free space than one state file. Collective. */
+ * probes it) or is not the same directory on every node; a warning when some rank sees less free
+ * space than one state file. Collective. */
 static int check_dir(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), node_rank = 0;
@@ -208,6 +308,7 @@ static int check_dir(gt_run_state *run) {
         if (rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
         return code;
     }
+    if ((code = check_same_dir(run, node_rank, host))) return code;
 
     struct statvfs st;
     int low = 0;
@@ -232,15 +333,6 @@ static int check_dir(gt_run_state *run) {
 /* ------------------------------------------------------------------------------------------------
  * What changed since the save
  * ---------------------------------------------------------------------------------------------- */
-
-static void append(char *out, size_t len, const char *fmt, ...) {
-    size_t used = strlen(out);
-    if (used + 1 >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + used, len - used, fmt, ap);
-    va_end(ap);
-}
 
 /* What changed since the save, from gt_config_changes: the keys that change the model's function
  * (config.c's table says which) as the refusal names them and as the note names them, the rest. */

@@ -26,6 +26,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
                      then fsync of the directory
   leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
+  dir_not_shared     each rank as a node of its own (a mount and UTS namespace, root only) with a
+                     private tmpfs over checkpoint.dir: exit 2 before step 1 naming both hosts
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -611,6 +613,51 @@ def unusable_dir(e):
             check(not trained_steps(out), "no step was trained")
 
 
+NODE_WRAPPER = """#!/bin/sh
+# one rank as a node of its own: its own host name (UTS namespace) and, with PRIVATE=1, its own tmpfs
+# over the checkpoint directory (mount namespace), as a node-local path on a cluster would be
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}
+exec unshare -m -u sh -c 'hostname "node-$0"; mount --make-rprivate /; [ "$PRIVATE" != 1 ] || mount -t tmpfs none "$1" || exit 9; shift; exec "$@"' "$rank" "$@"
+"""
+
+
+def dir_not_shared(e):
+    """checkpoint.dir must be the same directory on every node: each rank plays a node of its own
+    (GTRAIN_TEST_RANK_IS_NODE=1, and its own host name through unshare -u); with a private tmpfs per
+    rank over the directory the run is refused before step 1, naming both hosts; with the directory
+    shared it trains and leaves no probe file behind."""
+    if os.geteuid() != 0:
+        print("SKIP: not root, so no mount namespace can be made; tools/run-tests.sh runs the tests as root", flush=True)
+        sys.exit(77)
+    wrapper = os.path.join(e.work, "node.sh")
+    with open(wrapper, "w") as f:
+        f.write(NODE_WRAPPER)
+    os.chmod(wrapper, 0o755)
+    ck = e.ck("nodes")
+    os.makedirs(ck, exist_ok=True)
+    hooks = {"GTRAIN_TEST_RANK_IS_NODE": "1"}
+
+    def run(private):
+        env = e.environ(hooks)
+        env["PRIVATE"] = "1" if private else "0"
+        args = [ARGS.gtrain, e.config, f"checkpoint.dir={ck}", "train.steps=2", "checkpoint.every=0"]
+        cmd = [ARGS.mpiexec, ARGS.np_flag, "2"] + ARGS.mpi_flags.split() + [wrapper, ck] + args
+        return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+
+    p = run(private=True)
+    lines = [l for l in gtrain_lines(p.stderr) if "not the same directory" in l]
+    check(p.returncode == 2 and len(lines) == 1 and f"checkpoint.dir={ck}: '{ck}' is not the same directory on every "
+          "node" in lines[0] and "node-0 (rank 0) sees 1 of the 2 nodes' probe files, not node-1's" in lines[0]
+          and "node-1 (rank 1) sees 1 of the 2 nodes' probe files, not node-0's" in lines[0],
+          f"a private tmpfs per node: exit 2 ({p.returncode}), one line naming both hosts: {lines}")
+    check(not trained_steps(p.stdout), "no step was trained")
+
+    p = run(private=False)
+    check(p.returncode == 0 and len(trained_steps(p.stdout)) == 2, f"one shared directory: trains (exit {p.returncode})")
+    check(e.steps_saved_in(ck) == [2] and not [f for f in os.listdir(ck) if f.startswith(".gtrain-node-probe")],
+          "the state file is there and no probe file is left")
+
+
 def full_disk(e):
     e.run(1, "size", "train.steps=2", "checkpoint.every=0")
     one = os.path.getsize(e.ck("size", 2))
@@ -850,7 +897,7 @@ def leftover_tmp_removed_at_start(e):
 
 
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
-                                     bad_files_never_count_toward_keep, unusable_dir, full_disk, nonfinite,
+                                     bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start)}
 
