@@ -4,6 +4,7 @@
 #   eval "$(bash tests/cluster/cluster.sh up N)"    start N nodes; prints the export lines
 #   bash tests/cluster/cluster.sh down              stop everything it started, remove what it made
 #   bash tests/cluster/cluster.sh status            sinfo of the cluster, or "down"
+#   bash tests/cluster/cluster.sh kill-node I       SIGKILL every process of node I (slurmd included)
 #
 # Each node is a network namespace (`ip netns add gtc-nodeI`) joined to a bridge by a veth pair, with
 # its own address 10.77.0.(11+I) and, through a UTS and a mount namespace of its slurmd, its own host
@@ -227,10 +228,15 @@ EOF
 case "${1:-}" in
   up) up "${2:-2}" ;;
   down) need; down ;;
+  kill-node)
+    # a node's sudden death: SIGKILL to every process in its namespace (slurmd, slurmstepd, ranks)
+    [[ "${2:-}" =~ ^[0-9]+$ && -e /run/netns/$(node_ns "${2:-x}") ]] || { note "kill-node I: no node I"; exit 2; }
+    for pid in $(ip netns pids "$(node_ns "$2")"); do kill -KILL "$pid" 2>/dev/null; done
+    ;;
   status)
     if [[ -f "$dir/nodes" && -e /run/netns/$ctl_ns ]]; then
       SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/$ctl_ns sinfo -N
     else echo down; fi
     ;;
-  *) echo "usage: cluster.sh up N | down | status" >&2; exit 2 ;;
+  *) echo "usage: cluster.sh up N | down | status | kill-node I" >&2; exit 2 ;;
 esac

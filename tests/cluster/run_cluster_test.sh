@@ -8,6 +8,7 @@
 #      (srun --mpi=pmix, Open MPI over TCP on the bridge): one rank on each host, 2 threads each
 #      (srun got --cpus-per-task), and every step's loss and the final state file equal a 2-rank
 #      single-node `mpirun` run's, bit for bit;
+#      and the same with GTRAIN_LAUNCHER=mpirun (Open MPI starting its daemons through srun);
 #   2. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
 #      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 1's within 1e-5;
 #   3. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
@@ -58,14 +59,15 @@ common=(train.steps=$steps train.warmup_steps=5 data.train="$work/data/corpus.tr
 
 job="" state=""
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
-# run_job NAME SBATCH_ARGS... -- GTRAIN_ARGS...: runs the job to its end (deadline 300 s); sets job, state
+# run_job NAME SBATCH_ARGS... -- GTRAIN_ARGS...: runs the job to its end (deadline 300 s); sets job, state.
+# $launcher, when set, is the script's GTRAIN_LAUNCHER (empty: its default, srun with pmix).
 run_job() {
   local name=$1
   shift
   local sb=()
   while [[ $1 != -- ]]; do sb+=("$1"); shift; done
   shift
-  job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 sbatch --parsable "${sb[@]}" \
+  job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_LAUNCHER="${launcher:-}" sbatch --parsable "${sb[@]}" \
         -o "$work/job-$name.out" "$src/launch/gtrain.sbatch" "$config" "$@") || die "sbatch for $name failed"
   job=${job%%;*}
   local deadline=$((SECONDS + 300))
@@ -107,6 +109,20 @@ for g in /model /optim; do
   h5diff -r "$work/ref/$final" "$work/two/$final" $g $g >/dev/null || die "$g of $final differs from the reference"
 done
 note "losses of all $steps steps and /model, /optim of $final identical to a 2-rank one-node mpirun run"
+
+# ---------------------------------------------------------------- 1b. the same with mpirun in the allocation
+t0=$SECONDS
+launcher=mpirun run_job viampirun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" \
+  checkpoint.dir="$work/viampirun" log.metrics="$work/viampirun/metrics.jsonl"
+note "job viampirun ($job): $state in $((SECONDS - t0)) s"
+[[ $state == COMPLETED ]] || die "job viampirun ended $state"
+grep -q "): mpirun --bind-to none" "$work/job-viampirun.out" || die "the job did not start its ranks with mpirun"
+grep -q "^gtrain: threads: 2 per rank .*1 rank on the 2 cores of this node" "$work/job-viampirun.out" ||
+  die "with mpirun, rank 0 does not report 2 threads and 1 rank on its node"
+diff <(losses "$work/ref/metrics.jsonl") <(losses "$work/viampirun/metrics.jsonl") >"$work/loss-mpirun.diff" ||
+  { head "$work/loss-mpirun.diff"; die "the losses of the mpirun job differ from the one-node run"; }
+h5diff -r "$work/ref/$final" "$work/viampirun/$final" /model /model >/dev/null || die "/model differs (mpirun job)"
+note "GTRAIN_LAUNCHER=mpirun across the two nodes: the same losses and weights"
 
 # ---------------------------------------------------------------- 2. two nodes' state file on one node
 mkdir -p "$work/one"
