@@ -27,6 +27,8 @@
 # process id, the daemons it recorded and every process left inside the namespaces it made (job
 # steps), then deletes the namespaces, which takes their links and addresses with them; it works
 # after a failed `up` and when nothing is up. `up` while a cluster is up takes it down first.
+# GTRAIN_CLUSTER_SLURMD_TIMEOUT sets SlurmdTimeout (default 300 s, Slurm's): how long a silent node
+# stays "not responding" before Slurm marks it DOWN and ends its jobs (NODE_FAIL).
 # Needs root, iproute2, util-linux (nsenter, unshare), munge and slurm-wlm (tools/setup-debian.sh
 # --slurm). Exit 77 when one of them is missing, 1 when the cluster does not come up.
 set -uo pipefail
@@ -172,6 +174,7 @@ AccountingStorageType=accounting_storage/none
 JobRequeue=1
 MinJobAge=600
 KillWait=10
+SlurmdTimeout=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-300}
 EOF
     for ((i = 0; i < n; i++)); do
       echo "NodeName=$(node_name $i) NodeAddr=$(node_addr $i) CPUs=$cpus RealMemory=500 State=UNKNOWN"

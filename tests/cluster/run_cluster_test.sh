@@ -12,7 +12,11 @@
 #   2. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
 #      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 1's within 1e-5;
 #   3. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
-#      naming both hosts.
+#      naming both hosts;
+#   4. node loss: every process of gtc-n1 killed mid-run; the job must end within 150 s (Slurm marks
+#      the node DOWN after SlurmdTimeout, 20 s here, and ends the job), and a job resubmitted on the
+#      remaining node resumes from the newest state file with one rank and the global batch kept.
+#      Both times are printed.
 # WORK_DIR must not be under /tmp (each node has a private /tmp). The cluster is taken down on every
 # exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer bound. Without root or the
 # packages: exit 77 (skipped).
@@ -40,7 +44,7 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
 rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-export GTRAIN_CLUSTER_DIR="$work/cluster"
+export GTRAIN_CLUSTER_DIR="$work/cluster" GTRAIN_CLUSTER_SLURMD_TIMEOUT=20
 cluster="$src/tests/cluster/cluster.sh"
 trap 'bash "$cluster" down' EXIT
 env_lines=$(bash "$cluster" up 2)
@@ -154,4 +158,50 @@ grep "is not the same directory on every node" "$work/job-local.out" | grep -q "
   die "the refusal does not name gtc-n1"
 grep -q "^step " "$work/job-local.out" && die "a step was trained with a node-local checkpoint.dir"
 note "checkpoint.dir=/tmp/... (each node its own): exit 2 before step 1, naming gtc-n0 and gtc-n1"
+
+# ---------------------------------------------------------------- 4. a node lost mid-run
+# Every process of gtc-n1 (its slurmd and its rank) is killed at step 12 or later. The surviving rank
+# waits in a collective until Slurm declares the node DOWN (SlurmdTimeout, 20 s on this cluster) and
+# ends the job (NODE_FAIL); the job is then resubmitted on the remaining node, and resumes from the
+# newest state file with one rank and the global batch kept.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable --no-requeue \
+      --nodes=2 --ntasks-per-node=1 -o "$work/job-lost.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
+      train.steps=300 checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
+  die "sbatch for the node-loss job failed"
+job=${job%%;*}
+deadline=$((SECONDS + 180))
+until (($(grep -c '"loss"' "$work/lost/metrics.jsonl" 2>/dev/null || echo 0) >= 12)); do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the node-loss job did not reach step 12 in 180 s"; }
+  sleep 0.2
+done
+t_kill=$SECONDS
+bash "$cluster" kill-node 1
+note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/lost/metrics.jsonl")"
+while state=$(job_field "$job" JobState); [[ $state == RUNNING || $state == CONFIGURING ]]; do
+  ((SECONDS - t_kill < 150)) || { scancel "$job"; die "the job still runs 150 s after its node died"; }
+  sleep 1
+done
+t_end=$((SECONDS - t_kill))
+note "the job left RUNNING $t_end s after the node died: $state, $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
+[[ $state == NODE_FAIL || $state == FAILED || $state == COMPLETING ]] || die "job state $state after the node died"
+newest=$(ls "$work/lost" | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1)
+[[ -n "$newest" ]] && ((newest >= 10)) || die "no state file of step 10 or later (newest: '$newest')"
+t_sub=$SECONDS
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=1 --ntasks-per-node=1 \
+      -o "$work/job-resumed.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" train.steps=$((newest + 5)) \
+      checkpoint.dir="$work/lost" log.metrics="$work/lost/metrics.jsonl") || die "sbatch for the resumed job failed"
+job=${job%%;*}
+while ! grep -q "^step *$((newest + 1))/" "$work/job-resumed.out" 2>/dev/null; do
+  state=$(job_field "$job" JobState)
+  [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING ]] || die "the resumed job is $state"
+  ((SECONDS - t_sub < 150)) || { scancel "$job"; die "the resumed job did not train a step in 150 s"; }
+  sleep 0.2
+done
+t_first=$((SECONDS - t_sub))
+grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" "$work/job-resumed.out" ||
+  die "the resumed job did not resume from step $newest"
+grep -q "train.grad_accum 1 -> 2 on 1 rank" "$work/job-resumed.out" ||
+  die "the resumed job did not keep the global batch (grad_accum 1 -> 2)"
+note "node death -> job end: $t_end s (SlurmdTimeout 20 s); resubmitted on gtc-n0 -> its first step (step" \
+     "$((newest + 1)), from step_$(printf %08d "$newest").h5, grad_accum 1 -> 2): $t_first s"
 note "PASSED"
