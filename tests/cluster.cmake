@@ -4,7 +4,7 @@
 # its state file resumes on one node with the global batch kept; a node-local checkpoint.dir is
 # refused naming both hosts; a node killed mid-run ends the job (Slurm, SlurmdTimeout 20 s) and a
 # resubmitted job resumes on the other. Needs root and tools/setup-debian.sh --slurm; exits 77
-# (skipped) without them. About 100 s on 2 cores;
+# (skipped) without them. 2-3 minutes on 2 loaded cores;
 # every wait inside has a deadline, and the cluster is taken down on any exit.
 add_test(NAME cluster_two_nodes
          COMMAND bash ${GTRAIN_TEST_DIR}/cluster/run_cluster_test.sh $<TARGET_FILE_DIR:gtrain> ${CMAKE_SOURCE_DIR}

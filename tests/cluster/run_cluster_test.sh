@@ -8,7 +8,9 @@
 #      (srun --mpi=pmix, Open MPI over TCP on the bridge): one rank on each host, 2 threads each
 #      (srun got --cpus-per-task), and every step's loss and the final state file equal a 2-rank
 #      single-node `mpirun` run's, bit for bit;
-#      and the same with GTRAIN_LAUNCHER=mpirun (Open MPI starting its daemons through srun);
+#      and the same with GTRAIN_LAUNCHER=mpirun (Open MPI starting its daemons through srun); with
+#      --ntasks-per-node=2, 2 ranks on each node equal a 4-rank one-node mpirun run;
+#   2a. its step-10 state file resumed on two nodes ends bit-identical to the uninterrupted job;
 #   2. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
 #      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 1's within 1e-5;
 #   3. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
@@ -127,6 +129,38 @@ diff <(losses "$work/ref/metrics.jsonl") <(losses "$work/viampirun/metrics.jsonl
   { head "$work/loss-mpirun.diff"; die "the losses of the mpirun job differ from the one-node run"; }
 h5diff -r "$work/ref/$final" "$work/viampirun/$final" /model /model >/dev/null || die "/model differs (mpirun job)"
 note "GTRAIN_LAUNCHER=mpirun across the two nodes: the same losses and weights"
+
+# ---------------------------------------------------------------- 1c. two ranks per node, 4 in all
+short=(train.steps=6 checkpoint.every=6)
+run_job four --nodes=2 --ntasks-per-node=2 -- "${common[@]}" "${short[@]}" checkpoint.dir="$work/four" \
+  log.metrics="$work/four/metrics.jsonl"
+[[ $state == COMPLETED ]] || die "job four ended $state"
+grep -q "^gtrain: threads: .*2 ranks on the 2 cores of this node" "$work/job-four.out" ||
+  die "rank 0 does not report 2 ranks on its node"
+grep -q "^gtrain: .* 4 ranks (mpi)" "$work/job-four.out" || die "gtrain does not report 4 ranks"
+mkdir -p "$work/ref4"
+(unset OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
+ OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 mpirun -np 4 --allow-run-as-root --oversubscribe --bind-to none \
+   -x OMP_NUM_THREADS -x GOMP_SPINCOUNT "$bin_dir/gtrain" "$config" "${common[@]}" "${short[@]}" \
+   checkpoint.dir="$work/ref4" log.metrics="$work/ref4/metrics.jsonl") >"$work/ref4.log" 2>&1 ||
+  { tail -n 20 "$work/ref4.log"; die "the 4-rank one-node mpirun reference failed"; }
+diff <(losses "$work/ref4/metrics.jsonl") <(losses "$work/four/metrics.jsonl") >/dev/null ||
+  die "the losses of 2 nodes x 2 ranks differ from a 4-rank one-node mpirun run"
+h5diff -r "$work/ref4/step_00000006.h5" "$work/four/step_00000006.h5" /model /model >/dev/null ||
+  die "/model of 2 nodes x 2 ranks differs from the 4-rank one-node run"
+note "2 nodes x 2 ranks: 2 ranks on each node, losses and weights equal a 4-rank one-node mpirun run's"
+
+# ---------------------------------------------------------------- 2a. two nodes' state file on two nodes
+mkdir -p "$work/again"
+cp "$work/two/step_00000010.h5" "$work/again/"
+run_job again --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" checkpoint.dir="$work/again" \
+  log.metrics="$work/again/metrics.jsonl"
+[[ $state == COMPLETED ]] || die "job again ended $state"
+for g in /model /optim; do
+  h5diff -r "$work/two/$final" "$work/again/$final" $g $g >/dev/null ||
+    die "$g of $final differs after resuming step 10 on two nodes"
+done
+note "step 10 of the two-node job resumed on two nodes: $final bit-identical to the uninterrupted job's"
 
 # ---------------------------------------------------------------- 2. two nodes' state file on one node
 mkdir -p "$work/one"
