@@ -60,7 +60,7 @@ mkdir -p "$work/data"
 "$bin_dir/gtrain-prep" --val-fraction 0.1 -o "$work/data/corpus" "$src"/src/core/*.c >"$work/prep.log" 2>&1 ||
   die "gtrain-prep failed"
 config="$src/configs/tiny.ini"
-common=(train.steps=$steps train.warmup_steps=5 data.train="$work/data/corpus.train.bin" data.val= data.val_every=0
+common=("train.steps=$steps" train.warmup_steps=5 data.train="$work/data/corpus.train.bin" data.val= data.val_every=0
         checkpoint.keep=0)
 
 job="" state=""
