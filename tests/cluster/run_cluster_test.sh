@@ -43,12 +43,15 @@ case "$work" in /tmp/*) die "WORK_DIR $work is under /tmp, which every node has 
 (($(id -u) == 0)) || { echo "SKIPPED: needs root (network namespaces, slurmd)"; exit 77; }
 
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
-rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 export GTRAIN_CLUSTER_DIR="$work/cluster" GTRAIN_CLUSTER_SLURMD_TIMEOUT=20
 cluster="$src/tests/cluster/cluster.sh"
+bash "$cluster" down # what a killed earlier run left (its pids are recorded under $work/cluster)
+rm -rf "$work"
+mkdir -p "$work"
 trap 'bash "$cluster" down' EXIT
+trap 'exit 1' TERM INT HUP # ctest's timeout: still through the EXIT trap
 env_lines=$(bash "$cluster" up 2)
 rc=$?
 ((rc == 77)) && { echo "SKIPPED: cluster.sh cannot run here"; exit 77; }
