@@ -8,8 +8,8 @@ target_link_libraries(state_check PRIVATE hdf5::hdf5 MPI::MPI_C ${GTRAIN_LIBM})
 
 if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _resume_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
-  foreach(scenario kill9_bitwise kill_during_save reshard corrupt_fallback shape_mismatch sigterm
-                   bad_files_never_count_toward_keep unusable_dir full_disk nonfinite model_change time_cadence
+  foreach(scenario kill9_bitwise kill_during_save reshard global_batch_kept corrupt_fallback shape_mismatch sigterm
+                   bad_files_never_count_toward_keep unusable_dir dir_not_shared full_disk nonfinite model_change time_cadence
                    memory_preflight save_is_durable leftover_tmp_removed_at_start)
     add_test(NAME resume_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py

@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there. The CUDA toolkit is not a Debian package
 # here: when /usr/local/cuda/bin/nvcc exists the CUDA backend is built too, otherwise it is skipped.
 #   bash tools/setup-debian.sh            build + test + quickstart packages
-#   bash tools/setup-debian.sh --slurm    also slurm-wlm and munge (the slurm-labelled tests)
+#   bash tools/setup-debian.sh --slurm    also slurm-wlm, munge and iproute2 (the slurm and cluster tests)
 set -euo pipefail
 
 packages=(cmake make gcc g++ pkg-config
@@ -16,6 +16,7 @@ packages+=(shellcheck)   # tests: shellcheck of the GPU check scripts (tests/gpu
 packages+=(strace)       # tests: resume_save_is_durable checks the fsync before the rename
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
+  packages+=(iproute2 util-linux)   # tests/cluster: network namespaces, nsenter, unshare
 fi
 
 missing=()

@@ -7,6 +7,12 @@
  *                        node-local): a read-only mount or a path that is a file is exit 2 with the
  *                        path and the OS error, not a lost run at the first save. Less free space
  *                        than one state file (statvfs against gt_state_file_bytes) is a warning.
+ *                        Then each node's first rank writes a file named by a random token into
+ *                        it and, after all have, checks that it sees every node's: a directory
+ *                        that is not the same on every node (a node-local path) is exit 2 naming
+ *                        the hosts that disagree.
+ *   the global batch     a resume on another world size keeps the saved global batch by rescaling
+ *                        grad_accum (gt_runstate_keep_global_batch, before the run is built).
  *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
  *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
  *                        truncation) is reported and the next older one is tried; none usable:
@@ -187,8 +193,93 @@ static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
     return 0;
 }
 
+/* One node's probe of "is checkpoint.dir the same directory everywhere": the file it wrote, named
+ * by a random token, and the host that wrote it. */
+typedef struct node_probe {
+    int leader; /* this rank wrote a probe (the first rank of its node) */
+    char token[24];
+    char host[64];
+} node_probe;
+
+static void probe_token(char *out, size_t len, int rank) {
+    uint64_t r = 0;
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+        r = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() << 20 ^ (uint64_t)rank;
+    if (fd >= 0) close(fd);
+    snprintf(out, len, "%016llx", (unsigned long long)r);
+}
+
+static void node_probe_path(char *out, size_t len, const char *dir, const node_probe *p) {
+    snprintf(out, len, "%s/.gtrain-node-probe.%s", dir, p->token);
+}
+
+/* checkpoint.dir must be one directory that every node sees (a shared file system): a node-local
+ * path gives each node its own files, and a resume then reads whatever its node saw. The first rank
+ * of each node writes a file named by a random token into it; after all have written, each checks
+ * that it sees every node's file. Exit 2 naming the nodes that do not, by host name. With
+ * GTRAIN_TEST_RANK_IS_NODE=1 every rank probes as if it were a node of its own, so that a test on
+ * one machine can give each rank a private directory (a mount namespace) and see the refusal.
+ * Collective. */
+static int check_same_dir(gt_run_state *run, int node_rank, const char *host) {
+    const char *dir = run->cfg->checkpoint.dir;
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    node_probe mine;
+    memset(&mine, 0, sizeof mine);
+    mine.leader = node_rank == 0 || gt_test_hook("GTRAIN_TEST_RANK_IS_NODE") != NULL;
+    snprintf(mine.host, sizeof mine.host, "%s", host);
+    char path[GT_PATH_MAX + 64];
+    if (mine.leader) {
+        probe_token(mine.token, sizeof mine.token, rank);
+        node_probe_path(path, sizeof path, dir, &mine);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) close(fd); /* a failure shows as a probe that no node sees, its own included */
+    }
+    node_probe *all = calloc((size_t)world, sizeof *all);
+    if (!all) abort();
+    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, run->mpi_comm);
+    int verdict[2] = {0, -1}; /* probes seen, the first one missing (a rank) */
+    int leaders = 0;
+    for (int r = 0; r < world; r++) {
+        if (!all[r].leader) continue;
+        leaders++;
+        if (!mine.leader) continue;
+        node_probe_path(path, sizeof path, dir, &all[r]);
+        if (access(path, F_OK) == 0) verdict[0]++;
+        else if (verdict[1] < 0) verdict[1] = r;
+    }
+    int *verdicts = calloc((size_t)world * 2, sizeof *verdicts);
+    if (!verdicts) abort();
+    MPI_Allgather(verdict, 2, MPI_INT, verdicts, 2, MPI_INT, run->mpi_comm);
+    if (mine.leader) { /* every node has looked: the probes can go */
+        node_probe_path(path, sizeof path, dir, &mine);
+        unlink(path);
+    }
+    char nodes[2048] = "";
+    int disagree = 0;
+    for (int r = 0; r < world; r++) {
+        if (!all[r].leader || verdicts[2 * r] == leaders) continue;
+        disagree++;
+        gt_appendf(nodes, sizeof nodes, "%s%s (rank %d) sees %d of the %d nodes' probe files, not %s's",
+               disagree > 1 ? "; " : "", all[r].host, r, verdicts[2 * r], leaders, all[verdicts[2 * r + 1]].host);
+    }
+    free(all);
+    free(verdicts);
+    if (!disagree) return 0;
+    if (rank == 0) {
+        char where[GT_PATH_MAX + 128];
+        gt_config_where(run->cfg, "checkpoint", "dir", where, sizeof where);
+        fprintf(stderr, "gtrain: %s: '%s' is not the same directory on every node: %s (expected a directory on a "
+                "file system every node shares; each node's first rank wrote a probe file into it)\n", where, dir,
+                nodes);
+        fflush(stderr);
+    }
+    return GT_EXIT_BAD_INPUT;
+}
+
 /* exit 2 (agreed) when checkpoint.dir is not usable on some node (the first rank of each node
- * probes it); a warning when some rank sees less free space than one state file. Collective. */
+ * probes it) or is not the same directory on every node; a warning when some rank sees less free
+ * space than one state file. Collective. */
 static int check_dir(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), node_rank = 0;
@@ -210,6 +301,7 @@ static int check_dir(gt_run_state *run) {
         if (rank == 0) fprintf(stderr, "gtrain: %s\n", msg);
         return code;
     }
+    if ((code = check_same_dir(run, node_rank, host))) return code;
 
     struct statvfs st;
     int low = 0;
@@ -427,6 +519,108 @@ static int resume(gt_run_state *run) {
         fflush(stdout);
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The global batch across world sizes
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The file a resume would start from, its attributes only: checkpoint.resume = PATH, or the newest
+ * file in checkpoint.dir whose attributes read (the one resume() will try first unless its tensors
+ * then fail). 0, or -1 when there is none to look at. Rank 0. */
+static int peek_resume_file(const gt_config *cfg, gt_state_info *info, char *path, size_t path_len) {
+    char err[GT_PATH_MAX + 1024];
+    if (gt_config_resume(cfg) == GT_RESUME_PATH) {
+        snprintf(path, path_len, "%s", cfg->checkpoint.resume);
+        return gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK ? 0 : -1;
+    }
+    int64_t *steps = NULL;
+    size_t n = list_state_files(cfg->checkpoint.dir, &steps);
+    int found = -1;
+    for (size_t i = 0; i < n && found; i++) {
+        state_path(path, path_len, cfg->checkpoint.dir, steps[i], 0);
+        if (gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK) found = 0;
+    }
+    free(steps);
+    return found;
+}
+
+/* What keeps the global batch G on `world` ranks when micro_batch x world does not divide it: the
+ * largest micro_batch up to the current one that divides G / world (so no more activation memory),
+ * with the grad_accum that completes it. 0 when G is not a multiple of world: nothing keeps it. */
+static int fitting_micro_batch(uint64_t G, int world, int micro_batch) {
+    if (G % (uint64_t)world) return 0;
+    uint64_t per_rank = G / (uint64_t)world;
+    for (int b = micro_batch; b >= 1; b--)
+        if (per_rank % (uint64_t)b == 0) return b;
+    return 0;
+}
+
+/* Rank 0's verdict for gt_runstate_keep_global_batch: 0 with *grad_accum set, or 2 with msg. */
+static int decide_grad_accum(const gt_config *cfg, int world, int *grad_accum, char *msg, size_t len) {
+    gt_state_info info;
+    char path[GT_PATH_MAX + 64], where[GT_PATH_MAX + 128];
+    *grad_accum = cfg->train.grad_accum;
+    if (peek_resume_file(cfg, &info, path, sizeof path) != 0 || info.global_batch == 0) return 0;
+    uint64_t G = info.global_batch, B = (uint64_t)cfg->train.micro_batch, A = (uint64_t)cfg->train.grad_accum;
+    if (B * A * (uint64_t)world == G) return 0;
+    char saved[256];
+    snprintf(saved, sizeof saved, "%d rank%s x micro_batch %d x grad_accum %d", info.world_size,
+             info.world_size == 1 ? "" : "s", info.micro_batch, info.grad_accum);
+    gt_config_where(cfg, "train", "grad_accum", where, sizeof where);
+    /* Only the command line is a choice made for this run. A config file is the job's description,
+     * reused as-is when the job comes back on fewer or more ranks (shipped configs write every key),
+     * and its grad_accum cannot tell a deliberate edit from a value an earlier resume rescaled. */
+    if (gt_config_key_line(cfg, "train", "grad_accum") < 0) {
+        printf("gtrain: warning: %s: the global batch changes from %llu to %llu sequences per step (%s saved "
+               "%s); the run will not follow the saved one's losses\n",
+               where, (unsigned long long)G, (unsigned long long)(B * A * (uint64_t)world), path, saved);
+        fflush(stdout);
+        return 0;
+    }
+    if (G % (B * (uint64_t)world) == 0) {
+        *grad_accum = (int)(G / (B * (uint64_t)world));
+        printf("gtrain: keeping the global batch of %s, %llu sequences per step (saved %s): train.grad_accum %d "
+               "-> %d on %d rank%s\n", path, (unsigned long long)G, saved, cfg->train.grad_accum, *grad_accum,
+               world, world == 1 ? "" : "s");
+        fflush(stdout);
+        return 0;
+    }
+    char fit[256];
+    int b = fitting_micro_batch(G, world, cfg->train.micro_batch);
+    if (b)
+        snprintf(fit, sizeof fit, "train.micro_batch=%d train.grad_accum=%llu keep it", b,
+                 (unsigned long long)(G / (uint64_t)world / (uint64_t)b));
+    else
+        snprintf(fit, sizeof fit, "no micro_batch x grad_accum keeps it on %d ranks (run on a number of ranks that "
+                 "divides %llu)", world, (unsigned long long)G);
+    snprintf(msg, len,
+             "%s: cannot keep the global batch of %s, %llu sequences per step (saved %s): micro_batch %llu x %d "
+             "rank%s = %llu does not divide it; %s, or set train.grad_accum on the command line to train with "
+             "another global batch", where, path, (unsigned long long)G, saved, (unsigned long long)B, world,
+             world == 1 ? "" : "s", (unsigned long long)(B * (uint64_t)world), fit);
+    return GT_EXIT_BAD_INPUT;
+}
+
+int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world) {
+    if (gt_config_resume(cfg) == GT_RESUME_NEVER ||
+        (gt_config_resume(cfg) == GT_RESUME_AUTO && !cfg->checkpoint.dir[0]))
+        return 0;
+    int rank = 0, size = 1;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    char msg[2 * GT_PATH_MAX + 1024] = "";
+    int verdict[2] = {0, cfg->train.grad_accum}; /* exit code, grad_accum */
+    if (rank == 0) {
+        verdict[0] = decide_grad_accum(cfg, size, &verdict[1], msg, sizeof msg);
+        if (verdict[0]) {
+            fprintf(stderr, "gtrain: %s\n", msg);
+            fflush(stderr);
+        }
+    }
+    MPI_Bcast(verdict, 2, MPI_INT, 0, world);
+    cfg->train.grad_accum = verdict[1];
+    return verdict[0];
 }
 
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,

@@ -35,6 +35,14 @@ typedef struct gt_run_state {
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
 } gt_run_state;
 
+/* Before the run is built, when it will resume: keeps the global batch (micro_batch x grad_accum x
+ * world, sequences per optimizer step) of the state file it resumes from on this world size by
+ * setting cfg->train.grad_accum, with one line saying so. A train.grad_accum given on the command
+ * line wins, with a warning that the global batch changes; the config file's is rescaled. When micro_batch x world does not divide the saved global
+ * batch: exit 2 with the numbers and the keys that would keep it. Collective over world; returns 0
+ * or 2, the same on every rank, and cfg the same on every rank. */
+int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world);
+
 /* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path
  * and the OS error when it cannot; a warning when it has less free space than one state file),
  * then resumes (checkpoint.resume) or starts fresh. Collective over world (the trainer's MPI

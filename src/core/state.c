@@ -778,7 +778,8 @@ static int open_checked(reader *r, int64_t *step, int64_t *world) {
     return code;
 }
 
-static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config_text) {
+/* The root and /train attributes: everything in gt_state_info. */
+static int read_info(reader *r, gt_state_info *info) {
     memset(info, 0, sizeof *info);
     int64_t step = 0, world = 0;
     int code = open_checked(r, &step, &world);
@@ -807,6 +808,11 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
         info->seq_len = (int)sl;
         H5Gclose(train);
     }
+    return code;
+}
+
+static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config_text) {
+    int code = read_info(r, info);
     if (!code) code = read_config_text(r, config_text);
 
     const gt_layout *layout = gt_model_layout(opt->model);
@@ -855,6 +861,8 @@ static int read_file(const char *path, gt_optim *opt, gt_state_info *info, const
     int code;
     if (opt) {
         code = read_all(&r, opt, info, config_text);
+    } else if (info) {
+        code = read_info(&r, info);
     } else {
         int64_t step = 0, world = 0;
         code = open_checked(&r, &step, &world);
@@ -878,6 +886,10 @@ int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **c
 
 int gt_state_read_config(const char *path, char **config_text, char *err, size_t err_len) {
     return read_file(path, NULL, NULL, NULL, NULL, config_text, err, err_len);
+}
+
+int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t err_len) {
+    return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
 }
 
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len) {

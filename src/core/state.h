@@ -80,8 +80,12 @@ int gt_state_read(const char *path, gt_optim *opt, gt_state_info *info, char **c
  * checks the format and reads /config into *config_text (malloc'd). GT_STATE_* and err. */
 int gt_state_read_config(const char *path, char **config_text, char *err, size_t err_len);
 
-/* The same, and checks /model against `layout` (every tensor with its shape, nothing else) and reads
- * each tensor whole into params (layout->n_params fp32, flat layout order); the optimizer's moments
+/* The same, reading the attributes only (gt_state_info: step, world size, global batch, ...), no
+ * tensor and no checksum: what a run needs to know before it is built. GT_STATE_* and err. */
+int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t err_len);
+
+/* The same as gt_state_read_config, and checks /model against `layout` (every tensor with its
+ * shape, nothing else) and reads each tensor whole into params (layout->n_params fp32, flat layout order); the optimizer's moments
  * are not read. GT_STATE_* and err. */
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
 

@@ -280,7 +280,7 @@ static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, doub
 
 /* Everything one run holds: opened by open_run, released in one place by close_run. */
 typedef struct run {
-    const gt_config *cfg;
+    const gt_config *cfg;      /* the run's own copy: a resume may rescale train.grad_accum */
     MPI_Comm mpi;
     int rank, world;
     const gt_ops *ops;
@@ -459,9 +459,12 @@ static void print_banner(const run *r) {
 
 /* Opens a run: backend and communicator, plan, data, model, then the state (a resume, or model.init),
  * the metrics file and the banner. Returns 0 or an exit code; close_run releases either way. */
-static int open_run(run *r, const gt_config *cfg, MPI_Comm mpi) {
+static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     memset(r, 0, sizeof *r);
-    r->cfg = cfg;
+    gt_config *own = malloc(sizeof *own);
+    if (!own) abort();
+    *own = *file_cfg;
+    const gt_config *cfg = r->cfg = own;
     r->mpi = mpi;
     MPI_Comm_rank(mpi, &r->rank);
     MPI_Comm_size(mpi, &r->world);
@@ -470,7 +473,9 @@ static int open_run(run *r, const gt_config *cfg, MPI_Comm mpi) {
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
     r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
-    if ((rc = open_communicator(r)) || (rc = resolve_plan(r)) || (rc = open_data(r))) return rc;
+    if ((rc = open_communicator(r)) || (rc = gt_runstate_keep_global_batch(own, mpi)) || (rc = resolve_plan(r)) ||
+        (rc = open_data(r)))
+        return rc;
     build_model(r);
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     r->G = (uint64_t)B * A * r->world;
@@ -514,6 +519,7 @@ static void close_run(run *r) {
     gt_data_close(r->val_data);
     gt_data_close(r->train_data);
     gt_comm_destroy(r->comm);
+    free((gt_config *)r->cfg);
 }
 
 /* ---------------------------------------------------------------- one step */
@@ -674,7 +680,7 @@ static int validate(run *r, int step) {
 int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     run r;
     int rc = open_run(&r, cfg, world_comm);
-    for (int step = r.state.first_step; !rc && step <= cfg->train.steps; step++) {
+    for (int step = r.state.first_step; !rc && step <= r.cfg->train.steps; step++) {
         step_result res;
         gt_watchdog_step_begin(step);
         test_hang(step, r.rank);

@@ -12,6 +12,9 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   reshard            2 ranks x grad_accum 2 -> 1 x 4, 1 x 4 -> 4 x 1, ZeRO-1 -> shard none: same
                      losses and weights within 1e-5 relative; a changed global batch is reported
                      and continues at the saved data cursor
+  global_batch_kept  2 ranks -> 1 with the same config: grad_accum rescaled 2 -> 4, losses within
+                     1e-5 of the 2-rank run; 3 ranks (nothing fits) and micro_batch 3: exit 2 with
+                     the numbers and the fitting keys; train.grad_accum on the command line wins
   corrupt_fallback   a flipped byte in a data chunk (read by rank 1 only), a truncated file, a
                      broken superblock: reported, and auto falls back to the newest good file;
                      nothing usable -> exit 3; checkpoint.resume=PATH of a bad file -> exit 3
@@ -23,6 +26,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
                      then fsync of the directory
   leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
+  dir_not_shared     each rank as a node of its own (a mount and UTS namespace, root only) with a
+                     private tmpfs over checkpoint.dir: exit 2 before step 1 naming both hosts
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -391,6 +396,38 @@ def reshard(e):
     check(cursor == str(32 + 4 * 4), "after 4 more steps of 4 sequences the cursor is 48")
 
 
+def global_batch_kept(e):
+    """A job that comes back on another number of ranks (a node lost) keeps the global batch of its
+    state file: grad_accum is rescaled when micro_batch x world divides it, else exit 2 with the keys
+    that would fit; train.grad_accum on the command line wins with a warning."""
+    e.run(2, "ref2", "checkpoint.every=4")  # 2 ranks x micro_batch 2 x grad_accum 2 (the file) = 8
+    ref2 = e.losses("ref2")
+    e.seed_from("ref2", 4, "to1")
+    out, _ = e.run(1, "to1", "checkpoint.every=4")
+    check("keeping the global batch of " + e.ck("to1", 4) + ", 8 sequences per step" in out
+          and "train.grad_accum 2 -> 4 on 1 rank" in out, "2 -> 1 rank: one line says grad_accum 2 -> 4")
+    check("global batch 8 x 32 tokens" in out, "the banner shows the kept global batch of 8")
+    close_losses(ref2, e.losses("to1"), range(5, 9), 1e-5, "2 x 2 -> 1 x 4 (rescaled): losses of steps 5..8 within 1e-5")
+    check(h5_attr(e.ck("to1", 8), "/train/data_cursor") == str(8 * 8), "the cursor after 8 steps of 8 is 64")
+    check(h5_attr(e.ck("to1", 8), "/train/grad_accum") == "4", "the state file records grad_accum 4")
+
+    e.seed_from("ref2", 4, "odd")
+    _, err = e.run(3, "odd", expect=2)
+    lines = [l for l in err.splitlines() if "global batch" in l]
+    check(len(lines) == 1 and "tiny.ini:12: [train] grad_accum: cannot keep the global batch" in lines[0]
+          and "8 sequences per step" in lines[0] and "micro_batch 2 x 3 ranks = 6 does not divide it" in lines[0]
+          and "no micro_batch x grad_accum keeps it on 3 ranks" in lines[0],
+          "2 -> 3 ranks: exit 2, one line naming the file, line and key, with the numbers")
+    _, err = e.run(1, "odd", "train.micro_batch=3", expect=2)
+    check("micro_batch 3 x 1 rank = 3 does not divide it" in err and "train.micro_batch=2 train.grad_accum=4 keep it"
+          in err, "micro_batch 3 on 1 rank: exit 2 naming micro_batch 2 x grad_accum 4 as the fit")
+    check(e.steps_saved("odd") == [4], "the refused resumes leave the files alone")
+
+    out, _ = e.run(1, "odd", "train.grad_accum=2", "train.steps=5")
+    check("warning: command line: train.grad_accum=2: the global batch changes from 8 to 4" in out
+          and "keeping" not in out, "train.grad_accum on the command line wins, with a warning")
+
+
 def corrupt_fallback(e):
     e.run(2, "ref")
     pristine = os.path.join(e.work, "pristine_step8.h5")
@@ -574,6 +611,51 @@ def unusable_dir(e):
             check(len(lines) == 1 and f"'{path}'" in lines[0] and "Read-only file system" in lines[0],
                   f"read-only mount, dir {path}: exit 2 naming the path and the OS error: {lines}")
             check(not trained_steps(out), "no step was trained")
+
+
+NODE_WRAPPER = """#!/bin/sh
+# one rank as a node of its own: its own host name (UTS namespace) and, with PRIVATE=1, its own tmpfs
+# over the checkpoint directory (mount namespace), as a node-local path on a cluster would be
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}
+exec unshare -m -u sh -c 'hostname "node-$0"; mount --make-rprivate /; [ "$PRIVATE" != 1 ] || mount -t tmpfs none "$1" || exit 9; shift; exec "$@"' "$rank" "$@"
+"""
+
+
+def dir_not_shared(e):
+    """checkpoint.dir must be the same directory on every node: each rank plays a node of its own
+    (GTRAIN_TEST_RANK_IS_NODE=1, and its own host name through unshare -u); with a private tmpfs per
+    rank over the directory the run is refused before step 1, naming both hosts; with the directory
+    shared it trains and leaves no probe file behind."""
+    if os.geteuid() != 0:
+        print("SKIP: not root, so no mount namespace can be made; tools/run-tests.sh runs the tests as root", flush=True)
+        sys.exit(77)
+    wrapper = os.path.join(e.work, "node.sh")
+    with open(wrapper, "w") as f:
+        f.write(NODE_WRAPPER)
+    os.chmod(wrapper, 0o755)
+    ck = e.ck("nodes")
+    os.makedirs(ck, exist_ok=True)
+    hooks = {"GTRAIN_TEST_RANK_IS_NODE": "1"}
+
+    def run(private):
+        env = e.environ(hooks)
+        env["PRIVATE"] = "1" if private else "0"
+        args = [ARGS.gtrain, e.config, f"checkpoint.dir={ck}", "train.steps=2", "checkpoint.every=0"]
+        cmd = [ARGS.mpiexec, ARGS.np_flag, "2"] + ARGS.mpi_flags.split() + [wrapper, ck] + args
+        return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+
+    p = run(private=True)
+    lines = [l for l in gtrain_lines(p.stderr) if "not the same directory" in l]
+    check(p.returncode == 2 and len(lines) == 1 and f"checkpoint.dir={ck}: '{ck}' is not the same directory on every "
+          "node" in lines[0] and "node-0 (rank 0) sees 1 of the 2 nodes' probe files, not node-1's" in lines[0]
+          and "node-1 (rank 1) sees 1 of the 2 nodes' probe files, not node-0's" in lines[0],
+          f"a private tmpfs per node: exit 2 ({p.returncode}), one line naming both hosts: {lines}")
+    check(not trained_steps(p.stdout), "no step was trained")
+
+    p = run(private=False)
+    check(p.returncode == 0 and len(trained_steps(p.stdout)) == 2, f"one shared directory: trains (exit {p.returncode})")
+    check(e.steps_saved_in(ck) == [2] and not [f for f in os.listdir(ck) if f.startswith(".gtrain-node-probe")],
+          "the state file is there and no probe file is left")
 
 
 def full_disk(e):
@@ -814,8 +896,8 @@ def leftover_tmp_removed_at_start(e):
         check(e.steps_saved(name) == [2], "and the run saved its own state")
 
 
-SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, corrupt_fallback, shape_mismatch, sigterm,
-                                     bad_files_never_count_toward_keep, unusable_dir, full_disk, nonfinite,
+SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
+                                     bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start)}
 

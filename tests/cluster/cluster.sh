@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# cluster.sh — a Slurm cluster of N nodes on one machine, for multi-node tests and by hand.
+#
+#   eval "$(bash tests/cluster/cluster.sh up N)"    start N nodes; prints the export lines
+#   bash tests/cluster/cluster.sh down              stop everything it started, remove what it made
+#   bash tests/cluster/cluster.sh status            sinfo of the cluster, or "down"
+#   bash tests/cluster/cluster.sh kill-node I       SIGKILL every process of node I (slurmd included)
+#
+# Each node is a network namespace (`ip netns add gtc-nodeI`) joined to a bridge by a veth pair, with
+# its own address 10.77.0.(11+I) and, through a UTS and a mount namespace of its slurmd, its own host
+# name gtc-nI and its own /tmp (Slurm's PMIx plugin makes per-step directories under /tmp whose names
+# would collide between nodes that share it). The bridge and slurmctld live in one more namespace,
+# gtc-ctl (10.77.0.1, host name gtc-ctl, the name its SlurmctldHost gives). Every address and link is
+# inside a namespace this script creates: the machine's own network is not touched, and nothing
+# outside the machine is reached. The nodes share the machine's file system, as a cluster shares its
+# parallel file system; munged (one, root namespace) is reached through its socket file.
+#
+# slurmd is entered with `nsenter --net` into its namespace, not `ip netns exec`, which remounts /sys
+# and hides the cgroup file system from slurmd. The printed exports put wrappers for sbatch, srun,
+# squeue, sinfo, scontrol and scancel first on PATH: from the machine's own network namespace they run
+# the real command inside gtc-ctl (the only place slurmctld can be reached); inside a job (already in
+# a node's namespace) they run it directly. They also set SLURM_CONF and Open MPI's TCP interface
+# choice (10.77.0.0/24), so that ranks on different nodes talk over the bridge.
+#
+# Files (config, logs, munge key and socket, spool) live in $GTRAIN_CLUSTER_DIR (default
+# /var/tmp/gtrain-cluster; not under /tmp, which each node replaces with its own). `down` stops, by
+# process id, the daemons it recorded and every process left inside the namespaces it made (job
+# steps), then deletes the namespaces, which takes their links and addresses with them; it works
+# after a failed `up` and when nothing is up. `up` while a cluster is up takes it down first.
+# GTRAIN_CLUSTER_SLURMD_TIMEOUT sets SlurmdTimeout (default 300 s, Slurm's): how long a silent node
+# stays "not responding" before Slurm marks it DOWN and ends its jobs (NODE_FAIL).
+# Needs root, iproute2, util-linux (nsenter, unshare), munge and slurm-wlm (tools/setup-debian.sh
+# --slurm). Exit 77 when one of them is missing, 1 when the cluster does not come up.
+set -uo pipefail
+
+dir=${GTRAIN_CLUSTER_DIR:-/var/tmp/gtrain-cluster}
+prefix=gtc
+subnet=10.77.0
+ctl_ns=$prefix-ctl
+
+note() { echo "cluster.sh: $*" >&2; }
+
+node_ns() { echo "$prefix-node$1"; }
+node_name() { echo "$prefix-n$1"; }
+node_addr() { echo "$subnet.$((11 + $1))"; }
+
+# ---------------------------------------------------------------- down
+down() {
+  local n=0 i ns pid
+  [[ -f "$dir/nodes" ]] && n=$(cat "$dir/nodes")
+  # jobs first, while slurmctld is there to end them
+  if [[ -f "$dir/slurm.conf" && -e /run/netns/$ctl_ns ]]; then
+    SLURM_CONF=$dir/slurm.conf timeout 10 nsenter --net=/run/netns/$ctl_ns scancel --quiet --user=root \
+      >/dev/null 2>&1 || true
+  fi
+  # the recorded daemons (slurmd, slurmctld, munged), newest first
+  if [[ -f "$dir/pids" ]]; then
+    tac "$dir/pids" | while read -r pid; do
+      kill -TERM "$pid" 2>/dev/null || continue
+      for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL "$pid" 2>/dev/null
+    done
+    rm -f "$dir/pids"
+  fi
+  # whatever else still runs inside our namespaces (slurmstepd, ranks of a killed job), by pid
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-"); do
+    for sig in TERM KILL; do
+      pids=$(ip netns pids "$ns" 2>/dev/null)
+      [[ -z "$pids" ]] && break
+      for pid in $pids; do kill -"$sig" "$pid" 2>/dev/null; done
+      for _ in $(seq 1 25); do [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break; sleep 0.2; done
+    done
+    ip netns del "$ns" 2>/dev/null || note "could not delete network namespace $ns"
+  done
+  rm -f "$dir/nodes" "$dir/env"
+  return 0
+}
+
+# ---------------------------------------------------------------- up
+need() {
+  (($(id -u) == 0)) || { note "needs root (network namespaces, slurmd)"; exit 77; }
+  local c
+  for c in ip nsenter unshare munged munge slurmctld slurmd sinfo; do
+    command -v "$c" >/dev/null 2>&1 || { note "$c not found (tools/setup-debian.sh --slurm)"; exit 77; }
+  done
+}
+
+fail_up() {
+  note "$*"
+  local f
+  for f in "$dir"/slurmctld.log "$dir"/slurmd-*.log "$dir"/*.stdout "$dir"/munged.log; do
+    [[ -s "$f" ]] && { echo "----- $f (last 15 lines)" >&2; tail -n 15 "$f" >&2; }
+  done
+  down
+  exit 1
+}
+
+up() {
+  local n=$1 i cpus
+  [[ "$n" =~ ^[1-9][0-9]?$ ]] || { note "up N: N from 1 to 99"; exit 2; }
+  need
+  down
+  mkdir -p "$dir/bin" "$dir/state"
+  chmod 755 "$dir"
+  rm -f "$dir"/*.log "$dir"/*.stdout
+  echo "$n" >"$dir/nodes"
+  cpus=$(nproc)
+
+  # the network: the bridge in gtc-ctl, one veth pair per node created straight into the namespaces
+  ip netns add "$ctl_ns" || fail_up "ip netns add $ctl_ns failed"
+  ip -n "$ctl_ns" link set lo up
+  ip -n "$ctl_ns" link add br0 type bridge || fail_up "no bridge in $ctl_ns"
+  ip -n "$ctl_ns" addr add "$subnet.1/24" dev br0
+  ip -n "$ctl_ns" link set br0 up
+  {
+    echo "127.0.0.1 localhost"
+    echo "$subnet.1 $prefix-ctl"
+  } >"$dir/hosts"
+  for ((i = 0; i < n; i++)); do
+    local ns
+    ns=$(node_ns $i)
+    ip netns add "$ns" || fail_up "ip netns add $ns failed"
+    mkdir -p "$dir/spool/$(node_name $i)"
+    ip -n "$ns" link set lo up
+    ip link add "v$i" netns "$ctl_ns" type veth peer name eth0 netns "$ns" || fail_up "no veth for $ns"
+    ip -n "$ctl_ns" link set "v$i" master br0 up
+    ip -n "$ns" addr add "$(node_addr $i)/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    echo "$(node_addr $i) $(node_name $i)" >>"$dir/hosts"
+  done
+
+  # munge, with a key and socket of its own
+  dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 2>/dev/null
+  chmod 600 "$dir/munge.key"
+  munged -F --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" --pid-file="$dir/munged.pid" \
+    --seed-file="$dir/munged.seed" >"$dir/munged.log" 2>&1 &
+  echo $! >>"$dir/pids"
+  for _ in $(seq 1 50); do
+    munge -S "$dir/munge.socket" -n 2>/dev/null | unmunge -S "$dir/munge.socket" >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+
+  : >"$dir/plugstack.conf"
+  {
+    cat <<EOF
+# tests/cluster/cluster.sh: $n nodes, each a network namespace on a bridge
+ClusterName=gtraincluster
+SlurmctldHost=$prefix-ctl($subnet.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$dir/munge.socket
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
+PlugStackConfig=$dir/plugstack.conf
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobRequeue=1
+MinJobAge=600
+KillWait=10
+SlurmdTimeout=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-300}
+EOF
+    for ((i = 0; i < n; i++)); do
+      echo "NodeName=$(node_name $i) NodeAddr=$(node_addr $i) CPUs=$cpus RealMemory=500 State=UNKNOWN"
+    done
+    echo "PartitionName=test Nodes=$prefix-n[0-$((n - 1))] Default=YES MaxTime=INFINITE State=UP"
+  } >"$dir/slurm.conf"
+  export SLURM_CONF=$dir/slurm.conf
+
+  # slurmctld under the host name SlurmctldHost gives, in gtc-ctl
+  nsenter --net=/run/netns/$ctl_ns unshare --uts --mount --propagation private \
+    sh -c 'hostname "$0"; mount --bind "$1" /etc/hosts; exec slurmctld -D -i' "$prefix-ctl" "$dir/hosts" \
+    >"$dir/slurmctld.stdout" 2>&1 &
+  echo $! >>"$dir/pids"
+  # a slurmd per node: its network namespace, its host name, its own /tmp, the cluster's /etc/hosts
+  for ((i = 0; i < n; i++)); do
+    nsenter --net=/run/netns/"$(node_ns $i)" unshare --uts --mount --propagation private \
+      sh -c 'hostname "$0"; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount --bind "$1" /etc/hosts &&
+             exec slurmd -D -N "$0"' "$(node_name $i)" "$dir/hosts" >"$dir/slurmd-$(node_name $i).stdout" 2>&1 &
+    echo $! >>"$dir/pids"
+  done
+
+  # wrappers: the Slurm commands, run inside gtc-ctl from the machine's own network namespace
+  local c real
+  for c in sbatch srun squeue sinfo scontrol scancel salloc sacct; do
+    real=$(PATH=/usr/local/bin:/usr/bin:/bin command -v $c || echo /usr/bin/$c) # never a wrapper
+    cat >"$dir/bin/$c" <<EOF
+#!/bin/sh
+# tests/cluster/cluster.sh: $c against the namespace cluster
+if [ "\$(readlink /proc/self/ns/net)" = "$(readlink /proc/self/ns/net)" ]; then # the namespace of \`up\`
+  exec nsenter --net=/run/netns/$ctl_ns $real "\$@"
+fi
+exec $real "\$@"
+EOF
+    chmod 755 "$dir/bin/$c"
+  done
+  cat >"$dir/env" <<EOF
+export SLURM_CONF=$dir/slurm.conf
+export PATH=$dir/bin:\$PATH
+export OMPI_MCA_btl_tcp_if_include=$subnet.0/24 OMPI_MCA_oob_tcp_if_include=$subnet.0/24
+export OMPI_MCA_btl=self,tcp
+EOF
+
+  local idle=""
+  for _ in $(seq 1 120); do
+    idle=$(nsenter --net=/run/netns/$ctl_ns sinfo -h -t idle -o %D 2>/dev/null | head -n 1)
+    [[ "$idle" == "$n" ]] && break
+    sleep 0.5
+  done
+  [[ "$idle" == "$n" ]] || fail_up "the $n nodes did not come up idle within 60 s ($(nsenter --net=/run/netns/$ctl_ns sinfo -h -o '%t %D %E' 2>&1 | tr '\n' ' '))"
+  note "up: $n nodes ($(nsenter --net=/run/netns/$ctl_ns sinfo -h -N -o '%N %t' | tr '\n' ' ')), files in $dir"
+  cat "$dir/env"
+}
+
+case "${1:-}" in
+  up) up "${2:-2}" ;;
+  down) need; down ;;
+  kill-node)
+    # a node's sudden death: SIGKILL to every process in its namespace (slurmd, slurmstepd, ranks)
+    [[ "${2:-}" =~ ^[0-9]+$ && -e /run/netns/$(node_ns "${2:-x}") ]] || { note "kill-node I: no node I"; exit 2; }
+    for pid in $(ip netns pids "$(node_ns "$2")"); do kill -KILL "$pid" 2>/dev/null; done
+    ;;
+  status)
+    if [[ -f "$dir/nodes" && -e /run/netns/$ctl_ns ]]; then
+      SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/$ctl_ns sinfo -N
+    else echo down; fi
+    ;;
+  *) echo "usage: cluster.sh up N | down | status | kill-node I" >&2; exit 2 ;;
+esac
