@@ -9,24 +9,10 @@
 set -euo pipefail
 mode=$1 gtrain=$2 prep=$3 work=$4
 shift 4
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-"$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null
-cat >run.ini <<INI
-[model]
-dim = 32
-n_layers = 2
-n_heads = 2
-n_kv_heads = 1
-ffn_dim = 64
-max_seq_len = 32
-[train]
-seq_len = 32
-micro_batch = 2
-steps = 10000
-warmup_steps = 1
-[data]
-train = corpus.train.bin
-val =
+# shellcheck source=SCRIPTDIR/fault_run.sh
+. "$(dirname "$0")/fault_run.sh"
+fault_run_dir "$prep" "$work"
+cat >>run.ini <<INI
 [log]
 metrics = metrics.jsonl
 INI

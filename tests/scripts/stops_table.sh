@@ -6,25 +6,9 @@
 set -uo pipefail
 gtrain=$1 prep=$2 local_sh=$3 work=$4
 shift 4
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-"$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null || exit 1
-cat >run.ini <<INI
-[model]
-dim = 32
-n_layers = 2
-n_heads = 2
-n_kv_heads = 1
-ffn_dim = 64
-max_seq_len = 32
-[train]
-seq_len = 32
-micro_batch = 2
-steps = 10000
-warmup_steps = 1
-[data]
-train = corpus.train.bin
-val =
-INI
+# shellcheck source=SCRIPTDIR/fault_run.sh
+. "$(dirname "$0")/fault_run.sh"
+fault_run_dir "$prep" "$work" || exit 1
 export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=100 GTRAIN_BIN=$gtrain
 mpi_flags=(--oversubscribe --bind-to none)
 (($(id -u) == 0)) && mpi_flags+=(--allow-run-as-root)
@@ -50,13 +34,16 @@ row() {
     [[ -s $dir/metrics.jsonl ]] && (($(wc -l <"$dir/metrics.jsonl") >= 2)) && break
     sleep 0.1
   done
-  local t0=$(date +%s.%N)
+  local t0
+  t0=$(date +%s.%N)
   if [[ $name == *-group ]]; then kill -"$sig" -- -"$pid"; else kill -"$sig" "$pid"; fi
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
     echo "FAIL $name: still running 60 s after SIG$sig"
     # mpirun and each rank run in process groups of their own: kill the whole tree, by pid
-    local tree=($(descendants "$pid") "$pid")
+    local tree
+    mapfile -t tree < <(descendants "$pid")
+    tree+=("$pid")
     kill -9 "${tree[@]}" 2>/dev/null
     failed=1
     tail -n 15 "$dir/log"
