@@ -36,6 +36,7 @@
 #include "planner.h"
 #include "preflight.h"
 #include "recompute.h"
+#include "runclaim.h"
 #include "runstate.h"
 #include "testhooks.h"
 #include "watchdog.h"
@@ -469,7 +470,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     MPI_Comm_rank(mpi, &r->rank);
     MPI_Comm_size(mpi, &r->world);
     int rc = gt_test_hooks_check(r->rank); /* a stray GTRAIN_TEST_* variable: refused before anything runs */
-    if (rc) return rc;
+    if (rc || (rc = gt_runclaim_take(cfg, mpi))) return rc; /* one run per checkpoint.dir, before it is touched */
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
     r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
@@ -520,6 +521,7 @@ static void close_run(run *r) {
     gt_data_close(r->train_data);
     gt_comm_destroy(r->comm);
     free((gt_config *)r->cfg);
+    gt_runclaim_release(); /* last: the final save is complete */
 }
 
 /* ---------------------------------------------------------------- one step */

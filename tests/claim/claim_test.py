@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""One run per checkpoint.dir (src/core/runclaim.c): the real `gtrain` binary on a tiny model, two runs
+pointed at one directory. Each scenario is one CTest test (tests/claim.cmake):
+
+  second_run_refused   a run started 3 s after another on the same directory exits 2 before step 1,
+                       one line naming the first's pid and host; the first ends 0 with all its state
+                       files its own; its claim is gone after it, and resuming the same run is allowed
+  stale_taken_over     after kill -9 of a run its claim is taken over by the next run with one line;
+                       so is a claim of a pid that now is another process (start time) or from before
+                       a reboot (boot id); a live process of this host is refused
+  other_host           a claim of a live pid written by hand with another host name: refused, the line
+                       names the host and checkpoint.takeover; with checkpoint.takeover=true taken over;
+                       an unreadable claim file likewise
+  slurm_restart        a claim of Slurm job 4242 on another host: the same job with a higher
+                       SLURM_RESTART_COUNT takes it over; the same restart count or another job is refused
+  multi_rank           2 ranks: one claim (rank 0's pid), one refusal line for a second 2-rank run
+
+Exit status: 0 pass, 1 fail (with the reason).
+"""
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ARGS = None
+CHECKS = 0
+CLAIM = ".gtrain-claim"
+HOST = os.uname().nodename
+
+CONFIG = """[model]
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+vocab_size = 256
+ffn_dim = 160
+max_seq_len = 64
+[train]
+seq_len = 32
+micro_batch = 2
+steps = 8
+warmup_steps = 2
+seed = 7
+[data]
+train = {data}
+val =
+val_every = 0
+[checkpoint]
+every = 2
+keep = 0
+"""
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    global CHECKS
+    CHECKS += 1
+    if not cond:
+        fail(msg)
+    print(f"  ok: {msg}", flush=True)
+
+
+def setup(work):
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    rng = random.Random(5)
+    words = ["claim", "owner", "host", "pid", "run", "dir", "the", "a", "of", "stale", "token", "link"]
+    text = os.path.join(work, "corpus.txt")
+    with open(text, "w") as f:
+        f.writelines(" ".join(rng.choice(words) for _ in range(10)) + ".\n" for _ in range(4000))
+    subprocess.run([ARGS.prep, "--val-fraction", "0", "-o", os.path.join(work, "corpus"), text], check=True,
+                   stdout=subprocess.DEVNULL)
+    config = os.path.join(work, "tiny.ini")
+    with open(config, "w") as f:
+        f.write(CONFIG.format(data=os.path.join(work, "corpus.train.bin")))
+    return config
+
+
+def command(config, ck, np_, overrides):
+    args = [ARGS.gtrain, config, f"checkpoint.dir={ck}"] + list(overrides)
+    return args if np_ == 1 else [ARGS.mpiexec, ARGS.np_flag, str(np_)] + ARGS.mpi_flags.split() + args
+
+
+def environ(extra=None, delay_ms=0):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+    if delay_ms:  # a pause after every step (src/core/runstate.c), so the run is still there later
+        env["GTRAIN_TEST_HOOKS"] = "1"
+        env["GTRAIN_TEST_STEP_DELAY_MS"] = str(delay_ms)
+    env.update(extra or {})
+    return env
+
+
+def run(config, ck, *overrides, np_=1, env=None):
+    p = subprocess.run(command(config, ck, np_, overrides), env=environ(env), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=240)
+    return p.returncode, p.stdout, p.stderr
+
+
+def start(config, ck, *overrides, np_=1, delay_ms=500):
+    return subprocess.Popen(command(config, ck, np_, overrides), env=environ(delay_ms=delay_ms),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(cond, what, timeout=120):
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > timeout:
+            fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_claim(ck):
+    out = {}
+    try:
+        with open(os.path.join(ck, CLAIM)) as f:
+            for line in f:
+                if " = " in line:
+                    k, v = line.rstrip("\n").split(" = ", 1)
+                    out[k] = v
+    except FileNotFoundError:
+        return None
+    return out
+
+
+def write_claim(ck, **fields):
+    os.makedirs(ck, exist_ok=True)
+    rec = {"host": HOST, "pid": os.getpid(), "pid_start": 0, "boot_id": "", "slurm_job": "", "slurm_restart": 0,
+           "since": "2026-01-01T00:00:00Z", "token": "0123456789abcdef0123456789abcdef", "config": "by-hand.ini"}
+    rec.update(fields)
+    with open(os.path.join(ck, CLAIM), "w") as f:
+        f.write("gtrain run claim\n" + "".join(f"{k} = {v}\n" for k, v in rec.items()))
+
+
+def my_start_ticks():
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def boot_id():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def gtrain_lines(text):
+    return [line for line in text.splitlines()
+            if line.startswith("gtrain:") and not line.startswith("gtrain: test hook active:")]
+
+
+def steps_trained(out):
+    return [line for line in out.splitlines() if line.startswith("step ")]
+
+
+def takeover_lines(out):
+    return [line for line in gtrain_lines(out) if "this run takes it over" in line]
+
+
+def state_files(ck):
+    return sorted(f for f in os.listdir(ck) if f.startswith("step_")) if os.path.isdir(ck) else []
+
+
+def claim_files(ck):
+    return sorted(f for f in os.listdir(ck) if f.startswith(CLAIM))
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+
+def second_run_refused(config, work):
+    ck = os.path.join(work, "dup")
+    first = start(config, ck, "train.steps=12")
+    wait_for(lambda: read_claim(ck) is not None, "the first run's claim")
+    claim = read_claim(ck)
+    check(claim["pid"] == str(first.pid) and claim["host"] == HOST and len(claim["token"]) == 32,
+          f"the claim names the first run: pid {claim['pid']} on {claim['host']}")
+    time.sleep(3)
+    check(first.poll() is None, "the first run is still training 3 s later")
+    rc, out, err = run(config, ck, "train.steps=12", "train.seed=8")
+    lines = gtrain_lines(err)
+    refusals = [line for line in lines if "is in use by another run" in line]
+    print("   ", refusals[0] if refusals else err)
+    check(rc == 2, f"the second run exits 2 (got {rc})")
+    check(len(refusals) == 1 and f"pid {first.pid} on host {HOST}" in refusals[0]
+          and refusals[0].startswith(f"gtrain: command line: checkpoint.dir={ck}: '{ck}' is in use"),
+          "one line names checkpoint.dir and the first run's pid and host")
+    check(not steps_trained(out), "the second run trained no step")
+    out1, _ = first.communicate(timeout=240)
+    check(first.returncode == 0 and len(steps_trained(out1)) == 12, f"the first run ends 0 ({first.returncode})")
+    check(state_files(ck) == [f"step_{s:08d}.h5" for s in (2, 4, 6, 8, 10, 12)], "all its state files are there")
+    check(claim_files(ck) == [] and not os.path.exists(os.path.join(ck, ".watchdog")),
+          "its claim (and the watchdog's directory) is gone after exit 0")
+    rc, out, err = run(config, ck, "train.steps=14")
+    check(rc == 0 and "resumed from" in out and not takeover_lines(out) and len(steps_trained(out)) == 2,
+          f"resuming the same run after it ended is allowed, with no takeover line (exit {rc})")
+    check(claim_files(ck) == [], "and leaves no claim")
+    # a stop (75) releases the claim too
+    p = start(config, ck, "train.steps=40")
+    wait_for(lambda: len(state_files(ck)) >= 8, "a save of the stopped run")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    check(p.returncode == 75 and claim_files(ck) == [], f"exit 75 after SIGTERM leaves no claim ({p.returncode})")
+    # so does a failure exit it controls (2: a bad data file, after the claim was taken)
+    rc, _, _ = run(config, ck, "train.steps=44", f"data.train={work}/missing.bin")
+    check(rc == 2 and claim_files(ck) == [], f"exit 2 on bad data leaves no claim ({rc})")
+
+
+def stale_taken_over(config, work):
+    ck = os.path.join(work, "killed")
+    p = start(config, ck, "train.steps=40")
+    wait_for(lambda: len(state_files(ck)) >= 1, "the first save")
+    os.killpg(p.pid, signal.SIGKILL)
+    p.communicate()
+    check(read_claim(ck)["pid"] == str(p.pid), "kill -9 leaves the claim behind")
+    rc, out, err = run(config, ck, "train.steps=10")
+    lines = takeover_lines(out)
+    print("   ", lines[0] if lines else out + err)
+    check(rc == 0 and len(lines) == 1 and f"pid {p.pid} on host {HOST}" in lines[0]
+          and f"pid {p.pid} no longer exists" in lines[0], "the next run takes it over with one line and ends 0")
+    check(claim_files(ck) == [], "and releases it at its end")
+
+    # a pid that exists, but is another process than the claim's (its start time differs)
+    write_claim(ck, pid=os.getpid(), pid_start=my_start_ticks() + 1, boot_id=boot_id())
+    rc, out, _ = run(config, ck, "train.steps=12")
+    lines = takeover_lines(out)
+    check(rc == 0 and len(lines) == 1 and f"pid {os.getpid()} is now another process" in lines[0],
+          "a reused pid (another start time) is taken over")
+    write_claim(ck, pid=os.getpid(), pid_start=my_start_ticks(), boot_id="00000000-0000-0000-0000-000000000000")
+    rc, out, _ = run(config, ck, "train.steps=14")
+    lines = takeover_lines(out)
+    check(rc == 0 and len(lines) == 1 and "rebooted" in lines[0], "a claim from before a reboot is taken over")
+
+    # the same pid and start time: that process is alive on this host, refused even with takeover
+    for extra in ([], ["checkpoint.takeover=true"]):
+        write_claim(ck, pid=os.getpid(), pid_start=my_start_ticks(), boot_id=boot_id())
+        rc, out, err = run(config, ck, "train.steps=16", *extra)
+        lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+        check(rc == 2 and len(lines) == 1 and f"pid {os.getpid()} on host {HOST}" in lines[0]
+              and f"kill -TERM {os.getpid()}" in lines[0] and not steps_trained(out),
+              f"a live process of this host holds it {extra}: exit 2, one line")
+        check(read_claim(ck)["token"] == "0123456789abcdef0123456789abcdef", "its claim is left alone")
+
+
+def other_host(config, work):
+    ck = os.path.join(work, "other")
+    write_claim(ck, host="other-node", pid=os.getpid())
+    rc, out, err = run(config, ck, "train.steps=4")
+    lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+    print("   ", lines[0] if lines else err)
+    check(rc == 2 and len(lines) == 1 and f"pid {os.getpid()} on host other-node" in lines[0]
+          and "since 2026-01-01T00:00:00Z" in lines[0] and "checkpoint.takeover=true" in lines[0]
+          and f"delete {ck}/{CLAIM}" in lines[0] and not steps_trained(out),
+          "a claim from another host: exit 2, one line naming host, pid, since and how to take it over")
+    check(read_claim(ck)["host"] == "other-node" and claim_files(ck) == [CLAIM], "the claim is left alone")
+    rc, out, _ = run(config, ck, "train.steps=4", "checkpoint.takeover=true")
+    lines = takeover_lines(out)
+    print("   ", lines[0] if lines else out)
+    check(rc == 0 and len(lines) == 1 and "other-node" in lines[0] and "checkpoint.takeover = true" in lines[0],
+          "checkpoint.takeover=true takes it over with one line")
+    check(claim_files(ck) == [], "and releases it at the end")
+    # deleting the claim file, the other documented way
+    write_claim(ck, host="other-node", pid=os.getpid())
+    os.remove(os.path.join(ck, CLAIM))
+    rc, out, _ = run(config, ck, "train.steps=6")
+    check(rc == 0 and not takeover_lines(out), "with the claim file deleted the run starts, no takeover line")
+
+    with open(os.path.join(ck, CLAIM), "w") as f:
+        f.write("not a claim\n")
+    rc, out, err = run(config, ck, "train.steps=8")
+    lines = [line for line in gtrain_lines(err) if "does not read as gtrain's run claim" in line]
+    check(rc == 2 and len(lines) == 1 and not steps_trained(out), "an unreadable claim file: exit 2, one line")
+    rc, out, _ = run(config, ck, "train.steps=8", "checkpoint.takeover=true")
+    check(rc == 0 and len(takeover_lines(out)) == 1, "and checkpoint.takeover=true takes it over")
+    check(claim_files(ck) == [], "no claim file or temporary is left")
+
+
+def slurm_restart(config, work):
+    ck = os.path.join(work, "slurm")
+    for job, restart, expect in (("4242", "0", 2), ("999", "3", 2), ("4242", "1", 0)):
+        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0)
+        rc, out, err = run(config, ck, "train.steps=4", env={"SLURM_JOB_ID": job, "SLURM_RESTART_COUNT": restart})
+        what = f"SLURM_JOB_ID={job} SLURM_RESTART_COUNT={restart} on a claim of job 4242, restart 0"
+        if expect == 2:
+            lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+            check(rc == 2 and len(lines) == 1 and "(Slurm job 4242, restart 0)" in lines[0], f"{what}: refused")
+        else:
+            lines = takeover_lines(out)
+            print("   ", lines[0] if lines else out + err)
+            check(rc == 0 and len(lines) == 1 and "the same Slurm job 4242 restarted, restart 1 after 0" in lines[0],
+                  f"{what}: taken over with one line")
+    check(claim_files(ck) == [], "released at the end")
+    rc, out, _ = run(config, ck, "train.steps=6", env={"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "2"})
+    check(rc == 0 and not takeover_lines(out), "a restart after a clean end finds no claim")
+
+
+def multi_rank(config, work):
+    ck = os.path.join(work, "ranks")
+    first = start(config, ck, "train.steps=12", np_=2)
+    wait_for(lambda: read_claim(ck) is not None, "the 2-rank run's claim")
+    claim = read_claim(ck)
+    wait_for(lambda: len(state_files(ck)) >= 1, "the first save")
+    check(claim_files(ck) == [CLAIM], "one claim file, no temporaries")
+    check(claim["pid"] != str(first.pid) and os.path.exists(f"/proc/{claim['pid']}"),
+          "held by a rank's pid (not the launcher's)")
+    rc, out, err = run(config, ck, "train.steps=12", np_=2)
+    lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+    check(rc == 2 and len(lines) == 1 and f"pid {claim['pid']} on host {HOST}" in lines[0],
+          f"a second 2-rank run: exit 2, one refusal line naming rank 0's pid (exit {rc})")
+    check(not steps_trained(out), "it trained no step")
+    out1, _ = first.communicate(timeout=240)
+    check(first.returncode == 0 and claim_files(ck) == [], "the first ends 0 and leaves no claim")
+
+
+SCENARIOS = {f.__name__: f for f in (second_run_refused, stale_taken_over, other_host, slurm_restart, multi_rank)}
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gtrain", required=True)
+    ap.add_argument("--prep", required=True)
+    ap.add_argument("--mpiexec", required=True)
+    ap.add_argument("--np-flag", default="-n")
+    ap.add_argument("--mpi-flags", default="")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("scenario", choices=sorted(SCENARIOS))
+    ARGS = ap.parse_args()
+    t0 = time.time()
+    print(f"scenario {ARGS.scenario}", flush=True)
+    config = setup(ARGS.work)
+    SCENARIOS[ARGS.scenario](config, ARGS.work)
+    print(f"PASS: {ARGS.scenario}, {CHECKS} checks in {time.time() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
