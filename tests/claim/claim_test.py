@@ -111,9 +111,13 @@ def start(config, ck, *overrides, np_=1, delay_ms=500):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def wait_for(cond, what, timeout=120):
+def wait_for(cond, what, proc, timeout=120):
+    """Waits for cond() while the run proc is still there (a run that ended early fails at once)."""
     t0 = time.time()
     while not cond():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            fail(f"the run ended (exit {proc.returncode}) before {what}:\n{out}{err}")
         if time.time() - t0 > timeout:
             fail(f"timed out waiting for {what}")
         time.sleep(0.02)
@@ -177,7 +181,7 @@ def claim_files(ck):
 def second_run_refused(config, work):
     ck = os.path.join(work, "dup")
     first = start(config, ck, "train.steps=12")
-    wait_for(lambda: read_claim(ck) is not None, "the first run's claim")
+    wait_for(lambda: read_claim(ck) is not None, "the first run's claim", first)
     claim = read_claim(ck)
     check(claim["pid"] == str(first.pid) and claim["host"] == HOST and len(claim["token"]) == 32,
           f"the claim names the first run: pid {claim['pid']} on {claim['host']}")
@@ -203,7 +207,7 @@ def second_run_refused(config, work):
     check(claim_files(ck) == [], "and leaves no claim")
     # a stop (75) releases the claim too
     p = start(config, ck, "train.steps=40")
-    wait_for(lambda: len(state_files(ck)) >= 8, "a save of the stopped run")
+    wait_for(lambda: len(state_files(ck)) >= 8, "a save of the stopped run", p)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=120)
     check(p.returncode == 75 and claim_files(ck) == [], f"exit 75 after SIGTERM leaves no claim ({p.returncode})")
@@ -215,7 +219,7 @@ def second_run_refused(config, work):
 def stale_taken_over(config, work):
     ck = os.path.join(work, "killed")
     p = start(config, ck, "train.steps=40")
-    wait_for(lambda: len(state_files(ck)) >= 1, "the first save")
+    wait_for(lambda: len(state_files(ck)) >= 1, "the first save", p)
     os.killpg(p.pid, signal.SIGKILL)
     p.communicate()
     check(read_claim(ck)["pid"] == str(p.pid), "kill -9 leaves the claim behind")
@@ -303,9 +307,9 @@ def slurm_restart(config, work):
 def multi_rank(config, work):
     ck = os.path.join(work, "ranks")
     first = start(config, ck, "train.steps=12", np_=2)
-    wait_for(lambda: read_claim(ck) is not None, "the 2-rank run's claim")
+    wait_for(lambda: read_claim(ck) is not None, "the 2-rank run's claim", first)
     claim = read_claim(ck)
-    wait_for(lambda: len(state_files(ck)) >= 1, "the first save")
+    wait_for(lambda: len(state_files(ck)) >= 1, "the first save", first)
     check(claim_files(ck) == [CLAIM], "one claim file, no temporaries")
     check(claim["pid"] != str(first.pid) and os.path.exists(f"/proc/{claim['pid']}"),
           "held by a rank's pid (not the launcher's)")
