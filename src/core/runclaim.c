@@ -353,9 +353,12 @@ static int claim(const gt_config *cfg, char *msg, size_t len) {
     if (held_claim.held) {
         static int registered;
         if (!registered) registered = atexit(release_at_exit) == 0;
-    } else if (!code && !warned) {
-        fprintf(stderr, "gtrain: warning: could not claim checkpoint.dir '%s' after %d attempts (runs starting "
-                "at the same moment?); this run goes on without a claim\n", dir, CLAIM_ATTEMPTS);
+    } else if (!code && !warned) { /* the claim changed hands on every attempt: safer to stop than to share */
+        char where[GT_PATH_MAX + 128];
+        gt_config_where(cfg, "checkpoint", "dir", where, sizeof where);
+        snprintf(msg, len, "%s: '%s': its claim %s changed hands on each of %d attempts to take it (expected "
+                 "one run starting on it at a time; start this one again)", where, dir, path, CLAIM_ATTEMPTS);
+        code = GT_EXIT_BAD_INPUT;
     }
     return code;
 }

@@ -4,7 +4,9 @@ pointed at one directory. Each scenario is one CTest test (tests/claim.cmake):
 
   second_run_refused   a run started 3 s after another on the same directory exits 2 before step 1,
                        one line naming the first's pid and host; the first ends 0 with all its state
-                       files its own; its claim is gone after it, and resuming the same run is allowed
+                       files its own; its claim is gone after it (also after exit 75 and a failure
+                       exit 2), and resuming the same run is allowed; gtrain --plan does not claim;
+                       of two runs started at the same moment exactly one trains
   stale_taken_over     after kill -9 of a run its claim is taken over by the next run with one line;
                        so is a claim of a pid that now is another process (start time) or from before
                        a reboot (boot id); a live process of this host is refused
@@ -196,6 +198,10 @@ def second_run_refused(config, work):
           and refusals[0].startswith(f"gtrain: command line: checkpoint.dir={ck}: '{ck}' is in use"),
           "one line names checkpoint.dir and the first run's pid and host")
     check(not steps_trained(out), "the second run trained no step")
+    plan = subprocess.run([ARGS.gtrain, "--plan", config, f"checkpoint.dir={ck}"], env=environ(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(plan.returncode == 0 and read_claim(ck)["pid"] == str(first.pid),
+          "gtrain --plan on the directory in use neither refuses nor claims")
     out1, _ = first.communicate(timeout=240)
     check(first.returncode == 0 and len(steps_trained(out1)) == 12, f"the first run ends 0 ({first.returncode})")
     check(state_files(ck) == [f"step_{s:08d}.h5" for s in (2, 4, 6, 8, 10, 12)], "all its state files are there")
@@ -205,6 +211,14 @@ def second_run_refused(config, work):
     check(rc == 0 and "resumed from" in out and not takeover_lines(out) and len(steps_trained(out)) == 2,
           f"resuming the same run after it ended is allowed, with no takeover line (exit {rc})")
     check(claim_files(ck) == [], "and leaves no claim")
+    # started at the same moment, three times: exactly one of the two trains
+    for i in range(3):
+        both = [start(config, os.path.join(work, f"race{i}"), "train.steps=3", delay_ms=300) for _ in range(2)]
+        codes = sorted(p.wait(timeout=240) for p in both)
+        for p in both:
+            p.communicate()
+        check(codes == [0, 2] and claim_files(os.path.join(work, f"race{i}")) == [],
+              f"two runs started together: one ends 0, the other is refused with 2 ({codes})")
     # a stop (75) releases the claim too
     p = start(config, ck, "train.steps=40")
     wait_for(lambda: len(state_files(ck)) >= 8, "a save of the stopped run", p)
