@@ -8,9 +8,9 @@
  * an NFS link retried after a lost reply reports EEXIST for a link that did succeed. When the claim
  * exists, its owner is judged: a process on this host that no longer exists (kill(pid, 0), checked
  * against the process's start time and the boot id so that a reused pid is not taken for the owner),
- * or a restart of the same Slurm job, is stale and taken over; a live process on this host is
- * refused; so is any process on another host, whose liveness cannot be seen from here, unless
- * checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only
+ * a restart of the same Slurm job, or (asked of squeue, when both runs are Slurm jobs) another Slurm job
+ * that has ended, is stale and taken over; a live process on this host is refused; so is any other
+ * process on another host, whose liveness cannot be seen from here, unless checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only
  * if it is still the one judged stale (else it is put back), so two runs that both found it stale
  * cannot both take it. The claim costs nothing per step; it is removed at the run's end.
  */
@@ -184,6 +184,28 @@ static void describe_owner(const owner *o, char *out, size_t len) {
 
 enum verdict { OWNER_LIVE, OWNER_ELSEWHERE, OWNER_UNREADABLE, OWNER_GONE };
 
+/* A claim of another job of the Slurm cluster this run is in, held on another host: Slurm knows whether
+ * that job still runs. 1 when it has ended (a state after the end, or a job Slurm no longer knows),
+ * with `why` filled; 0 when it runs or Slurm cannot be asked (no squeue, no answer in 10 s). */
+static int slurm_job_ended(const char *job, char *why, size_t why_len) {
+    if (!job[0] || strspn(job, "0123456789_") != strlen(job)) return 0; /* read from a file: no shell text */
+    char cmd[160], out[256] = "";
+    snprintf(cmd, sizeof cmd, "timeout 10 squeue -h -j %s -o %%T 2>&1", job);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    if (!fgets(out, sizeof out, p)) out[0] = '\0';
+    pclose(p);
+    out[strcspn(out, "\n")] = '\0';
+    static const char *const ended[] = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+                                        "DEADLINE", "OUT_OF_MEMORY", "PREEMPTED"};
+    int gone = strstr(out, "Invalid job id") != NULL;
+    for (size_t i = 0; !gone && i < sizeof ended / sizeof ended[0]; i++) gone = strcmp(out, ended[i]) == 0;
+    if (gone)
+        snprintf(why, why_len, "a run that is gone: Slurm job %s has ended (squeue: %s)", job,
+                 strstr(out, "Invalid job id") ? "no such job any more" : out);
+    return gone;
+}
+
 /* Whether the owner is gone, and why (for the takeover line). */
 static enum verdict judge(const owner *o, int readable, const owner *me, char *why, size_t why_len) {
     if (!readable) return OWNER_UNREADABLE;
@@ -192,7 +214,10 @@ static enum verdict judge(const owner *o, int readable, const owner *me, char *w
                  me->slurm_restart, o->slurm_restart);
         return OWNER_GONE;
     }
-    if (strcmp(o->host, me->host) != 0) return OWNER_ELSEWHERE;
+    if (strcmp(o->host, me->host) != 0) {
+        if (o->slurm_job[0] && me->slurm_job[0] && slurm_job_ended(o->slurm_job, why, why_len)) return OWNER_GONE;
+        return OWNER_ELSEWHERE;
+    }
     if (o->boot_id[0] && me->boot_id[0] && strcmp(o->boot_id, me->boot_id) != 0) {
         snprintf(why, why_len, "a run that is gone: this host has rebooted since");
         return OWNER_GONE;

@@ -14,7 +14,8 @@ pointed at one directory. Each scenario is one CTest test (tests/claim.cmake):
                        names the host and checkpoint.takeover; with checkpoint.takeover=true taken over;
                        an unreadable claim file likewise
   slurm_restart        a claim of Slurm job 4242 on another host: the same job with a higher
-                       SLURM_RESTART_COUNT takes it over; the same restart count or another job is refused
+                       SLURM_RESTART_COUNT takes it over; the same restart count is refused; another
+                       job takes it over only when squeue (a fake one here) says 4242 has ended
   multi_rank           2 ranks: one claim (rank 0's pid), one refusal line for a second 2-rank run
 
 Exit status: 0 pass, 1 fail (with the reason).
@@ -299,11 +300,28 @@ def other_host(config, work):
     check(claim_files(ck) == [], "no claim file or temporary is left")
 
 
+FAKE_SQUEUE = """#!/bin/sh
+# squeue -h -j JOB -o %T as Slurm answers it, from the test's FAKE_SQUEUE_OUT and FAKE_SQUEUE_RC
+echo "$*" >>"$FAKE_SQUEUE_LOG"
+echo "$FAKE_SQUEUE_OUT"
+exit "$FAKE_SQUEUE_RC"
+"""
+
+
 def slurm_restart(config, work):
     ck = os.path.join(work, "slurm")
+    bin_dir = os.path.join(work, "bin")  # a squeue of the test's own, first on PATH
+    os.makedirs(bin_dir)
+    with open(os.path.join(bin_dir, "squeue"), "w") as f:
+        f.write(FAKE_SQUEUE)
+    os.chmod(os.path.join(bin_dir, "squeue"), 0o755)
+    log = os.path.join(work, "squeue.log")
+    slurm = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], "FAKE_SQUEUE_LOG": log,
+             "FAKE_SQUEUE_OUT": "RUNNING", "FAKE_SQUEUE_RC": "0"}
     for job, restart, expect in (("4242", "0", 2), ("999", "3", 2), ("4242", "1", 0)):
         write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0)
-        rc, out, err = run(config, ck, "train.steps=4", env={"SLURM_JOB_ID": job, "SLURM_RESTART_COUNT": restart})
+        rc, out, err = run(config, ck, "train.steps=4",
+                           env=dict(slurm, SLURM_JOB_ID=job, SLURM_RESTART_COUNT=restart))
         what = f"SLURM_JOB_ID={job} SLURM_RESTART_COUNT={restart} on a claim of job 4242, restart 0"
         if expect == 2:
             lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
@@ -314,8 +332,30 @@ def slurm_restart(config, work):
             check(rc == 0 and len(lines) == 1 and "the same Slurm job 4242 restarted, restart 1 after 0" in lines[0],
                   f"{what}: taken over with one line")
     check(claim_files(ck) == [], "released at the end")
-    rc, out, _ = run(config, ck, "train.steps=6", env={"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "2"})
+    rc, out, _ = run(config, ck, "train.steps=6", env=dict(slurm, SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="2"))
     check(rc == 0 and not takeover_lines(out), "a restart after a clean end finds no claim")
+
+    # another job of the cluster on another host: squeue says whether it still runs
+    cases = (("RUNNING", "0", 2, ""), ("slurm_load_jobs error: Unable to contact slurm controller", "1", 2, ""),
+             ("COMPLETED", "0", 0, "Slurm job 4242 has ended (squeue: COMPLETED)"),
+             ("slurm_load_jobs error: Invalid job id specified", "1", 0,
+              "Slurm job 4242 has ended (squeue: no such job any more)"))
+    steps = 6
+    for answer, code, expect, why in cases:
+        steps += 2
+        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0)
+        if os.path.exists(log):
+            os.remove(log)
+        rc, out, err = run(config, ck, f"train.steps={steps}", env=dict(slurm, SLURM_JOB_ID="5000",
+                                                                        FAKE_SQUEUE_OUT=answer, FAKE_SQUEUE_RC=code))
+        asked = open(log).read().split() if os.path.exists(log) else []
+        check(asked == ["-h", "-j", "4242", "-o", "%T"], f"squeue was asked about job 4242 ({asked})")
+        if expect == 2:
+            lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+            check(rc == 2 and len(lines) == 1, f"squeue answers '{answer}': refused")
+        else:
+            lines = takeover_lines(out)
+            check(rc == 0 and len(lines) == 1 and why in lines[0], f"squeue answers '{answer}': taken over")
 
 
 def multi_rank(config, work):
