@@ -5,14 +5,16 @@
  * its record completely into a private temporary name (O_CREAT|O_EXCL, fsync) and link(2)s it to the
  * claim's name: link never replaces, so of two runs only one can succeed, on a local disk and on NFS
  * alike, where flock is often missing. It then reads the claim back and compares the token, since
- * an NFS link retried after a lost reply reports EEXIST for a link that did succeed. When the claim
- * exists, its owner is judged: a process on this host that no longer exists (kill(pid, 0), checked
- * against the process's start time and the boot id so that a reused pid is not taken for the owner),
- * a restart of the same Slurm job, or (asked of squeue, when both runs are Slurm jobs) another Slurm job
- * that has ended, is stale and taken over; a live process on this host is refused; so is any other
- * process on another host, whose liveness cannot be seen from here, unless checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only
- * if it is still the one judged stale (else it is put back), so two runs that both found it stale
- * cannot both take it. The claim costs nothing per step; it is removed at the run's end.
+ * an NFS link retried after a lost reply reports EEXIST for a link that did succeed.
+ *
+ * A claim that is there is judged by its owner. Stale, and taken over with one line: a process on this
+ * host that no longer exists (kill(pid, 0), checked against the process's start time and the boot id
+ * so that a reused pid is not taken for the owner); a restart of the same Slurm job; another Slurm job
+ * that squeue says has ended (only when this run is a Slurm job too). Refused: a live process on this
+ * host; any other claim from another host, whose liveness cannot be seen from here, unless
+ * checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only if
+ * it is still the one judged stale (else it is put back), so two runs that both found it stale cannot
+ * both take it. The claim costs nothing per step; it is removed at the run's end.
  */
 #define _GNU_SOURCE /* gethostname */
 
