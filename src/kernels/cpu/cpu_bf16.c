@@ -7,9 +7,8 @@
  * directory, and rounds its output to bf16 once (nearest, ties to even: gt_f32_to_bf16); an output
  * that accumulates (rmsnorm's dinp +=, matmul's accumulate_dinp) adds in fp32 and rounds the sum.
  * The matrix products go to oneDNN (cpu_dnnl.c) on the working weights as they are: the only
- * fp32 -> bf16 conversion of a weight is to_working, once per optimizer update. Attention loads its
- * bf16 q, k, v (and out, dout) into fp32 copies and runs the fp32 kernel of cpu_attention.c, its inner
- * products in fp32 through sgemm (not yet on the bf16 units; docs/precision.md).
+ * fp32 -> bf16 conversion of a weight is to_working, once per optimizer update. Attention is
+ * cpu_attention_bf16.c: the blocked algorithm of the fp32 kernel, its products through oneDNN too.
  *
  * The optimizer utilities (sumsq, scale, AdamW) and the allocator are the fp32 table's, reused.
  * Determinism: the same rules as the fp32 kernels (one writer per element, static schedules); the
@@ -172,37 +171,6 @@ static void bf16_rope_backward(void *dinp, const void *dout, const float *rope, 
     rope_rotate(dinp, dout, rope, B, T, NH, HD, -1.0f);
 }
 
-/* ---------------------------------------------------------------- attention (fp32 inside) */
-
-static float *f32_copy(const void *src, size_t n) {
-    float *dst = GT_CPU_MALLOC(n * sizeof(float));
-    to_f32(dst, src, n);
-    return dst;
-}
-
-static void bf16_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
-                                   int B, int T, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
-    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
-    float *qf = f32_copy(q, nq), *kf = f32_copy(k, nk), *vf = f32_copy(v, nk);
-    float *of = GT_CPU_MALLOC(nq * sizeof(float));
-    gt_cpu_attention_forward(of, lse, probs, qf, kf, vf, B, T, NH, NKV, HD, dropout, key);
-    to_bf16(out, of, nq);
-    free(qf), free(kf), free(vf), free(of);
-}
-
-static void bf16_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                                    const void *k, const void *v, const float *lse, const float *probs, int B,
-                                    int T, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
-    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
-    float *qf = f32_copy(q, nq), *kf = f32_copy(k, nk), *vf = f32_copy(v, nk);
-    float *dof = f32_copy(dout, nq), *of = f32_copy(out, nq);
-    float *dqf = GT_CPU_MALLOC(nq * sizeof(float)), *dkf = GT_CPU_MALLOC(nk * sizeof(float)),
-          *dvf = GT_CPU_MALLOC(nk * sizeof(float));
-    gt_cpu_attention_backward(dqf, dkf, dvf, dof, of, qf, kf, vf, lse, probs, B, T, NH, NKV, HD, dropout, key);
-    to_bf16(dq, dqf, nq), to_bf16(dk, dkf, nk), to_bf16(dv, dvf, nk);
-    free(qf), free(kf), free(vf), free(dof), free(of), free(dqf), free(dkf), free(dvf);
-}
-
 /* ---------------------------------------------------------------- SwiGLU, residual, dropout */
 
 static inline float silu(float g) { return g / (1.0f + gt_cpu_expf(-g)); }
@@ -324,8 +292,8 @@ const gt_ops *gt_ops_cpu_bf16(char *why, size_t why_len) {
     t.matmul_backward = bf16_matmul_backward;
     t.rope_forward = bf16_rope_forward;
     t.rope_backward = bf16_rope_backward;
-    t.attention_forward = bf16_attention_forward;
-    t.attention_backward = bf16_attention_backward;
+    t.attention_forward = gt_cpu_attention_forward_bf16;
+    t.attention_backward = gt_cpu_attention_backward_bf16;
     t.swiglu_forward = bf16_swiglu_forward;
     t.swiglu_backward = bf16_swiglu_backward;
     t.residual_forward = bf16_residual_forward;

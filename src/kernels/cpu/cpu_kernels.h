@@ -80,6 +80,12 @@ int gt_dnnl_available(char *why, size_t why_len);
 const char *gt_dnnl_isa(void);
 void gt_dnnl_gemm(int M, int N, int K, const void *A, int a_trans, const void *B, int b_trans, void *C,
                   int c_f32, int accumulate);
+/* The same with leading dimensions (row strides in elements of each stored matrix), callable from
+ * inside an OpenMP parallel region (it then runs on the calling thread); gt_dnnl_init must have run
+ * once outside any parallel region first. */
+void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb, int b_trans,
+                     void *C, int ldc, int c_f32, int accumulate);
+void gt_dnnl_init(void);
 
 /* cpu_matmul.c */
 void gt_cpu_matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC);
@@ -104,6 +110,15 @@ void gt_cpu_attention_backward(void *dq, void *dk, void *dv, const void *dout, c
                                const void *q, const void *k, const void *v, const float *lse,
                                const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
                                gt_rng_key key);
+
+/* cpu_attention_bf16.c: the same with bf16 q, k, v, out and gradients, products through oneDNN */
+void gt_cpu_attention_forward_bf16(void *out, float *lse, float *probs, const void *q, const void *k,
+                                   const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
+                                   gt_rng_key key);
+void gt_cpu_attention_backward_bf16(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                                    const void *q, const void *k, const void *v, const float *lse,
+                                    const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                                    gt_rng_key key);
 
 /* cpu_pointwise.c: embedding, SwiGLU, residual dropout, cross-entropy */
 void gt_cpu_embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
