@@ -47,14 +47,14 @@ if [[ -z ${OMP_WAIT_POLICY:-} && -z ${GOMP_SPINCOUNT:-} ]]; then export GOMP_SPI
 
 TORCH_MALLOC=${TORCH_MALLOC:-auto}
 if [[ $TORCH_MALLOC == auto ]]; then
-  TORCH_MALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / {print $NF; exit}')
+  TORCH_MALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / && !n++ {print $NF}')
 elif [[ $TORCH_MALLOC == none ]]; then
   TORCH_MALLOC=
 fi
 MALLOC_ARGS=()
 [[ -n $TORCH_MALLOC ]] && MALLOC_ARGS=(--torch-malloc "$TORCH_MALLOC")
 
-BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ {print $3; exit}')
+BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ && !n++ {print $3}')   # no early exit: pipefail would see ldd's SIGPIPE
 [[ -n $BLAS ]] || { echo "cpu_vs_torch: $GTRAIN does not link OpenBLAS" >&2; exit 2; }
 
 DATA=${DATA:-}

@@ -180,3 +180,20 @@ add_test(NAME dist_train_bf16_vs_fp32
 set_tests_properties(dist_train_bf16_exact dist_train_bf16_compare dist_train_bf16_vs_fp32 PROPERTIES
                      LABELS "mpi;bf16" TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_bf16;dist_train_data;dist_train_runs;dist_train_bf16_resumed")
+
+# bf16 on the CPU where the CPU lacks the instructions: oneDNN told to stop below AVX512-BF16
+# (DNNL_MAX_CPU_ISA) stands in for such a CPU; the run stops before training with one line, exit 2.
+add_test(NAME bf16_refused_without_bf16_instructions
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:gtrain>|bf16_w1_a4.ini" -DRC=2
+                 "-DEXPECT=bf16_w1_a4.ini: \\[train\\] precision = bf16 on the CPU, but this CPU has no bf16 instructions"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake
+         WORKING_DIRECTORY ${_dt_work})
+set_tests_properties(bf16_refused_without_bf16_instructions PROPERTIES LABELS "unit;bf16"
+                     ENVIRONMENT "DNNL_MAX_CPU_ISA=AVX512_CORE;OMP_NUM_THREADS=1" FIXTURES_REQUIRED dist_train_bf16)
+# --plan counts bf16 on the CPU as on the GPU: 2-byte activations and working parameters.
+add_test(NAME plan_cpu_bf16
+         COMMAND ${CMAKE_COMMAND}
+                 "-DCMD=$<TARGET_FILE:gtrain>|--plan|${PROJECT_SOURCE_DIR}/configs/llama100m.ini|train.precision=bf16"
+                 "-DEXPECT=\\(cpu backend assumed: bf16 activations\\)[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*2-byte activations"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(plan_cpu_bf16 PROPERTIES LABELS "unit;bf16")
