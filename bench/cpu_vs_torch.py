@@ -146,21 +146,21 @@ def gemm_ceiling(s, blas_path, threads, repeats=1):
 
 def bf16_ceiling(s, bf16_gemm, threads):
     """The bf16 GEMM ceiling: bench/bf16_gemm.c times the step's linear-layer products through
-    oneDNN (its last line: "ceiling FP32_S BF16_S"); attention's FLOPs are added at the same rate."""
+    oneDNN (its last line: "ceiling FP32_S BF16_S BF16_CPU_S"); attention's FLOPs are added at the same
+    rate, in wall and in CPU seconds."""
     kvd = s["dim"] // s["heads"] * s["kv_heads"]
     cmd = [bf16_gemm, str(s["batch"] * s["seq"]), str(s["dim"]), str(s["ffn"]), str(s["vocab"]), str(s["layers"]),
-           str(kvd), "2"]
-    t0 = time.process_time()
+           str(kvd), "2", "bf16"]
     r = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), capture_output=True, text=True,
                        check=True)
     lines = r.stdout.strip().splitlines()
     isa = lines[0].split("oneDNN ISA: ", 1)[-1]
-    t = float(lines[-1].split()[2])
+    t, tc = float(lines[-1].split()[2]), float(lines[-1].split()[3])
     flops = sum(2.0 * M * N * K for (M, N, K, _, _) in step_gemms(s))
     rate = flops / t
     attn = attention_flops(s)
     return {"impl": "gemm-bf16", "gemm_s": t, "gemm_flops": flops, "gflops": rate / 1e9, "attn_flops": attn,
-            "ceiling_step_s": t + attn / rate, "ceiling_cpu_s": (t + attn / rate) * threads, "isa": isa,
+            "ceiling_step_s": t + attn / rate, "ceiling_cpu_s": tc * (1 + attn / flops), "isa": isa,
             "load": os.getloadavg()[0]}
 
 
