@@ -141,7 +141,10 @@ endforeach()
 #                             fp32 gradient summation order differs, but a last-bit difference in an fp32
 #                             master weight can flip the bf16 rounding of its working copy; observed
 #                             up to 2e-4 relative on the losses and 1.2e-3 on the grad norms over 20
-#                             steps, so 1e-3 and 1e-2 (the fp32 runs' 1e-5 would fail on that rounding)
+#                             steps, so 1e-3 and 1e-2 (the fp32 runs' 1e-5 would fail on that rounding);
+#                             final weights within 0.02: Adam turns a rare token's tiny embedding gradient
+#                             into a step of about lr = 1e-3 whatever its size, so a flipped sign costs up
+#                             to 2 lr a step (observed 0.006, three elements of one embedding row)
 #   dist_train_bf16_vs_fp32   bf16 against fp32 (w1_a4): losses within 2% over the 20 steps, and the state
 #                             files interchange: a bf16 run resumed from an fp32 run's step-10 file and an
 #                             fp32 run resumed from a bf16 run's, both within the same 2% of the fp32 run
@@ -173,7 +176,7 @@ add_test(NAME dist_train_bf16_exact
                  --weight-atol 0 --ref bf16_w1_a4 bf16_w1_a4_again bf16_w1_a4_full)
 add_test(NAME dist_train_bf16_compare
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 1e-3 --grad-norm-rtol 1e-2
-                 --weight-atol 1e-3 --ref bf16_w1_a4 ${_dt_bf16_names})
+                 --weight-atol 0.02 --ref bf16_w1_a4 ${_dt_bf16_names})
 add_test(NAME dist_train_bf16_vs_fp32
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0.02 --grad-norm-rtol 0.1
                  --weight-atol 0.01 --ref w1_a4 bf16_w1_a4 bf16_resume_fp32 fp32_resume_bf16)
