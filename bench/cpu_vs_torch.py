@@ -25,6 +25,13 @@ processes, the better estimate on a shared machine); the ceiling likewise (media
   python3 bench/cpu_vs_torch.py torch  ...   (one torch run; prints one JSON line; used by compare)
   python3 bench/cpu_vs_torch.py gemm   ...   (the ceiling alone; prints one JSON line)
 
+With --precision bf16 both sides train in bf16 mixed precision: gtrain with train.precision = bf16
+(bf16 working tensors, matrix products through oneDNN), PyTorch with forward and loss under
+torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights, AdamW in fp32); the ceiling is then the
+step's linear-layer products through oneDNN in bf16 (build/bf16_gemm, bench/bf16_gemm.c, the same
+primitives gtrain calls), plus the attention FLOPs at that rate, and the instruction set oneDNN ran on
+is printed.
+
 Not a test: numbers depend on the machine and on whatever else runs on it.
 """
 import argparse
@@ -137,9 +144,29 @@ def gemm_ceiling(s, blas_path, threads, repeats=1):
             "load": os.getloadavg()[0]}
 
 
+def bf16_ceiling(s, bf16_gemm, threads):
+    """The bf16 GEMM ceiling: bench/bf16_gemm.c times the step's linear-layer products through
+    oneDNN (its last line: "ceiling FP32_S BF16_S BF16_CPU_S"); attention's FLOPs are added at the same
+    rate, in wall and in CPU seconds."""
+    kvd = s["dim"] // s["heads"] * s["kv_heads"]
+    cmd = [bf16_gemm, str(s["batch"] * s["seq"]), str(s["dim"]), str(s["ffn"]), str(s["vocab"]), str(s["layers"]),
+           str(kvd), "2", "bf16"]
+    r = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), capture_output=True, text=True,
+                       check=True)
+    lines = r.stdout.strip().splitlines()
+    isa = lines[0].split("oneDNN ISA: ", 1)[-1]
+    t, tc = float(lines[-1].split()[2]), float(lines[-1].split()[3])
+    flops = sum(2.0 * M * N * K for (M, N, K, _, _) in step_gemms(s))
+    rate = flops / t
+    attn = attention_flops(s)
+    return {"impl": "gemm-bf16", "gemm_s": t, "gemm_flops": flops, "gflops": rate / 1e9, "attn_flops": attn,
+            "ceiling_step_s": t + attn / rate, "ceiling_cpu_s": tc * (1 + attn / flops), "isa": isa,
+            "load": os.getloadavg()[0]}
+
+
 # ---------------------------------------------------------------- PyTorch
 
-def torch_run(s, threads, steps, warmup, checkpoint, seed=0):
+def torch_run(s, threads, steps, warmup, checkpoint, seed=0, precision="fp32"):
     import resource
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -160,7 +187,8 @@ def torch_run(s, threads, steps, warmup, checkpoint, seed=0):
     for i in range(warmup + steps):
         x = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), generator=gen)
         t0, c0 = time.perf_counter(), time.process_time()
-        loss = model(input_ids=x, labels=x).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model(input_ids=x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -168,20 +196,20 @@ def torch_run(s, threads, steps, warmup, checkpoint, seed=0):
         if i >= warmup:
             times.append(dt)
             cpu.append(dc)
-    return {"impl": "torch", "checkpoint": checkpoint, "step_s": statistics.median(times),
+    return {"impl": "torch", "precision": precision, "checkpoint": checkpoint, "step_s": statistics.median(times),
             "steps_s": times, "cpu_steps_s": cpu, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             "load": os.getloadavg()[0], "torch": torch.__version__}
 
 
 # ---------------------------------------------------------------- gtrain
 
-def gtrain_run(gtrain, config, data, threads, steps, warmup, recompute, overrides):
+def gtrain_run(gtrain, config, data, threads, steps, warmup, recompute, overrides, precision="fp32"):
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "m.jsonl")
         cmd = [gtrain, config, f"train.steps={warmup + steps}", f"memory.recompute={recompute}",
                f"data.train={data}", "data.val=", "data.val_every=0", f"log.metrics={metrics}",
                "checkpoint.dir=", "checkpoint.resume=never", "train.grad_accum=1", "model.dropout=0",
-               "train.device=cpu", "train.precision=fp32", "train.warmup_steps=0"] + list(overrides)
+               "train.device=cpu", f"train.precision={precision}", "train.warmup_steps=0"] + list(overrides)
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # CPU seconds (all threads) at each step's end: /proc/PID/stat read when the step's metrics
@@ -230,7 +258,8 @@ def torch_variants(a):
 def run_torch_subprocess(a, checkpoint, extra_env):
     """torch in a process of its own, so that its peak RSS is its own."""
     cmd = [sys.executable, __file__, "torch", "--config", a.config, "--threads", str(a.threads),
-           "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--checkpoint"] if checkpoint else [])
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--precision", a.precision] + \
+        (["--checkpoint"] if checkpoint else [])
     for o in a.override:
         cmd += ["--override", o]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), **extra_env)
@@ -246,16 +275,18 @@ def compare(a):
     impls = ["gtrain"] + [v for v, _ in variants]
     print(f"# {os.path.basename(a.config)}: dim {s['dim']}, {s['layers']} layers, heads {s['heads']}/"
           f"{s['kv_heads']}, ffn {s['ffn']}, vocab {s['vocab']}, {s['batch']} x {s['seq']} tokens per step, "
-          f"{a.threads} threads, medians of {a.steps} steps after {a.warmup}", flush=True)
+          f"{a.threads} threads, medians of {a.steps} steps after {a.warmup}, precision {a.precision}"
+          + (" (torch: autocast bf16)" if a.precision == "bf16" else ""), flush=True)
     res = {impl: {"none": [], "full": []} for impl in impls}
     for r in range(a.rounds):
-        ceil = gemm_ceiling(s, a.blas, a.threads)
+        ceil = bf16_ceiling(s, a.bf16_gemm, a.threads) if a.precision == "bf16" else gemm_ceiling(s, a.blas, a.threads)
         ceils.append(ceil)
-        print(f"#   round {r + 1} GEMM ceiling: {ceil['gemm_flops'] / 1e12:.3f} TFLOP of linear-layer sgemm in "
+        kind = f"bf16 oneDNN on {ceil['isa']}" if a.precision == "bf16" else "sgemm"
+        print(f"#   round {r + 1} GEMM ceiling: {ceil['gemm_flops'] / 1e12:.3f} TFLOP of linear-layer {kind} in "
               f"{ceil['gemm_s']:.3f} s ({ceil['gflops']:.0f} GFLOP/s) + {ceil['attn_flops'] / 1e9:.0f} GFLOP of "
               f"attention at that rate = {ceil['ceiling_step_s']:.3f} s/step (load {ceil['load']:.1f})", flush=True)
         for pol in a.policies:
-            g = gtrain_run(a.gtrain, a.config, a.data, a.threads, a.steps, a.warmup, pol, a.override)
+            g = gtrain_run(a.gtrain, a.config, a.data, a.threads, a.steps, a.warmup, pol, a.override, a.precision)
             res["gtrain"][pol].append(g)
             print(f"#   round {r + 1} gtrain {pol}: {g['step_s']:.3f} s/step (load {g['load']:.1f})", flush=True)
             for name, env in variants:
@@ -305,7 +336,7 @@ def compare(a):
             f"{100 * (cpu(impl, 'full') / cpu(impl, 'none') - 1):+.0f}%" for impl in impls))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": s, "ceilings": ceils, "runs": res}, f, indent=1)
+            json.dump({"shape": s, "precision": a.precision, "ceilings": ceils, "runs": res}, f, indent=1)
 
 
 def main(argv=None):
@@ -324,10 +355,13 @@ def main(argv=None):
     p.add_argument("--blas", help="libopenblas that gtrain links (for the GEMM ceiling)")
     p.add_argument("--json", help="compare: also write every number here")
     p.add_argument("--torch-malloc", help="compare: also run torch with this malloc library preloaded")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: gtrain train.precision = bf16, torch under autocast bf16, the ceiling in bf16")
+    p.add_argument("--bf16-gemm", default="build/bf16_gemm", help="bench/bf16_gemm.c's binary (bf16 ceiling)")
     a = p.parse_args(argv)
     s = read_shape(a.config, a.override)
     if a.mode == "torch":
-        print(json.dumps(torch_run(s, a.threads, a.steps, a.warmup, a.checkpoint)))
+        print(json.dumps(torch_run(s, a.threads, a.steps, a.warmup, a.checkpoint, precision=a.precision)))
     elif a.mode == "gemm":
         print(json.dumps(gemm_ceiling(s, a.blas, a.threads)))
     else:

@@ -21,6 +21,9 @@
 #   DATA=...         gtrain token file (default: made from /usr/share/common-licenses into OUT)
 #   OUT=runs/cpu_vs_torch-DATE   the data file and a JSON of every number
 #   CONFIG_DIR=...   read CONFIGS' basenames from here instead (an older binary's own configs)
+#   PRECISIONS="fp32"  fp32 and/or bf16: bf16 runs gtrain with train.precision = bf16 against PyTorch
+#                    under torch.autocast("cpu", dtype=torch.bfloat16), the ceiling through oneDNN in bf16
+#                    ($BUILD/bf16_gemm, bench/bf16_gemm.c), and prints the instruction set oneDNN used
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -44,14 +47,14 @@ if [[ -z ${OMP_WAIT_POLICY:-} && -z ${GOMP_SPINCOUNT:-} ]]; then export GOMP_SPI
 
 TORCH_MALLOC=${TORCH_MALLOC:-auto}
 if [[ $TORCH_MALLOC == auto ]]; then
-  TORCH_MALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / {print $NF; exit}')
+  TORCH_MALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / && !n++ {print $NF}')
 elif [[ $TORCH_MALLOC == none ]]; then
   TORCH_MALLOC=
 fi
 MALLOC_ARGS=()
 [[ -n $TORCH_MALLOC ]] && MALLOC_ARGS=(--torch-malloc "$TORCH_MALLOC")
 
-BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ {print $3; exit}')
+BLAS=$(ldd "$GTRAIN" | awk '/libopenblas/ && !n++ {print $3}')   # no early exit: pipefail would see ldd's SIGPIPE
 [[ -n $BLAS ]] || { echo "cpu_vs_torch: $GTRAIN does not link OpenBLAS" >&2; exit 2; }
 
 DATA=${DATA:-}
@@ -64,9 +67,12 @@ fi
 echo "# gtrain $GTRAIN at $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p')), BLAS $BLAS, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
 for cfg in $CONFIGS; do
   [[ -n ${CONFIG_DIR:-} ]] && cfg=$CONFIG_DIR/$(basename "$cfg")
-  # shellcheck disable=SC2086
-  "$PYTHON" bench/cpu_vs_torch.py compare --config "$cfg" --gtrain "$GTRAIN" \
-    --data "$DATA" --blas "$BLAS" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
-    --policies $POLICIES "${MALLOC_ARGS[@]}" --json "$OUT/$(basename "$cfg" .ini).json"
-  echo
+  for prec in ${PRECISIONS:-fp32}; do
+    # shellcheck disable=SC2086
+    "$PYTHON" bench/cpu_vs_torch.py compare --config "$cfg" --gtrain "$GTRAIN" \
+      --data "$DATA" --blas "$BLAS" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" --rounds "$ROUNDS" \
+      --policies $POLICIES "${MALLOC_ARGS[@]}" --precision "$prec" --bf16-gemm "$BUILD/bf16_gemm" \
+      --json "$OUT/$(basename "$cfg" .ini)-$prec.json"
+    echo
+  done
 done

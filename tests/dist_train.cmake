@@ -131,3 +131,72 @@ foreach(cfg "llama13b 8" "llama70b 64")
                    -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
   set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit)
 endforeach()
+
+# bf16 on the CPU (train.precision = bf16, src/kernels/cpu/cpu_bf16.c), label bf16 too. The same
+# per-step checks with the working parameters at 2 bytes: ZeRO-1/2 all-gathers, ZeRO-3 gathers and
+# the params peak move and hold bf16, gradients and their reductions stay fp32, and the planner's
+# printed prediction equals what the run measured. Then:
+#   dist_train_bf16_exact     recompute full and a second run of the reference: bit-identical (tolerance 0)
+#   dist_train_bf16_compare   world sizes 1/2/4 and ZeRO-1/2/3 against bf16_w1_a4: as in fp32, only the
+#                             fp32 gradient summation order differs, but a last-bit difference in an fp32
+#                             master weight can flip the bf16 rounding of its working copy; observed
+#                             up to 2e-4 relative on the losses and 1.2e-3 on the grad norms over 20
+#                             steps, so 1e-3 and 1e-2 (the fp32 runs' 1e-5 would fail on that rounding);
+#                             final weights within 0.02: Adam turns a rare token's tiny embedding gradient
+#                             into a step of about lr = 1e-3 whatever its size, so a flipped sign costs up
+#                             to 2 lr a step (observed 0.006, three elements of one embedding row)
+#   dist_train_bf16_vs_fp32   bf16 against fp32 (w1_a4): losses within 2% over the 20 steps, and the state
+#                             files interchange: a bf16 run resumed from an fp32 run's step-10 file and an
+#                             fp32 run resumed from a bf16 run's, both within the same 2% of the fp32 run
+set(_dt_bf16_runs
+  "bf16_w1_a4 1 4 optimizer --precision bf16"
+  "bf16_w1_a4_again 1 4 optimizer --precision bf16"
+  "bf16_w1_a4_full 1 4 optimizer --precision bf16 --recompute full"
+  "bf16_w2_a2 2 2 optimizer --precision bf16"
+  "bf16_w4_a1 4 1 optimizer --precision bf16"
+  "bf16_w2_a2_grad_sel 2 2 gradients --precision bf16 --recompute selective --sync micro"
+  "bf16_w2_a2_param_full 2 2 parameters --precision bf16 --recompute full --save-half"
+  "bf16_w4_a1_param 4 1 parameters --precision bf16 --recompute uniform:3 --prefetch 2")
+set(_dt_bf16_names)
+foreach(run ${_dt_bf16_runs})
+  string(REGEX REPLACE " .*" "" name "${run}")
+  list(APPEND _dt_bf16_names ${name})
+  gtrain_dist_run("${run}" run FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_bf16)
+  set_property(TEST dist_train_${name} APPEND PROPERTY LABELS bf16)
+endforeach()
+gtrain_dist_run("bf16_resume_fp32 2 2 optimizer --precision bf16" "resume --from w4_a1_param_full"
+                DEPENDS dist_train_w4_a1_param_full FIXTURES_REQUIRED dist_train_data dist_train_runs
+                FIXTURES_SETUP dist_train_bf16_resumed)
+gtrain_dist_run("fp32_resume_bf16 2 2 optimizer" "resume --from bf16_w2_a2_param_full"
+                DEPENDS dist_train_bf16_w2_a2_param_full FIXTURES_REQUIRED dist_train_data dist_train_bf16
+                FIXTURES_SETUP dist_train_bf16_resumed)
+set_property(TEST dist_train_bf16_resume_fp32 dist_train_fp32_resume_bf16 APPEND PROPERTY LABELS bf16)
+add_test(NAME dist_train_bf16_exact
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
+                 --weight-atol 0 --ref bf16_w1_a4 bf16_w1_a4_again bf16_w1_a4_full)
+add_test(NAME dist_train_bf16_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 1e-3 --grad-norm-rtol 1e-2
+                 --weight-atol 0.02 --ref bf16_w1_a4 ${_dt_bf16_names})
+add_test(NAME dist_train_bf16_vs_fp32
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0.02 --grad-norm-rtol 0.1
+                 --weight-atol 0.01 --ref w1_a4 bf16_w1_a4 bf16_resume_fp32 fp32_resume_bf16)
+set_tests_properties(dist_train_bf16_exact dist_train_bf16_compare dist_train_bf16_vs_fp32 PROPERTIES
+                     LABELS "mpi;bf16" TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_bf16;dist_train_data;dist_train_runs;dist_train_bf16_resumed")
+
+# bf16 on the CPU where the CPU lacks the instructions: oneDNN told to stop below AVX512-BF16
+# (DNNL_MAX_CPU_ISA) stands in for such a CPU; the run stops before training with one line, exit 2.
+add_test(NAME bf16_refused_without_bf16_instructions
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:gtrain>|bf16_w1_a4.ini" -DRC=2
+                 "-DEXPECT=bf16_w1_a4.ini: \\[train\\] precision = bf16 on the CPU, but this CPU has no bf16 instructions"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake
+         WORKING_DIRECTORY ${_dt_work})
+set_tests_properties(bf16_refused_without_bf16_instructions PROPERTIES LABELS "unit;bf16"
+                     ENVIRONMENT "DNNL_MAX_CPU_ISA=AVX512_CORE;OMP_NUM_THREADS=1" FIXTURES_REQUIRED dist_train_bf16)
+# --plan counts bf16 on the CPU as on the GPU: 2-byte activations and working parameters.
+add_test(NAME plan_cpu_bf16
+         COMMAND ${CMAKE_COMMAND}
+                 "-DCMD=$<TARGET_FILE:gtrain>|--plan|${PROJECT_SOURCE_DIR}/configs/llama100m.ini|train.precision=bf16"
+                 "-DEXPECT=\\(cpu backend assumed: bf16 activations\\)[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*2-byte activations"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(plan_cpu_bf16 PROPERTIES LABELS "unit;bf16")

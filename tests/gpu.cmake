@@ -136,6 +136,11 @@ if(GTRAIN_HAVE_CUDA)
     COMPILE_OPTIONS "-std=c++17;-ffp-contract=off;-Wno-unknown-pragmas")
   target_link_libraries(gtrain_emulated PRIVATE MPI::MPI_C hdf5::hdf5 PkgConfig::INIH PkgConfig::JANSSON gtrain_blas
                         OpenMP::OpenMP_C ${GTRAIN_LIBM})
+  if(GTRAIN_HAVE_DNNL)   # the CPU's bf16 table too, so that the script can set it beside the emulated GPU's
+    target_compile_definitions(gtrain_emulated PRIVATE GTRAIN_HAVE_DNNL=1)
+    target_include_directories(gtrain_emulated PRIVATE ${GTRAIN_DNNL_INCLUDE})
+    target_link_libraries(gtrain_emulated PRIVATE ${GTRAIN_DNNL_LIBRARY})
+  endif()
   add_test(NAME trainer_on_emulated_cuda
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/trainer_emulated.sh $<TARGET_FILE:gtrain_emulated>
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trainer_emulated)

@@ -14,7 +14,10 @@
  *   - measured peaks order as the memory model says (none > selective > full, none > sqrt > full);
  *   - the number of block forwards re-run in backward is the plan's;
  *   - bad policy strings are refused with a message, good ones parse and round-trip;
- *   - `auto` picks the least recompute that fits.
+ *   - `auto` picks the least recompute that fits;
+ *   - where the machine has it, the bf16 CPU table (cpu_bf16.c) passes the bit-identity and memory
+ *     checks too (working tensors of 2 bytes, the planner run with act_bytes 2), and its first
+ *     micro-batch's gradients point the way fp32's do (cosine > 0.999 per tensor).
  * The memory checks run twice: with the CPU backend as it is (attention probabilities kept by
  * KEEP_ALL blocks) and with a copy of its ops table that says it cannot keep them (the flash-style
  * path the CUDA backend takes), so both branches of the model are held to the executor.
@@ -251,12 +254,26 @@ static void run_micro(runner *r, const gt_plan *plan, int n_micro, micro_result 
 static gt_ops g_cpu_probs;
 
 static const gt_ops *backend(int variant) {
+    char why[256];
     if (variant == 0) return gt_ops_cpu();
+    if (variant == 2) return gt_ops_cpu_bf16(why, sizeof why);
     g_cpu_probs = *gt_ops_cpu();
     g_cpu_probs.can_keep_attention_probs = 1;
     return &g_cpu_probs;
 }
-static const char *backend_name(int variant) { return variant == 0 ? "cpu" : "cpu(probs kept)"; }
+static const char *backend_name(int variant) {
+    return variant == 0 ? "cpu" : variant == 1 ? "cpu(probs kept)" : "cpu bf16";
+}
+
+/* The variants the bit-identity and memory checks run on: the bf16 CPU table too where this machine
+ * has it (oneDNN and bf16 instructions); where not, one line says so and those checks run fp32 only. */
+static int n_variants(void) {
+    char why[256] = "";
+    static int said;
+    if (gt_ops_cpu_bf16(why, sizeof why)) return 3;
+    if (!said++) printf("note: the bf16 CPU backend is not checked here: %s\n", why);
+    return 2;
+}
 
 /* ------------------------------------------------------------------ the memory discipline, written out */
 
@@ -344,7 +361,7 @@ static uint64_t spec_act_peak(const gt_mem_shape *sh, const gt_plan *plan) {
 
 static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) {
     int before = check_failures;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < n_variants(); v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
             runner r;
@@ -392,7 +409,7 @@ static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) 
 
 static void measured_activation_peak_equals_prediction(void) {
     int before = check_failures;
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < n_variants(); v++) {
         for (int s = 0; s < N_SHAPES; s++) {
             const gt_ops *ops = backend(v);
             runner r;
@@ -759,6 +776,52 @@ static void policies_make_the_documented_plans(void) {
     printf("%s policies_make_the_documented_plans\n", check_failures == before ? "ok  " : "FAIL");
 }
 
+/* bf16 against fp32 on the CPU, one micro-batch of every shape from the same fp32 weights (dropout 0.1,
+ * the same masks): the gradient of every tensor points the same way (cosine > 0.999) and the loss is
+ * within 1%. bf16 rounds the working weights and every activation to 8 bits of mantissa (relative error
+ * 2^-9 per rounding), so the gradients differ in their last few bits per element, not in direction;
+ * a kernel that drops a term or accumulates wrongly turns a whole tensor's gradient. */
+static void bf16_gradients_track_fp32(void) {
+    int before = check_failures;
+    if (n_variants() < 3) return;
+    for (int s = 0; s < N_SHAPES; s++) {
+        runner f, b;
+        runner_init(&f, backend(0), &g_shapes[s]);
+        runner_init(&b, backend(2), &g_shapes[s]);
+        gt_plan none;
+        policy_plan("none", g_shapes[s].model.n_layers, &none);
+        micro_result rf, rb;
+        run_micro(&f, &none, 1, &rf);
+        run_micro(&b, &none, 1, &rb);
+        const gt_layout *layout = gt_model_layout(f.model);
+        double worst = 1.0;
+        const char *worst_name = "";
+        for (int t = 0; t < layout->n_tensors; t++) {
+            const gt_tensor_info *ti = &layout->tensors[t];
+            double dot = 0, nf = 0, nb = 0;
+            for (size_t i = ti->offset; i < ti->offset + ti->numel; i++) {
+                dot += (double)rf.grads[i] * rb.grads[i];
+                nf += (double)rf.grads[i] * rf.grads[i];
+                nb += (double)rb.grads[i] * rb.grads[i];
+            }
+            double cosine = nf == 0 && nb == 0 ? 1.0 : dot / sqrt(nf * nb);
+            if (cosine < worst) worst = cosine, worst_name = ti->name;
+            CHECK(cosine > 0.999, "%s: gradient of %s: cosine bf16 vs fp32 %.6f (expected > 0.999)", g_shapes[s].name,
+                  ti->name, cosine);
+        }
+        double rel = fabs(rb.loss - rf.loss) / fabs(rf.loss);
+        CHECK(rel < 1e-2, "%s: loss bf16 %.7f vs fp32 %.7f (relative %.3g, expected < 1e-2)", g_shapes[s].name,
+              rb.loss, rf.loss, rel);
+        printf("  %s: loss fp32 %.6f bf16 %.6f; lowest gradient cosine %.6f (%s)\n", g_shapes[s].name, rf.loss,
+               rb.loss, worst, worst_name);
+        free(rf.grads);
+        free(rb.grads);
+        runner_free(&f);
+        runner_free(&b);
+    }
+    printf("%s bf16_gradients_track_fp32\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--predict") == 0) return predict(argc - 2, argv + 2);
     init_shapes();
@@ -779,6 +842,7 @@ int main(int argc, char **argv) {
     policies_make_the_documented_plans();
     auto_picks_least_recompute_that_fits();
     library_bytes_follow_the_communicator_and_attention();
+    bf16_gradients_track_fp32();
     if (check_failures) {
         fprintf(stderr, "%d check(s) failed\n", check_failures);
         return 1;

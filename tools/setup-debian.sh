@@ -14,6 +14,7 @@ packages=(cmake make gcc g++ pkg-config
 packages+=(libjansson-dev)   # JSON of Hugging Face checkpoints: config.json, safetensors headers (model.init)
 packages+=(shellcheck)   # tests: shellcheck of the GPU check scripts (tests/gpu.cmake)
 packages+=(strace)       # tests: resume_save_is_durable checks the fsync before the rename
+packages+=(libdnnl-dev)   # oneDNN: bf16 matrix products on the CPU (AMX, AVX512-BF16); optional for the build
 if [[ "${1:-}" == "--slurm" ]]; then
   packages+=(slurm-wlm munge)
   packages+=(iproute2 util-linux)   # tests/cluster: network namespaces, nsenter, unshare

@@ -794,9 +794,6 @@ static void check_across(loader *ld) {
              c->train.warmup_steps, c->train.steps, c->train.steps);
         ld->cfg->train.warmup_steps = c->train.steps;
     }
-    if (c->train.precision == GT_PRECISION_BF16 && c->train.device == GT_DEVICE_CPU)
-        fail_at(ld, blame(ld, "train", "precision", "train", "device"),
-                "precision bf16 with device cpu (expected fp32 or auto on cpu: the CPU backend computes in fp32)");
     if (c->dist.comm == GT_COMM_NCCL && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
                 "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");

@@ -159,7 +159,7 @@ static int run_plan(int argc, char **argv) {
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
     int gpu = cfg.train.device == GT_DEVICE_CUDA ||
               (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);
-    int bf16 = gpu && cfg.train.precision != GT_PRECISION_FP32;
+    int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32 : cfg.train.precision == GT_PRECISION_BF16;
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);

@@ -66,6 +66,32 @@ static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
     return code;
 }
 
+/* The CPU's table for train.precision: bf16 needs oneDNN and bf16 instructions on every rank (else
+ * one line, exit 2). auto stays fp32 on the CPU (tiny.ini and the tests' fp32 expectations use it);
+ * it says in one line when bf16 would be available. */
+static int choose_cpu_precision(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
+    char why[512] = "", msg[2048] = "";
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    const gt_ops *bf16 = cfg->train.precision == GT_PRECISION_FP32 ? NULL : gt_ops_cpu_bf16(why, sizeof why);
+    int here = bf16 != NULL, all = 0;
+    MPI_Allreduce(&here, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (cfg->train.precision == GT_PRECISION_BF16) {
+        if (!here) snprintf(msg, sizeof msg, "%s: [train] precision = bf16 on the CPU, but %s (expected fp32 here)",
+                            cfg->path, why);
+        int code = agree_input(comm, here ? 0 : GT_EXIT_BAD_INPUT, msg, sizeof msg);
+        if (code) return code;
+        if (rank == 0) printf("gtrain: bf16 on the CPU: matrix products through oneDNN on %s\n", gt_cpu_bf16_isa());
+        *ops_out = bf16;
+        return 0;
+    }
+    if (cfg->train.precision == GT_PRECISION_AUTO && all && rank == 0)
+        printf("gtrain: [train] precision = auto: fp32 on the CPU (bf16 is available here, on %s: set precision = bf16)\n",
+               gt_cpu_bf16_isa());
+    *ops_out = gt_ops_cpu();
+    return 0;
+}
+
 /* Chooses the backend from train.device and train.precision; the same one on every rank (a rank
  * without a GPU makes device = auto fall back to the CPU everywhere, and device = cuda fail). */
 static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {
@@ -95,14 +121,7 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
             fprintf(stderr, "gtrain: %s: [train] device = auto: some ranks see no GPU, so every rank runs on the CPU\n",
                     cfg->path);
     }
-    if (!ops) {
-        if (cfg->train.precision == GT_PRECISION_BF16) {
-            snprintf(msg, sizeof msg, "%s: [train] precision = bf16 needs the CUDA backend; the CPU runs fp32",
-                     cfg->path);
-            return fail_input(rank, msg);
-        }
-        ops = gt_ops_cpu();
-    }
+    if (!ops) return choose_cpu_precision(cfg, comm, ops_out);
     *ops_out = ops;
     return 0;
 }

@@ -5,7 +5,7 @@
  * The core never calls BLAS, OpenMP or CUDA itself; it calls these. A backend owns its memory
  * (alloc/free of device buffers) and its number format for "working" tensors:
  *   - activations, activation gradients and working parameters are `void *` in the backend's
- *     working type (fp32 on the CPU, bf16 or fp32 on CUDA): `act_bytes` bytes per element;
+ *     working type (bf16 or fp32 on either backend, as train.precision chooses): `act_bytes` bytes per element;
  *   - weight gradients, fp32 master weights, optimizer moments, norm statistics and losses are
  *     always `float *` (fp32), also on the GPU.
  * All pointers are device pointers of the backend (host memory for the CPU backend); tokens too.
@@ -219,6 +219,13 @@ struct gt_ops {
 
 /* The CPU backend: fp32, OpenBLAS sgemm, OpenMP. */
 const gt_ops *gt_ops_cpu(void);
+
+/* The CPU backend with bf16 working tensors (the CUDA bf16 table's semantics; matrix products through
+ * oneDNN on the CPU's bf16 units), or NULL with a reason in `why` when gtrain was built without oneDNN
+ * or the CPU has no bf16 instructions (AMX-BF16 or AVX512-BF16). gt_cpu_bf16_isa: the instruction
+ * set oneDNN runs on, for logs ("none" without oneDNN). */
+const gt_ops *gt_ops_cpu_bf16(char *why, size_t why_len);
+const char *gt_cpu_bf16_isa(void);
 
 /* The CUDA backend, or NULL with a reason in `why` when it was not built or no GPU is visible.
  * bf16 selects bf16 working tensors; otherwise fp32. */

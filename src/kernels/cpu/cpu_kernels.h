@@ -60,6 +60,33 @@ static inline float gt_cpu_expf(float x) {
     return x > 88.72283f ? INFINITY : res;
 }
 
+/* bf16 <-> fp32, as CUDA's __bfloat162float and __float2bfloat16 (round to nearest, ties to even;
+ * a NaN stays a NaN): the one conversion of the bf16 CPU table (cpu_bf16.c) and cpu_dnnl.c. */
+static inline float gt_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+static inline uint16_t gt_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* cpu_dnnl.c: C (M, N) = A (M, K) @ B (K, N), or += with accumulate; A, B bf16, stored transposed
+ * when a_trans / b_trans (A as (K, M), B as (N, K), row-major); C row-major, fp32 when c_f32 else
+ * bf16 rounded once from the fp32 sum. gt_dnnl_available: 1, or 0 and why (no library, no bf16
+ * instructions); gt_dnnl_isa: the instruction set oneDNN runs on, for logs. */
+int gt_dnnl_available(char *why, size_t why_len);
+const char *gt_dnnl_isa(void);
+void gt_dnnl_gemm(int M, int N, int K, const void *A, int a_trans, const void *B, int b_trans, void *C,
+                  int c_f32, int accumulate);
+/* The same with leading dimensions (row strides in elements of each stored matrix), callable from
+ * inside an OpenMP parallel region (it then runs on the calling thread); gt_dnnl_init must have run
+ * once outside any parallel region first. */
+void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb, int b_trans,
+                     void *C, int ldc, int c_f32, int accumulate);
+void gt_dnnl_init(void);
+
 /* cpu_matmul.c */
 void gt_cpu_matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC);
 void gt_cpu_matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp,
@@ -83,6 +110,15 @@ void gt_cpu_attention_backward(void *dq, void *dk, void *dv, const void *dout, c
                                const void *q, const void *k, const void *v, const float *lse,
                                const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
                                gt_rng_key key);
+
+/* cpu_attention_bf16.c: the same with bf16 q, k, v, out and gradients, products through oneDNN */
+void gt_cpu_attention_forward_bf16(void *out, float *lse, float *probs, const void *q, const void *k,
+                                   const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
+                                   gt_rng_key key);
+void gt_cpu_attention_backward_bf16(void *dq, void *dk, void *dv, const void *dout, const void *out,
+                                    const void *q, const void *k, const void *v, const float *lse,
+                                    const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
+                                    gt_rng_key key);
 
 /* cpu_pointwise.c: embedding, SwiGLU, residual dropout, cross-entropy */
 void gt_cpu_embedding_forward(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
