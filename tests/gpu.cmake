@@ -144,7 +144,7 @@ if(GTRAIN_HAVE_CUDA)
   add_test(NAME trainer_on_emulated_cuda
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/trainer_emulated.sh $<TARGET_FILE:gtrain_emulated>
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trainer_emulated)
-  set_tests_properties(trainer_on_emulated_cuda PROPERTIES LABELS unit TIMEOUT 120
+  set_tests_properties(trainer_on_emulated_cuda PROPERTIES LABELS unit TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endif()
 
