@@ -81,24 +81,68 @@ static void usage(FILE *out) {
  * nothing is done. */
 #define GT_OMP_SPINCOUNT "1000"
 
-static void use_short_omp_spin(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    const char *opt = getenv("GTRAIN_OMP_SPIN");
-    if (opt && strcmp(opt, "default") == 0) return;
-    const char *pre = getenv("LD_PRELOAD");
-    if (pre && strstr(pre, "vgpreload")) return;
-    if (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0 || setenv("GTRAIN_SPIN_RESTARTED", "1", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with libgomp's default, which is only slower */
-    unsetenv("GTRAIN_SPIN_RESTARTED");
+/* OpenBLAS built with DYNAMIC_ARCH picks its kernels from the CPU's model number, and 0.3.21 (Debian
+ * 12) does not know newer Xeons: on the machines this project runs on it falls back to "Prescott",
+ * its SSE3 kernels, and sgemm runs at 26-66 GFLOP/s where its SkylakeX kernels reach 300+ (measured
+ * in docs/cpu-speed.md). When the library chose such a generic core and the CPU has the instructions
+ * of a better one, gtrain asks for that one by OPENBLAS_CORETYPE, which OpenBLAS also reads only when
+ * it is loaded, so in the same single restart. A user's own OPENBLAS_CORETYPE always wins. */
+char *openblas_get_corename(void); /* OpenBLAS's own extension, not in every cblas.h */
+
+static const char *better_blas_core(void) {
+#if defined(__x86_64__)
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", NULL};
+    if (getenv("OPENBLAS_CORETYPE")) return NULL;
+    const char *core = openblas_get_corename();
+    int is_generic = 0;
+    for (int i = 0; core && generic[i]; i++) is_generic |= strcmp(core, generic[i]) == 0;
+    if (!is_generic) return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
 }
 
-static void say_short_omp_spin(int rank) {
+static int wants_short_omp_spin(void) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return 0;
+    const char *opt = getenv("GTRAIN_OMP_SPIN");
+    return !(opt && strcmp(opt, "default") == 0);
+}
+
+/* One restart for both variables: GTRAIN_SPIN_RESTARTED and GTRAIN_BLAS_CORE_WAS tell the new image
+ * what was set, so that rank 0 can say so. */
+static void restart_with_tuned_env(char **argv) {
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) return;
+    int spin = wants_short_omp_spin();
+    const char *core = better_blas_core();
+    if (!spin && !core) return;
+    if (spin && (setenv("GOMP_SPINCOUNT", GT_OMP_SPINCOUNT, 1) != 0 || setenv("GTRAIN_SPIN_RESTARTED", "1", 1) != 0))
+        return;
+    if (core && (setenv("GTRAIN_BLAS_CORE_WAS", openblas_get_corename(), 1) != 0 ||
+                 setenv("OPENBLAS_CORETYPE", core, 1) != 0))
+        return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with the defaults, which are only slower */
+    unsetenv("GTRAIN_SPIN_RESTARTED");
+    unsetenv("GTRAIN_BLAS_CORE_WAS");
+}
+
+static void say_restart(int rank) {
+    if (rank != 0) return;
     const char *restarted = getenv("GTRAIN_SPIN_RESTARTED");
-    if (rank != 0 || !restarted || strcmp(restarted, "1") != 0) return;
-    printf("gtrain: GOMP_SPINCOUNT=%s (a short OpenMP spin): set by gtrain, which restarted itself once for it; "
-           "set it or OMP_WAIT_POLICY yourself to skip that (launch/ does), GTRAIN_OMP_SPIN=default for libgomp's\n",
-           GT_OMP_SPINCOUNT);
+    if (restarted && strcmp(restarted, "1") == 0)
+        printf("gtrain: GOMP_SPINCOUNT=%s (a short OpenMP spin): set by gtrain, which restarted itself once for it; "
+               "set it or OMP_WAIT_POLICY yourself to skip that (launch/ does), GTRAIN_OMP_SPIN=default for libgomp's\n",
+               GT_OMP_SPINCOUNT);
+    const char *was = getenv("GTRAIN_BLAS_CORE_WAS");
+    if (was && *was)
+        printf("gtrain: OPENBLAS_CORETYPE=%s: OpenBLAS chose its generic %s kernels for this CPU, which has the "
+               "instructions of %s; set OPENBLAS_CORETYPE yourself to choose\n",
+               openblas_get_corename(), was, openblas_get_corename());
     fflush(stdout);
 }
 
@@ -262,7 +306,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    use_short_omp_spin(argv);
+    restart_with_tuned_env(argv);
     MPI_Init(&argc, &argv);
     /* from here on a stop signal only sets the flag: one during start-up (loading a big state file
      * can take minutes) is acted on after the first step, instead of killing the rank unsaved */
@@ -281,7 +325,7 @@ int main(int argc, char **argv) {
     } else {
         if (rank == 0) print_notes(err);
         set_threads(rank);
-        say_short_omp_spin(rank);
+        say_restart(rank);
         code = gt_train(&cfg, MPI_COMM_WORLD);
     }
     MPI_Finalize();
