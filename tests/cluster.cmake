@@ -11,3 +11,11 @@ add_test(NAME cluster_two_nodes
                  ${CMAKE_CURRENT_BINARY_DIR}/cluster_two_nodes)
 set_tests_properties(cluster_two_nodes PROPERTIES
                      LABELS cluster SKIP_RETURN_CODE 77 TIMEOUT 900 RUN_SERIAL TRUE)
+
+# A rank on another build (a stale copy on one node) is refused at start-up by name; label mpi, since
+# it needs no cluster (the cluster test repeats it across two nodes).
+add_test(NAME mismatched_binary_named
+         COMMAND bash ${GTRAIN_TEST_DIR}/cluster/mismatched_binary.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/mismatched_binary ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(mismatched_binary_named PROPERTIES LABELS mpi TIMEOUT 120
+                     ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
