@@ -196,49 +196,106 @@ grep "is not the same directory on every node" "$work/job-local.out" | grep -q "
 grep -q "^step " "$work/job-local.out" && die "a step was trained with a node-local checkpoint.dir"
 note "checkpoint.dir=/tmp/... (each node its own): exit 2 before step 1, naming gtc-n0 and gtc-n1"
 
-# ---------------------------------------------------------------- 4. a node lost mid-run
-# Every process of gtc-n1 (its slurmd and its rank) is killed at step 12 or later. The surviving rank
-# waits in a collective until Slurm declares the node DOWN (SlurmdTimeout, 20 s on this cluster) and
-# ends the job (NODE_FAIL); the job is then resubmitted on the remaining node, and resumes from the
-# newest state file with one rank and the global batch kept.
-job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable --no-requeue \
+# at_step DIR N: waits (deadline 180 s) until DIR/metrics.jsonl has N steps.
+at_step() {
+  local deadline=$((SECONDS + 180))
+  until (($(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || echo 0) >= $2)); do
+    ((SECONDS < deadline)) || { scancel "$job"; die "job $job did not reach step $2 in 180 s"; }
+    sleep 0.2
+  done
+}
+# wait_end SECONDS: until the job $job ends; sets state.
+wait_end() {
+  local deadline=$((SECONDS + $1))
+  while state=$(job_field "$job" JobState); [[ $state == RUNNING || $state == CONFIGURING || $state == PENDING ]]; do
+    ((SECONDS < deadline)) || { scancel "$job"; die "job $job still $state after $1 s"; }
+    sleep 1
+  done
+}
+# when LOG PATTERN: the time (seconds since the epoch) of the script's first log line matching PATTERN.
+when() { date -d "$(grep -a "^gtrain.sbatch: .*$2" "$1" | head -n 1 | awk '{print $2" "$3}')" +%s; }
+
+# ---------------------------------------------------------------- 4. another build on one node
+# GTRAIN_BIN is a script that starts, on gtc-n1 only, a copy of gtrain with one byte appended (what a
+# stale install on one node looks like): exit 2 at start-up, one line naming rank 1 and gtc-n1.
+cp "$bin_dir/gtrain" "$work/gtrain-other" && printf 'x' >>"$work/gtrain-other"
+cat >"$work/pick.sh" <<PICK
+#!/bin/sh
+[ "\$(hostname)" = gtc-n1 ] && exec "$work/gtrain-other" "\$@"
+exec "$bin_dir/gtrain" "\$@"
+PICK
+chmod +x "$work/pick.sh"
+job=$(cd "$work" && GTRAIN_BIN="$work/pick.sh" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=2 --ntasks-per-node=1 \
+      -o "$work/job-build.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" checkpoint.dir="$work/build") ||
+  die "sbatch for the mismatched-build job failed"
+job=${job%%;*}
+wait_end 120
+grep -q "gtrain exited with 2" "$work/job-build.out" || die "another build on gtc-n1 did not end with exit 2"
+(($(grep -c "^gtrain: rank 1 on gtc-n1 runs another gtrain build than rank 0 on gtc-n0" "$work/job-build.out") == 1)) ||
+  die "not one line naming rank 1 on gtc-n1"
+grep -q "run 2" "$work/job-build.out" && die "exit 2 was run again"
+note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc-n1; not run again"
+# ---------------------------------------------------------------- 5. a hung rank, named by the watchdog
+# The rank on gtc-n1 is stopped (SIGSTOP) at step 12: its node stays up, so only gtrain's watchdog
+# (dist.timeout=10) can tell. Rank 0's watchdog names rank 1 on gtc-n1; srun ends the step
+# (GTRAIN_SRUN_WAIT=10 s after rank 0's exit); the script re-runs it without gtc-n1.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      sbatch --parsable --nodes=2 --ntasks-per-node=1 -o "$work/job-hang.out" "$src/launch/gtrain.sbatch" "$config" \
+      "${common[@]}" train.steps=25 dist.timeout=10 checkpoint.dir="$work/hang" checkpoint.every=5 \
+      log.metrics="$work/hang/metrics.jsonl") || die "sbatch for the hang job failed"
+job=${job%%;*}
+at_step "$work/hang" 12
+stopped=""
+for pid in $(ip netns pids gtc-node1); do
+  [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == gtrain ]] && kill -STOP "$pid" && stopped+=" $pid"
+done
+[[ -n "$stopped" ]] || die "no gtrain process on gtc-n1 to stop"
+t_stop=$(date +%s)
+note "stopped the rank on gtc-n1 (pid$stopped) at step $(grep -c '"loss"' "$work/hang/metrics.jsonl")"
+wait_end 240
+out="$work/job-hang.out"
+[[ $state == COMPLETED ]] || die "the hang job ended $state, not COMPLETED after a re-run on gtc-n0"
+grep -aq "^gtrain: watchdog: rank 0 .*not arrived: rank 1 (pid [0-9]* on gtc-n1)" "$out" ||
+  die "the watchdog did not name rank 1 on gtc-n1"
+grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (.*named by the watchdog: gtc-n1, excluded)" "$out" ||
+  die "the script did not re-run the step without gtc-n1"
+grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the hang re-run did not keep the global batch"
+note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with") - t_stop)) s (dist.timeout 10 +" \
+     "srun --wait 10); -> re-run without gtc-n1 started: $(($(when "$out" "run 2 on") - t_stop)) s; job COMPLETED"
+
+# ---------------------------------------------------------------- 6. a node lost mid-run (last: gtc-n1 stays down)
+# Every process of gtc-n1 (its slurmd and its rank) is killed at step 12 or later. The job is
+# --no-kill: Slurm takes the node out of the allocation after SlurmdTimeout (20 s here), srun ends
+# the step, and the batch script runs it again on gtc-n0 alone, from the newest state file with one
+# rank and the global batch kept, until the job completes. No one resubmits anything.
+lost_steps=25
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
       --nodes=2 --ntasks-per-node=1 -o "$work/job-lost.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
-      train.steps=300 checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
+      train.steps=$lost_steps checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
   die "sbatch for the node-loss job failed"
 job=${job%%;*}
-deadline=$((SECONDS + 180))
-until (($(grep -c '"loss"' "$work/lost/metrics.jsonl" 2>/dev/null || echo 0) >= 12)); do
-  ((SECONDS < deadline)) || { scancel "$job"; die "the node-loss job did not reach step 12 in 180 s"; }
-  sleep 0.2
-done
-t_kill=$SECONDS
+at_step "$work/lost" 12
+t_kill=$(date +%s)
 bash "$cluster" kill-node 1
 note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/lost/metrics.jsonl")"
-while state=$(job_field "$job" JobState); [[ $state == RUNNING || $state == CONFIGURING ]]; do
-  ((SECONDS - t_kill < 150)) || { scancel "$job"; die "the job still runs 150 s after its node died"; }
-  sleep 1
-done
-t_end=$((SECONDS - t_kill))
-note "the job left RUNNING $t_end s after the node died: $state, $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
-[[ $state == NODE_FAIL || $state == FAILED || $state == COMPLETING ]] || die "job state $state after the node died"
-newest=$(ls "$work/lost" | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1)
-[[ -n "$newest" ]] && ((newest >= 10)) || die "no state file of step 10 or later (newest: '$newest')"
-t_sub=$SECONDS
-job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=1 --ntasks-per-node=1 \
-      -o "$work/job-resumed.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" train.steps=$((newest + 5)) \
-      checkpoint.dir="$work/lost" log.metrics="$work/lost/metrics.jsonl") || die "sbatch for the resumed job failed"
-job=${job%%;*}
-while ! grep -q "^step *$((newest + 1))/" "$work/job-resumed.out" 2>/dev/null; do
-  state=$(job_field "$job" JobState)
-  [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING ]] || die "the resumed job is $state"
-  ((SECONDS - t_sub < 150)) || { scancel "$job"; die "the resumed job did not train a step in 150 s"; }
+# the first step of the re-run, timed here (the log's lines carry no time)
+newest=""
+until [[ -n "$newest" ]] && sed -n '/, run 2 on /,$p' "$work/job-lost.out" | grep -aq "^step *$((newest + 1))/"; do
+  newest=$(grep -a "^gtrain: resumed from " "$work/job-lost.out" | tail -n 1 | sed -n 's/.*(step \([0-9]*\)).*/\1/p')
+  (($(date +%s) - t_kill < 240)) || { scancel "$job"; die "no step of a re-run within 240 s of the node's death"; }
   sleep 0.2
 done
-t_first=$((SECONDS - t_sub))
-grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" "$work/job-resumed.out" ||
-  die "the resumed job did not resume from step $newest"
-grep -q "train.grad_accum 1 -> 2 on 1 rank" "$work/job-resumed.out" ||
-  die "the resumed job did not keep the global batch (grad_accum 1 -> 2)"
-note "node death -> job end: $t_end s (SlurmdTimeout 20 s); resubmitted on gtc-n0 -> its first step (step" \
-     "$((newest + 1)), from step_$(printf %08d "$newest").h5, grad_accum 1 -> 2): $t_first s"
+t_first=$(($(date +%s) - t_kill))
+wait_end 240
+out="$work/job-lost.out"
+[[ $state == COMPLETED ]] || die "the node-loss job ended $state, not COMPLETED after a re-run on gtc-n0"
+grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (gone from the allocation or not responding: gtc-n1;" "$out" ||
+  die "the script did not re-run the step on gtc-n0 alone"
+((newest >= 10)) || die "the re-run did not resume from step 10 or later ('$newest')"
+grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the re-run did not keep the global batch (grad_accum 1 -> 2)"
+(($(losses "$work/lost/metrics.jsonl" | wc -l) == lost_steps)) || die "the node-loss job did not log all $lost_steps steps"
+t_end=$(($(when "$out" "gtrain exited with") - t_kill))
+note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's first step (step $((newest + 1))," \
+     "from step_$(printf %08d "$newest").h5, 1 rank on gtc-n0, grad_accum 1 -> 2): $t_first s; job COMPLETED"
+
 note "PASSED"
