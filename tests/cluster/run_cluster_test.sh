@@ -15,10 +15,15 @@
 #      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 1's within 1e-5;
 #   3. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
 #      naming both hosts;
-#   4. node loss: every process of gtc-n1 killed mid-run; the job must end within 150 s (Slurm marks
-#      the node DOWN after SlurmdTimeout, 20 s here, and ends the job), and a job resubmitted on the
-#      remaining node resumes from the newest state file with one rank and the global batch kept.
-#      Both times are printed.
+#   4. another build on gtc-n1 (a copy of gtrain with a byte appended): exit 2 at start-up, one line
+#      naming rank 1 on gtc-n1, not run again;
+#   5. SIGINT to the batch shell: the ranks save, exit 75, the job requeues itself and resumes; then the
+#      rank on gtc-n1 is stopped (SIGSTOP): the watchdog (dist.timeout=10) names rank 1 on gtc-n1, and
+#      the script runs the step again on gtc-n0 alone, with the global batch kept; the job COMPLETES;
+#   6. node loss: every process of gtc-n1 killed mid-run; Slurm takes the node out of the --no-kill
+#      allocation after SlurmdTimeout (20 s here), srun ends the step, and the script runs it again on
+#      gtc-n0 from the newest state file with one rank and the global batch kept; the job COMPLETES.
+#      The times from the node's death to the step's end and to the re-run's first step are printed.
 # WORK_DIR must not be under /tmp (each node has a private /tmp). The cluster is taken down on every
 # exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer bound. Without root or the
 # packages: exit 77 (skipped).
@@ -135,7 +140,7 @@ note "GTRAIN_LAUNCHER=mpirun across the two nodes: the same losses and weights"
 
 # ---------------------------------------------------------------- 1c. two ranks per node, 4 in all
 short=(train.steps=6 checkpoint.every=6)
-run_job four --nodes=2 --ntasks-per-node=2 -- "${common[@]}" "${short[@]}" checkpoint.dir="$work/four" \
+OMPI_MCA_mpi_yield_when_idle=1 run_job four --nodes=2 --ntasks-per-node=2 -- "${common[@]}" "${short[@]}" checkpoint.dir="$work/four" \
   log.metrics="$work/four/metrics.jsonl"
 [[ $state == COMPLETED ]] || die "job four ended $state"
 grep -q "^gtrain: threads: .*2 ranks on the 2 cores of this node" "$work/job-four.out" ||
@@ -143,8 +148,8 @@ grep -q "^gtrain: threads: .*2 ranks on the 2 cores of this node" "$work/job-fou
 grep -q "^gtrain: .* 4 ranks (mpi)" "$work/job-four.out" || die "gtrain does not report 4 ranks"
 mkdir -p "$work/ref4"
 (unset OMPI_MCA_btl OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include
- OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 mpirun -np 4 --allow-run-as-root --oversubscribe --bind-to none \
-   -x OMP_NUM_THREADS -x GOMP_SPINCOUNT "$bin_dir/gtrain" "$config" "${common[@]}" "${short[@]}" \
+ OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 OMPI_MCA_mpi_yield_when_idle=1 mpirun -np 4 --allow-run-as-root \
+   --oversubscribe --bind-to none -x OMP_NUM_THREADS -x GOMP_SPINCOUNT "$bin_dir/gtrain" "$config" "${common[@]}" "${short[@]}" \
    checkpoint.dir="$work/ref4" log.metrics="$work/ref4/metrics.jsonl") >"$work/ref4.log" 2>&1 ||
   { tail -n 20 "$work/ref4.log"; die "the 4-rank one-node mpirun reference failed"; }
 diff <(losses "$work/ref4/metrics.jsonl") <(losses "$work/four/metrics.jsonl") >/dev/null ||
@@ -239,12 +244,29 @@ note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc
 # The rank on gtc-n1 is stopped (SIGSTOP) at step 12: its node stays up, so only gtrain's watchdog
 # (dist.timeout=10) can tell. Rank 0's watchdog names rank 1 on gtc-n1; srun ends the step
 # (GTRAIN_SRUN_WAIT=10 s after rank 0's exit); the script re-runs it without gtc-n1.
-job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
       sbatch --parsable --nodes=2 --ntasks-per-node=1 -o "$work/job-hang.out" "$src/launch/gtrain.sbatch" "$config" \
       "${common[@]}" train.steps=25 dist.timeout=10 checkpoint.dir="$work/hang" checkpoint.every=5 \
       log.metrics="$work/hang/metrics.jsonl") || die "sbatch for the hang job failed"
 job=${job%%;*}
+# first a stop: SIGINT to the batch shell, which its trap passes on as SIGUSR1; the ranks save and exit
+# 75, and the job requeues itself (brought forward: a requeued job otherwise waits ~120 s, BeginTime)
+at_step "$work/hang" 4
+scancel --batch --signal=INT "$job" || die "scancel --batch --signal=INT failed"
+deadline=$((SECONDS + 120))
+until [[ "$(job_field "$job" Restarts)" == 1 && "$(job_field "$job" JobState)" == PENDING ]]; do
+  ((SECONDS < deadline)) || die "the job was not requeued within 120 s of SIGINT ($(job_field "$job" JobState))"
+  sleep 0.5
+done
+sleep 2 # not within the second of the requeue: slurmd would refuse the job's credential as revoked
+scontrol update JobId="$job" StartTime=now || die "scontrol update StartTime=now failed"
+out="$work/job-hang.out"
+grep -q "got SIGINT; asking the ranks to save" "$out" && grep -q "gtrain exited with 75" "$out" &&
+  grep -q "stopped early after saving its state: requeueing" "$out" ||
+  die "SIGINT to the batch shell did not end in exit 75 and a requeue"
+note "SIGINT to the batch shell at step $(grep -c '"loss"' "$work/hang/metrics.jsonl"): saved, exit 75, requeued"
 at_step "$work/hang" 12
+grep -q "^gtrain: resumed from " "$out" || die "the requeued start did not resume from a state file"
 stopped=""
 for pid in $(ip netns pids gtc-node1); do
   [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == gtrain ]] && kill -STOP "$pid" && stopped+=" $pid"
@@ -253,14 +275,13 @@ done
 t_stop=$(date +%s)
 note "stopped the rank on gtc-n1 (pid$stopped) at step $(grep -c '"loss"' "$work/hang/metrics.jsonl")"
 wait_end 240
-out="$work/job-hang.out"
 [[ $state == COMPLETED ]] || die "the hang job ended $state, not COMPLETED after a re-run on gtc-n0"
 grep -aq "^gtrain: watchdog: rank 0 .*not arrived: rank 1 (pid [0-9]* on gtc-n1)" "$out" ||
   die "the watchdog did not name rank 1 on gtc-n1"
 grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (.*named by the watchdog: gtc-n1, excluded)" "$out" ||
   die "the script did not re-run the step without gtc-n1"
 grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the hang re-run did not keep the global batch"
-note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with") - t_stop)) s (dist.timeout 10 +" \
+note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with \(76\|137\)") - t_stop)) s (dist.timeout 10 +" \
      "srun --wait 10); -> re-run without gtc-n1 started: $(($(when "$out" "run 2 on") - t_stop)) s; job COMPLETED"
 
 # ---------------------------------------------------------------- 6. a node lost mid-run (last: gtc-n1 stays down)
@@ -294,7 +315,7 @@ grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (gone from the allocation or not res
 ((newest >= 10)) || die "the re-run did not resume from step 10 or later ('$newest')"
 grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the re-run did not keep the global batch (grad_accum 1 -> 2)"
 (($(losses "$work/lost/metrics.jsonl" | wc -l) == lost_steps)) || die "the node-loss job did not log all $lost_steps steps"
-t_end=$(($(when "$out" "gtrain exited with") - t_kill))
+t_end=$(($(when "$out" "gtrain exited with 137") - t_kill))
 note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's first step (step $((newest + 1))," \
      "from step_$(printf %08d "$newest").h5, 1 rank on gtc-n0, grad_accum 1 -> 2): $t_first s; job COMPLETED"
 
