@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_cluster_test.sh — launch/gtrain.sbatch across two Slurm nodes (tests/cluster/cluster.sh: network,
+# run_cluster_test.sh — launch/gtrain.sbatch across Slurm nodes, two at a time (three of tests/cluster/cluster.sh: network,
 # UTS and mount namespaces on a bridge, one machine):
 #
 #   bash tests/cluster/run_cluster_test.sh BIN_DIR SOURCE_DIR WORK_DIR
@@ -23,7 +23,9 @@
 #   6. node loss: every process of gtc-n1 killed mid-run; Slurm takes the node out of the --no-kill
 #      allocation after SlurmdTimeout (20 s here), srun ends the step, and the script runs it again on
 #      gtc-n0 from the newest state file with one rank and the global batch kept; the job COMPLETES.
-#      The times from the node's death to the step's end and to the re-run's first step are printed.
+#      The times from the node's death to the step's end and to the re-run's first step are printed;
+#   7. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
+#      failure, and the script runs the step again on gtc-n0; the job COMPLETES.
 # WORK_DIR must not be under /tmp (each node has a private /tmp). The cluster is taken down on every
 # exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer bound. Without root or the
 # packages: exit 77 (skipped).
@@ -57,10 +59,10 @@ rm -rf "$work"
 mkdir -p "$work"
 trap 'bash "$cluster" down' EXIT
 trap 'exit 1' TERM INT HUP # ctest's timeout: still through the EXIT trap
-env_lines=$(bash "$cluster" up 2)
+env_lines=$(bash "$cluster" up 3)
 rc=$?
 ((rc == 77)) && { echo "SKIPPED: cluster.sh cannot run here"; exit 77; }
-((rc == 0)) || die "cluster.sh up 2 failed"
+((rc == 0)) || die "cluster.sh up 3 failed"
 eval "$env_lines"
 note "cluster up: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 
@@ -209,10 +211,10 @@ at_step() {
     sleep 0.2
   done
 }
-# wait_end SECONDS: until the job $job ends; sets state.
+# wait_end SECONDS: until the job $job has ended (COMPLETING is not yet the end); sets state.
 wait_end() {
   local deadline=$((SECONDS + $1))
-  while state=$(job_field "$job" JobState); [[ $state == RUNNING || $state == CONFIGURING || $state == PENDING ]]; do
+  while state=$(job_field "$job" JobState); [[ $state =~ ^(RUNNING|CONFIGURING|PENDING|COMPLETING|REQUEUED)$ ]]; do
     ((SECONDS < deadline)) || { scancel "$job"; die "job $job still $state after $1 s"; }
     sleep 1
   done
@@ -230,7 +232,7 @@ cat >"$work/pick.sh" <<PICK
 exec "$bin_dir/gtrain" "\$@"
 PICK
 chmod +x "$work/pick.sh"
-job=$(cd "$work" && GTRAIN_BIN="$work/pick.sh" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=2 --ntasks-per-node=1 \
+job=$(cd "$work" && GTRAIN_BIN="$work/pick.sh" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 \
       -o "$work/job-build.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" checkpoint.dir="$work/build") ||
   die "sbatch for the mismatched-build job failed"
 job=${job%%;*}
@@ -245,7 +247,7 @@ note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc
 # (dist.timeout=10) can tell. Rank 0's watchdog names rank 1 on gtc-n1; srun ends the step
 # (GTRAIN_SRUN_WAIT=10 s after rank 0's exit); the script re-runs it without gtc-n1.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
-      sbatch --parsable --nodes=2 --ntasks-per-node=1 -o "$work/job-hang.out" "$src/launch/gtrain.sbatch" "$config" \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-hang.out" "$src/launch/gtrain.sbatch" "$config" \
       "${common[@]}" train.steps=25 dist.timeout=10 checkpoint.dir="$work/hang" checkpoint.every=5 \
       log.metrics="$work/hang/metrics.jsonl") || die "sbatch for the hang job failed"
 job=${job%%;*}
@@ -291,7 +293,7 @@ note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with \
 # rank and the global batch kept, until the job completes. No one resubmits anything.
 lost_steps=25
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
-      --nodes=2 --ntasks-per-node=1 -o "$work/job-lost.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
+      --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-lost.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
       train.steps=$lost_steps checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
   die "sbatch for the node-loss job failed"
 job=${job%%;*}
@@ -318,5 +320,30 @@ grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the re-run did not ke
 t_end=$(($(when "$out" "gtrain exited with 137") - t_kill))
 note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's first step (step $((newest + 1))," \
      "from step_$(printf %08d "$newest").h5, 1 rank on gtc-n0, grad_accum 1 -> 2): $t_first s; job COMPLETED"
+
+# ---------------------------------------------------------------- 7. a node's link taken down mid-run
+# gtc-n2's network link goes down at step 12 (its processes keep running; the shared file system,
+# the machine's own, still works there). With dist.timeout=10 rank 0's watchdog ends its rank first
+# (every rank alive in one collective: no host to name); srun waits GTRAIN_SRUN_WAIT, then Slurm,
+# after SlurmdTimeout, reports the node failure; the script runs the step again on gtc-n0 alone
+# (srun --overlap: the old step may still hold gtc-n0's CPUs in Slurm's books).
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      sbatch --parsable --nodelist=gtc-n0,gtc-n2 --nodes=2 --ntasks-per-node=1 -o "$work/job-link.out" \
+      "$src/launch/gtrain.sbatch" "$config" "${common[@]}" train.steps=$lost_steps dist.timeout=10 \
+      checkpoint.dir="$work/link" checkpoint.every=5 log.metrics="$work/link/metrics.jsonl") ||
+  die "sbatch for the link-down job failed"
+job=${job%%;*}
+at_step "$work/link" 12
+ip -n gtc-node2 link set eth0 down || die "could not take gtc-n2's link down"
+t_down=$(date +%s)
+note "took gtc-n2's link down at step $(grep -c '"loss"' "$work/link/metrics.jsonl")"
+wait_end 240
+out="$work/job-link.out"
+[[ $state == COMPLETED ]] || die "the link-down job ended $state, not COMPLETED after a re-run on gtc-n0"
+grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (gone from the allocation or not responding: gtc-n2;" "$out" ||
+  die "the script did not re-run the step on gtc-n0 alone"
+grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the link-down re-run did not keep the global batch"
+note "gtc-n2's link down -> step end: $(($(when "$out" "gtrain exited with \\(76\\|137\\)") - t_down)) s;" \
+     "-> re-run on gtc-n0 started: $(($(when "$out" "run 2 on") - t_down)) s; job COMPLETED"
 
 note "PASSED"
