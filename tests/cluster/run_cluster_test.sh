@@ -23,7 +23,9 @@
 #   6. node loss: every process of gtc-n1 killed mid-run; Slurm takes the node out of the --no-kill
 #      allocation after SlurmdTimeout (20 s here), srun ends the step, and the script runs it again on
 #      gtc-n0 from the newest state file with one rank and the global batch kept; the job COMPLETES.
-#      The times from the node's death to the step's end and to the re-run's first step are printed;
+#      The times from the node's death to the step's end and to the re-run's first step are printed.
+#      Meanwhile a new job on gtc-n0 and gtc-n1 (dead, not yet noticed): one line naming gtc-n1, and a
+#      requeue at full size instead of a smaller global batch (no state file yet);
 #   7. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
 #      failure, and the script runs the step again on gtc-n0; the job COMPLETES.
 # WORK_DIR must not be under /tmp (each node has a private /tmp). The cluster is taken down on every
@@ -301,6 +303,24 @@ at_step "$work/lost" 12
 t_kill=$(date +%s)
 bash "$cluster" kill-node 1
 note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/lost/metrics.jsonl")"
+# Meanwhile, before Slurm notices, a new job on gtc-n0 and gtc-n1: a node that does not come up for
+# it. srun cannot start its rank there; with no state file yet the script does not shrink (the global
+# batch would change silently) but says which node and requeues the job at its full size.
+never=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 \
+        -o "$work/job-never.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" checkpoint.dir="$work/never") ||
+  die "sbatch for the never-up job failed"
+never=${never%%;*}
+deadline=$((SECONDS + 90))
+until grep -q "requeueing at the full size" "$work/job-never.out" 2>/dev/null; do
+  ((SECONDS < deadline)) || { scancel "$never"; die "the job on a dead node was not requeued within 90 s"; }
+  sleep 0.5
+done
+scancel "$never"
+grep -q "srun could not start the ranks on gtc-n1: that node is taken as lost" "$work/job-never.out" ||
+  die "the job on a dead node does not name gtc-n1"
+grep -q "no state file yet to keep the global batch from: not run on fewer nodes" "$work/job-never.out" ||
+  die "the job on a dead node was run on fewer nodes without a state file"
+note "a job started on gtc-n1 after its death, before Slurm noticed: one line naming gtc-n1, requeued at full size"
 # the first step of the re-run, timed here (the log's lines carry no time)
 newest=""
 until [[ -n "$newest" ]] && sed -n '/, run 2 on /,$p' "$work/job-lost.out" | grep -aq "^step *$((newest + 1))/"; do
