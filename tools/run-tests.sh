@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README command 2: install what is needed, build, and run every test (ctest). Labels: unit, mpi,
-# resume, slurm, cluster (two Slurm nodes in namespaces, tests/cluster/), gpu (gpu tests skip without
+# resume, slurm, cluster (Slurm nodes in namespaces, tests/cluster/), gpu (gpu tests skip without
 # a GPU). Extra arguments go to ctest, e.g. -L unit.
 # Fails when a test fails, and also when a test outside the gpu label skipped (tools/ctest-skipped.sh).
 set -euo pipefail

@@ -315,7 +315,9 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;
     char err[8192]; /* room for every model.init mismatch */
-    int code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
+    /* first: a node with another build may read the config differently or hang in a collective */
+    int code = gt_agree_same_binary(MPI_COMM_WORLD, err, sizeof err);
+    if (code == 0) code = gt_config_load(&cfg, argv[1], argc - 2, argv + 2, err, sizeof err);
     if (code == 0 && rank == 0) code = gt_config_check_metrics(&cfg, err, sizeof err);
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);
     /* the config and data files may be missing on some nodes only: no rank may go on alone */

@@ -1,7 +1,9 @@
 /*
  * agree.h — what the ranks of a communicator settle among themselves outside the training
  * collectives: one verdict on a check whose outcome may differ between ranks, and which ranks share
- * a node (MPI_COMM_TYPE_SHARED), for thread counts, GPU choice, memory shares and per-node probes.
+ * a node (MPI_COMM_TYPE_SHARED), for thread counts, GPU choice, memory shares and per-node probes,
+ * and that every rank runs the same binary (a node with another build fails at start-up, by name,
+ * instead of later with a mismatched message or a hang).
  */
 #ifndef GT_AGREE_H
 #define GT_AGREE_H
@@ -22,5 +24,11 @@ int gt_node_comm(MPI_Comm comm, MPI_Comm *node);
 /* This rank's index among the ranks of comm on its node, and their count (either may be NULL).
  * Collective over comm. Returns MPI's error code (MPI_SUCCESS). */
 int gt_node_ranks(MPI_Comm comm, int *local_rank, int *local_size);
+
+/* Every rank must run the same build: a 64-bit hash of this process's executable file
+ * (/proc/self/exe) and of the MPI library's version string is compared with rank 0's. Returns 0,
+ * or 2 on every rank with, in msg (equal on all ranks), one line naming the first rank and host
+ * that differ. Collective over comm. */
+int gt_agree_same_binary(MPI_Comm comm, char *msg, size_t msg_len);
 
 #endif

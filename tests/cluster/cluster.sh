@@ -100,6 +100,7 @@ up() {
   [[ "$n" =~ ^[1-9][0-9]?$ ]] || { note "up N: N from 1 to 99"; exit 2; }
   need
   down
+  rm -rf "$dir/state" "$dir/spool" # no job of an earlier cluster comes back with the new one
   mkdir -p "$dir/bin" "$dir/state"
   chmod 755 "$dir"
   rm -f "$dir"/*.log "$dir"/*.stdout
