@@ -9,7 +9,7 @@
  *
  * A claim that is there is judged by its owner. Stale, and taken over with one line: a process on this
  * host that no longer exists (kill(pid, 0), checked against the process's start time and the boot id
- * so that a reused pid is not taken for the owner); a restart of the same Slurm job; another Slurm job
+ * so that a reused pid is not taken for the owner); a restart, or a later step, of the same Slurm job; another Slurm job
  * that squeue says has ended (only when this run is a Slurm job too). Refused: a live process on this
  * host; any other claim from another host, whose liveness cannot be seen from here, unless
  * checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only if
@@ -45,6 +45,7 @@ typedef struct owner {
     char boot_id[64];
     char slurm_job[64];           /* "" outside Slurm */
     long slurm_restart;
+    long slurm_step;              /* SLURM_STEP_ID; -1 outside a step */
     char since[32];               /* UTC, ISO 8601 */
     char token[40];
     char config[GT_PATH_MAX];
@@ -117,6 +118,8 @@ static void this_process(owner *me, const gt_config *cfg) {
     const char *restart = getenv("SLURM_RESTART_COUNT"); /* set only after a requeue: unset is 0 */
     snprintf(me->slurm_job, sizeof me->slurm_job, "%s", job ? job : "");
     me->slurm_restart = restart ? atol(restart) : 0;
+    const char *step = getenv("SLURM_STEP_ID");
+    me->slurm_step = step ? atol(step) : -1;
     time_t now = time(NULL);
     struct tm utc;
     gmtime_r(&now, &utc);
@@ -128,9 +131,9 @@ static void this_process(owner *me, const gt_config *cfg) {
 static int format_owner(const owner *o, char *out, size_t len) {
     return snprintf(out, len,
                     "gtrain run claim: this directory is in use by the run below (docs/reliability.md)\n"
-                    "host = %s\npid = %ld\npid_start = %llu\nboot_id = %s\nslurm_job = %s\nslurm_restart = %ld\n"
+                    "host = %s\npid = %ld\npid_start = %llu\nboot_id = %s\nslurm_job = %s\nslurm_restart = %ld\nslurm_step = %ld\n"
                     "since = %s\ntoken = %s\nconfig = %s\n",
-                    o->host, o->pid, o->pid_start, o->boot_id, o->slurm_job, o->slurm_restart, o->since, o->token,
+                    o->host, o->pid, o->pid_start, o->boot_id, o->slurm_job, o->slurm_restart, o->slurm_step, o->since, o->token,
                     o->config);
 }
 
@@ -138,6 +141,7 @@ static int format_owner(const owner *o, char *out, size_t len) {
  * file; -1 with errno 0 when it does not parse (being written, or not gtrain's). */
 static int parse_owner(const char *path, owner *o) {
     memset(o, 0, sizeof *o);
+    o->slurm_step = -1; /* a record without the key names no step */
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[GT_PATH_MAX + 64];
@@ -153,6 +157,7 @@ static int parse_owner(const char *path, owner *o) {
         else if (!strcmp(k, "boot_id")) snprintf(o->boot_id, sizeof o->boot_id, "%s", v);
         else if (!strcmp(k, "slurm_job")) snprintf(o->slurm_job, sizeof o->slurm_job, "%s", v);
         else if (!strcmp(k, "slurm_restart")) o->slurm_restart = atol(v);
+        else if (!strcmp(k, "slurm_step")) o->slurm_step = atol(v);
         else if (!strcmp(k, "since")) snprintf(o->since, sizeof o->since, "%s", v);
         else if (!strcmp(k, "token")) snprintf(o->token, sizeof o->token, "%s", v);
         else if (!strcmp(k, "config")) snprintf(o->config, sizeof o->config, "%s", v);
@@ -214,6 +219,14 @@ static enum verdict judge(const owner *o, int readable, const owner *me, char *w
     if (o->slurm_job[0] && !strcmp(o->slurm_job, me->slurm_job) && me->slurm_restart > o->slurm_restart) {
         snprintf(why, why_len, "a run that is gone: the same Slurm job %s restarted, restart %ld after %ld", o->slurm_job,
                  me->slurm_restart, o->slurm_restart);
+        return OWNER_GONE;
+    }
+    /* launch/gtrain.sbatch re-runs the step inside the same allocation after a node is lost (same job,
+     * same restart): a later step of the job means the earlier one has ended, wherever its rank 0 ran */
+    if (o->slurm_job[0] && !strcmp(o->slurm_job, me->slurm_job) && me->slurm_restart == o->slurm_restart &&
+        o->slurm_step >= 0 && me->slurm_step > o->slurm_step) {
+        snprintf(why, why_len, "a run that is gone: a later step of the same Slurm job %s (step %ld after %ld)",
+                 o->slurm_job, me->slurm_step, o->slurm_step);
         return OWNER_GONE;
     }
     if (strcmp(o->host, me->host) != 0) {

@@ -318,21 +318,25 @@ def slurm_restart(config, work):
     log = os.path.join(work, "squeue.log")
     slurm = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], "FAKE_SQUEUE_LOG": log,
              "FAKE_SQUEUE_OUT": "RUNNING", "FAKE_SQUEUE_RC": "0"}
-    for job, restart, expect in (("4242", "0", 2), ("999", "3", 2), ("4242", "1", 0)):
-        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0)
-        rc, out, err = run(config, ck, "train.steps=4",
-                           env=dict(slurm, SLURM_JOB_ID=job, SLURM_RESTART_COUNT=restart))
-        what = f"SLURM_JOB_ID={job} SLURM_RESTART_COUNT={restart} on a claim of job 4242, restart 0"
+    # (job, restart count, step id, expected exit, why): a later step of the same job and restart is
+    # launch/gtrain.sbatch's re-run after a lost node, whose rank 0 may sit on another host
+    cases = (("4242", "0", "3", 2, ""), ("999", "3", "3", 2, ""), ("4242", "0", "4", 0,
+             "a later step of the same Slurm job 4242 (step 4 after 3)"),
+             ("4242", "1", "0", 0, "the same Slurm job 4242 restarted, restart 1 after 0"))
+    for n, (job, restart, step, expect, why) in enumerate(cases):
+        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0, slurm_step=3)
+        rc, out, err = run(config, ck, f"train.steps={2 + 2 * n}",
+                           env=dict(slurm, SLURM_JOB_ID=job, SLURM_RESTART_COUNT=restart, SLURM_STEP_ID=step))
+        what = f"SLURM_JOB_ID={job} SLURM_RESTART_COUNT={restart} SLURM_STEP_ID={step} on a claim of job 4242.3"
         if expect == 2:
             lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
             check(rc == 2 and len(lines) == 1 and "(Slurm job 4242, restart 0)" in lines[0], f"{what}: refused")
         else:
             lines = takeover_lines(out)
             print("   ", lines[0] if lines else out + err)
-            check(rc == 0 and len(lines) == 1 and "the same Slurm job 4242 restarted, restart 1 after 0" in lines[0],
-                  f"{what}: taken over with one line")
+            check(rc == 0 and len(lines) == 1 and why in lines[0], f"{what}: taken over with one line")
     check(claim_files(ck) == [], "released at the end")
-    rc, out, _ = run(config, ck, "train.steps=6", env=dict(slurm, SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="2"))
+    rc, out, _ = run(config, ck, "train.steps=10", env=dict(slurm, SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="2"))
     check(rc == 0 and not takeover_lines(out), "a restart after a clean end finds no claim")
 
     # another job of the cluster on another host: squeue says whether it still runs
@@ -340,7 +344,7 @@ def slurm_restart(config, work):
              ("COMPLETED", "0", 0, "Slurm job 4242 has ended (squeue: COMPLETED)"),
              ("slurm_load_jobs error: Invalid job id specified", "1", 0,
               "Slurm job 4242 has ended (squeue: no such job any more)"))
-    steps = 6
+    steps = 10
     for answer, code, expect, why in cases:
         steps += 2
         write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0)
