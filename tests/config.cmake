@@ -68,3 +68,8 @@ add_test(NAME threads_per_rank_follow_cores_and_ranks
 # RUN_SERIAL: it starts up to cores + 1 ranks and checks what they see of the node's cores; under
 # ctest -j beside other MPI jobs it failed once (and passed alone), so it runs with nothing beside it.
 set_tests_properties(threads_per_rank_follow_cores_and_ranks PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE)
+
+add_test(NAME blas_core_chosen_for_the_cpu
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/blas_core.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 ${CMAKE_CURRENT_BINARY_DIR}/blas_core)
+set_tests_properties(blas_core_chosen_for_the_cpu PROPERTIES LABELS unit TIMEOUT 120)
