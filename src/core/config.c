@@ -162,6 +162,7 @@ static const key_spec keys[] = {
     INT(RUN, "checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
     PLAIN(RUN, "checkpoint", "allow_model_change", KEY_BOOL, checkpoint.allow_model_change),
+    PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -214,6 +215,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.keep = 3;
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
     cfg->checkpoint.allow_model_change = 0;
+    cfg->checkpoint.async = 1;
     cfg->log.every = 1;
 }
 

@@ -128,6 +128,7 @@ typedef struct gt_config {
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
         int allow_model_change; /* 1: resume a file saved with other values of model keys */
+        int async;             /* 1: saves are written by a thread per rank while training goes on */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */
