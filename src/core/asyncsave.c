@@ -94,6 +94,7 @@ static void *write_thread(void *arg) {
 void gt_async_save_start(gt_async_save *s, const gt_optim *opt, uint64_t begin, uint64_t count,
                          const gt_state_info *info, int rank, const char *path) {
     if (s->started) abort(); /* runstate.c joins before it starts another: never two writers */
+    gt_state_library_open(); /* HDF5 starts here, on the main thread, not in the writer */
     if (count > s->capacity || !s->host) {
         free(s->host);
         s->capacity = count ? count : 1;

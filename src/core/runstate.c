@@ -26,8 +26,10 @@
  *                        any tensor is read, unless checkpoint.allow_model_change = true; any
  *                        other changed key is a note.
  *   saving               every checkpoint.every steps, every checkpoint.every_minutes (rank 0's
- *                        clock, agreed at a step boundary), at the last step, and on a stop signal:
- *                        write DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
+ *                        clock, agreed at a step boundary), at the last step, and on a stop signal.
+ *                        checkpoint.async = true: in the background, one file per rank and a top
+ *                        file published last (see "Asynchronous saves" below). false: write
+ *                        DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
  *                        leaves the complete new file or none; only then are files beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback

@@ -63,7 +63,9 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
                       gt_optim *opt, uint64_t global_batch);
 
 /* After optimizer step `step`: the periodic save (checkpoint.every steps, or checkpoint.every_minutes
- * since the last save by rank 0's clock, agreed), and the collective check for a stop signal.
+ * since the last save by rank 0's clock, agreed), and the collective check for a stop signal, which
+ * also tells whether every rank's background save has finished (then it is published here).
+ * run->save_blocking_ms: how long this call blocked the loop for saves.
  * A periodic save that fails (a full disk) is reported in one line and the run goes on: the next
  * save tries again. Returns 0 to go on, 75 (GT_EXIT_PREEMPTED) after saving when a signal arrived,
  * or 1 when a signal arrived and that save failed. */

@@ -554,6 +554,10 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
  * never as zeros; gtrain's reader checks that every rank file opens before it reads a tensor.
  * ---------------------------------------------------------------------------------------------- */
 
+void gt_state_library_open(void) {
+    if (H5open() < 0) abort();
+}
+
 static void block_name(char *out, size_t len, const char *tensor, int i) { snprintf(out, len, "%s.b%d", tensor, i); }
 
 /* The part of tensor t in the flat range [begin, begin + count): its first element in the tensor

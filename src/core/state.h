@@ -73,6 +73,10 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
 int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begin, uint64_t count,
                         const float *const host[3], const gt_state_info *info, int rank, char *err, size_t err_len);
 
+/* Starts the HDF5 library (H5open) if it is not yet: on the main thread before a writer thread calls
+ * gt_state_write_rank, since parallel HDF5's start registers a callback with MPI. */
+void gt_state_library_open(void);
+
 /* The top file of the split layout, one process: the attributes, /config and /train of a state file,
  * and every tensor a virtual dataset over the rank files rank_dir/rank_%05d.h5 (rank_dir relative
  * to path's directory), rank r holding the flat range [begins[r], begins[r] + counts[r]). Root
