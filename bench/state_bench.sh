@@ -5,7 +5,7 @@
 #
 #   bench/state_bench.sh [BUILD_DIR] [STEPS] [CKPT_EVERY] [RANKS]      (defaults: build 10 3 2)
 #
-# One training run per mode (the same seed and data), each under strace (pwrite64/write only) so that
+# One training run per mode (the same seed and data), each under strace (the write calls only) so that
 # the bytes that reach the state files are counted: "written" vs the files' size shows whether any
 # byte is written twice. Then each mode's newest file is loaded by a run that has nothing left to
 # train (gtrain's "resumed from ...: X GB read in Y s"; the file is still in the page cache). The
@@ -16,6 +16,8 @@
 #                 in flight, which the wait lines report)
 #   write s, GB/s save_write_s / save_gb_per_s (sync: the collective write with fsync and rename;
 #                 async: the slowest rank's write + fsync, in the background)
+#   async_nice0   the asynchronous save with the writer thread at normal priority (GTRAIN_SAVE_NICE=0)
+#                 instead of nice +10 / SCHED_BATCH: how much a write at full speed slows the steps
 #   step ms       step_ms of steps 2.. without a save in flight, and of the steps that ran while an
 #                 asynchronous write was in flight (the steps after a save's start up to the step
 #                 whose boundary published it). step_ms never includes the save itself.
@@ -40,21 +42,22 @@ fi
 
 run() { # mode(sync|async) tag resume(never|auto) [strace]
     local mode=$1 tag=$2 resume=$3 trace=${4:-}
-    local async=true
+    local async=true nice=10
     [ "$mode" = sync ] && async=false
-    local cmd=(mpiexec -n "$NP" --allow-run-as-root --oversubscribe "$GTRAIN" "$ROOT/configs/llama100m.ini"
+    [ "$mode" = async_nice0 ] && nice=0
+    local cmd=(env "GTRAIN_SAVE_NICE=$nice" mpiexec -n "$NP" --allow-run-as-root --oversubscribe "$GTRAIN" "$ROOT/configs/llama100m.ini"
                model.vocab_size=256 train.micro_batch=1 train.seq_len=256 train.grad_accum=1 "train.steps=$STEPS"
                train.device=cpu train.precision=fp32 "data.train=$WORK/corpus.train.bin" data.val= log.every=1
                "log.metrics=$WORK/$mode.metrics.jsonl" "checkpoint.dir=$WORK/ck_$mode" "checkpoint.every=$EVERY"
                checkpoint.keep=1 checkpoint.every_minutes=0 "checkpoint.async=$async" "checkpoint.resume=$resume")
     if [ -n "$trace" ]; then
-        strace -f -y -qq --seccomp-bpf -o "$trace" -e trace=pwrite64,write -e signal=none "${cmd[@]}" > "$WORK/$tag.log" 2>&1
+        strace -f -y -qq --seccomp-bpf -o "$trace" -e trace=pwrite64,pwritev,pwritev2,write -e signal=none "${cmd[@]}" > "$WORK/$tag.log" 2>&1
     else
         "${cmd[@]}" > "$WORK/$tag.log" 2>&1
     fi || { cat "$WORK/$tag.log"; exit 1; }
 }
 
-for mode in sync async; do
+for mode in sync async async_nice0; do
     rm -rf "$WORK/ck_$mode" "$WORK/$mode.metrics.jsonl"
     run "$mode" "train_$mode" never "$WORK/$mode.strace"
     run "$mode" "load_$mode" auto   # resumes at the end: only loads
@@ -71,12 +74,22 @@ m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", dd)
 dd_gbs = int(m.group(1)) / 1e9 / float(m.group(2)) if m else float("nan")
 
 def written(trace, ckdir):
-    total = 0
+    """Bytes that pwrite64/pwritev/write put into the state files under ckdir, from the calls' results.
+    With several threads strace splits a call into an <unfinished ...> line, which names the file,
+    and a "<... resumed>" line with the result: they are paired by thread id."""
+    total, pending = 0, {}
     for line in open(trace):
+        tid = line.split(" ", 1)[0]
         r = re.search(r"= (\d+)$", line.strip())
-        if r and f"<{ckdir}/" in line:
+        if "resumed>" in line:
+            if pending.pop(tid, False) and r:
+                total += int(r.group(1))
+        elif line.rstrip().endswith("<unfinished ...>"):
+            pending[tid] = f"<{ckdir}/step_" in line
+        elif f"<{ckdir}/step_" in line and r:  # the state files, not the watchdog records or probes
             total += int(r.group(1))
     return total
+
 
 def state_bytes(ckdir):
     total = 0
@@ -85,7 +98,7 @@ def state_bytes(ckdir):
     return total
 
 rows = {}
-for mode in ("sync", "async"):
+for mode in ("sync", "async", "async_nice0"):
     recs = [json.loads(l) for l in open(f"{work}/{mode}.metrics.jsonl")]
     saves = [r for r in recs if "save_step" in r]
     step_recs = [r for r in recs if "loss" in r]
@@ -98,7 +111,7 @@ for mode in ("sync", "async"):
         elif "loss" in r:
             if flying:
                 in_flight.add(r["step"])
-            if mode == "async" and r["save_blocking_ms"] > 0:
+            if mode != "sync" and r["save_blocking_ms"] > 0:
                 flying = True
     quiet = [r["step_ms"] for r in step_recs if r["step"] > 1 and r["step"] not in in_flight]
     busy = [r["step_ms"] for r in step_recs if r["step"] in in_flight]

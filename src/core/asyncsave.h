@@ -19,6 +19,10 @@ typedef struct gt_async_save gt_async_save;
 
 gt_async_save *gt_async_save_new(void);
 
+/* Allocates the host buffer for a slice of `count` elements and touches it: at the start of a run,
+ * so that the first save's copy does not pay the page faults. */
+void gt_async_save_reserve(gt_async_save *s, size_t count);
+
 /* Copies the flat range [begin, begin + count) of opt's master weights and moments into the host
  * buffer and starts the thread that writes it to `path` (a rank file). The caller makes sure no
  * save is in flight and that no thread of the process calls HDF5 until gt_async_save_join. A

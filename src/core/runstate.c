@@ -710,6 +710,13 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     }
     if (!rc && gt_config_resume(cfg) != GT_RESUME_NEVER) rc = resume(run);
+    if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
+        const gt_layout *layout = gt_model_layout(model);
+        gt_shard mine = opt->shard;
+        if (!opt->sharded) gt_shard_init(&mine, layout->n_params, gt_comm_size(comm), rank_of(run));
+        run->writer = gt_async_save_new();
+        gt_async_save_reserve(run->writer, mine.end - mine.begin);
+    }
     run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;
