@@ -104,7 +104,7 @@ static void reserve(gt_async_save *s, size_t count) {
     s->capacity = count ? count : 1;
     s->host = malloc(3 * s->capacity * sizeof(float));
     if (!s->host) abort();
-    memset(s->host, 0, 3 * s->capacity * sizeof(float));
+    memset(s->host, 0xff, 3 * s->capacity * sizeof(float)); /* not 0: malloc + memset 0 may become calloc, untouched */
 }
 
 void gt_async_save_reserve(gt_async_save *s, size_t count) { reserve(s, count); }
