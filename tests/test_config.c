@@ -615,6 +615,7 @@ static void to_ini_round_trips(void) {
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
+        "checkpoint.async=false",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

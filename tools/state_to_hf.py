@@ -297,6 +297,12 @@ def main():
         if version != 1:
             fail(f"{args.state}: format_version {version}; this tool reads version 1")
         step = int(f.attrs["step"])
+        if "rank_dir" in f.attrs:  # an asynchronous save: its tensors live in the rank files beside it
+            rank_dir = os.path.join(os.path.dirname(os.path.abspath(args.state)), as_text(f.attrs["rank_dir"]))
+            for r in range(int(f.attrs["rank_files"])):
+                path = os.path.join(rank_dir, f"rank_{r:05d}.h5")
+                if not os.path.isfile(path):  # h5py would read its part as the fill value (NaN)
+                    fail(f"{args.state}: its rank file {path} is missing (copy the .h5.d directory with the file)")
         ini = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=None)
         ini.read_string(as_text(f["config"][0]))
         config = llama_config(ini["model"], args.dtype)

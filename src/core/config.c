@@ -163,6 +163,7 @@ static const key_spec keys[] = {
     TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
     PLAIN(RUN, "checkpoint", "allow_model_change", KEY_BOOL, checkpoint.allow_model_change),
     PLAIN(RUN, "checkpoint", "takeover", KEY_BOOL, checkpoint.takeover),
+    PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -216,6 +217,7 @@ void gt_config_defaults(gt_config *cfg) {
     snprintf(cfg->checkpoint.resume, sizeof cfg->checkpoint.resume, "auto");
     cfg->checkpoint.allow_model_change = 0;
     cfg->checkpoint.takeover = 0;
+    cfg->checkpoint.async = 1;
     cfg->log.every = 1;
 }
 

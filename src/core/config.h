@@ -129,6 +129,7 @@ typedef struct gt_config {
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
         int allow_model_change; /* 1: resume a file saved with other values of model keys */
         int takeover;          /* 1: take over the claim of a run on another host (runclaim.h) */
+        int async;             /* 1: saves are written by a thread per rank while training goes on */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

@@ -26,8 +26,10 @@
  *                        any tensor is read, unless checkpoint.allow_model_change = true; any
  *                        other changed key is a note.
  *   saving               every checkpoint.every steps, every checkpoint.every_minutes (rank 0's
- *                        clock, agreed at a step boundary), at the last step, and on a stop signal:
- *                        write DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
+ *                        clock, agreed at a step boundary), at the last step, and on a stop signal.
+ *                        checkpoint.async = true: in the background, one file per rank and a top
+ *                        file published last (see "Asynchronous saves" below). false: write
+ *                        DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
  *                        leaves the complete new file or none; only then are files beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback
@@ -65,6 +67,7 @@
 #include <unistd.h>
 
 #include "agree.h"
+#include "asyncsave.h"
 #include "bytes.h"
 #include "errmsg.h"
 #include "signals.h"
@@ -72,6 +75,8 @@
 #include "testhooks.h"
 #include "watchdog.h"
 #include "exitcodes.h"
+
+#define PERIODIC_THEN "training goes on and the next save tries again"
 
 static int rank_of(const gt_run_state *run) { return gt_comm_rank(run->comm); }
 
@@ -142,15 +147,60 @@ static int fsync_path(const char *path, int directory) {
     return rc;
 }
 
-/* A temporary file of a save that was killed: never a complete state, safe to delete. Rank 0. */
+/* The rank files of an asynchronous save: DIR/step_N.h5.d (see state.h). */
+static void rank_dir_path(char *out, size_t len, const char *dir, int64_t step) {
+    snprintf(out, len, "%s/step_%08lld.h5.d", dir, (long long)step);
+}
+
+/* Parses step_<digits>.h5.d; the step or -1. */
+static int64_t parse_rank_dir_name(const char *name) {
+    size_t n = strlen(name);
+    if (n < 3 || strcmp(name + n - 2, ".d") != 0 || n - 2 >= 64) return -1;
+    char base[64];
+    memcpy(base, name, n - 2);
+    base[n - 2] = '\0';
+    return parse_state_name(base, 0);
+}
+
+/* Deletes a rank-file directory and the files in it (gtrain puts no subdirectories there). */
+static int remove_rank_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *e;
+    char file[GT_PATH_MAX + 128];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+        unlink(file);
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static int path_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* A temporary file of a save that was killed, or the rank files of an asynchronous save whose top
+ * file was never published: never a complete state, safe to delete. The rank files of a top file
+ * that was set aside (.bad) stay with it. Rank 0. */
 static void remove_stale_temporaries(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
-    char path[GT_PATH_MAX + 64];
+    char path[GT_PATH_MAX + 64], top[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80];
     while ((e = readdir(d)) != NULL) {
-        if (parse_state_name(e->d_name, 1) < 0) continue;
+        int64_t step = parse_rank_dir_name(e->d_name);
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (step >= 0) {
+            state_path(top, sizeof top, dir, step, 0);
+            snprintf(bad, sizeof bad, "%s.bad", top);
+            if (!path_exists(top) && !path_exists(bad) && remove_rank_dir(path) == 0)
+                printf("gtrain: removed %s, left by a save that did not finish\n", path);
+            continue;
+        }
+        if (parse_state_name(e->d_name, 1) < 0) continue;
         if (unlink(path) == 0) printf("gtrain: removed %s, left by a save that did not finish\n", path);
     }
     closedir(d);
@@ -379,6 +429,23 @@ static off_t file_size(const char *path) {
     return stat(path, &st) == 0 ? st.st_size : 0;
 }
 
+/* A state file's bytes on disk: the file, and the rank files of a top file (path.d). */
+static uint64_t state_bytes(const char *path) {
+    uint64_t bytes = (uint64_t)file_size(path);
+    char dir[GT_PATH_MAX + 80], file[GT_PATH_MAX + 340];
+    snprintf(dir, sizeof dir, "%s.d", path);
+    DIR *d = opendir(dir);
+    if (!d) return bytes;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        bytes += (uint64_t)file_size(file);
+    }
+    closedir(d);
+    return bytes;
+}
+
 /* Tries to load one file on every rank. Returns GT_STATE_* (agreed) and the message in err. */
 static int try_load(gt_run_state *run, const char *path, gt_state_info *info, char *err, size_t err_len) {
     changes ch;
@@ -400,7 +467,7 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
 
     int world = gt_comm_size(run->comm);
     if (rank_of(run) == 0) {
-        double gb = (double)file_size(path) / 1e9;
+        double gb = (double)state_bytes(path) / 1e9;
         printf("gtrain: resumed from %s (step %lld): %.3f GB read in %.2f s (%.2f GB/s)\n", path,
                (long long)info->step, gb, seconds, seconds > 0 ? gb / seconds : 0.0);
         if (info->world_size != world || strcmp(info->shard, gt_shard_stage_name(cfg->dist.shard)) != 0)
@@ -643,6 +710,13 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     }
     if (!rc && gt_config_resume(cfg) != GT_RESUME_NEVER) rc = resume(run);
+    if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
+        const gt_layout *layout = gt_model_layout(model);
+        gt_shard mine = opt->shard;
+        if (!opt->sharded) gt_shard_init(&mine, layout->n_params, gt_comm_size(comm), rank_of(run));
+        run->writer = gt_async_save_new();
+        gt_async_save_reserve(run->writer, mine.end - mine.begin);
+    }
     run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;
@@ -665,6 +739,8 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
         if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
         if (unlink(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
+        rank_dir_path(path, sizeof path, cfg->checkpoint.dir, steps[i]); /* its rank files, if any */
+        if (remove_rank_dir(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
     }
     free(steps);
 }
@@ -706,15 +782,9 @@ void gt_runstate_describe_newest(const gt_run_state *run, char *out, size_t len)
     }
 }
 
-/* Writes DIR/step_N.h5 atomically. Collective. Returns 0, or -1 when it failed on some rank (a full
- * disk): then the .tmp is deleted, older files are untouched, and rank 0 has printed one line
- * ending in `then` (what the run does next). */
-static int save(gt_run_state *run, int step, const char *then) {
+/* What a state file of `step` says besides the tensors. */
+static void save_info(const gt_run_state *run, int step, gt_state_info *out) {
     const gt_config *cfg = run->cfg;
-    int rank = rank_of(run);
-    char tmp[GT_PATH_MAX + 64], final_path[GT_PATH_MAX + 64];
-    state_path(tmp, sizeof tmp, cfg->checkpoint.dir, step, 1);
-    state_path(final_path, sizeof final_path, cfg->checkpoint.dir, step, 0);
     gt_state_info info = {0};
     info.step = step;
     info.tokens_seen = run->tokens_seen;
@@ -729,6 +799,32 @@ static int save(gt_run_state *run, int step, const char *then) {
     info.lr = gt_lr_at(cfg, step);
     info.skipped_steps = run->skipped_steps;
     snprintf(info.shard, sizeof info.shard, "%s", gt_shard_stage_name(cfg->dist.shard));
+    *out = info;
+}
+
+/* One record per completed save in log.metrics (rank 0). */
+static void save_record(const gt_run_state *run, int step, int async, double blocked_ms, double write_s,
+                        uint64_t bytes) {
+    if (!run->metrics) return;
+    fprintf(run->metrics,
+            "{\"save_step\":%d,\"save_async\":%s,\"save_blocking_ms\":%.3f,\"save_write_s\":%.3f,"
+            "\"save_bytes\":%llu,\"save_gb_per_s\":%.4f}\n",
+            step, async ? "true" : "false", blocked_ms, write_s, (unsigned long long)bytes,
+            write_s > 0 ? (double)bytes / 1e9 / write_s : 0.0);
+    fflush(run->metrics);
+}
+
+/* Writes DIR/step_N.h5 atomically and collectively (checkpoint.async = false). Collective. Returns
+ * 0, or -1 when it failed on some rank (a full disk): then the .tmp is deleted, older files are
+ * untouched, and rank 0 has printed one line ending in `then` (what the run does next). */
+static int save_sync(gt_run_state *run, int step, const char *then) {
+    const gt_config *cfg = run->cfg;
+    int rank = rank_of(run);
+    char tmp[GT_PATH_MAX + 64], final_path[GT_PATH_MAX + 64];
+    state_path(tmp, sizeof tmp, cfg->checkpoint.dir, step, 1);
+    state_path(final_path, sizeof final_path, cfg->checkpoint.dir, step, 0);
+    gt_state_info info;
+    save_info(run, step, &info);
 
     run->opt->ops->synchronize();
     double t0 = MPI_Wtime();
@@ -775,9 +871,189 @@ static int save(gt_run_state *run, int step, const char *then) {
         printf("gtrain: saved %s: %.3f GB in %.2f s (%.2f GB/s)\n", final_path, gb, seconds,
                seconds > 0 ? gb / seconds : 0.0);
         fflush(stdout);
+        save_record(run, step, 0, seconds * 1e3, seconds, (uint64_t)file_size(final_path));
+        prune(cfg, step);
+    }
+    run->save_blocking_ms += seconds * 1e3;
+    return 0;
+}
+
+
+/* ------------------------------------------------------------------------------------------------
+ * Asynchronous saves (checkpoint.async = true)
+ *
+ * start_async: rank 0 makes DIR/step_N.h5.d; every rank copies its slice into its host buffer and
+ * starts its writer thread (asyncsave.h) on DIR/step_N.h5.d/rank_R.h5: the copy is all the loop
+ * waits for. At each later step boundary one all-reduce (in gt_runstate_after_step, with the stop
+ * flag) tells whether every writer has finished; then finish_async joins, agrees on failures
+ * (gt_agree_on_failure), and rank 0 writes the top file DIR/step_N.h5.tmp (virtual datasets over
+ * the rank files), fsyncs it, renames it to step_N.h5 and fsyncs DIR: the top file appears last,
+ * so a reader never sees a half-written state. A writer that fails (a full disk on one rank) only
+ * finishes early: nobody waits in a collective for it, and its save is reported and its rank files
+ * deleted. A save due while one is in flight waits for it (one line says how long).
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Starts the save of `step`. Collective. -1 (with one line from rank 0) when DIR/step_N.h5.d cannot
+ * be made; else 0, with the save in flight on every rank. */
+static int start_async(gt_run_state *run, int step, const char *then) {
+    const gt_config *cfg = run->cfg;
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    double t0 = MPI_Wtime();
+    char top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64], file[GT_PATH_MAX + 96], err[GT_PATH_MAX + 256] = "";
+    state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
+    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
+    int ok = 1;
+    if (rank == 0) {
+        /* a file of this step from an earlier run (resumed from an older one): its rank files are
+         * about to be rewritten, so it goes first */
+        if (path_exists(top) && unlink(top) == 0)
+            printf("gtrain: deleted %s, an older save of step %d, to write this one\n", top, step);
+        remove_rank_dir(dir);
+        if (mkdir(dir, 0777) != 0) {
+            snprintf(err, sizeof err, "rank 0: %s: %s (mkdir)", dir, strerror(errno));
+            ok = 0;
+        }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
+    if (!ok) {
+        if (rank == 0) {
+            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; older state files are untouched; %s\n", step,
+                    top, err, then);
+            fflush(stderr);
+        }
+        run->last_save_failed = 1;
+        return -1;
+    }
+    /* the part of the flat vector each rank writes: its own slice with ZeRO, else the one it would own */
+    const gt_layout *layout = gt_model_layout(run->model);
+    gt_shard mine = run->opt->shard;
+    if (!run->opt->sharded) gt_shard_init(&mine, layout->n_params, world, rank);
+    uint64_t range[2] = {mine.begin, mine.end - mine.begin};
+    if (!run->pending_begins) {
+        run->pending_begins = calloc((size_t)world, sizeof(uint64_t));
+        run->pending_counts = calloc((size_t)world, sizeof(uint64_t));
+        if (!run->pending_begins || !run->pending_counts) abort();
+    }
+    uint64_t *all = malloc(2 * (size_t)world * sizeof *all);
+    if (!all) abort();
+    MPI_Allgather(range, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, run->mpi_comm);
+    for (int r = 0; r < world; r++) run->pending_begins[r] = all[2 * r], run->pending_counts[r] = all[2 * r + 1];
+    free(all);
+
+    save_info(run, step, &run->pending_info);
+    if (!run->writer) run->writer = gt_async_save_new();
+    snprintf(file, sizeof file, "%s/rank_%05d.h5", dir, rank);
+    gt_async_save_start(run->writer, run->opt, range[0], range[1], &run->pending_info, rank, file);
+    run->pending_step = step;
+    run->last_save_time = MPI_Wtime();
+    run->pending_blocked_ms = (MPI_Wtime() - t0) * 1e3;
+    run->save_blocking_ms += run->pending_blocked_ms;
+    return 0;
+}
+
+/* Rank 0: the top file, durably, under its final name. 0 or -1 with err. */
+static int publish_top(gt_run_state *run, char *err, size_t err_len) {
+    const gt_config *cfg = run->cfg;
+    int step = run->pending_step;
+    char tmp[GT_PATH_MAX + 64], top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64], rel[64];
+    state_path(tmp, sizeof tmp, cfg->checkpoint.dir, step, 1);
+    state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
+    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
+    snprintf(rel, sizeof rel, "step_%08d.h5.d", step);
+    if (fsync_path(dir, 1) != 0) { /* the rank files' names, before a top file names them */
+        snprintf(err, err_len, "rank 0: %s: %s (fsync)", dir, strerror(errno));
+        return -1;
+    }
+    char why[900];
+    if (gt_state_write_top(tmp, rel, gt_model_layout(run->model), gt_comm_size(run->comm), run->pending_begins,
+                           run->pending_counts, run->config_text, &run->pending_info, why, sizeof why) != 0) {
+        snprintf(err, err_len, "rank 0: %s: %s", tmp, why);
+        unlink(tmp);
+        return -1;
+    }
+    if (fsync_path(tmp, 0) != 0 || rename(tmp, top) != 0) {
+        snprintf(err, err_len, "rank 0: %s: %s (fsync and rename)", tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (fsync_path(cfg->checkpoint.dir, 1) != 0)
+        fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, top,
+                strerror(errno));
+    return 0;
+}
+
+/* Completes the save in flight: waits for this rank's writer (at once when the step-boundary
+ * agreement said all have finished), agrees, publishes or cleans up. Collective. 0 or -1 (reported
+ * in one line ending in `then`). */
+static int finish_async(gt_run_state *run, const char *then) {
+    const gt_config *cfg = run->cfg;
+    int rank = rank_of(run), step = run->pending_step;
+    uint64_t bytes = 0;
+    double write_s = 0;
+    char err[6144];
+    int code = gt_agree_on_failure(run->mpi_comm, gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0,
+                                   err, sizeof err);
+    if (!code && rank == 0) code = publish_top(run, err, sizeof err) != 0;
+    run->pending_step = 0;
+    int failed_on_0 = code;
+    MPI_Bcast(&failed_on_0, 1, MPI_INT, 0, run->mpi_comm);
+    code |= failed_on_0;
+    double sums[2] = {(double)bytes, write_s}, totals[2];
+    MPI_Allreduce(&sums[0], &totals[0], 1, MPI_DOUBLE, MPI_SUM, run->mpi_comm);
+    MPI_Allreduce(&sums[1], &totals[1], 1, MPI_DOUBLE, MPI_MAX, run->mpi_comm);
+    char top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64];
+    state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
+    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
+    run->last_save_failed = code != 0; /* (checkpoint.every_minutes counts from the copy: start_async) */
+    if (code) {
+        if (rank == 0) {
+            remove_rank_dir(dir);
+            char newest[GT_PATH_MAX + 128];
+            gt_runstate_describe_newest(run, newest, sizeof newest);
+            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; its partial files are deleted, older state files "
+                    "are untouched and %s; %s\n", step, top, err, newest, then);
+            fflush(stderr);
+        }
+        return -1;
+    }
+    run->last_saved_step = step;
+    if (rank == 0) {
+        uint64_t all_bytes = (uint64_t)totals[0] + (uint64_t)file_size(top);
+        double gb = (double)all_bytes / 1e9;
+        printf("gtrain: saved %s (%d rank files in %s): %.3f GB written in the background in %.2f s (%.2f GB/s); "
+               "the loop was blocked %.0f ms\n", top, gt_comm_size(run->comm), dir, gb, totals[1],
+               totals[1] > 0 ? gb / totals[1] : 0.0, run->pending_blocked_ms);
+        fflush(stdout);
+        save_record(run, step, 1, run->pending_blocked_ms, totals[1], all_bytes);
         prune(cfg, step);
     }
     return 0;
+}
+
+/* A save in flight must be complete before the next starts, the run stops or ends: waits for it
+ * and says how long, when it made the loop wait. Collective; finish_async's result (0 when none). */
+static int wait_async(gt_run_state *run, const char *why, const char *then) {
+    if (!run->pending_step) return 0;
+    double t0 = MPI_Wtime();
+    int pending = run->pending_step, rc = finish_async(run, then);
+    double waited = MPI_Wtime() - t0;
+    run->save_blocking_ms += waited * 1e3;
+    if (rank_of(run) == 0 && waited >= 0.001) {
+        printf("gtrain: %s: waited %.2f s for the save of step %d to finish\n", why, waited, pending);
+        fflush(stdout);
+    }
+    return rc;
+}
+
+/* Saves `step`: collectively at once (checkpoint.async = false), or in the background; with
+ * `complete`, returns only when the asynchronous save is published too. Collective. 0 or -1. */
+static int save(gt_run_state *run, int step, const char *then, int complete) {
+    if (!run->cfg->checkpoint.async) return save_sync(run, step, then);
+    char why[96];
+    snprintf(why, sizeof why, "the save of step %d is due", step);
+    wait_async(run, why, PERIODIC_THEN); /* never two writers on one rank */
+    if (start_async(run, step, then) != 0) return -1;
+    return complete ? wait_async(run, "the run ends or stops here", then) : 0;
 }
 
 /* GTRAIN_TEST_STEP_DELAY_MS (tests only): a pause after every step, so that a test can kill or
@@ -791,24 +1067,26 @@ static void test_step_delay(void) {
     }
 }
 
-#define PERIODIC_THEN "training goes on and the next save tries again"
-
 int gt_runstate_after_step(gt_run_state *run, int step) {
     const gt_config *cfg = run->cfg;
     int has_dir = cfg->checkpoint.dir[0] != '\0';
     int by_steps = has_dir && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
+    run->save_blocking_ms = 0;
     test_step_delay();
     if (step >= cfg->train.steps) return 0; /* the last step: gt_runstate_end saves, the run ends with 0 */
-    /* one agreement per step: a stop signal on any rank, and rank 0's clock for every_minutes */
-    int mine[2] = {gt_signals_pending(), 0}, all[2] = {0, 0};
+    /* one agreement per step: a stop signal on any rank, rank 0's clock for every_minutes, and
+     * whether any rank's background save is still being written */
+    int busy = run->pending_step && !gt_async_save_finished(run->writer);
+    int mine[3] = {gt_signals_pending(), 0, busy}, all[3] = {0, 0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
     gt_watchdog_enter("stop_agreement", sizeof mine);
-    MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, run->mpi_comm);
+    MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_watchdog_leave();
+    if (run->pending_step && !all[2]) finish_async(run, PERIODIC_THEN); /* every writer is done: publish */
     int sig = all[0];
     if (!sig) {
-        if (by_steps || all[1]) save(run, step, PERIODIC_THEN);
+        if (by_steps || all[1]) save(run, step, PERIODIC_THEN, 0);
         return 0;
     }
     const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";
@@ -818,7 +1096,11 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
                     name, step);
         return GT_EXIT_FAILURE;
     }
-    if (run->last_saved_step != step && save(run, step, "exit 1 (not 75: there is no new state to resume from)") != 0)
+    char why[96];
+    snprintf(why, sizeof why, "stopped by %s", name);
+    wait_async(run, why, PERIODIC_THEN);
+    if (run->last_saved_step != step &&
+        save(run, step, "exit 1 (not 75: there is no new state to resume from)", 1) != 0)
         return GT_EXIT_FAILURE;
     if (rank_of(run) == 0) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
@@ -830,12 +1112,20 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
 int gt_runstate_end(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     if (!cfg->checkpoint.dir[0]) return 0;
+    wait_async(run, "the run ends", PERIODIC_THEN); /* complete before exit */
     if (run->first_step > cfg->train.steps) return 0;    /* resumed at or past the end: nothing new */
     if (run->last_saved_step == cfg->train.steps) return 0; /* the periodic save was the last step */
-    return save(run, cfg->train.steps, "exit 1") == 0 ? 0 : GT_EXIT_FAILURE;
+    return save(run, cfg->train.steps, "exit 1", 1) == 0 ? 0 : GT_EXIT_FAILURE;
+}
+
+void gt_runstate_settle(gt_run_state *run) {
+    if (run->cfg && run->cfg->checkpoint.dir[0]) wait_async(run, "the run stops here", PERIODIC_THEN);
 }
 
 void gt_runstate_free(gt_run_state *run) {
+    gt_async_save_free(run->writer); /* a run that ends with an error: its writer is joined, not published */
+    free(run->pending_begins);
+    free(run->pending_counts);
     if (run->mpi_comm != MPI_COMM_NULL && run->mpi_comm != 0) MPI_Comm_free(&run->mpi_comm);
     free(run->config_text);
     memset(run, 0, sizeof *run);

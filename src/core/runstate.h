@@ -13,6 +13,8 @@
 #include "config.h"
 #include "model.h"
 #include "optim.h"
+#include "state.h"
+#include <stdio.h>
 
 typedef struct gt_run_state {
     const gt_config *cfg;
@@ -33,6 +35,15 @@ typedef struct gt_run_state {
     double last_save_time;   /* rank 0's MPI_Wtime of the start or the last save: checkpoint.every_minutes */
     int last_save_failed;    /* the newest save attempt failed (a full disk): see gt_runstate_after_step */
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
+    /* checkpoint.async: the save being written in the background (runstate.c, asyncsave.h) */
+    struct gt_async_save *writer; /* this rank's writer, made at the first asynchronous save */
+    int pending_step;        /* the step it is writing; 0 when none is in flight */
+    gt_state_info pending_info;
+    uint64_t *pending_begins, *pending_counts; /* (world) every rank's flat range in it */
+    double pending_blocked_ms; /* how long its start blocked the loop (this rank) */
+    double save_blocking_ms; /* how long the last gt_runstate_after_step blocked the loop for saves started
+                                or waited for in it (metrics: save_blocking_ms) */
+    FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */
 } gt_run_state;
 
 /* Before the run is built, when it will resume: keeps the global batch (micro_batch x grad_accum x
@@ -52,7 +63,9 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
                       gt_optim *opt, uint64_t global_batch);
 
 /* After optimizer step `step`: the periodic save (checkpoint.every steps, or checkpoint.every_minutes
- * since the last save by rank 0's clock, agreed), and the collective check for a stop signal.
+ * since the last save by rank 0's clock, agreed), and the collective check for a stop signal, which
+ * also tells whether every rank's background save has finished (then it is published here).
+ * run->save_blocking_ms: how long this call blocked the loop for saves.
  * A periodic save that fails (a full disk) is reported in one line and the run goes on: the next
  * save tries again. Returns 0 to go on, 75 (GT_EXIT_PREEMPTED) after saving when a signal arrived,
  * or 1 when a signal arrived and that save failed. */
@@ -61,6 +74,11 @@ int gt_runstate_after_step(gt_run_state *run, int step);
 /* After the last step: the final save. Returns 0, or 1 when it failed (the message names the
  * newest state file that is there). */
 int gt_runstate_end(gt_run_state *run);
+
+/* A run that stops with an error after its steps agreed on it (a non-finite loss, a failed
+ * validation): completes the background save in flight, which holds an earlier, good step.
+ * Collective. */
+void gt_runstate_settle(gt_run_state *run);
 
 /* "the newest state file is DIR/step_N.h5" (of this run or the one it resumed from), or that there
  * is none yet: for messages about a run that stops. */

@@ -35,12 +35,14 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "shard.h"
@@ -208,7 +210,7 @@ typedef struct writer {
     int failed;            /* this rank: a file operation failed (the first one is described below) */
     int abandoned;         /* agreed over the ranks: some rank failed, nobody writes any more */
     int err_no;            /* errno right after the first failure (0: the call set none) */
-    char what[352];        /* the first failed call and its object */
+    char what[480];        /* the first failed call and its object */
     char why[256];         /* HDF5's innermost message for it */
 } writer;
 
@@ -223,6 +225,7 @@ static void local_failed(const writer *w, const char *what, int line) {
     H5Eprint2(H5E_DEFAULT, stderr);
     fprintf(stderr, "gtrain: rank %d: %s:%d: %s failed while writing %s\n", w->rank, __FILE__, line, what, w->path);
     fflush(stderr);
+    if (w->comm == MPI_COMM_NULL) abort(); /* a writer thread (gt_state_write_rank) makes no MPI calls */
     MPI_Abort(w->comm, 1);
 }
 
@@ -266,7 +269,11 @@ static hid_t file_id(writer *w, hid_t id, const char *call, const char *object) 
  * agreed that something did, every rank returns 1 without communicating. */
 static int agree(writer *w) {
     if (w->abandoned) return 1;
-    int any = 0;
+    int any = w->failed;
+    if (w->comm == MPI_COMM_NULL) { /* one process writing its own file: nothing to agree with */
+        w->abandoned = any;
+        return any;
+    }
     MPI_Allreduce(&w->failed, &any, 1, MPI_INT, MPI_MAX, w->comm);
     w->abandoned = any;
     return any;
@@ -394,10 +401,8 @@ static void test_slow_save(void) {
     }
 }
 
-/* Everything inside the open file. Each helper does nothing once the ranks agreed on a failure. */
-static void write_contents(writer *w, hid_t file, const gt_optim *opt, const char *text, const gt_state_info *info,
-                           const gt_shard *mine, const int *rounds) {
-    const gt_layout *layout = gt_model_layout(opt->model);
+/* The root attributes, /config, /train and /optim: everything but the tensors. */
+static void write_header(writer *w, hid_t file, const char *text, const gt_state_info *info) {
     write_attr_str(w, file, "format", GT_STATE_FORMAT);
     write_attr_i64(w, file, "format_version", GT_STATE_FORMAT_VERSION);
     write_attr_i64(w, file, "step", info->step);
@@ -420,7 +425,13 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
     write_attr_i64(w, train, "skipped_steps", info->skipped_steps);
     close_group(w, train, "/train");
     close_group(w, create_group(w, file, "optim"), "/optim");
+}
 
+/* Everything inside the open file. Each helper does nothing once the ranks agreed on a failure. */
+static void write_contents(writer *w, hid_t file, const gt_optim *opt, const char *text, const gt_state_info *info,
+                           const gt_shard *mine, const int *rounds) {
+    const gt_layout *layout = gt_model_layout(opt->model);
+    write_header(w, file, text, info);
     const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
     for (int g = 0; g < 3 && !w->abandoned; g++) {
         if (g == 1) test_slow_save();
@@ -527,6 +538,185 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
     free(w.stage);
     free(rounds);
     return first < world ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The split layout: one file per rank, tied together by a top file of virtual datasets
+ *
+ * A rank file holds, for every tensor its slice touches and every group, up to three datasets
+ * "<group>/<name>.b0|.b1|.b2": the blocks of flat_blocks (a partial first row, full rows, a partial
+ * last row), each in its own shape, chunked and Fletcher32-checked like the single file's tensors.
+ * It is written by one thread with serial HDF5 (sec2) and no MPI call, so a rank whose disk fails
+ * reports it and no other rank waits for it. The top file has the single file's attributes and
+ * /config, and each tensor is a virtual dataset (HDF5 >= 1.10) whose mappings are exactly those
+ * blocks, the source and the virtual selection of the same shape, with source file names relative
+ * to the top file's directory. Its fill value is NaN: a rank file gone missing reads as NaN in h5py,
+ * never as zeros; gtrain's reader checks that every rank file opens before it reads a tensor.
+ * ---------------------------------------------------------------------------------------------- */
+
+void gt_state_library_open(void) {
+    if (H5open() < 0) abort();
+}
+
+static void block_name(char *out, size_t len, const char *tensor, int i) { snprintf(out, len, "%s.b%d", tensor, i); }
+
+/* The part of tensor t in the flat range [begin, begin + count): its first element in the tensor
+ * and how many; 0 when they do not meet. */
+static size_t tensor_part(const gt_tensor_info *t, uint64_t begin, uint64_t count, size_t *start) {
+    uint64_t lo = begin > t->offset ? begin : t->offset;
+    uint64_t hi = begin + count < t->offset + t->numel ? begin + count : t->offset + t->numel;
+    *start = lo < hi ? (size_t)(lo - t->offset) : 0;
+    return lo < hi ? (size_t)(hi - lo) : 0;
+}
+
+static hid_t split_fapl(writer *w) {
+    hid_t fapl = LOCAL_ID(w, H5Pcreate(H5P_FILE_ACCESS));
+    LOCAL(w, H5Pset_fapl_sec2(fapl));
+    LOCAL(w, H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST)); /* checksummed metadata */
+    LOCAL(w, H5Pset_alignment(fapl, ALIGN_THRESHOLD, ALIGN_BYTES));
+#if H5_VERSION_GE(1, 10, 7)
+    LOCAL(w, H5Pset_file_locking(fapl, 0, 1)); /* a new file no one else opens; some file systems refuse flock */
+#endif
+    return fapl;
+}
+
+/* One block of one tensor as a dataset of its own shape, written whole from src. */
+static void write_block(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t, int i,
+                        const block *b, const float *src) {
+    if (w->abandoned) return;
+    char name[300], object[400];
+    block_name(name, sizeof name, t->name, i);
+    snprintf(object, sizeof object, "%s/%s", group_name, name);
+    hid_t space = LOCAL_ID(w, H5Screate_simple(t->ndim, b->size, NULL));
+    hid_t dcpl = checked_dcpl(w, t->ndim, b->size);
+    hid_t dset = FILE_ID(w, "H5Dcreate2", object,
+                         H5Dcreate2(group, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    if (dset >= 0) FILE_RC(w, "H5Dwrite", object, H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src));
+    if (dset >= 0) FILE_RC(w, "H5Dclose", object, H5Dclose(dset));
+    LOCAL(w, H5Pclose(dcpl));
+    LOCAL(w, H5Sclose(space));
+    agree(w);
+}
+
+int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begin, uint64_t count,
+                        const float *const host[3], const gt_state_info *info, int rank, char *err, size_t err_len) {
+    writer w = {MPI_COMM_NULL, path, rank, H5P_DEFAULT, NULL, NULL, 0, 0, 0, 0, 0, 0, "", ""};
+    const char *debug = getenv("GTRAIN_HDF5_DEBUG");
+    w.debug = debug && debug[0] && strcmp(debug, "0") != 0;
+    err[0] = '\0';
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+
+    hid_t fapl = split_fapl(&w);
+    hid_t file = FILE_ID(&w, "H5Fcreate", "", H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!agree(&w)) {
+        write_attr_str(&w, file, "format", GT_STATE_FORMAT "-rank");
+        write_attr_i64(&w, file, "format_version", GT_STATE_FORMAT_VERSION);
+        write_attr_i64(&w, file, "step", info->step);
+        write_attr_i64(&w, file, "rank", rank);
+        write_attr_i64(&w, file, "world_size", info->world_size);
+        write_attr_u64(&w, file, "begin", begin);
+        write_attr_u64(&w, file, "count", count);
+        close_group(&w, create_group(&w, file, "optim"), "/optim");
+    }
+    for (int g = 0; g < 3 && !w.abandoned; g++) {
+        if (g == 1) test_slow_save();
+        hid_t group = create_group(&w, file, GROUPS[g]);
+        for (int i = 0; i < layout->n_tensors && !w.abandoned; i++) {
+            const gt_tensor_info *t = &layout->tensors[i];
+            size_t start, n = tensor_part(t, begin, count, &start);
+            if (!n) continue;
+            hsize_t dims[2] = {1, 1};
+            tensor_dims(t, dims);
+            block b[3];
+            int nb = flat_blocks(t->ndim, dims, start, n, b);
+            const float *src = host[g] + (t->offset + start - begin);
+            for (int k = 0; k < nb; k++)
+                if (block_elems(t->ndim, &b[k])) write_block(&w, group, GROUPS[g], t, k, &b[k], src + b[k].at);
+        }
+        close_group(&w, group, GROUPS[g]);
+    }
+    /* A file that failed is deleted by the caller; its data is freed first, so that H5Fclose can
+     * write the metadata it still holds and succeed: HDF5 1.10.8 keeps a file whose close failed
+     * in its tables half torn down, and crashes closing it again at exit (seen on a full tmpfs). */
+    if (w.failed && file >= 0 && truncate(path, 0) != 0) { /* nothing more to free */ }
+    if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file)); /* the metadata is written here */
+    LOCAL(&w, H5Pclose(fapl));
+    if (w.failed) describe_failure(&w, err, err_len);
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return w.failed ? -1 : 0;
+}
+
+/* One tensor of the top file: a virtual dataset mapping every rank's blocks onto their rank files. */
+static void write_virtual(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t,
+                          const char *rank_dir, int world, const uint64_t *begins, const uint64_t *counts) {
+    if (w->abandoned) return;
+    char object[320];
+    snprintf(object, sizeof object, "%s/%s", group_name, t->name);
+    hsize_t dims[2] = {1, 1};
+    tensor_dims(t, dims);
+    hid_t space = LOCAL_ID(w, H5Screate_simple(t->ndim, dims, NULL));
+    hid_t dcpl = LOCAL_ID(w, H5Pcreate(H5P_DATASET_CREATE));
+    float nan = NAN;
+    LOCAL(w, H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &nan));
+    for (int r = 0; r < world; r++) {
+        size_t start, n = tensor_part(t, begins[r], counts[r], &start);
+        if (!n) continue;
+        block b[3];
+        int nb = flat_blocks(t->ndim, dims, start, n, b);
+        char file_name[512], source[400], name[300];
+        snprintf(file_name, sizeof file_name, "%s/rank_%05d.h5", rank_dir, r);
+        for (int k = 0; k < nb; k++) {
+            if (!block_elems(t->ndim, &b[k])) continue;
+            block_name(name, sizeof name, t->name, k);
+            snprintf(source, sizeof source, "%s/%s", group_name, name);
+            hid_t vspace = LOCAL_ID(w, H5Screate_simple(t->ndim, dims, NULL));
+            LOCAL(w, H5Sselect_hyperslab(vspace, H5S_SELECT_SET, b[k].start, NULL, b[k].size, NULL));
+            hid_t sspace = LOCAL_ID(w, H5Screate_simple(t->ndim, b[k].size, NULL));
+            LOCAL(w, H5Pset_virtual(dcpl, vspace, file_name, source, sspace));
+            LOCAL(w, H5Sclose(sspace));
+            LOCAL(w, H5Sclose(vspace));
+        }
+    }
+    hid_t dset = FILE_ID(w, "H5Dcreate2", object,
+                         H5Dcreate2(group, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    if (dset >= 0) FILE_RC(w, "H5Dclose", object, H5Dclose(dset));
+    LOCAL(w, H5Pclose(dcpl));
+    LOCAL(w, H5Sclose(space));
+    agree(w);
+}
+
+int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *layout, int world,
+                       const uint64_t *begins, const uint64_t *counts, const char *config_text,
+                       const gt_state_info *info, char *err, size_t err_len) {
+    writer w = {MPI_COMM_NULL, path, 0, H5P_DEFAULT, NULL, NULL, 0, 0, 0, 0, 0, 0, "", ""};
+    err[0] = '\0';
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t fapl = split_fapl(&w);
+    hid_t file = FILE_ID(&w, "H5Fcreate", "", H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    if (!agree(&w)) {
+        write_header(&w, file, config_text, info);
+        write_attr_str(&w, file, "rank_dir", rank_dir);
+        write_attr_i64(&w, file, "rank_files", world);
+    }
+    for (int g = 0; g < 3 && !w.abandoned; g++) {
+        hid_t group = create_group(&w, file, GROUPS[g]);
+        for (int i = 0; i < layout->n_tensors; i++)
+            write_virtual(&w, group, GROUPS[g], &layout->tensors[i], rank_dir, world, begins, counts);
+        close_group(&w, group, GROUPS[g]);
+    }
+    if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file));
+    LOCAL(&w, H5Pclose(fapl));
+    if (w.failed) describe_failure(&w, err, err_len);
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return w.failed ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -748,6 +938,43 @@ static int read_group(reader *r, const gt_optim *opt, const char *group_name, fl
     return code;
 }
 
+/* A top file of the split layout: every rank file it maps onto must be there, open as HDF5 and be
+ * a rank file of the same step. Without this a missing rank file would read as the fill value. */
+static int check_rank_files(reader *r, int64_t step) {
+    char rank_dir[512];
+    int64_t n = 0;
+    int code = read_attr_str(r, r->file, "/", "rank_dir", rank_dir, sizeof rank_dir);
+    if (!code) code = read_attr(r, r->file, "/", "rank_files", H5T_NATIVE_INT64, &n);
+    const char *slash = strrchr(r->path, '/');
+    int dir_len = slash ? (int)(slash - r->path) : 1;
+    const char *dir = slash ? r->path : ".";
+    for (int64_t k = 0; k < n && !code; k++) {
+        char path[4096], format[64];
+        snprintf(path, sizeof path, "%.*s/%s/rank_%05lld.h5", dir_len, dir, rank_dir, (long long)k);
+        FILE *probe = fopen(path, "rb");
+        if (!probe) return fail(r, GT_STATE_UNREADABLE, 0, "its rank file %s: %s", path, strerror(errno));
+        fclose(probe);
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+        H5Pset_fapl_sec2(fapl);
+#if H5_VERSION_GE(1, 10, 7)
+        H5Pset_file_locking(fapl, 0, 1);
+#endif
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+        H5Pclose(fapl);
+        if (f < 0) return fail(r, GT_STATE_UNREADABLE, 1, "its rank file %s does not open as HDF5", path);
+        int64_t its_step = -1;
+        code = read_attr_str(r, f, "/", "format", format, sizeof format);
+        if (!code && strcmp(format, GT_STATE_FORMAT "-rank") != 0)
+            code = fail(r, GT_STATE_UNREADABLE, 0, "%s is not a gtrain rank file (format '%s')", path, format);
+        if (!code) code = read_attr(r, f, "/", "step", H5T_NATIVE_INT64, &its_step);
+        if (!code && its_step != step)
+            code = fail(r, GT_STATE_UNREADABLE, 0, "its rank file %s holds step %lld, not %lld", path,
+                        (long long)its_step, (long long)step);
+        H5Fclose(f);
+    }
+    return code;
+}
+
 /* Opens r->path read-only and checks the format attributes; the root's `step` and `world_size` are
  * returned for read_all. */
 static int open_checked(reader *r, int64_t *step, int64_t *world) {
@@ -775,6 +1002,7 @@ static int open_checked(reader *r, int64_t *step, int64_t *world) {
                     (long long)version, GT_STATE_FORMAT_VERSION);
     if (!code) code = read_attr(r, r->file, "/", "step", H5T_NATIVE_INT64, step);
     if (!code) code = read_attr(r, r->file, "/", "world_size", H5T_NATIVE_INT64, world);
+    if (!code && H5Aexists(r->file, "rank_dir") > 0) code = check_rank_files(r, *step);
     return code;
 }
 

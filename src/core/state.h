@@ -11,6 +11,10 @@
  *   /train                    attributes: adam_step, data_cursor, seed, global_batch, micro_batch,
  *                             grad_accum, seq_len, lr, step, tokens_seen, skipped_steps
  *
+ * A state file is one HDF5 file written collectively (checkpoint.async = false), or a top file of the
+ * same layout whose tensors are virtual datasets over one file per rank, DIR/step_N.h5.d/rank_R.h5,
+ * each written by its rank alone (gt_state_write_rank, gt_state_write_top); the readers read both.
+ *
  * Every dataset is chunked with the Fletcher32 filter, and the file uses HDF5's newest format, whose
  * metadata (superblock, object headers with the attributes, chunk indexes) carries checksums too:
  * a flipped byte fails the read of what it hit, a truncated file fails to open.
@@ -58,6 +62,28 @@ typedef struct gt_state_info {
  * under the caller's temporary name. */
 int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
                    const gt_state_info *info, char *err, size_t err_len);
+
+/* The split layout (docs/state-format.md, "Asynchronous saves"): one process, no MPI call, so a
+ * background thread may call it while no other thread of the process calls HDF5. Writes the rank
+ * file `path` from a host copy of the flat elements [begin, begin + count) of the fp32 master
+ * weights and both moments (host[0..2]): each tensor's piece as up to three datasets
+ * <group>/<name>.b0|.b1|.b2 (partial first row, full rows, partial last row), chunked, Fletcher32,
+ * every chunk written once (no fill). 0, or -1 and one line in err: the OS error (strerror) when
+ * there is one, the rank and the call. */
+int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begin, uint64_t count,
+                        const float *const host[3], const gt_state_info *info, int rank, char *err, size_t err_len);
+
+/* Starts the HDF5 library (H5open) if it is not yet: on the main thread before a writer thread calls
+ * gt_state_write_rank, since parallel HDF5's start registers a callback with MPI. */
+void gt_state_library_open(void);
+
+/* The top file of the split layout, one process: the attributes, /config and /train of a state file,
+ * and every tensor a virtual dataset over the rank files rank_dir/rank_%05d.h5 (rank_dir relative
+ * to path's directory), rank r holding the flat range [begins[r], begins[r] + counts[r]). Root
+ * attributes rank_dir and rank_files name them for readers. 0, or -1 with err. */
+int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *layout, int world,
+                       const uint64_t *begins, const uint64_t *counts, const char *config_text,
+                       const gt_state_info *info, char *err, size_t err_len);
 
 enum {
     GT_STATE_OK = 0,

@@ -508,6 +508,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     if (r->rank == 0 && cfg->log.metrics[0]) {
         r->metrics = fopen(cfg->log.metrics, r->state.first_step > 1 ? "a" : "w");
         if (!r->metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
+        r->state.metrics = r->metrics; /* one record per completed save */
     }
     if (r->rank == 0) print_banner(r);
     r->inputs = malloc((size_t)B * T * sizeof *r->inputs);
@@ -636,6 +637,7 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
     fprintf(f, "\"tokens\":%llu,", (unsigned long long)res->tokens);
     write_json_number(f, "tok_per_s", res->tok_per_s, 0);
     write_json_number(f, "step_ms", res->seconds * 1e3, 0);
+    write_json_number(f, "save_blocking_ms", r->state.save_blocking_ms, 0);
     write_json_number(f, "mfu", res->mfu, 0);
     fprintf(f,
             "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
@@ -709,12 +711,19 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds);
+        int stop = res.nonfinite ? report_nonfinite(&r, &res) : 0;
+        if (!stop) stop = validate(&r, step);
+        /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms */
+        r.state.save_blocking_ms = 0;
+        if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
-        if (res.nonfinite && (rc = report_nonfinite(&r, &res))) break;
-        if ((rc = validate(&r, step))) break;
-        rc = gt_runstate_after_step(&r.state, step); /* save when due, or stop on a signal */
+        if (stop) {
+            rc = stop;
+            break;
+        }
     }
     if (rc == GT_EXIT_OK) rc = gt_runstate_end(&r.state);
+    else if (r.state.cfg) gt_runstate_settle(&r.state); /* every rank stops here together */
     close_run(&r);
     return rc;
 }

@@ -164,7 +164,7 @@ note "2 nodes x 2 ranks: 2 ranks on each node, losses and weights equal a 4-rank
 
 # ---------------------------------------------------------------- 2a. two nodes' state file on two nodes
 mkdir -p "$work/again"
-cp "$work/two/step_00000010.h5" "$work/again/"
+cp -r "$work/two/step_00000010.h5" "$work/two/step_00000010.h5.d" "$work/again/"  # an asynchronous save: its rank files too
 run_job again --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" checkpoint.dir="$work/again" \
   log.metrics="$work/again/metrics.jsonl"
 [[ $state == COMPLETED ]] || die "job again ended $state"
@@ -176,7 +176,7 @@ note "step 10 of the two-node job resumed on two nodes: $final bit-identical to 
 
 # ---------------------------------------------------------------- 2. two nodes' state file on one node
 mkdir -p "$work/one"
-cp "$work/two/step_00000010.h5" "$work/one/"
+cp -r "$work/two/step_00000010.h5" "$work/two/step_00000010.h5.d" "$work/one/"
 t0=$SECONDS
 run_job one --nodes=1 --ntasks-per-node=1 -- "${common[@]}" checkpoint.dir="$work/one" \
   log.metrics="$work/one/metrics.jsonl"

@@ -354,6 +354,8 @@ def cmd_resume(a):
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     shutil.copy(src, d)
+    if os.path.isdir(src + ".d"):  # an asynchronous save: its rank files go with it
+        shutil.copytree(src + ".d", os.path.join(d, os.path.basename(src) + ".d"))
     if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
         os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
     ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=0, keep=2, resume="auto",

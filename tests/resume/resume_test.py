@@ -28,6 +28,10 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
   dir_not_shared     each rank as a node of its own (a mount and UTS namespace, root only) with a
                      private tmpfs over checkpoint.dir: exit 2 before step 1 naming both hosts
+  async_*            checkpoint.async = true (the default, so the scenarios above run it too):
+                     the same tensors as the collective writer, written once; kill -9 during a
+                     background write; a missing rank file; SIGTERM during a write; a tmpfs that
+                     fills in the middle of a 2- and 3-rank save (no hang)
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -40,6 +44,7 @@ import filecmp
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -117,9 +122,15 @@ class Env:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         self.config = os.path.join(work, "tiny.ini")
+        self.overrides = []  # before each run's own: sync() makes a scenario use the collective writer
         self.data = make_corpus(work)
         with open(self.config, "w") as f:
             f.write(CONFIG.format(data=self.data))
+
+    def sync(self):
+        """The scenario is about the single file of the collective writer (checkpoint.async = false):
+        its temporary name, its chunks, its reservation of space."""
+        self.overrides = ["checkpoint.async=false"]
 
     def rundir(self, name):
         return os.path.join(self.work, name)
@@ -127,7 +138,8 @@ class Env:
     def command(self, np_, name, overrides):
         d = self.rundir(name)
         os.makedirs(d, exist_ok=True)
-        args = [ARGS.gtrain, self.config, f"checkpoint.dir={d}/ck", f"log.metrics={d}/metrics.jsonl"] + list(overrides)
+        args = [ARGS.gtrain, self.config, f"checkpoint.dir={d}/ck", f"log.metrics={d}/metrics.jsonl"]
+        args += self.overrides + list(overrides)
         if np_ == 1:
             return args
         return [ARGS.mpiexec, ARGS.np_flag, str(np_)] + ARGS.mpi_flags.split() + args
@@ -189,6 +201,8 @@ class Env:
         """A run directory whose only state file is a copy of another run's step file."""
         os.makedirs(self.ck(dst_name), exist_ok=True)
         shutil.copy(self.ck(src_name, step), self.ck(dst_name, step))
+        if os.path.isdir(self.ck(src_name, step) + ".d"):  # an asynchronous save: its rank files too
+            shutil.copytree(self.ck(src_name, step) + ".d", self.ck(dst_name, step) + ".d")
 
 
 def wait_for(cond, what, timeout=120):
@@ -334,6 +348,7 @@ def kill9_bitwise(e):
 
 
 def kill_during_save(e):
+    e.sync()
     e.run(2, "ref")
     p = e.start(2, "run", env={"GTRAIN_TEST_SLOW_SAVE": "2"})
     wait_for(lambda: os.path.exists(e.ck("run", 4, tmp=True)), "the save of step 4 to begin")
@@ -429,6 +444,7 @@ def global_batch_kept(e):
 
 
 def corrupt_fallback(e):
+    e.sync()
     e.run(2, "ref")
     pristine = os.path.join(e.work, "pristine_step8.h5")
     shutil.copy(e.ck("ref", 8), pristine)
@@ -492,6 +508,7 @@ def shape_mismatch(e):
 
 
 def sigterm(e):
+    e.sync()
     e.run(1, "ref1", "train.steps=12", "checkpoint.every=0")
     p = e.start(1, "one", "train.steps=12", "checkpoint.every=0", env={"GTRAIN_TEST_STEP_DELAY_MS": "100"})
     wait_for(lambda: 3 in e.losses("one"), "step 3")
@@ -563,6 +580,7 @@ def trained_steps(out):
 
 
 def bad_files_never_count_toward_keep(e):
+    e.sync()
     e.run(1, "run", "train.steps=4", "checkpoint.every=1")
     os.remove(e.ck("run", 1))
     # good step 2, truncated step 3, flipped bytes in step 4: the issue's step_200, 250 and 255
@@ -659,6 +677,7 @@ def dir_not_shared(e):
 
 
 def full_disk(e):
+    e.sync()
     e.run(1, "size", "train.steps=2", "checkpoint.every=0")
     one = os.path.getsize(e.ck("size", 2))
     mnt = os.path.join(e.work, "mnt")
@@ -838,6 +857,7 @@ def save_is_durable(e):
     """Under strace: each state file's temporary name is fsynced after its last write and before
     the rename that publishes it, and the directory is fsynced after the rename (a power cut then
     leaves the old file or the complete new one, never an empty one)."""
+    e.sync()
     trace = os.path.join(e.work, "strace.txt")
     cmd = [tool("strace"), "-f", "-y", "-o", trace,
            "-e", "trace=write,pwrite64,pwritev,fsync,fdatasync,close,rename,renameat,renameat2"]
@@ -896,10 +916,168 @@ def leftover_tmp_removed_at_start(e):
         check(e.steps_saved(name) == [2], "and the run saved its own state")
 
 
+# ------------------------------------------------------------------------------------------------ asynchronous saves
+
+def rank_dirs(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(".h5.d")) if os.path.isdir(d) else []
+
+
+def async_equals_sync(e):
+    """checkpoint.async = true writes the same tensor values as the collective writer (h5diff and
+    state_check over the top file's virtual datasets), as one top file plus one rank file per rank;
+    every metrics line carries save_blocking_ms, and each completed save is one stdout line and one
+    metrics record; the rank files are written once (bytes written by pwrite = their size)."""
+    for np_ in (2, 3):
+        e.run(np_, f"sync{np_}", "train.steps=4", "checkpoint.every=2", "checkpoint.async=false")
+        out, _ = e.run(np_, f"async{np_}", "train.steps=4", "checkpoint.every=2")
+        check(e.steps_saved(f"async{np_}") == [2, 4], f"{np_} ranks: steps 2 and 4 saved")
+        files = sorted(os.listdir(e.ck(f"async{np_}", 4) + ".d"))
+        check(files == [f"rank_{r:05d}.h5" for r in range(np_)], f"{np_} ranks: one rank file per rank: {files}")
+        same_state(e.ck(f"sync{np_}", 4), e.ck(f"async{np_}", 4), f"{np_} ranks: async and sync files hold identical tensors")
+        check(sum("written in the background" in l for l in out.splitlines()) == 2, "one line per completed save")
+        recs = [json.loads(l) for l in open(os.path.join(e.rundir(f"async{np_}"), "metrics.jsonl"))]
+        steps = [r for r in recs if "loss" in r]
+        check(all("save_blocking_ms" in r for r in steps), "every metrics line carries save_blocking_ms")
+        check(steps[1]["save_blocking_ms"] > 0 and steps[0]["save_blocking_ms"] == 0,
+              "save_blocking_ms > 0 at step 2 (a save started), 0 at step 1")
+        saves = [r for r in recs if "save_step" in r]
+        check([r["save_step"] for r in saves] == [2, 4] and all(r["save_async"] and r["save_bytes"] > 0 for r in saves),
+              "one metrics record per completed save")
+    # every byte written once: strace's pwrite64 bytes into the rank files = their sizes
+    trace = os.path.join(e.work, "strace.txt")
+    cmd = [tool("strace"), "-f", "-y", "-o", trace, "-e", "trace=pwrite64,write"]
+    cmd += e.command(1, "once", ["train.steps=2", "checkpoint.every=0"])
+    p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+    check(p.returncode == 0, f"under strace: exit {p.returncode}")
+    rank_file = os.path.realpath(e.ck("once", 2) + ".d/rank_00000.h5")
+    written = 0
+    with open(trace) as f:
+        for line in f:
+            m = re.search(r"= (\d+)$", line.strip())
+            if f"<{rank_file}>" in line and m and "write" in line.split("(")[0]:
+                written += int(m.group(1))
+    size = os.path.getsize(rank_file)
+    print(f"    rank file {size} bytes, {written} bytes written", flush=True)
+    # the file may hold a few never-written bytes (alignment gaps), never a byte written twice
+    check(size - 65536 <= written <= size, f"the rank file's bytes are written once ({written} written, {size} in the file)")
+
+
+def async_kill_during_write(e):
+    """kill -9 while the background write is in flight (GTRAIN_TEST_SLOW_SAVE holds it half-written):
+    no top file for that step, the newest published file verifies, the next run removes the rank
+    files of the unpublished save and resumes bit-identically; then kills at random moments."""
+    e.run(2, "ref")
+    p = e.start(2, "run", env={"GTRAIN_TEST_SLOW_SAVE": "3", "GTRAIN_TEST_STEP_DELAY_MS": "200"})
+    wait_for(lambda: os.path.isdir(e.ck("run", 4) + ".d"), "the background save of step 4 to begin")
+    time.sleep(0.3)
+    check(not os.path.exists(e.ck("run", 4)), "while the rank files of step 4 are written, no top file of step 4")
+    kill_group(p)
+    check(e.steps_saved("run") == [2], "killed during the write of step 4: only step 2 is a state file")
+    rc, out = state_check("verify", e.ck("run", 2))
+    check(rc == 0, "step 2 verifies: " + out.strip())
+    rng = random.Random(7)
+    for attempt in range(3):
+        p = e.start(2, "run", "checkpoint.every=1", "checkpoint.keep=3",
+                    env={"GTRAIN_TEST_SLOW_SAVE": "0.3", "GTRAIN_TEST_STEP_DELAY_MS": "30"})
+        time.sleep(rng.uniform(0.8, 2.5))
+        if p.poll() is None:
+            kill_group(p)
+        else:
+            p.communicate()
+        saved = e.steps_saved("run")
+        for s in saved:
+            rc, out = state_check("verify", e.ck("run", s))
+            check(rc == 0, f"kill {attempt + 1} at a random moment: step {s} verifies")
+        print(f"    after kill {attempt + 1}: state files {saved}, rank dirs {rank_dirs(e.ck('run'))}", flush=True)
+    newest = e.steps_saved("run")[-1]
+    out, _ = e.run(2, "run")
+    check("resumed from " + e.ck("run", newest) in out, f"resumed from the newest file, step {newest}")
+    check(all(d[:-2] in os.listdir(e.ck("run")) for d in rank_dirs(e.ck("run"))),
+          "no rank files of an unpublished save are left")
+    same_state(e.ck("ref", 8), e.ck("run", 8), "after the kills: bit-identical to the uninterrupted run")
+
+
+def async_missing_rank_file(e):
+    """A top file whose rank file is gone is unusable (never read as fill values): the resume falls
+    back to the older file, sets the broken one aside, and ends bit-identical; resume across world
+    sizes (2 -> 3 and 2 -> 1) from an asynchronous file matches the reference within rounding."""
+    e.run(2, "ref", "train.steps=6", "checkpoint.every=2")
+    shutil.copytree(e.ck("ref"), e.ck("run"))
+    for s in (4, 6):
+        os.remove(e.ck("run", s))
+        shutil.rmtree(e.ck("run", s) + ".d")
+    os.remove(e.ck("run", 2) + ".d/rank_00000.h5")
+    shutil.copytree(e.ck("ref"), e.ck("fb"))
+    os.remove(e.ck("fb", 6) + ".d/rank_00001.h5")
+    out, err = e.run(2, "fb", "train.steps=6", "checkpoint.every=2")
+    check("rank_00001.h5" in err and "unusable state file" in err, "the missing rank file is named")
+    check("resumed from " + e.ck("fb", 4) in out, "resumed from the older file, step 4")
+    same_state(e.ck("ref", 6), e.ck("fb", 6), "after the fallback: bit-identical")
+    out, err = e.run(2, "run", "train.steps=6", "checkpoint.every=2", expect=3)
+    check("rank_00000.h5" in err, "the only file lacks a rank file: exit 3, named")
+    for np_ in (4, 1):  # the global batch is kept: grad_accum 2 -> 1 and 4
+        name = f"to{np_}"
+        e.seed_from("ref", 4, name)
+        out, _ = e.run(np_, name, "train.steps=6", "checkpoint.every=2")
+        check("resumed from " + e.ck(name, 4) in out, f"{np_} ranks resumed from the 2-rank asynchronous file")
+        close_state(e.ck("ref", 6), e.ck(name, 6), 1e-4, f"2 -> {np_} ranks: the state matches within rounding")
+
+
+def async_sigterm(e):
+    """SIGTERM while a background write is in flight: the stop waits for it, saves the newest step,
+    exits 75; the resumed run is bit-identical."""
+    e.run(2, "ref", "train.steps=10", "checkpoint.every=2")
+    p = e.start(2, "run", "train.steps=10", "checkpoint.every=2",
+                env={"GTRAIN_TEST_SLOW_SAVE": "1.5", "GTRAIN_TEST_STEP_DELAY_MS": "100"})
+    wait_for(lambda: os.path.isdir(e.ck("run", 2) + ".d"), "the background save of step 2")
+    time.sleep(0.2)
+    for pid in rank_pids(p):
+        os.kill(pid, signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 75, f"SIGTERM during a background write: exit 75 (got {p.returncode})")
+    check("stopped by SIGTERM: waited" in out, "the stop waited for the write in flight (one line)")
+    last = max(e.losses("run"))
+    saved = e.steps_saved("run")
+    check(saved[-1] == last and 2 in saved, f"step 2 and the newest step {last} are saved: {saved}")
+    e.run(2, "run", "train.steps=10", "checkpoint.every=2")
+    same_state(e.ck("ref", 10), e.ck("run", 10), "resumed after the stop: bit-identical")
+
+
+def async_full_disk(e):
+    """A tmpfs that holds one save but not two: at 2 and 3 ranks the second save runs out of room in
+    the middle of the rank files. One line names the rank, the path and 'No space left on device';
+    the partial files are deleted, the first file is intact; training goes on after the periodic save
+    and the final save's failure is exit 1; no rank hangs (every run has a deadline)."""
+    e.run(1, "size", "train.steps=2", "checkpoint.every=0")
+    one = os.path.getsize(e.ck("size", 2)) + sum(
+        os.path.getsize(os.path.join(e.ck("size", 2) + ".d", f)) for f in os.listdir(e.ck("size", 2) + ".d"))
+    for np_ in (2, 3):
+        mnt = os.path.join(e.work, f"mnt{np_}")
+        with Tmpfs(mnt, one * 3 // 2):
+            ck = os.path.join(mnt, "ck")
+            t0 = time.time()
+            out, err = e.run(np_, f"full{np_}", f"checkpoint.dir={ck}", "checkpoint.resume=never", "train.steps=6",
+                             "checkpoint.every=2", "checkpoint.keep=0", expect=1)
+            print("   ", err.strip().replace("\n", "\n    "))
+            failed = [l for l in gtrain_lines(err) if "cannot save step" in l]
+            check(len(failed) == 2 and all("No space left on device" in l and "rank " in l and "rank_0" in l
+                                           for l in failed),
+                  f"{np_} ranks: each failed save is one line with the rank, the rank file and the OS error")
+            check("cannot save step 4" in failed[0] and "training goes on" in failed[0], "the periodic save failed, training went on")
+            check("cannot save step 6" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
+            check(max(e.losses(f"full{np_}")) == 6, "all 6 steps were trained")
+            check(sorted(os.listdir(ck)) == ["step_00000002.h5", "step_00000002.h5.d"],
+                  f"only the first save is there, no partial files: {sorted(os.listdir(ck))}")
+            check(state_check("verify", os.path.join(ck, "step_00000002.h5"))[0] == 0, "the first file verifies")
+            print(f"    {np_} ranks: {time.time() - t0:.1f} s, no hang", flush=True)
+
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
-                                     leftover_tmp_removed_at_start)}
+                                     leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
+                                     async_missing_rank_file, async_sigterm, async_full_disk)}
 
 
 def main():

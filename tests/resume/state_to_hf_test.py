@@ -104,6 +104,26 @@ def main():
     rel = abs(hf_loss - val_loss) / abs(val_loss)
     print(f"val_loss: gtrain {val_loss:.7f}, transformers {hf_loss:.7f}, relative difference {rel:.2e}")
     assert rel < 1e-4, "the exported model does not compute what gtrain computed"
+
+    # the file is an asynchronous save (the default): from another working directory, with a
+    # relative path, the tool finds the rank files beside it; without one of them it refuses (exit 2)
+    # instead of exporting the virtual datasets' fill value
+    assert os.path.isdir(state + ".d"), "expected an asynchronous save (a .h5.d directory of rank files)"
+    rel_state = os.path.relpath(state, "/")
+    subprocess.run([sys.executable, args.tool, rel_state, f"{work}/hf_rel"], check=True, cwd="/")
+    with h5py.File(state, "r") as f:
+        from safetensors.numpy import load_file
+        exported = load_file(f"{work}/hf_rel/model.safetensors")
+        assert all(np.array_equal(exported[n], f["model"][n][()]) for n in exported), "relative path: tensors differ"
+    moved = os.path.join(work, "moved", os.path.basename(state))  # the state copied whole, then one rank file lost
+    shutil.rmtree(os.path.dirname(moved), ignore_errors=True)
+    shutil.copytree(state + ".d", moved + ".d")
+    shutil.copy(state, moved)
+    os.remove(os.path.join(moved + ".d", sorted(os.listdir(moved + ".d"))[-1]))
+    p = subprocess.run([sys.executable, args.tool, moved, f"{work}/hf_missing"], capture_output=True, text=True)
+    print(p.stderr.strip())
+    assert p.returncode == 2 and "is missing" in p.stderr, "a missing rank file must be refused"
+    print("ok: read from another working directory; a missing rank file is refused")
     print("PASS: state_to_hf")
 
 
