@@ -172,7 +172,7 @@ def takeover_lines(out):
 
 
 def state_files(ck):
-    return sorted(f for f in os.listdir(ck) if f.startswith("step_")) if os.path.isdir(ck) else []
+    return sorted(f for f in os.listdir(ck) if f.startswith("step_") and f.endswith(".h5")) if os.path.isdir(ck) else []
 
 
 def claim_files(ck):
