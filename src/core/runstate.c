@@ -731,6 +731,7 @@ static int save(gt_run_state *run, int step, const char *then) {
     snprintf(info.shard, sizeof info.shard, "%s", gt_shard_stage_name(cfg->dist.shard));
 
     run->opt->ops->synchronize();
+    gt_watchdog_phase_begin("save", run->file_bytes); /* a rank stuck in it is named (watchdog.h) */
     double t0 = MPI_Wtime();
     char err[1024] = "";
     int ok = 1;
@@ -756,6 +757,7 @@ static int save(gt_run_state *run, int step, const char *then) {
                     strerror(errno));
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
+    gt_watchdog_phase_end();
     double seconds = MPI_Wtime() - t0;
     run->last_save_time = MPI_Wtime();
     run->last_save_failed = !ok;
