@@ -38,3 +38,16 @@ add_test(NAME stops_table_holds
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/stops_table.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  ${PROJECT_SOURCE_DIR}/launch/local.sh ${CMAKE_CURRENT_BINARY_DIR}/stops_table_holds)
 set_tests_properties(stops_table_holds PROPERTIES LABELS "resume;mpi" TIMEOUT 600)
+
+# A rank killed while a non-blocking ZeRO-3 gather is in flight (GTRAIN_TEST_DIE_IN_GATHER=K:RANK:started
+# in zero.c) ends the job within dist.timeout plus a margin with one line naming the rank, on 2 and 3
+# ranks, ended by mpirun or (mpirun told not to) by the watchdog; the state files written before resume.
+foreach(mode launcher watchdog)
+  foreach(n 2 3)
+    add_test(NAME peer_death_in_prefetch_${mode}_${n}_ranks
+             COMMAND bash ${GTRAIN_TEST_DIR}/scripts/peer_death_in_prefetch.sh ${mode} ${n} $<TARGET_FILE:gtrain>
+                     $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/peer_death_in_prefetch_${mode}_${n}_ranks
+                     ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+    set_tests_properties(peer_death_in_prefetch_${mode}_${n}_ranks PROPERTIES LABELS mpi TIMEOUT 300)
+  endforeach()
+endforeach()

@@ -299,12 +299,14 @@ static double effective_limit(void) {
     return by_steps > timeout_s ? by_steps : timeout_s;
 }
 
-/* Is rank r behind? It started fewer operations than the most advanced rank, or, inside the same
- * save as it, fewer of the save's calls (a rank blocked in a collective call of the save has
- * entered it; the one it waits for has not), or its record went stale (stopped or dead). */
-static int is_behind(const record *r, unsigned long long most, unsigned long long most_calls, double now) {
-    if (now - r->written_at > STALE_S || r->started < most) return 1;
-    return in_phase(r) && r->phase_seq == most && r->phase_calls < most_calls;
+/* Is rank r behind? Its record went stale (stopped or dead), or it never started the operation
+ * `wanted` that some rank is blocked in, or, inside that same save, it started fewer of the save's
+ * calls (a rank blocked in a collective call of the save has entered it; the one it waits for has
+ * not). Only what blocked ranks wait for counts: with non-blocking gathers a rank may have started
+ * a prefetch more than another and still wait for the same one. */
+static int is_behind(const record *r, unsigned long long wanted, unsigned long long most_calls, double now) {
+    if (now - r->written_at > STALE_S || r->started < wanted) return 1;
+    return in_phase(r) && r->phase_seq == wanted && r->phase_calls < most_calls;
 }
 
 /* The hosts of the named ranks, one per line, for a batch script that leaves them out of the
@@ -352,14 +354,14 @@ static void fire(const record *me, const char *what) {
     size_t cap = 8192 + (size_t)world_size * 200;
     char *msg = malloc(cap), one[640];
     if (!all || !have || !named_ranks || !msg) _exit(GT_WATCHDOG_EXIT);
-    unsigned long long most = me->started, most_calls = 0;
+    unsigned long long wanted = 0, most_calls = 0; /* the newest operation a rank is blocked in */
     for (int r = 0; r < world_size; r++) {
         if (r == my_rank) all[r] = *me, have[r] = 1;
         else have[r] = read_record(r, &all[r]) == 0;
-        if (have[r] && all[r].started > most) most = all[r].started;
+        if (have[r] && all[r].in && all[r].seq > wanted) wanted = all[r].seq;
     }
     for (int r = 0; r < world_size; r++)
-        if (have[r] && in_phase(&all[r]) && all[r].phase_seq == most && all[r].phase_calls > most_calls)
+        if (have[r] && in_phase(&all[r]) && all[r].phase_seq == wanted && all[r].phase_calls > most_calls)
             most_calls = all[r].phase_calls;
     size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
                                 my_rank, what, effective_limit());
@@ -369,7 +371,7 @@ static void fire(const record *me, const char *what) {
             unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
             continue;
         }
-        if (!is_behind(&all[r], most, most_calls, now)) continue;
+        if (!is_behind(&all[r], wanted, most_calls, now)) continue;
         describe_rank(&all[r], now, one, sizeof one);
         n += (size_t)snprintf(msg + n, cap - n, "%s%s", named ? "; " : "", one);
         named_ranks[named++] = r;
@@ -384,7 +386,7 @@ static void fire(const record *me, const char *what) {
         }
     if (!named && n < cap)
         n += (size_t)snprintf(msg + n, cap - n, "none: every rank is in collective #%llu and alive (a stuck "
-                              "communication library or network)", most);
+                              "communication library or network)", wanted);
     if (unseen && n < cap)
         n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) not seen: no record in %s (ranks on other nodes, "
                               "when it is not shared with them)", unseen, dir);
