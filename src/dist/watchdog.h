@@ -21,8 +21,9 @@
  * contents when the process is stopped or killed, so after a hang tools/flight_recorder.py reads
  * every rank's ring and says where the ranks diverge. Its layout is GT_FLIGHT_* below.
  *
- * The limit is max(dist.timeout, 10 x the slowest step so far): the configured seconds are a floor
- * that covers start-up, the first step and saves; steps that are slow by nature raise it.
+ * The limit is max(dist.timeout, 10 x the slowest step so far, the first step after the start not
+ * counted: it pays for allocation): the configured seconds are a floor that covers start-up, the
+ * first step and saves; steps that are slow by nature raise it.
  * Everything here is a no-op until gt_watchdog_start and after gt_watchdog_stop.
  */
 #ifndef GT_WATCHDOG_H
