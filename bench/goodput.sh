@@ -24,8 +24,8 @@
 # log.every=1. A job that has not ended 400 s after its fault is killed by the bench (the row says
 # "not ended"). WORKDIR (default a new
 # directory under /tmp) holds the corpus, the state files (2 x 1.1 GB), each start's log and
-# metrics, and faults.tsv; it is kept. GTRAIN_BIN and GTRAIN_PREP name the binaries (default
-# build/gtrain and build/gtrain-prep of this checkout).
+# metrics, faults.tsv and a copy of the binary it runs; it is kept. GTRAIN_BIN and GTRAIN_PREP name
+# the binaries (default build/gtrain and build/gtrain-prep of this checkout).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,7 +53,8 @@ mkdir -p "$work" && cd "$work" || exit 2
 rm -rf ckpt ./*.jsonl ./run_*.log faults.tsv
 RANDOM=$seed
 "$prep" --val-fraction 0 -o corpus /usr/share/common-licenses/* >/dev/null || exit 2
-export GTRAIN_BIN=$bin
+cp "$bin" ./gtrain || exit 2 # a private copy: a rebuild during the bench must not break a restart
+export GTRAIN_BIN=$work/gtrain
 settings=(model.vocab_size=256 train.micro_batch=1 train.seq_len=256 train.steps=1000000 train.warmup_steps=10
           data.train="$work/corpus.train.bin" checkpoint.dir="$work/ckpt" checkpoint.resume=auto
           checkpoint.every=0 checkpoint.every_minutes=1 checkpoint.keep=2 dist.timeout=30 log.every=1 "$@")
