@@ -51,3 +51,13 @@ foreach(mode launcher watchdog)
     set_tests_properties(peer_death_in_prefetch_${mode}_${n}_ranks PROPERTIES LABELS mpi TIMEOUT 300)
   endforeach()
 endforeach()
+
+# train.spike_zscore: a gradient-norm or loss outlier at step 30 is skipped and counted (metrics, state
+# file); with the default 0 the same outlier is applied (GTRAIN_TEST_NAN_AT=...:spike|lossspike, train.c).
+foreach(mode norm loss off)
+  add_test(NAME spike_skip_${mode}
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/spike_skip.sh ${mode} $<TARGET_FILE:gtrain>
+                   $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/spike_skip_${mode}
+                   ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+  set_tests_properties(spike_skip_${mode} PROPERTIES LABELS mpi TIMEOUT 300)
+endforeach()
