@@ -10,7 +10,8 @@
 # in turn from a shuffled list:
 #   kill     kill -9 of one rank (at random): the launcher ends the job;
 #   stop     SIGSTOP of one rank: the other rank's watchdog ends it, exit 76 (its limit is
-#            max(dist.timeout = 30, 10 x the slowest step): 30 s only where a step takes 3 s or less);
+#            max(dist.timeout = 90, 10 x the slowest step): 30 s would do on an idle machine, where a
+#            step takes 3 s, but a loaded one takes over 30 s for the first step of a start);
 #   preempt  SIGTERM to the launcher, as a batch system's preemption: the ranks save, exit 75.
 # After MINUTES (default 10) the run is stopped by SIGTERM (it saves), and one table is printed:
 # each fault, the time until the job had ended (detection), the time from the restart to the first
@@ -20,7 +21,7 @@
 # Extra section.key=value arguments go to every start (after the bench's own), e.g.
 # checkpoint.every_minutes=2 or checkpoint.async=false. The bench's own: checkpoint.every=0 and
 # checkpoint.every_minutes=1 (a save at the first step boundary a minute after the last: steps take
-# 3 s on an idle 2-core machine and 20 s on a loaded one), checkpoint.keep=2, dist.timeout=30,
+# 3 s on an idle 2-core machine and 20 s on a loaded one), checkpoint.keep=2, dist.timeout=90,
 # log.every=1. A job that has not ended 400 s after its fault is killed by the bench (the row says
 # "not ended"). WORKDIR (default a new
 # directory under /tmp) holds the corpus, the state files (2 x 1.1 GB), each start's log and
@@ -57,7 +58,7 @@ cp "$bin" ./gtrain || exit 2 # a private copy: a rebuild during the bench must n
 export GTRAIN_BIN=$work/gtrain
 settings=(model.vocab_size=256 train.micro_batch=1 train.seq_len=256 train.steps=1000000 train.warmup_steps=10
           data.train="$work/corpus.train.bin" checkpoint.dir="$work/ckpt" checkpoint.resume=auto
-          checkpoint.every=0 checkpoint.every_minutes=1 checkpoint.keep=2 dist.timeout=30 log.every=1 "$@")
+          checkpoint.every=0 checkpoint.every_minutes=1 checkpoint.keep=2 dist.timeout=90 log.every=1 "$@")
 echo "goodput.sh: $minutes min in $work, seed $seed; settings: ${settings[*]}" >&2
 
 now() { date +%s.%N; }
