@@ -612,6 +612,7 @@ static void to_ini_round_trips(void) {
         "checkpoint.dir=runs/x", "checkpoint.every=10", "checkpoint.keep=0", "checkpoint.resume=runs/x/s.h5",
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
+        "train.spike_zscore=4.5",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

@@ -112,8 +112,13 @@ static void flight_done(uint64_t seq) {
     e->state = 2;
 }
 
+/* One record per rank, kept by the thread that started the watchdog (the training thread): calls
+ * from any other thread (a background save writer) are not counted. */
+static pthread_t owner;
+static int tracking(void) { return LOAD(running) && pthread_equal(pthread_self(), owner); }
+
 uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
-    if (!LOAD(running)) return 0;
+    if (!tracking()) return 0;
     double t = wall_now();
     if (LOAD(live.phase)) { /* a call inside a save: numbered within it, not in the ring */
         uint64_t call = LOAD(live.phase_calls) + 1;
@@ -134,7 +139,7 @@ uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
 }
 
 void gt_watchdog_leave(void) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
     STORE(live.in, 0);
     if (!LOAD(live.phase)) flight_done(LOAD(live.seq));
 }
@@ -151,7 +156,7 @@ uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes) {
 }
 
 void gt_watchdog_phase_end(void) {
-    if (!LOAD(running) || !LOAD(live.phase)) return;
+    if (!tracking() || !LOAD(live.phase)) return;
     const char *name = LOAD(live.phase);
     STORE(live.phase, (const char *)NULL);
     STORE(live.in, 0);
@@ -167,12 +172,12 @@ void gt_watchdog_on_fire(void (*fn)(void *arg), void *arg) {
 
 uint64_t gt_watchdog_started(const char *op, uint64_t bytes) {
     uint64_t seq = gt_watchdog_enter(op, bytes);
-    STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
+    if (seq) STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
     return seq;
 }
 
 void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
     STORE(live.op, op);
     STORE(live.seq, seq);
     store_double(&live.in_since, wall_now());
@@ -180,11 +185,11 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
 }
 
 void gt_watchdog_step_begin(int step) {
-    if (LOAD(running)) STORE(live.step, step);
+    if (tracking()) STORE(live.step, step);
 }
 
 void gt_watchdog_step_done(int step, double seconds) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
     int first = LOAD(live.last_done) == 0; /* it pays for allocation and cold caches: not a measure */
     STORE(live.last_done, step);
     store_double(&live.last_done_at, wall_now());
@@ -556,6 +561,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world); /* every record is there before any check */
     if (bad) return -1;
     stopping = 0;
+    owner = pthread_self();
     STORE(running, 1);
     if (pthread_create(&thread, NULL, watch, NULL) != 0) {
         STORE(running, 0);
