@@ -61,3 +61,16 @@ foreach(mode norm loss off)
                    ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
   set_tests_properties(spike_skip_${mode} PROPERTIES LABELS mpi TIMEOUT 300)
 endforeach()
+
+# The watchdog runs its on-fire hook (the NCCL abort, comm_nccl.c) after its line and before exit 76;
+# a hook that never returns still lets the process exit 76 (tests/watchdog_runs_abort_hook.c).
+add_executable(watchdog_runs_abort_hook ${GTRAIN_TEST_DIR}/watchdog_runs_abort_hook.c)
+target_link_libraries(watchdog_runs_abort_hook PRIVATE gtrain_dist)
+add_test(NAME watchdog_runs_abort_hook_returns
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:watchdog_runs_abort_hook>|returns|${CMAKE_CURRENT_BINARY_DIR}/watchdog_runs_abort_hook_returns"
+                 -DRC=76 "-DEXPECT=gtrain: watchdog: rank 0 finished no step[^\n]*exit 76\nabort hook ran\n"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+add_test(NAME watchdog_runs_abort_hook_hangs
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:watchdog_runs_abort_hook>|hangs|${CMAKE_CURRENT_BINARY_DIR}/watchdog_runs_abort_hook_hangs"
+                 -DRC=76 "-DEXPECT=exit 76\nabort hook entered\n" -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(watchdog_runs_abort_hook_returns watchdog_runs_abort_hook_hangs PROPERTIES LABELS mpi TIMEOUT 60)
