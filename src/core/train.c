@@ -261,18 +261,26 @@ static nan_hook test_nan_hook(void) {
     return h;
 }
 
-/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin (tests only): rank RANK hangs as step STEP begins, before
- * its first collective of the step: stopped by SIGSTOP (a frozen process), or in an endless loop
- * (compute that never ends; its own threads keep running). What the watchdog must catch. */
+/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin|slow[,...] (tests only): rank RANK hangs as step STEP
+ * begins, before its first collective of the step: stopped by SIGSTOP (a frozen process), or in an
+ * endless loop (compute that never ends; its own threads keep running). What the watchdog must
+ * catch. `slow`: that step takes 3 s longer (on every rank, the others waiting), which raises the
+ * watchdog's limit to 30 s by the step clock. */
 static void test_hang(int step, int rank) {
     const char *env = gt_test_hook("GTRAIN_TEST_HANG_AT");
-    int at = 0, who = 0;
-    char how[8] = "";
-    if (!env || sscanf(env, "%d:%d:%7s", &at, &who, how) != 3 || at != step || who != rank) return;
-    if (strcmp(how, "stop") == 0) raise(SIGSTOP);
-    else
-        for (volatile unsigned long spin = 0;; spin++) {
+    for (; env && *env; env = strchr(env, ',') ? strchr(env, ',') + 1 : "") {
+        int at = 0, who = 0;
+        char how[8] = "";
+        if (sscanf(env, "%d:%d:%7[a-z]", &at, &who, how) != 3 || at != step || who != rank) continue;
+        if (strcmp(how, "slow") == 0) {
+            sleep(3);
+        } else if (strcmp(how, "stop") == 0) {
+            raise(SIGSTOP);
+        } else {
+            for (volatile unsigned long spin = 0;; spin++) {
+            }
         }
+    }
 }
 
 static double inject_nan(const gt_ops *ops, gt_model *model, const nan_hook *h, double loss) {
@@ -590,6 +598,7 @@ static void reduce_update_publish(run *r, int step, int bad_micro, step_result *
 static int train_step(run *r, int step, step_result *res) {
     const gt_config *cfg = r->cfg;
     double t0 = now_seconds();
+    test_hang(step, r->rank); /* inside the step's time: a `slow` step counts */
     memset(res, 0, sizeof *res);
     res->step = step;
     gt_mem_reset_peaks(&r->mem);
@@ -704,7 +713,6 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     for (int step = r.state.first_step; !rc && step <= r.cfg->train.steps; step++) {
         step_result res;
         gt_watchdog_step_begin(step);
-        test_hang(step, r.rank);
         if ((rc = train_step(&r, step, &res))) break;
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)

@@ -413,10 +413,31 @@ static void fire(const record *me, const char *what) {
     _exit(GT_WATCHDOG_EXIT);
 }
 
+/* A rank whose record has not been refreshed for dist.timeout is stopped or dead, however slow the
+ * steps are (its watchdog thread writes every second, whatever the rank computes). Looked for only
+ * by the first and last ranks (each reads every record: a few per rank, not one per pair of ranks),
+ * and only while this rank has waited in one call longer than dist.timeout. */
+static int peer_gone(const record *me, double now) {
+    static double checked_at;
+    if (!me->in || now - me->in_since <= timeout_s || (my_rank != 0 && my_rank != world_size - 1) ||
+        now - checked_at < 1.0)
+        return 0;
+    checked_at = now;
+    record r;
+    for (int i = 0; i < world_size; i++)
+        if (i != my_rank && read_record(i, &r) == 0 && now - r.written_at > timeout_s) return 1;
+    return 0;
+}
+
 static void check(const record *me) {
     double limit = effective_limit(), now = wall_now();
     char what[400], where[256];
     position(me, now, where, sizeof where);
+    if (peer_gone(me, now)) {
+        snprintf(what, sizeof what, "waited %.1f s %s, and a rank has shown no sign of life for longer than "
+                 "dist.timeout", now - me->in_since, where);
+        fire(me, what);
+    }
     if (me->in && now - me->in_since > limit) {
         snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
         fire(me, what);

@@ -4,6 +4,8 @@
 # rank 1 hang as step 8 begins, before its first collective of the step:
 #   stop  it stops itself with SIGSTOP (a frozen process: its watchdog thread is frozen too);
 #   spin  it loops forever (compute that never ends; its threads still run);
+#   slowstop  as stop, after a step 3 of 3 s more (`slow`), which raises the limit by the step
+#         clock to 30 s: the stopped rank's stale record must still end the job within 25 s;
 # or GTRAIN_TEST_HANG_IN_SAVE makes it hang inside the save of step 8 (state.c):
 #   save  it enters a write that never returns between two of the save's HDF5 calls.
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
@@ -32,7 +34,12 @@ INI
 # steps of 300 ms or more: the records (refreshed every second) then show a step or two before the hang
 export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300
 # in save mode the clock starts at step 8's line (the save follows it), else at step 7's
-if [[ $mode == save ]]; then export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8; else export GTRAIN_TEST_HANG_AT=8:1:$mode; before=7; fi
+before=7
+case $mode in
+  save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
+  slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
+  *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
+esac
 "$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
 launcher=$!
 for _ in $(seq 1200); do
@@ -66,6 +73,10 @@ arrived=${verdict#*not arrived: }
 [[ $arrived == "rank 1 (pid "* ]] || { echo "FAIL: rank 1 is not named as not arrived"; failed=1; }
 [[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
 (($(echo "$elapsed < 60" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10)"; failed=1; }
+if [[ $mode == slowstop ]]; then
+  (($(echo "$elapsed < 25" | bc))) || { echo "FAIL: took $elapsed s: the stale record did not end it"; failed=1; }
+  [[ $arrived == "rank 1 (pid "*"stopped or dead"* ]] || { echo "FAIL: rank 1 not named as stopped"; failed=1; }
+fi
 [[ -f ckpt/step_00000004.h5 ]] || { echo "FAIL: the state file of step 4 is gone"; failed=1; }
 [[ $(cat ckpt/.watchdog/blamed_hosts 2>/dev/null) == "$(hostname)" ]] ||
   { echo "FAIL: ckpt/.watchdog/blamed_hosts does not name $(hostname)"; failed=1; }
