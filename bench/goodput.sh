@@ -27,6 +27,7 @@
 # directory under /tmp) holds the corpus, the state files (2 x 1.1 GB), each start's log and
 # metrics, faults.tsv and a copy of the binary it runs; it is kept. GTRAIN_BIN and GTRAIN_PREP name
 # the binaries (default build/gtrain and build/gtrain-prep of this checkout).
+# bench/goodput_table.py WORKDIR prints the table again from what WORKDIR holds.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +39,7 @@ while (($#)); do
     -s) seed=$2; shift 2 ;;
     -f) every=$2; shift 2 ;;
     -o) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) usage ;;
     *) break ;;
   esac
@@ -173,30 +174,6 @@ done
 wall=$(since "$t_start")
 kept=$(newest_saved)
 
-python3 - "$wall" "$kept" "$status" "$first_start" <<'PY'
-import glob, json, re, statistics, sys
-wall, kept, final_rc, first_start = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-rows = [l.rstrip("\n").split("\t") for l in open("faults.tsv")][1:]
-steps = []
-for path in glob.glob("metrics_*.jsonl"):
-    lines = [json.loads(l) for l in open(path) if '"loss"' in l]
-    steps += [l["step_ms"] / 1e3 for l in lines[1:]]  # a start's first step pays for allocation
-saves = [float(m) for p in glob.glob("run_*.log") for m in re.findall(r"saved \S+: [0-9.]+ GB in ([0-9.]+) s", open(p).read())]
-step_s = statistics.median(steps)
-print("| # | fault | at (s) | rank | step at fault | detected after (s) | exit | restart to first step (s) | resumed from | steps redone |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
-detect = sum(float(r[5]) for r in rows)
-restart = sum(float(r[7]) for r in rows)
-redone = sum(int(r[9]) for r in rows)
-print()
-print(f"wall {wall:.0f} s; {len(rows)} faults; steps kept {kept} (the newest state file after the final stop, exit {final_rc}); "
-      f"fault-free step {step_s:.3f} s (median of {len(steps)} steps)")
-print(f"goodput = {kept} x {step_s:.3f} / {wall:.0f} = {kept * step_s / wall:.3f}")
-print(f"where the wall time went: kept steps {kept * step_s:.0f} s; redone steps {redone} x {step_s:.3f} = {redone * step_s:.0f} s; "
-      f"{len(saves)} saves {sum(saves):.0f} s (mean {statistics.mean(saves) if saves else 0:.1f} s); "
-      f"fault to job end {detect:.0f} s; restart to first step {restart:.0f} s and the first start's {first_start:.0f} s "
-      f"(each includes that step); rest {wall - (kept + redone) * step_s - sum(saves) - detect - restart - first_start:.0f} s")
-PY
+printf 'wall=%s\nkept=%s\nfinal_rc=%s\nfirst_start=%s\n' "$wall" "$kept" "$status" "$first_start" >summary.txt
+python3 "$root/bench/goodput_table.py" "$work"
 echo "goodput.sh: logs, metrics and faults.tsv in $work" >&2
