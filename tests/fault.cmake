@@ -21,9 +21,10 @@ add_test(NAME test_hooks_need_the_flag
                  ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
 set_tests_properties(test_hooks_need_the_flag PROPERTIES LABELS mpi TIMEOUT 300)
 
-# A hung rank (stopped by SIGSTOP, or computing forever) ends the job within dist.timeout plus a
-# margin, exit 76, with one line naming it (src/dist/watchdog.h, GTRAIN_TEST_HANG_AT in train.c).
-foreach(mode stop spin)
+# A hung rank (stopped by SIGSTOP, computing forever, or stuck inside a save) ends the job within
+# dist.timeout plus a margin, exit 76, with one line naming it (src/dist/watchdog.h,
+# GTRAIN_TEST_HANG_AT in train.c, GTRAIN_TEST_HANG_IN_SAVE in state.c).
+foreach(mode stop spin save slowstop)
   add_test(NAME watchdog_names_hung_rank_${mode}
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/watchdog_names_hung_rank.sh ${mode} $<TARGET_FILE:gtrain>
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/watchdog_names_hung_rank_${mode}
@@ -37,3 +38,39 @@ add_test(NAME stops_table_holds
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/stops_table.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  ${PROJECT_SOURCE_DIR}/launch/local.sh ${CMAKE_CURRENT_BINARY_DIR}/stops_table_holds)
 set_tests_properties(stops_table_holds PROPERTIES LABELS "resume;mpi" TIMEOUT 600)
+
+# A rank killed while a non-blocking ZeRO-3 gather is in flight (GTRAIN_TEST_DIE_IN_GATHER=K:RANK:started
+# in zero.c) ends the job within dist.timeout plus a margin with one line naming the rank, on 2 and 3
+# ranks, ended by mpirun or (mpirun told not to) by the watchdog; the state files written before resume.
+foreach(mode launcher watchdog)
+  foreach(n 2 3)
+    add_test(NAME peer_death_in_prefetch_${mode}_${n}_ranks
+             COMMAND bash ${GTRAIN_TEST_DIR}/scripts/peer_death_in_prefetch.sh ${mode} ${n} $<TARGET_FILE:gtrain>
+                     $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/peer_death_in_prefetch_${mode}_${n}_ranks
+                     ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+    set_tests_properties(peer_death_in_prefetch_${mode}_${n}_ranks PROPERTIES LABELS mpi TIMEOUT 300)
+  endforeach()
+endforeach()
+
+# train.spike_zscore: a gradient-norm or loss outlier at step 30 is skipped and counted (metrics, state
+# file); with the default 0 the same outlier is applied (GTRAIN_TEST_NAN_AT=...:spike|lossspike, train.c).
+foreach(mode norm loss off)
+  add_test(NAME spike_skip_${mode}
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/spike_skip.sh ${mode} $<TARGET_FILE:gtrain>
+                   $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/spike_skip_${mode}
+                   ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+  set_tests_properties(spike_skip_${mode} PROPERTIES LABELS mpi TIMEOUT 300)
+endforeach()
+
+# The watchdog runs its on-fire hook (the NCCL abort, comm_nccl.c) after its line and before exit 76;
+# a hook that never returns still lets the process exit 76 (tests/watchdog_runs_abort_hook.c).
+add_executable(watchdog_runs_abort_hook ${GTRAIN_TEST_DIR}/watchdog_runs_abort_hook.c)
+target_link_libraries(watchdog_runs_abort_hook PRIVATE gtrain_dist)
+add_test(NAME watchdog_runs_abort_hook_returns
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:watchdog_runs_abort_hook>|returns|${CMAKE_CURRENT_BINARY_DIR}/watchdog_runs_abort_hook_returns"
+                 -DRC=76 "-DEXPECT=gtrain: watchdog: rank 0 finished no step[^\n]*exit 76\nabort hook ran\n"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+add_test(NAME watchdog_runs_abort_hook_hangs
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:watchdog_runs_abort_hook>|hangs|${CMAKE_CURRENT_BINARY_DIR}/watchdog_runs_abort_hook_hangs"
+                 -DRC=76 "-DEXPECT=exit 76\nabort hook entered\n" -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(watchdog_runs_abort_hook_returns watchdog_runs_abort_hook_hangs PROPERTIES LABELS mpi TIMEOUT 60)

@@ -616,6 +616,7 @@ static void to_ini_round_trips(void) {
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
         "checkpoint.async=false",
+        "train.spike_zscore=4.5",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

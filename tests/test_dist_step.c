@@ -161,7 +161,7 @@ static void run_mode(const gt_ops *ops, gt_comm *comm, gt_comm *self_comm, int s
               (unsigned long long)st.calls_all_gather, (unsigned long long)st.calls_broadcast,
               (unsigned long long)st.calls_scalar, (unsigned long long)st.bytes_sent);
 
-        gt_step_result res;
+        gt_step_result res = {0};
         gt_optim_step(&dp.opt, &cfg, step, &res);
         gt_comm_stats_get(comm, &st);
         uint64_t W = (uint64_t)world;
@@ -193,7 +193,7 @@ static void run_mode(const gt_ops *ops, gt_comm *comm, gt_comm *self_comm, int s
             gt_rng_key key = {cfg.train.seed, (uint64_t)g};
             ref_loss += gt_model_train_micro(ref.model, &plan, in, tg, B, T, dloss, key, &recomputed);
         }
-        gt_step_result ref_res;
+        gt_step_result ref_res = {0};
         gt_optim_step(&ref.opt, &cfg, step, &ref_res);
 
         double loss_all = 0.0;

@@ -102,6 +102,8 @@ typedef struct gt_config {
         gt_precision precision; /* auto: bf16 on cuda, fp32 on cpu */
         gt_device device;
         gt_nonfinite nonfinite; /* what a step whose loss or gradient norm is not finite does */
+        double spike_zscore;    /* skip an update whose loss or gradient norm is this many standard
+                                   deviations above the last 100 steps'; 0 = off */
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because

@@ -102,6 +102,7 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
     res->lr = gt_lr_at(cfg, step);
     res->applied = 0;
     if (!isfinite(norm)) return; /* one NaN would spread into every weight it touches */
+    if (res->max_grad_norm > 0 && norm > res->max_grad_norm) return; /* a spike: the trainer skips it */
     double clip = cfg->train.grad_clip;
     if (clip > 0 && norm > clip && count) ops->scale(slice, count, (float)(clip / (norm + 1e-6)));
 

@@ -64,11 +64,14 @@ double gt_lr_at(const gt_config *cfg, int step);
 typedef struct gt_step_result {
     double grad_norm;       /* global norm before clipping */
     double lr;
-    int applied;            /* 0: the norm was not finite, nothing was updated (the same on every rank) */
+    int applied;            /* 0: the norm was not finite (or above max_grad_norm), nothing was updated
+                               (the same on every rank) */
+    double max_grad_norm;   /* in: a finite norm above this is not applied either (0: no limit) */
 } gt_step_result;
 
 /* Reduces the gradients (one collective), clips, updates, gathers. A gradient whose global norm is
- * NaN or infinite is never applied: the weights, moments and AdamW's t stay as they were and
+ * NaN or infinite, or above res->max_grad_norm when that is set (a spike, train.spike_zscore), is
+ * never applied: the weights, moments and AdamW's t stay as they were and
  * res->applied is 0 (the trainer then stops or skips the step, train.nonfinite). */
 void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result *res);
 

@@ -827,6 +827,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     save_info(run, step, &info);
 
     run->opt->ops->synchronize();
+    gt_watchdog_phase_begin("save", run->file_bytes); /* a rank stuck in it is named (watchdog.h) */
     double t0 = MPI_Wtime();
     char err[1024] = "";
     int ok = 1;
@@ -852,6 +853,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
                     strerror(errno));
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
+    gt_watchdog_phase_end();
     double seconds = MPI_Wtime() - t0;
     run->last_save_time = MPI_Wtime();
     run->last_save_failed = !ok;
@@ -985,7 +987,7 @@ static int publish_top(gt_run_state *run, char *err, size_t err_len) {
 /* Completes the save in flight: waits for this rank's writer (at once when the step-boundary
  * agreement said all have finished), agrees, publishes or cleans up. Collective. 0 or -1 (reported
  * in one line ending in `then`). */
-static int finish_async(gt_run_state *run, const char *then) {
+static int finish_async_unwatched(gt_run_state *run, const char *then) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), step = run->pending_step;
     uint64_t bytes = 0;
@@ -1028,6 +1030,16 @@ static int finish_async(gt_run_state *run, const char *then) {
         prune(cfg, step);
     }
     return 0;
+}
+
+/* The wait for the writers and the publish are one watchdog operation "save", like a synchronous
+ * save: a rank whose writer never returns (a hung file system) is named with it, by the others
+ * blocked in the agreement. */
+static int finish_async(gt_run_state *run, const char *then) {
+    gt_watchdog_phase_begin("save", run->file_bytes);
+    int rc = finish_async_unwatched(run, then);
+    gt_watchdog_phase_end();
+    return rc;
 }
 
 /* A save in flight must be complete before the next starts, the run stops or ends: waits for it

@@ -47,6 +47,7 @@
 #include "model.h"
 #include "shard.h"
 #include "testhooks.h"
+#include "watchdog.h"
 
 #define MAX_IO_BYTES_DEFAULT ((size_t)1 << 30) /* per rank per transfer */
 #define CHUNK_BYTES ((size_t)4 << 20)         /* per chunk with its checksum: one Fletcher32 sum each */
@@ -254,16 +255,20 @@ static void file_failed(writer *w, const char *call, const char *object) {
 }
 
 static herr_t file_rc(writer *w, herr_t rc, const char *call, const char *object) {
+    gt_watchdog_leave();
     if (rc < 0) file_failed(w, call, object);
     return rc;
 }
 static hid_t file_id(writer *w, hid_t id, const char *call, const char *object) {
+    gt_watchdog_leave();
     if (id < 0) file_failed(w, call, object);
     return id;
 }
-/* errno is cleared before the call, so that after a failure it holds what this call set. */
-#define FILE_RC(w, name, object, call) (errno = 0, file_rc((w), (call), (name), (object)))
-#define FILE_ID(w, name, object, call) (errno = 0, file_id((w), (call), (name), (object)))
+/* errno is cleared before the call, so that after a failure it holds what this call set. Every file
+ * call is made by all ranks in the same order, so each is a watchdog call of the save (watchdog.h):
+ * a rank stuck inside the save is told apart from the ranks blocked in the call it has not made. */
+#define FILE_RC(w, name, object, call) (gt_watchdog_enter(name, 0), errno = 0, file_rc((w), (call), (name), (object)))
+#define FILE_ID(w, name, object, call) (gt_watchdog_enter(name, 0), errno = 0, file_id((w), (call), (name), (object)))
 
 /* Did a file operation fail on any rank? Collective while nothing has failed; once the ranks
  * agreed that something did, every rank returns 1 without communicating. */
@@ -274,7 +279,9 @@ static int agree(writer *w) {
         w->abandoned = any;
         return any;
     }
+    gt_watchdog_enter("save_agree", sizeof any);
     MPI_Allreduce(&w->failed, &any, 1, MPI_INT, MPI_MAX, w->comm);
+    gt_watchdog_leave();
     w->abandoned = any;
     return any;
 }
@@ -391,8 +398,14 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
 }
 
 /* GTRAIN_TEST_SLOW_SAVE=S (tests only): sleep S seconds in the middle of every save, after /model
- * and before /optim, so that a test can kill the job while the temporary file is half written. */
-static void test_slow_save(void) {
+ * and before /optim, so that a test can kill the job while the temporary file is half written.
+ * GTRAIN_TEST_HANG_IN_SAVE=STEP:RANK: there, in the save of step STEP, rank RANK enters a write that
+ * never returns (a dead file server) while the others go on into the save's next collective call. */
+static void test_slow_save(int rank, int64_t step) {
+    const char *hang = gt_test_hook("GTRAIN_TEST_HANG_IN_SAVE");
+    long at = -1, who = -1;
+    if (hang && sscanf(hang, "%ld:%ld", &at, &who) == 2 && at == step && who == rank)
+        for (gt_watchdog_enter("hung_write", 0);;) pause();
     const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
     double s = env ? atof(env) : 0.0;
     if (s > 0) {
@@ -434,7 +447,7 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
     write_header(w, file, text, info);
     const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
     for (int g = 0; g < 3 && !w->abandoned; g++) {
-        if (g == 1) test_slow_save();
+        if (g == 1) test_slow_save(w->rank, info->step);
         hid_t group = create_group(w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors; i++)
             write_tensor(w, group, GROUPS[g], &layout->tensors[i], mine, buffers[g], opt->shard.begin, rounds[i]);
@@ -622,7 +635,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         close_group(&w, create_group(&w, file, "optim"), "/optim");
     }
     for (int g = 0; g < 3 && !w.abandoned; g++) {
-        if (g == 1) test_slow_save();
+        if (g == 1) test_slow_save(rank, info->step);
         hid_t group = create_group(&w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors && !w.abandoned; i++) {
             const gt_tensor_info *t = &layout->tensors[i];

@@ -38,6 +38,7 @@
 #include "recompute.h"
 #include "runclaim.h"
 #include "runstate.h"
+#include "spike.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "zero.h"
@@ -257,42 +258,56 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
     return code;
 }
 
-/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad]] (tests only): at optimizer step STEP, after
- * micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless `grad`
- * is given, so does that micro-batch's loss, as an overflow in the forward pass would make them. */
+/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad|spike|lossspike]] (tests only): at optimizer step STEP,
+ * after micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless
+ * `grad` is given, so does that micro-batch's loss, as an overflow in the forward pass would make
+ * them. `spike`: the element becomes 1e4 instead (a finite gradient-norm spike); `lossspike`: only
+ * the micro-batch's loss is multiplied by 10 (train.spike_zscore). */
 typedef struct nan_hook {
-    int step, micro, rank, grad_only; /* step 0: off */
+    int step, micro, rank, grad_only, spike, loss_spike; /* step 0: off */
 } nan_hook;
 
 static nan_hook test_nan_hook(void) {
-    nan_hook h = {0, 0, 0, 0};
+    nan_hook h = {0, 0, 0, 0, 0, 0};
     const char *env = gt_test_hook("GTRAIN_TEST_NAN_AT");
-    char kind[8] = "";
-    if (env && sscanf(env, "%d:%d:%d:%7s", &h.step, &h.micro, &h.rank, kind) >= 2)
+    char kind[16] = "";
+    if (env && sscanf(env, "%d:%d:%d:%15s", &h.step, &h.micro, &h.rank, kind) >= 2) {
         h.grad_only = strcmp(kind, "grad") == 0;
-    else
+        h.spike = strcmp(kind, "spike") == 0;
+        h.loss_spike = strcmp(kind, "lossspike") == 0;
+    } else {
         h.step = 0;
+    }
     return h;
 }
 
-/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin (tests only): rank RANK hangs as step STEP begins, before
- * its first collective of the step: stopped by SIGSTOP (a frozen process), or in an endless loop
- * (compute that never ends; its own threads keep running). What the watchdog must catch. */
+/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin|slow[,...] (tests only): rank RANK hangs as step STEP
+ * begins, before its first collective of the step: stopped by SIGSTOP (a frozen process), or in an
+ * endless loop (compute that never ends; its own threads keep running). What the watchdog must
+ * catch. `slow`: that step takes 3 s longer (on every rank, the others waiting), which raises the
+ * watchdog's limit to 30 s by the step clock. */
 static void test_hang(int step, int rank) {
     const char *env = gt_test_hook("GTRAIN_TEST_HANG_AT");
-    int at = 0, who = 0;
-    char how[8] = "";
-    if (!env || sscanf(env, "%d:%d:%7s", &at, &who, how) != 3 || at != step || who != rank) return;
-    if (strcmp(how, "stop") == 0) raise(SIGSTOP);
-    else
-        for (volatile unsigned long spin = 0;; spin++) {
+    for (; env && *env; env = strchr(env, ',') ? strchr(env, ',') + 1 : "") {
+        int at = 0, who = 0;
+        char how[8] = "";
+        if (sscanf(env, "%d:%d:%7[a-z]", &at, &who, how) != 3 || at != step || who != rank) continue;
+        if (strcmp(how, "slow") == 0) {
+            sleep(3);
+        } else if (strcmp(how, "stop") == 0) {
+            raise(SIGSTOP);
+        } else {
+            for (volatile unsigned long spin = 0;; spin++) {
+            }
         }
+    }
 }
 
-static double inject_nan(const gt_ops *ops, gt_model *model, int grad_only, double loss) {
-    float nan_value = NAN;
-    ops->copy_to_device(gt_model_grads(model), &nan_value, sizeof nan_value);
-    return grad_only ? loss : NAN;
+static double inject_nan(const gt_ops *ops, gt_model *model, const nan_hook *h, double loss) {
+    if (h->loss_spike) return 10 * loss;
+    float value = h->spike ? 1e4f : NAN;
+    ops->copy_to_device(gt_model_grads(model), &value, sizeof value);
+    return h->grad_only || h->spike ? loss : NAN;
 }
 
 
@@ -322,6 +337,7 @@ typedef struct run {
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
     nan_hook nan_hook;
     progress progress;
+    gt_spike_window spikes;    /* train.spike_zscore: the recent applied steps */
 } run;
 
 /* What one optimizer step did, as the progress line and the metrics line report it. */
@@ -329,6 +345,7 @@ typedef struct step_result {
     int step;
     double loss, lr, grad_norm; /* loss: the global mean; grad_norm NaN when no step was taken */
     int nonfinite;              /* no update was applied; why says which loss or norm */
+    int spike;                  /* no update was applied: a spike (train.spike_zscore); why says which */
     char why[3000];
     double seconds, tok_per_s, mfu; /* mfu NaN on the CPU */
     uint64_t tokens;            /* tokens seen after this step */
@@ -561,7 +578,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
         double micro_loss = gt_model_train_micro(r->model, &r->choice.plan, r->inputs, r->targets, B, T, r->dloss,
                                                  key, recomputed);
         if (r->nan_hook.step == step && r->nan_hook.micro == m && r->nan_hook.rank == r->rank)
-            micro_loss = inject_nan(r->ops, r->model, r->nan_hook.grad_only, micro_loss);
+            micro_loss = inject_nan(r->ops, r->model, &r->nan_hook, micro_loss);
         if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
         loss_sum += micro_loss;
     }
@@ -577,9 +594,19 @@ static void reduce_update_publish(run *r, int step, int bad_micro, step_result *
         snprintf(res->why, sizeof res->why, "step %d: the loss of micro-batch %d of %d on rank %d is not finite",
                  step, bad_micro, r->cfg->train.grad_accum, r->rank);
     res->nonfinite = gt_agree_on_failure(r->mpi, bad_micro >= 0, res->why, sizeof res->why);
-    gt_step_result sr = {NAN, gt_lr_at(r->cfg, step), 0};
-    if (!res->nonfinite) gt_optim_step(&r->opt, r->cfg, step, &sr);
-    if (!res->nonfinite && !sr.applied) {
+    gt_step_result sr = {NAN, gt_lr_at(r->cfg, step), 0, 0};
+    double zscore = r->cfg->train.spike_zscore;
+    if (!res->nonfinite && zscore > 0) /* res->loss is the global loss already (train_step) */
+        res->spike = gt_spike_check_loss(&r->spikes, zscore, step, res->loss, &sr.max_grad_norm, res->why,
+                                         sizeof res->why);
+    if (!res->nonfinite && !res->spike) gt_optim_step(&r->opt, r->cfg, step, &sr);
+    if (!res->nonfinite && !res->spike && !sr.applied && isfinite(sr.grad_norm)) { /* above max_grad_norm */
+        res->spike = 1;
+        gt_spike_describe_norm(&r->spikes, step, sr.grad_norm, res->why, sizeof res->why);
+    } else if (!res->nonfinite && !res->spike && sr.applied && zscore > 0) {
+        gt_spike_record(&r->spikes, res->loss, sr.grad_norm);
+    }
+    if (!res->nonfinite && !res->spike && !sr.applied) {
         res->nonfinite = 1;
         snprintf(res->why, sizeof res->why, "step %d: the gradient norm is %g, though the loss of every "
                  "micro-batch was finite", step, sr.grad_norm);
@@ -593,6 +620,7 @@ static void reduce_update_publish(run *r, int step, int bad_micro, step_result *
 static int train_step(run *r, int step, step_result *res) {
     const gt_config *cfg = r->cfg;
     double t0 = now_seconds();
+    test_hang(step, r->rank); /* inside the step's time: a `slow` step counts */
     memset(res, 0, sizeof *res);
     res->step = step;
     gt_mem_reset_peaks(&r->mem);
@@ -602,11 +630,13 @@ static int train_step(run *r, int step, step_result *res) {
     uint64_t gathers0 = r->zero.gathers;
     int bad_micro;
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
-    reduce_update_publish(r, step, bad_micro, res);
-    if (res->nonfinite && cfg->train.nonfinite != GT_NONFINITE_STOP) r->state.skipped_steps++;
-    gt_comm_stats_get(r->comm, &res->comm);
     double tokens = (double)r->G * cfg->train.seq_len;
-    res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    /* spike skipping judges the global loss before the update; otherwise it is summed after it */
+    if (cfg->train.spike_zscore > 0) res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    reduce_update_publish(r, step, bad_micro, res);
+    if ((res->nonfinite && cfg->train.nonfinite != GT_NONFINITE_STOP) || res->spike) r->state.skipped_steps++;
+    gt_comm_stats_get(r->comm, &res->comm);
+    if (cfg->train.spike_zscore <= 0) res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
     r->ops->synchronize();
     res->seconds = now_seconds() - t0;
     char fault[3000];
@@ -706,12 +736,14 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     for (int step = r.state.first_step; !rc && step <= r.cfg->train.steps; step++) {
         step_result res;
         gt_watchdog_step_begin(step);
-        test_hang(step, r.rank);
         if ((rc = train_step(&r, step, &res))) break;
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds);
         int stop = res.nonfinite ? report_nonfinite(&r, &res) : 0;
+        if (res.spike && r.rank == 0)
+            fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.spike_zscore = %g; %lld skipped "
+                    "so far)\n", res.why, r.cfg->train.spike_zscore, (long long)r.state.skipped_steps);
         if (!stop) stop = validate(&r, step);
         /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms */
         r.state.save_blocking_ms = 0;

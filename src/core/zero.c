@@ -90,16 +90,22 @@ static void zfree(gt_zero *z, int which, void *p, size_t bytes) {
     else gt_mem_free(z->mem, which ? GT_MEM_GRADS : GT_MEM_PARAMS, p, bytes);
 }
 
-/* GTRAIN_TEST_DIE_IN_GATHER=K (tests only): rank 1 kills itself (SIGKILL) as it enters its K-th
- * gather, while the other ranks are inside theirs: the job must end with an error, not hang. */
-static void maybe_die_in_gather(gt_zero *z) {
-    static long die_at = -1;
+/* GTRAIN_TEST_DIE_IN_GATHER=K[:RANK[:started]] (tests only): rank RANK (default 1) kills itself
+ * (SIGKILL) as it enters its K-th gather, while the other ranks are inside theirs, or with `started`
+ * right after it started that gather (non-blocking, in flight on every rank): the job must end with
+ * an error, not hang. */
+static void maybe_die_in_gather(gt_zero *z, int started) {
+    static long die_at = -1, who = 1;
+    static char when[16] = "";
     if (die_at < 0) {
         const char *env = gt_test_hook("GTRAIN_TEST_DIE_IN_GATHER");
-        die_at = env && *env ? atol(env) : 0;
+        die_at = 0;
+        if (env) sscanf(env, "%ld:%ld:%15s", &die_at, &who, when);
     }
-    if (die_at > 0 && gt_comm_rank(z->comm) == 1 && (long)z->gathers + 1 == die_at) {
-        fprintf(stderr, "[rank 1] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld\n", die_at);
+    if (die_at > 0 && gt_comm_rank(z->comm) == who && (long)z->gathers == die_at &&
+        started == (strcmp(when, "started") == 0)) {
+        fprintf(stderr, "[rank %ld] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld%s\n", who, die_at,
+                started ? " (started, in flight)" : "");
         fflush(stderr);
         raise(SIGKILL);
     }
@@ -114,8 +120,9 @@ static void start_gather(gt_zero *z, int u) {
     if (U->own_count)
         z->ops->copy((char *)U->gathered + U->own_start * z->eb, (char *)z->param_shard + U->own_in_slice * z->eb,
                      U->own_count * z->eb);
-    maybe_die_in_gather(z);
+    maybe_die_in_gather(z, 0);
     U->gather_req = gt_comm_all_gather_v_start(z->comm, U->gathered, U->counts, working_dtype(z));
+    maybe_die_in_gather(z, 1);
 }
 
 static void finish_gather(gt_zero *z, int u) {

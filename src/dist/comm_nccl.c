@@ -20,15 +20,26 @@
  *     everything already queued there: the gradients or parameters it reads are complete. After each
  *     one we wait for the stream while polling ncclCommGetAsyncError, so a peer that died turns into
  *     ncclCommAbort + MPI_Abort, not a hang.
+ *   - A peer that hangs (stopped, or stuck in compute) raises no async error: the rank would poll
+ *     forever, until the watchdog (watchdog.h) ends the job. Before it exits, its on-fire hook aborts
+ *     the communicator here (ncclCommAbort, from the watchdog's thread), so that no NCCL kernel is
+ *     left spinning on a peer when the process goes. The training thread makes every NCCL call under
+ *     a lock the abort takes (for at most 2 s: a thread blocked inside a call is what the abort is
+ *     meant to free); after the abort it makes no NCCL call and prints nothing more: it waits for the
+ *     watchdog's exit (76), so the job ends with the watchdog's one line.
  *   - Accounting, argument checks and timing live in comm_mpi.c's public wrappers, shared with MPI.
  * Without CUDA the file only provides gt_comm_create_nccl returning NULL ("built without CUDA").
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agree.h"
 #include "comm_internal.h"
+#include "watchdog.h"
 
 #ifdef GTRAIN_HAVE_CUDA
 
@@ -40,11 +51,34 @@ typedef struct {
     cudaStream_t stream;
     cudaEvent_t compute_done; /* recorded on the legacy default stream before each collective */
     int device;
+    pthread_mutex_t lock;     /* held by the training thread around each NCCL call; taken by the abort */
+    int aborted;              /* the watchdog aborted the communicator: no NCCL call any more */
 } nccl_state;
 
 static nccl_state *state(const gt_comm *c) { return c->impl; }
 
+/* After the watchdog's abort the training thread only waits for the watchdog's exit. */
+static void park_if_aborted(const nccl_state *s) {
+    if (!s || !__atomic_load_n(&s->aborted, __ATOMIC_ACQUIRE)) return;
+    for (;;) pause();
+}
+
+/* The watchdog's on-fire hook: abort the communicator, so that the kernels waiting on a hung peer
+ * end. The lock is waited for at most 2 s; a training thread holding it longer is stuck inside an
+ * NCCL call, which the abort is meant to free. */
+static void nccl_abort_on_hang(void *arg) {
+    nccl_state *s = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    int locked = pthread_mutex_timedlock(&s->lock, &until) == 0;
+    __atomic_store_n(&s->aborted, 1, __ATOMIC_RELEASE);
+    if (s->nccl) ncclCommAbort(s->nccl);
+    if (locked) pthread_mutex_unlock(&s->lock);
+}
+
 static void nccl_fail(gt_comm *c, const char *what, const char *err, const char *file, int line) {
+    park_if_aborted(c->impl); /* the failure is the abort's doing: the watchdog reports and exits */
     fprintf(stderr, "[rank %d] %s:%d: %s failed: %s\n", c->rank, file, line, what, err);
     fflush(stderr);
     nccl_state *s = c->impl;
@@ -55,7 +89,11 @@ static void nccl_fail(gt_comm *c, const char *what, const char *err, const char 
 
 #define ncclCheck(c, call)                                                          \
     do {                                                                            \
+        nccl_state *s_ = (c)->impl;                                                 \
+        pthread_mutex_lock(&s_->lock);                                              \
+        park_if_aborted(s_);                                                        \
         ncclResult_t r_ = (call);                                                   \
+        pthread_mutex_unlock(&s_->lock);                                            \
         if (r_ != ncclSuccess) nccl_fail((c), #call, ncclGetErrorString(r_), __FILE__, __LINE__); \
     } while (0)
 
@@ -219,12 +257,14 @@ static void nccl_wait_request(gt_comm *c, void *handle) {
 static void nccl_destroy(gt_comm *c) {
     nccl_state *s = state(c);
     if (!s) return;
+    gt_watchdog_on_fire(NULL, NULL);
     cudaCheck(c, cudaSetDevice(s->device));
     cudaCheck(c, cudaStreamSynchronize(s->stream));
     ncclCheck(c, ncclCommDestroy(s->nccl));
     s->nccl = NULL;
     cudaCheck(c, cudaStreamDestroy(s->stream));
     cudaCheck(c, cudaEventDestroy(s->compute_done));
+    pthread_mutex_destroy(&s->lock);
     free(s);
     c->impl = NULL;
 }
@@ -373,12 +413,14 @@ gt_comm *gt_comm_create_nccl(MPI_Comm world, char *why, size_t why_len) {
     }
     c->impl = s;
     s->device = device;   /* made current by gt_cuda_select_device */
+    pthread_mutex_init(&s->lock, NULL);
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(c, ncclGetUniqueId(&id));
     gt_mpi_check(c, MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
     ncclCheck(c, ncclCommInitRank(&s->nccl, c->size, id, c->rank));
     cudaCheck(c, cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     cudaCheck(c, cudaEventCreateWithFlags(&s->compute_done, cudaEventDisableTiming));
+    gt_watchdog_on_fire(nccl_abort_on_hang, s);
     if (why && why_len) why[0] = '\0';
     return c;
 }

@@ -25,7 +25,8 @@
 
 #define HEARTBEAT_S 1.0
 #define STALE_S 5.0       /* a record older than this: its process is stopped or dead */
-#define RECORD_BYTES 256
+#define RECORD_BYTES 512
+#define ABORT_GRACE_S 10  /* the most the on-fire hook (an NCCL abort) may take before the exit */
 
 typedef struct live_state {
     const char *op;        /* the collective this rank is in or last was in (a string literal) */
@@ -37,6 +38,10 @@ typedef struct live_state {
     int last_done;         /* the last step it finished */
     double last_done_at;   /* when (or when the watchdog started) */
     double slowest_step_s;
+    const char *phase;     /* the long operation this rank is in (a save), or NULL */
+    uint64_t phase_seq;    /* its sequence number */
+    uint64_t phase_calls;  /* tracked calls started inside it so far */
+    double phase_since;
 } live_state;
 
 static live_state live;
@@ -65,7 +70,9 @@ _Static_assert(sizeof(flight_entry) == 64 && sizeof(flight_header) == 64, "the f
 static flight_header *flight;          /* NULL: no recorder */
 static flight_entry *ring;
 static size_t flight_bytes;
-static int owns_tmp_dir;   /* the /dev/shm fallback (a killed job's is swept by the next job's start) */
+static int owns_tmp_dir;
+static void (*on_fire)(void *);
+static void *on_fire_arg;   /* the /dev/shm fallback (a killed job's is swept by the next job's start) */
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
@@ -105,10 +112,23 @@ static void flight_done(uint64_t seq) {
     e->state = 2;
 }
 
+/* One record per rank, kept by the thread that started the watchdog (the training thread): calls
+ * from any other thread (a background save writer) are not counted. */
+static pthread_t owner;
+static int tracking(void) { return LOAD(running) && pthread_equal(pthread_self(), owner); }
+
 uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
-    if (!LOAD(running)) return 0;
-    uint64_t seq = LOAD(live.started) + 1;
+    if (!tracking()) return 0;
     double t = wall_now();
+    if (LOAD(live.phase)) { /* a call inside a save: numbered within it, not in the ring */
+        uint64_t call = LOAD(live.phase_calls) + 1;
+        STORE(live.phase_calls, call);
+        STORE(live.op, op);
+        store_double(&live.in_since, t);
+        STORE(live.in, 1);
+        return LOAD(live.phase_seq);
+    }
+    uint64_t seq = LOAD(live.started) + 1;
     flight_issue(seq, op, bytes, t);
     STORE(live.started, seq);
     STORE(live.op, op);
@@ -119,19 +139,45 @@ uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
 }
 
 void gt_watchdog_leave(void) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
     STORE(live.in, 0);
-    flight_done(LOAD(live.seq));
+    if (!LOAD(live.phase)) flight_done(LOAD(live.seq));
+}
+
+uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes) {
+    uint64_t seq = gt_watchdog_enter(name, bytes);
+    if (!seq) return 0;
+    STORE(live.in, 0); /* in the phase, not (yet) waiting in one of its calls */
+    STORE(live.phase_calls, 0);
+    store_double(&live.phase_since, load_double(&live.in_since));
+    STORE(live.phase_seq, seq);
+    STORE(live.phase, name);
+    return seq;
+}
+
+void gt_watchdog_phase_end(void) {
+    if (!tracking() || !LOAD(live.phase)) return;
+    const char *name = LOAD(live.phase);
+    STORE(live.phase, (const char *)NULL);
+    STORE(live.in, 0);
+    STORE(live.op, name);
+    STORE(live.seq, LOAD(live.phase_seq));
+    flight_done(LOAD(live.phase_seq));
+}
+
+void gt_watchdog_on_fire(void (*fn)(void *arg), void *arg) {
+    on_fire_arg = arg;
+    __atomic_store_n(&on_fire, fn, __ATOMIC_RELEASE);
 }
 
 uint64_t gt_watchdog_started(const char *op, uint64_t bytes) {
     uint64_t seq = gt_watchdog_enter(op, bytes);
-    STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
+    if (seq) STORE(live.in, 0); /* in flight until waited for: the ring entry stays open */
     return seq;
 }
 
 void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
     STORE(live.op, op);
     STORE(live.seq, seq);
     store_double(&live.in_since, wall_now());
@@ -139,23 +185,24 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
 }
 
 void gt_watchdog_step_begin(int step) {
-    if (LOAD(running)) STORE(live.step, step);
+    if (tracking()) STORE(live.step, step);
 }
 
 void gt_watchdog_step_done(int step, double seconds) {
-    if (!LOAD(running)) return;
+    if (!tracking()) return;
+    int first = LOAD(live.last_done) == 0; /* it pays for allocation and cold caches: not a measure */
     STORE(live.last_done, step);
     store_double(&live.last_done_at, wall_now());
-    if (seconds > load_double(&live.slowest_step_s)) store_double(&live.slowest_step_s, seconds);
+    if (!first && seconds > load_double(&live.slowest_step_s)) store_double(&live.slowest_step_s, seconds);
 }
 
 /* ---------------------------------------------------------------- records */
 
 typedef struct record {
     int rank, pid, in, step, last_done;
-    unsigned long long started, seq;
-    double in_since, last_done_at, written_at;
-    char op[32], host[64];
+    unsigned long long started, seq, phase_seq, phase_calls;
+    double in_since, last_done_at, written_at, phase_since;
+    char op[32], host[64], phase[32]; /* phase "none" outside a save */
 } record;
 
 static void record_path(int rank, char *out, size_t len) { snprintf(out, len, "%s/rank_%05d", dir, rank); }
@@ -173,6 +220,11 @@ static void snapshot(record *r) {
     r->step = LOAD(live.step);
     r->last_done = LOAD(live.last_done);
     r->last_done_at = load_double(&live.last_done_at);
+    const char *phase = LOAD(live.phase);
+    snprintf(r->phase, sizeof r->phase, "%s", phase ? phase : "none");
+    r->phase_seq = LOAD(live.phase_seq);
+    r->phase_calls = LOAD(live.phase_calls);
+    r->phase_since = load_double(&live.phase_since);
     r->written_at = wall_now();
     gethostname(r->host, sizeof r->host - 1);
 }
@@ -183,9 +235,9 @@ static void publish(const record *r) {
     char line[RECORD_BYTES], path[4200];
     int n = snprintf(line, sizeof line,
                      "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
-                     "started %llu in %d since %.3f written %.3f\n",
+                     "started %llu in %d since %.3f written %.3f phase %s pseq %llu calls %llu psince %.3f\n",
                      r->rank, r->pid, r->host, r->step, r->last_done, r->last_done_at, r->op, r->seq, r->started,
-                     r->in, r->in_since, r->written_at);
+                     r->in, r->in_since, r->written_at, r->phase, r->phase_seq, r->phase_calls, r->phase_since);
     if (n < 0 || n >= (int)sizeof line) return;
     memset(line + n, ' ', sizeof line - (size_t)n - 1);
     line[sizeof line - 1] = '\n';
@@ -209,25 +261,43 @@ static int read_record(int rank, record *r) {
     memset(r, 0, sizeof *r);
     int got = sscanf(line,
                      "gtrain-watchdog 1 rank %d pid %d host %63s step %d done %d at %lf op %31s seq %llu "
-                     "started %llu in %d since %lf written %lf",
+                     "started %llu in %d since %lf written %lf phase %31s pseq %llu calls %llu psince %lf",
                      &r->rank, &r->pid, r->host, &r->step, &r->last_done, &r->last_done_at, r->op, &r->seq,
-                     &r->started, &r->in, &r->in_since, &r->written_at);
-    return got == 12 && r->rank == rank ? 0 : -1;
+                     &r->started, &r->in, &r->in_since, &r->written_at, r->phase, &r->phase_seq, &r->phase_calls,
+                     &r->phase_since);
+    return got == 16 && r->rank == rank ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- the verdict */
 
-static void describe_rank(const record *r, double now, char *out, size_t len) {
-    const char *where = r->in ? "in" : "computing; last collective";
-    if (now - r->written_at > STALE_S)
-        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s, stopped or dead; last seen at step %d, "
-                 "%s %s #%llu", r->rank, r->pid, r->host, now - r->written_at, r->step, where, r->op, r->seq);
+static int in_phase(const record *r) { return strcmp(r->phase, "none") != 0; }
+
+/* Where a rank is: "in all_reduce #42 at step 8", "computing step 8; last collective all_reduce #42",
+ * and inside a save "in H5Dwrite (call 57 of the save of step 8, #44, 12.0 s into it)" or "in the
+ * save of step 8 (#44) for 31.0 s, between its calls (the last, 56, was H5Dwrite): writing, or stuck". */
+static void position(const record *r, double now, char *out, size_t len) {
+    if (in_phase(r) && r->in)
+        snprintf(out, len, "in %s (call %llu of the %s of step %d, #%llu, %.1f s into it)", r->op, r->phase_calls,
+                 r->phase, r->step, r->phase_seq, now - r->phase_since);
+    else if (in_phase(r))
+        snprintf(out, len, "in the %s of step %d (#%llu) for %.1f s, between its calls (the last, %llu, was %s): "
+                 "writing, or stuck", r->phase, r->step, r->phase_seq, now - r->phase_since, r->phase_calls, r->op);
     else if (r->in)
-        snprintf(out, len, "rank %d (pid %d on %s): in %s #%llu for %.1f s at step %d", r->rank, r->pid, r->host, r->op,
-                 r->seq, now - r->in_since, r->step);
+        snprintf(out, len, "in %s #%llu at step %d", r->op, r->seq, r->step);
     else
-        snprintf(out, len, "rank %d (pid %d on %s): computing step %d; last collective %s #%llu", r->rank, r->pid,
-                 r->host, r->step, r->op, r->seq);
+        snprintf(out, len, "computing step %d; last collective %s #%llu", r->step, r->op, r->seq);
+}
+
+static void describe_rank(const record *r, double now, char *out, size_t len) {
+    char where[256];
+    position(r, now, where, sizeof where);
+    if (now - r->written_at > STALE_S)
+        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s, stopped or dead; last seen %s", r->rank,
+                 r->pid, r->host, now - r->written_at, where);
+    else if (r->in && !in_phase(r))
+        snprintf(out, len, "rank %d (pid %d on %s): %s for %.1f s", r->rank, r->pid, r->host, where, now - r->in_since);
+    else
+        snprintf(out, len, "rank %d (pid %d on %s): %s", r->rank, r->pid, r->host, where);
 }
 
 static double effective_limit(void) {
@@ -235,21 +305,70 @@ static double effective_limit(void) {
     return by_steps > timeout_s ? by_steps : timeout_s;
 }
 
-/* Names the ranks behind (fewer collectives started than the most advanced rank, or a stale record),
- * prints one line if this rank is the first to claim the verdict, and ends the process. */
+/* Is rank r behind? Its record went stale (stopped or dead), or it never started the operation
+ * `wanted` that some rank is blocked in, or, inside that same save, it started fewer of the save's
+ * calls (a rank blocked in a collective call of the save has entered it; the one it waits for has
+ * not). Only what blocked ranks wait for counts: with non-blocking gathers a rank may have started
+ * a prefetch more than another and still wait for the same one. */
+static int is_behind(const record *r, unsigned long long wanted, unsigned long long most_calls, double now) {
+    if (now - r->written_at > STALE_S || r->started < wanted) return 1;
+    return in_phase(r) && r->phase_seq == wanted && r->phase_calls < most_calls;
+}
+
+/* The hosts of the named ranks, one per line, for a batch script that leaves them out of the
+ * requeued job: DIR/blamed_hosts, written (then renamed) by the rank that claimed the verdict. */
+static void write_blamed_hosts(const record *all, const int *named, int n) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/blamed_hosts", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = strcmp(all[named[j]].host, all[named[i]].host) == 0;
+        if (!seen) fprintf(f, "%s\n", all[named[i]].host);
+    }
+    if (fclose(f) == 0) rename(tmp, path);
+    else unlink(tmp);
+}
+
+/* The on-fire hook (an NCCL communicator's abort) runs in a thread of its own, so that one that
+ * never returns cannot keep the process from exiting: it gets ABORT_GRACE_S. */
+static void *run_on_fire(void *done) {
+    void (*fn)(void *) = __atomic_load_n(&on_fire, __ATOMIC_ACQUIRE);
+    if (fn) fn(on_fire_arg);
+    __atomic_store_n((int *)done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void run_on_fire_hook(void) {
+    static int done;
+    pthread_t t;
+    if (!__atomic_load_n(&on_fire, __ATOMIC_ACQUIRE) || pthread_create(&t, NULL, run_on_fire, &done) != 0) return;
+    for (int i = 0; i < ABORT_GRACE_S * 100 && !__atomic_load_n(&done, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Names the ranks behind (see is_behind), prints one line if this rank is the first to claim the
+ * verdict, runs the on-fire hook and ends the process. */
 static void fire(const record *me, const char *what) {
     double now = wall_now();
     record *all = calloc((size_t)world_size, sizeof *all);
-    int *have = calloc((size_t)world_size, sizeof *have);
-    size_t cap = 8192 + (size_t)world_size * 160;
-    char *msg = malloc(cap), one[512];
-    if (!all || !have || !msg) _exit(GT_WATCHDOG_EXIT);
-    unsigned long long most = me->started;
+    int *have = calloc((size_t)world_size, sizeof *have), *named_ranks = calloc((size_t)world_size, sizeof(int));
+    size_t cap = 8192 + (size_t)world_size * 200;
+    char *msg = malloc(cap), one[640];
+    if (!all || !have || !named_ranks || !msg) _exit(GT_WATCHDOG_EXIT);
+    unsigned long long wanted = 0, most_calls = 0; /* the newest operation a rank is blocked in */
     for (int r = 0; r < world_size; r++) {
         if (r == my_rank) all[r] = *me, have[r] = 1;
         else have[r] = read_record(r, &all[r]) == 0;
-        if (have[r] && all[r].started > most) most = all[r].started;
+        if (have[r] && all[r].in && all[r].seq > wanted) wanted = all[r].seq;
     }
+    for (int r = 0; r < world_size; r++)
+        if (have[r] && in_phase(&all[r]) && all[r].phase_seq == wanted && all[r].phase_calls > most_calls)
+            most_calls = all[r].phase_calls;
     size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
                                 my_rank, what, effective_limit());
     int named = 0, unseen = 0;
@@ -258,20 +377,22 @@ static void fire(const record *me, const char *what) {
             unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
             continue;
         }
-        if (all[r].started >= most && now - all[r].written_at <= STALE_S) continue;
+        if (!is_behind(&all[r], wanted, most_calls, now)) continue;
         describe_rank(&all[r], now, one, sizeof one);
-        n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+        n += (size_t)snprintf(msg + n, cap - n, "%s%s", named ? "; " : "", one);
+        named_ranks[named++] = r;
     }
     /* every rank equally far: the late ones are those still computing (one rank alone: this one) */
     int behind = named;
     for (int r = 0; !behind && r < world_size && n < cap; r++)
         if (have[r] && !all[r].in) {
             describe_rank(&all[r], now, one, sizeof one);
-            n += (size_t)snprintf(msg + n, cap - n, "%s%s", named++ ? "; " : "", one);
+            n += (size_t)snprintf(msg + n, cap - n, "%s%s", named ? "; " : "", one);
+            named_ranks[named++] = r;
         }
     if (!named && n < cap)
         n += (size_t)snprintf(msg + n, cap - n, "none: every rank is in collective #%llu and alive (a stuck "
-                              "communication library or network)", most);
+                              "communication library or network)", wanted);
     if (unseen && n < cap)
         n += (size_t)snprintf(msg + n, cap - n, "; %d rank(s) not seen: no record in %s (ranks on other nodes, "
                               "when it is not shared with them)", unseen, dir);
@@ -282,26 +403,48 @@ static void fire(const record *me, const char *what) {
     snprintf(claim, sizeof claim, "%s/verdict", dir);
     int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
+        write_blamed_hosts(all, named_ranks, named);
         ssize_t w = write(fd, msg, n);
         close(fd);
         w = write(STDERR_FILENO, msg, n);
         (void)w;
     }
+    run_on_fire_hook();
     _exit(GT_WATCHDOG_EXIT);
+}
+
+/* A rank whose record has not been refreshed for dist.timeout is stopped or dead, however slow the
+ * steps are (its watchdog thread writes every second, whatever the rank computes). Looked for only
+ * by the first and last ranks (each reads every record: a few per rank, not one per pair of ranks),
+ * and only while this rank has waited in one call longer than dist.timeout. */
+static int peer_gone(const record *me, double now) {
+    static double checked_at;
+    if (!me->in || now - me->in_since <= timeout_s || (my_rank != 0 && my_rank != world_size - 1) ||
+        now - checked_at < 1.0)
+        return 0;
+    checked_at = now;
+    record r;
+    for (int i = 0; i < world_size; i++)
+        if (i != my_rank && read_record(i, &r) == 0 && now - r.written_at > timeout_s) return 1;
+    return 0;
 }
 
 static void check(const record *me) {
     double limit = effective_limit(), now = wall_now();
-    char what[256];
+    char what[400], where[256];
+    position(me, now, where, sizeof where);
+    if (peer_gone(me, now)) {
+        snprintf(what, sizeof what, "waited %.1f s %s, and a rank has shown no sign of life for longer than "
+                 "dist.timeout", now - me->in_since, where);
+        fire(me, what);
+    }
     if (me->in && now - me->in_since > limit) {
-        snprintf(what, sizeof what, "waited %.1f s in %s #%llu at step %d", now - me->in_since, me->op, me->seq,
-                 me->step);
+        snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
         fire(me, what);
     }
     if (now - me->last_done_at > limit) {
-        snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s %s #%llu)",
-                 now - me->last_done_at, me->last_done, me->in ? "in" : "computing, last collective", me->op,
-                 me->seq);
+        snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s)", now - me->last_done_at,
+                 me->last_done, where);
         fire(me, what);
     }
 }
@@ -427,6 +570,8 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
         char claim[4200];
         snprintf(claim, sizeof claim, "%s/verdict", dir); /* a previous run's */
         unlink(claim);
+        snprintf(claim, sizeof claim, "%s/blamed_hosts", dir);
+        unlink(claim);
     }
     memset(&live, 0, sizeof live);
     store_double(&live.last_done_at, wall_now());
@@ -437,6 +582,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, world); /* every record is there before any check */
     if (bad) return -1;
     stopping = 0;
+    owner = pthread_self();
     STORE(running, 1);
     if (pthread_create(&thread, NULL, watch, NULL) != 0) {
         STORE(running, 0);

@@ -10,8 +10,10 @@
  * time inside the current collective, and time since the last finished step. When either passes the
  * limit, it reads every rank's record, names the ranks that did not arrive (they started fewer
  * collectives than the most advanced rank, or their record stopped being refreshed: a stopped or
- * dead process), prints ONE line (the first rank to claim DIR/verdict prints; others stay silent)
- * and ends the process with GT_WATCHDOG_EXIT (76): the launcher then ends the other ranks.
+ * dead process), prints ONE line (the first rank to claim DIR/verdict prints; others stay silent;
+ * the same rank writes the named ranks' hosts to DIR/blamed_hosts, one per line, for a batch script
+ * that leaves them out of the requeued job) and ends the process with GT_WATCHDOG_EXIT (76): the
+ * launcher then ends the other ranks.
  *
  * The flight recorder: the same calls also fill a ring of the last GT_FLIGHT_ENTRIES operations
  * (sequence number, name, bytes, step, issue and completion times) that lives in a file mapped
@@ -19,8 +21,9 @@
  * contents when the process is stopped or killed, so after a hang tools/flight_recorder.py reads
  * every rank's ring and says where the ranks diverge. Its layout is GT_FLIGHT_* below.
  *
- * The limit is max(dist.timeout, 10 x the slowest step so far): the configured seconds are a floor
- * that covers start-up, the first step and saves; steps that are slow by nature raise it.
+ * The limit is max(dist.timeout, 10 x the slowest step so far, the first step after the start not
+ * counted: it pays for allocation): the configured seconds are a floor that covers start-up, the
+ * first step and saves; steps that are slow by nature raise it.
  * Everything here is a no-op until gt_watchdog_start and after gt_watchdog_stop.
  */
 #ifndef GT_WATCHDOG_H
@@ -54,6 +57,22 @@ void gt_watchdog_leave(void);
 /* A non-blocking collective: started (counts it and returns its number), then later waited for. */
 uint64_t gt_watchdog_started(const char *op, uint64_t bytes);
 void gt_watchdog_enter_wait(const char *op, uint64_t seq);
+
+/* A long operation made of many calls that every rank makes in the same order: a save. It counts as
+ * one operation `name` (one ring entry); the enter/leave calls inside it are numbered within it
+ * (not in the ring), so that the verdict compares ranks by how far into it they got: one blocked in
+ * the save's 57th call waits for one that has not entered it, which is named, with `name`. Not
+ * nested. The synchronous save (core/runstate.c) brackets itself; an asynchronous writer's wait
+ * for its thread belongs in one too. One record per rank, kept by the thread that called
+ * gt_watchdog_start: enter/leave/phase calls from any other thread (a background writer running
+ * state.c's tracked HDF5 calls) are ignored. */
+uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes);
+void gt_watchdog_phase_end(void);
+
+/* fn(arg) runs when this rank's watchdog ends the job, after the verdict is written and before the
+ * exit, in a thread of its own with ABORT_GRACE_S (10 s) to finish: the NCCL communicator aborts
+ * there (comm_nccl.c), so that no kernel waits on a peer forever. One hook; NULL removes it. */
+void gt_watchdog_on_fire(void (*fn)(void *arg), void *arg);
 
 /* The trainer: step `step` begins; step finished after `seconds` of work (saves excluded). */
 void gt_watchdog_step_begin(int step);

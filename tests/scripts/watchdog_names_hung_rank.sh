@@ -3,11 +3,17 @@
 # Two ranks train with dist.timeout = 10 and a state file every 4 steps; GTRAIN_TEST_HANG_AT makes
 # rank 1 hang as step 8 begins, before its first collective of the step:
 #   stop  it stops itself with SIGSTOP (a frozen process: its watchdog thread is frozen too);
-#   spin  it loops forever (compute that never ends; its threads still run).
+#   spin  it loops forever (compute that never ends; its threads still run);
+#   slowstop  as stop, after a step 3 of 3 s more (`slow`), which raises the limit by the step
+#         clock to 30 s: the stopped rank's stale record must still end the job within 25 s;
+# or GTRAIN_TEST_HANG_IN_SAVE makes it hang inside the save of step 8 (state.c):
+#   save  it enters a write that never returns between two of the save's HDF5 calls.
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
 # output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
-# arrived, the state file of step 4 must still be there, and tools/flight_recorder.py, reading the
-# rings the ranks left in ckpt/.watchdog, must say that rank 1 is behind rank 0.
+# arrived (in save mode: naming the save), ckpt/.watchdog/blamed_hosts must name this host, the
+# state file of step 4 must still be there (in save mode it must resume, and step 8's must not be),
+# and tools/flight_recorder.py, reading the rings the ranks left in ckpt/.watchdog, must say that
+# rank 1 is behind rank 0 (in save mode: that both are in the save).
 #   watchdog_names_hung_rank.sh MODE GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 mode=$1 gtrain=$2 prep=$3 work=$4
@@ -26,16 +32,23 @@ every = 4
 metrics = metrics.jsonl
 INI
 # steps of 300 ms or more: the records (refreshed every second) then show a step or two before the hang
-export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_HANG_AT=8:1:$mode GTRAIN_TEST_STEP_DELAY_MS=300
+export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300
+# in save mode the clock starts at step 8's line (the save follows it), else at step 7's
+before=7
+case $mode in
+  save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
+  slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
+  *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
+esac
 "$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
 launcher=$!
 for _ in $(seq 1200); do
-  [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= 7)) && break
+  [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= before)) && break
   kill -0 "$launcher" 2>/dev/null || break
   sleep 0.05
 done
-(($(wc -l <metrics.jsonl 2>/dev/null || echo 0) >= 7)) || { echo "FAIL: the run did not reach step 7"; cat run.log; exit 1; }
-t0=$(date +%s.%N) # rank 0 wrote step 7's line: rank 1 hangs at most a step from now
+(($(wc -l <metrics.jsonl 2>/dev/null || echo 0) >= before)) || { echo "FAIL: the run did not reach step $before"; cat run.log; exit 1; }
+t0=$(date +%s.%N) # rank 0 wrote that line: rank 1 hangs at most a step from now
 for _ in $(seq 1200); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$launcher" 2>/dev/null; then
   echo "FAIL: the job still runs 120 s after rank 1 hung"
@@ -52,7 +65,7 @@ wait "$launcher"
 rc=$?
 elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
 verdict=$(grep '^gtrain: watchdog:' run.log)
-printf 'mode %s: the launcher returned %d %.1f s after step 7 ended\n%s\n' "$mode" "$rc" "$elapsed" "$verdict"
+printf 'mode %s: the launcher returned %d %.1f s after step %d ended\n%s\n' "$mode" "$rc" "$elapsed" "$before" "$verdict"
 failed=0
 ((rc == 76)) || { echo "FAIL: exit $rc, expected 76"; failed=1; }
 (($(grep -c '^gtrain: watchdog:' run.log) == 1)) || { echo "FAIL: not exactly one watchdog line"; failed=1; }
@@ -60,11 +73,29 @@ arrived=${verdict#*not arrived: }
 [[ $arrived == "rank 1 (pid "* ]] || { echo "FAIL: rank 1 is not named as not arrived"; failed=1; }
 [[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
 (($(echo "$elapsed < 60" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10)"; failed=1; }
+if [[ $mode == slowstop ]]; then
+  (($(echo "$elapsed < 25" | bc))) || { echo "FAIL: took $elapsed s: the stale record did not end it"; failed=1; }
+  [[ $arrived == "rank 1 (pid "*"stopped or dead"* ]] || { echo "FAIL: rank 1 not named as stopped"; failed=1; }
+fi
 [[ -f ckpt/step_00000004.h5 ]] || { echo "FAIL: the state file of step 4 is gone"; failed=1; }
+[[ $(cat ckpt/.watchdog/blamed_hosts 2>/dev/null) == "$(hostname)" ]] ||
+  { echo "FAIL: ckpt/.watchdog/blamed_hosts does not name $(hostname)"; failed=1; }
 # the flight recorder (tools/flight_recorder.py) tells the same story from the rings left behind
 flight=$(python3 "$tools/flight_recorder.py" ckpt/.watchdog)
 echo "$flight" | tail -n 1
-[[ $(echo "$flight" | tail -n 1) == "rank 1 is behind: rank 0 started "* ]] ||
-  { echo "FAIL: the flight recorder does not show rank 1 behind rank 0"; echo "$flight"; failed=1; }
+if [[ $mode == save ]]; then
+  [[ $arrived == *"in hung_write (call "*" of the save of step 8, #"* ]] ||
+    { echo "FAIL: rank 1 is not named as stuck inside the save"; failed=1; }
+  [[ ! -e ckpt/step_00000008.h5 ]] || { echo "FAIL: the save that hung was published"; failed=1; }
+  [[ $(echo "$flight" | grep -c 'newest: save #.*in flight') == 2 ]] ||
+    { echo "FAIL: the flight recorder does not show both ranks in the save"; echo "$flight"; failed=1; }
+  # the file before the hang is whole: a one-rank run resumes from it and trains a step
+  env -u GTRAIN_TEST_HANG_IN_SAVE -u GTRAIN_TEST_STEP_DELAY_MS "$gtrain" run.ini train.steps=5 dist.timeout=0 \
+    >resume.log 2>&1 || { echo "FAIL: resuming after the hang failed"; cat resume.log; failed=1; }
+  grep -q "resumed from ckpt/step_00000004.h5" resume.log || { echo "FAIL: did not resume from step 4"; failed=1; }
+else
+  [[ $(echo "$flight" | tail -n 1) == "rank 1 is behind: rank 0 started "* ]] ||
+    { echo "FAIL: the flight recorder does not show rank 1 behind rank 0"; echo "$flight"; failed=1; }
+fi
 ((failed)) && { tail -n 20 run.log; exit 1; }
 echo PASS
