@@ -125,6 +125,14 @@ static void restart_with_tuned_env(char **argv) {
     if (core && (setenv("GTRAIN_BLAS_CORE_WAS", openblas_get_corename(), 1) != 0 ||
                  setenv("OPENBLAS_CORETYPE", core, 1) != 0))
         return;
+    /* by the file's own name, not /proc/self/exe: the process name (comm, what ps, top and pgrep show)
+     * is taken from it, and would read "exe" */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     /* exec failed (no /proc): carry on with the defaults, which are only slower */
     unsetenv("GTRAIN_SPIN_RESTARTED");

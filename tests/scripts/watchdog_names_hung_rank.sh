@@ -7,7 +7,10 @@
 #   slowstop  as stop, after a step 3 of 3 s more (`slow`), which raises the limit by the step
 #         clock to 30 s: the stopped rank's stale record must still end the job within 25 s;
 # or GTRAIN_TEST_HANG_IN_SAVE makes it hang inside the save of step 8 (state.c):
-#   save  it enters a write that never returns between two of the save's HDF5 calls.
+#   save  it enters a write that never returns between two of the save's HDF5 calls
+#         (checkpoint.async = false: the collective writer);
+#   asyncsave  the same in its background writer thread (checkpoint.async = true): training goes
+#         on until the next save (step 12) waits for that writer, and rank 1 is named there.
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
 # output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
 # arrived (in save mode: naming the save), ckpt/.watchdog/blamed_hosts must name this host, the
@@ -35,12 +38,14 @@ INI
 export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300
 # in save mode the clock starts at step 8's line (the save follows it), else at step 7's
 before=7
+extra=()
 case $mode in
-  save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
+  save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8; extra=(checkpoint.async=false) ;;
+  asyncsave) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
   slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
   *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
 esac
-"$@" -np 2 "$gtrain" run.ini >run.log 2>&1 &
+"$@" -np 2 "$gtrain" run.ini "${extra[@]}" >run.log 2>&1 &
 launcher=$!
 for _ in $(seq 1200); do
   [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= before)) && break
@@ -83,9 +88,12 @@ fi
 # the flight recorder (tools/flight_recorder.py) tells the same story from the rings left behind
 flight=$(python3 "$tools/flight_recorder.py" ckpt/.watchdog)
 echo "$flight" | tail -n 1
-if [[ $mode == save ]]; then
-  [[ $arrived == *"in hung_write (call "*" of the save of step 8, #"* ]] ||
-    { echo "FAIL: rank 1 is not named as stuck inside the save"; failed=1; }
+if [[ $mode == save || $mode == asyncsave ]]; then
+  # synchronous: named in the hung call; asynchronous: the writer thread hangs, and rank 1 is named in
+  # the wait for it (the save's agreement), when the next save is due at step 12
+  if [[ $mode == save ]]; then want="in hung_write (call *of the save of step 8, #"; else want="in the save of step 12 "; fi
+  # shellcheck disable=SC2053
+  [[ $arrived == *$want* ]] || { echo "FAIL: rank 1 is not named as stuck inside the save ($want)"; failed=1; }
   [[ ! -e ckpt/step_00000008.h5 ]] || { echo "FAIL: the save that hung was published"; failed=1; }
   [[ $(echo "$flight" | grep -c 'newest: save #.*in flight') == 2 ]] ||
     { echo "FAIL: the flight recorder does not show both ranks in the save"; echo "$flight"; failed=1; }
