@@ -744,11 +744,12 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         if (res.spike && r.rank == 0)
             fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.spike_zscore = %g; %lld skipped "
                     "so far)\n", res.why, r.cfg->train.spike_zscore, (long long)r.state.skipped_steps);
-        if (!stop) stop = validate(&r, step);
-        /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms */
+        /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms,
+         * and that line before the step's validation line, as readers of the metrics expect */
         r.state.save_blocking_ms = 0;
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
+        if (!stop && !rc) stop = validate(&r, step);
         if (stop) {
             rc = stop;
             break;
