@@ -38,3 +38,10 @@ if(Python3_Interpreter_FOUND)
     TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# The asynchronous save's host copy is counted in the memory check before step 1 (preflight.c).
+add_test(NAME async_snapshot_counted_before_step_1
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/async_snapshot_memory.sh $<TARGET_FILE:gtrain>
+                 $<TARGET_FILE:gtrain-prep> ${PROJECT_SOURCE_DIR}/configs/tiny.ini
+                 ${CMAKE_CURRENT_BINARY_DIR}/async_snapshot_memory)
+set_tests_properties(async_snapshot_counted_before_step_1 PROPERTIES LABELS resume TIMEOUT 120)

@@ -18,11 +18,14 @@
 #include "agree.h"
 #include "bytes.h"
 #include "exitcodes.h"
+#include "testhooks.h"
 
 #define NO_LIMIT UINT64_MAX
 
 /* MemAvailable of /proc/meminfo in bytes, or NO_LIMIT when it cannot be read. */
 static uint64_t mem_available(void) {
+    const char *fake = gt_test_hook("GTRAIN_TEST_MEM_AVAILABLE"); /* tests: a node with this much */
+    if (fake) return (uint64_t)strtoull(fake, NULL, 10);
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return NO_LIMIT;
     char line[256];
@@ -85,6 +88,21 @@ static uint64_t cgroup_limit(void) {
     return limit;
 }
 
+/* This rank's share of the node's memory (MemAvailable or the cgroup limit, split over the node's
+ * ranks), and in `what` what it is; NO_LIMIT when neither can be read. */
+static uint64_t host_share(int node_ranks, char *what, size_t what_len) {
+    char a[32], b[32];
+    uint64_t avail = mem_available(), cgroup = cgroup_limit();
+    uint64_t node_bytes = avail < cgroup ? avail : cgroup;
+    if (node_bytes == NO_LIMIT) return NO_LIMIT;
+    uint64_t share = node_bytes / (uint64_t)node_ranks;
+    gt_format_bytes(share, a, sizeof a);
+    gt_format_bytes(node_bytes, b, sizeof b);
+    snprintf(what, what_len, "%s: %s %s shared by %d rank%s on this node", a,
+             avail <= cgroup ? "MemAvailable" : "the cgroup memory limit", b, node_ranks, node_ranks == 1 ? "" : "s");
+    return share;
+}
+
 /* The smallest limit of this rank (see preflight.h), and in `what` what it is. */
 static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ranks, char *what, size_t what_len) {
     uint64_t limit = NO_LIMIT;
@@ -98,16 +116,7 @@ static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ran
             snprintf(what, what_len, "%s free of %s on its %s device", a, b, ops->name);
         }
     } else {
-        uint64_t avail = mem_available(), cgroup = cgroup_limit();
-        uint64_t node_bytes = avail < cgroup ? avail : cgroup;
-        if (node_bytes != NO_LIMIT) {
-            limit = node_bytes / (uint64_t)node_ranks;
-            gt_format_bytes(limit, a, sizeof a);
-            gt_format_bytes(node_bytes, b, sizeof b);
-            snprintf(what, what_len, "%s: %s %s shared by %d rank%s on this node", a,
-                     avail <= cgroup ? "MemAvailable" : "the cgroup memory limit", b, node_ranks,
-                     node_ranks == 1 ? "" : "s");
-        }
+        limit = host_share(node_ranks, what, what_len);
     }
     if (cfg->memory.budget && cfg->memory.budget < limit) {
         limit = cfg->memory.budget;
@@ -117,7 +126,8 @@ static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ran
     return limit;
 }
 
-int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan) {
+int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan,
+                        uint64_t snapshot_bytes) {
     int rank;
     MPI_Comm_rank(comm, &rank);
     int node_ranks;
@@ -145,6 +155,23 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
                  "the options)",
                  cfg->path, total, params, grads, optim, act, cfg->memory.recompute, work, rank, host, what);
         code = GT_EXIT_BAD_INPUT;
+    }
+    if (!code && snapshot_bytes) { /* the asynchronous save's copy is host memory on every backend */
+        char hwhat[512] = "";
+        uint64_t share = host_share(node_ranks, hwhat, sizeof hwhat);
+        uint64_t need = snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes);
+        if (need > share) {
+            char snap[32], all[32];
+            gt_format_bytes(snapshot_bytes, snap, sizeof snap);
+            gt_format_bytes(need, all, sizeof all);
+            snprintf(msg, sizeof msg,
+                     "%s: [checkpoint] async = true keeps a host copy of each rank's state slice to write it in "
+                     "the background: %s per rank, %s with the rest of the rank's host memory, but rank %d on %s "
+                     "can have %s (expected checkpoint.async = false, which saves without the copy and stops "
+                     "training for the write, or more ranks)",
+                     cfg->path, snap, all, rank, host, hwhat);
+            code = GT_EXIT_BAD_INPUT;
+        }
     }
     code = gt_agree_on_failure(comm, code, msg, sizeof msg);
     if (code && rank == 0) {

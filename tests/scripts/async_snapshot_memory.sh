@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The asynchronous save's host copy (12 bytes per element of the rank's state slice) is counted before
+# step 1: on a node whose memory holds the plan but not the plan plus the copy (a test hook fakes
+# MemAvailable), checkpoint.async = true is refused with exit 2 and one line naming the key and the
+# way out, while checkpoint.async = false trains; with room for both, async trains too.
+#   async_snapshot_memory.sh GTRAIN GTRAIN_PREP CONFIG WORKDIR
+set -euo pipefail
+gtrain=$1 prep=$2 config=$3 work=$4
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+"$prep" -o corpus /usr/share/common-licenses/* >/dev/null
+export GTRAIN_TEST_HOOKS=1 GOMP_SPINCOUNT=1000 OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*" >&2; cat out.txt >&2; exit 1; }
+run() { # MEM_AVAILABLE overrides...: exit code in $rc, output in out.txt
+  local mem=$1
+  shift
+  rm -rf ck
+  rc=0
+  GTRAIN_TEST_MEM_AVAILABLE=$mem "$gtrain" "$config" data.train=corpus.train.bin data.val= train.steps=1 \
+    checkpoint.dir=ck "$@" >out.txt 2>&1 || rc=$?
+}
+# the plan's own need, from its refusal on a node of 1 byte
+run 1 checkpoint.async=false
+((rc == 2)) || fail "1 byte of memory: exit $rc, expected 2"
+need=$(grep -oE 'the memory plan needs [0-9.]+ [KMG]iB' out.txt | awk '{print $5, $6}')
+[[ -n $need ]] || fail "no plan need in the refusal"
+bytes=$(python3 -c "v,u='$need'.split(); print(int(float(v)*{'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u]))")
+echo "the plan needs $need; the copy adds 12 bytes per parameter"
+# room for the plan and 5% more: the copy (here 9.2 MiB of 50 MiB) does not fit beside it
+run $((bytes * 105 / 100)) checkpoint.async=false
+((rc == 0)) || fail "checkpoint.async=false with room for the plan: exit $rc"
+run $((bytes * 105 / 100))
+((rc == 2)) || fail "checkpoint.async=true without room for the copy: exit $rc, expected 2"
+lines=$(grep -c '\[checkpoint\] async = true keeps a host copy' out.txt || true)
+((lines == 1)) || fail "expected one line about the copy, got $lines"
+grep -q 'expected checkpoint.async = false' out.txt || fail "the line does not name the way out"
+! grep -q '^step ' out.txt || fail "a refused run trained"
+# room for both
+run $((bytes * 150 / 100))
+((rc == 0)) || fail "checkpoint.async=true with room for plan and copy: exit $rc"
+echo ok
