@@ -371,13 +371,18 @@ static void fire(const record *me, const char *what) {
             most_calls = all[r].phase_calls;
     size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
                                 my_rank, what, effective_limit());
+    /* a stopped or dead rank explains the others: a live rank that has not reached `wanted` may
+     * itself be blocked on the dead one in an earlier operation (a ZeRO-3 prefetch), so when some
+     * record is stale only the stale ranks are named */
+    int any_stale = 0;
+    for (int r = 0; r < world_size; r++) any_stale |= have[r] && now - all[r].written_at > STALE_S;
     int named = 0, unseen = 0;
     for (int r = 0; r < world_size && n < cap; r++) {
         if (!have[r]) {
             unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
             continue;
         }
-        if (!is_behind(&all[r], wanted, most_calls, now)) continue;
+        if (any_stale ? now - all[r].written_at <= STALE_S : !is_behind(&all[r], wanted, most_calls, now)) continue;
         describe_rank(&all[r], now, one, sizeof one);
         n += (size_t)snprintf(msg + n, cap - n, "%s%s", named ? "; " : "", one);
         named_ranks[named++] = r;
