@@ -16,8 +16,9 @@
 #                 in flight, which the wait lines report)
 #   write s, GB/s save_write_s / save_gb_per_s (sync: the collective write with fsync and rename;
 #                 async: the slowest rank's write + fsync, in the background)
-#   async_nice0   the asynchronous save with the writer thread at normal priority (GTRAIN_SAVE_NICE=0)
-#                 instead of nice +10 / SCHED_BATCH: how much a write at full speed slows the steps
+#   async_nice10  the asynchronous save with the writer thread at nice +10 / SCHED_BATCH
+#                 (GTRAIN_SAVE_NICE=10) instead of the default normal priority: a writer that yields
+#                 the cores to the compute threads, and how much longer its write then takes
 #   step ms       step_ms of steps 2.. without a save in flight, and of the steps that ran while an
 #                 asynchronous write was in flight (the steps after a save's start up to the step
 #                 whose boundary published it). step_ms never includes the save itself.
@@ -42,9 +43,9 @@ fi
 
 run() { # mode(sync|async) tag resume(never|auto) [strace]
     local mode=$1 tag=$2 resume=$3 trace=${4:-}
-    local async=true nice=10
+    local async=true nice=0
     [ "$mode" = sync ] && async=false
-    [ "$mode" = async_nice0 ] && nice=0
+    [ "$mode" = async_nice10 ] && nice=10
     local cmd=(env "GTRAIN_SAVE_NICE=$nice" mpiexec -n "$NP" --allow-run-as-root --oversubscribe "$GTRAIN" "$ROOT/configs/llama100m.ini"
                model.vocab_size=256 train.micro_batch=1 train.seq_len=256 train.grad_accum=1 "train.steps=$STEPS"
                train.device=cpu train.precision=fp32 "data.train=$WORK/corpus.train.bin" data.val= log.every=1
@@ -57,7 +58,7 @@ run() { # mode(sync|async) tag resume(never|auto) [strace]
     fi || { cat "$WORK/$tag.log"; exit 1; }
 }
 
-for mode in sync async async_nice0; do
+for mode in sync async async_nice10; do
     rm -rf "$WORK/ck_$mode" "$WORK/$mode.metrics.jsonl"
     run "$mode" "train_$mode" never "$WORK/$mode.strace"
     run "$mode" "load_$mode" auto   # resumes at the end: only loads
@@ -98,7 +99,7 @@ def state_bytes(ckdir):
     return total
 
 rows = {}
-for mode in ("sync", "async", "async_nice0"):
+for mode in ("sync", "async", "async_nice10"):
     recs = [json.loads(l) for l in open(f"{work}/{mode}.metrics.jsonl")]
     saves = [r for r in recs if "save_step" in r]
     step_recs = [r for r in recs if "loss" in r]

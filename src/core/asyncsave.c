@@ -4,10 +4,12 @@
  * The host buffer holds three copies of the rank's slice (master, exp_avg, exp_avg_sq) and is
  * allocated at the first save and kept: on the CPU backend the copy is a memcpy; on a GPU it is one
  * device-to-host copy per buffer, and this buffer is where pinned memory (cudaHostAlloc) belongs so
- * that the copy runs at PCIe speed. The writer thread lowers its own scheduling priority (nice +10,
- * SCHED_BATCH) so that, on a machine with as many compute threads as cores, the compute threads
- * keep the cores and the write takes the gaps; the write is mostly copies into the page cache and
- * the Fletcher32 sums. The finished flag is the only state the two threads share before the join.
+ * that the copy runs at PCIe speed. The writer thread runs at normal priority: measured on 2 cores
+ * busy with compute (docs/state-format.md), nice +10 made the write 4x slower (43% of the disk's rate,
+ * and a next save then waited for it) while the compute it spared was about the same as the ~0.4 s a
+ * full-speed write takes from the steps it overlaps; the write is mostly copies into the page cache
+ * and the Fletcher32 sums, about one core for a second per GB. The finished flag is the only state
+ * the two threads share before the join.
  */
 #define _GNU_SOURCE /* SCHED_BATCH, gettid */
 
@@ -57,12 +59,12 @@ gt_async_save *gt_async_save_new(void) {
     return s;
 }
 
-/* Out of the compute threads' way: see the file comment. Failures only cost speed.
- * GTRAIN_SAVE_NICE=N (0..19; for bench/state_bench.sh) sets another niceness; 0 also keeps the
- * normal scheduling class, so the writer competes with compute as an equal. */
+/* GTRAIN_SAVE_NICE=N (1..19; for bench/state_bench.sh) moves the writer out of the compute threads'
+ * way (that niceness and SCHED_BATCH); unset or 0 keeps the normal priority (see the file comment).
+ * Failures only cost speed. */
 static void lower_priority(void) {
     const char *env = getenv("GTRAIN_SAVE_NICE");
-    int nice = env && env[0] ? atoi(env) : 10;
+    int nice = env && env[0] ? atoi(env) : 0;
     if (nice <= 0) return;
     struct sched_param none = {0};
     pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
