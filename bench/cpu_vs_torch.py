@@ -95,9 +95,39 @@ def attention_flops(s):
 
 # ---------------------------------------------------------------- the GEMM ceiling
 
+_GENERIC_CORES = ("Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom")
+_PROBE = '''
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.openblas_get_corename.restype = ctypes.c_char_p
+print(lib.openblas_get_corename().decode())
+'''
+
+
+def use_gtrains_blas_core(blas_path):
+    """OpenBLAS reads OPENBLAS_CORETYPE when it is loaded; gtrain replaces a generic core that
+    OpenBLAS falls back to on a CPU it does not know (src/core/gtrain_main.c, better_blas_core), so
+    the ceiling must run the same kernels: the same rule, applied before this process loads it."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return
+    core = subprocess.run([sys.executable, "-c", _PROBE, blas_path], stdout=subprocess.PIPE, text=True).stdout.strip()
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if core in _GENERIC_CORES:
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= flags:
+            os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+        elif {"avx2", "fma"} <= flags:
+            os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
 def gemm_ceiling(s, blas_path, threads, repeats=1):
     import numpy as np
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    use_gtrains_blas_core(blas_path)
     lib = ctypes.CDLL(blas_path)
     if hasattr(lib, "openblas_set_num_threads"):
         lib.openblas_set_num_threads(threads)
