@@ -33,6 +33,7 @@
 #include "agree.h"
 #include "errmsg.h"
 #include "exitcodes.h"
+#include "runstate.h"
 
 #define CLAIM_NAME ".gtrain-claim"
 #define READ_TRIES 10      /* a claim being written (the no-link fallback) is re-read, 100 ms apart */
@@ -281,19 +282,6 @@ static void refusal(const gt_config *cfg, const char *path, enum verdict v, cons
  * Creating, moving and removing the claim file
  * ---------------------------------------------------------------------------------------------- */
 
-static int make_dirs(const char *path) {
-    char buf[GT_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
 /* Writes text into a new file (O_EXCL: never someone else's) and fsyncs it. 0 or -1 with errno. */
 static int write_new_file(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -339,7 +327,7 @@ static void release_at_exit(void) { gt_runclaim_release(); }
 /* Rank 0: the claim loop. Returns 0 (held, or nothing to hold) or 2 with msg filled. */
 static int claim(const gt_config *cfg, char *msg, size_t len) {
     const char *dir = cfg->checkpoint.dir;
-    if (make_dirs(dir) != 0) return 0; /* the directory check names the path and the error */
+    if (gt_make_dirs(dir) != 0) return 0; /* the directory check names the path and the error */
     owner me, o;
     this_process(&me, cfg);
     char path[GT_PATH_MAX + 64], tmp[GT_PATH_MAX + 128], aside[GT_PATH_MAX + 128], text[GT_PATH_MAX + 1024];

@@ -125,8 +125,7 @@ static size_t list_state_files(const char *dir, int64_t **steps_out) {
     return n;
 }
 
-/* mkdir -p; 0 or -1 with errno. */
-static int make_dirs(const char *path) {
+int gt_make_dirs(const char *path) {
     char buf[GT_PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; *p; p++) {
@@ -213,7 +212,7 @@ static void remove_stale_temporaries(const char *dir) {
 /* Creates dir, then creates, writes, fsyncs and deletes a probe file in it. One rank per node,
  * since the directory may be node-local. 0, or -1 with errno set and what failed in `what`. */
 static int probe_dir(const char *dir, int rank, char *what, size_t what_len) {
-    if (make_dirs(dir) != 0) {
+    if (gt_make_dirs(dir) != 0) {
         snprintf(what, what_len, "cannot create");
         return -1;
     }

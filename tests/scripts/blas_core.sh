@@ -8,26 +8,11 @@
 #   blas_core.sh GTRAIN GTRAIN_PREP WORKDIR
 set -euo pipefail
 gtrain=$1 prep=$2 work=$3
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-"$prep" -o corpus /usr/share/common-licenses/* >/dev/null
-cat >run.ini <<INI
-[model]
-dim = 16
-n_layers = 1
-n_heads = 2
-n_kv_heads = 1
-ffn_dim = 32
-max_seq_len = 16
-[train]
-seq_len = 16
-micro_batch = 2
-steps = 1
-[data]
-train = corpus.train.bin
-val =
-INI
+# shellcheck source=SCRIPTDIR/fault_run.sh
+. "$(dirname "$0")/fault_run.sh"
+fault_run_dir "$prep" "$work" || exit 1
 fail() { echo "FAIL: $*" >&2; echo "--- output:" >&2; cat out.txt >&2; exit 1; }
-lib=$(ldd "$gtrain" | awk '/libopenblas|libblas/ {print $3; exit}')
+lib=$(ldd "$gtrain" | awk '/libopenblas|libblas/ && !n++ {print $3}')
 [ -n "$lib" ] || { echo "FAIL: gtrain links no OpenBLAS (ldd)"; exit 1; }
 expect=$(env -u OPENBLAS_CORETYPE python3 - "$lib" <<'PY'
 import ctypes, sys
@@ -51,7 +36,7 @@ PY
 read -r was want <<<"$expect"
 echo "OpenBLAS alone picks $was; expected from gtrain: $want"
 
-env -u OPENBLAS_CORETYPE GOMP_SPINCOUNT=1000 "$gtrain" run.ini >out.txt 2>&1 || fail "exit code $?"
+env -u OPENBLAS_CORETYPE GOMP_SPINCOUNT=1000 "$gtrain" run.ini train.steps=1 >out.txt 2>&1 || fail "exit code $?"
 lines=$(grep -c '^gtrain: OPENBLAS_CORETYPE=' out.txt || true)
 if [ "$want" = "-" ]; then
   ((lines == 0)) || fail "gtrain changed OpenBLAS's choice of $was"
@@ -60,6 +45,6 @@ else
   grep -q "^gtrain: OPENBLAS_CORETYPE=$want: OpenBLAS chose its generic $was kernels" out.txt ||
     fail "the line does not say $was -> $want"
 fi
-OPENBLAS_CORETYPE=Prescott GOMP_SPINCOUNT=1000 "$gtrain" run.ini >out.txt 2>&1 || fail "exit code $? with OPENBLAS_CORETYPE set"
+OPENBLAS_CORETYPE=Prescott GOMP_SPINCOUNT=1000 "$gtrain" run.ini train.steps=1 >out.txt 2>&1 || fail "exit code $? with OPENBLAS_CORETYPE set"
 ! grep -q '^gtrain: OPENBLAS_CORETYPE=' out.txt || fail "a user's OPENBLAS_CORETYPE was overridden"
 echo "ok"

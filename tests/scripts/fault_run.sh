@@ -1,4 +1,4 @@
-# fault_run.sh — sourced by the fault tests (rank_death_ends_job.sh, stops_table.sh,
+# fault_run.sh — sourced by the fault tests (rank_death_ends_job.sh, stops_table.sh, blas_core.sh,
 # watchdog_names_hung_rank.sh): `fault_run_dir PREP WORKDIR` makes WORKDIR afresh, enters it, prepares a
 # byte corpus from the system's licence texts and writes run.ini, a model small enough that a step takes
 # milliseconds, set to run far longer than any test waits. A test appends its own sections to run.ini.
