@@ -74,3 +74,10 @@ add_test(NAME watchdog_runs_abort_hook_hangs
          COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:watchdog_runs_abort_hook>|hangs|${CMAKE_CURRENT_BINARY_DIR}/watchdog_runs_abort_hook_hangs"
                  -DRC=76 "-DEXPECT=exit 76\nabort hook entered\n" -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
 set_tests_properties(watchdog_runs_abort_hook_returns watchdog_runs_abort_hook_hangs PROPERTIES LABELS mpi TIMEOUT 60)
+
+# train.precision = auto on the CPU: bf16 where every rank has bf16 instructions, else fp32, said in one
+# line; checked by the losses it computes, with oneDNN held below AVX512-BF16 and with one such rank.
+add_test(NAME precision_auto_takes_the_faster
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/precision_auto.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 ${CMAKE_CURRENT_BINARY_DIR}/precision_auto ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(precision_auto_takes_the_faster PROPERTIES LABELS "mpi;bf16" TIMEOUT 300)

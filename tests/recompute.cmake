@@ -80,6 +80,7 @@ steps = ${STEPS}
 warmup_steps = 1
 seed = 7
 device = cpu
+precision = fp32
 [memory]
 recompute = none
 budget = 1GiB

@@ -36,6 +36,7 @@ max_seq_len = 64
 seq_len = 32
 micro_batch = 4
 steps = 40
+precision = fp32
 lr = 1e-2
 min_lr = 1e-3
 warmup_steps = 2

@@ -211,7 +211,11 @@ static int run_plan(int argc, char **argv) {
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
     int gpu = cfg.train.device == GT_DEVICE_CUDA ||
               (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);
-    int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32 : cfg.train.precision == GT_PRECISION_BF16;
+    /* on the CPU, auto is what the trainer would take on this machine (bf16 where it has bf16 instructions) */
+    char why[512];
+    int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32
+                   : cfg.train.precision == GT_PRECISION_BF16 ||
+                         (cfg.train.precision == GT_PRECISION_AUTO && gt_ops_cpu_bf16(why, sizeof why));
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
@@ -220,7 +224,8 @@ static int run_plan(int argc, char **argv) {
         fprintf(stderr, "gtrain: %s\n", err);
         return 2;
     }
-    printf("(%s backend assumed: %s activations)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32");
+    printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
+           !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
     gt_plan_report(stdout, &cfg, &choice);
     return 0;
 }

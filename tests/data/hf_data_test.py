@@ -122,6 +122,7 @@ max_seq_len = 64
 [train]
 seq_len = 32
 micro_batch = 4
+precision = fp32
 steps = %d
 warmup_steps = 1
 lr = 1e-2

@@ -244,7 +244,7 @@ phase_trainer() {
     local deadline=$(($(date +%s) + lim)) T="train.steps=40 train.warmup_steps=4" runs label args
     # label | environment | overrides
     runs=(
-        "tiny-cpu||train.device=cpu"
+        "tiny-cpu||train.device=cpu train.precision=fp32"
         "tiny-cuda-fp32||train.device=cuda train.precision=fp32"
         "tiny-cuda-bf16||train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-again||train.device=cuda train.precision=bf16"
@@ -256,6 +256,7 @@ phase_trainer() {
         "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-mma|GTRAIN_CUDA_ATTENTION=mma|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-cudnn|GTRAIN_CUDA_ATTENTION=cudnn|train.device=cuda train.precision=bf16"
+        "tiny-cpu-bf16||train.device=cpu train.precision=bf16"
     )
     local r rest envs
     for r in "${runs[@]}"; do
@@ -320,6 +321,15 @@ except OSError:
     fell = []
 cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran" if c else "no steps"
 check("cudnn attention tracks default", len(c) == 40 and dc < 0.1, f"max |loss diff| {dc:.3g} ({cudnn_how})")
+# the CPU's bf16 backend (oneDNN) against the GPU's: both round in the same places but attention's P~ and
+# dS (docs/precision.md), so they track as closely as bf16 and fp32 do; a host CPU without bf16
+# instructions refuses the run with one line (exit 2): then there is nothing to compare
+c16 = losses("tiny-cpu-bf16")
+if c16 or not said("tiny-cpu-bf16", "no bf16 instructions"):
+    dcb = max((abs(a - b) for a, b in zip(c16, b16)), default=float("nan"))
+    check("bf16 cpu tracks bf16 cuda", len(c16) == 40 and dcb < 0.1, f"max |loss diff| {dcb:.3g}")
+else:
+    lines.append("SKIP bf16 cpu tracks bf16 cuda: the host CPU has no bf16 instructions")
 print("\n".join(lines))
 print("SUMMARY", "ok" if ok else "failed", f"fp32-vs-cpu {d32:.2g}; bf16-vs-cpu {d16:.2g};"
       f" mma-vs-default {dm:.2g}; cudnn-vs-default {dc:.2g} ({cudnn_how})")

@@ -165,6 +165,7 @@ lr = 3e-3
 min_lr = 3e-4
 warmup_steps = {min(2, steps)}
 device = cpu
+precision = fp32
 {extra}[data]
 train = {work}/data.train.bin
 val = {work}/data.val.bin

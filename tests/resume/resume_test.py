@@ -104,6 +104,7 @@ lr = 3e-3
 min_lr = 3e-4
 warmup_steps = 2
 seed = 7
+precision = fp32
 [data]
 train = {data}
 val =

@@ -41,6 +41,7 @@ seq_len = 32
 micro_batch = 4
 grad_accum = 1
 steps = 6
+precision = fp32
 lr = 3e-3
 min_lr = 3e-4
 warmup_steps = 2
