@@ -12,7 +12,6 @@ Fails (exit 1) when numpy, torch or transformers are missing in this Python (GTR
 """
 import argparse
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,8 @@ try:
 except ImportError as e:
     print(f"FAIL: {e} in {sys.executable}: configure with -DGTRAIN_HF_PYTHON= the venv of tools/setup-venv.sh")
     sys.exit(1)
+
+from testlib import word_corpus  # noqa: E402  (tests/ is this script's directory)
 
 CONFIG = """[model]
 dim = 32
@@ -86,13 +87,7 @@ def main():
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    rng = random.Random(11)
-    words = ["abacus", "abbey", "sample", "greedy", "token", "logits", "argmax", "the", "a", "of", "byte"]
-    with open(f"{work}/corpus.txt", "w") as f:
-        for _ in range(3000):
-            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + ".\n")
-    subprocess.run([args.prep, "--val-fraction", "0", "-o", f"{work}/corpus", f"{work}/corpus.txt"], check=True,
-                   stdout=subprocess.DEVNULL)
+    word_corpus(args.prep, work, 11, ["abacus", "abbey", "sample", "greedy", "token", "logits", "argmax", "the", "a", "of", "byte"], 135_000, words_per_line=(3, 12), val_fraction="0")
     with open(f"{work}/tiny.ini", "w") as f:
         f.write(CONFIG.format(work=work))
     subprocess.run([args.gtrain, f"{work}/tiny.ini"], check=True, env=dict(os.environ, OMP_NUM_THREADS="1"),

@@ -22,15 +22,17 @@ Exit status: 0 pass, 1 fail (with the reason).
 """
 import argparse
 import os
-import random
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testlib  # noqa: E402
+from testlib import check, fail, word_corpus  # noqa: E402,F401
+
 ARGS = None
-CHECKS = 0
 CLAIM = ".gtrain-claim"
 HOST = os.uname().nodename
 
@@ -58,32 +60,14 @@ keep = 0
 """
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    global CHECKS
-    CHECKS += 1
-    if not cond:
-        fail(msg)
-    print(f"  ok: {msg}", flush=True)
-
-
 def setup(work):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    rng = random.Random(5)
     words = ["claim", "owner", "host", "pid", "run", "dir", "the", "a", "of", "stale", "token", "link"]
-    text = os.path.join(work, "corpus.txt")
-    with open(text, "w") as f:
-        f.writelines(" ".join(rng.choice(words) for _ in range(10)) + ".\n" for _ in range(4000))
-    subprocess.run([ARGS.prep, "--val-fraction", "0", "-o", os.path.join(work, "corpus"), text], check=True,
-                   stdout=subprocess.DEVNULL)
+    prefix = word_corpus(ARGS.prep, work, 5, words, 200_000, words_per_line=(10, 10))
     config = os.path.join(work, "tiny.ini")
     with open(config, "w") as f:
-        f.write(CONFIG.format(data=os.path.join(work, "corpus.train.bin")))
+        f.write(CONFIG.format(data=prefix + ".train.bin"))
     return config
 
 
@@ -398,7 +382,7 @@ def main():
     print(f"scenario {ARGS.scenario}", flush=True)
     config = setup(ARGS.work)
     SCENARIOS[ARGS.scenario](config, ARGS.work)
-    print(f"PASS: {ARGS.scenario}, {CHECKS} checks in {time.time() - t0:.1f} s", flush=True)
+    print(f"PASS: {ARGS.scenario}, {testlib.CHECKS} checks in {time.time() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

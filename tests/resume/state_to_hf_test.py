@@ -12,7 +12,6 @@ package is a broken set-up, not a reason to skip.
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -60,6 +59,7 @@ metrics = {work}/metrics.jsonl
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from val_loss_reference import val_loss_reference  # noqa: E402
+from testlib import word_corpus  # noqa: E402
 
 
 
@@ -74,13 +74,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
 
-    rng = random.Random(5)
-    words = ["export", "hugging", "face", "llama", "weights", "state", "the", "a", "of", "tensor", "safetensors"]
-    with open(f"{work}/corpus.txt", "w") as f:
-        for _ in range(4000):
-            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + ".\n")
-    subprocess.run([args.prep, "--val-fraction", "0.1", "-o", f"{work}/corpus", f"{work}/corpus.txt"], check=True,
-                   stdout=subprocess.DEVNULL)
+    word_corpus(args.prep, work, 5, ["export", "hugging", "face", "llama", "weights", "state", "the", "a", "of", "tensor", "safetensors"], 180_000, words_per_line=(3, 12), val_fraction="0.1")
     with open(f"{work}/tiny.ini", "w") as f:
         f.write(CONFIG.format(work=work))
     env = dict(os.environ, OMP_NUM_THREADS="1")

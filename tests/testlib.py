@@ -1,0 +1,43 @@
+"""testlib.py — what the Python tests that run the real binaries share: the check tally that ends a
+scenario with "PASS: ..., N checks" or stops it at the first failed check, and the word corpus that
+gtrain-prep turns into the byte tokens of a tiny model (a deterministic text from a seed and a word
+list, so each test keeps its own data). Imported with the tests directory on sys.path; Debian's
+python3 alone suffices."""
+import os
+import random
+import subprocess
+import sys
+
+CHECKS = 0
+
+
+def fail(msg):
+    print(f"FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    """One named check: counted and printed when it holds, the end of the test when it does not."""
+    global CHECKS
+    CHECKS += 1
+    if not cond:
+        fail(msg)
+    print(f"  ok: {msg}", flush=True)
+
+
+def word_corpus(prep, work, seed, words, size, words_per_line=(4, 14), val_fraction="0"):
+    """WORK/corpus.txt of about SIZE bytes of sentences drawn from WORDS, then gtrain-prep's
+    WORK/corpus.train.bin (and .val.bin with a VAL_FRACTION above 0); returns the prefix WORK/corpus."""
+    rng = random.Random(seed)
+    lines, n = [], 0
+    while n < size:
+        line = " ".join(rng.choice(words) for _ in range(rng.randint(*words_per_line))).capitalize() + ".\n"
+        lines.append(line)
+        n += len(line)
+    text = os.path.join(work, "corpus.txt")
+    with open(text, "w") as f:
+        f.writelines(lines)
+    prefix = os.path.join(work, "corpus")
+    subprocess.run([prep, "--val-fraction", str(val_fraction), "-o", prefix, text], check=True,
+                   stdout=subprocess.DEVNULL)
+    return prefix
