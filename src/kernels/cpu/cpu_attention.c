@@ -28,12 +28,12 @@
  * walks heads then query blocks in order, so every sum has one order whatever the thread count:
  *   dP~ = dout_blk @ v^T ; dS ; dq_blk = dS @ k ; dk += dS^T @ q_blk ; dv += P~^T @ dout_blk
  * (five products per block, scores recomputed or read from probs). B * NKV items share the threads.
+ * dK and dV of the item add up in an fp32 (T, HD) buffer and are stored once at its end.
  *
  * Where bf16 rounds, as the CUDA backend's bf16 attention does (docs/precision.md): the scores
  * S = (q k^T) * scale, the softmax, lse, dP and dS are fp32; P~ (after dropout) is rounded to bf16
  * before P~ V and before dV += P~^T dO, dS before dQ = dS K and dK += dS^T Q (block_operand); dK and
- * dV add up in fp32 over the heads of a group and the query blocks and are rounded once at the end;
- * out and dQ are rounded once from their fp32 sums.
+ * dV are rounded once when stored; out and dQ are rounded once from their fp32 sums.
  */
 #ifndef ELEM_F32
 #include <cblas.h>
@@ -75,6 +75,8 @@ static NOINLINE void block_scores(float *S, const float *q, int qstride, const f
                 kend);
 }
 
+/* gt_dnnl_gemm_ld has no alpha: the scale is a separate fp32 multiply (sgemm's alpha above is kept,
+ * it is part of the fp32 bits) */
 static NOINLINE void block_scores_bf16(float *S, const uint16_t *q, int qstride, const uint16_t *k, int kstride,
                                        int nq, int kend, int HD, float scale) {
     gt_dnnl_gemm_ld(nq, kend, HD, q, qstride, 0, k, kstride, 1, S, kend, 1, 0);
