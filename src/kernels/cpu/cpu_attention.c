@@ -35,7 +35,7 @@
  * before P~ V and before dV += P~^T dO, dS before dQ = dS K and dK += dS^T Q (block_operand); dK and
  * dV are rounded once when stored; out and dQ are rounded once from their fp32 sums.
  */
-#ifndef ELEM_F32
+#ifndef ELEM_F32   /* this part once; cpu_elem.h then includes the file back for the part after #else */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  * from the model (gt_rope_table in model.c, which follows transformers' inv_freq, llama3 scaling
  * included); this file only applies the rotation.
  */
-#ifndef ELEM_F32
+#ifndef ELEM_F32   /* this part once; cpu_elem.h then includes the file back for the part after #else */
 #include <math.h>
 
 #include "cpu_kernels.h"

@@ -8,7 +8,7 @@
  * so the same (key, index) gives the same mask in forward, in a recomputed forward and in backward.
  * A dropout of 0 never calls the RNG.
  */
-#ifndef ELEM_F32
+#ifndef ELEM_F32   /* this part once; cpu_elem.h then includes the file back for the part after #else */
 #include <math.h>
 #include <string.h>
 
