@@ -1,9 +1,11 @@
 /*
- * ops_cpu.c — the CPU backend's gt_ops table, its memory functions (host memory, 64-byte aligned),
- * and the fp32 vector utilities of the optimizer step: sum of squares, scale, AdamW, and the
- * master <-> working copies (both fp32 here, so plain copies).
+ * ops_cpu.c — the CPU backend's two gt_ops tables (fp32 and bf16 working tensors), their memory
+ * functions (host memory, 64-byte aligned), and the fp32 vector utilities of the optimizer step:
+ * sum of squares, scale, AdamW, and the fp32 table's master <-> working copies (plain copies).
  *
- * The math of the layers lives in cpu_matmul.c, cpu_norm_rope.c, cpu_attention.c and cpu_pointwise.c.
+ * The math of the layers lives in cpu_norm_rope.c, cpu_attention.c and cpu_pointwise.c (each written
+ * once, compiled for both tables: cpu_elem.h), the linear layers in cpu_matmul.c (fp32, OpenBLAS)
+ * and cpu_bf16.c (bf16, oneDNN through cpu_dnnl.c).
  */
 #include <math.h>
 #include <string.h>
@@ -156,48 +158,42 @@ static void cpu_to_master(float *master, const void *working, size_t n) {
     cpu_copy(master, working, n * sizeof(float));
 }
 
-/* ---------------------------------------------------------------- the table */
+/* ---------------------------------------------------------------- the tables */
+
+/* What both tables share: the memory functions and the fp32 optimizer utilities. The kernels can
+ * store the (B, NH, T, T) attention probabilities for backward (tests use that path), but the blocked
+ * attention rebuilds them from q, k and lse with one product per query block for less than the
+ * traffic of storing and reading them: llama100m's no-recompute step took the same CPU seconds either
+ * way (docs/cpu-speed.md) and keeps 576 MiB less. */
+#define CPU_COMMON_ENTRIES                                                                  \
+    .name = "cpu", .can_keep_attention_probs = 0,                                           \
+    .alloc = cpu_alloc, .free = cpu_free, .zero = cpu_zero, .copy_to_device = cpu_copy,     \
+    .copy_to_host = cpu_copy, .copy = cpu_copy, .synchronize = cpu_synchronize,             \
+    .sumsq = cpu_sumsq, .scale = cpu_scale, .adamw = cpu_adamw
 
 static const gt_ops cpu_ops = {
-    .name = "cpu",
+    CPU_COMMON_ENTRIES,
     .act_bytes = 4,
-    /* the kernels can store the (B, NH, T, T) probabilities for backward (tests use that path), but
-     * the blocked attention rebuilds them from q, k and lse with one sgemm per query block for less
-     * than the traffic of storing and reading them: llama100m's no-recompute step took the same CPU
-     * seconds either way (docs/cpu-speed.md) and keeps 576 MiB less */
-    .can_keep_attention_probs = 0,
-
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .zero = cpu_zero,
-    .copy_to_device = cpu_copy,
-    .copy_to_host = cpu_copy,
-    .copy = cpu_copy,
-    .synchronize = cpu_synchronize,
-
-    .embedding_forward = gt_cpu_embedding_forward,
-    .embedding_backward = gt_cpu_embedding_backward,
-    .rmsnorm_forward = gt_cpu_rmsnorm_forward,
-    .rmsnorm_apply = gt_cpu_rmsnorm_apply,
-    .rmsnorm_backward = gt_cpu_rmsnorm_backward,
+    GT_CPU_LAYER_ENTRIES(),
     .matmul_forward = gt_cpu_matmul_forward,
     .matmul_backward = gt_cpu_matmul_backward,
-    .rope_forward = gt_cpu_rope_forward,
-    .rope_backward = gt_cpu_rope_backward,
-    .attention_forward = gt_cpu_attention_forward,
-    .attention_backward = gt_cpu_attention_backward,
-    .swiglu_forward = gt_cpu_swiglu_forward,
-    .swiglu_backward = gt_cpu_swiglu_backward,
-    .residual_forward = gt_cpu_residual_forward,
-    .dropout_backward = gt_cpu_dropout_backward,
-    .crossentropy_forward = gt_cpu_crossentropy_forward,
-    .crossentropy_backward = gt_cpu_crossentropy_backward,
-
-    .sumsq = cpu_sumsq,
-    .scale = cpu_scale,
-    .adamw = cpu_adamw,
     .to_working = cpu_to_working,
     .to_master = cpu_to_master,
 };
 
+/* The same layers on bf16 working tensors; the linear layers go to oneDNN (cpu_bf16.c). */
+static const gt_ops cpu_bf16_ops = {
+    CPU_COMMON_ENTRIES,
+    .act_bytes = 2,
+    GT_CPU_LAYER_ENTRIES(_bf16),
+    .matmul_forward = gt_cpu_matmul_forward_bf16,
+    .matmul_backward = gt_cpu_matmul_backward_bf16,
+    .to_working = gt_cpu_to_working_bf16,
+    .to_master = gt_cpu_to_master_bf16,
+};
+
 const gt_ops *gt_ops_cpu(void) { return &cpu_ops; }
+
+const gt_ops *gt_ops_cpu_bf16(char *why, size_t why_len) {
+    return gt_dnnl_available(why, why_len) ? &cpu_bf16_ops : NULL;
+}
