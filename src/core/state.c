@@ -1133,6 +1133,33 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
     return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
 }
 
+int gt_state_rank_dir(const char *path, char *rank_dir, size_t len) {
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    char err[1024];
+    reader r = {path, -1, err, sizeof err, ""};
+    rank_dir[0] = '\0';
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_sec2(fapl);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, 0, 1);
+#endif
+    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    int rc = -1;
+    if (r.file >= 0) {
+        htri_t has = H5Aexists(r.file, "rank_dir");
+        if (has == 0) rc = 0;
+        else if (has > 0 && read_attr_str(&r, r.file, "/", "rank_dir", rank_dir, len) == 0) rc = 1;
+        H5Fclose(r.file);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return rc;
+}
+
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len) {
     return read_file(path, NULL, NULL, layout, params, NULL, err, err_len);
 }

@@ -115,6 +115,12 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
  * are not read. GT_STATE_* and err. */
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
 
+/* The directory of rank files a top file of the split layout maps onto (its root attribute
+ * rank_dir, relative to the file's directory): 1 with it in rank_dir; 0 for a single file (no
+ * rank files); -1 when the file does not open or the attribute does not read. One process, no MPI;
+ * no tensor is read and the rank files are not opened. */
+int gt_state_rank_dir(const char *path, char *rank_dir, size_t len);
+
 /* The size a state file of this layout will have on disk, from the same chunking and alignment
  * rules the writer uses, plus an allowance for metadata: for the free-space check at start. */
 uint64_t gt_state_file_bytes(const gt_layout *layout);

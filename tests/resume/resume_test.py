@@ -1073,11 +1073,100 @@ def async_full_disk(e):
 
 
 
+def step_rank_dirs(d, step):
+    """The rank-file directories of one step: step_N.h5.d and step_N.h5.d.K."""
+    base = f"step_{step:08d}.h5.d"
+    return sorted(f for f in os.listdir(d) if f == base or (f.startswith(base + ".") and f[len(base) + 1:].isdigit()))
+
+
+def rewritten_since(d, step, t0):
+    """A rank file of `step` written after t0: the re-save of that step has begun."""
+    for sub in step_rank_dirs(d, step):
+        for f in os.listdir(os.path.join(d, sub)) if os.path.isdir(os.path.join(d, sub)) else []:
+            try:
+                if os.stat(os.path.join(d, sub, f)).st_mtime > t0:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def resave_is_atomic(e):
+    """Re-saving a step that already has a state file (a run resumed from an older file saves the
+    same step again) replaces it atomically, in both writers: a kill -9 in the middle of the re-save
+    leaves the old step_N.h5 readable (never deleted first, never a top file over a mix of old and
+    new rank files); a completed re-save leaves one file and the rank files it names, the replaced
+    ones deleted; a file set aside as .bad keeps its rank files; rank files no state file names are
+    deleted at the next start."""
+    e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
+    e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    ck, top = e.ck("run"), e.ck("run", 4)
+    again = ["train.steps=4", "checkpoint.every=2", f"checkpoint.resume={e.ck('run', 2)}"]
+
+    # asynchronous: killed while the new rank files are written
+    t0 = time.time()
+    p = e.start(2, "run", *again, env={"GTRAIN_TEST_SLOW_SAVE": "3"})
+    wait_for(lambda: rewritten_since(ck, 4, t0), "the re-save of step 4 to write its rank files")
+    time.sleep(0.3)
+    check(os.path.exists(top), "while step 4 is written again, the old step_00000004.h5 is still there")
+    kill_group(p)
+    rc, out = state_check("verify", top)
+    check(rc == 0, "killed during the asynchronous re-save of step 4: the old file verifies: " + out.strip())
+    print(f"    after the kill: rank dirs of step 4 {step_rank_dirs(ck, 4)}", flush=True)
+    out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check("resumed from " + top in out, "the next run resumes from step 4 (nothing to fall back from)")
+    check(len(step_rank_dirs(ck, 4)) == 1 and "left by a save that did not finish" in out,
+          f"the unpublished rank files are deleted at the start: {step_rank_dirs(ck, 4)}")
+    same_state(e.ck("ref", 4), top, "the surviving step 4 equals the reference")
+
+    # asynchronous, completed: one top file and the rank files it names
+    out, _ = e.run(2, "run", *again)
+    dirs = step_rank_dirs(ck, 4)
+    check(len(dirs) == 1 and h5_attr(top, "rank_dir") == dirs[0],
+          f"after a completed re-save: one rank dir of step 4, the one the top file names: {dirs}")
+    same_state(e.ck("ref", 4), top, "the re-saved step 4 equals the reference")
+
+    # collective writer over an asynchronous file: killed while the .tmp is written, then completed
+    p = e.start(2, "run", *again, "checkpoint.async=false", env={"GTRAIN_TEST_SLOW_SAVE": "3"})
+    wait_for(lambda: os.path.exists(e.ck("run", 4, tmp=True)), "the collective re-save of step 4 to begin")
+    time.sleep(0.3)
+    kill_group(p)
+    check(state_check("verify", top)[0] == 0, "killed during the collective re-save: the old step 4 verifies")
+    e.run(2, "run", *again, "checkpoint.async=false")
+    check(step_rank_dirs(ck, 4) == [] and h5_attr(top, "rank_dir") is None,
+          f"a collective re-save replaced the asynchronous file and deleted its rank files: {sorted(os.listdir(ck))}")
+    same_state(e.ck("ref", 4), top, "the collective re-save equals the reference")
+    e.run(2, "run", *again)  # and an asynchronous one over the single file
+    check(len(step_rank_dirs(ck, 4)) == 1, "an asynchronous re-save over the single file: one rank dir")
+    same_state(e.ck("ref", 4), top, "the asynchronous re-save over the single file equals the reference")
+
+    # a step set aside as .bad keeps its rank files when the step is saved again
+    old_dir = os.path.join(ck, h5_attr(top, "rank_dir"))
+    flip_in_chunk(os.path.join(old_dir, "rank_00001.h5"), "/optim/exp_avg/lm_head.weight.b1")
+    kept = {f: open(os.path.join(old_dir, f), "rb").read() for f in os.listdir(old_dir)}
+    out, err = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check("resumed from " + e.ck("run", 2) in out and os.path.exists(top + ".bad"), "step 4 failed, set aside as .bad")
+    check(all(open(os.path.join(old_dir, f), "rb").read() == b for f, b in kept.items()) and len(kept) == 2,
+          "the .bad file's rank files are still there, byte for byte")
+    check(state_check("verify", top)[0] == 0 and h5_attr(top, "rank_dir") != os.path.basename(old_dir),
+          "the step was saved again beside it, into another directory")
+    same_state(e.ck("ref", 4), top, "and equals the reference")
+
+    # rank files that no state file names (a kill after the publish, before the old directory went)
+    stray = os.path.join(ck, "step_00000004.h5.d.7")
+    shutil.copytree(os.path.join(ck, h5_attr(top, "rank_dir")), stray)
+    out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check(not os.path.exists(stray) and f"removed {stray}" in out, "a rank dir no file names is deleted at the start")
+    check(os.path.isdir(old_dir) and state_check("verify", top)[0] == 0, "the named ones stay")
+
+
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
-                                     async_missing_rank_file, async_sigterm, async_full_disk)}
+                                     async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic)}
 
 
 def main():
