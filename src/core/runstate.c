@@ -1038,8 +1038,9 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     uint64_t bytes = 0;
     double write_s = 0;
     char err[6144];
-    int code = gt_agree_on_failure(run->mpi_comm, gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0,
-                                   err, sizeof err);
+    int code = gt_agree_on_failed_ranks(run->mpi_comm,
+                                        gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0, err,
+                                        sizeof err);
     if (!code && rank == 0) code = publish_top(run, err, sizeof err) != 0;
     run->pending_step = 0;
     int failed_on_0 = code;

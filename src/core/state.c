@@ -46,6 +46,7 @@
 
 #include "model.h"
 #include "shard.h"
+#include "agree.h"
 #include "testhooks.h"
 #include "watchdog.h"
 
@@ -414,6 +415,21 @@ static void test_slow_save(int rank, int64_t step) {
     }
 }
 
+/* GTRAIN_TEST_SAVE_EIO=R[,R...] (tests only): in every save, the writers of these ranks fail as a
+ * disk returning EIO would, at the creation of /optim/exp_avg, so that a test can make several
+ * given ranks fail at once. The call then goes on, and the failure is agreed, as a real one is. */
+static void test_injected_eio(writer *w) {
+    const char *ranks = gt_test_hook("GTRAIN_TEST_SAVE_EIO");
+    char list[256], *save = NULL;
+    snprintf(list, sizeof list, "%s", ranks ? ranks : "");
+    for (char *r = strtok_r(list, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
+        if (atoi(r) != w->rank) continue;
+        errno = EIO;
+        file_failed(w, "H5Gcreate2", "/optim/exp_avg (GTRAIN_TEST_SAVE_EIO)");
+        return;
+    }
+}
+
 /* The root attributes, /config, /train and /optim: everything but the tensors. */
 static void write_header(writer *w, hid_t file, const char *text, const gt_state_info *info) {
     write_attr_str(w, file, "format", GT_STATE_FORMAT);
@@ -447,7 +463,7 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
     write_header(w, file, text, info);
     const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
     for (int g = 0; g < 3 && !w->abandoned; g++) {
-        if (g == 1) test_slow_save(w->rank, info->step);
+        if (g == 1) test_slow_save(w->rank, info->step), test_injected_eio(w);
         hid_t group = create_group(w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors; i++)
             write_tensor(w, group, GROUPS[g], &layout->tensors[i], mine, buffers[g], opt->shard.begin, rounds[i]);
@@ -462,7 +478,7 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
 static void describe_failure(const writer *w, char *err, size_t err_len) {
     const char *why = w->why[0] ? w->why : "an HDF5 call failed";
     if (w->err_no) {
-        snprintf(err, err_len, "%s (rank %d: %s)", strerror(w->err_no), w->rank, w->what);
+        snprintf(err, err_len, "%s (%s)", strerror(w->err_no), w->what);
         return;
     }
     char dir[1024];
@@ -472,10 +488,10 @@ static void describe_failure(const writer *w, char *err, size_t err_len) {
     else snprintf(dir, sizeof dir, ".");
     struct statvfs st;
     if (statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < ALIGN_BYTES)
-        snprintf(err, err_len, "%s: %llu bytes free (rank %d: %s: %s)", strerror(ENOSPC),
-                 (unsigned long long)st.f_bavail * st.f_frsize, w->rank, w->what, why);
+        snprintf(err, err_len, "%s: %llu bytes free (%s: %s)", strerror(ENOSPC),
+                 (unsigned long long)st.f_bavail * st.f_frsize, w->what, why);
     else
-        snprintf(err, err_len, "%s (rank %d: %s)", why, w->rank, w->what);
+        snprintf(err, err_len, "%s (%s)", why, w->what);
 }
 
 int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
@@ -536,21 +552,17 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
     LOCAL(&w, H5Pclose(w.dxpl));
     LOCAL(&w, H5Pclose(fapl));
 
-    /* one verdict for all ranks, with the message of the lowest rank that failed */
-    int failed_rank = w.failed ? w.rank : world, first = world;
-    MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first < world) {
-        char msg[1024] = "";
-        if (w.rank == first) describe_failure(&w, msg, sizeof msg);
-        MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm);
-        snprintf(err, err_len, "%s", msg);
-    }
+    /* one verdict for all ranks, naming every rank that failed, with the lowest one's message */
+    char msg[1024] = "";
+    if (w.failed) describe_failure(&w, msg, sizeof msg);
+    int failed = gt_agree_on_failed_ranks(comm, w.failed, msg, sizeof msg);
+    if (failed) snprintf(err, err_len, "%s", msg);
     H5Eclear2(H5E_DEFAULT);
     H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
     free(text);
     free(w.stage);
     free(rounds);
-    return first < world ? -1 : 0;
+    return failed ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -635,7 +647,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         close_group(&w, create_group(&w, file, "optim"), "/optim");
     }
     for (int g = 0; g < 3 && !w.abandoned; g++) {
-        if (g == 1) test_slow_save(rank, info->step);
+        if (g == 1) test_slow_save(rank, info->step), test_injected_eio(&w);
         hid_t group = create_group(&w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors && !w.abandoned; i++) {
             const gt_tensor_info *t = &layout->tensors[i];

@@ -1060,9 +1060,9 @@ def async_full_disk(e):
                              "checkpoint.every=2", "checkpoint.keep=0", expect=1)
             print("   ", err.strip().replace("\n", "\n    "))
             failed = [l for l in gtrain_lines(err) if "cannot save step" in l]
-            check(len(failed) == 2 and all("No space left on device" in l and "rank " in l and "rank_0" in l
-                                           for l in failed),
-                  f"{np_} ranks: each failed save is one line with the rank, the rank file and the OS error")
+            check(len(failed) == 2 and all("No space left on device" in l and re.search(r": ranks? [0-9,-]+: ", l)
+                                           and "rank_0" in l for l in failed),
+                  f"{np_} ranks: each failed save is one line with the ranks, a rank file and the OS error")
             check("cannot save step 4" in failed[0] and "training goes on" in failed[0], "the periodic save failed, training went on")
             check("cannot save step 6" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
             check(max(e.losses(f"full{np_}")) == 6, "all 6 steps were trained")
@@ -1162,11 +1162,32 @@ def resave_is_atomic(e):
 
 
 
+def save_failure_names_every_rank(e):
+    """When the writers of several ranks fail in one save (GTRAIN_TEST_SAVE_EIO=R,R: EIO, as a disk
+    would return it, on those ranks), the one failure line names every failing rank, then the
+    lowest one's file and error; one failing rank is named alone. Both writers, 3 ranks."""
+    for mode in ("async", "sync"):
+        for ranks, named in (("0,2", "ranks 0,2: "), ("1", "rank 1: "), ("0,1,2", "ranks 0-2: ")):
+            name = f"{mode}{ranks.replace(',', '')}"
+            out, err = e.run(3, name, "train.steps=2", "checkpoint.every=0", f"checkpoint.async={str(mode == 'async').lower()}",
+                             env={"GTRAIN_TEST_SAVE_EIO": ranks}, expect=1)
+            failed = [l for l in gtrain_lines(err) if "cannot save step 2" in l]
+            print("   ", failed[0] if failed else err.strip(), flush=True)
+            first = f"{e.ck(name, 2)}.d/rank_{int(ranks[0]):05d}.h5: " if mode == "async" else ""
+            check(len(failed) == 1 and f".h5: {named}{first}Input/output error (" in failed[0],
+                  f"{mode}, ranks {ranks} fail: one line naming them, then the lowest one's file and error")
+            check(failed[0].endswith("exit 1") and e.steps_saved(name) == [] and rank_dirs(e.ck(name)) == [],
+                  f"{mode}: the final save failed, exit 1, no partial files left")
+
+
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
-                                     async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic)}
+                                     async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic,
+                                     save_failure_names_every_rank)}
 
 
 def main():
