@@ -879,7 +879,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     run->opt->ops->synchronize();
     gt_watchdog_phase_begin("save", run->file_bytes); /* a rank stuck in it is named (watchdog.h) */
     double t0 = MPI_Wtime();
-    char err[1024] = "";
+    char err[1024] = "", cleaned[GT_PATH_MAX + 160] = "its temporary file is deleted";
     int ok = 1;
     if (rank == 0 && reserve_space(tmp, cfg->checkpoint.dir, run->file_bytes) != 0) {
         char need[32];
@@ -897,7 +897,8 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
             ok = 0;
         }
         if (!ok && unlink(tmp) != 0 && errno != ENOENT)
-            fprintf(stderr, "gtrain: cannot delete %s: %s\n", tmp, strerror(errno));
+            snprintf(cleaned, sizeof cleaned, "its temporary file %s could not be deleted (%s; the next start "
+                     "deletes it)", tmp, strerror(errno));
         if (ok && fsync_path(cfg->checkpoint.dir, 1) != 0) /* the file is complete; only the rename may not last */
             fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, final_path,
                     strerror(errno));
@@ -909,7 +910,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     run->last_save_time = MPI_Wtime();
     run->last_save_failed = !ok;
     if (!ok) {
-        if (rank == 0) report_failed_save(run, step, err, "its temporary file is deleted", then);
+        if (rank == 0) report_failed_save(run, step, err, cleaned, then);
         return -1;
     }
     run->last_saved_step = step;
@@ -1055,8 +1056,11 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     run->last_save_failed = code != 0; /* (checkpoint.every_minutes counts from the copy: start_async) */
     if (code) {
         if (rank == 0) {
-            remove_rank_dir(dir); /* only its own: an older save of this step still maps onto its directory */
-            report_failed_save(run, step, err, "its partial files are deleted", then);
+            char cleaned[GT_PATH_MAX + 160] = "its partial files are deleted";
+            if (remove_rank_dir(dir) != 0) /* only its own: an older save of this step maps onto its directory */
+                snprintf(cleaned, sizeof cleaned, "its partial files in %s could not be deleted (%s; the next start "
+                         "deletes them)", dir, strerror(errno));
+            report_failed_save(run, step, err, cleaned, then);
         }
         return -1;
     }

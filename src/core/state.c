@@ -29,7 +29,7 @@
  * copy_to_device), so the GPU backend works the same way; the staging buffer is at most one
  * transfer (1 GiB).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memfd_create */
 
 #include "state.h"
 
@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -605,6 +606,28 @@ static hid_t split_fapl(writer *w) {
     return fapl;
 }
 
+/* A file of the split layout whose writing failed is deleted by the caller, but its H5Fclose must
+ * still succeed: HDF5 1.10.8 keeps a file whose close failed in its tables half torn down, and
+ * crashes closing it again when MPI_Finalize ends the library (seen on a full tmpfs, and with EIO
+ * from a file system that failed). So the file's descriptor (the sec2 driver's) is pointed at an
+ * anonymous in-memory file first: the close writes the metadata it holds there and succeeds,
+ * whatever the disk does. Where that cannot be done, the file is truncated, which frees the room
+ * a full disk needs for the metadata. */
+static void detach_failed_file(const writer *w, hid_t file) {
+    if (!w->failed || file < 0) return;
+    int *fd = NULL, mem = memfd_create("gtrain-failed-save", MFD_CLOEXEC);
+    hid_t fapl = H5Fget_access_plist(file);
+    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    if (mem >= 0 && sec2 && H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd) >= 0 && fd && dup2(mem, *fd) >= 0) {
+        close(mem);
+        return;
+    }
+    if (mem >= 0) close(mem);
+    H5Eclear2(H5E_DEFAULT);
+    if (truncate(w->path, 0) != 0) { /* nothing more to free */ }
+}
+
 /* One block of one tensor as a dataset of its own shape, written whole from src. */
 static void write_block(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t, int i,
                         const block *b, const float *src) {
@@ -663,10 +686,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         }
         close_group(&w, group, GROUPS[g]);
     }
-    /* A file that failed is deleted by the caller; its data is freed first, so that H5Fclose can
-     * write the metadata it still holds and succeed: HDF5 1.10.8 keeps a file whose close failed
-     * in its tables half torn down, and crashes closing it again at exit (seen on a full tmpfs). */
-    if (w.failed && file >= 0 && truncate(path, 0) != 0) { /* nothing more to free */ }
+    detach_failed_file(&w, file);
     if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file)); /* the metadata is written here */
     LOCAL(&w, H5Pclose(fapl));
     if (w.failed) describe_failure(&w, err, err_len);
@@ -736,6 +756,7 @@ int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *
             write_virtual(&w, group, GROUPS[g], &layout->tensors[i], rank_dir, world, begins, counts);
         close_group(&w, group, GROUPS[g]);
     }
+    detach_failed_file(&w, file);
     if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file));
     LOCAL(&w, H5Pclose(fapl));
     if (w.failed) describe_failure(&w, err, err_len);

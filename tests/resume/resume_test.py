@@ -40,6 +40,7 @@ Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that 
 h5dump, h5diff) are a set-up dependency (tools/setup-debian.sh): without them a scenario fails.
 """
 import argparse
+import fcntl
 import filecmp
 import json
 import os
@@ -47,6 +48,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -566,6 +568,58 @@ class Tmpfs:
     def __exit__(self, *exc):
         if self.ok:
             subprocess.run(["umount", "-l", self.path])
+        return False
+
+
+class Ext4Loop:
+    """An ext4 file system on a loop device over a sparse image file in the work directory, mounted at
+    path for a with block and torn down after it (unmount, detach the loop device, delete the image).
+    shutdown() makes every later I/O on it fail with EIO, as a file system does after its disk failed
+    (the EXT4_IOC_SHUTDOWN ioctl, flag NOLOGFLUSH); remount() brings back what reached the disk before.
+    (This kernel has no device-mapper and no block fault injection: no dm `error` target, no
+    make-it-fail.) Root only: otherwise the scenario skips (77) with a line that says why."""
+    SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+
+    def __init__(self, path, size_bytes):
+        self.path, self.size, self.image, self.dev = path, size_bytes, path + ".img", None
+
+    def _run(self, *cmd):
+        p = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            fail(f"{' '.join(cmd)}: {p.stdout.strip()}")
+        return p.stdout.strip()
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            print(f"SKIP: not root, so no loop device can be mounted at {self.path}; tools/run-tests.sh runs the "
+                  "tests as root", flush=True)
+            sys.exit(77)
+        os.makedirs(self.path, exist_ok=True)
+        with open(self.image, "wb") as f:
+            f.truncate(self.size)
+        self._run("mkfs.ext4", "-q", "-F", self.image)
+        self.dev = self._run("losetup", "-f", "--show", self.image)
+        self._run("mount", self.dev, self.path)
+        return self
+
+    def shutdown(self):
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, self.SHUTDOWN, struct.pack("I", 2))
+        finally:
+            os.close(fd)
+
+    def remount(self):
+        self._run("umount", self.path)
+        self._run("mount", self.dev, self.path)
+
+    def __exit__(self, *exc):
+        if self.dev:
+            if subprocess.run(["umount", self.path]).returncode != 0:
+                subprocess.run(["umount", "-l", self.path])
+            subprocess.run(["losetup", "-d", self.dev])
+        if os.path.exists(self.image):
+            os.remove(self.image)
         return False
 
 
@@ -1182,12 +1236,56 @@ def save_failure_names_every_rank(e):
 
 
 
+def eio_mid_save(e):
+    """EIO in the middle of a save at 2 ranks, from a real file system: checkpoint.dir on an ext4 loop
+    device that is shut down (every later I/O fails with EIO) while the rank files of the final save
+    are half written (GTRAIN_TEST_SLOW_SAVE holds them between /model and /optim). One line names the
+    failing ranks, a rank file and 'Input/output error'; the run ends with exit 1 and does not hang;
+    after a remount the previous file verifies, and a resume from it ends bit-identical."""
+    e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
+    mnt = os.path.join(e.work, "ext4")
+    with Ext4Loop(mnt, 64 << 20) as fs:
+        ck = os.path.join(mnt, "ck")
+        p = e.start(2, "eio", f"checkpoint.dir={ck}", "train.steps=4", "checkpoint.every=2",
+                    env={"GTRAIN_TEST_SLOW_SAVE": "2"})
+        try:
+            wait_for(lambda: os.path.exists(os.path.join(ck, "step_00000002.h5")) and
+                     os.path.isdir(os.path.join(ck, "step_00000004.h5.d")), "step 2 published and step 4 being written")
+            time.sleep(0.5)
+            fs.shutdown()
+            t0 = time.time()
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            fail("the run hung after the file system failed (killed after 120 s)")
+        finally:
+            if p.poll() is None:
+                kill_group(p)  # before the file system is torn down
+        print("   ", err.strip().replace("\n", "\n    "))
+        failed = [l for l in gtrain_lines(err) if "cannot save step" in l]
+        check(p.returncode == 1, f"the final save failed: exit {p.returncode}, expected 1, {time.time() - t0:.1f} s "
+              "after the file system failed (no hang)")
+        check(len(failed) == 1 and "cannot save step 4" in failed[0] and re.search(r": ranks? [0-9,-]+: ", failed[0])
+              and "/step_00000004.h5.d/rank_0000" in failed[0] and "Input/output error" in failed[0],
+              "one line names the ranks, a rank file and 'Input/output error'")
+        check("newest state file is " + os.path.join(ck, "step_00000002.h5") in failed[0], "it names the newest file, step 2")
+        fs.remount()
+        check(state_check("verify", os.path.join(ck, "step_00000002.h5"))[0] == 0, "after a remount, step 2 verifies")
+        same_state(e.ck("ref", 2), os.path.join(ck, "step_00000002.h5"), "step 2 is the uninterrupted run's")
+        out, _ = e.run(2, "eio", f"checkpoint.dir={ck}", "train.steps=4", "checkpoint.every=2")
+        check("resumed from " + os.path.join(ck, "step_00000002.h5") in out, "the next run resumes from step 2")
+        same_state(e.ck("ref", 4), os.path.join(ck, "step_00000004.h5"), "and ends bit-identical")
+
+
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
                                      async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic,
-                                     save_failure_names_every_rank)}
+                                     save_failure_names_every_rank, eio_mid_save)}
+
+MOUNT_NAMESPACE = {"eio_mid_save"}
 
 
 def main():
@@ -1202,6 +1300,11 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
     ARGS = ap.parse_args()
+    if ARGS.scenario in MOUNT_NAMESPACE and os.geteuid() == 0 and os.environ.get("RESUME_TEST_MOUNT_NS") != "1":
+        # its mounts in a mount namespace of its own: a namespace another test makes meanwhile (the
+        # cluster tests' nodes) would otherwise copy them and keep the loop device busy after the end
+        os.environ["RESUME_TEST_MOUNT_NS"] = "1"
+        os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", sys.executable] + sys.argv)
     t0 = time.time()
     print(f"scenario {ARGS.scenario}", flush=True)
     SCENARIOS[ARGS.scenario](Env(ARGS.work))
