@@ -933,13 +933,14 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
  * start_async: rank 0 makes DIR/step_N.h5.d (step_N.h5.d.K when an older save of the same step
  * still uses that name: it stays intact until the new top file replaces it, by a rename, and its
  * directory is deleted after); every rank copies its slice into its host buffer and starts its
- * writer thread (asyncsave.h) on that directory's rank_R.h5: the copy is all the loop waits for. At each later step boundary one all-reduce (in gt_runstate_after_step, with the stop
- * flag) tells whether every writer has finished; then finish_async joins, agrees on failures
- * (gt_agree_on_failure), and rank 0 writes the top file DIR/step_N.h5.tmp (virtual datasets over
- * the rank files), fsyncs it, renames it to step_N.h5 and fsyncs DIR: the top file appears last,
- * so a reader never sees a half-written state. A writer that fails (a full disk on one rank) only
- * finishes early: nobody waits in a collective for it, and its save is reported and its rank files
- * deleted. A save due while one is in flight waits for it (one line says how long).
+ * writer thread (asyncsave.h) on that directory's rank_R.h5: the copy is all the loop waits for.
+ * At each later step boundary one all-reduce (in gt_runstate_after_step, with the stop flag) tells
+ * whether every writer has finished; then finish_async joins, agrees on failures, naming every
+ * failing rank (gt_agree_on_failed_ranks), and rank 0 writes the top file DIR/step_N.h5.tmp (virtual
+ * datasets over the rank files), fsyncs it, renames it to step_N.h5 and fsyncs DIR: the top file
+ * appears last, so a reader never sees a half-written state. A writer that fails (a full disk on one
+ * rank) only finishes early: nobody waits in a collective for it, and its save is reported and its
+ * rank files deleted. A save due while one is in flight waits for it (one line says how long).
  * ---------------------------------------------------------------------------------------------- */
 
 /* Starts the save of `step`. Collective. -1 (with one line from rank 0) when DIR/step_N.h5.d cannot
