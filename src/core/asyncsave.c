@@ -87,7 +87,7 @@ static void *write_thread(void *arg) {
         if (fd >= 0) close(fd);
     }
     if (rc != 0) {
-        snprintf(s->err, sizeof s->err, "rank %d: %s: %s", s->rank, s->path, why);
+        snprintf(s->err, sizeof s->err, "%s: %s", s->path, why); /* the agreement adds the ranks */
         s->failed = 1;
     } else {
         struct stat st;
@@ -137,7 +137,7 @@ void gt_async_save_start(gt_async_save *s, const gt_optim *opt, uint64_t begin, 
     int rc = pthread_create(&s->thread, NULL, write_thread, s);
     s->joinable = rc == 0;
     if (rc != 0) {
-        snprintf(s->err, sizeof s->err, "rank %d: %s: cannot start the writer thread: %s", rank, path, strerror(rc));
+        snprintf(s->err, sizeof s->err, "%s: cannot start the writer thread: %s", path, strerror(rc));
         s->failed = 1;
         __atomic_store_n(&s->finished, 1, __ATOMIC_RELEASE);
     }

@@ -36,7 +36,8 @@ int gt_async_save_in_flight(const gt_async_save *s);
 /* The thread has finished (written and fsynced, or failed): join will not wait. */
 int gt_async_save_finished(const gt_async_save *s);
 
-/* Waits for the thread. 0, or -1 with one line in err naming the rank, the file and the OS error.
+/* Waits for the thread. 0, or -1 with one line in err naming the file and the OS error (the
+ * agreement over the ranks puts the rank in front: gt_agree_on_failed_ranks).
  * *bytes: the rank file's size; *write_s: seconds from the start of the write to the end of its
  * fsync. */
 int gt_async_save_join(gt_async_save *s, uint64_t *bytes, double *write_s, char *err, size_t err_len);

@@ -229,6 +229,12 @@ static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
     est->comm_bytes = bytes;
 }
 
+uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *sh) {
+    if (!cfg->checkpoint.dir[0] || !cfg->checkpoint.async) return 0;
+    uint64_t P = gt_model_param_count(&sh->model), W = (uint64_t)(sh->world > 0 ? sh->world : 1);
+    return (P + W - 1) / W * 12;
+}
+
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
     int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
@@ -404,6 +410,21 @@ static void report_state_by_world(FILE *out, const gt_config *cfg, const gt_mem_
             cudnn ? ", cuDNN attention backward scratch " : "", b6);
 }
 
+/* The asynchronous save's host copy (gt_plan_snapshot_bytes): host memory beside every total. */
+static void report_snapshot(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+    uint64_t bytes = gt_plan_snapshot_bytes(cfg, shape);
+    if (!bytes) {
+        fprintf(out, "async save host copy per rank: none (%s)\n",
+                cfg->checkpoint.dir[0] ? "checkpoint.async = false" : "no checkpoint.dir");
+        return;
+    }
+    char b[32];
+    gt_format_bytes(bytes, b, sizeof b);
+    fprintf(out, "async save host copy per rank at world %d: %s (checkpoint.async = true: master and both moments "
+                 "of the rank's slice, 12 bytes per element; host memory beside the totals below, counted by the "
+                 "memory check before step 1)\n", shape->world, b);
+}
+
 /* Every stage the trainer runs, at the configured world, with the configured recompute policy (none
  * when it is auto). */
 static void report_stages(FILE *out, const gt_mem_shape *shape, const gt_policy *configured, uint64_t budget) {
@@ -492,6 +513,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
     const gt_mem_shape *shape = &choice->shape;
     report_header(out, cfg, shape);
     report_state_by_world(out, cfg, shape);
+    report_snapshot(out, cfg, shape);
     report_stages(out, shape, &choice->policy, cfg->memory.budget);
     report_policies(out, shape, cfg->memory.budget);
     report_choice(out, cfg, choice);

@@ -31,7 +31,8 @@
  *                        file published last (see "Asynchronous saves" below). false: write
  *                        DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
- *                        leaves the complete new file or none; only then are files beyond
+ *                        leaves the complete new file or none (a file of the same step saved
+ *                        before stays readable until the rename replaces it); only then are files beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback
  *                        skipped, and the run will overwrite them when it gets there). Files that
  *                        failed verification were renamed aside, so only files that verified (or
@@ -146,18 +147,28 @@ static int fsync_path(const char *path, int directory) {
     return rc;
 }
 
-/* The rank files of an asynchronous save: DIR/step_N.h5.d (see state.h). */
-static void rank_dir_path(char *out, size_t len, const char *dir, int64_t step) {
-    snprintf(out, len, "%s/step_%08lld.h5.d", dir, (long long)step);
+/* The rank files of an asynchronous save of `step`: DIR/step_N.h5.d, or step_N.h5.d.K (K = 1, 2, ...)
+ * when a save of the same step still holds that name. The top file names its directory (state.h:
+ * gt_state_rank_dir), so a re-save writes into a fresh one while the old top file still maps onto
+ * the old one, and a single rename replaces both. */
+static void rank_dir_name(char *out, size_t len, int64_t step, int generation) {
+    if (generation == 0) snprintf(out, len, "step_%08lld.h5.d", (long long)step);
+    else snprintf(out, len, "step_%08lld.h5.d.%d", (long long)step, generation);
 }
 
-/* Parses step_<digits>.h5.d; the step or -1. */
+/* Parses step_<digits>.h5.d or step_<digits>.h5.d.<digits>; the step or -1. */
 static int64_t parse_rank_dir_name(const char *name) {
-    size_t n = strlen(name);
-    if (n < 3 || strcmp(name + n - 2, ".d") != 0 || n - 2 >= 64) return -1;
+    const char *d = strstr(name, ".h5.d");
+    if (!d || d - name >= 48) return -1;
+    const char *tail = d + 5;
+    if (*tail == '.') {
+        const char *digits = ++tail;
+        while (*tail >= '0' && *tail <= '9') tail++;
+        if (tail == digits || tail - digits > 9) return -1;
+    }
+    if (*tail) return -1;
     char base[64];
-    memcpy(base, name, n - 2);
-    base[n - 2] = '\0';
+    snprintf(base, sizeof base, "%.*s", (int)(d - name) + 3, name);
     return parse_state_name(base, 0);
 }
 
@@ -181,25 +192,53 @@ static int path_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-/* A temporary file of a save that was killed, or the rank files of an asynchronous save whose top
- * file was never published: never a complete state, safe to delete. The rank files of a top file
- * that was set aside (.bad) stay with it. Rank 0. */
-static void remove_stale_temporaries(const char *dir) {
+/* Does a state file of `step` map onto the rank-file directory DIR/NAME: step_N.h5, or one set
+ * aside as step_N.h5.bad (its rank files stay with it)? A file whose rank_dir attribute cannot be
+ * read keeps every directory of its step: what cannot be read is never a reason to delete. */
+static int rank_dir_in_use(const char *dir, int64_t step, const char *name) {
+    char top[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80], used[256];
+    state_path(top, sizeof top, dir, step, 0);
+    snprintf(bad, sizeof bad, "%s.bad", top);
+    const char *files[2] = {top, bad};
+    for (int k = 0; k < 2; k++) {
+        if (!path_exists(files[k])) continue;
+        int rc = gt_state_rank_dir(files[k], used, sizeof used);
+        if (rc < 0 || (rc == 1 && strcmp(used, name) == 0)) return 1;
+    }
+    return 0;
+}
+
+/* Deletes the rank-file directories of `step` (every step: -1) that no state file maps onto: those
+ * of a save killed before its top file was published, and those a newer save of the same step
+ * replaced (a rename published it; the old directory goes after). `why`: print a line per
+ * directory ending in it; NULL: quietly. Rank 0, with no save in flight. */
+static void remove_unused_rank_dirs(const char *dir, int64_t step, const char *why) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
-    char path[GT_PATH_MAX + 64], top[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80];
+    char path[GT_PATH_MAX + 64];
     while ((e = readdir(d)) != NULL) {
-        int64_t step = parse_rank_dir_name(e->d_name);
+        int64_t s = parse_rank_dir_name(e->d_name);
+        if (s < 0 || (step >= 0 && s != step) || rank_dir_in_use(dir, s, e->d_name)) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (step >= 0) {
-            state_path(top, sizeof top, dir, step, 0);
-            snprintf(bad, sizeof bad, "%s.bad", top);
-            if (!path_exists(top) && !path_exists(bad) && remove_rank_dir(path) == 0)
-                printf("gtrain: removed %s, left by a save that did not finish\n", path);
-            continue;
-        }
+        if (remove_rank_dir(path) == 0 && why) printf("gtrain: removed %s, %s\n", path, why);
+        else if (path_exists(path)) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
+    }
+    closedir(d);
+}
+
+/* A temporary file of a save that was killed, or rank files no state file maps onto (a save killed
+ * before its top file was published, or after a re-save of the same step published its own): never
+ * a complete state, safe to delete. Rank 0. */
+static void remove_stale_temporaries(const char *dir) {
+    remove_unused_rank_dirs(dir, -1, "left by a save that did not finish");
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[GT_PATH_MAX + 64];
+    while ((e = readdir(d)) != NULL) {
         if (parse_state_name(e->d_name, 1) < 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0) printf("gtrain: removed %s, left by a save that did not finish\n", path);
     }
     closedir(d);
@@ -738,8 +777,7 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
         if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
         if (unlink(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
-        rank_dir_path(path, sizeof path, cfg->checkpoint.dir, steps[i]); /* its rank files, if any */
-        if (remove_rank_dir(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
+        remove_unused_rank_dirs(cfg->checkpoint.dir, steps[i], NULL); /* its rank files, if any */
     }
     free(steps);
 }
@@ -801,6 +839,19 @@ static void save_info(const gt_run_state *run, int step, gt_state_info *out) {
     *out = info;
 }
 
+/* The one line of a save that failed, from either writer: the step, its file, what failed (err:
+ * the ranks, the file, the OS error), what was cleaned up (NULL: nothing was written), that older
+ * files are untouched and which is the newest, and what the run does next (`then`). Rank 0. */
+static void report_failed_save(const gt_run_state *run, int step, const char *err, const char *cleaned,
+                               const char *then) {
+    char path[GT_PATH_MAX + 64], newest[GT_PATH_MAX + 128];
+    state_path(path, sizeof path, run->cfg->checkpoint.dir, step, 0);
+    gt_runstate_describe_newest(run, newest, sizeof newest);
+    fprintf(stderr, "gtrain: cannot save step %d to %s: %s; %s%solder state files are untouched and %s; %s\n", step,
+            path, err, cleaned ? cleaned : "", cleaned ? ", " : "", newest, then);
+    fflush(stderr);
+}
+
 /* One record per completed save in log.metrics (rank 0). */
 static void save_record(const gt_run_state *run, int step, int async, double blocked_ms, double write_s,
                         uint64_t bytes) {
@@ -828,7 +879,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     run->opt->ops->synchronize();
     gt_watchdog_phase_begin("save", run->file_bytes); /* a rank stuck in it is named (watchdog.h) */
     double t0 = MPI_Wtime();
-    char err[1024] = "";
+    char err[1024] = "", cleaned[GT_PATH_MAX + 160] = "its temporary file is deleted";
     int ok = 1;
     if (rank == 0 && reserve_space(tmp, cfg->checkpoint.dir, run->file_bytes) != 0) {
         char need[32];
@@ -846,10 +897,12 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
             ok = 0;
         }
         if (!ok && unlink(tmp) != 0 && errno != ENOENT)
-            fprintf(stderr, "gtrain: cannot delete %s: %s\n", tmp, strerror(errno));
+            snprintf(cleaned, sizeof cleaned, "its temporary file %s could not be deleted (%s; the next start "
+                     "deletes it)", tmp, strerror(errno));
         if (ok && fsync_path(cfg->checkpoint.dir, 1) != 0) /* the file is complete; only the rename may not last */
             fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, final_path,
                     strerror(errno));
+        if (ok) remove_unused_rank_dirs(cfg->checkpoint.dir, step, NULL); /* an asynchronous save it replaced */
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     gt_watchdog_phase_end();
@@ -857,13 +910,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     run->last_save_time = MPI_Wtime();
     run->last_save_failed = !ok;
     if (!ok) {
-        if (rank == 0) {
-            char newest[GT_PATH_MAX + 128];
-            gt_runstate_describe_newest(run, newest, sizeof newest);
-            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; its temporary file is deleted, older state files "
-                    "are untouched and %s; %s\n", step, final_path, err, newest, then);
-            fflush(stderr);
-        }
+        if (rank == 0) report_failed_save(run, step, err, cleaned, then);
         return -1;
     }
     run->last_saved_step = step;
@@ -883,15 +930,17 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
 /* ------------------------------------------------------------------------------------------------
  * Asynchronous saves (checkpoint.async = true)
  *
- * start_async: rank 0 makes DIR/step_N.h5.d; every rank copies its slice into its host buffer and
- * starts its writer thread (asyncsave.h) on DIR/step_N.h5.d/rank_R.h5: the copy is all the loop
- * waits for. At each later step boundary one all-reduce (in gt_runstate_after_step, with the stop
- * flag) tells whether every writer has finished; then finish_async joins, agrees on failures
- * (gt_agree_on_failure), and rank 0 writes the top file DIR/step_N.h5.tmp (virtual datasets over
- * the rank files), fsyncs it, renames it to step_N.h5 and fsyncs DIR: the top file appears last,
- * so a reader never sees a half-written state. A writer that fails (a full disk on one rank) only
- * finishes early: nobody waits in a collective for it, and its save is reported and its rank files
- * deleted. A save due while one is in flight waits for it (one line says how long).
+ * start_async: rank 0 makes DIR/step_N.h5.d (step_N.h5.d.K when an older save of the same step
+ * still uses that name: it stays intact until the new top file replaces it, by a rename, and its
+ * directory is deleted after); every rank copies its slice into its host buffer and starts its
+ * writer thread (asyncsave.h) on that directory's rank_R.h5: the copy is all the loop waits for.
+ * At each later step boundary one all-reduce (in gt_runstate_after_step, with the stop flag) tells
+ * whether every writer has finished; then finish_async joins, agrees on failures, naming every
+ * failing rank (gt_agree_on_failed_ranks), and rank 0 writes the top file DIR/step_N.h5.tmp (virtual
+ * datasets over the rank files), fsyncs it, renames it to step_N.h5 and fsyncs DIR: the top file
+ * appears last, so a reader never sees a half-written state. A writer that fails (a full disk on one
+ * rank) only finishes early: nobody waits in a collective for it, and its save is reported and its
+ * rank files deleted. A save due while one is in flight waits for it (one line says how long).
  * ---------------------------------------------------------------------------------------------- */
 
 /* Starts the save of `step`. Collective. -1 (with one line from rank 0) when DIR/step_N.h5.d cannot
@@ -900,16 +949,17 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), world = gt_comm_size(run->comm);
     double t0 = MPI_Wtime();
-    char top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64], file[GT_PATH_MAX + 96], err[GT_PATH_MAX + 256] = "";
-    state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
-    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
+    char dir[GT_PATH_MAX + 64], file[GT_PATH_MAX + 96], err[GT_PATH_MAX + 256] = "";
     int ok = 1;
     if (rank == 0) {
-        /* a file of this step from an earlier run (resumed from an older one): its rank files are
-         * about to be rewritten, so it goes first */
-        if (path_exists(top) && unlink(top) == 0)
-            printf("gtrain: deleted %s, an older save of step %d, to write this one\n", top, step);
-        remove_rank_dir(dir);
+        /* A save of this step may be there already (a run resumed from an older file): it stays
+         * usable until the new top file replaces it by a rename, so the rank files go into a
+         * directory no state file names yet. */
+        int generation = 0;
+        do {
+            rank_dir_name(run->pending_dir, sizeof run->pending_dir, step, generation++);
+            snprintf(dir, sizeof dir, "%s/%s", cfg->checkpoint.dir, run->pending_dir);
+        } while (path_exists(dir) && generation < 1000);
         if (mkdir(dir, 0777) != 0) {
             snprintf(err, sizeof err, "rank 0: %s: %s (mkdir)", dir, strerror(errno));
             ok = 0;
@@ -917,14 +967,12 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     if (!ok) {
-        if (rank == 0) {
-            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; older state files are untouched; %s\n", step,
-                    top, err, then);
-            fflush(stderr);
-        }
+        if (rank == 0) report_failed_save(run, step, err, NULL, then);
         run->last_save_failed = 1;
         return -1;
     }
+    MPI_Bcast(run->pending_dir, (int)sizeof run->pending_dir, MPI_CHAR, 0, run->mpi_comm);
+    snprintf(dir, sizeof dir, "%s/%s", cfg->checkpoint.dir, run->pending_dir);
     /* the part of the flat vector each rank writes: its own slice with ZeRO, else the one it would own */
     const gt_layout *layout = gt_model_layout(run->model);
     gt_shard mine = run->opt->shard;
@@ -956,11 +1004,11 @@ static int start_async(gt_run_state *run, int step, const char *then) {
 static int publish_top(gt_run_state *run, char *err, size_t err_len) {
     const gt_config *cfg = run->cfg;
     int step = run->pending_step;
-    char tmp[GT_PATH_MAX + 64], top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64], rel[64];
+    char tmp[GT_PATH_MAX + 64], top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64];
+    const char *rel = run->pending_dir;
     state_path(tmp, sizeof tmp, cfg->checkpoint.dir, step, 1);
     state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
-    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
-    snprintf(rel, sizeof rel, "step_%08d.h5.d", step);
+    snprintf(dir, sizeof dir, "%s/%s", cfg->checkpoint.dir, rel);
     if (fsync_path(dir, 1) != 0) { /* the rank files' names, before a top file names them */
         snprintf(err, err_len, "rank 0: %s: %s (fsync)", dir, strerror(errno));
         return -1;
@@ -992,8 +1040,9 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     uint64_t bytes = 0;
     double write_s = 0;
     char err[6144];
-    int code = gt_agree_on_failure(run->mpi_comm, gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0,
-                                   err, sizeof err);
+    int code = gt_agree_on_failed_ranks(run->mpi_comm,
+                                        gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0, err,
+                                        sizeof err);
     if (!code && rank == 0) code = publish_top(run, err, sizeof err) != 0;
     run->pending_step = 0;
     int failed_on_0 = code;
@@ -1004,16 +1053,15 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     MPI_Allreduce(&sums[1], &totals[1], 1, MPI_DOUBLE, MPI_MAX, run->mpi_comm);
     char top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64];
     state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
-    rank_dir_path(dir, sizeof dir, cfg->checkpoint.dir, step);
+    snprintf(dir, sizeof dir, "%s/%s", cfg->checkpoint.dir, run->pending_dir);
     run->last_save_failed = code != 0; /* (checkpoint.every_minutes counts from the copy: start_async) */
     if (code) {
         if (rank == 0) {
-            remove_rank_dir(dir);
-            char newest[GT_PATH_MAX + 128];
-            gt_runstate_describe_newest(run, newest, sizeof newest);
-            fprintf(stderr, "gtrain: cannot save step %d to %s: %s; its partial files are deleted, older state files "
-                    "are untouched and %s; %s\n", step, top, err, newest, then);
-            fflush(stderr);
+            char cleaned[GT_PATH_MAX + 160] = "its partial files are deleted";
+            if (remove_rank_dir(dir) != 0) /* only its own: an older save of this step maps onto its directory */
+                snprintf(cleaned, sizeof cleaned, "its partial files in %s could not be deleted (%s; the next start "
+                         "deletes them)", dir, strerror(errno));
+            report_failed_save(run, step, err, cleaned, then);
         }
         return -1;
     }
@@ -1026,6 +1074,7 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
                totals[1] > 0 ? gb / totals[1] : 0.0, run->pending_blocked_ms);
         fflush(stdout);
         save_record(run, step, 1, run->pending_blocked_ms, totals[1], all_bytes);
+        remove_unused_rank_dirs(cfg->checkpoint.dir, step, NULL); /* an older save of this step it replaced */
         prune(cfg, step);
     }
     return 0;

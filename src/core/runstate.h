@@ -38,6 +38,7 @@ typedef struct gt_run_state {
     /* checkpoint.async: the save being written in the background (runstate.c, asyncsave.h) */
     struct gt_async_save *writer; /* this rank's writer, made at the first asynchronous save */
     int pending_step;        /* the step it is writing; 0 when none is in flight */
+    char pending_dir[64];    /* its directory of rank files in checkpoint.dir: step_N.h5.d[.K] */
     gt_state_info pending_info;
     uint64_t *pending_begins, *pending_counts; /* (world) every rank's flat range in it */
     double pending_blocked_ms; /* how long its start blocked the loop (this rank) */

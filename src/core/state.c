@@ -29,7 +29,7 @@
  * copy_to_device), so the GPU backend works the same way; the staging buffer is at most one
  * transfer (1 GiB).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memfd_create */
 
 #include "state.h"
 
@@ -40,12 +40,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "model.h"
 #include "shard.h"
+#include "agree.h"
 #include "testhooks.h"
 #include "watchdog.h"
 
@@ -414,6 +416,21 @@ static void test_slow_save(int rank, int64_t step) {
     }
 }
 
+/* GTRAIN_TEST_SAVE_EIO=R[,R...] (tests only): in every save, the writers of these ranks fail as a
+ * disk returning EIO would, at the creation of /optim/exp_avg, so that a test can make several
+ * given ranks fail at once. The call then goes on, and the failure is agreed, as a real one is. */
+static void test_injected_eio(writer *w) {
+    const char *ranks = gt_test_hook("GTRAIN_TEST_SAVE_EIO");
+    char list[256], *save = NULL;
+    snprintf(list, sizeof list, "%s", ranks ? ranks : "");
+    for (char *r = strtok_r(list, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
+        if (atoi(r) != w->rank) continue;
+        errno = EIO;
+        file_failed(w, "H5Gcreate2", "/optim/exp_avg (GTRAIN_TEST_SAVE_EIO)");
+        return;
+    }
+}
+
 /* The root attributes, /config, /train and /optim: everything but the tensors. */
 static void write_header(writer *w, hid_t file, const char *text, const gt_state_info *info) {
     write_attr_str(w, file, "format", GT_STATE_FORMAT);
@@ -447,7 +464,7 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
     write_header(w, file, text, info);
     const float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
     for (int g = 0; g < 3 && !w->abandoned; g++) {
-        if (g == 1) test_slow_save(w->rank, info->step);
+        if (g == 1) test_slow_save(w->rank, info->step), test_injected_eio(w);
         hid_t group = create_group(w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors; i++)
             write_tensor(w, group, GROUPS[g], &layout->tensors[i], mine, buffers[g], opt->shard.begin, rounds[i]);
@@ -462,7 +479,7 @@ static void write_contents(writer *w, hid_t file, const gt_optim *opt, const cha
 static void describe_failure(const writer *w, char *err, size_t err_len) {
     const char *why = w->why[0] ? w->why : "an HDF5 call failed";
     if (w->err_no) {
-        snprintf(err, err_len, "%s (rank %d: %s)", strerror(w->err_no), w->rank, w->what);
+        snprintf(err, err_len, "%s (%s)", strerror(w->err_no), w->what);
         return;
     }
     char dir[1024];
@@ -472,10 +489,10 @@ static void describe_failure(const writer *w, char *err, size_t err_len) {
     else snprintf(dir, sizeof dir, ".");
     struct statvfs st;
     if (statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < ALIGN_BYTES)
-        snprintf(err, err_len, "%s: %llu bytes free (rank %d: %s: %s)", strerror(ENOSPC),
-                 (unsigned long long)st.f_bavail * st.f_frsize, w->rank, w->what, why);
+        snprintf(err, err_len, "%s: %llu bytes free (%s: %s)", strerror(ENOSPC),
+                 (unsigned long long)st.f_bavail * st.f_frsize, w->what, why);
     else
-        snprintf(err, err_len, "%s (rank %d: %s)", why, w->rank, w->what);
+        snprintf(err, err_len, "%s (%s)", why, w->what);
 }
 
 int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
@@ -536,21 +553,17 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
     LOCAL(&w, H5Pclose(w.dxpl));
     LOCAL(&w, H5Pclose(fapl));
 
-    /* one verdict for all ranks, with the message of the lowest rank that failed */
-    int failed_rank = w.failed ? w.rank : world, first = world;
-    MPI_Allreduce(&failed_rank, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first < world) {
-        char msg[1024] = "";
-        if (w.rank == first) describe_failure(&w, msg, sizeof msg);
-        MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm);
-        snprintf(err, err_len, "%s", msg);
-    }
+    /* one verdict for all ranks, naming every rank that failed, with the lowest one's message */
+    char msg[1024] = "";
+    if (w.failed) describe_failure(&w, msg, sizeof msg);
+    int failed = gt_agree_on_failed_ranks(comm, w.failed, msg, sizeof msg);
+    if (failed) snprintf(err, err_len, "%s", msg);
     H5Eclear2(H5E_DEFAULT);
     H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
     free(text);
     free(w.stage);
     free(rounds);
-    return first < world ? -1 : 0;
+    return failed ? -1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -591,6 +604,28 @@ static hid_t split_fapl(writer *w) {
     LOCAL(w, H5Pset_file_locking(fapl, 0, 1)); /* a new file no one else opens; some file systems refuse flock */
 #endif
     return fapl;
+}
+
+/* A file of the split layout whose writing failed is deleted by the caller, but its H5Fclose must
+ * still succeed: HDF5 1.10.8 keeps a file whose close failed in its tables half torn down, and
+ * crashes closing it again when MPI_Finalize ends the library (seen on a full tmpfs, and with EIO
+ * from a file system that failed). So the file's descriptor (the sec2 driver's) is pointed at an
+ * anonymous in-memory file first: the close writes the metadata it holds there and succeeds,
+ * whatever the disk does. Where that cannot be done, the file is truncated, which frees the room
+ * a full disk needs for the metadata. */
+static void detach_failed_file(const writer *w, hid_t file) {
+    if (!w->failed || file < 0) return;
+    int *fd = NULL, mem = memfd_create("gtrain-failed-save", MFD_CLOEXEC);
+    hid_t fapl = H5Fget_access_plist(file);
+    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    if (mem >= 0 && sec2 && H5Fget_vfd_handle(file, H5P_DEFAULT, (void **)&fd) >= 0 && fd && dup2(mem, *fd) >= 0) {
+        close(mem);
+        return;
+    }
+    if (mem >= 0) close(mem);
+    H5Eclear2(H5E_DEFAULT);
+    if (truncate(w->path, 0) != 0) { /* nothing more to free */ }
 }
 
 /* One block of one tensor as a dataset of its own shape, written whole from src. */
@@ -635,7 +670,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         close_group(&w, create_group(&w, file, "optim"), "/optim");
     }
     for (int g = 0; g < 3 && !w.abandoned; g++) {
-        if (g == 1) test_slow_save(rank, info->step);
+        if (g == 1) test_slow_save(rank, info->step), test_injected_eio(&w);
         hid_t group = create_group(&w, file, GROUPS[g]);
         for (int i = 0; i < layout->n_tensors && !w.abandoned; i++) {
             const gt_tensor_info *t = &layout->tensors[i];
@@ -651,10 +686,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         }
         close_group(&w, group, GROUPS[g]);
     }
-    /* A file that failed is deleted by the caller; its data is freed first, so that H5Fclose can
-     * write the metadata it still holds and succeed: HDF5 1.10.8 keeps a file whose close failed
-     * in its tables half torn down, and crashes closing it again at exit (seen on a full tmpfs). */
-    if (w.failed && file >= 0 && truncate(path, 0) != 0) { /* nothing more to free */ }
+    detach_failed_file(&w, file);
     if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file)); /* the metadata is written here */
     LOCAL(&w, H5Pclose(fapl));
     if (w.failed) describe_failure(&w, err, err_len);
@@ -724,6 +756,7 @@ int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *
             write_virtual(&w, group, GROUPS[g], &layout->tensors[i], rank_dir, world, begins, counts);
         close_group(&w, group, GROUPS[g]);
     }
+    detach_failed_file(&w, file);
     if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file));
     LOCAL(&w, H5Pclose(fapl));
     if (w.failed) describe_failure(&w, err, err_len);
@@ -1131,6 +1164,33 @@ int gt_state_read_config(const char *path, char **config_text, char *err, size_t
 
 int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t err_len) {
     return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
+}
+
+int gt_state_rank_dir(const char *path, char *rank_dir, size_t len) {
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    char err[1024];
+    reader r = {path, -1, err, sizeof err, ""};
+    rank_dir[0] = '\0';
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_sec2(fapl);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, 0, 1);
+#endif
+    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    int rc = -1;
+    if (r.file >= 0) {
+        htri_t has = H5Aexists(r.file, "rank_dir");
+        if (has == 0) rc = 0;
+        else if (has > 0 && read_attr_str(&r, r.file, "/", "rank_dir", rank_dir, len) == 0) rc = 1;
+        H5Fclose(r.file);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return rc;
 }
 
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len) {

@@ -56,9 +56,9 @@ typedef struct gt_state_info {
  * hyperslabs of its own slice; with shard=none every rank holds everything and each writes the
  * slice it would own, so the writes are split across ranks either way. config_text is taken from
  * rank 0. Returns 0, or -1 on every rank when a file operation failed on any rank (a full disk, a
- * quota, an I/O error), with one line in err on every rank: the OS error (strerror) when there is
- * one, else HDF5's reason, and the rank and call, e.g. "No space left on device (rank 0: H5Dcreate2
- * /model/lm_head.weight)". The partial file is left for the caller to delete: it only ever exists
+ * quota, an I/O error), with one line in err on every rank: every rank that failed, then the lowest
+ * one's OS error (strerror) when there is one, else HDF5's reason, and its call, e.g. "ranks 0,1: No
+ * space left on device (H5Dcreate2 /model/lm_head.weight)". The partial file is left for the caller to delete: it only ever exists
  * under the caller's temporary name. */
 int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const char *config_text,
                    const gt_state_info *info, char *err, size_t err_len);
@@ -69,7 +69,7 @@ int gt_state_write(const char *path, MPI_Comm comm, const gt_optim *opt, const c
  * weights and both moments (host[0..2]): each tensor's piece as up to three datasets
  * <group>/<name>.b0|.b1|.b2 (partial first row, full rows, partial last row), chunked, Fletcher32,
  * every chunk written once (no fill). 0, or -1 and one line in err: the OS error (strerror) when
- * there is one, the rank and the call. */
+ * there is one, and the call. */
 int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begin, uint64_t count,
                         const float *const host[3], const gt_state_info *info, int rank, char *err, size_t err_len);
 
@@ -114,6 +114,12 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
  * shape, nothing else) and reads each tensor whole into params (layout->n_params fp32, flat layout order); the optimizer's moments
  * are not read. GT_STATE_* and err. */
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
+
+/* The directory of rank files a top file of the split layout maps onto (its root attribute
+ * rank_dir, relative to the file's directory): 1 with it in rank_dir; 0 for a single file (no
+ * rank files); -1 when the file does not open or the attribute does not read. One process, no MPI;
+ * no tensor is read and the rank files are not opened. */
+int gt_state_rank_dir(const char *path, char *rank_dir, size_t len);
 
 /* The size a state file of this layout will have on disk, from the same chunking and alignment
  * rules the writer uses, plus an allowance for metadata: for the free-space check at start. */

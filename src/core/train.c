@@ -414,13 +414,8 @@ static int resolve_plan(run *r) {
                  cfg->memory.recompute, need);
         return fail_input(r->rank, msg);
     }
-    /* the asynchronous save's copy (runstate.c): fp32 master and both moments of the rank's slice, which
-     * is the optimizer's shard, or 1/world of it when the optimizer is not sharded */
-    uint64_t snapshot = 0;
-    if (cfg->checkpoint.dir[0] && cfg->checkpoint.async)
-        snapshot = r->choice.stage >= 1 ? r->choice.predicted.optim_bytes
-                                        : (r->choice.predicted.optim_bytes + (uint64_t)r->world - 1) / (uint64_t)r->world;
-    return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted, snapshot);
+    return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
+                               gt_plan_snapshot_bytes(cfg, &r->choice.shape)); /* the async save's copy */
 }
 
 /* Each rank opens the data files itself: they may be missing or different on some nodes. */

@@ -25,6 +25,55 @@ int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len) {
     return worst;
 }
 
+/* "0,2,5-9": the ranks whose flag is set, runs of three or more as a range; "..." when out is full. */
+static int rank_list(const int *flags, int world, char *out, size_t len) {
+    int n = 0;
+    size_t at = 0;
+    out[0] = '\0';
+    for (int r = 0; r < world; r++) {
+        if (!flags[r]) continue;
+        int last = r;
+        while (last + 1 < world && flags[last + 1]) last++;
+        n += last - r + 1;
+        char one[32];
+        if (last - r >= 2) snprintf(one, sizeof one, "%s%d-%d", at ? "," : "", r, last);
+        else if (last > r) snprintf(one, sizeof one, "%s%d,%d", at ? "," : "", r, last);
+        else snprintf(one, sizeof one, "%s%d", at ? "," : "", r);
+        if (at + strlen(one) + 4 >= len) {
+            snprintf(out + at, len - at, ",...");
+            for (int k = last + 1; k < world; k++) n += flags[k] != 0;
+            break;
+        }
+        at += (size_t)snprintf(out + at, len - at, "%s", one);
+        r = last;
+    }
+    return n;
+}
+
+int gt_agree_on_failed_ranks(MPI_Comm comm, int failed, char *msg, size_t msg_len) {
+    int world, rank;
+    MPI_Comm_size(comm, &world);
+    MPI_Comm_rank(comm, &rank);
+    int mine = failed != 0, *flags = malloc((size_t)world * sizeof *flags);
+    if (!flags) abort();
+    gt_watchdog_enter("agree", sizeof mine);
+    MPI_Allgather(&mine, 1, MPI_INT, flags, 1, MPI_INT, comm);
+    int first = 0;
+    while (first < world && !flags[first]) first++;
+    if (first < world) MPI_Bcast(msg, (int)msg_len, MPI_CHAR, first, comm);
+    gt_watchdog_leave();
+    if (first < world) {
+        char list[256], *text = malloc(msg_len);
+        if (!text) abort();
+        snprintf(text, msg_len, "%s", msg);
+        int n = rank_list(flags, world, list, sizeof list);
+        snprintf(msg, msg_len, "%s %s: %s", n == 1 ? "rank" : "ranks", list, text);
+        free(text);
+    }
+    free(flags);
+    return first < world;
+}
+
 int gt_node_comm(MPI_Comm comm, MPI_Comm *node) {
     int rank = 0, rc = MPI_Comm_rank(comm, &rank);
     if (rc != MPI_SUCCESS) return rc;

@@ -17,6 +17,12 @@
  * msg, the message of the lowest rank that had it. Collective over comm; msg_len equal on all ranks. */
 int gt_agree_on_failure(MPI_Comm comm, int code, char *msg, size_t msg_len);
 
+/* For a failure that may hit several ranks at once (a save's writers): every rank passes whether it
+ * failed and, if so, its message; all get back 1 when any failed, and in msg "rank R: TEXT" or
+ * "ranks 0,2,5-9: TEXT" (every failing rank, runs of three or more as a range), TEXT being the
+ * message of the lowest failing rank. Collective over comm; msg_len equal on all ranks. */
+int gt_agree_on_failed_ranks(MPI_Comm comm, int failed, char *msg, size_t msg_len);
+
 /* The ranks of comm that share this node, ordered as in comm; the caller frees *node
  * (MPI_Comm_free). Collective over comm. Returns MPI's error code (MPI_SUCCESS). */
 int gt_node_comm(MPI_Comm comm, MPI_Comm *node);

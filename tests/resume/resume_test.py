@@ -32,14 +32,20 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      the same tensors as the collective writer, written once; kill -9 during a
                      background write; a missing rank file; SIGTERM during a write; a tmpfs that
                      fills in the middle of a 2- and 3-rank save (no hang)
+  resave_is_atomic   kill -9 in the middle of a re-save of a step that has a file (both writers): the
+                     old file stays readable; replaced and unnamed rank dirs go, a .bad one's stay
+  save_failure_names_every_rank  GTRAIN_TEST_SAVE_EIO on ranks 0,2 / 1 / 0-2 of 3: one line naming them
+  eio_mid_save       EIO from a real file system (ext4 on a loop device, shut down mid-save), 2 ranks
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
-(unusable_dir, full_disk) skips, and only when not run as root, with a line saying so
+(unusable_dir, full_disk) or a loop device (eio_mid_save) skips, and only when not run as root (or, for
+the loop device, where none can be set up), with a line saying so
 (tools/run-tests.sh runs as root and fails on any skip outside the gpu label). hdf5-tools (h5ls,
 h5dump, h5diff) are a set-up dependency (tools/setup-debian.sh): without them a scenario fails.
 """
 import argparse
+import fcntl
 import filecmp
 import json
 import os
@@ -47,6 +53,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -570,6 +577,63 @@ class Tmpfs:
         return False
 
 
+class Ext4Loop:
+    """An ext4 file system on a loop device over a sparse image file in the work directory, mounted at
+    path for a with block and torn down after it (unmount, detach the loop device, delete the image).
+    shutdown() makes every later I/O on it fail with EIO, as a file system does after its disk failed
+    (the EXT4_IOC_SHUTDOWN ioctl, flag NOLOGFLUSH); remount() brings back what reached the disk before.
+    (This kernel has no device-mapper and no block fault injection: no dm `error` target, no
+    make-it-fail.) Root only: otherwise the scenario skips (77) with a line that says why."""
+    SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+
+    def __init__(self, path, size_bytes):
+        self.path, self.size, self.image, self.dev = path, size_bytes, path + ".img", None
+
+    def _run(self, *cmd):
+        p = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            fail(f"{' '.join(cmd)}: {p.stdout.strip()}")
+        return p.stdout.strip()
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            print(f"SKIP: not root, so no loop device can be mounted at {self.path}; tools/run-tests.sh runs the "
+                  "tests as root", flush=True)
+            sys.exit(77)
+        os.makedirs(self.path, exist_ok=True)
+        with open(self.image, "wb") as f:
+            f.truncate(self.size)
+        self._run("mkfs.ext4", "-q", "-F", self.image)
+        p = subprocess.run(["losetup", "-f", "--show", self.image], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        if p.returncode != 0:  # a container without /dev/loop-control: tools/run-tests.sh fails on the skip
+            print(f"SKIP: root, but no loop device can be set up here ({p.stdout.strip()})", flush=True)
+            sys.exit(77)
+        self.dev = p.stdout.strip()
+        self._run("mount", self.dev, self.path)
+        return self
+
+    def shutdown(self):
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.ioctl(fd, self.SHUTDOWN, struct.pack("I", 2))
+        finally:
+            os.close(fd)
+
+    def remount(self):
+        self._run("umount", self.path)
+        self._run("mount", self.dev, self.path)
+
+    def __exit__(self, *exc):
+        if self.dev:
+            if subprocess.run(["umount", self.path]).returncode != 0:
+                subprocess.run(["umount", "-l", self.path])
+            subprocess.run(["losetup", "-d", self.dev])
+        if os.path.exists(self.image):
+            os.remove(self.image)
+        return False
+
+
 def gtrain_lines(text):
     """gtrain's own lines, less the announcement of a test hook the scenario set (src/core/testhooks.c)."""
     return [line for line in text.splitlines()
@@ -1061,9 +1125,9 @@ def async_full_disk(e):
                              "checkpoint.every=2", "checkpoint.keep=0", expect=1)
             print("   ", err.strip().replace("\n", "\n    "))
             failed = [l for l in gtrain_lines(err) if "cannot save step" in l]
-            check(len(failed) == 2 and all("No space left on device" in l and "rank " in l and "rank_0" in l
-                                           for l in failed),
-                  f"{np_} ranks: each failed save is one line with the rank, the rank file and the OS error")
+            check(len(failed) == 2 and all("No space left on device" in l and re.search(r": ranks? [0-9,-]+: ", l)
+                                           and "rank_0" in l for l in failed),
+                  f"{np_} ranks: each failed save is one line with the ranks, a rank file and the OS error")
             check("cannot save step 4" in failed[0] and "training goes on" in failed[0], "the periodic save failed, training went on")
             check("cannot save step 6" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
             check(max(e.losses(f"full{np_}")) == 6, "all 6 steps were trained")
@@ -1074,11 +1138,165 @@ def async_full_disk(e):
 
 
 
+def step_rank_dirs(d, step):
+    """The rank-file directories of one step: step_N.h5.d and step_N.h5.d.K."""
+    base = f"step_{step:08d}.h5.d"
+    return sorted(f for f in os.listdir(d) if f == base or (f.startswith(base + ".") and f[len(base) + 1:].isdigit()))
+
+
+def rewritten_since(d, step, t0):
+    """A rank file of `step` written after t0: the re-save of that step has begun."""
+    for sub in step_rank_dirs(d, step):
+        for f in os.listdir(os.path.join(d, sub)) if os.path.isdir(os.path.join(d, sub)) else []:
+            try:
+                if os.stat(os.path.join(d, sub, f)).st_mtime > t0:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def resave_is_atomic(e):
+    """Re-saving a step that already has a state file (a run resumed from an older file saves the
+    same step again) replaces it atomically, in both writers: a kill -9 in the middle of the re-save
+    leaves the old step_N.h5 readable (never deleted first, never a top file over a mix of old and
+    new rank files); a completed re-save leaves one file and the rank files it names, the replaced
+    ones deleted; a file set aside as .bad keeps its rank files; rank files no state file names are
+    deleted at the next start."""
+    e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
+    e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    ck, top = e.ck("run"), e.ck("run", 4)
+    again = ["train.steps=4", "checkpoint.every=2", f"checkpoint.resume={e.ck('run', 2)}"]
+
+    # asynchronous: killed while the new rank files are written
+    t0 = time.time()
+    p = e.start(2, "run", *again, env={"GTRAIN_TEST_SLOW_SAVE": "3"})
+    wait_for(lambda: rewritten_since(ck, 4, t0), "the re-save of step 4 to write its rank files")
+    time.sleep(0.3)
+    check(os.path.exists(top), "while step 4 is written again, the old step_00000004.h5 is still there")
+    kill_group(p)
+    rc, out = state_check("verify", top)
+    check(rc == 0, "killed during the asynchronous re-save of step 4: the old file verifies: " + out.strip())
+    print(f"    after the kill: rank dirs of step 4 {step_rank_dirs(ck, 4)}", flush=True)
+    out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check("resumed from " + top in out, "the next run resumes from step 4 (nothing to fall back from)")
+    check(len(step_rank_dirs(ck, 4)) == 1 and "left by a save that did not finish" in out,
+          f"the unpublished rank files are deleted at the start: {step_rank_dirs(ck, 4)}")
+    same_state(e.ck("ref", 4), top, "the surviving step 4 equals the reference")
+
+    # asynchronous, completed: one top file and the rank files it names
+    out, _ = e.run(2, "run", *again)
+    dirs = step_rank_dirs(ck, 4)
+    check(len(dirs) == 1 and h5_attr(top, "rank_dir") == dirs[0],
+          f"after a completed re-save: one rank dir of step 4, the one the top file names: {dirs}")
+    same_state(e.ck("ref", 4), top, "the re-saved step 4 equals the reference")
+
+    # collective writer over an asynchronous file: killed while the .tmp is written, then completed
+    p = e.start(2, "run", *again, "checkpoint.async=false", env={"GTRAIN_TEST_SLOW_SAVE": "3"})
+    wait_for(lambda: os.path.exists(e.ck("run", 4, tmp=True)), "the collective re-save of step 4 to begin")
+    time.sleep(0.3)
+    kill_group(p)
+    check(state_check("verify", top)[0] == 0, "killed during the collective re-save: the old step 4 verifies")
+    e.run(2, "run", *again, "checkpoint.async=false")
+    check(step_rank_dirs(ck, 4) == [] and h5_attr(top, "rank_dir") is None,
+          f"a collective re-save replaced the asynchronous file and deleted its rank files: {sorted(os.listdir(ck))}")
+    same_state(e.ck("ref", 4), top, "the collective re-save equals the reference")
+    e.run(2, "run", *again)  # and an asynchronous one over the single file
+    check(len(step_rank_dirs(ck, 4)) == 1, "an asynchronous re-save over the single file: one rank dir")
+    same_state(e.ck("ref", 4), top, "the asynchronous re-save over the single file equals the reference")
+
+    # a step set aside as .bad keeps its rank files when the step is saved again
+    old_dir = os.path.join(ck, h5_attr(top, "rank_dir"))
+    flip_in_chunk(os.path.join(old_dir, "rank_00001.h5"), "/optim/exp_avg/lm_head.weight.b1")
+    kept = {f: open(os.path.join(old_dir, f), "rb").read() for f in os.listdir(old_dir)}
+    out, err = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check("resumed from " + e.ck("run", 2) in out and os.path.exists(top + ".bad"), "step 4 failed, set aside as .bad")
+    check(all(open(os.path.join(old_dir, f), "rb").read() == b for f, b in kept.items()) and len(kept) == 2,
+          "the .bad file's rank files are still there, byte for byte")
+    check(state_check("verify", top)[0] == 0 and h5_attr(top, "rank_dir") != os.path.basename(old_dir),
+          "the step was saved again beside it, into another directory")
+    same_state(e.ck("ref", 4), top, "and equals the reference")
+
+    # rank files that no state file names (a kill after the publish, before the old directory went)
+    stray = os.path.join(ck, "step_00000004.h5.d.7")
+    shutil.copytree(os.path.join(ck, h5_attr(top, "rank_dir")), stray)
+    out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
+    check(not os.path.exists(stray) and f"removed {stray}" in out, "a rank dir no file names is deleted at the start")
+    check(os.path.isdir(old_dir) and state_check("verify", top)[0] == 0, "the named ones stay")
+
+
+
+
+def save_failure_names_every_rank(e):
+    """When the writers of several ranks fail in one save (GTRAIN_TEST_SAVE_EIO=R,R: EIO, as a disk
+    would return it, on those ranks), the one failure line names every failing rank, then the
+    lowest one's file and error; one failing rank is named alone. Both writers, 3 ranks."""
+    for mode in ("async", "sync"):
+        for ranks, named in (("0,2", "ranks 0,2: "), ("1", "rank 1: "), ("0,1,2", "ranks 0-2: ")):
+            name = f"{mode}{ranks.replace(',', '')}"
+            out, err = e.run(3, name, "train.steps=2", "checkpoint.every=0", f"checkpoint.async={str(mode == 'async').lower()}",
+                             env={"GTRAIN_TEST_SAVE_EIO": ranks}, expect=1)
+            failed = [l for l in gtrain_lines(err) if "cannot save step 2" in l]
+            print("   ", failed[0] if failed else err.strip(), flush=True)
+            first = f"{e.ck(name, 2)}.d/rank_{int(ranks[0]):05d}.h5: " if mode == "async" else ""
+            check(len(failed) == 1 and f".h5: {named}{first}Input/output error (" in failed[0],
+                  f"{mode}, ranks {ranks} fail: one line naming them, then the lowest one's file and error")
+            check(failed[0].endswith("exit 1") and e.steps_saved(name) == [] and rank_dirs(e.ck(name)) == [],
+                  f"{mode}: the final save failed, exit 1, no partial files left")
+
+
+
+
+def eio_mid_save(e):
+    """EIO in the middle of a save at 2 ranks, from a real file system: checkpoint.dir on an ext4 loop
+    device that is shut down (every later I/O fails with EIO) while the rank files of the final save
+    are half written (GTRAIN_TEST_SLOW_SAVE holds them between /model and /optim). One line names the
+    failing ranks, a rank file and 'Input/output error'; the run ends with exit 1 and does not hang;
+    after a remount the previous file verifies, and a resume from it ends bit-identical."""
+    e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
+    mnt = os.path.join(e.work, "ext4")
+    with Ext4Loop(mnt, 64 << 20) as fs:
+        ck = os.path.join(mnt, "ck")
+        p = e.start(2, "eio", f"checkpoint.dir={ck}", "train.steps=4", "checkpoint.every=2",
+                    env={"GTRAIN_TEST_SLOW_SAVE": "2"})
+        try:
+            wait_for(lambda: os.path.exists(os.path.join(ck, "step_00000002.h5")) and
+                     os.path.isdir(os.path.join(ck, "step_00000004.h5.d")), "step 2 published and step 4 being written")
+            time.sleep(0.5)
+            fs.shutdown()
+            t0 = time.time()
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            fail("the run hung after the file system failed (killed after 120 s)")
+        finally:
+            if p.poll() is None:
+                kill_group(p)  # before the file system is torn down
+        print("   ", err.strip().replace("\n", "\n    "))
+        failed = [l for l in gtrain_lines(err) if "cannot save step" in l]
+        check(p.returncode == 1, f"the final save failed: exit {p.returncode}, expected 1, {time.time() - t0:.1f} s "
+              "after the file system failed (no hang)")
+        check(len(failed) == 1 and "cannot save step 4" in failed[0] and re.search(r": ranks? [0-9,-]+: ", failed[0])
+              and "/step_00000004.h5.d/rank_0000" in failed[0] and "Input/output error" in failed[0],
+              "one line names the ranks, a rank file and 'Input/output error'")
+        check("newest state file is " + os.path.join(ck, "step_00000002.h5") in failed[0], "it names the newest file, step 2")
+        fs.remount()
+        check(state_check("verify", os.path.join(ck, "step_00000002.h5"))[0] == 0, "after a remount, step 2 verifies")
+        same_state(e.ck("ref", 2), os.path.join(ck, "step_00000002.h5"), "step 2 is the uninterrupted run's")
+        out, _ = e.run(2, "eio", f"checkpoint.dir={ck}", "train.steps=4", "checkpoint.every=2")
+        check("resumed from " + os.path.join(ck, "step_00000002.h5") in out, "the next run resumes from step 2")
+        same_state(e.ck("ref", 4), os.path.join(ck, "step_00000004.h5"), "and ends bit-identical")
+
+
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
-                                     async_missing_rank_file, async_sigterm, async_full_disk)}
+                                     async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic,
+                                     save_failure_names_every_rank, eio_mid_save)}
+
+MOUNT_NAMESPACE = {"eio_mid_save"}
 
 
 def main():
@@ -1093,6 +1311,11 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
     ARGS = ap.parse_args()
+    if ARGS.scenario in MOUNT_NAMESPACE and os.geteuid() == 0 and os.environ.get("RESUME_TEST_MOUNT_NS") != "1":
+        # its mounts in a mount namespace of its own: a namespace another test makes meanwhile (the
+        # cluster tests' nodes) would otherwise copy them and keep the loop device busy after the end
+        os.environ["RESUME_TEST_MOUNT_NS"] = "1"
+        os.execvp("unshare", ["unshare", "--mount", "--propagation", "private", sys.executable] + sys.argv)
     t0 = time.time()
     print(f"scenario {ARGS.scenario}", flush=True)
     SCENARIOS[ARGS.scenario](Env(ARGS.work))

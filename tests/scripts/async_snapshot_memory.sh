@@ -2,7 +2,8 @@
 # The asynchronous save's host copy (12 bytes per element of the rank's state slice) is counted before
 # step 1: on a node whose memory holds the plan but not the plan plus the copy (a test hook fakes
 # MemAvailable), checkpoint.async = true is refused with exit 2 and one line naming the key and the
-# way out, while checkpoint.async = false trains; with room for both, async trains too.
+# way out, while checkpoint.async = false trains; with room for both, async trains too. `--plan` shows
+# the same copy (12 bytes x ceil(P / world) per rank).
 #   async_snapshot_memory.sh GTRAIN GTRAIN_PREP CONFIG WORKDIR
 set -euo pipefail
 gtrain=$1 prep=$2 config=$3 work=$4
@@ -34,7 +35,29 @@ lines=$(grep -c '\[checkpoint\] async = true keeps a host copy' out.txt || true)
 ((lines == 1)) || fail "expected one line about the copy, got $lines"
 grep -q 'expected checkpoint.async = false' out.txt || fail "the line does not name the way out"
 ! grep -q '^step ' out.txt || fail "a refused run trained"
+refused=$(grep -oE 'in the background: [0-9.]+ [KMG]iB per rank' out.txt | awk '{print $4, $5}')
 # room for both
 run $((bytes * 150 / 100))
 ((rc == 0)) || fail "checkpoint.async=true with room for plan and copy: exit $rc"
+# --plan shows the same copy (one formula, planner.c's gt_plan_snapshot_bytes): at world 1 what the
+# check refused, at world 2 12 bytes x ceil(P / 2); none without checkpoint.dir or with async = false
+plan_copy() { # WORLD overrides...: the copy --plan prints
+  local world=$1
+  shift
+  "$gtrain" --plan "$config" --world "$world" "$@" 2>/dev/null >out.txt || fail "--plan: exit $?"
+  grep -oE "^async save host copy per rank[^:]*: [^(]+" out.txt | sed 's/.*: //; s/ *$//'
+}
+got=$(plan_copy 1 checkpoint.dir=ck)
+[[ -n $got && $got == "$refused" ]] || fail "--plan shows a host copy of '$got' per rank, the memory check refused '$refused'"
+params=$(grep -oE '^model: [0-9]+ parameters' out.txt | awk '{print $2}')
+got2=$(plan_copy 2 checkpoint.dir=ck)
+python3 - "$params" "$got2" <<'PY' || fail "--plan at world 2: '$got2', expected 12 bytes x ceil(P / 2)"
+import sys
+p, (v, u) = int(sys.argv[1]), sys.argv[2].split()
+want = 12 * -(-p // 2)
+have = float(v) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[u]
+sys.exit(abs(have - want) > 0.01 * want)
+PY
+[[ $(plan_copy 1 checkpoint.dir=ck checkpoint.async=false) == "none" ]] || fail "--plan with async = false shows a copy"
+echo "the memory check and --plan agree: $refused per rank at world 1, $got2 at world 2 ($params parameters)"
 echo ok
