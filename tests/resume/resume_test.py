@@ -58,40 +58,18 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import testlib  # noqa: E402
+from testlib import check, fail, word_corpus  # noqa: E402
+
 ARGS = None
-CHECKS = 0
-
-
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    global CHECKS
-    CHECKS += 1
-    if not cond:
-        fail(msg)
-    print(f"  ok: {msg}", flush=True)
 
 
 def make_corpus(work):
     """A deterministic, word-like text of ~120 KB, tokenised with gtrain-prep."""
-    rng = random.Random(1234)
     words = ["state", "file", "rank", "shard", "step", "resume", "signal", "tensor", "chunk", "the", "a",
              "of", "to", "and", "checksum", "atomic", "rename", "llama", "gradient", "adam", "moment"]
-    lines = []
-    size = 0
-    while size < 120_000:
-        line = " ".join(rng.choice(words) for _ in range(rng.randint(4, 14))).capitalize() + ".\n"
-        lines.append(line)
-        size += len(line)
-    text = os.path.join(work, "corpus.txt")
-    with open(text, "w") as f:
-        f.writelines(lines)
-    subprocess.run([ARGS.prep, "--val-fraction", "0", "-o", os.path.join(work, "corpus"), text], check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(work, "corpus.train.bin")
+    return word_corpus(ARGS.prep, work, 1234, words, 120_000) + ".train.bin"
 
 
 CONFIG = """[model]
@@ -1319,7 +1297,7 @@ def main():
     t0 = time.time()
     print(f"scenario {ARGS.scenario}", flush=True)
     SCENARIOS[ARGS.scenario](Env(ARGS.work))
-    print(f"PASS: {ARGS.scenario}, {CHECKS} checks in {time.time() - t0:.1f} s", flush=True)
+    print(f"PASS: {ARGS.scenario}, {testlib.CHECKS} checks in {time.time() - t0:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
