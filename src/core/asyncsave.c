@@ -2,9 +2,9 @@
  * asyncsave.c — a rank's background writer of training-state saves (see asyncsave.h).
  *
  * The host buffer holds three copies of the rank's slice (master, exp_avg, exp_avg_sq) and is
- * allocated at the first save and kept: on the CPU backend the copy is a memcpy; on a GPU it is one
- * device-to-host copy per buffer, and this buffer is where pinned memory (cudaHostAlloc) belongs so
- * that the copy runs at PCIe speed. The writer thread runs at normal priority: measured on 2 cores
+ * allocated before step 1 and kept: on the CPU backend the copy is a memcpy; on a GPU it is one
+ * device-to-host copy per buffer into pinned memory (the backend's host_alloc, cudaHostAlloc), so
+ * that the copy is a DMA at the link's speed (never run on a GPU yet). The writer thread runs at normal priority: measured on 2 cores
  * busy with compute (docs/state-format.md), nice +10 made the write 4x slower (43% of the disk's rate,
  * and a next save then waited for it) while the compute it spared was about the same as the ~0.4 s a
  * full-speed write takes from the steps it overlaps; the write is mostly copies into the page cache
@@ -31,7 +31,9 @@
 #include "model.h"
 
 struct gt_async_save {
+    const gt_ops *ops;
     float *host;           /* (3 x capacity) fp32: master, exp_avg, exp_avg_sq of the slice */
+    int pinned;            /* host came from ops->host_alloc */
     size_t capacity;       /* elements per copy */
     const gt_layout *layout;
     uint64_t begin, count;
@@ -53,10 +55,18 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-gt_async_save *gt_async_save_new(void) {
+gt_async_save *gt_async_save_new(const gt_ops *ops) {
     gt_async_save *s = calloc(1, sizeof *s);
     if (!s) abort();
+    s->ops = ops;
     return s;
+}
+
+static void free_host(gt_async_save *s) {
+    if (s->pinned) s->ops->host_free(s->host);
+    else free(s->host);
+    s->host = NULL;
+    s->pinned = 0;
 }
 
 /* GTRAIN_SAVE_NICE=N (1..19; for bench/state_bench.sh) moves the writer out of the compute threads'
@@ -102,11 +112,19 @@ static void *write_thread(void *arg) {
  * does not pay the page faults inside the loop (measured: 2.2 s for 2 x 560 MB under load). */
 static void reserve(gt_async_save *s, size_t count) {
     if (count <= s->capacity && s->host) return;
-    free(s->host);
+    free_host(s);
     s->capacity = count ? count : 1;
-    s->host = malloc(3 * s->capacity * sizeof(float));
+    size_t bytes = 3 * s->capacity * sizeof(float);
+    if (s->ops->host_alloc) {
+        s->host = s->ops->host_alloc(bytes);
+        s->pinned = s->host != NULL;
+        if (!s->pinned)
+            fprintf(stderr, "gtrain: the asynchronous save's host copy (%.2f GiB) could not be pinned: each save's "
+                            "copy from the device runs at pageable speed\n", (double)bytes / (1 << 30));
+    }
+    if (!s->host) s->host = malloc(bytes);
     if (!s->host) abort();
-    memset(s->host, 0xff, 3 * s->capacity * sizeof(float)); /* not 0: malloc + memset 0 may become calloc, untouched */
+    memset(s->host, 0xff, bytes); /* not 0: malloc + memset 0 may become calloc, untouched */
 }
 
 void gt_async_save_reserve(gt_async_save *s, size_t count) { reserve(s, count); }
@@ -160,6 +178,6 @@ int gt_async_save_join(gt_async_save *s, uint64_t *bytes, double *write_s, char 
 void gt_async_save_free(gt_async_save *s) {
     if (!s) return;
     if (s->joinable) pthread_join(s->thread, NULL);
-    free(s->host);
+    free_host(s);
     free(s);
 }

@@ -17,10 +17,13 @@
 
 typedef struct gt_async_save gt_async_save;
 
-gt_async_save *gt_async_save_new(void);
+/* A writer whose host buffer comes from `ops` (pinned memory where the backend has it, ops.h's
+ * host_alloc) and whose copies are ops->copy_to_host. */
+gt_async_save *gt_async_save_new(const gt_ops *ops);
 
 /* Allocates the host buffer for a slice of `count` elements and touches it: at the start of a run,
- * so that the first save's copy does not pay the page faults. */
+ * so that the first save's copy does not pay the page faults. Where pinning is refused, the buffer
+ * is pageable and this says so in one line (the copies then run slower, nothing else changes). */
 void gt_async_save_reserve(gt_async_save *s, size_t count);
 
 /* Copies the flat range [begin, begin + count) of opt's master weights and moments into the host

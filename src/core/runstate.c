@@ -752,7 +752,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         const gt_layout *layout = gt_model_layout(model);
         gt_shard mine = opt->shard;
         if (!opt->sharded) gt_shard_init(&mine, layout->n_params, gt_comm_size(comm), rank_of(run));
-        run->writer = gt_async_save_new();
+        run->writer = gt_async_save_new(opt->ops);
         gt_async_save_reserve(run->writer, mine.end - mine.begin);
     }
     run->last_save_time = MPI_Wtime();
@@ -990,7 +990,7 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     free(all);
 
     save_info(run, step, &run->pending_info);
-    if (!run->writer) run->writer = gt_async_save_new();
+    if (!run->writer) run->writer = gt_async_save_new(run->opt->ops);
     snprintf(file, sizeof file, "%s/rank_%05d.h5", dir, rank);
     gt_async_save_start(run->writer, run->opt, range[0], range[1], &run->pending_info, rank, file);
     run->pending_step = step;

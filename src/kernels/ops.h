@@ -112,6 +112,12 @@ struct gt_ops {
      * bytes; 0, or -1 when it cannot tell. NULL when the backend's memory is the host's (the CPU):
      * the core then reads the host's. Used before the first allocation (src/core/preflight.c). */
     int (*memory_available)(size_t *free_bytes, size_t *total_bytes);
+    /* Optional: page-locked host memory for a buffer that copy_to_host fills again and again (the
+     * asynchronous save's snapshot), so that the copy is one DMA at the link's speed rather than a
+     * copy staged through a pageable bounce buffer. NULL where the backend's memory is the host's;
+     * host_alloc returns NULL when pinning is refused, and the caller then uses malloc. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *ptr);
 
     /* ---- embedding ---- */
     /* out (BT, C) = wte[tokens] ; tokens (BT) int32 in [0, V) ; wte (V, C) working. A token id outside

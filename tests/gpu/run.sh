@@ -227,10 +227,13 @@ prepare_corpus() {
 gt() {
     local lim=$1 label=$2
     shift 2
+    local config=$1
+    shift
+    # checkpoint.dir= before the run's own overrides, so that a run may set one
     # shellcheck disable=SC2086
-    (cd "$WORK" && run_timed "$lim" "$RES/$label.log" env ${GT_ENV:-} "$GTRAIN" "$@" \
+    (cd "$WORK" && run_timed "$lim" "$RES/$label.log" env ${GT_ENV:-} "$GTRAIN" "$config" checkpoint.dir= "$@" \
         data.train="$WORK/data/corpus.train.bin" data.val="$WORK/data/corpus.val.bin" \
-        log.metrics="$RES/$label.jsonl" log.every=10 checkpoint.dir=)
+        log.metrics="$RES/$label.jsonl" log.every=10)
 }
 
 phase_trainer() {
@@ -257,6 +260,7 @@ phase_trainer() {
         "tiny-cuda-bf16-mma|GTRAIN_CUDA_ATTENTION=mma|train.device=cuda train.precision=bf16"
         "tiny-cuda-bf16-cudnn|GTRAIN_CUDA_ATTENTION=cudnn|train.device=cuda train.precision=bf16"
         "tiny-cpu-bf16||train.device=cpu train.precision=bf16"
+        "tiny-cuda-bf16-save||train.device=cuda train.precision=bf16 checkpoint.dir=ck-save checkpoint.every=10"
     )
     local r rest envs
     for r in "${runs[@]}"; do
@@ -321,6 +325,16 @@ except OSError:
     fell = []
 cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran" if c else "no steps"
 check("cudnn attention tracks default", len(c) == 40 and dc < 0.1, f"max |loss diff| {dc:.3g} ({cudnn_how})")
+# asynchronous saves every 10 steps (the snapshot copied from the GPU into pinned host memory): the same
+# losses, four saves, and no line saying the host copy could not be pinned
+sv = losses("tiny-cuda-bf16-save")
+try:
+    svlog = open(os.path.join(res, "tiny-cuda-bf16-save.log")).read()
+except OSError:
+    svlog = ""
+check("async saves from the GPU", sv == b16 and svlog.count("written in the background") == 4
+      and "could not be pinned" not in svlog, f"{svlog.count('written in the background')} saves, "
+      f"losses {'equal' if sv == b16 else 'differ'}, pinned {'no' if 'could not be pinned' in svlog else 'yes'}")
 # the CPU's bf16 backend (oneDNN) against the GPU's: both round in the same places but attention's P~ and
 # dS (docs/precision.md), so they track as closely as bf16 and fp32 do; a host CPU without bf16
 # instructions refuses the run with one line (exit 2): then there is nothing to compare

@@ -13,6 +13,8 @@
 #   - GTRAIN_CUDA_SYNC=1: identical losses
 #   - ZeRO-2 with dist.grad_sync=micro, ZeRO-3 (local communicator, world size 1): bit-identical to ZeRO-1
 #   - dist.comm=nccl: refused with the emulation's words (no NCCL here), not a crash or a CPU run
+#   - asynchronous saves: the snapshot in pinned host memory (cudaHostAlloc), and in pageable memory with
+#     one line when pinning is refused: the losses of the run without saves, equal state files
 #   - GTRAIN_CUDA_ATTENTION=mma (the tensor-core attention, its PTX emulated) at head size 64 tracks the
 #     default kernels' losses without equalling them, and repeats bit for bit; at tiny's head size 32,
 #     which it does not take, the default kernels run: their losses exactly
@@ -62,6 +64,16 @@ run bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=se
 run bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
 run bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
 run bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
+# asynchronous saves at steps 3 and 6: the snapshot copied into pinned host memory (cudaHostAlloc), and
+# with pinning refused (GT_EMU_PIN_FAIL=1, a host at its locked-memory limit) into pageable memory
+run bf16-save "" train.device=cuda train.precision=bf16 checkpoint.dir=ck-pinned checkpoint.every=3
+run bf16-save-unpinned GT_EMU_PIN_FAIL=1 train.device=cuda train.precision=bf16 checkpoint.dir=ck-unpinned \
+    checkpoint.every=3
+same_state=1 # the tensors (the config's checkpoint.dir differs)
+for group in /model /optim; do
+    h5diff -q ck-pinned/step_00000006.h5 ck-unpinned/step_00000006.h5 $group >/dev/null 2>&1 || same_state=0
+done
+export same_state
 # tiny's head size 32, which the mma attention leaves to the default kernels; 3 steps (the test's time)
 run bf16-mma-hd32 GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 train.steps=3
 # the mma attention takes head sizes 64 and 128 (tiny's is 32): two heads of 64, one kv head
@@ -145,6 +157,17 @@ check("mma attention deterministic", len(mma) == 6 and losses("bf16-hd64-mma-aga
       "the same run twice: identical losses")
 # at tiny's HD 32 the mma attention declines every call: the default kernels' losses, bit for bit (3 steps
 # against the default run's first 3: with warmup_steps=2 the learning rates that lead to them match)
+def count(label, text):
+    try:
+        return open(label + ".log").read().count(text)
+    except OSError:
+        return -1
+sp, su = losses("bf16-save"), losses("bf16-save-unpinned")
+check("async saves from pinned memory", n and sp == b16 and count("bf16-save", "written in the background") == 2
+      and count("bf16-save", "could not be pinned") == 0, "2 saves, the losses of the run without saves, no pinning line")
+check("async saves when pinning is refused", n and su == b16 and count("bf16-save-unpinned", "could not be pinned") == 1
+      and count("bf16-save-unpinned", "written in the background") == 2 and os.environ.get("same_state") == "1",
+      "one line, the same losses, the state file of step 6 equal to the pinned run's (h5diff)")
 m32 = losses("bf16-mma-hd32")
 check("mma attention leaves HD 32 to the default kernels", n and len(m32) == 3 and m32 == b16[:3],
       "3 steps at HD 32: the default run's losses")

@@ -163,6 +163,17 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
 
 static void cuda_synchronize(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+static void *cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess) return p;
+    (void)cudaGetLastError(); /* a refused pinning is not a sticky error: the caller takes malloc */
+    return NULL;
+}
+
+static void cuda_host_free(void *ptr) {
+    if (ptr) CUDA_CHECK(cudaFreeHost(ptr));
+}
+
 static int cuda_memory_available(size_t *free_bytes, size_t *total_bytes) {
     return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
 }
@@ -369,6 +380,8 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     ops->copy = cuda_copy;
     ops->synchronize = cuda_synchronize;
     ops->memory_available = cuda_memory_available;
+    ops->host_alloc = cuda_host_alloc;
+    ops->host_free = cuda_host_free;
     ops->reserved_bytes = cuda_reserved_bytes;
     ops->release_cached = release_cache;
     gt_cuda_fill_matmul(ops, use_bf16);

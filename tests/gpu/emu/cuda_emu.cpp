@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -840,6 +841,32 @@ cudaError_t cudaFree(void *p) {
     g_device_bytes -= (it->second.bytes + 255) / 256 * 256;
     munmap(it->second.map, it->second.map_bytes + g_page);
     g_device.erase(it);
+    return cudaSuccess;
+}
+
+/* Pinned host memory: plain host memory here (there is no DMA to speed up), kept in a set so that
+ * cudaFreeHost of anything else fails as on a GPU. GT_EMU_PIN_FAIL=1 refuses every pinning, as a host
+ * at its locked-memory limit does. */
+static std::set<void *> g_pinned;
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
+    (void)flags;
+    *p = NULL;
+    const char *refuse = getenv("GT_EMU_PIN_FAIL");
+    void *m = refuse && strcmp(refuse, "1") == 0 ? NULL : malloc(bytes ? bytes : 1);
+    if (!m) {
+        g_last_error = cudaErrorMemoryAllocation;
+        return cudaErrorMemoryAllocation;
+    }
+    g_pinned.insert(m);
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    if (!g_pinned.erase(p)) return cudaErrorInvalidValue;
+    free(p);
     return cudaSuccess;
 }
 
