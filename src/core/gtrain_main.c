@@ -248,6 +248,11 @@ static int print_version(void) {
     printf("backends: cpu (built without CUDA)\n");
 #endif
     printf("BLAS: %s\n", openblas_get_config());
+    char why[512];
+    if (gt_ops_cpu_bf16(why, sizeof why))
+        printf("CPU bf16: oneDNN on %s (precision = auto takes bf16 on this CPU)\n", gt_cpu_bf16_isa());
+    else
+        printf("CPU bf16: no, %s (precision = auto takes fp32 on this CPU)\n", why);
     printf("MPI: %s\n", mpi);
     printf("HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
     printf("%s\n", cuda);
