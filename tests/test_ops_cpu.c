@@ -12,6 +12,12 @@
  * Bit-identity properties (probs kept vs recomputed, rmsnorm_apply vs forward, repeat runs, thread
  * counts) are checked with memcmp.
  *
+ * The bf16 table (gt_ops_cpu_bf16; skipped with a note where the CPU has no bf16 instructions) is
+ * checked against the fp32 one: each element- and row-wise bf16 output must be the fp32 table's output
+ * on the upcast inputs rounded by the test's own round-to-nearest-even, bit for bit, with exact ties
+ * built into to_working's and residual's inputs; the matrix products (oneDNN) must lie within one bf16
+ * rounding plus the fp32 summation-order bound of sgemm's (test_bf16_table and what it calls).
+ *
  * Prints one line per check, exits 1 if any failed.
  */
 #include <float.h>
