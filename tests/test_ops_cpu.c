@@ -690,7 +690,8 @@ static void test_rne_reference(void) {
         {0x7f800000u, 0x7f80}, /* infinity */
     };
     int ok = 1;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) ok &= rne_bf16(f32_from_bits(cases[i].f)) == cases[i].want;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ok &= rne_bf16(f32_from_bits(cases[i].f)) == cases[i].want;
     report("test's own round-to-nearest-even on hand-made cases", ok, 0, 0);
 }
 
