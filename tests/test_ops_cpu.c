@@ -12,8 +12,15 @@
  * Bit-identity properties (probs kept vs recomputed, rmsnorm_apply vs forward, repeat runs, thread
  * counts) are checked with memcmp.
  *
+ * The bf16 table (gt_ops_cpu_bf16; skipped with a note where the CPU has no bf16 instructions) is
+ * checked against the fp32 one: each element- and row-wise bf16 output must be the fp32 table's output
+ * on the upcast inputs rounded by the test's own round-to-nearest-even, bit for bit, with exact ties
+ * built into to_working's and residual's inputs; the matrix products (oneDNN) must lie within one bf16
+ * rounding plus the fp32 summation-order bound of sgemm's (test_bf16_table and what it calls).
+ *
  * Prints one line per check, exits 1 if any failed.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -616,6 +623,420 @@ static void test_embedding_determinism(void) {
     check_same_bits("embedding_backward same bits with 1 thread", d1, d2, (size_t)V * C * 4);
 }
 
+/* ---------------------------------------------------------------- bf16 table against the fp32 table */
+
+/* The bf16 table (gt_ops_cpu_bf16) runs the fp32 kernels' source with bf16 loads and stores
+ * (cpu_elem.h): each output is the fp32 math on the upcast inputs, rounded once to nearest, ties to
+ * even (docs/precision.md). So for every element- and row-wise kernel the bf16 output must equal, bit
+ * for bit, the fp32 table's output on the same inputs upcast, rounded by rne_bf16 below; fp32 outputs
+ * (dweight, rstd, lse, losses) and the accumulating ones (the old value added in fp32 before the one
+ * rounding) included. The linear layers go to oneDNN instead of OpenBLAS: only the order of the fp32
+ * sums differs, so they are held to a bound (bf16_matmul_bound). Attention is not compared here: its
+ * bf16 kernel rounds P~ and dS to bf16 on purpose (precision.md), so it is no rounding of the fp32
+ * result; test_recompute checks it through the model. */
+
+static const gt_ops *ops16;
+
+static float bf16_up(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Round to nearest, ties to even, written apart from the kernels' gt_f32_to_bf16 (a carry trick on
+ * the bits): take the two bf16 neighbours of f, the one toward zero (the top 16 bits) and the next one
+ * away from zero, and compare the distances in double (exact: both sides have at most 25 significant
+ * bits over a small exponent range); on a tie take the one whose last bit is 0. Past the largest bf16
+ * the neighbour away from zero is infinity, which counts as 2^128, IEEE's overflow rule. A NaN stays
+ * a NaN (only its payload is not checked). */
+static uint16_t rne_bf16(float f) {
+    if (isnan(f)) return 0x7fc0;
+    uint32_t u = f32_bits(f);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    if ((u & 0xffffu) == 0) return lo;
+    double x = fabs((double)f), a = fabs((double)bf16_up(lo));
+    double b = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)bf16_up(hi));
+    if (x - a < b - x) return lo;
+    if (b - x < x - a) return hi;
+    return (lo & 1u) ? hi : lo;
+}
+
+/* rne_bf16 on values whose rounding is known by hand, so a wrong reference cannot pass everything */
+static void test_rne_reference(void) {
+    static const struct { uint32_t f; uint16_t want; } cases[] = {
+        {0x3f808000u, 0x3f80}, /* 1 + 2^-8: tie between 1 and 1 + 2^-7, to the even 1 */
+        {0x3f818000u, 0x3f82}, /* 1 + 3 * 2^-8: tie, to the even 1 + 2^-6 */
+        {0x3f808001u, 0x3f81}, /* just above the tie: up */
+        {0x3f807fffu, 0x3f80}, /* just below: down */
+        {0xbf818000u, 0xbf82}, /* negative tie: magnitude to even */
+        {0x7f7f7fffu, 0x7f7f}, /* largest finite bf16 */
+        {0x7f7f8000u, 0x7f80}, /* tie past it: to infinity (even) */
+        {0x00008000u, 0x0000}, /* subnormal tie to even zero */
+        {0x00018000u, 0x0002}, /* subnormal tie up to even */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x7f800000u, 0x7f80}, /* infinity */
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ok &= rne_bf16(f32_from_bits(cases[i].f)) == cases[i].want;
+    report("test's own round-to-nearest-even on hand-made cases", ok, 0, 0);
+}
+
+static uint16_t *uvec(size_t n) { return remember(ops->alloc(n * sizeof(uint16_t)), 1); }
+
+/* n random bf16 values amp * U[-1, 1), and their exact fp32 copy */
+static uint16_t *brand(size_t n, double amp, float **up) {
+    uint16_t *h = uvec(n);
+    float *f = fvec(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = rne_bf16((float)(amp * urand()));
+        f[i] = bf16_up(h[i]);
+    }
+    *up = f;
+    return h;
+}
+
+static float *fcopy(const float *f, size_t n) {
+    float *c = fvec(n);
+    memcpy(c, f, n * sizeof *f);
+    return c;
+}
+
+/* bf16 output of the bf16 table against the fp32 table's output rounded by rne_bf16, element by element */
+static void check_rounded(const char *name, const uint16_t *got, const float *f32, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != rne_bf16(f32[i]) && !(isnan(f32[i]) && isnan(bf16_up(got[i])))) {
+            if (!bad) first = i;
+            bad++;
+        }
+    printf("%-58s %s  (%zu of %zu differ)\n", name, bad ? "FAIL" : "PASS", bad, n);
+    if (bad) {
+        printf("    first at %zu: bf16 table 0x%04x, fp32 table %a rounds to 0x%04x\n", first, got[first],
+               (double)f32[first], rne_bf16(f32[first]));
+        failures++;
+    }
+}
+
+/* fp32 outputs of the two tables: the same bits */
+static void check_equal_f32(const char *name, const float *got, const float *want, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (f32_bits(got[i]) != f32_bits(want[i])) {
+            if (!bad) first = i;
+            bad++;
+        }
+    printf("%-58s %s  (%zu of %zu differ)\n", name, bad ? "FAIL" : "PASS", bad, n);
+    if (bad) {
+        printf("    first at %zu: bf16 table %a, fp32 table %a\n", first, (double)got[first], (double)want[first]);
+        failures++;
+    }
+}
+
+/* How many fp32 results sit exactly halfway between two bf16 values: the tie tests must make some. */
+static size_t count_ties(const float *f, size_t n) {
+    size_t t = 0;
+    for (size_t i = 0; i < n; i++) t += (f32_bits(f[i]) & 0xffffu) == 0x8000u;
+    return t;
+}
+
+static void test_bf16_embedding(void) {
+    enum { BT = 9, C = 83, V = 5 }; /* C odd and > 64: two column blocks and a vector tail */
+    int32_t tok[BT] = {3, 1, 3, 0, 4, 3, 1, 1, 2};
+    float *wte32, *dout32, *dw0;
+    uint16_t *wte = brand((size_t)V * C, 1, &wte32), *dout = brand((size_t)BT * C, 1, &dout32);
+    uint16_t *out = uvec((size_t)BT * C);
+    float *out32 = fvec((size_t)BT * C);
+    ops16->embedding_forward(out, tok, wte, BT, C, V);
+    ops->embedding_forward(out32, tok, wte32, BT, C, V);
+    check_rounded("bf16 embedding_forward = rne(fp32 table)", out, out32, (size_t)BT * C);
+    dw0 = fvec((size_t)V * C);
+    for (size_t i = 0; i < (size_t)V * C; i++) dw0[i] = (float)urand();
+    float *dw = fcopy(dw0, (size_t)V * C), *dw32 = fcopy(dw0, (size_t)V * C);
+    ops16->embedding_backward(dw, dout, tok, BT, C, V);
+    ops->embedding_backward(dw32, dout32, tok, BT, C, V);
+    check_equal_f32("bf16 embedding_backward dwte (fp32, +=) = fp32 table", dw, dw32, (size_t)V * C);
+}
+
+static void test_bf16_rmsnorm(void) {
+    enum { N = 5, C = 83 };
+    const float eps = 1e-5f;
+    size_t nc = (size_t)N * C;
+    float *x32, *w32, *d32, *dx32;
+    uint16_t *x = brand(nc, 1.5, &x32), *w = brand(C, 1, &w32), *d = brand(nc, 1, &d32);
+    uint16_t *dx = brand(nc, 1, &dx32), *out = uvec(nc), *out2 = uvec(nc);
+    float *out32 = fvec(nc), *rstd = fvec(N), *rstd32 = fvec(N), *dw0 = fvec(C);
+    for (int i = 0; i < C; i++) dw0[i] = (float)urand();
+    float *dw = fcopy(dw0, C), *dw32 = fcopy(dw0, C);
+
+    ops16->rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    ops->rmsnorm_forward(out32, rstd32, x32, w32, N, C, eps);
+    check_rounded("bf16 rmsnorm_forward out = rne(fp32 table)", out, out32, nc);
+    check_equal_f32("bf16 rmsnorm_forward rstd (fp32) = fp32 table", rstd, rstd32, N);
+    ops16->rmsnorm_apply(out2, rstd, x, w, N, C);
+    check_rounded("bf16 rmsnorm_apply out = rne(fp32 table)", out2, out32, nc);
+
+    ops16->rmsnorm_backward(dx, dw, d, x, w, rstd, N, C);
+    ops->rmsnorm_backward(dx32, dw32, d32, x32, w32, rstd32, N, C);
+    check_rounded("bf16 rmsnorm_backward dinp (+=, one rounding) = rne(fp32)", dx, dx32, nc);
+    check_equal_f32("bf16 rmsnorm_backward dweight (fp32, +=) = fp32 table", dw, dw32, C);
+}
+
+static void test_bf16_rope(void) {
+    enum { B = 2, T = 5, NH = 3, HD = 22 }; /* HD/2 = 11: odd pair count, a vector tail */
+    size_t n = (size_t)B * T * NH * HD;
+    float tab[T * HD];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            double ang = t * pow(10000.0, -2.0 * i / HD);
+            tab[(t * HD / 2 + i) * 2] = (float)cos(ang);
+            tab[(t * HD / 2 + i) * 2 + 1] = (float)sin(ang);
+        }
+    float *x32, *out32 = fvec(n), *dx32 = fvec(n);
+    uint16_t *x = brand(n, 2, &x32), *out = uvec(n), *dx = uvec(n);
+    ops16->rope_forward(out, x, tab, B, T, NH, HD);
+    ops->rope_forward(out32, x32, tab, B, T, NH, HD);
+    check_rounded("bf16 rope_forward = rne(fp32 table)", out, out32, n);
+    ops16->rope_backward(dx, x, tab, B, T, NH, HD);
+    ops->rope_backward(dx32, x32, tab, B, T, NH, HD);
+    check_rounded("bf16 rope_backward = rne(fp32 table)", dx, dx32, n);
+}
+
+static void test_bf16_swiglu(void) {
+    enum { N = 1001 }; /* not a multiple of any lane count */
+    float *g32, *u32, *d32, *out32 = fvec(N), *dg32 = fvec(N), *du32 = fvec(N);
+    uint16_t *g = brand(N, 6, &g32), *u = brand(N, 2, &u32), *d = brand(N, 1, &d32);
+    uint16_t *out = uvec(N), *dg = uvec(N), *du = uvec(N);
+    ops16->swiglu_forward(out, g, u, N);
+    ops->swiglu_forward(out32, g32, u32, N);
+    check_rounded("bf16 swiglu_forward = rne(fp32 table)", out, out32, N);
+    ops16->swiglu_backward(dg, du, d, g, u, N);
+    ops->swiglu_backward(dg32, du32, d32, g32, u32, N);
+    check_rounded("bf16 swiglu_backward dgate = rne(fp32 table)", dg, dg32, N);
+    check_rounded("bf16 swiglu_backward dup = rne(fp32 table)", du, du32, N);
+}
+
+static void test_bf16_residual(float p) {
+    enum { N = 1001 };
+    gt_rng_key key = {9, 77};
+    char name[128];
+    float *r32, *b32, *out32 = fvec(N), *db32 = fvec(N);
+    uint16_t *r = brand(N, 1, &r32), *b = brand(N, 1, &b32), *out = uvec(N), *db = uvec(N);
+    /* every third res cancels its scaled branch to bf16 precision: the sum is then about the fp32
+     * rounding error of branch * scale, so a kernel that rounds that product in one table and fuses
+     * it (fmaf) in the other shows at once */
+    for (int i = 0; i < N; i += 3) {
+        r[i] = rne_bf16(-b32[i] / (1.0f - p));
+        r32[i] = bf16_up(r[i]);
+    }
+    ops16->residual_forward(out, r, b, N, p, key);
+    ops->residual_forward(out32, r32, b32, N, p, key);
+    snprintf(name, sizeof name, "bf16 residual_forward = rne(fp32 table) (dropout %.2f)", p);
+    check_rounded(name, out, out32, N);
+    ops16->dropout_backward(db, b, N, p, key);
+    ops->dropout_backward(db32, b32, N, p, key);
+    snprintf(name, sizeof name, "bf16 dropout_backward = rne(fp32 table) (dropout %.2f)", p);
+    check_rounded(name, db, db32, N);
+}
+
+/* Ties: res + s * branch with branch = half a bf16 ulp of res (s = 1 without dropout, 2 = 1/(1-p) at
+ * p = 0.5, so branch is a quarter ulp there): the fp32 sum is exact and lies halfway between two bf16
+ * values, res's own last bit deciding which is even. Round-half-up or ties-away give the upper one for
+ * every positive res with an even last bit; truncation the lower for every odd one. Branch signs
+ * alternate so both directions of the tie occur. */
+static void test_bf16_residual_ties(float p) {
+    enum { N = 1001 };
+    gt_rng_key key = {3, 5};
+    char name[128];
+    uint16_t *r = uvec(N), *b = uvec(N), *out = uvec(N);
+    float *r32 = fvec(N), *b32 = fvec(N), *out32 = fvec(N);
+    const float s = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    for (int i = 0; i < N; i++) {
+        r[i] = rne_bf16((float)(4 * urand()));
+        if ((r[i] & 0x7fffu) < 0x0100u) r[i] = 0x3f80; /* keep half an ulp a normal bf16 */
+        r32[i] = bf16_up(r[i]);
+        int e;
+        frexpf(r32[i], &e);                          /* |res| in [2^(e-1), 2^e): ulp 2^(e-8) */
+        float half_ulp = ldexpf(1.0f, e - 9) / s;
+        /* away from zero on even i, toward zero on odd i; never toward zero from a power of two,
+         * where the ulp below is half as large and res - half an ulp is a bf16 value, no tie */
+        int away = !(i & 1) || (r[i] & 0x7fu) == 0;
+        b32[i] = copysignf(half_ulp, away ? r32[i] : -r32[i]);
+        b[i] = rne_bf16(b32[i]);
+        b32[i] = bf16_up(b[i]);
+    }
+    ops16->residual_forward(out, r, b, N, p, key);
+    ops->residual_forward(out32, r32, b32, N, p, key);
+    size_t ties = count_ties(out32, N);
+    snprintf(name, sizeof name, "bf16 residual ties = rne(fp32) (dropout %.2f, %zu ties)", p, ties);
+    check_rounded(name, out, out32, N);
+    snprintf(name, sizeof name, "  the tie inputs make ties (dropout %.2f)", p);
+    report(name, ties >= (p > 0 ? N / 4 : N / 2), (double)ties / N, p > 0 ? 0.25 : 0.5);
+}
+
+static void test_bf16_crossentropy(void) {
+    enum { BT = 6, V = 101 }; /* V not a multiple of the 8 lanes */
+    int32_t tgt[BT] = {3, -1, 100, 0, 17, 64};
+    size_t n = (size_t)BT * V;
+    float *l32, *losses = fvec(BT), *lse = fvec(BT), *losses32 = fvec(BT), *lse32 = fvec(BT);
+    uint16_t *l = brand(n, 5, &l32);
+    ops16->crossentropy_forward(losses, lse, l, tgt, BT, V);
+    ops->crossentropy_forward(losses32, lse32, l32, tgt, BT, V);
+    check_equal_f32("bf16 crossentropy_forward losses (fp32) = fp32 table", losses, losses32, BT);
+    check_equal_f32("bf16 crossentropy_forward lse (fp32) = fp32 table", lse, lse32, BT);
+    ops16->crossentropy_backward(l, lse, tgt, BT, V, 0.37f);
+    ops->crossentropy_backward(l32, lse32, tgt, BT, V, 0.37f);
+    check_rounded("bf16 crossentropy_backward dlogits = rne(fp32 table)", l, l32, n);
+}
+
+/* to_working is the only fp32 -> bf16 rounding of a weight: random values, exact ties with either
+ * last bit, one bit either side of a tie, subnormals, the overflow edge and signed zero. */
+static void test_bf16_to_working(void) {
+    enum { N = 1001, SPECIAL = 9 };
+    static const uint32_t special[SPECIAL] = {0x7f7fffffu, 0x7f7f7fffu, 0xff7f8000u, 0x00008000u, 0x00018000u,
+                                              0x80000000u, 0x00000001u, 0x7f800000u, 0xff800000u};
+    float *m = fvec(N), *back = fvec(N);
+    uint16_t *w = uvec(N);
+    for (int i = 0; i < N; i++) {
+        uint32_t top = (uint32_t)rne_bf16((float)(8 * urand())) << 16;
+        uint32_t low[4] = {0x8000u, 0x8000u, 0x7fffu, 0x8001u}; /* half the elements exact ties */
+        m[i] = i < SPECIAL ? f32_from_bits(special[i]) : f32_from_bits(top | low[i & 3]);
+        if (i % 7 == 0 && i >= SPECIAL) m[i] = (float)urand();
+    }
+    ops16->to_working(w, m, N);
+    size_t ties = count_ties(m, N);
+    char name[128];
+    snprintf(name, sizeof name, "bf16 to_working = rne(master) (%zu ties)", ties);
+    check_rounded(name, w, m, N);
+    ops16->to_master(back, w, N);
+    float *up = fvec(N);
+    for (int i = 0; i < N; i++) up[i] = bf16_up(w[i]);
+    check_equal_f32("bf16 to_master = exact upcast", back, up, N);
+}
+
+/* C (M, N) = sum over K of A(m, k) B(k, n), |A| |B| summed in double: the scale of each output's
+ * rounding errors. A(m, k) = a[m * sam + k * sak], B(k, n) = b[k * sbk + n * sbn]. */
+static double *abs_gemm(const float *a, size_t sam, size_t sak, const float *b, size_t sbk, size_t sbn, int M, int N,
+                        int K) {
+    double *c = dvec((size_t)M * N);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += fabs((double)a[m * sam + k * sak]) * fabs((double)b[k * sbk + n * sbn]);
+            c[(size_t)m * N + n] = s;
+        }
+    return c;
+}
+
+/* The bound for one product output, OpenBLAS sgemm (fp32 table) against oneDNN (bf16 table) on the
+ * same bf16 inputs. Each product of two bf16 values is exact in fp32 (8 + 8 significant bits), so
+ * both libraries add the same K exact terms (K + 1 with the old value of an accumulating output) in
+ * fp32, each in its own order and blocking: any order of n additions is within gamma_n * sum |term|
+ * of the exact sum (Higham, Accuracy and Stability, 2nd ed., (4.4); gamma_n = n u / (1 - n u),
+ * u = 2^-24), so the two fp32 sums are within 2 gamma_n S of each other, S = sum |term|. A bf16 output
+ * is then rounded once to nearest: half a bf16 ulp, at most 2^-8 of its magnitude (bf16 keeps 8
+ * significant bits: its unit roundoff is 2^-8); so
+ *   |bf16 out - sgemm| <= 2^-8 (|sgemm| + 2 gamma S) + 2 gamma S + FLT_MIN,
+ * FLT_MIN for the AMX and AVX512-BF16 instructions flushing subnormal results to zero. The fp32
+ * dweight has no final rounding: 2 gamma S + FLT_MIN alone. */
+static double bf16_matmul_bound(double sgemm, double S, int nterms, int bf16_out) {
+    const double u = ldexp(1.0, -24), g = nterms * u / (1 - nterms * u);
+    double e = 2 * g * S + FLT_MIN;
+    return bf16_out ? e + ldexp(1.0, -8) * (fabs(sgemm) + 2 * g * S) : e;
+}
+
+/* got (bf16 bits when bf16_out, else fp32) against the fp32 table's want; prints the largest
+ * difference, its share of the bound, and how many bf16 outputs equal rne(sgemm) exactly */
+static void check_matmul_bound(const char *name, const void *got, const float *want, const double *S, size_t n,
+                               int nterms, int bf16_out) {
+    double maxdiff = 0, maxratio = 0;
+    size_t same = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        double g = bf16_out ? bf16_up(((const uint16_t *)got)[i]) : ((const float *)got)[i];
+        if (!isfinite(g)) finite = 0;
+        double d = fabs(g - (double)want[i]), r = d / bf16_matmul_bound(want[i], S[i], nterms, bf16_out);
+        if (d > maxdiff) maxdiff = d;
+        if (r > maxratio) maxratio = r;
+        same += bf16_out ? ((const uint16_t *)got)[i] == rne_bf16(want[i]) : f32_bits((float)g) == f32_bits(want[i]);
+    }
+    int ok = finite && maxratio <= 1.0;
+    printf("%-58s %s  (max |diff| %.3g = %.3g of the bound; %zu of %zu equal %s)\n", name, ok ? "PASS" : "FAIL",
+           maxdiff, maxratio, same, n, bf16_out ? "rne(sgemm)" : "sgemm");
+    if (!ok) failures++;
+}
+
+static void test_bf16_matmul(void) {
+    enum { N = 33, IC = 67, OC = 45 }; /* none a multiple of oneDNN's or OpenBLAS' blocks */
+    float *x32, *w32, *d32, *dx0_32;
+    uint16_t *x = brand((size_t)N * IC, 1, &x32), *w = brand((size_t)OC * IC, 1, &w32);
+    uint16_t *d = brand((size_t)N * OC, 1, &d32), *dx0 = brand((size_t)N * IC, 1, &dx0_32);
+    uint16_t *out = uvec((size_t)N * OC), *dx = uvec((size_t)N * IC);
+    float *out32 = fvec((size_t)N * OC), *dx32 = fvec((size_t)N * IC), *dw0 = fvec((size_t)OC * IC);
+    for (size_t i = 0; i < (size_t)OC * IC; i++) dw0[i] = (float)urand();
+    float *dw = fcopy(dw0, (size_t)OC * IC), *dw32 = fcopy(dw0, (size_t)OC * IC);
+
+    /* out (N, OC) = x (N, IC) @ w^T */
+    ops16->matmul_forward(out, x, w, N, IC, OC);
+    ops->matmul_forward(out32, x32, w32, N, IC, OC);
+    double *S = abs_gemm(x32, IC, 1, w32, 1, IC, N, OC, IC);
+    check_matmul_bound("bf16 matmul_forward (oneDNN) vs sgemm, bound", out, out32, S, (size_t)N * OC, IC, 1);
+
+    /* dinp (N, IC) = d (N, OC) @ w, overwriting NaNs; dweight (OC, IC) += d^T @ x */
+    for (size_t i = 0; i < (size_t)N * IC; i++) dx[i] = 0x7fc0;
+    ops16->matmul_backward(dx, dw, d, x, w, N, IC, OC, 0);
+    ops->matmul_backward(dx32, dw32, d32, x32, w32, N, IC, OC, 0);
+    S = abs_gemm(d32, OC, 1, w32, IC, 1, N, IC, OC);
+    check_matmul_bound("bf16 matmul_backward dinp (overwrite) vs sgemm, bound", dx, dx32, S, (size_t)N * IC, OC, 1);
+    double *Sw = abs_gemm(d32, 1, OC, x32, IC, 1, OC, IC, N);
+    for (size_t i = 0; i < (size_t)OC * IC; i++) Sw[i] += fabs((double)dw0[i]);
+    check_matmul_bound("bf16 matmul_backward dweight (fp32, +=) vs sgemm, bound", dw, dw32, Sw, (size_t)OC * IC,
+                       N + 1, 0);
+
+    /* accumulate: dinp = old + d @ w, the old bf16 value added in fp32 before the one rounding */
+    memcpy(dx, dx0, (size_t)N * IC * sizeof *dx);
+    memcpy(dx32, dx0_32, (size_t)N * IC * sizeof *dx32);
+    ops16->matmul_backward(dx, NULL, d, x, w, N, IC, OC, 1);
+    ops->matmul_backward(dx32, NULL, d32, x32, w32, N, IC, OC, 1);
+    for (size_t i = 0; i < (size_t)N * IC; i++) S[i] += fabs((double)dx0_32[i]);
+    check_matmul_bound("bf16 matmul_backward dinp (+=) vs sgemm, bound", dx, dx32, S, (size_t)N * IC, OC + 1, 1);
+}
+
+static void test_bf16_table(void) {
+    char why[256] = "";
+    ops16 = gt_ops_cpu_bf16(why, sizeof why);
+    test_rne_reference();
+    if (!ops16) {
+        printf("NOTE: bf16 table checks skipped, no bf16 table here: %s\n", why);
+        return;
+    }
+    report("bf16 table: name cpu, act_bytes 2", !strcmp(ops16->name, "cpu") && ops16->act_bytes == 2, 0, 0);
+    test_bf16_to_working();
+    test_bf16_embedding();
+    test_bf16_rmsnorm();
+    test_bf16_rope();
+    test_bf16_swiglu();
+    test_bf16_residual(0.0f);
+    test_bf16_residual(0.25f);
+    test_bf16_residual_ties(0.0f);
+    test_bf16_residual_ties(0.5f);
+    test_bf16_crossentropy();
+    test_bf16_matmul();
+}
+
 int main(void) {
     ops = gt_ops_cpu();
     report("table: name cpu, act_bytes 4, probabilities not kept",
@@ -636,6 +1057,7 @@ int main(void) {
     test_crossentropy();
     test_adamw();
     test_utilities();
+    test_bf16_table();
     release_all();
     if (failures) {
         printf("%d check(s) FAILED\n", failures);
