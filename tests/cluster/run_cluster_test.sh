@@ -7,6 +7,9 @@
 #   1. a hang with no re-run left: GTRAIN_RETRIES=0, the rank on gtc-n1 stopped (SIGSTOP); the watchdog
 #      (dist.timeout=10) ends the step, the script requeues the job, and its next start resumes from
 #      the newest state file on both nodes; the job COMPLETES;
+#   1b. a lost node with no re-run left: GTRAIN_RETRIES=0, gtc-n1 killed; srun ends the step (137) when
+#      Slurm takes the node out, the script requeues the job at its full size; gtc-n1 is started again
+#      (cluster.sh start-node) and the job resumes on both nodes; it COMPLETES;
 #   2. a smaller world that cannot keep the global batch: a job on all three nodes (24 sequences per
 #      step) loses gtc-n2; the re-run on two exits 2 (16 does not divide 24), the script requeues the
 #      job at its full size; gtc-n2 is started again (cluster.sh start-node) and the job resumes on three
@@ -35,7 +38,7 @@
 #      requeue at full size instead of a smaller global batch (no state file yet);
 #   9. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
 #      failure, and the script runs the step again on gtc-n0; the job COMPLETES.
-# 1 and 2 come first so that a mutant of those paths of gtrain.sbatch (tests/mutants/sbatch_*) is
+# 1, 1b and 2 come first so that a mutant of those paths of gtrain.sbatch (tests/mutants/sbatch_*) is
 # caught within a minute or two. WORK_DIR must not be under /tmp (each node has a private /tmp). The
 # cluster is taken down on every exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer
 # bound. Without root or the packages: exit 77 (skipped).
@@ -181,6 +184,43 @@ sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(print
 (($(losses "$work/spent/metrics.jsonl" | wc -l) == 12)) || die "the spent job did not log all 12 steps"
 note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t_requeue s; the next start" \
      "resumed from step $newest on both nodes; job COMPLETED"
+
+# ---------------------------------------------------------------- 1b. a lost node with no re-run left
+# GTRAIN_RETRIES=0 again, and gtc-n1 killed at step 7 (every process: its slurmd and its rank), with
+# dist.timeout left at its default, so that Slurm, not the watchdog, ends the step (137 when it takes
+# the node out after SlurmdTimeout). With no re-run left the script requeues the job at its full size;
+# gtc-n1 is started again (cluster.sh start-node), and the next start resumes and completes.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$src/launch/gtrain.sbatch" \
+      "$config" "${common[@]}" train.steps=12 checkpoint.dir="$work/gone" checkpoint.every=5 \
+      log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
+job=${job%%;*}
+out="$work/job-gone.out"
+at_step "$work/gone" 7
+bash "$cluster" kill-node 1
+t_kill=$(date +%s)
+note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/gone/metrics.jsonl")"
+deadline=$((SECONDS + 150))
+until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued within 150 s of gtc-n1's death"; }
+  [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
+    die "the job ended $(job_field "$job" JobState) after gtc-n1's death with no re-run left, instead of requeueing"
+  sleep 0.5
+done
+t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
+grep -q "gtrain exited with 137" "$out" && grep -q "no re-run left (GTRAIN_RETRIES=0)" "$out" &&
+  grep -q "requeueing at the full size (exit 137)" "$out" || die "the lost node's exit 137 was not requeued at the full size"
+bash "$cluster" start-node 1 || die "cluster.sh start-node 1 failed"
+requeued 1
+newest=$(newest_state "$work/gone")
+wait_end 180
+[[ $state == COMPLETED ]] || die "the gone job ended $state, not COMPLETED after gtc-n1 came back"
+sed -n '/start 2 on /,$p' "$out" | grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" || die "the requeued job did not start on gtc-n[0-1]"
+sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+  die "the requeued start did not resume from the newest state file, step $newest"
+(($(losses "$work/gone/metrics.jsonl" | wc -l) == 12)) || die "the gone job did not log all 12 steps"
+note "gtc-n1 killed, no re-run left -> exit 137, requeued at full size: $t_requeue s; gtc-n1 started again ->" \
+     "the job COMPLETED on gtc-n[0-1] (resumed from step $newest) $(($(date +%s) - t_kill)) s after the death"
 
 # ---------------------------------------------------------------- 2. a smaller world that cannot keep the batch
 # A job on all three nodes (3 ranks x micro_batch 8: 24 sequences per step) loses gtc-n2 at step 7.
