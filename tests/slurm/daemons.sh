@@ -23,6 +23,7 @@ start_munged() {
 # per node: %n). Root runs the daemons and the jobs; no cgroups or CPU binding (task/none, processes
 # tracked by /proc), so the ranks run where slurmd runs; the scheduler looks every second; a job may
 # requeue itself (JobRequeue) and stays visible 600 s after its end (MinJobAge), for the tests to read.
+# Also writes DIR/plugstack.conf empty, so that no SPANK plugin of the machine's Slurm is loaded.
 slurm_conf_common() {
   cat <<EOF
 SlurmUser=root
