@@ -5,9 +5,12 @@
 # kept; a node-local checkpoint.dir and another build on one node are refused by name; SIGINT ->
 # exit 75 -> requeue; a stopped rank, a killed node and a node whose link goes down each end the step
 # and the script runs it again on the node left, to a COMPLETED job; a job on a node that died just
-# before is requeued naming it. Needs root and tools/setup-debian.sh --slurm; exits 77 (skipped)
-# without them. About 5 minutes on 2 loaded cores; every wait inside has a deadline, and the
-# cluster is taken down on any exit.
+# before is requeued naming it; a hang and a lost node with no re-run left (GTRAIN_RETRIES=0) each
+# requeue the job, which resumes; a
+# three-node job that loses a node, whose two nodes left cannot keep its global batch (exit 2), requeues
+# at its full size and resumes on three once the node is back. Needs root and tools/setup-debian.sh
+# --slurm; exits 77 (skipped) without them. About 4 to 6 minutes on 2 loaded cores; every wait inside
+# has a deadline, and the cluster is taken down on any exit.
 add_test(NAME cluster_two_nodes
          COMMAND bash ${GTRAIN_TEST_DIR}/cluster/run_cluster_test.sh $<TARGET_FILE_DIR:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/cluster_two_nodes)

@@ -5,6 +5,7 @@
 #   bash tests/cluster/cluster.sh down              stop everything it started, remove what it made
 #   bash tests/cluster/cluster.sh status            sinfo of the cluster, or "down"
 #   bash tests/cluster/cluster.sh kill-node I       SIGKILL every process of node I (slurmd included)
+#   bash tests/cluster/cluster.sh start-node I      start node I's slurmd again (after kill-node)
 #
 # Each node is a network namespace (`ip netns add gtc-nodeI`) joined to a bridge by a veth pair, with
 # its own address 10.77.0.(11+I) and, through a UTS and a mount namespace of its slurmd, its own host
@@ -32,6 +33,8 @@
 # Needs root, iproute2, util-linux (nsenter, unshare), munge and slurm-wlm (tools/setup-debian.sh
 # --slurm). Exit 77 when one of them is missing, 1 when the cluster does not come up.
 set -uo pipefail
+
+. "$(dirname "${BASH_SOURCE[0]}")/../slurm/daemons.sh" # start_munged, slurm_conf_common
 
 dir=${GTRAIN_CLUSTER_DIR:-/var/tmp/gtrain-cluster}
 prefix=gtc
@@ -95,6 +98,15 @@ fail_up() {
   exit 1
 }
 
+# start_slurmd I: node I's slurmd in its network namespace, with its host name, its own /tmp and the
+# cluster's /etc/hosts (a fresh UTS and mount namespace each time: they end with their processes)
+start_slurmd() {
+  SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/"$(node_ns $1)" unshare --uts --mount --propagation private \
+    sh -c 'hostname "$0"; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount --bind "$1" /etc/hosts &&
+           exec slurmd -D -N "$0"' "$(node_name $1)" "$dir/hosts" >>"$dir/slurmd-$(node_name $1).stdout" 2>&1 &
+  echo $! >>"$dir/pids"
+}
+
 up() {
   local n=$1 i cpus
   [[ "$n" =~ ^[1-9][0-9]?$ ]] || { note "up N: N from 1 to 99"; exit 2; }
@@ -131,52 +143,22 @@ up() {
   done
 
   # munge, with a key and socket of its own
-  dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 2>/dev/null
-  chmod 600 "$dir/munge.key"
-  munged -F --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" --pid-file="$dir/munged.pid" \
-    --seed-file="$dir/munged.seed" >"$dir/munged.log" 2>&1 &
-  echo $! >>"$dir/pids"
-  for _ in $(seq 1 50); do
-    munge -S "$dir/munge.socket" -n 2>/dev/null | unmunge -S "$dir/munge.socket" >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  start_munged "$dir"
+  local munge_rc=$?
+  echo "$munged_pid" >>"$dir/pids"
+  ((munge_rc == 0)) || fail_up "munged does not answer on $dir/munge.socket"
 
-  : >"$dir/plugstack.conf"
   {
     cat <<EOF
 # tests/cluster/cluster.sh: $n nodes, each a network namespace on a bridge
 ClusterName=gtraincluster
 SlurmctldHost=$prefix-ctl($subnet.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$dir/munge.socket
 SlurmctldPort=6817
 SlurmdPort=6818
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool/%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd-%n.log
-PlugStackConfig=$dir/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=1
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-JobRequeue=1
-MinJobAge=600
 KillWait=10
 SlurmdTimeout=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-300}
 EOF
+    slurm_conf_common "$dir"
     for ((i = 0; i < n; i++)); do
       echo "NodeName=$(node_name $i) NodeAddr=$(node_addr $i) CPUs=$cpus RealMemory=500 State=UNKNOWN"
     done
@@ -189,13 +171,7 @@ EOF
     sh -c 'hostname "$0"; mount --bind "$1" /etc/hosts; exec slurmctld -D -i' "$prefix-ctl" "$dir/hosts" \
     >"$dir/slurmctld.stdout" 2>&1 &
   echo $! >>"$dir/pids"
-  # a slurmd per node: its network namespace, its host name, its own /tmp, the cluster's /etc/hosts
-  for ((i = 0; i < n; i++)); do
-    nsenter --net=/run/netns/"$(node_ns $i)" unshare --uts --mount --propagation private \
-      sh -c 'hostname "$0"; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount --bind "$1" /etc/hosts &&
-             exec slurmd -D -N "$0"' "$(node_name $i)" "$dir/hosts" >"$dir/slurmd-$(node_name $i).stdout" 2>&1 &
-    echo $! >>"$dir/pids"
-  done
+  for ((i = 0; i < n; i++)); do start_slurmd $i; done
 
   # wrappers: the Slurm commands, run inside gtc-ctl from the machine's own network namespace
   local c real
@@ -237,10 +213,21 @@ case "${1:-}" in
     [[ "${2:-}" =~ ^[0-9]+$ && -e /run/netns/$(node_ns "${2:-x}") ]] || { note "kill-node I: no node I"; exit 2; }
     for pid in $(ip netns pids "$(node_ns "$2")"); do kill -KILL "$pid" 2>/dev/null; done
     ;;
+  start-node)
+    # a node back after kill-node, as after a reboot: its slurmd again (ReturnToService=2 makes a
+    # DOWN node usable as soon as it registers); its network namespace and address were never removed.
+    # What its killed steps left in its spool directory goes first (their sockets, PMIx's pmix.J.S
+    # directories): Slurm 22.05's PMIx plugin fails a step of the same job and step id (a requeued job
+    # counts its steps from 0 again) on them, "Cannot create directory ...: File exists".
+    [[ "${2:-}" =~ ^[0-9]+$ && -e /run/netns/$(node_ns "${2:-x}") ]] || { note "start-node I: no node I"; exit 2; }
+    [[ -z "$(ip netns pids "$(node_ns "$2")")" ]] || { note "start-node $2: node $2 still runs processes"; exit 2; }
+    find "$dir/spool/$(node_name "$2")" -mindepth 1 -maxdepth 1 \( -type s -o -name 'pmix.*' \) -exec rm -rf {} +
+    start_slurmd "$2"
+    ;;
   status)
     if [[ -f "$dir/nodes" && -e /run/netns/$ctl_ns ]]; then
       SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/$ctl_ns sinfo -N
     else echo down; fi
     ;;
-  *) echo "usage: cluster.sh up N | down | status | kill-node I" >&2; exit 2 ;;
+  *) echo "usage: cluster.sh up N | down | status | kill-node I | start-node I" >&2; exit 2 ;;
 esac

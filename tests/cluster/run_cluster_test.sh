@@ -1,36 +1,47 @@
 #!/usr/bin/env bash
-# run_cluster_test.sh — launch/gtrain.sbatch across Slurm nodes, two at a time (three of tests/cluster/cluster.sh: network,
-# UTS and mount namespaces on a bridge, one machine):
+# run_cluster_test.sh — launch/gtrain.sbatch across the Slurm nodes of tests/cluster/cluster.sh (three:
+# network, UTS and mount namespaces on a bridge, one machine), two at a time and once all three:
 #
 #   bash tests/cluster/run_cluster_test.sh BIN_DIR SOURCE_DIR WORK_DIR
 #
-#   1. `sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 launch/gtrain.sbatch configs/tiny.ini`
+#   1. a hang with no re-run left: GTRAIN_RETRIES=0, the rank on gtc-n1 stopped (SIGSTOP); the watchdog
+#      (dist.timeout=10) ends the step, the script requeues the job, and its next start resumes from
+#      the newest state file on both nodes; the job COMPLETES;
+#   1b. a lost node with no re-run left: GTRAIN_RETRIES=0, gtc-n1 killed; srun ends the step (137) when
+#      Slurm takes the node out, the script requeues the job at its full size; gtc-n1 is started again
+#      (cluster.sh start-node) and the job resumes on both nodes; it COMPLETES;
+#   2. a smaller world that cannot keep the global batch: a job on all three nodes (24 sequences per
+#      step) loses gtc-n2; the re-run on two exits 2 (16 does not divide 24), the script requeues the
+#      job at its full size; gtc-n2 is started again (cluster.sh start-node) and the job resumes on three
+#      nodes; it COMPLETES;
+#   3. `sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 launch/gtrain.sbatch configs/tiny.ini`
 #      (srun --mpi=pmix, Open MPI over TCP on the bridge): one rank on each host, 2 threads each
 #      (srun got --cpus-per-task), and every step's loss and the final state file equal a 2-rank
 #      single-node `mpirun` run's, bit for bit;
 #      and the same with GTRAIN_LAUNCHER=mpirun (Open MPI starting its daemons through srun); with
 #      --ntasks-per-node=2, 2 ranks on each node equal a 4-rank one-node mpirun run;
-#   2a. its step-10 state file resumed on two nodes ends bit-identical to the uninterrupted job;
-#   2. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
-#      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 1's within 1e-5;
-#   3. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
+#   4a. its step-10 state file resumed on two nodes ends bit-identical to the uninterrupted job;
+#   4. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
+#      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 3's within 1e-5;
+#   5. checkpoint.dir under /tmp, which each node has its own of: refused before step 1 (exit 2),
 #      naming both hosts;
-#   4. another build on gtc-n1 (a copy of gtrain with a byte appended): exit 2 at start-up, one line
+#   6. another build on gtc-n1 (a copy of gtrain with a byte appended): exit 2 at start-up, one line
 #      naming rank 1 on gtc-n1, not run again;
-#   5. SIGINT to the batch shell: the ranks save, exit 75, the job requeues itself and resumes; then the
+#   7. SIGINT to the batch shell: the ranks save, exit 75, the job requeues itself and resumes; then the
 #      rank on gtc-n1 is stopped (SIGSTOP): the watchdog (dist.timeout=10) names rank 1 on gtc-n1, and
 #      the script runs the step again on gtc-n0 alone, with the global batch kept; the job COMPLETES;
-#   6. node loss: every process of gtc-n1 killed mid-run; Slurm takes the node out of the --no-kill
+#   8. node loss: every process of gtc-n1 killed mid-run; Slurm takes the node out of the --no-kill
 #      allocation after SlurmdTimeout (20 s here), srun ends the step, and the script runs it again on
 #      gtc-n0 from the newest state file with one rank and the global batch kept; the job COMPLETES.
 #      The times from the node's death to the step's end and to the re-run's first step are printed.
 #      Meanwhile a new job on gtc-n0 and gtc-n1 (dead, not yet noticed): one line naming gtc-n1, and a
 #      requeue at full size instead of a smaller global batch (no state file yet);
-#   7. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
+#   9. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
 #      failure, and the script runs the step again on gtc-n0; the job COMPLETES.
-# WORK_DIR must not be under /tmp (each node has a private /tmp). The cluster is taken down on every
-# exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer bound. Without root or the
-# packages: exit 77 (skipped).
+# 1, 1b and 2 come first so that a mutant of those paths of gtrain.sbatch (tests/mutants/sbatch_*) is
+# caught within a minute or two. WORK_DIR must not be under /tmp (each node has a private /tmp). The
+# cluster is taken down on every exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer
+# bound. Without root or the packages: exit 77 (skipped).
 set -uo pipefail
 
 if (($# != 3)); then
@@ -98,7 +109,164 @@ run_job() {
 }
 losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
 
-# ---------------------------------------------------------------- 1. two nodes vs one-node mpirun
+# at_step DIR N: waits (deadline 180 s) until DIR/metrics.jsonl has N steps.
+at_step() {
+  local deadline=$((SECONDS + 180))
+  local n
+  until n=$(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null); ((${n:-0} >= $2)); do
+    ((SECONDS < deadline)) || { scancel "$job"; die "job $job did not reach step $2 in 180 s"; }
+    sleep 0.2
+  done
+}
+# wait_end SECONDS: until the job $job has ended (COMPLETING is not yet the end); sets state.
+wait_end() {
+  local deadline=$((SECONDS + $1))
+  while state=$(job_field "$job" JobState); [[ $state =~ ^(RUNNING|CONFIGURING|PENDING|COMPLETING|REQUEUED)$ ]]; do
+    ((SECONDS < deadline)) || { scancel "$job"; die "job $job still $state after $1 s"; }
+    sleep 1
+  done
+}
+# when LOG PATTERN: the time (seconds since the epoch) of the script's first log line matching PATTERN.
+when() { date -d "$(grep -a "^gtrain.sbatch: .*$2" "$1" | head -n 1 | awk '{print $2" "$3}')" +%s; }
+
+# stop_rank NODE_NS: SIGSTOP to the gtrain processes of that node's namespace (its node stays up)
+stop_rank() {
+  local pid stopped=""
+  for pid in $(ip netns pids "$1"); do
+    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == gtrain ]] && kill -STOP "$pid" && stopped+=" $pid"
+  done
+  [[ -n "$stopped" ]] || die "no gtrain process in $1 to stop"
+  note "stopped the rank in $1 (pid$stopped) at step $(grep -c '"loss"' "$2/metrics.jsonl")"
+}
+# requeued N: waits (deadline 150 s) until the job $job has requeued itself for the Nth time and
+# pends, then brings its start forward (a requeued job otherwise waits ~120 s, BeginTime). Not
+# within the second of the requeue: slurmd would refuse the job's credential as revoked.
+requeued() {
+  local deadline=$((SECONDS + 150)) st
+  until st=$(job_field "$job" JobState); [[ "$(job_field "$job" Restarts)" == "$1" && $st == PENDING ]]; do
+    [[ $st =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY)$ ]] && die "job $job ended $st instead of requeueing"
+    ((SECONDS < deadline)) || die "job $job was not requeued within 150 s ($st)"
+    sleep 0.5
+  done
+  sleep 2
+  scontrol update JobId="$job" StartTime=now || die "scontrol update StartTime=now failed"
+}
+# newest_state DIR: the step of the newest state file in DIR
+newest_state() { ls "$1" 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1; }
+
+# ---------------------------------------------------------------- 1. a hang with no re-run left
+# GTRAIN_RETRIES=0: the rank on gtc-n1 is stopped (SIGSTOP) at step 7; rank 0's watchdog
+# (dist.timeout=10) ends the step with 76, and with no re-run left the script requeues the job at
+# once. Its next start (both nodes again: the stopped rank was killed with the step) resumes from the
+# newest state file and completes.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-spent.out" "$src/launch/gtrain.sbatch" \
+      "$config" "${common[@]}" train.steps=12 dist.timeout=10 checkpoint.dir="$work/spent" checkpoint.every=5 \
+      log.metrics="$work/spent/metrics.jsonl") || die "sbatch for the spent job failed"
+job=${job%%;*}
+out="$work/job-spent.out"
+at_step "$work/spent" 7
+stop_rank gtc-node1 "$work/spent"
+t_stop=$(date +%s)
+requeued 1
+t_requeue=$(($(when "$out" "a rank hung and the watchdog ended the job") - t_stop))
+newest=$(newest_state "$work/spent")
+wait_end 180
+[[ $state == COMPLETED ]] || die "the spent job ended $state, not COMPLETED after its requeue"
+grep -q "no re-run left (GTRAIN_RETRIES=0)" "$out" || die "the script did not say that no re-run was left"
+grep -q "a rank hung and the watchdog ended the job .*: requeueing" "$out" ||
+  die "the script did not requeue the job after the watchdog's exit 76"
+grep -q ", run 2 on " "$out" && die "a re-run happened with GTRAIN_RETRIES=0"
+grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" "$out" || die "the requeued job did not start again on gtc-n[0-1]"
+[[ -n "$newest" ]] && ((newest >= 5)) || die "no state file of step 5 or later when the job requeued ('$newest')"
+sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+  die "the requeued start did not resume from the newest state file, step $newest"
+(($(losses "$work/spent/metrics.jsonl" | wc -l) == 12)) || die "the spent job did not log all 12 steps"
+note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t_requeue s; the next start" \
+     "resumed from step $newest on both nodes; job COMPLETED"
+
+# ---------------------------------------------------------------- 1b. a lost node with no re-run left
+# GTRAIN_RETRIES=0 again, and gtc-n1 killed at step 7 (every process: its slurmd and its rank), with
+# dist.timeout left at its default, so that Slurm, not the watchdog, ends the step (137 when it takes
+# the node out after SlurmdTimeout). With no re-run left the script requeues the job at its full size;
+# gtc-n1 is started again (cluster.sh start-node), and the next start resumes and completes.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$src/launch/gtrain.sbatch" \
+      "$config" "${common[@]}" train.steps=12 checkpoint.dir="$work/gone" checkpoint.every=5 \
+      log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
+job=${job%%;*}
+out="$work/job-gone.out"
+at_step "$work/gone" 7
+bash "$cluster" kill-node 1
+t_kill=$(date +%s)
+note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/gone/metrics.jsonl")"
+deadline=$((SECONDS + 150))
+until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued within 150 s of gtc-n1's death"; }
+  [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
+    die "the job ended $(job_field "$job" JobState) after gtc-n1's death with no re-run left, instead of requeueing"
+  sleep 0.5
+done
+t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
+grep -q "gtrain exited with 137" "$out" && grep -q "no re-run left (GTRAIN_RETRIES=0)" "$out" &&
+  grep -q "requeueing at the full size (exit 137)" "$out" || die "the lost node's exit 137 was not requeued at the full size"
+bash "$cluster" start-node 1 || die "cluster.sh start-node 1 failed"
+requeued 1
+newest=$(newest_state "$work/gone")
+wait_end 180
+[[ $state == COMPLETED ]] || die "the gone job ended $state, not COMPLETED after gtc-n1 came back"
+sed -n '/start 2 on /,$p' "$out" | grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" || die "the requeued job did not start on gtc-n[0-1]"
+sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+  die "the requeued start did not resume from the newest state file, step $newest"
+(($(losses "$work/gone/metrics.jsonl" | wc -l) == 12)) || die "the gone job did not log all 12 steps"
+note "gtc-n1 killed, no re-run left -> exit 137, requeued at full size: $t_requeue s; gtc-n1 started again ->" \
+     "the job COMPLETED on gtc-n[0-1] (resumed from step $newest) $(($(date +%s) - t_kill)) s after the death"
+
+# ---------------------------------------------------------------- 2. a smaller world that cannot keep the batch
+# A job on all three nodes (3 ranks x micro_batch 8: 24 sequences per step) loses gtc-n2 at step 7.
+# On the two nodes left no grad_accum keeps 24 (2 x 8 = 16 does not divide it): the re-run exits 2
+# naming the keys that would, and the script requeues the job at its full size. gtc-n2's slurmd is
+# started again (ReturnToService=2 takes the node back); the job starts on three nodes again and
+# resumes from the newest state file, with its own grad_accum.
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
+      --nodes=3 --ntasks-per-node=1 -o "$work/job-full.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
+      train.steps=12 checkpoint.dir="$work/full" checkpoint.every=5 log.metrics="$work/full/metrics.jsonl") ||
+  die "sbatch for the full-size job failed"
+job=${job%%;*}
+out="$work/job-full.out"
+at_step "$work/full" 7
+bash "$cluster" kill-node 2
+t_kill=$(date +%s)
+note "killed every process of gtc-n2 at step $(grep -c '"loss"' "$work/full/metrics.jsonl")"
+deadline=$((SECONDS + 150))
+until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued at its full size within 150 s of gtc-n2's death"; }
+  [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
+    die "the job ended $(job_field "$job" JobState) after gtc-n2's death instead of requeueing at its full size"
+  sleep 0.5
+done
+t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
+grep -q "re-run 1 of 2 on 2 node(s): gtc-n0,gtc-n1 (gone from the allocation or not responding: gtc-n2;" "$out" ||
+  die "the script did not re-run the step on gtc-n0 and gtc-n1"
+grep -q "cannot keep the global batch of .*, 24 sequences per step (saved 3 ranks x micro_batch 8 x grad_accum 1): micro_batch 8 x 2 ranks = 16 does not divide it; train.micro_batch=6 train.grad_accum=2 keep it" \
+  "$out" || die "gtrain on 2 ranks did not refuse the global batch of 24 naming the keys that keep it"
+grep -q "requeueing at the full size (exit 2)" "$out" || die "the refused re-run was not requeued at the full size"
+bash "$cluster" start-node 2 || die "cluster.sh start-node 2 failed"
+requeued 1
+newest=$(newest_state "$work/full")
+wait_end 180
+[[ $state == COMPLETED ]] || die "the full-size job ended $state, not COMPLETED after gtc-n2 came back"
+sed -n '/start 2 on /,$p' "$out" | head -n 1 | grep -q "start 2 on 3 node(s) (gtc-n\[0-2\], 3 rank(s)" ||
+  die "the requeued job did not start again on gtc-n[0-2] with 3 ranks"
+sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+  die "the full-size start did not resume from the newest state file, step $newest"
+sed -n '/start 2 on /,$p' "$out" | grep -q "keeping the global batch" && die "the full-size start rescaled grad_accum"
+(($(losses "$work/full/metrics.jsonl" | wc -l) == 12)) || die "the full-size job did not log all 12 steps"
+note "gtc-n2 killed -> the re-run on 2 nodes refused (24 sequences per step, 16 per round), requeued at full" \
+     "size: $t_requeue s; gtc-n2 started again at once -> the job COMPLETED on 3 nodes (resumed from step $newest)" \
+     "$(($(date +%s) - t_kill)) s after the death"
+
+# ---------------------------------------------------------------- 3. two nodes vs one-node mpirun
 t0=$SECONDS
 run_job two --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" \
   checkpoint.dir="$work/two" checkpoint.every=10 log.metrics="$work/two/metrics.jsonl"
@@ -128,7 +296,7 @@ for g in /model /optim; do
 done
 note "losses of all $steps steps and /model, /optim of $final identical to a 2-rank one-node mpirun run"
 
-# ---------------------------------------------------------------- 1b. the same with mpirun in the allocation
+# ---------------------------------------------------------------- 3b. the same with mpirun in the allocation
 t0=$SECONDS
 launcher=mpirun run_job viampirun --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" \
   checkpoint.dir="$work/viampirun" log.metrics="$work/viampirun/metrics.jsonl"
@@ -142,7 +310,7 @@ diff <(losses "$work/ref/metrics.jsonl") <(losses "$work/viampirun/metrics.jsonl
 h5diff -r "$work/ref/$final" "$work/viampirun/$final" /model /model >/dev/null || die "/model differs (mpirun job)"
 note "GTRAIN_LAUNCHER=mpirun across the two nodes: the same losses and weights"
 
-# ---------------------------------------------------------------- 1c. two ranks per node, 4 in all
+# ---------------------------------------------------------------- 3c. two ranks per node, 4 in all
 short=(train.steps=6 checkpoint.every=6)
 OMPI_MCA_mpi_yield_when_idle=1 run_job four --nodes=2 --ntasks-per-node=2 -- "${common[@]}" "${short[@]}" checkpoint.dir="$work/four" \
   log.metrics="$work/four/metrics.jsonl"
@@ -162,7 +330,7 @@ h5diff -r "$work/ref4/step_00000006.h5" "$work/four/step_00000006.h5" /model /mo
   die "/model of 2 nodes x 2 ranks differs from the 4-rank one-node run"
 note "2 nodes x 2 ranks: 2 ranks on each node, losses and weights equal a 4-rank one-node mpirun run's"
 
-# ---------------------------------------------------------------- 2a. two nodes' state file on two nodes
+# ---------------------------------------------------------------- 4a. two nodes' state file on two nodes
 mkdir -p "$work/again"
 cp -r "$work/two/step_00000010.h5" "$work/two/step_00000010.h5.d" "$work/again/"  # an asynchronous save: its rank files too
 run_job again --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 -- "${common[@]}" checkpoint.dir="$work/again" \
@@ -174,7 +342,7 @@ for g in /model /optim; do
 done
 note "step 10 of the two-node job resumed on two nodes: $final bit-identical to the uninterrupted job's"
 
-# ---------------------------------------------------------------- 2. two nodes' state file on one node
+# ---------------------------------------------------------------- 4. two nodes' state file on one node
 mkdir -p "$work/one"
 cp -r "$work/two/step_00000010.h5" "$work/two/step_00000010.h5.d" "$work/one/"
 t0=$SECONDS
@@ -195,7 +363,7 @@ sys.exit(0 if worst <= 1e-5 else 1)
 EOF
 note "the state file written from two nodes resumed on one node with the global batch kept"
 
-# ---------------------------------------------------------------- 3. a node-local checkpoint.dir
+# ---------------------------------------------------------------- 5. a node-local checkpoint.dir
 run_job local --nodes=2 --ntasks-per-node=1 -- "${common[@]}" checkpoint.dir=/tmp/gtrain-node-local
 grep -q "gtrain exited with 2" "$work/job-local.out" || die "a node-local checkpoint.dir did not end with exit 2"
 grep "is not the same directory on every node" "$work/job-local.out" | grep -q "gtc-n0 (rank 0) sees 1 of the 2" ||
@@ -205,26 +373,7 @@ grep "is not the same directory on every node" "$work/job-local.out" | grep -q "
 grep -q "^step " "$work/job-local.out" && die "a step was trained with a node-local checkpoint.dir"
 note "checkpoint.dir=/tmp/... (each node its own): exit 2 before step 1, naming gtc-n0 and gtc-n1"
 
-# at_step DIR N: waits (deadline 180 s) until DIR/metrics.jsonl has N steps.
-at_step() {
-  local deadline=$((SECONDS + 180))
-  until (($(grep -c '"loss"' "$1/metrics.jsonl" 2>/dev/null || echo 0) >= $2)); do
-    ((SECONDS < deadline)) || { scancel "$job"; die "job $job did not reach step $2 in 180 s"; }
-    sleep 0.2
-  done
-}
-# wait_end SECONDS: until the job $job has ended (COMPLETING is not yet the end); sets state.
-wait_end() {
-  local deadline=$((SECONDS + $1))
-  while state=$(job_field "$job" JobState); [[ $state =~ ^(RUNNING|CONFIGURING|PENDING|COMPLETING|REQUEUED)$ ]]; do
-    ((SECONDS < deadline)) || { scancel "$job"; die "job $job still $state after $1 s"; }
-    sleep 1
-  done
-}
-# when LOG PATTERN: the time (seconds since the epoch) of the script's first log line matching PATTERN.
-when() { date -d "$(grep -a "^gtrain.sbatch: .*$2" "$1" | head -n 1 | awk '{print $2" "$3}')" +%s; }
-
-# ---------------------------------------------------------------- 4. another build on one node
+# ---------------------------------------------------------------- 6. another build on one node
 # GTRAIN_BIN is a script that starts, on gtc-n1 only, a copy of gtrain with one byte appended (what a
 # stale install on one node looks like): exit 2 at start-up, one line naming rank 1 and gtc-n1.
 cp "$bin_dir/gtrain" "$work/gtrain-other" && printf 'x' >>"$work/gtrain-other"
@@ -244,7 +393,7 @@ grep -q "gtrain exited with 2" "$work/job-build.out" || die "another build on gt
   die "not one line naming rank 1 on gtc-n1"
 grep -q "run 2" "$work/job-build.out" && die "exit 2 was run again"
 note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc-n1; not run again"
-# ---------------------------------------------------------------- 5. a hung rank, named by the watchdog
+# ---------------------------------------------------------------- 7. a hung rank, named by the watchdog
 # The rank on gtc-n1 is stopped (SIGSTOP) at step 12: its node stays up, so only gtrain's watchdog
 # (dist.timeout=10) can tell. Rank 0's watchdog names rank 1 on gtc-n1; srun ends the step
 # (GTRAIN_SRUN_WAIT=10 s after rank 0's exit); the script re-runs it without gtc-n1.
@@ -257,13 +406,7 @@ job=${job%%;*}
 # 75, and the job requeues itself (brought forward: a requeued job otherwise waits ~120 s, BeginTime)
 at_step "$work/hang" 4
 scancel --batch --signal=INT "$job" || die "scancel --batch --signal=INT failed"
-deadline=$((SECONDS + 120))
-until [[ "$(job_field "$job" Restarts)" == 1 && "$(job_field "$job" JobState)" == PENDING ]]; do
-  ((SECONDS < deadline)) || die "the job was not requeued within 120 s of SIGINT ($(job_field "$job" JobState))"
-  sleep 0.5
-done
-sleep 2 # not within the second of the requeue: slurmd would refuse the job's credential as revoked
-scontrol update JobId="$job" StartTime=now || die "scontrol update StartTime=now failed"
+requeued 1
 out="$work/job-hang.out"
 grep -q "got SIGINT; asking the ranks to save" "$out" && grep -q "gtrain exited with 75" "$out" &&
   grep -q "stopped early after saving its state: requeueing" "$out" ||
@@ -271,13 +414,8 @@ grep -q "got SIGINT; asking the ranks to save" "$out" && grep -q "gtrain exited 
 note "SIGINT to the batch shell at step $(grep -c '"loss"' "$work/hang/metrics.jsonl"): saved, exit 75, requeued"
 at_step "$work/hang" 12
 grep -q "^gtrain: resumed from " "$out" || die "the requeued start did not resume from a state file"
-stopped=""
-for pid in $(ip netns pids gtc-node1); do
-  [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == gtrain ]] && kill -STOP "$pid" && stopped+=" $pid"
-done
-[[ -n "$stopped" ]] || die "no gtrain process on gtc-n1 to stop"
+stop_rank gtc-node1 "$work/hang"
 t_stop=$(date +%s)
-note "stopped the rank on gtc-n1 (pid$stopped) at step $(grep -c '"loss"' "$work/hang/metrics.jsonl")"
 wait_end 240
 [[ $state == COMPLETED ]] || die "the hang job ended $state, not COMPLETED after a re-run on gtc-n0"
 grep -aq "^gtrain: watchdog: rank 0 .*not arrived: rank 1 (pid [0-9]* on gtc-n1)" "$out" ||
@@ -288,7 +426,7 @@ grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the hang re-run did n
 note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with \(76\|137\)") - t_stop)) s (dist.timeout 10 +" \
      "srun --wait 10); -> re-run without gtc-n1 started: $(($(when "$out" "run 2 on") - t_stop)) s; job COMPLETED"
 
-# ---------------------------------------------------------------- 6. a node lost mid-run (last: gtc-n1 stays down)
+# ---------------------------------------------------------------- 8. a node lost mid-run (last: gtc-n1 stays down)
 # Every process of gtc-n1 (its slurmd and its rank) is killed at step 12 or later. The job is
 # --no-kill: Slurm takes the node out of the allocation after SlurmdTimeout (20 s here), srun ends
 # the step, and the batch script runs it again on gtc-n0 alone, from the newest state file with one
@@ -341,7 +479,7 @@ t_end=$(($(when "$out" "gtrain exited with 137") - t_kill))
 note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's first step (step $((newest + 1))," \
      "from step_$(printf %08d "$newest").h5, 1 rank on gtc-n0, grad_accum 1 -> 2): $t_first s; job COMPLETED"
 
-# ---------------------------------------------------------------- 7. a node's link taken down mid-run
+# ---------------------------------------------------------------- 9. a node's link taken down mid-run
 # gtc-n2's network link goes down at step 12 (its processes keep running; the shared file system,
 # the machine's own, still works there). With dist.timeout=10 rank 0's watchdog ends its rank first
 # (every rank alive in one collective: no host to name); srun waits GTRAIN_SRUN_WAIT, then Slurm,

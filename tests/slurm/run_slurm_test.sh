@@ -7,7 +7,8 @@
 #
 # It starts its own munged, slurmctld and slurmd (Debian's munge and slurm-wlm; tools/setup-debian.sh
 # --slurm installs them) with every file, socket and port private to a temporary directory, and stops
-# exactly those three processes, by pid, when it ends. It needs root (slurmd starts jobs as their
+# exactly those three processes, by pid, when it ends. munged and the slurm.conf lines that do not
+# depend on where the daemons run come from tests/slurm/daemons.sh, shared with tests/cluster/cluster.sh. It needs root (slurmd starts jobs as their
 # user); without root or the packages it exits 77 (CTest: skipped).
 #
 # Steps: prepare a corpus with gtrain-prep; `sbatch -n 2 launch/gtrain.sbatch configs/tiny.ini ...`;
@@ -23,6 +24,7 @@
 # (Not `scancel --signal=TERM --full`: that also hits srun inside the batch step, and srun answers
 # its own SIGTERM by SIGKILLing every rank — "srun: forcing job termination" — so nothing is saved.)
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/daemons.sh" # start_munged, slurm_conf_common
 
 SKIP=77
 note() { echo "[slurm-test $(date +%T)] $*"; }
@@ -62,7 +64,7 @@ pids=()             # the daemons this script started, stopped in reverse order 
 job=""
 
 dump_logs() {
-  for f in "$work"/job-*.out "$work"/slurmctld.log "$work"/slurmd.log "$work"/munged.log; do
+  for f in "$work"/job-*.out "$work"/slurmctld.log "$work"/slurmd-*.log "$work"/munged.log; do
     [[ -s "$f" ]] || continue
     echo "----- $f (last 40 lines)"
     tail -n 40 "$f"
@@ -103,55 +105,25 @@ for _ in $(seq 1 50); do
 done
 
 note "work dir $work, node $host ($cpus CPUs), slurmctld port $port"
-dd if=/dev/urandom of="$work/munge.key" bs=1024 count=1 2>/dev/null
-chmod 600 "$work/munge.key"
-munged -F --force --key-file="$work/munge.key" --socket="$work/munge.socket" --pid-file="$work/munged.pid" \
-       --seed-file="$work/munged.seed" >"$work/munged.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 50); do
-  munge -S "$work/munge.socket" -n 2>/dev/null | unmunge -S "$work/munge.socket" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-munge -S "$work/munge.socket" -n 2>/dev/null | unmunge -S "$work/munge.socket" >/dev/null 2>&1 ||
-  die "munged did not start"
+start_munged "$work"
+munge_rc=$?
+pids+=("$munged_pid")
+((munge_rc == 0)) || die "munged did not start"
 
-mkdir -p "$work/state" "$work/spool"
-: >"$work/plugstack.conf"
-cat >"$SLURM_CONF" <<EOF
+mkdir -p "$work/state" "$work/spool/$host"
+{
+  cat <<EOF
 # one-node test cluster of tests/slurm/run_slurm_test.sh
 ClusterName=gtraintest
 SlurmctldHost=$host(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$work/munge.socket
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd.pid
-SlurmctldLogFile=$work/slurmctld.log
-SlurmdLogFile=$work/slurmd.log
-PlugStackConfig=$work/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-SchedulerParameters=sched_interval=1
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
-JobRequeue=1
-MinJobAge=600
 KillWait=30
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=500 State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
+  slurm_conf_common "$work"
+  echo "NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=500 State=UNKNOWN"
+  echo "PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP"
+} >"$SLURM_CONF"
 slurmctld -D -i >"$work/slurmctld.stdout" 2>&1 &
 pids+=($!)
 slurmd -D -N "$host" >"$work/slurmd.stdout" 2>&1 &
