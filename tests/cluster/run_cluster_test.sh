@@ -153,6 +153,25 @@ requeued() {
 }
 # newest_state DIR: the step of the newest state file in DIR
 newest_state() { ls "$1" 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1; }
+# kill_node_at_step I DIR N: once the run of DIR has logged step N, every process of gtc-nI (its slurmd
+# and its rank) is killed; t_kill is when
+kill_node_at_step() {
+  at_step "$2" "$3"
+  t_kill=$(date +%s)
+  bash "$cluster" kill-node "$1"
+  note "killed every process of gtc-n$1 at step $(grep -c '"loss"' "$2/metrics.jsonl")"
+}
+# await_full_size_requeue WHAT: until $out says the job of $job requeues at its full size (150 s), and
+# fails the test if the job ends instead
+await_full_size_requeue() {
+  local deadline=$((SECONDS + 150))
+  until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
+    ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued at its full size within 150 s of $1"; }
+    [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
+      die "the job ended $(job_field "$job" JobState) after $1, instead of requeueing at its full size"
+    sleep 0.5
+  done
+}
 
 # ---------------------------------------------------------------- 1. a hang with no re-run left
 # GTRAIN_RETRIES=0: the rank on gtc-n1 is stopped (SIGSTOP) at step 7; rank 0's watchdog
@@ -196,17 +215,8 @@ job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WA
       log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
 job=${job%%;*}
 out="$work/job-gone.out"
-at_step "$work/gone" 7
-bash "$cluster" kill-node 1
-t_kill=$(date +%s)
-note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/gone/metrics.jsonl")"
-deadline=$((SECONDS + 150))
-until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
-  ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued within 150 s of gtc-n1's death"; }
-  [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
-    die "the job ended $(job_field "$job" JobState) after gtc-n1's death with no re-run left, instead of requeueing"
-  sleep 0.5
-done
+kill_node_at_step 1 "$work/gone" 7
+await_full_size_requeue "gtc-n1's death with no re-run left"
 t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
 grep -q "gtrain exited with 137" "$out" && grep -q "no re-run left (GTRAIN_RETRIES=0)" "$out" &&
   grep -q "requeueing at the full size (exit 137)" "$out" || die "the lost node's exit 137 was not requeued at the full size"
@@ -234,17 +244,8 @@ job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mp
   die "sbatch for the full-size job failed"
 job=${job%%;*}
 out="$work/job-full.out"
-at_step "$work/full" 7
-bash "$cluster" kill-node 2
-t_kill=$(date +%s)
-note "killed every process of gtc-n2 at step $(grep -c '"loss"' "$work/full/metrics.jsonl")"
-deadline=$((SECONDS + 150))
-until grep -q "requeueing at the full size" "$out" 2>/dev/null; do
-  ((SECONDS < deadline)) || { scancel "$job"; die "the job was not requeued at its full size within 150 s of gtc-n2's death"; }
-  [[ $(job_field "$job" JobState) =~ ^(COMPLETED|FAILED|CANCELLED)$ ]] &&
-    die "the job ended $(job_field "$job" JobState) after gtc-n2's death instead of requeueing at its full size"
-  sleep 0.5
-done
+kill_node_at_step 2 "$work/full" 7
+await_full_size_requeue "gtc-n2's death"
 t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
 grep -q "re-run 1 of 2 on 2 node(s): gtc-n0,gtc-n1 (gone from the allocation or not responding: gtc-n2;" "$out" ||
   die "the script did not re-run the step on gtc-n0 and gtc-n1"
@@ -437,10 +438,7 @@ job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_y
       train.steps=$lost_steps checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
   die "sbatch for the node-loss job failed"
 job=${job%%;*}
-at_step "$work/lost" 12
-t_kill=$(date +%s)
-bash "$cluster" kill-node 1
-note "killed every process of gtc-n1 at step $(grep -c '"loss"' "$work/lost/metrics.jsonl")"
+kill_node_at_step 1 "$work/lost" 12
 # Meanwhile, before Slurm notices, a new job on gtc-n0 and gtc-n1: a node that does not come up for
 # it. srun cannot start its rank there; with no state file yet the script does not shrink (the global
 # batch would change silently) but says which node and requeues the job at its full size.
