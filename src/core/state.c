@@ -628,6 +628,39 @@ static void detach_failed_file(const writer *w, hid_t file) {
     if (truncate(w->path, 0) != 0) { /* nothing more to free */ }
 }
 
+/* A file of the split layout (a rank file or the top file) as one process writes it alone: HDF5's
+ * own error printing is off until split_close (the writer reports failures itself, in one line), and
+ * the file is created with split_fapl's properties. */
+typedef struct split_file {
+    hid_t fapl, file;
+    H5E_auto2_t old_func;
+    void *old_data;
+} split_file;
+
+static split_file split_create(writer *w, char *err) {
+    split_file f;
+    const char *debug = getenv("GTRAIN_HDF5_DEBUG");
+    w->debug = debug && debug[0] && strcmp(debug, "0") != 0;
+    err[0] = '\0';
+    H5Eget_auto2(H5E_DEFAULT, &f.old_func, &f.old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    f.fapl = split_fapl(w);
+    f.file = FILE_ID(w, "H5Fcreate", "", H5Fcreate(w->path, H5F_ACC_TRUNC, H5P_DEFAULT, f.fapl));
+    return f;
+}
+
+/* Closes the file (its metadata is written here; a failed file is detached first), restores HDF5's
+ * error printing and returns 0, or -1 with the writer's one line in err. */
+static int split_close(writer *w, split_file *f, char *err, size_t err_len) {
+    detach_failed_file(w, f->file);
+    if (f->file >= 0) FILE_RC(w, "H5Fclose", "", H5Fclose(f->file));
+    LOCAL(w, H5Pclose(f->fapl));
+    if (w->failed) describe_failure(w, err, err_len);
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, f->old_func, f->old_data);
+    return w->failed ? -1 : 0;
+}
+
 /* One block of one tensor as a dataset of its own shape, written whole from src. */
 static void write_block(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t, int i,
                         const block *b, const float *src) {
@@ -649,16 +682,8 @@ static void write_block(writer *w, hid_t group, const char *group_name, const gt
 int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begin, uint64_t count,
                         const float *const host[3], const gt_state_info *info, int rank, char *err, size_t err_len) {
     writer w = {MPI_COMM_NULL, path, rank, H5P_DEFAULT, NULL, NULL, 0, 0, 0, 0, 0, 0, "", ""};
-    const char *debug = getenv("GTRAIN_HDF5_DEBUG");
-    w.debug = debug && debug[0] && strcmp(debug, "0") != 0;
-    err[0] = '\0';
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-
-    hid_t fapl = split_fapl(&w);
-    hid_t file = FILE_ID(&w, "H5Fcreate", "", H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    split_file f = split_create(&w, err);
+    hid_t file = f.file;
     if (!agree(&w)) {
         write_attr_str(&w, file, "format", GT_STATE_FORMAT "-rank");
         write_attr_i64(&w, file, "format_version", GT_STATE_FORMAT_VERSION);
@@ -686,13 +711,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         }
         close_group(&w, group, GROUPS[g]);
     }
-    detach_failed_file(&w, file);
-    if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file)); /* the metadata is written here */
-    LOCAL(&w, H5Pclose(fapl));
-    if (w.failed) describe_failure(&w, err, err_len);
-    H5Eclear2(H5E_DEFAULT);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
-    return w.failed ? -1 : 0;
+    return split_close(&w, &f, err, err_len);
 }
 
 /* One tensor of the top file: a virtual dataset mapping every rank's blocks onto their rank files. */
@@ -738,13 +757,8 @@ int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *
                        const uint64_t *begins, const uint64_t *counts, const char *config_text,
                        const gt_state_info *info, char *err, size_t err_len) {
     writer w = {MPI_COMM_NULL, path, 0, H5P_DEFAULT, NULL, NULL, 0, 0, 0, 0, 0, 0, "", ""};
-    err[0] = '\0';
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = split_fapl(&w);
-    hid_t file = FILE_ID(&w, "H5Fcreate", "", H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    split_file f = split_create(&w, err);
+    hid_t file = f.file;
     if (!agree(&w)) {
         write_header(&w, file, config_text, info);
         write_attr_str(&w, file, "rank_dir", rank_dir);
@@ -756,13 +770,7 @@ int gt_state_write_top(const char *path, const char *rank_dir, const gt_layout *
             write_virtual(&w, group, GROUPS[g], &layout->tensors[i], rank_dir, world, begins, counts);
         close_group(&w, group, GROUPS[g]);
     }
-    detach_failed_file(&w, file);
-    if (file >= 0) FILE_RC(&w, "H5Fclose", "", H5Fclose(file));
-    LOCAL(&w, H5Pclose(fapl));
-    if (w.failed) describe_failure(&w, err, err_len);
-    H5Eclear2(H5E_DEFAULT);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
-    return w.failed ? -1 : 0;
+    return split_close(&w, &f, err, err_len);
 }
 
 /* ------------------------------------------------------------------------------------------------
