@@ -161,8 +161,6 @@ void gt_async_save_start(gt_async_save *s, const gt_optim *opt, uint64_t begin, 
     }
 }
 
-int gt_async_save_in_flight(const gt_async_save *s) { return s && s->started; }
-
 int gt_async_save_finished(const gt_async_save *s) { return __atomic_load_n(&s->finished, __ATOMIC_ACQUIRE); }
 
 int gt_async_save_join(gt_async_save *s, uint64_t *bytes, double *write_s, char *err, size_t err_len) {

@@ -33,9 +33,6 @@ void gt_async_save_reserve(gt_async_save *s, size_t count);
 void gt_async_save_start(gt_async_save *s, const gt_optim *opt, uint64_t begin, uint64_t count,
                          const gt_state_info *info, int rank, const char *path);
 
-/* A save was started and not joined yet. */
-int gt_async_save_in_flight(const gt_async_save *s);
-
 /* The thread has finished (written and fsynced, or failed): join will not wait. */
 int gt_async_save_finished(const gt_async_save *s);
 
