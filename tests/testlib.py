@@ -10,6 +10,18 @@ import sys
 
 CHECKS = 0
 
+# The [model] section of the tiny configs these tests train (0.1 M parameters, steps of milliseconds);
+# each test's config goes on with its own [train], [data] and [checkpoint] sections.
+TINY_MODEL = """[model]
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+vocab_size = 256
+ffn_dim = 160
+max_seq_len = 64
+"""
+
 
 def fail(msg):
     print(f"FAIL: {msg}", flush=True)

@@ -30,21 +30,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
-from testlib import check, fail, word_corpus  # noqa: E402,F401
+from testlib import TINY_MODEL, check, fail, word_corpus  # noqa: E402,F401
 
 ARGS = None
 CLAIM = ".gtrain-claim"
 HOST = os.uname().nodename
 
-CONFIG = """[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-vocab_size = 256
-ffn_dim = 160
-max_seq_len = 64
-[train]
+CONFIG = TINY_MODEL + """[train]
 seq_len = 32
 micro_batch = 2
 steps = 8

@@ -60,7 +60,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
-from testlib import check, fail, word_corpus  # noqa: E402
+from testlib import TINY_MODEL, check, fail, word_corpus  # noqa: E402
 
 ARGS = None
 
@@ -72,15 +72,7 @@ def make_corpus(work):
     return word_corpus(ARGS.prep, work, 1234, words, 120_000) + ".train.bin"
 
 
-CONFIG = """[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-vocab_size = 256
-ffn_dim = 160
-max_seq_len = 64
-[train]
+CONFIG = TINY_MODEL + """[train]
 seq_len = 32
 micro_batch = 2
 grad_accum = 2
@@ -333,6 +325,27 @@ def kill9_bitwise(e):
     check(h5_attr(path, "/train/adam_step") == "10", "h5dump: /train/adam_step = 10")
 
 
+def kill_at_random_moments(e, seed, slow_save, delay_ms, describe=lambda: ""):
+    """Three 2-rank runs of "run" saving every step (each save slowed by SLOW_SAVE s, each step by
+    DELAY_MS), each killed (kill -9 of its process group) at a random moment 0.8-2.5 s in: after
+    every kill each state file left verifies. Returns the newest step saved."""
+    rng = random.Random(seed)
+    for attempt in range(3):
+        p = e.start(2, "run", "checkpoint.every=1", "checkpoint.keep=3",
+                    env={"GTRAIN_TEST_SLOW_SAVE": slow_save, "GTRAIN_TEST_STEP_DELAY_MS": delay_ms})
+        time.sleep(rng.uniform(0.8, 2.5))
+        if p.poll() is None:
+            kill_group(p)
+        else:
+            p.communicate()
+        saved = e.steps_saved("run")
+        for s in saved:
+            rc, out = state_check("verify", e.ck("run", s))
+            check(rc == 0, f"kill {attempt + 1} at a random moment: step {s} verifies")
+        print(f"    after kill {attempt + 1}: state files of steps {saved}{describe()}", flush=True)
+    return e.steps_saved("run")[-1]
+
+
 def kill_during_save(e):
     e.sync()
     e.run(2, "ref")
@@ -345,21 +358,7 @@ def kill_during_save(e):
     rc, out = state_check("verify", e.ck("run", 2))
     check(rc == 0, "step 2 verifies: " + out.strip())
 
-    rng = random.Random(42)
-    for attempt in range(3):
-        p = e.start(2, "run", "checkpoint.every=1", "checkpoint.keep=3",
-                    env={"GTRAIN_TEST_SLOW_SAVE": "0.2", "GTRAIN_TEST_STEP_DELAY_MS": "20"})
-        time.sleep(rng.uniform(0.8, 2.5))
-        if p.poll() is None:
-            kill_group(p)
-        else:
-            p.communicate()
-        saved = e.steps_saved("run")
-        for s in saved:
-            rc, out = state_check("verify", e.ck("run", s))
-            check(rc == 0, f"kill {attempt + 1} at a random moment: step {s} verifies")
-        print(f"    after kill {attempt + 1}: state files of steps {saved}", flush=True)
-    newest = e.steps_saved("run")[-1]  # at least step 2, saved before the first kill
+    newest = kill_at_random_moments(e, 42, "0.2", "20")  # at least step 2, saved before the first kill
     out, _ = e.run(2, "run")
     check("resumed from " + e.ck("run", newest) in out, f"the last run resumed from the newest file, step {newest}")
     same_state(e.ck("ref", 8), e.ck("run", 8), "after four kills and resumes: bit-identical to the uninterrupted run")
@@ -1018,21 +1017,7 @@ def async_kill_during_write(e):
     check(e.steps_saved("run") == [2], "killed during the write of step 4: only step 2 is a state file")
     rc, out = state_check("verify", e.ck("run", 2))
     check(rc == 0, "step 2 verifies: " + out.strip())
-    rng = random.Random(7)
-    for attempt in range(3):
-        p = e.start(2, "run", "checkpoint.every=1", "checkpoint.keep=3",
-                    env={"GTRAIN_TEST_SLOW_SAVE": "0.3", "GTRAIN_TEST_STEP_DELAY_MS": "30"})
-        time.sleep(rng.uniform(0.8, 2.5))
-        if p.poll() is None:
-            kill_group(p)
-        else:
-            p.communicate()
-        saved = e.steps_saved("run")
-        for s in saved:
-            rc, out = state_check("verify", e.ck("run", s))
-            check(rc == 0, f"kill {attempt + 1} at a random moment: step {s} verifies")
-        print(f"    after kill {attempt + 1}: state files {saved}, rank dirs {rank_dirs(e.ck('run'))}", flush=True)
-    newest = e.steps_saved("run")[-1]
+    newest = kill_at_random_moments(e, 7, "0.3", "30", lambda: f", rank dirs {rank_dirs(e.ck('run'))}")
     out, _ = e.run(2, "run")
     check("resumed from " + e.ck("run", newest) in out, f"resumed from the newest file, step {newest}")
     check(all(d[:-2] in os.listdir(e.ck("run")) for d in rank_dirs(e.ck("run"))),

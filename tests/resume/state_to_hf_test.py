@@ -26,15 +26,11 @@ except ImportError as e:
     print(f"FAIL: {e} in {sys.executable}: configure with -DGTRAIN_HF_PYTHON= the venv of tools/setup-venv.sh")
     sys.exit(1)
 
-CONFIG = """[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-vocab_size = 256
-ffn_dim = 160
-max_seq_len = 64
-rope_theta = 10000
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from val_loss_reference import val_loss_reference  # noqa: E402
+from testlib import TINY_MODEL, word_corpus  # noqa: E402
+
+CONFIG = TINY_MODEL + """rope_theta = 10000
 [train]
 seq_len = 32
 micro_batch = 4
@@ -55,12 +51,6 @@ every = 0
 [log]
 metrics = {work}/metrics.jsonl
 """
-
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from val_loss_reference import val_loss_reference  # noqa: E402
-from testlib import word_corpus  # noqa: E402
-
 
 
 def main():
