@@ -3,6 +3,7 @@ scenario with "PASS: ..., N checks" or stops it at the first failed check, and t
 gtrain-prep turns into the byte tokens of a tiny model (a deterministic text from a seed and a word
 list, so each test keeps its own data). Imported with the tests directory on sys.path; Debian's
 python3 alone suffices."""
+import argparse
 import os
 import random
 import subprocess
@@ -53,3 +54,16 @@ def word_corpus(prep, work, seed, words, size, words_per_line=(4, 14), val_fract
     subprocess.run([prep, "--val-fraction", str(val_fraction), "-o", prefix, text], check=True,
                    stdout=subprocess.DEVNULL)
     return prefix
+
+
+def scenario_args(scenarios, *required):
+    """The command line of a test script that runs one named scenario against the real binaries:
+    --gtrain, --prep, the REQUIRED options, --mpiexec, --np-flag, --mpi-flags, --work, SCENARIO."""
+    ap = argparse.ArgumentParser()
+    for name in ("--gtrain", "--prep") + required + ("--mpiexec",):
+        ap.add_argument(name, required=True)
+    ap.add_argument("--np-flag", default="-n")
+    ap.add_argument("--mpi-flags", default="")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("scenario", choices=sorted(scenarios))
+    return ap.parse_args()

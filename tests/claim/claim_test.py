@@ -20,7 +20,6 @@ pointed at one directory. Each scenario is one CTest test (tests/claim.cmake):
 
 Exit status: 0 pass, 1 fail (with the reason).
 """
-import argparse
 import os
 import shutil
 import signal
@@ -361,15 +360,7 @@ SCENARIOS = {f.__name__: f for f in (second_run_refused, stale_taken_over, other
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gtrain", required=True)
-    ap.add_argument("--prep", required=True)
-    ap.add_argument("--mpiexec", required=True)
-    ap.add_argument("--np-flag", default="-n")
-    ap.add_argument("--mpi-flags", default="")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("scenario", choices=sorted(SCENARIOS))
-    ARGS = ap.parse_args()
+    ARGS = testlib.scenario_args(SCENARIOS)
     t0 = time.time()
     print(f"scenario {ARGS.scenario}", flush=True)
     config = setup(ARGS.work)

@@ -44,7 +44,6 @@ the loop device, where none can be set up), with a line saying so
 (tools/run-tests.sh runs as root and fails on any skip outside the gpu label). hdf5-tools (h5ls,
 h5dump, h5diff) are a set-up dependency (tools/setup-debian.sh): without them a scenario fails.
 """
-import argparse
 import fcntl
 import filecmp
 import json
@@ -1264,16 +1263,7 @@ MOUNT_NAMESPACE = {"eio_mid_save"}
 
 def main():
     global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gtrain", required=True)
-    ap.add_argument("--prep", required=True)
-    ap.add_argument("--check", required=True)
-    ap.add_argument("--mpiexec", required=True)
-    ap.add_argument("--np-flag", default="-n")
-    ap.add_argument("--mpi-flags", default="")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("scenario", choices=sorted(SCENARIOS))
-    ARGS = ap.parse_args()
+    ARGS = testlib.scenario_args(SCENARIOS, "--check")
     if ARGS.scenario in MOUNT_NAMESPACE and os.geteuid() == 0 and os.environ.get("RESUME_TEST_MOUNT_NS") != "1":
         # its mounts in a mount namespace of its own: a namespace another test makes meanwhile (the
         # cluster tests' nodes) would otherwise copy them and keep the loop device busy after the end
