@@ -67,3 +67,14 @@ def scenario_args(scenarios, *required):
     ap.add_argument("--work", required=True)
     ap.add_argument("scenario", choices=sorted(scenarios))
     return ap.parse_args()
+
+
+def gtrain_lines(text):
+    """gtrain's own lines, less the announcement of a test hook the scenario set (src/core/testhooks.c)."""
+    return [line for line in text.splitlines()
+            if line.startswith("gtrain:") and not line.startswith("gtrain: test hook active:")]
+
+
+def trained_steps(out):
+    """The step lines of a run's output."""
+    return [line for line in out.splitlines() if line.startswith("step ")]

@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
-from testlib import TINY_MODEL, check, fail, word_corpus  # noqa: E402,F401
+from testlib import TINY_MODEL, check, fail, gtrain_lines, trained_steps, word_corpus  # noqa: E402,F401
 
 ARGS = None
 CLAIM = ".gtrain-claim"
@@ -133,15 +133,6 @@ def boot_id():
         return f.read().strip()
 
 
-def gtrain_lines(text):
-    return [line for line in text.splitlines()
-            if line.startswith("gtrain:") and not line.startswith("gtrain: test hook active:")]
-
-
-def steps_trained(out):
-    return [line for line in out.splitlines() if line.startswith("step ")]
-
-
 def takeover_lines(out):
     return [line for line in gtrain_lines(out) if "this run takes it over" in line]
 
@@ -173,18 +164,18 @@ def second_run_refused(config, work):
     check(len(refusals) == 1 and f"pid {first.pid} on host {HOST}" in refusals[0]
           and refusals[0].startswith(f"gtrain: command line: checkpoint.dir={ck}: '{ck}' is in use"),
           "one line names checkpoint.dir and the first run's pid and host")
-    check(not steps_trained(out), "the second run trained no step")
+    check(not trained_steps(out), "the second run trained no step")
     plan = subprocess.run([ARGS.gtrain, "--plan", config, f"checkpoint.dir={ck}"], env=environ(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     check(plan.returncode == 0 and read_claim(ck)["pid"] == str(first.pid),
           "gtrain --plan on the directory in use neither refuses nor claims")
     out1, _ = first.communicate(timeout=240)
-    check(first.returncode == 0 and len(steps_trained(out1)) == 12, f"the first run ends 0 ({first.returncode})")
+    check(first.returncode == 0 and len(trained_steps(out1)) == 12, f"the first run ends 0 ({first.returncode})")
     check(state_files(ck) == [f"step_{s:08d}.h5" for s in (2, 4, 6, 8, 10, 12)], "all its state files are there")
     check(claim_files(ck) == [] and not os.path.exists(os.path.join(ck, ".watchdog")),
           "its claim (and the watchdog's directory) is gone after exit 0")
     rc, out, err = run(config, ck, "train.steps=14")
-    check(rc == 0 and "resumed from" in out and not takeover_lines(out) and len(steps_trained(out)) == 2,
+    check(rc == 0 and "resumed from" in out and not takeover_lines(out) and len(trained_steps(out)) == 2,
           f"resuming the same run after it ended is allowed, with no takeover line (exit {rc})")
     check(claim_files(ck) == [], "and leaves no claim")
     # started at the same moment, three times: exactly one of the two trains
@@ -237,7 +228,7 @@ def stale_taken_over(config, work):
         rc, out, err = run(config, ck, "train.steps=16", *extra)
         lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
         check(rc == 2 and len(lines) == 1 and f"pid {os.getpid()} on host {HOST}" in lines[0]
-              and f"kill -TERM {os.getpid()}" in lines[0] and not steps_trained(out),
+              and f"kill -TERM {os.getpid()}" in lines[0] and not trained_steps(out),
               f"a live process of this host holds it {extra}: exit 2, one line")
         check(read_claim(ck)["token"] == "0123456789abcdef0123456789abcdef", "its claim is left alone")
 
@@ -250,7 +241,7 @@ def other_host(config, work):
     print("   ", lines[0] if lines else err)
     check(rc == 2 and len(lines) == 1 and f"pid {os.getpid()} on host other-node" in lines[0]
           and "since 2026-01-01T00:00:00Z" in lines[0] and "checkpoint.takeover=true" in lines[0]
-          and f"delete {ck}/{CLAIM}" in lines[0] and not steps_trained(out),
+          and f"delete {ck}/{CLAIM}" in lines[0] and not trained_steps(out),
           "a claim from another host: exit 2, one line naming host, pid, since and how to take it over")
     check(read_claim(ck)["host"] == "other-node" and claim_files(ck) == [CLAIM], "the claim is left alone")
     rc, out, _ = run(config, ck, "train.steps=4", "checkpoint.takeover=true")
@@ -269,7 +260,7 @@ def other_host(config, work):
         f.write("not a claim\n")
     rc, out, err = run(config, ck, "train.steps=8")
     lines = [line for line in gtrain_lines(err) if "does not read as gtrain's run claim" in line]
-    check(rc == 2 and len(lines) == 1 and not steps_trained(out), "an unreadable claim file: exit 2, one line")
+    check(rc == 2 and len(lines) == 1 and not trained_steps(out), "an unreadable claim file: exit 2, one line")
     rc, out, _ = run(config, ck, "train.steps=8", "checkpoint.takeover=true")
     check(rc == 0 and len(takeover_lines(out)) == 1, "and checkpoint.takeover=true takes it over")
     check(claim_files(ck) == [], "no claim file or temporary is left")
@@ -350,7 +341,7 @@ def multi_rank(config, work):
     lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
     check(rc == 2 and len(lines) == 1 and f"pid {claim['pid']} on host {HOST}" in lines[0],
           f"a second 2-rank run: exit 2, one refusal line naming rank 0's pid (exit {rc})")
-    check(not steps_trained(out), "it trained no step")
+    check(not trained_steps(out), "it trained no step")
     out1, _ = first.communicate(timeout=240)
     check(first.returncode == 0 and claim_files(ck) == [], "the first ends 0 and leaves no claim")
 

@@ -59,7 +59,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import testlib  # noqa: E402
-from testlib import TINY_MODEL, check, fail, word_corpus  # noqa: E402
+from testlib import TINY_MODEL, check, fail, gtrain_lines, trained_steps, word_corpus  # noqa: E402
 
 ARGS = None
 
@@ -608,16 +608,6 @@ class Ext4Loop:
         if os.path.exists(self.image):
             os.remove(self.image)
         return False
-
-
-def gtrain_lines(text):
-    """gtrain's own lines, less the announcement of a test hook the scenario set (src/core/testhooks.c)."""
-    return [line for line in text.splitlines()
-            if line.startswith("gtrain:") and not line.startswith("gtrain: test hook active:")]
-
-
-def trained_steps(out):
-    return [line for line in out.splitlines() if line.startswith("step ")]
 
 
 def bad_files_never_count_toward_keep(e):
