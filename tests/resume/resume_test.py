@@ -1040,6 +1040,46 @@ def async_missing_rank_file(e):
         close_state(e.ck("ref", 6), e.ck(name, 6), 1e-4, f"2 -> {np_} ranks: the state matches within rounding")
 
 
+def rank_file_incomplete(e):
+    """Every tensor a resume reads comes from its rank file, never from a virtual dataset's fill value:
+    a rank file that lost a dataset, one whose dataset's object header is damaged, and one holding a
+    NaN (its checksums good) each make their top file unusable. The resume names the rank file and the
+    dataset, falls back to the older file, sets the broken one aside and ends bit-identical; a 1-rank
+    resume (reading both rank files) falls back the same way."""
+    e.run(2, "ref")
+    dset = "/optim/exp_avg/lm_head.weight.b1"  # the last tensor in flat order: in rank 1's file only
+
+    def damage_header(path):
+        rc, out = state_check("header", path, dset)
+        if rc != 0:
+            fail(out)
+        flip_byte(path, int(out) + 1)  # inside the signature "OHDR"
+
+    def checked(*args):
+        rc, out = state_check(*args)
+        if rc != 0:
+            fail(out)
+
+    cases = (("gone", lambda p: checked("unlink", p, dset), "not in its rank file"),
+             ("header", damage_header, "cannot open"),
+             ("nan", lambda p: checked("nan", p, dset), "not finite"))
+    for name, damage, why in cases:
+        shutil.copytree(e.ck("ref"), e.ck(name))
+        rank_file = e.ck(name, 8) + ".d/rank_00001.h5"
+        damage(rank_file)
+        out, err = e.run(2, name)
+        print("   ", "\n    ".join([l for l in out.splitlines() if "resumed" in l] + gtrain_lines(err)))
+        check("unusable state file" in err and "rank_00001.h5" in err and "lm_head.weight" in err and why in err,
+              f"{name}: the rank file and the tensor are named ({why})")
+        check("resumed from " + e.ck(name, 6) in out, f"{name}: resumed from the older file, step 6")
+        check(os.path.exists(e.ck(name, 8) + ".bad"), f"{name}: the broken file is set aside")
+        same_state(e.ck("ref", 8), e.ck(name, 8), f"{name}: after the fallback, bit-identical")
+    shutil.copytree(e.ck("ref"), e.ck("one"))
+    checked("unlink", e.ck("one", 8) + ".d/rank_00001.h5", dset)
+    out, err = e.run(1, "one")
+    check("resumed from " + e.ck("one", 6) in out and "rank_00001.h5" in err, "1 rank: the same fallback to step 6")
+    close_state(e.ck("ref", 8), e.ck("one", 8), 1e-4, "1 rank: the state matches within rounding")
+
 def async_sigterm(e):
     """SIGTERM while a background write is in flight: the stop waits for it, saves the newest step,
     exits 75; the resumed run is bit-identical."""
@@ -1245,7 +1285,7 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
-                                     async_missing_rank_file, async_sigterm, async_full_disk, resave_is_atomic,
+                                     async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}

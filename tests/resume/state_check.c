@@ -6,6 +6,9 @@
  *   state_check compare A B [RTOL]       /model and /optim of A and B: bit-identical (no RTOL) or, per
  *                                        tensor, max|a-b| <= RTOL * max|a|; prints the worst; exit 0/1
  *   state_check chunk FILE DATASET       "OFFSET SIZE" of the dataset's first chunk in the file
+ *   state_check header FILE DATASET      the file offset of the dataset's object header
+ *   state_check unlink FILE DATASET      deletes the dataset from the file (a file that lost one)
+ *   state_check nan FILE DATASET         writes NaN over the dataset's first element (checksums stay good)
  */
 #include <hdf5.h>
 #include <math.h>
@@ -158,11 +161,69 @@ static int chunk(const char *path, const char *name) {
     return 0;
 }
 
+static int header(const char *path, const char *name) {
+    hid_t f = open_file(path);
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t info;
+    haddr_t addr = 0;
+    if (H5Oget_info_by_name3(f, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+        H5VLnative_token_to_addr(f, info.token, &addr) < 0) {
+#else
+    H5O_info_t info;
+    if (H5Oget_info_by_name2(f, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) {
+#endif
+        fprintf(stderr, "state_check: no object %s in %s\n", name, path);
+        return 1;
+    }
+#if !H5_VERSION_GE(1, 12, 0)
+    haddr_t addr = info.addr;
+#endif
+    printf("%llu\n", (unsigned long long)addr);
+    H5Fclose(f);
+    return 0;
+}
+
+static hid_t open_rw(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) {
+        fprintf(stderr, "state_check: cannot open %s for writing\n", path);
+        exit(1);
+    }
+    return f;
+}
+
+static int unlink_dataset(const char *path, const char *name) {
+    hid_t f = open_rw(path);
+    int bad = H5Ldelete(f, name, H5P_DEFAULT) < 0;
+    if (bad) fprintf(stderr, "state_check: cannot delete %s from %s\n", name, path);
+    return (H5Fclose(f) < 0) | bad;
+}
+
+static int write_nan(const char *path, const char *name) {
+    hid_t f = open_rw(path);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t space = d < 0 ? -1 : H5Dget_space(d);
+    hsize_t start[2] = {0, 0}, one[2] = {1, 1};
+    hid_t mem = H5Screate_simple(1, one, NULL);
+    float nan = NAN;
+    int bad = space < 0 || H5Sselect_hyperslab(space, H5S_SELECT_SET, start, NULL, one, NULL) < 0 ||
+              H5Dwrite(d, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, &nan) < 0;
+    if (bad) fprintf(stderr, "state_check: cannot write %s in %s\n", name, path);
+    H5Sclose(mem);
+    if (space >= 0) H5Sclose(space);
+    if (d >= 0) H5Dclose(d);
+    return (H5Fclose(f) < 0) | bad;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "verify") == 0) return verify(argv[2]);
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "compare") == 0)
         return compare(argv[2], argv[3], argc == 5 ? atof(argv[4]) : -1.0);
     if (argc == 4 && strcmp(argv[1], "chunk") == 0) return chunk(argv[2], argv[3]);
-    fprintf(stderr, "usage: state_check verify FILE | compare A B [RTOL] | chunk FILE DATASET\n");
+    if (argc == 4 && strcmp(argv[1], "header") == 0) return header(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "unlink") == 0) return unlink_dataset(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "nan") == 0) return write_nan(argv[2], argv[3]);
+    fprintf(stderr, "usage: state_check verify FILE | compare A B [RTOL] | chunk FILE DATASET | header FILE DATASET | "
+            "unlink FILE DATASET | nan FILE DATASET\n");
     return 2;
 }
