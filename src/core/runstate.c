@@ -889,11 +889,23 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     if (ok) ok = gt_state_write(tmp, run->mpi_comm, run->opt, run->config_text, &info, err, sizeof err) == 0;
-    MPI_Barrier(run->mpi_comm); /* every rank has closed the file */
+    /* Data first, then the name: after a crash the name never points at missing data. Every rank
+     * fsyncs the file it wrote: on a parallel file system (Lustre, GPFS) each node's client holds
+     * the pages its own ranks wrote, rank 0's fsync reaches only its own, and MPI-IO's close syncs
+     * nothing. A failure on any rank is the save's, naming the ranks. */
+    if (ok) {
+        char mine[1024] = "";
+        int failed = fsync_path(tmp, 0) != 0;
+        if (failed) snprintf(mine, sizeof mine, "%s (fsync of the temporary file)", strerror(errno));
+        if (gt_agree_on_failed_ranks(run->mpi_comm, failed, mine, sizeof mine)) {
+            snprintf(err, sizeof err, "%s", mine);
+            ok = 0;
+        }
+    }
+    MPI_Barrier(run->mpi_comm); /* every rank has closed the file and made its pages durable */
     if (rank == 0) {
-        /* data first, then the name: after a crash the name never points at missing data */
-        if (ok && (fsync_path(tmp, 0) != 0 || rename(tmp, final_path) != 0)) {
-            snprintf(err, sizeof err, "%s (making it durable: fsync and rename)", strerror(errno));
+        if (ok && rename(tmp, final_path) != 0) {
+            snprintf(err, sizeof err, "%s (making it durable: rename)", strerror(errno));
             ok = 0;
         }
         if (!ok && unlink(tmp) != 0 && errno != ENOENT)

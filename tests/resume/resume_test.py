@@ -23,8 +23,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      stop it (exit 3 naming the tensor); a changed hyperparameter is reported and allowed
   sigterm            SIGTERM -> state saved, exit 75, resume bit-identical; with 2 ranks, SIGUSR1 to
                      one rank only, and a second signal during the save
-  save_is_durable    (strace) fsync of the temporary file after its last write, before its rename,
-                     then fsync of the directory
+  save_is_durable    (strace, 1 and 2 ranks) fsync of the temporary file by every rank after its
+                     last write, before its rename, then fsync of the directory
   leftover_tmp_removed_at_start  a step_N.h5.tmp of an interrupted save is deleted at start
   dir_not_shared     each rank as a node of its own (a mount and UTS namespace, root only) with a
                      private tmpfs over checkpoint.dir: exit 2 before step 1 naming both hosts
@@ -885,44 +885,61 @@ def memory_preflight(e):
 
 
 def save_is_durable(e):
-    """Under strace: each state file's temporary name is fsynced after its last write and before
-    the rename that publishes it, and the directory is fsynced after the rename (a power cut then
-    leaves the old file or the complete new one, never an empty one)."""
+    """Under strace, on 1 rank and on 2: each state file's temporary name is fsynced after its last
+    write and before the rename that publishes it, by EVERY rank (on a parallel file system each
+    node holds the pages its own ranks wrote: one rank's fsync does not make the others' durable),
+    and the directory is fsynced after the rename (a power cut then leaves the old file or the
+    complete new one, never an empty one)."""
     e.sync()
-    trace = os.path.join(e.work, "strace.txt")
-    cmd = [tool("strace"), "-f", "-y", "-o", trace,
-           "-e", "trace=write,pwrite64,pwritev,fsync,fdatasync,close,rename,renameat,renameat2"]
-    cmd += e.command(1, "d", ["train.steps=3", "checkpoint.every=1", "checkpoint.keep=0"])
-    p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=240)
-    check(p.returncode == 0 and e.steps_saved("d") == [1, 2, 3], f"under strace: exit {p.returncode}, 3 files saved")
-    ck = os.path.realpath(e.ck("d"))
-    events = []  # (kind, step) in the order the calls returned
-    with open(trace) as f:
-        for line in f:
-            if "resumed>" in line:
-                continue  # the end of a call another thread's call split: its start line has the path
-            ok = "<unfinished" in line or line.rstrip().endswith("= 0")
-            for s in (1, 2, 3):
-                tmp = os.path.basename(e.ck("d", s, tmp=True))
-                if f"/{tmp}>" in line and "write" in line.split("(")[0]:
-                    events.append(("write", s))
-                elif f"/{tmp}>" in line and "sync(" in line and ok:
-                    events.append(("fsync", s))
-                elif "rename" in line and f'{tmp}"' in line and ok:
-                    events.append(("rename", s))
-            if "sync(" in line and f"<{ck}>" in line and ok:
-                events.append(("dirsync", 0))
-    for s in (1, 2, 3):
-        mine = [i for i, ev in enumerate(events) if ev[1] == s]
-        kinds = [events[i][0] for i in mine]
-        check("rename" in kinds and "fsync" in kinds and "write" in kinds, f"step {s}: writes, fsync, rename seen")
-        renamed = mine[kinds.index("rename")]
-        synced = [i for i in mine if events[i][0] == "fsync" and i < renamed]
-        last_write = max(i for i in mine if events[i][0] == "write")
-        check(synced and last_write < synced[-1] < renamed,
-              f"step {s}: the temporary file is fsynced after its last write and before its rename")
-        check(any(ev == ("dirsync", 0) for ev in events[renamed + 1:]), f"step {s}: the directory is fsynced after")
+    for np_ in (1, 2):
+        name = f"d{np_}"
+        trace = os.path.join(e.work, f"strace{np_}.txt")
+        cmd = [tool("strace"), "-f", "-y", "-o", trace,
+               "-e", "trace=execve,write,pwrite64,pwritev,fsync,fdatasync,close,rename,renameat,renameat2"]
+        cmd += e.command(np_, name, ["train.steps=3", "checkpoint.every=1", "checkpoint.keep=0"])
+        p = subprocess.run(cmd, env=e.environ({}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=240)
+        check(p.returncode == 0 and e.steps_saved(name) == [1, 2, 3],
+              f"{np_} rank(s) under strace: exit {p.returncode}, 3 files saved")
+        ck = os.path.realpath(e.ck(name))
+        ranks = set()  # the pids that exec'd gtrain (each rank's main thread: the one that saves)
+        events = []  # (kind, step, pid) in the order the calls returned
+        with open(trace) as f:
+            for line in f:
+                pid, rest = (line.split(None, 1) + [""])[:2]
+                pid = int(pid) if pid.isdigit() else 0
+                if rest.startswith(f'execve("{ARGS.gtrain}"'):
+                    ranks.add(pid)
+                if "resumed>" in rest:
+                    continue  # the end of a call another thread's call split: its start line has the path
+                ok = "<unfinished" in rest or rest.rstrip().endswith("= 0")
+                for s in (1, 2, 3):
+                    tmp = os.path.basename(e.ck(name, s, tmp=True))
+                    if f"/{tmp}>" in rest and "write" in rest.split("(")[0]:
+                        events.append(("write", s, pid))
+                    elif f"/{tmp}>" in rest and "sync(" in rest and ok:
+                        events.append(("fsync", s, pid))
+                    elif "rename" in rest and f'{tmp}"' in rest and ok:
+                        events.append(("rename", s, pid))
+                if "sync(" in rest and f"<{ck}>" in rest and ok:
+                    events.append(("dirsync", 0, pid))
+        check(len(ranks) == np_, f"{np_} rank(s): the trace shows {len(ranks)} gtrain process(es)")
+        for s in (1, 2, 3):
+            mine = [i for i, ev in enumerate(events) if ev[1] == s]
+            kinds = [events[i][0] for i in mine]
+            check("rename" in kinds and "fsync" in kinds and "write" in kinds, f"step {s}: writes, fsync, rename seen")
+            renamed = mine[kinds.index("rename")]
+            last_write = max(i for i in mine if events[i][0] == "write")
+            for pid in sorted(ranks):
+                wrote = [i for i in mine if events[i][0] == "write" and events[i][2] == pid]
+                synced = [i for i in mine if events[i][0] == "fsync" and events[i][2] == pid and i < renamed]
+                check(synced and (not wrote or wrote[-1] < synced[-1]),
+                      f"{np_} rank(s), step {s}: pid {pid} ({len(wrote)} writes) fsyncs the temporary file after its "
+                      "own last write and before the rename")
+            synced = [i for i in mine if events[i][0] == "fsync" and i < renamed]
+            check(synced and last_write < synced[-1] < renamed,
+                  f"step {s}: the temporary file is fsynced after its last write and before its rename")
+            check(any(ev[:2] == ("dirsync", 0) for ev in events[renamed + 1:]), f"step {s}: the directory is fsynced after")
 
 
 def leftover_tmp_removed_at_start(e):
