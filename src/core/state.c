@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,6 +365,8 @@ static void write_config(writer *w, hid_t file, const char *text) {
     agree(w);
 }
 
+static void test_slow_write(void);
+
 /* One tensor of one group. `mine` is the part of the flat vector this rank writes; src (device)
  * holds the flat elements [src_begin, ...). rounds: collective writes, agreed over ranks. */
 static void write_tensor(writer *w, hid_t group, const char *group_name, const gt_tensor_info *t,
@@ -388,7 +391,9 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
             int nb = flat_blocks(t->ndim, dims, start + a, n, b);
             for (int i = 0; i < nb; i++) { /* the same number of calls on every rank, empty or not */
                 hid_t mspace = LOCAL_ID(w, select_block(space, t->ndim, &b[i]));
-                FILE_RC(w, "H5Dwrite", object, H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space, w->dxpl, w->stage + b[i].at));
+                if (FILE_RC(w, "H5Dwrite", object, (test_slow_write(), H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space,
+                                                                                  w->dxpl, w->stage + b[i].at))) >= 0)
+                    gt_watchdog_progress(block_elems(t->ndim, &b[i]) * sizeof(float)); /* watchdog.h */
                 LOCAL(w, H5Sclose(mspace));
             }
         }
@@ -402,16 +407,32 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
 /* GTRAIN_TEST_SLOW_SAVE=S (tests only): sleep S seconds in the middle of every save, after /model
  * and before /optim, so that a test can kill the job while the temporary file is half written.
  * GTRAIN_TEST_HANG_IN_SAVE=STEP:RANK: there, in the save of step STEP, rank RANK enters a write that
- * never returns (a dead file server) while the others go on into the save's next collective call. */
+ * never returns (a dead file server) while the others go on into the save's next collective call;
+ * STEP:RANK:stop: it stops there instead (SIGSTOP: a frozen process, all its threads too). */
 static void test_slow_save(int rank, int64_t step) {
     const char *hang = gt_test_hook("GTRAIN_TEST_HANG_IN_SAVE");
     long at = -1, who = -1;
-    if (hang && sscanf(hang, "%ld:%ld", &at, &who) == 2 && at == step && who == rank)
-        for (gt_watchdog_enter("hung_write", 0);;) pause();
+    char how[16] = "";
+    if (hang && sscanf(hang, "%ld:%ld:%15s", &at, &who, how) >= 2 && at == step && who == rank) {
+        if (strcmp(how, "stop") == 0) raise(SIGSTOP);
+        else for (gt_watchdog_enter("hung_write", 0);;) pause();
+    }
     const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
     double s = env ? atof(env) : 0.0;
     if (s > 0) {
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* GTRAIN_TEST_SLOW_SAVE=S:MS (tests only): besides the pause of S seconds, every tensor write of
+ * every save takes MS milliseconds more, inside the write: a slow file system that keeps writing. */
+static void test_slow_write(void) {
+    const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
+    const char *colon = env ? strchr(env, ':') : NULL;
+    double ms = colon ? atof(colon + 1) : 0.0;
+    if (ms > 0) {
+        struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
         nanosleep(&ts, NULL);
     }
 }
@@ -672,7 +693,9 @@ static void write_block(writer *w, hid_t group, const char *group_name, const gt
     hid_t dcpl = checked_dcpl(w, t->ndim, b->size);
     hid_t dset = FILE_ID(w, "H5Dcreate2", object,
                          H5Dcreate2(group, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-    if (dset >= 0) FILE_RC(w, "H5Dwrite", object, H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src));
+    if (dset >= 0 && FILE_RC(w, "H5Dwrite", object, (test_slow_write(), H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL,
+                                                                                 H5S_ALL, H5P_DEFAULT, src))) >= 0)
+        gt_watchdog_progress(block_elems(t->ndim, b) * sizeof(float)); /* a background writer's too */
     if (dset >= 0) FILE_RC(w, "H5Dclose", object, H5Dclose(dset));
     LOCAL(w, H5Pclose(dcpl));
     LOCAL(w, H5Sclose(space));

@@ -42,6 +42,11 @@ typedef struct live_state {
     uint64_t phase_seq;    /* its sequence number */
     uint64_t phase_calls;  /* tracked calls started inside it so far */
     double phase_since;
+    /* a save's progress: bytes written (by any thread of this rank, gt_watchdog_progress) and when
+     * the last progress was made (bytes written, or a call of the phase completed) */
+    uint64_t progress_bytes;
+    uint64_t phase_bytes0; /* progress_bytes when the phase began */
+    double progress_at;
 } live_state;
 
 static live_state live;
@@ -142,6 +147,13 @@ void gt_watchdog_leave(void) {
     if (!tracking()) return;
     STORE(live.in, 0);
     if (!LOAD(live.phase)) flight_done(LOAD(live.seq));
+    else store_double(&live.progress_at, wall_now()); /* a call of the save completed */
+}
+
+void gt_watchdog_progress(uint64_t bytes) {
+    if (!LOAD(running)) return;
+    __atomic_add_fetch(&live.progress_bytes, bytes, __ATOMIC_RELAXED);
+    store_double(&live.progress_at, wall_now());
 }
 
 uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes) {
@@ -149,6 +161,7 @@ uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes) {
     if (!seq) return 0;
     STORE(live.in, 0); /* in the phase, not (yet) waiting in one of its calls */
     STORE(live.phase_calls, 0);
+    STORE(live.phase_bytes0, LOAD(live.progress_bytes));
     store_double(&live.phase_since, load_double(&live.in_since));
     STORE(live.phase_seq, seq);
     STORE(live.phase, name);
@@ -202,6 +215,8 @@ typedef struct record {
     int rank, pid, in, step, last_done;
     unsigned long long started, seq, phase_seq, phase_calls;
     double in_since, last_done_at, written_at, phase_since;
+    unsigned long long phase_bytes; /* this rank's own record only (not published): bytes written in */
+    double progress_at;             /* the phase, and its last progress */
     char op[32], host[64], phase[32]; /* phase "none" outside a save */
 } record;
 
@@ -225,6 +240,8 @@ static void snapshot(record *r) {
     r->phase_seq = LOAD(live.phase_seq);
     r->phase_calls = LOAD(live.phase_calls);
     r->phase_since = load_double(&live.phase_since);
+    r->phase_bytes = LOAD(live.progress_bytes) - LOAD(live.phase_bytes0);
+    r->progress_at = load_double(&live.progress_at);
     r->written_at = wall_now();
     gethostname(r->host, sizeof r->host - 1);
 }
@@ -447,9 +464,17 @@ static void check(const record *me) {
         snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
         fire(me, what);
     }
-    if (now - me->last_done_at > limit) {
-        snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s)", now - me->last_done_at,
-                 me->last_done, where);
+    /* inside a save, its progress counts as a step: a save that writes slowly is never ended; one
+     * that stops progressing is, `limit` after its last progress (or the last step) */
+    double alive_at = me->last_done_at;
+    if (in_phase(me) && me->progress_at > alive_at) alive_at = me->progress_at;
+    if (now - alive_at > limit) {
+        if (in_phase(me) && alive_at > me->last_done_at)
+            snprintf(what, sizeof what, "made no progress for %.1f s in the %s of step %d (%llu bytes written in it; "
+                     "now %s)", now - alive_at, me->phase, me->step, me->phase_bytes, where);
+        else
+            snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s)", now - me->last_done_at,
+                     me->last_done, where);
         fire(me, what);
     }
 }

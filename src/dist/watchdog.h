@@ -22,8 +22,10 @@
  * every rank's ring and says where the ranks diverge. Its layout is GT_FLIGHT_* below.
  *
  * The limit is max(dist.timeout, 10 x the slowest step so far, the first step after the start not
- * counted: it pays for allocation): the configured seconds are a floor that covers start-up, the
- * first step and saves; steps that are slow by nature raise it.
+ * counted: it pays for allocation): the configured seconds are a floor that covers start-up and the
+ * first step; steps that are slow by nature raise it. Inside a save (a phase, below) the clock of
+ * "finished no step" runs from the save's last progress instead: a save may take any time while it
+ * writes, and only a call that never returns, or a rank that stops progressing, ends it.
  * Everything here is a no-op until gt_watchdog_start and after gt_watchdog_stop.
  */
 #ifndef GT_WATCHDOG_H
@@ -68,6 +70,13 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq);
  * state.c's tracked HDF5 calls) are ignored. */
 uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes);
 void gt_watchdog_phase_end(void);
+
+/* A save's progress: `bytes` more of it written by this rank. From any thread (a background
+ * writer's count too); a no-op while the watchdog is off. Inside a phase, its progress (these calls,
+ * and each of its calls that completes) restarts the clock of "finished no step": a save that is
+ * slow but writing is never ended, however much longer than the limit it takes; one whose rank
+ * stops progressing is, the limit after its last progress, and that rank is named. */
+void gt_watchdog_progress(uint64_t bytes);
 
 /* fn(arg) runs when this rank's watchdog ends the job, after the verdict is written and before the
  * exit, in a thread of its own with ABORT_GRACE_S (10 s) to finish: the NCCL communicator aborts

@@ -10,7 +10,14 @@
 #   save  it enters a write that never returns between two of the save's HDF5 calls
 #         (checkpoint.async = false: the collective writer);
 #   asyncsave  the same in its background writer thread (checkpoint.async = true): training goes
-#         on until the next save (step 12) waits for that writer, and rank 1 is named there.
+#         on until the next save (step 12) waits for that writer, and rank 1 is named there;
+#   savestop  every write of a save slowed (GTRAIN_TEST_SLOW_SAVE=0:50), and it stops itself with
+#         SIGSTOP in the middle of the save of step 8 (checkpoint.async = false): named as stopped.
+# Or no rank hangs, and a save that is slow but writes takes longer than dist.timeout: it must finish
+# (exit 0, no watchdog line, its save_write_s in the metrics over 10 s); train.steps = 4, one save:
+#   slowsave  every write of the collective save takes 150 ms more (GTRAIN_TEST_SLOW_SAVE=0:150);
+#   slowasyncsave  every write of the background writers takes 400 ms more, and the run's end waits
+#         for them.
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
 # output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
 # arrived (in save mode: naming the save), ckpt/.watchdog/blamed_hosts must name this host, the
@@ -43,11 +50,15 @@ case $mode in
   save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8; extra=(checkpoint.async=false) ;;
   asyncsave) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
   slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
+  savestop) export GTRAIN_TEST_SLOW_SAVE=0:50 GTRAIN_TEST_HANG_IN_SAVE=8:1:stop; before=8
+    extra=(checkpoint.async=false) ;;
+  slowsave) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; extra=(checkpoint.async=false train.steps=4) ;;
+  slowasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400; before=4; extra=(train.steps=4) ;;
   *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
 esac
 "$@" -np 2 "$gtrain" run.ini "${extra[@]}" >run.log 2>&1 &
 launcher=$!
-for _ in $(seq 1200); do
+for _ in $(seq 2400); do
   [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= before)) && break
   kill -0 "$launcher" 2>/dev/null || break
   sleep 0.05
@@ -70,6 +81,20 @@ wait "$launcher"
 rc=$?
 elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
 verdict=$(grep '^gtrain: watchdog:' run.log)
+if [[ $mode == slowsave || $mode == slowasyncsave ]]; then
+  printf 'mode %s: the launcher returned %d %.1f s after step %d ended\n%s\n' "$mode" "$rc" "$elapsed" "$before" "$verdict"
+  write_s=$(python3 -c 'import json,sys
+print(max([json.loads(l).get("save_write_s", 0) for l in open(sys.argv[1])] + [0]))' metrics.jsonl)
+  echo "the save of step 4 took $write_s s (dist.timeout = 10)"
+  failed=0
+  ((rc == 0)) || { echo "FAIL: exit $rc, expected 0: the slow save was ended"; failed=1; }
+  [[ -z $verdict ]] || { echo "FAIL: a watchdog line"; failed=1; }
+  (($(echo "$write_s > 10" | bc))) || { echo "FAIL: the save took $write_s s, not longer than dist.timeout"; failed=1; }
+  [[ -f ckpt/step_00000004.h5 ]] || { echo "FAIL: the state file of step 4 is not there"; failed=1; }
+  ((failed)) && { tail -n 20 run.log; exit 1; }
+  echo PASS
+  exit 0
+fi
 printf 'mode %s: the launcher returned %d %.1f s after step %d ended\n%s\n' "$mode" "$rc" "$elapsed" "$before" "$verdict"
 failed=0
 ((rc == 76)) || { echo "FAIL: exit $rc, expected 76"; failed=1; }
@@ -88,17 +113,22 @@ fi
 # the flight recorder (tools/flight_recorder.py) tells the same story from the rings left behind
 flight=$(python3 "$tools/flight_recorder.py" ckpt/.watchdog)
 echo "$flight" | tail -n 1
-if [[ $mode == save || $mode == asyncsave ]]; then
+if [[ $mode == save || $mode == asyncsave || $mode == savestop ]]; then
   # synchronous: named in the hung call; asynchronous: the writer thread hangs, and rank 1 is named in
-  # the wait for it (the save's agreement), when the next save is due at step 12
-  if [[ $mode == save ]]; then want="in hung_write (call *of the save of step 8, #"; else want="in the save of step 12 "; fi
+  # the wait for it (the save's agreement), when the next save is due at step 12; stopped: named as
+  # stopped where it was last seen, in the save of step 8
+  case $mode in
+    save) want="in hung_write (call *of the save of step 8, #" ;;
+    asyncsave) want="in the save of step 12 " ;;
+    savestop) want="stopped or dead; last seen in *the save of step 8, #" ;;
+  esac
   # shellcheck disable=SC2053
   [[ $arrived == *$want* ]] || { echo "FAIL: rank 1 is not named as stuck inside the save ($want)"; failed=1; }
   [[ ! -e ckpt/step_00000008.h5 ]] || { echo "FAIL: the save that hung was published"; failed=1; }
   [[ $(echo "$flight" | grep -c 'newest: save #.*in flight') == 2 ]] ||
     { echo "FAIL: the flight recorder does not show both ranks in the save"; echo "$flight"; failed=1; }
   # the file before the hang is whole: a one-rank run resumes from it and trains a step
-  env -u GTRAIN_TEST_HANG_IN_SAVE -u GTRAIN_TEST_STEP_DELAY_MS "$gtrain" run.ini train.steps=5 dist.timeout=0 \
+  env -u GTRAIN_TEST_HANG_IN_SAVE -u GTRAIN_TEST_STEP_DELAY_MS -u GTRAIN_TEST_SLOW_SAVE "$gtrain" run.ini train.steps=5 dist.timeout=0 \
     >resume.log 2>&1 || { echo "FAIL: resuming after the hang failed"; cat resume.log; failed=1; }
   grep -q "resumed from ckpt/step_00000004.h5" resume.log || { echo "FAIL: did not resume from step 4"; failed=1; }
 else
