@@ -365,7 +365,7 @@ static void write_config(writer *w, hid_t file, const char *text) {
     agree(w);
 }
 
-static void test_slow_write(void);
+static void test_slow_write(int rank);
 
 /* One tensor of one group. `mine` is the part of the flat vector this rank writes; src (device)
  * holds the flat elements [src_begin, ...). rounds: collective writes, agreed over ranks. */
@@ -391,7 +391,7 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
             int nb = flat_blocks(t->ndim, dims, start + a, n, b);
             for (int i = 0; i < nb; i++) { /* the same number of calls on every rank, empty or not */
                 hid_t mspace = LOCAL_ID(w, select_block(space, t->ndim, &b[i]));
-                if (FILE_RC(w, "H5Dwrite", object, (test_slow_write(), H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space,
+                if (FILE_RC(w, "H5Dwrite", object, (test_slow_write(w->rank), H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, space,
                                                                                   w->dxpl, w->stage + b[i].at))) >= 0)
                     gt_watchdog_progress(block_elems(t->ndim, &b[i]) * sizeof(float)); /* watchdog.h */
                 LOCAL(w, H5Sclose(mspace));
@@ -425,12 +425,15 @@ static void test_slow_save(int rank, int64_t step) {
     }
 }
 
-/* GTRAIN_TEST_SLOW_SAVE=S:MS (tests only): besides the pause of S seconds, every tensor write of
- * every save takes MS milliseconds more, inside the write: a slow file system that keeps writing. */
-static void test_slow_write(void) {
+/* GTRAIN_TEST_SLOW_SAVE=S:MS[:RANK] (tests only): besides the pause of S seconds, every tensor write
+ * of every save takes MS milliseconds more, inside the write: a slow file system that keeps writing
+ * (with RANK: only that rank's writes, one slow node). */
+static void test_slow_write(int rank) {
     const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
     const char *colon = env ? strchr(env, ':') : NULL;
     double ms = colon ? atof(colon + 1) : 0.0;
+    const char *who = colon ? strchr(colon + 1, ':') : NULL;
+    if (who && atoi(who + 1) != rank) ms = 0;
     if (ms > 0) {
         struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
         nanosleep(&ts, NULL);
@@ -693,7 +696,7 @@ static void write_block(writer *w, hid_t group, const char *group_name, const gt
     hid_t dcpl = checked_dcpl(w, t->ndim, b->size);
     hid_t dset = FILE_ID(w, "H5Dcreate2", object,
                          H5Dcreate2(group, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-    if (dset >= 0 && FILE_RC(w, "H5Dwrite", object, (test_slow_write(), H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL,
+    if (dset >= 0 && FILE_RC(w, "H5Dwrite", object, (test_slow_write(w->rank), H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL,
                                                                                  H5S_ALL, H5P_DEFAULT, src))) >= 0)
         gt_watchdog_progress(block_elems(t->ndim, b) * sizeof(float)); /* a background writer's too */
     if (dset >= 0) FILE_RC(w, "H5Dclose", object, H5Dclose(dset));

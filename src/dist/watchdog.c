@@ -215,8 +215,8 @@ typedef struct record {
     int rank, pid, in, step, last_done;
     unsigned long long started, seq, phase_seq, phase_calls;
     double in_since, last_done_at, written_at, phase_since;
-    unsigned long long phase_bytes; /* this rank's own record only (not published): bytes written in */
-    double progress_at;             /* the phase, and its last progress */
+    unsigned long long phase_bytes; /* bytes this rank wrote in the phase */
+    double progress_at;             /* its last progress (watchdog.h: gt_watchdog_progress) */
     char op[32], host[64], phase[32]; /* phase "none" outside a save */
 } record;
 
@@ -252,9 +252,11 @@ static void publish(const record *r) {
     char line[RECORD_BYTES], path[4200];
     int n = snprintf(line, sizeof line,
                      "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
-                     "started %llu in %d since %.3f written %.3f phase %s pseq %llu calls %llu psince %.3f\n",
+                     "started %llu in %d since %.3f written %.3f phase %s pseq %llu calls %llu psince %.3f "
+                     "prog %.3f pbytes %llu\n",
                      r->rank, r->pid, r->host, r->step, r->last_done, r->last_done_at, r->op, r->seq, r->started,
-                     r->in, r->in_since, r->written_at, r->phase, r->phase_seq, r->phase_calls, r->phase_since);
+                     r->in, r->in_since, r->written_at, r->phase, r->phase_seq, r->phase_calls, r->phase_since,
+                     r->progress_at, r->phase_bytes);
     if (n < 0 || n >= (int)sizeof line) return;
     memset(line + n, ' ', sizeof line - (size_t)n - 1);
     line[sizeof line - 1] = '\n';
@@ -278,11 +280,12 @@ static int read_record(int rank, record *r) {
     memset(r, 0, sizeof *r);
     int got = sscanf(line,
                      "gtrain-watchdog 1 rank %d pid %d host %63s step %d done %d at %lf op %31s seq %llu "
-                     "started %llu in %d since %lf written %lf phase %31s pseq %llu calls %llu psince %lf",
+                     "started %llu in %d since %lf written %lf phase %31s pseq %llu calls %llu psince %lf "
+                     "prog %lf pbytes %llu",
                      &r->rank, &r->pid, r->host, &r->step, &r->last_done, &r->last_done_at, r->op, &r->seq,
                      &r->started, &r->in, &r->in_since, &r->written_at, r->phase, &r->phase_seq, &r->phase_calls,
-                     &r->phase_since);
-    return got == 16 && r->rank == rank ? 0 : -1;
+                     &r->phase_since, &r->progress_at, &r->phase_bytes);
+    return got == 18 && r->rank == rank ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- the verdict */
@@ -451,6 +454,32 @@ static int peer_gone(const record *me, double now) {
     return 0;
 }
 
+/* Inside a save whose clocks ran out on this rank: is the save still alive elsewhere, some rank of
+ * the same save (a fresh record) having progressed within the limit? A rank waiting for a slow
+ * one (an asynchronous save whose writer on another node is slower: this rank waits in the save's
+ * agreement) must not end a save that writes. Looked up from every rank's record, at most every 2 s,
+ * by the first and the last rank, and by a rank that is not blocked in a call (its own writer may be
+ * the one that stopped); another rank blocked in a call of the save leaves the verdict to the first
+ * and last ranks while their records are fresh (two reads), so the reads stay a few per rank. */
+static int save_alive_elsewhere(const record *me, double now, double limit) {
+    static double checked_at = -1e30;
+    static int alive;
+    if (now - checked_at < 2.0) return alive;
+    checked_at = now;
+    record r;
+    alive = 0;
+    if (my_rank != 0 && my_rank != world_size - 1 && me->in) {
+        int fresh = 1;
+        for (int end = 0; end < 2 && fresh; end++)
+            fresh = read_record(end ? world_size - 1 : 0, &r) == 0 && now - r.written_at <= STALE_S;
+        if (fresh) return alive = 1;
+    }
+    for (int i = 0; i < world_size && !alive; i++)
+        alive = i != my_rank && read_record(i, &r) == 0 && now - r.written_at <= STALE_S && in_phase(&r) &&
+                r.phase_seq == me->phase_seq && now - r.progress_at <= limit;
+    return alive;
+}
+
 static void check(const record *me) {
     double limit = effective_limit(), now = wall_now();
     char what[400], where[256];
@@ -460,15 +489,17 @@ static void check(const record *me) {
                  "dist.timeout", now - me->in_since, where);
         fire(me, what);
     }
-    if (me->in && now - me->in_since > limit) {
-        snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
-        fire(me, what);
-    }
     /* inside a save, its progress counts as a step: a save that writes slowly is never ended; one
      * that stops progressing is, `limit` after its last progress (or the last step) */
     double alive_at = me->last_done_at;
     if (in_phase(me) && me->progress_at > alive_at) alive_at = me->progress_at;
-    if (now - alive_at > limit) {
+    int over_in = me->in && now - me->in_since > limit, over_step = now - alive_at > limit;
+    if ((over_in || over_step) && in_phase(me) && save_alive_elsewhere(me, now, limit)) return;
+    if (over_in) {
+        snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
+        fire(me, what);
+    }
+    if (over_step) {
         if (in_phase(me) && alive_at > me->last_done_at)
             snprintf(what, sizeof what, "made no progress for %.1f s in the %s of step %d (%llu bytes written in it; "
                      "now %s)", now - alive_at, me->phase, me->step, me->phase_bytes, where);

@@ -17,7 +17,9 @@
 # (exit 0, no watchdog line, its save_write_s in the metrics over 10 s); train.steps = 4, one save:
 #   slowsave  every write of the collective save takes 150 ms more (GTRAIN_TEST_SLOW_SAVE=0:150);
 #   slowasyncsave  every write of the background writers takes 400 ms more, and the run's end waits
-#         for them.
+#         for them;
+#   slowrankasyncsave  the same for rank 1's writer only: rank 0's finishes at once, and rank 0 then
+#         waits in the save's agreement for longer than dist.timeout while rank 1 writes.
 # Rank 0 then waits in a collective. The launcher must return 76 within 60 s of the hang, the
 # output must hold exactly one "gtrain: watchdog:" line naming rank 1 (and not rank 0) as not
 # arrived (in save mode: naming the save), ckpt/.watchdog/blamed_hosts must name this host, the
@@ -54,6 +56,7 @@ case $mode in
     extra=(checkpoint.async=false) ;;
   slowsave) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; extra=(checkpoint.async=false train.steps=4) ;;
   slowasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400; before=4; extra=(train.steps=4) ;;
+  slowrankasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400:1; before=4; extra=(train.steps=4) ;;
   *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
 esac
 "$@" -np 2 "$gtrain" run.ini "${extra[@]}" >run.log 2>&1 &
@@ -81,7 +84,7 @@ wait "$launcher"
 rc=$?
 elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
 verdict=$(grep '^gtrain: watchdog:' run.log)
-if [[ $mode == slowsave || $mode == slowasyncsave ]]; then
+if [[ $mode == slow*save ]]; then
   printf 'mode %s: the launcher returned %d %.1f s after step %d ended\n%s\n' "$mode" "$rc" "$elapsed" "$before" "$verdict"
   write_s=$(python3 -c 'import json,sys
 print(max([json.loads(l).get("save_write_s", 0) for l in open(sys.argv[1])] + [0]))' metrics.jsonl)
