@@ -25,7 +25,7 @@ set_tests_properties(test_hooks_need_the_flag PROPERTIES LABELS mpi TIMEOUT 300)
 # within dist.timeout plus a margin, exit 76, with one line naming it (src/dist/watchdog.h,
 # GTRAIN_TEST_HANG_AT in train.c, GTRAIN_TEST_HANG_IN_SAVE in state.c); a save that is slow but writes
 # (GTRAIN_TEST_SLOW_SAVE=0:MS in state.c) finishes however much longer than dist.timeout it takes.
-foreach(mode stop spin save asyncsave slowstop savestop slowsave slowasyncsave slowrankasyncsave)
+foreach(mode stop spin save asyncsave slowstop savestop slowsave slowsave1rank slowasyncsave slowrankasyncsave)
   add_test(NAME watchdog_names_hung_rank_${mode}
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/watchdog_names_hung_rank.sh ${mode} $<TARGET_FILE:gtrain>
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/watchdog_names_hung_rank_${mode}

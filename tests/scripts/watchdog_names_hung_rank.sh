@@ -16,6 +16,7 @@
 # Or no rank hangs, and a save that is slow but writes takes longer than dist.timeout: it must finish
 # (exit 0, no watchdog line, its save_write_s in the metrics over 10 s); train.steps = 4, one save:
 #   slowsave  every write of the collective save takes 150 ms more (GTRAIN_TEST_SLOW_SAVE=0:150);
+#   slowsave1rank  the same on 1 rank (no other rank whose progress the watchdog could see);
 #   slowasyncsave  every write of the background writers takes 400 ms more, and the run's end waits
 #         for them;
 #   slowrankasyncsave  the same for rank 1's writer only: rank 0's finishes at once, and rank 0 then
@@ -47,6 +48,7 @@ INI
 export OMP_NUM_THREADS=1 GOMP_SPINCOUNT=1000 GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300
 # in save mode the clock starts at step 8's line (the save follows it), else at step 7's
 before=7
+np=2
 extra=()
 case $mode in
   save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8; extra=(checkpoint.async=false) ;;
@@ -55,11 +57,12 @@ case $mode in
   savestop) export GTRAIN_TEST_SLOW_SAVE=0:50 GTRAIN_TEST_HANG_IN_SAVE=8:1:stop; before=8
     extra=(checkpoint.async=false) ;;
   slowsave) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; extra=(checkpoint.async=false train.steps=4) ;;
+  slowsave1rank) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; np=1; extra=(checkpoint.async=false train.steps=4) ;;
   slowasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400; before=4; extra=(train.steps=4) ;;
   slowrankasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400:1; before=4; extra=(train.steps=4) ;;
   *) export GTRAIN_TEST_HANG_AT=8:1:$mode ;;
 esac
-"$@" -np 2 "$gtrain" run.ini "${extra[@]}" >run.log 2>&1 &
+"$@" -np "$np" "$gtrain" run.ini "${extra[@]}" >run.log 2>&1 &
 launcher=$!
 for _ in $(seq 2400); do
   [[ -s metrics.jsonl ]] && (($(wc -l <metrics.jsonl) >= before)) && break
@@ -84,7 +87,7 @@ wait "$launcher"
 rc=$?
 elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
 verdict=$(grep '^gtrain: watchdog:' run.log)
-if [[ $mode == slow*save ]]; then
+if [[ $mode == slow*save* ]]; then
   printf 'mode %s: the launcher returned %d %.1f s after step %d ended\n%s\n' "$mode" "$rc" "$elapsed" "$before" "$verdict"
   write_s=$(python3 -c 'import json,sys
 print(max([json.loads(l).get("save_write_s", 0) for l in open(sys.argv[1])] + [0]))' metrics.jsonl)
