@@ -32,6 +32,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      the same tensors as the collective writer, written once; kill -9 during a
                      background write; a missing rank file; SIGTERM during a write; a tmpfs that
                      fills in the middle of a 2- and 3-rank save (no hang)
+  rank_file_incomplete  a rank file that lost a dataset, has a damaged object header or holds a NaN:
+                     named, fallback to the older file, bit-identical (never the fill value)
   resave_is_atomic   kill -9 in the middle of a re-save of a step that has a file (both writers): the
                      old file stays readable; replaced and unnamed rank dirs go, a .bad one's stay
   save_failure_names_every_rank  GTRAIN_TEST_SAVE_EIO on ranks 0,2 / 1 / 0-2 of 3: one line naming them
