@@ -42,8 +42,8 @@
 # caught within a minute or two. The nodes share the machine's file system except /tmp (each mounts
 # its own), and Slurm's configuration takes no path with a space: a WORK_DIR under /tmp or with a space
 # is replaced by /var/tmp/gtrain-cluster-test.CKSUM (the checksum of WORK_DIR, so the same build always
-# gets the same one and a later run takes down what a killed one left there), and programs or sources
-# under /tmp or with a space are copied into it for the nodes to read. The
+# gets the same one and a later run takes down what a killed one left there; a passed run removes it),
+# and programs or sources under /tmp or with a space are copied into it for the nodes to read. The
 # cluster is taken down on every exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer
 # bound. Without root or the packages: exit 77 (skipped).
 set -uo pipefail
@@ -525,3 +525,8 @@ note "gtc-n2's link down -> step end: $(($(when "$out" "gtrain exited with \\(76
      "-> re-run on gtc-n0 started: $(($(when "$out" "run 2 on") - t_down)) s; job COMPLETED"
 
 note "PASSED"
+if [[ -n "${asked:-}" ]]; then # a directory outside the build tree: nothing of a passed run is kept there
+  bash "$cluster" down
+  trap - EXIT
+  rm -rf "$work"
+fi
