@@ -168,6 +168,7 @@ static const key_spec keys[] = {
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
+    TEXT(RUN, "log", "tensorboard", KEY_PATH, log.tensorboard, 0),
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 

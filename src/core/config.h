@@ -136,6 +136,7 @@ typedef struct gt_config {
     struct {
         int every;             /* print a line every N steps */
         char metrics[GT_PATH_MAX]; /* JSONL path, "" = none */
+        char tensorboard[GT_PATH_MAX]; /* directory of TensorBoard event files, "" = none */
     } log;
 
     char path[GT_PATH_MAX];    /* the config file it came from */

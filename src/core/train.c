@@ -39,6 +39,7 @@
 #include "runclaim.h"
 #include "runstate.h"
 #include "spike.h"
+#include "tbevents.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "zero.h"
@@ -340,6 +341,7 @@ typedef struct run {
     float dloss;               /* every token's loss gradient: 1 / (G * T) */
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     FILE *metrics;             /* rank 0, log.metrics */
+    gt_tb *tb;                 /* rank 0, log.tensorboard */
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
     nan_hook nan_hook;
     progress progress;
@@ -501,6 +503,25 @@ static void print_banner(const run *r) {
     fflush(stdout);
 }
 
+/* log.tensorboard: rank 0 makes the directory and a new event file; all ranks agree on the outcome. */
+static int open_tensorboard(run *r) {
+    const gt_config *cfg = r->cfg;
+    if (!cfg->log.tensorboard[0]) return 0;
+    char msg[GT_PATH_MAX * 3 + 256] = "", why[GT_PATH_MAX + 256] = "", where[GT_PATH_MAX * 2 + 64];
+    int rc = 0;
+    if (r->rank == 0) {
+        r->tb = gt_tb_open(cfg->log.tensorboard, why, sizeof why);
+        r->state.tb = r->tb; /* the completed saves' times */
+        if (!r->tb) {
+            gt_config_where(cfg, "log", "tensorboard", where, sizeof where);
+            snprintf(msg, sizeof msg, "%s: %s (expected a directory gtrain can write TensorBoard event files into)",
+                     where, why);
+            rc = GT_EXIT_BAD_INPUT;
+        }
+    }
+    return agree_input(r->mpi, rc, msg, sizeof msg);
+}
+
 /* Opens a run: backend and communicator, plan, data, model, then the state (a resume, or model.init),
  * the metrics file and the banner. Returns 0 or an exit code; close_run releases either way. */
 static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
@@ -534,6 +555,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
         if (!r->metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
         r->state.metrics = r->metrics; /* one record per completed save */
     }
+    if ((rc = open_tensorboard(r))) return rc;
     if (r->rank == 0) print_banner(r);
     r->inputs = malloc((size_t)B * T * sizeof *r->inputs);
     r->targets = malloc((size_t)B * T * sizeof *r->targets);
@@ -554,6 +576,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
 static void close_run(run *r) {
     gt_watchdog_stop();
     if (r->metrics) fclose(r->metrics);
+    gt_tb_close(r->tb);
     free(r->inputs);
     free(r->targets);
     gt_runstate_free(&r->state);
@@ -697,6 +720,14 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
     fflush(f);
 }
 
+/* The step's scalars in log.tensorboard (tbevents.h names the tags). */
+static void write_tensorboard(const run *r, const step_result *res) {
+    gt_tb_step s = {res->loss, res->lr, res->grad_norm, res->tok_per_s, res->seconds * 1e3, res->mfu,
+                    r->state.save_blocking_ms, (double)res->act_peak_bytes, (double)res->mem_peak_bytes,
+                    r->ops->reserved_bytes ? (double)r->ops->reserved_bytes() : NAN};
+    gt_tb_write_step(r->tb, res->step, &s);
+}
+
 /* A step that applied no update: train.nonfinite = stop ends the run (exit 1), skip goes on. */
 static int report_nonfinite(run *r, const step_result *res) {
     char newest[GT_PATH_MAX + 128];
@@ -732,6 +763,10 @@ static int validate(run *r, int step) {
         fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
         fflush(r->metrics);
     }
+    if (r->tb) {
+        gt_tb_scalar(r->tb, step, "val/loss", val_loss);
+        gt_tb_flush(r->tb);
+    }
     return 0;
 }
 
@@ -756,6 +791,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         r.state.save_blocking_ms = 0;
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
+        if (r.tb) write_tensorboard(&r, &res);
         if (!stop && !rc) stop = validate(&r, step);
         if (stop) {
             rc = stop;
