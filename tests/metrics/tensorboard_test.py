@@ -14,6 +14,10 @@ Each scenario is one CTest test (tests/metrics.cmake):
                        flushed as the run went, not at its end)
   ranks_and_errors     2 ranks: one event file (rank 0's); a log.tensorboard below a regular file is
                        exit 2 on both ranks with one line naming the key, before step 1
+  mfu_with_peak        train.peak_tflops=0.5 on the CPU: every step line shows mfu, the metrics' mfu
+                       times the step time times the peak is the same FLOP count at every step, the
+                       console's percentage and train/mfu are the metrics' value; without the key the
+                       CPU shows no mfu (null in the metrics)
 
 Exit status: 0 pass, 1 fail (with the reason).
 """
@@ -214,7 +218,32 @@ def ranks_and_errors():
     check("step 1" not in out.stdout, "before step 1")
 
 
-SCENARIOS = {"read_by_tensorboard": read_by_tensorboard, "live": live, "ranks_and_errors": ranks_and_errors}
+def mfu_with_peak():
+    work = ARGS.work
+    config = setup(work, 6)
+    out = run([ARGS.gtrain, config, "checkpoint.dir=", "log.every=1", "train.peak_tflops=0.5"])
+    check(out.returncode == 0, f"a run with train.peak_tflops=0.5 on the CPU ends 0 ({out.stderr[-300:]})")
+    steps = metrics(work)[0]
+    lines = [line for line in out.stdout.splitlines() if line.startswith("step ") and "tok/s" in line]
+    check(len(lines) == 6 and all(" | mfu " in line for line in lines), f"every step line shows mfu ({lines[:2]})")
+    # mfu x step time x peak is the step's model FLOPs: the same at every step
+    flops = [steps[s]["mfu"] * steps[s]["step_ms"] / 1e3 * 0.5e12 for s in sorted(steps)]
+    check(all(math.isclose(f, flops[0], rel_tol=1e-3) for f in flops) and flops[0] > 0,
+          f"the metrics' mfu is the step's model FLOPs over its time over 0.5 TFLOP/s ({flops[0]:.4g} FLOPs each step)")
+    shown = [float(line.split(" | mfu ")[1].split("%")[0]) for line in lines]
+    check(all(abs(m - 100 * steps[i + 1]["mfu"]) < 0.051 for i, m in enumerate(shown)),
+          f"the console's mfu is the metrics' in percent ({shown})")
+    tb = scalars(os.path.join(work, "tb"))
+    check(all(close(tb["train/mfu"][s], steps[s]["mfu"]) for s in steps), "train/mfu in the events equals it")
+    out = run([ARGS.gtrain, config, "checkpoint.dir=", "log.every=1"])
+    lines = [line for line in out.stdout.splitlines() if line.startswith("step ") and "tok/s" in line]
+    check(out.returncode == 0 and lines and not any("mfu" in line for line in lines) and
+          all(o["mfu"] is None for o in metrics(work)[0].values()),
+          "without train.peak_tflops the CPU shows no mfu, and the metrics' mfu is null")
+
+
+SCENARIOS = {"read_by_tensorboard": read_by_tensorboard, "live": live, "ranks_and_errors": ranks_and_errors,
+             "mfu_with_peak": mfu_with_peak}
 
 if __name__ == "__main__":
     ARGS = testlib.scenario_args(SCENARIOS)
