@@ -10,3 +10,10 @@ set_tests_properties(config_keys_documented PROPERTIES LABELS unit TIMEOUT 60)
 add_test(NAME repository_speaks_of_the_product
          COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/scripts/product_words.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(repository_speaks_of_the_product PROPERTIES LABELS unit TIMEOUT 60)
+
+# tools/container/gtrain.def as far as a machine without Apptainer can check it: its sections, its
+# packages against tools/setup-debian.sh, its shell, and (where nvcc is) its CMake configure line.
+add_test(NAME container_recipe_checks
+         COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/scripts/container_recipe.py ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/container_recipe_checks)
+set_tests_properties(container_recipe_checks PROPERTIES LABELS unit TIMEOUT 300)
