@@ -149,12 +149,13 @@ int gt_tb_scalar(gt_tb *tb, int64_t step, const char *tag, double value) {
     buf value_msg = {.n = 0}, summary = {.n = 0}, e = {.n = 0};
     put_bytes(&value_msg, 1, tag, strlen(tag)); /* Summary.Value.tag */
     put_float(&value_msg, 2, (float)value);     /* Summary.Value.simple_value */
+    if (value_msg.n > sizeof value_msg.b) return -1; /* a tag too long for the buffer: not written */
     put_bytes(&summary, 1, value_msg.b, value_msg.n); /* Summary.value */
     put_double(&e, 1, now_seconds());                 /* Event.wall_time */
     put_key(&e, 2, 0);                                /* Event.step */
     put_varint(&e, (uint64_t)step);
+    if (summary.n > sizeof summary.b) return -1;
     put_bytes(&e, 5, summary.b, summary.n);           /* Event.summary */
-    if (value_msg.n > sizeof value_msg.b || summary.n > sizeof summary.b) return -1;
     return write_record(tb, &e);
 }
 
