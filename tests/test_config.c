@@ -617,6 +617,8 @@ static void to_ini_round_trips(void) {
         "checkpoint.takeover=true",
         "checkpoint.async=false",
         "train.spike_zscore=4.5",
+        "log.tensorboard=runs/x/tb",
+        "train.peak_tflops=312.5",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

@@ -142,6 +142,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "train", "device", train.device, device_names),
     ENUM(RUN, "train", "nonfinite", train.nonfinite, nonfinite_names),
     NUM(RUN, "train", "spike_zscore", KEY_DOUBLE, train.spike_zscore, 0, INFINITY, 0),
+    NUM(RUN, "train", "peak_tflops", KEY_DOUBLE, train.peak_tflops, 0, INFINITY, 0),
 
     TEXT(RUN, "memory", "recompute", KEY_POLICY, memory.recompute, 1),
     PLAIN(RUN, "memory", "budget", KEY_BYTES, memory.budget),
@@ -168,6 +169,7 @@ static const key_spec keys[] = {
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
+    TEXT(RUN, "log", "tensorboard", KEY_PATH, log.tensorboard, 0),
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -202,6 +204,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.device = GT_DEVICE_AUTO;
     cfg->train.nonfinite = GT_NONFINITE_STOP;
     cfg->train.spike_zscore = 0;
+    cfg->train.peak_tflops = 0;
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
     cfg->dist.shard = GT_SHARD_OPTIMIZER;

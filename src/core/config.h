@@ -102,6 +102,7 @@ typedef struct gt_config {
         gt_precision precision; /* auto: bf16 on cuda, fp32 on cpu */
         gt_device device;
         gt_nonfinite nonfinite; /* what a step whose loss or gradient norm is not finite does */
+        double peak_tflops;     /* the MFU's peak in TFLOP/s; 0 = the GPU's, by its name (mfu.h) */
         double spike_zscore;    /* skip an update whose loss or gradient norm is this many standard
                                    deviations above the last 100 steps'; 0 = off */
     } train;
@@ -136,6 +137,7 @@ typedef struct gt_config {
     struct {
         int every;             /* print a line every N steps */
         char metrics[GT_PATH_MAX]; /* JSONL path, "" = none */
+        char tensorboard[GT_PATH_MAX]; /* directory of TensorBoard event files, "" = none */
     } log;
 
     char path[GT_PATH_MAX];    /* the config file it came from */

@@ -49,6 +49,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: gtrain CONFIG.ini [section.key=value ...]\n"
             "       gtrain --plan [--world N] CONFIG.ini [section.key=value ...]\n"
+            "       gtrain --show-config CONFIG.ini [section.key=value ...]\n"
             "       gtrain --version\n"
             "       gtrain --help\n"
             "\n"
@@ -57,6 +58,8 @@ static void usage(FILE *out) {
             "--plan prints the per-rank memory model (parameters, gradients, optimizer state, the\n"
             "activations of every recompute policy, their extra FLOPs and fit to memory.budget) for a\n"
             "world of N ranks (default: the launcher's, else 1) and exits without training.\n"
+            "--show-config prints the configuration a run would use, every key with the defaults\n"
+            "filled in, in the INI form gtrain reads, and exits.\n"
             "\n"
             "exit codes: 0 done, 2 bad invocation/config/data, 3 unusable training-state file,\n"
             "            75 stopped by SIGTERM/SIGUSR1/SIGINT after saving state, 76 a rank hung\n"
@@ -230,6 +233,27 @@ static int run_plan(int argc, char **argv) {
     return 0;
 }
 
+/* gtrain --show-config CONFIG [overrides]: the effective configuration, every key, as a state file
+ * stores it under /config; the notes of loading go to stderr, so stdout can be loaded again. */
+static int show_config(int argc, char **argv) {
+    if (argc < 1) {
+        usage(stderr);
+        return 2;
+    }
+    gt_config cfg;
+    char err[8192];
+    if (gt_config_load(&cfg, argv[0], argc - 1, argv + 1, err, sizeof err) != 0) {
+        fprintf(stderr, "gtrain: %s\n", err);
+        return 2;
+    }
+    print_notes(err);
+    char *ini = gt_config_to_ini(&cfg);
+    if (!ini) return 1;
+    fputs(ini, stdout);
+    free(ini);
+    return 0;
+}
+
 /* gtrain --version: what to paste into a bug report. MPI_Get_library_version may be called before
  * MPI_Init; nothing here starts MPI or touches a GPU. */
 static int print_version(void) {
@@ -318,6 +342,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0) return print_version();
     if (strcmp(argv[1], "--plan") == 0) return run_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "--show-config") == 0) return show_config(argc - 2, argv + 2);
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);
         usage(stderr);

@@ -73,6 +73,7 @@
 #include "errmsg.h"
 #include "signals.h"
 #include "state.h"
+#include "tbevents.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "exitcodes.h"
@@ -855,6 +856,11 @@ static void report_failed_save(const gt_run_state *run, int step, const char *er
 /* One record per completed save in log.metrics (rank 0). */
 static void save_record(const gt_run_state *run, int step, int async, double blocked_ms, double write_s,
                         uint64_t bytes) {
+    if (run->tb) {
+        gt_tb_scalar(run->tb, step, "save/write_s", write_s);
+        if (write_s > 0) gt_tb_scalar(run->tb, step, "save/GB_per_s", (double)bytes / 1e9 / write_s);
+        gt_tb_flush(run->tb);
+    }
     if (!run->metrics) return;
     fprintf(run->metrics,
             "{\"save_step\":%d,\"save_async\":%s,\"save_blocking_ms\":%.3f,\"save_write_s\":%.3f,"

@@ -45,6 +45,7 @@ typedef struct gt_run_state {
     double save_blocking_ms; /* how long the last gt_runstate_after_step blocked the loop for saves started
                                 or waited for in it (metrics: save_blocking_ms) */
     FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */
+    struct gt_tb *tb;        /* rank 0: log.tensorboard, the same record as scalars; NULL = none */
 } gt_run_state;
 
 /* Before the run is built, when it will resume: keeps the global batch (micro_batch x grad_accum x

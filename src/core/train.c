@@ -31,6 +31,7 @@
 #include "data.h"
 #include "hf_import.h"
 #include "memtrack.h"
+#include "mfu.h"
 #include "model.h"
 #include "optim.h"
 #include "planner.h"
@@ -39,11 +40,11 @@
 #include "runclaim.h"
 #include "runstate.h"
 #include "spike.h"
+#include "tbevents.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "zero.h"
 
-#define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
 
 static double now_seconds(void) {
     struct timeval tv;
@@ -202,7 +203,7 @@ static void format_eta(double s, char *out, size_t len) {
 }
 
 static void progress_update(progress *p, int step, double loss, double lr, double norm, double tok_per_s,
-                            double step_s) {
+                            double step_s, double mfu) {
     /* the first step carries one-off costs (allocation, warm caches): leave it out of the ETA */
     if (step > p->first_step) {
         p->seconds += step_s;
@@ -214,8 +215,10 @@ static void progress_update(progress *p, int step, double loss, double lr, doubl
     int full = step % p->every == 0 || step == p->last_step || step == p->first_step;
     if (full) {
         if (p->partial) printf("\r\033[K");
-        printf("step %*d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.1f ms | eta %s\n", p->width, step,
-               p->last_step, loss, lr, norm, tok_per_s, step_s * 1e3, eta);
+        char mfu_text[32] = ""; /* only where a peak is known (mfu.h) */
+        if (isfinite(mfu)) snprintf(mfu_text, sizeof mfu_text, " | mfu %.1f%%", 100.0 * mfu);
+        printf("step %*d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.1f ms%s | eta %s\n", p->width, step,
+               p->last_step, loss, lr, norm, tok_per_s, step_s * 1e3, mfu_text, eta);
         p->partial = 0;
     } else if (p->tty) {
         printf("\r\033[K[%d/%d %.1f%% | loss %.4f | %.0f tok/s | eta %s]", step, p->last_step,
@@ -339,7 +342,9 @@ typedef struct run {
     uint64_t G;                /* global batch in sequences */
     float dloss;               /* every token's loss gradient: 1 / (G * T) */
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
+    double peak_flops;         /* the MFU's peak per rank (mfu.h); 0 = no MFU */
     FILE *metrics;             /* rank 0, log.metrics */
+    gt_tb *tb;                 /* rank 0, log.tensorboard */
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
     nan_hook nan_hook;
     progress progress;
@@ -501,6 +506,47 @@ static void print_banner(const run *r) {
     fflush(stdout);
 }
 
+/* log.tensorboard: rank 0 makes the directory and a new event file; all ranks agree on the outcome. */
+static int open_tensorboard(run *r) {
+    const gt_config *cfg = r->cfg;
+    if (!cfg->log.tensorboard[0]) return 0;
+    char msg[GT_PATH_MAX * 3 + 256] = "", why[GT_PATH_MAX + 256] = "", where[GT_PATH_MAX * 2 + 64];
+    int rc = 0;
+    if (r->rank == 0) {
+        r->tb = gt_tb_open(cfg->log.tensorboard, why, sizeof why);
+        r->state.tb = r->tb; /* the completed saves' times */
+        if (!r->tb) {
+            gt_config_where(cfg, "log", "tensorboard", where, sizeof where);
+            snprintf(msg, sizeof msg, "%s: %s (expected a directory gtrain can write TensorBoard event files into)",
+                     where, why);
+            rc = GT_EXIT_BAD_INPUT;
+        }
+    }
+    return agree_input(r->mpi, rc, msg, sizeof msg);
+}
+
+/* The MFU's peak: train.peak_tflops, else on a GPU the table's peak for its name (mfu.h) at the run's
+ * precision, else none (the CPU, an unknown GPU: rank 0 says so once). */
+static void choose_peak(run *r) {
+    const gt_config *cfg = r->cfg;
+    if (cfg->train.peak_tflops > 0) {
+        r->peak_flops = cfg->train.peak_tflops * 1e12;
+        return;
+    }
+    if (!r->is_cuda) return;
+    char which[64];
+    const char *name = gt_cuda_device_name();
+    int bf16 = cfg->train.precision != GT_PRECISION_FP32;
+    r->peak_flops = gt_gpu_peak_flops(name, bf16, which, sizeof which);
+    if (r->rank != 0) return;
+    if (r->peak_flops > 0)
+        printf("gtrain: MFU against the %s's dense %s peak, %.0f TFLOP/s (train.peak_tflops sets another)\n", which,
+               bf16 ? "bf16" : "fp32", r->peak_flops / 1e12);
+    else
+        printf("gtrain: no MFU: the %s peak of '%s' is not known (set train.peak_tflops to the GPU's dense "
+               "TFLOP/s)\n", bf16 ? "bf16" : "fp32", name);
+}
+
 /* Opens a run: backend and communicator, plan, data, model, then the state (a resume, or model.init),
  * the metrics file and the banner. Returns 0 or an exit code; close_run releases either way. */
 static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
@@ -534,12 +580,14 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
         if (!r->metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
         r->state.metrics = r->metrics; /* one record per completed save */
     }
+    if ((rc = open_tensorboard(r))) return rc;
     if (r->rank == 0) print_banner(r);
     r->inputs = malloc((size_t)B * T * sizeof *r->inputs);
     r->targets = malloc((size_t)B * T * sizeof *r->targets);
     if (!r->inputs || !r->targets) abort();
     r->dloss = (float)(1.0 / ((double)r->G * T));
     r->flops_per_step = 3.0 * r->choice.predicted.forward_flops * A;
+    choose_peak(r);
     r->nan_hook = test_nan_hook();
     r->progress = (progress){progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps),
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
@@ -554,6 +602,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
 static void close_run(run *r) {
     gt_watchdog_stop();
     if (r->metrics) fclose(r->metrics);
+    gt_tb_close(r->tb);
     free(r->inputs);
     free(r->targets);
     gt_runstate_free(&r->state);
@@ -652,7 +701,7 @@ static int train_step(run *r, int step, step_result *res) {
     r->state.tokens_seen += r->G * (uint64_t)cfg->train.seq_len;
     res->tokens = r->state.tokens_seen;
     res->tok_per_s = tokens / res->seconds;
-    res->mfu = r->is_cuda ? r->flops_per_step / res->seconds / H200_BF16_DENSE_FLOPS : NAN;
+    res->mfu = r->peak_flops > 0 ? r->flops_per_step / res->seconds / r->peak_flops : NAN;
     res->unit_gathers = r->zero.gathers - gathers0;
     res->act_peak_bytes = r->mem.peak[GT_MEM_ACT];
     res->mem_peak_bytes = r->mem.total_peak;
@@ -697,6 +746,14 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
     fflush(f);
 }
 
+/* The step's scalars in log.tensorboard (tbevents.h names the tags). */
+static void write_tensorboard(const run *r, const step_result *res) {
+    gt_tb_step s = {res->loss, res->lr, res->grad_norm, res->tok_per_s, res->seconds * 1e3, res->mfu,
+                    r->state.save_blocking_ms, (double)res->act_peak_bytes, (double)res->mem_peak_bytes,
+                    r->ops->reserved_bytes ? (double)r->ops->reserved_bytes() : NAN};
+    gt_tb_write_step(r->tb, res->step, &s);
+}
+
 /* A step that applied no update: train.nonfinite = stop ends the run (exit 1), skip goes on. */
 static int report_nonfinite(run *r, const step_result *res) {
     char newest[GT_PATH_MAX + 128];
@@ -732,6 +789,10 @@ static int validate(run *r, int step) {
         fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
         fflush(r->metrics);
     }
+    if (r->tb) {
+        gt_tb_scalar(r->tb, step, "val/loss", val_loss);
+        gt_tb_flush(r->tb);
+    }
     return 0;
 }
 
@@ -746,7 +807,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         if ((rc = train_step(&r, step, &res))) break;
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
-            progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds);
+            progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds, res.mfu);
         int stop = res.nonfinite ? report_nonfinite(&r, &res) : 0;
         if (res.spike && r.rank == 0)
             fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.spike_zscore = %g; %lld skipped "
@@ -756,6 +817,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         r.state.save_blocking_ms = 0;
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
+        if (r.tb) write_tensorboard(&r, &res);
         if (!stop && !rc) stop = validate(&r, step);
         if (stop) {
             rc = stop;

@@ -75,6 +75,9 @@ gt_comm *gt_comm_create_local(MPI_Comm world, void (*copy)(void *dst, const void
  * caller agrees over ranks). */
 #define GT_CUDA_SHARED_GPU (-2)
 int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len);
+/* The name the CUDA runtime gives the device gt_cuda_select_device chose ("NVIDIA H100 80GB HBM3");
+ * "" before that, without a device, or in a build without CUDA. */
+const char *gt_cuda_device_name(void);
 void gt_comm_destroy(gt_comm *comm);      /* collective; NULL is a no-op */
 
 int gt_comm_rank(const gt_comm *comm);

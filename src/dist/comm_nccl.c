@@ -57,6 +57,9 @@ typedef struct {
 
 static nccl_state *state(const gt_comm *c) { return c->impl; }
 
+static char chosen_device_name[256]; /* gt_cuda_device_name */
+const char *gt_cuda_device_name(void) { return chosen_device_name; }
+
 /* After the watchdog's abort the training thread only waits for the watchdog's exit. */
 static void park_if_aborted(const nccl_state *s) {
     if (!s || !__atomic_load_n(&s->aborted, __ATOMIC_ACQUIRE)) return;
@@ -327,6 +330,7 @@ int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
             (void)cudaGetLastError();
         } else {
             mine.device = device;
+            snprintf(chosen_device_name, sizeof chosen_device_name, "%s", prop.name);
             memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
             static const unsigned char zero[16];
             mine.known = memcmp(mine.uuid, zero, sizeof zero) != 0;
@@ -438,5 +442,7 @@ int gt_cuda_select_device(MPI_Comm world, char *why, size_t why_len) {
     if (why && why_len) snprintf(why, why_len, "gtrain was built without CUDA");
     return -1;
 }
+
+const char *gt_cuda_device_name(void) { return ""; }
 
 #endif

@@ -39,7 +39,11 @@
 #   9. gtc-n2's network link taken down mid-run: the watchdog ends the step, Slurm reports the node
 #      failure, and the script runs the step again on gtc-n0; the job COMPLETES.
 # 1, 1b and 2 come first so that a mutant of those paths of gtrain.sbatch (tests/mutants/sbatch_*) is
-# caught within a minute or two. WORK_DIR must not be under /tmp (each node has a private /tmp). The
+# caught within a minute or two. The nodes share the machine's file system except /tmp (each mounts
+# its own), and Slurm's configuration takes no path with a space: a WORK_DIR under /tmp or with a space
+# is replaced by /var/tmp/gtrain-cluster-test.CKSUM (the checksum of WORK_DIR, so the same build always
+# gets the same one and a later run takes down what a killed one left there; a passed run removes it),
+# and programs or sources under /tmp or with a space are copied into it for the nodes to read. The
 # cluster is taken down on every exit (trap). Every wait has a deadline; ctest's TIMEOUT is the outer
 # bound. Without root or the packages: exit 77 (skipped).
 set -uo pipefail
@@ -59,7 +63,14 @@ die() {
   for f in "$work"/job-*.out; do [[ -s "$f" ]] && { echo "----- $f"; grep -v '^step' "$f" | tail -n 30; }; done
   exit 1
 }
-case "$work" in /tmp/*) die "WORK_DIR $work is under /tmp, which every node has its own of" ;; esac
+# node_visible PATH: true when the nodes can read PATH as it is (not under /tmp, no space in it)
+node_visible() { case "$1" in /tmp | /tmp/* | *' '*) return 1 ;; esac; }
+[[ "$work" == /* ]] || work=$PWD/$work
+if ! node_visible "$work"; then
+  asked=$work
+  work=/var/tmp/gtrain-cluster-test.$(printf '%s' "$asked" | cksum | cut -d' ' -f1)
+  note "WORK_DIR $asked is under /tmp (every node has its own) or has a space: using $work"
+fi
 (($(id -u) == 0)) || { echo "SKIPPED: needs root (network namespaces, slurmd)"; exit 77; }
 
 while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
@@ -71,6 +82,18 @@ bash "$cluster" down # what a killed earlier run left (its pids are recorded und
 rm -rf "$work"
 mkdir -p "$work"
 trap 'bash "$cluster" down' EXIT
+# What the nodes read: the programs, the config and the batch script (copied when not node_visible).
+config="$src/configs/tiny.ini"
+sbatch_script="$src/launch/gtrain.sbatch"
+if ! node_visible "$bin_dir"; then
+  mkdir -p "$work/bin" && cp "$bin_dir/gtrain" "$bin_dir/gtrain-prep" "$work/bin/" || die "cannot copy the programs to $work/bin"
+  bin_dir=$work/bin
+fi
+if ! node_visible "$src"; then
+  mkdir -p "$work/src/configs" "$work/src/launch" && cp "$config" "$work/src/configs/" &&
+    cp "$sbatch_script" "$work/src/launch/" || die "cannot copy the config and batch script to $work/src"
+  config="$work/src/configs/tiny.ini" sbatch_script="$work/src/launch/gtrain.sbatch"
+fi
 trap 'exit 1' TERM INT HUP # ctest's timeout: still through the EXIT trap
 env_lines=$(bash "$cluster" up 3)
 rc=$?
@@ -82,7 +105,6 @@ note "cluster up: $(sinfo -h -N -o '%N %t' | tr '\n' ' ')"
 mkdir -p "$work/data"
 "$bin_dir/gtrain-prep" --val-fraction 0.1 -o "$work/data/corpus" "$src"/src/core/*.c >"$work/prep.log" 2>&1 ||
   die "gtrain-prep failed"
-config="$src/configs/tiny.ini"
 common=("train.steps=$steps" train.warmup_steps=5 data.train="$work/data/corpus.train.bin" data.val= data.val_every=0
         checkpoint.keep=0)
 
@@ -97,7 +119,7 @@ run_job() {
   while [[ $1 != -- ]]; do sb+=("$1"); shift; done
   shift
   job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_LAUNCHER="${launcher:-}" sbatch --parsable "${sb[@]}" \
-        -o "$work/job-$name.out" "$src/launch/gtrain.sbatch" "$config" "$@") || die "sbatch for $name failed"
+        -o "$work/job-$name.out" "$sbatch_script" "$config" "$@") || die "sbatch for $name failed"
   job=${job%%;*}
   local deadline=$((SECONDS + 300))
   while :; do
@@ -179,7 +201,7 @@ await_full_size_requeue() {
 # once. Its next start (both nodes again: the stopped rank was killed with the step) resumes from the
 # newest state file and completes.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
-      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-spent.out" "$src/launch/gtrain.sbatch" \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-spent.out" "$sbatch_script" \
       "$config" "${common[@]}" train.steps=12 dist.timeout=10 checkpoint.dir="$work/spent" checkpoint.every=5 \
       log.metrics="$work/spent/metrics.jsonl") || die "sbatch for the spent job failed"
 job=${job%%;*}
@@ -210,7 +232,7 @@ note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t
 # the node out after SlurmdTimeout). With no re-run left the script requeues the job at its full size;
 # gtc-n1 is started again (cluster.sh start-node), and the next start resumes and completes.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
-      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$src/launch/gtrain.sbatch" \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$sbatch_script" \
       "$config" "${common[@]}" train.steps=12 checkpoint.dir="$work/gone" checkpoint.every=5 \
       log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
 job=${job%%;*}
@@ -239,7 +261,7 @@ note "gtc-n1 killed, no re-run left -> exit 137, requeued at full size: $t_reque
 # started again (ReturnToService=2 takes the node back); the job starts on three nodes again and
 # resumes from the newest state file, with its own grad_accum.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
-      --nodes=3 --ntasks-per-node=1 -o "$work/job-full.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
+      --nodes=3 --ntasks-per-node=1 -o "$work/job-full.out" "$sbatch_script" "$config" "${common[@]}" \
       train.steps=12 checkpoint.dir="$work/full" checkpoint.every=5 log.metrics="$work/full/metrics.jsonl") ||
   die "sbatch for the full-size job failed"
 job=${job%%;*}
@@ -385,7 +407,7 @@ exec "$bin_dir/gtrain" "\$@"
 PICK
 chmod +x "$work/pick.sh"
 job=$(cd "$work" && GTRAIN_BIN="$work/pick.sh" GTRAIN_REQUEUE=0 sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 \
-      -o "$work/job-build.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" checkpoint.dir="$work/build") ||
+      -o "$work/job-build.out" "$sbatch_script" "$config" "${common[@]}" checkpoint.dir="$work/build") ||
   die "sbatch for the mismatched-build job failed"
 job=${job%%;*}
 wait_end 120
@@ -399,7 +421,7 @@ note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc
 # (dist.timeout=10) can tell. Rank 0's watchdog names rank 1 on gtc-n1; srun ends the step
 # (GTRAIN_SRUN_WAIT=10 s after rank 0's exit); the script re-runs it without gtc-n1.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
-      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-hang.out" "$src/launch/gtrain.sbatch" "$config" \
+      sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-hang.out" "$sbatch_script" "$config" \
       "${common[@]}" train.steps=25 dist.timeout=10 checkpoint.dir="$work/hang" checkpoint.every=5 \
       log.metrics="$work/hang/metrics.jsonl") || die "sbatch for the hang job failed"
 job=${job%%;*}
@@ -434,7 +456,7 @@ note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with \
 # rank and the global batch kept, until the job completes. No one resubmits anything.
 lost_steps=25
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
-      --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-lost.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" \
+      --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-lost.out" "$sbatch_script" "$config" "${common[@]}" \
       train.steps=$lost_steps checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
   die "sbatch for the node-loss job failed"
 job=${job%%;*}
@@ -443,7 +465,7 @@ kill_node_at_step 1 "$work/lost" 12
 # it. srun cannot start its rank there; with no state file yet the script does not shrink (the global
 # batch would change silently) but says which node and requeues the job at its full size.
 never=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 \
-        -o "$work/job-never.out" "$src/launch/gtrain.sbatch" "$config" "${common[@]}" checkpoint.dir="$work/never") ||
+        -o "$work/job-never.out" "$sbatch_script" "$config" "${common[@]}" checkpoint.dir="$work/never") ||
   die "sbatch for the never-up job failed"
 never=${never%%;*}
 deadline=$((SECONDS + 90))
@@ -485,7 +507,7 @@ note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's fir
 # (srun --overlap: the old step may still hold gtc-n0's CPUs in Slurm's books).
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
       sbatch --parsable --nodelist=gtc-n0,gtc-n2 --nodes=2 --ntasks-per-node=1 -o "$work/job-link.out" \
-      "$src/launch/gtrain.sbatch" "$config" "${common[@]}" train.steps=$lost_steps dist.timeout=10 \
+      "$sbatch_script" "$config" "${common[@]}" train.steps=$lost_steps dist.timeout=10 \
       checkpoint.dir="$work/link" checkpoint.every=5 log.metrics="$work/link/metrics.jsonl") ||
   die "sbatch for the link-down job failed"
 job=${job%%;*}
@@ -503,3 +525,8 @@ note "gtc-n2's link down -> step end: $(($(when "$out" "gtrain exited with \\(76
      "-> re-run on gtc-n0 started: $(($(when "$out" "run 2 on") - t_down)) s; job COMPLETED"
 
 note "PASSED"
+if [[ -n "${asked:-}" ]]; then # a directory outside the build tree: nothing of a passed run is kept there
+  bash "$cluster" down
+  trap - EXIT
+  rm -rf "$work"
+fi

@@ -9,8 +9,8 @@ The reference shares nothing with gtrain but the documented contracts:
   - the loss: the mean cross-entropy over the G x T tokens of the step;
   - clipping: torch.nn.utils.clip_grad_norm_ at train.grad_clip over all parameters;
   - AdamW: torch.optim.AdamW with two groups, weight decay on every matrix, the embedding and the LM
-    head, none on the RMSNorm weights (README "Training");
-  - the schedule: README's words (linear warm-up over warmup_steps, then cosine or linear to min_lr at
+    head, none on the RMSNorm weights (docs/model.md);
+  - the schedule: docs/model.md's words (linear warm-up over warmup_steps, then cosine or linear to min_lr at
     steps), written out here, set on the groups before each step.
 gtrain trains STEPS steps on the CPU (fp32) at each world size, ZeRO stage and dist.grad_sync of the case
 (grad_accum 2 at W = 2: micro-batches accumulate; at ZeRO-2/3, grad_sync = micro reduces unit by unit in
@@ -70,7 +70,7 @@ def window(seed, s, n_windows):
 
 
 def lr_at(step, schedule):
-    """README: linear warm-up over warmup_steps, then cosine/linear from lr to min_lr at `steps`."""
+    """docs/model.md: linear warm-up over warmup_steps, then cosine/linear from lr to min_lr at `steps`."""
     if step <= WARMUP:
         return LR * step / WARMUP
     progress = (step - WARMUP) / (STEPS - WARMUP)
