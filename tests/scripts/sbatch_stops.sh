@@ -106,6 +106,8 @@ case_() {
   ((rc == 0)) || why="exit $rc, expected 0"
   grep -qx "scontrol $expect" "$dir/log" || why="$why; no '$expect'"
   grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
+  # a stop that came while no step ran: no step is started after it
+  sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
   [[ $name == saves-failing ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again after exit 74"
   [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
     why="$why; no line naming the storage and scontrol release"

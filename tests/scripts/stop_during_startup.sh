@@ -39,9 +39,10 @@ for spin in restart norestart; do
     { tail -n 20 "$dir/first.log"; fail "$spin: the first run (4 steps) failed"; }
   [[ -f $ck/step_00000004.h5 ]] || fail "$spin: the first run saved no step_00000004.h5"
 
-  # the ranks pause 4 s as they start; the signal comes once both exist
+  # the ranks pause 4 s as they start; the signal comes once both exist (400 steps: a run that lost
+  # the stop ends within seconds, exit 0)
   GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_START_DELAY_MS=4000 setsid \
-    "$mpiexec" "${mpi_flags[@]}" -np 2 "$gtrain" "${args[@]}" >"$dir/second.log" 2>&1 &
+    "$mpiexec" "${mpi_flags[@]}" -np 2 "$gtrain" "${args[@]}" train.steps=400 >"$dir/second.log" 2>&1 &
   pid=$!
   for _ in $(seq 300); do (($(ranks_started "$pid") >= 2)) && break; sleep 0.1; done
   (($(ranks_started "$pid") >= 2)) || { kill -9 "$pid"; fail "$spin: the ranks did not start within 30 s"; }
