@@ -293,8 +293,7 @@ def slurm_restart(config, work):
     log = os.path.join(work, "squeue.log")
     slurm = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], "FAKE_SQUEUE_LOG": log,
              "FAKE_SQUEUE_OUT": "RUNNING", "FAKE_SQUEUE_RC": "0"}
-    # (job, restart count, step id, expected exit, why): a later step of the same job and restart is
-    # launch/gtrain.sbatch's re-run after a lost node, whose rank 0 may sit on another host
+    # (job, restart count, step id, expected exit, why); later steps of the same job: slurm_steps
     cases = (("4242", "0", "3", 2, ""), ("999", "3", "3", 2, ""),
              ("4242", "1", "0", 0, "the same Slurm job 4242 restarted, restart 1 after 0"))
     for n, (job, restart, step, expect, why) in enumerate(cases):
