@@ -3,7 +3,8 @@
 # from another host needs checkpoint.takeover. tests/claim/claim_test.py describes each scenario.
 if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _claim_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
-  foreach(scenario second_run_refused stale_taken_over other_host slurm_restart multi_rank)
+  foreach(scenario second_run_refused stale_taken_over other_host slurm_restart slurm_steps slurm_clusters
+                   multi_rank)
     add_test(NAME claim_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/claim/claim_test.py
                      --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>

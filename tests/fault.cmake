@@ -82,3 +82,11 @@ add_test(NAME precision_auto_takes_the_faster
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/precision_auto.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  ${CMAKE_CURRENT_BINARY_DIR}/precision_auto ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
 set_tests_properties(precision_auto_takes_the_faster PROPERTIES LABELS "mpi;bf16" TIMEOUT 300)
+
+# A stop signal forwarded to the ranks while they start (before MPI_Init, across gtrain's restart of
+# itself) ends in a save after the first step and exit 75, the resumed-from file kept
+# (GTRAIN_TEST_START_DELAY_MS in gtrain_main.c; src/core/signals.c).
+add_test(NAME stop_during_startup_saves
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/stop_during_startup.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 ${CMAKE_CURRENT_BINARY_DIR}/stop_during_startup_saves ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(stop_during_startup_saves PROPERTIES LABELS "resume;mpi" TIMEOUT 300)

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -31,6 +32,7 @@
 #include "ops.h"
 #include "planner.h"
 #include "signals.h"
+#include "testhooks.h"
 #include "train.h"
 
 /* OpenBLAS (linked through the CPU kernels; its cblas.h is theirs to include) */
@@ -134,10 +136,14 @@ static void restart_with_tuned_env(char **argv) {
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
         self[n] = '\0';
+        gt_signals_before_exec();
         execv(self, argv);
     }
+    gt_signals_before_exec();
     execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the defaults, which are only slower */
+    /* exec failed (no /proc): carry on with the defaults, which are only slower (a stop received
+     * meanwhile is pending: installing the handlers again delivers it) */
+    gt_signals_install();
     unsetenv("GTRAIN_SPIN_RESTARTED");
     unsetenv("GTRAIN_BLAS_CORE_WAS");
 }
@@ -331,6 +337,17 @@ static void set_threads(int rank) {
     fflush(stdout);
 }
 
+/* GTRAIN_TEST_START_DELAY_MS (tests only): a pause as start-up begins, before the restart above and
+ * before MPI starts, so that a test can send a stop signal to the ranks while they start. */
+static void test_start_delay(void) {
+    const char *env = gt_test_hook("GTRAIN_TEST_START_DELAY_MS");
+    long ms = env ? atol(env) : 0;
+    if (ms > 0) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -349,11 +366,13 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    /* from here on a stop signal only sets the flag: one during start-up (a launcher forwards it to
+     * ranks still in MPI_Init; loading a big state file can take minutes) is acted on after the first
+     * step, instead of killing the rank unsaved (src/core/signals.c: also across the restart below) */
+    gt_signals_install();
+    test_start_delay();
     restart_with_tuned_env(argv);
     MPI_Init(&argc, &argv);
-    /* from here on a stop signal only sets the flag: one during start-up (loading a big state file
-     * can take minutes) is acted on after the first step, instead of killing the rank unsaved */
-    gt_signals_install();
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;

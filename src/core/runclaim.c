@@ -7,11 +7,16 @@
  * alike, where flock is often missing. It then reads the claim back and compares the token, since
  * an NFS link retried after a lost reply reports EEXIST for a link that did succeed.
  *
- * A claim that is there is judged by its owner. Stale, and taken over with one line: a process on this
- * host that no longer exists (kill(pid, 0), checked against the process's start time and the boot id
- * so that a reused pid is not taken for the owner); a restart, or a later step, of the same Slurm job; another Slurm job
- * that squeue says has ended (only when this run is a Slurm job too). Refused: a live process on this
- * host; any other claim from another host, whose liveness cannot be seen from here, unless
+ * A claim that is there is judged by its owner. An owner on this host is judged by its process alone,
+ * whatever Slurm job or step it is: stale when the process no longer exists (kill(pid, 0), checked
+ * against the process's start time and the boot id so that a reused pid is not taken for the owner),
+ * else live and refused, even with checkpoint.takeover. An owner on another host is stale when it is a
+ * start of the same Slurm job before a requeue (a lower restart count); an earlier step of the same
+ * job and start, once squeue no longer lists that step; another Slurm job (this run being one too)
+ * that squeue says has ended. "The same job" is the same job id on the same cluster (SLURM_CLUSTER_NAME,
+ * recorded in the claim): job ids are the cluster's own, and a claim of another cluster is asked about
+ * with squeue -M CLUSTER, so that this cluster's "Invalid job id" is not read as its end. Any other
+ * claim from another host, whose liveness cannot be seen from here, is refused unless
  * checkpoint.takeover = true. A stale claim is moved aside by rename, read again and deleted only if
  * it is still the one judged stale (else it is put back), so two runs that both found it stale cannot
  * both take it. The claim costs nothing per step; it is removed at the run's end.
@@ -27,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +51,7 @@ typedef struct owner {
     unsigned long long pid_start; /* clock ticks after boot, /proc/PID/stat field 22; 0 unknown */
     char boot_id[64];
     char slurm_job[64];           /* "" outside Slurm */
+    char slurm_cluster[64];       /* SLURM_CLUSTER_NAME; "" when unset (or a claim of an older gtrain) */
     long slurm_restart;
     long slurm_step;              /* SLURM_STEP_ID; -1 outside a step */
     char since[32];               /* UTC, ISO 8601 */
@@ -118,6 +125,8 @@ static void this_process(owner *me, const gt_config *cfg) {
     const char *job = getenv("SLURM_JOB_ID");
     const char *restart = getenv("SLURM_RESTART_COUNT"); /* set only after a requeue: unset is 0 */
     snprintf(me->slurm_job, sizeof me->slurm_job, "%s", job ? job : "");
+    const char *cluster = getenv("SLURM_CLUSTER_NAME");
+    snprintf(me->slurm_cluster, sizeof me->slurm_cluster, "%s", job && cluster ? cluster : "");
     me->slurm_restart = restart ? atol(restart) : 0;
     const char *step = getenv("SLURM_STEP_ID");
     me->slurm_step = step ? atol(step) : -1;
@@ -132,10 +141,10 @@ static void this_process(owner *me, const gt_config *cfg) {
 static int format_owner(const owner *o, char *out, size_t len) {
     return snprintf(out, len,
                     "gtrain run claim: this directory is in use by the run below (docs/reliability.md)\n"
-                    "host = %s\npid = %ld\npid_start = %llu\nboot_id = %s\nslurm_job = %s\nslurm_restart = %ld\nslurm_step = %ld\n"
-                    "since = %s\ntoken = %s\nconfig = %s\n",
-                    o->host, o->pid, o->pid_start, o->boot_id, o->slurm_job, o->slurm_restart, o->slurm_step, o->since, o->token,
-                    o->config);
+                    "host = %s\npid = %ld\npid_start = %llu\nboot_id = %s\nslurm_job = %s\nslurm_cluster = %s\n"
+                    "slurm_restart = %ld\nslurm_step = %ld\nsince = %s\ntoken = %s\nconfig = %s\n",
+                    o->host, o->pid, o->pid_start, o->boot_id, o->slurm_job, o->slurm_cluster, o->slurm_restart,
+                    o->slurm_step, o->since, o->token, o->config);
 }
 
 /* 0 when the record has at least a host, a pid and a token; -1 with errno ENOENT when there is no
@@ -157,6 +166,7 @@ static int parse_owner(const char *path, owner *o) {
         else if (!strcmp(k, "pid_start")) o->pid_start = strtoull(v, NULL, 10);
         else if (!strcmp(k, "boot_id")) snprintf(o->boot_id, sizeof o->boot_id, "%s", v);
         else if (!strcmp(k, "slurm_job")) snprintf(o->slurm_job, sizeof o->slurm_job, "%s", v);
+        else if (!strcmp(k, "slurm_cluster")) snprintf(o->slurm_cluster, sizeof o->slurm_cluster, "%s", v);
         else if (!strcmp(k, "slurm_restart")) o->slurm_restart = atol(v);
         else if (!strcmp(k, "slurm_step")) o->slurm_step = atol(v);
         else if (!strcmp(k, "since")) snprintf(o->since, sizeof o->since, "%s", v);
@@ -182,7 +192,9 @@ static int read_owner(const char *path, owner *o) {
 
 static void describe_owner(const owner *o, char *out, size_t len) {
     snprintf(out, len, "pid %ld on host %s", o->pid, o->host);
-    if (o->slurm_job[0]) gt_appendf(out, len, " (Slurm job %s, restart %ld)", o->slurm_job, o->slurm_restart);
+    if (o->slurm_job[0] && o->slurm_cluster[0])
+        gt_appendf(out, len, " (Slurm job %s of cluster %s, restart %ld)", o->slurm_job, o->slurm_cluster, o->slurm_restart);
+    else if (o->slurm_job[0]) gt_appendf(out, len, " (Slurm job %s, restart %ld)", o->slurm_job, o->slurm_restart);
     gt_appendf(out, len, ", since %s", o->since[0] ? o->since : "(unknown)");
 }
 
@@ -192,48 +204,97 @@ static void describe_owner(const owner *o, char *out, size_t len) {
 
 enum verdict { OWNER_LIVE, OWNER_ELSEWHERE, OWNER_UNREADABLE, OWNER_GONE };
 
-/* A claim of another job of the Slurm cluster this run is in, held on another host: Slurm knows whether
- * that job still runs. 1 when it has ended (a state after the end, or a job Slurm no longer knows),
- * with `why` filled; 0 when it runs or Slurm cannot be asked (no squeue, no answer in 10 s). */
-static int slurm_job_ended(const char *job, char *why, size_t why_len) {
-    if (!job[0] || strspn(job, "0123456789_") != strlen(job)) return 0; /* read from a file: no shell text */
-    char cmd[160], out[256] = "";
-    snprintf(cmd, sizeof cmd, "timeout 10 squeue -h -j %s -o %%T 2>&1", job);
+/* Runs a squeue command line (no shell text in it: every word is checked by the caller) for at most
+ * 10 s; its output (stderr too) in out, the lines "CLUSTER: NAME" that squeue -M prints first left
+ * out and the lines joined by "; ". Returns the exit status: 0 when squeue answered. */
+static int ask_squeue(const char *args, char *out, size_t len) {
+    char cmd[256], line[256];
+    snprintf(cmd, sizeof cmd, "timeout 10 squeue %s 2>&1", args);
+    out[0] = '\0';
     FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    if (!fgets(out, sizeof out, p)) out[0] = '\0';
-    pclose(p);
-    out[strcspn(out, "\n")] = '\0';
+    if (!p) return -1;
+    while (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!line[0] || !strncmp(line, "CLUSTER: ", 9)) continue;
+        gt_appendf(out, len, "%s%s", out[0] ? "; " : "", line);
+    }
+    int status = pclose(p);
+    return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* A name read from a claim file that may go on squeue's command line: no shell text. */
+static int plain_word(const char *s, const char *allowed) { return s[0] && strspn(s, allowed) == strlen(s); }
+#define JOB_CHARS "0123456789_"
+#define CLUSTER_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-."
+
+/* The claim's job and this run's are one Slurm job: the same job id on the same cluster (a claim of
+ * an older gtrain, with no cluster, matches a run whose SLURM_CLUSTER_NAME is unset alone). */
+static int same_slurm_job(const owner *o, const owner *me) {
+    return o->slurm_job[0] && !strcmp(o->slurm_job, me->slurm_job) && !strcmp(o->slurm_cluster, me->slurm_cluster);
+}
+
+/* A claim of another Slurm job, held on another host: Slurm knows whether that job still runs, asked
+ * on the claim's cluster (squeue -M when it is not this run's). 1 when it has ended (a state after
+ * the end, or a job that cluster no longer knows), with `why` filled; 0 when it runs, when Slurm
+ * cannot be asked (no squeue, no answer in 10 s, a cluster squeue -M cannot reach), or when the claim
+ * names no cluster while this run has one: another cluster's job ids are not this cluster's. */
+static int slurm_job_ended(const owner *o, const owner *me, char *why, size_t why_len) {
+    if (!plain_word(o->slurm_job, JOB_CHARS)) return 0; /* read from a file: no shell text */
+    int here = !strcmp(o->slurm_cluster, me->slurm_cluster);
+    if (!here && !plain_word(o->slurm_cluster, CLUSTER_CHARS)) return 0; /* which cluster: unknown */
+    char args[160], out[512];
+    if (here) snprintf(args, sizeof args, "-h -j %s -o %%T", o->slurm_job);
+    else snprintf(args, sizeof args, "-M %s -h -j %s -o %%T", o->slurm_cluster, o->slurm_job);
+    ask_squeue(args, out, sizeof out);
     static const char *const ended[] = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
                                         "DEADLINE", "OUT_OF_MEMORY", "PREEMPTED"};
     int gone = strstr(out, "Invalid job id") != NULL;
     for (size_t i = 0; !gone && i < sizeof ended / sizeof ended[0]; i++) gone = strcmp(out, ended[i]) == 0;
-    if (gone)
-        snprintf(why, why_len, "a run that is gone: Slurm job %s has ended (squeue: %s)", job,
+    if (gone) {
+        char job[160];
+        snprintf(job, sizeof job, "%s", o->slurm_job);
+        if (!here) gt_appendf(job, sizeof job, " of cluster %s", o->slurm_cluster);
+        /* out is one of the states above here, or the "Invalid job id" text */
+        snprintf(why, why_len, "a run that is gone: Slurm job %s has ended (squeue: %.32s)", job,
                  strstr(out, "Invalid job id") ? "no such job any more" : out);
+    }
     return gone;
+}
+
+/* An earlier step of this run's own job (same job, same start), held on another host: gone once
+ * squeue, asked for that step alone, answers with no line (a step that ended is no longer listed;
+ * this job itself runs, so Slurm knows it). 0 when it lists the step or cannot be asked. */
+static int slurm_step_ended(const owner *o, const owner *me, char *why, size_t why_len) {
+    if (!plain_word(o->slurm_job, JOB_CHARS)) return 0;
+    char args[160], out[512];
+    snprintf(args, sizeof args, "-h -s%s.%ld -o %%i", o->slurm_job, o->slurm_step);
+    if (ask_squeue(args, out, sizeof out) != 0 || out[0]) return 0;
+    snprintf(why, why_len, "a run that is gone: a later step of the same Slurm job %s (step %ld after %ld), and Slurm "
+             "lists step %s.%ld no more", o->slurm_job, me->slurm_step, o->slurm_step, o->slurm_job, o->slurm_step);
+    return 1;
 }
 
 /* Whether the owner is gone, and why (for the takeover line). */
 static enum verdict judge(const owner *o, int readable, const owner *me, char *why, size_t why_len) {
     if (!readable) return OWNER_UNREADABLE;
-    if (o->slurm_job[0] && !strcmp(o->slurm_job, me->slurm_job) && me->slurm_restart > o->slurm_restart) {
-        snprintf(why, why_len, "a run that is gone: the same Slurm job %s restarted, restart %ld after %ld", o->slurm_job,
-                 me->slurm_restart, o->slurm_restart);
-        return OWNER_GONE;
-    }
-    /* launch/gtrain.sbatch re-runs the step inside the same allocation after a node is lost (same job,
-     * same restart): a later step of the job means the earlier one has ended, wherever its rank 0 ran */
-    if (o->slurm_job[0] && !strcmp(o->slurm_job, me->slurm_job) && me->slurm_restart == o->slurm_restart &&
-        o->slurm_step >= 0 && me->slurm_step > o->slurm_step) {
-        snprintf(why, why_len, "a run that is gone: a later step of the same Slurm job %s (step %ld after %ld)",
-                 o->slurm_job, me->slurm_step, o->slurm_step);
-        return OWNER_GONE;
-    }
     if (strcmp(o->host, me->host) != 0) {
-        if (o->slurm_job[0] && me->slurm_job[0] && slurm_job_ended(o->slurm_job, why, why_len)) return OWNER_GONE;
+        /* a requeued job: Slurm ended every step of the start before */
+        if (same_slurm_job(o, me) && me->slurm_restart > o->slurm_restart) {
+            snprintf(why, why_len, "a run that is gone: the same Slurm job %s restarted, restart %ld after %ld",
+                     o->slurm_job, me->slurm_restart, o->slurm_restart);
+            return OWNER_GONE;
+        }
+        /* launch/gtrain.sbatch re-runs the step inside the same allocation after a node is lost (same
+         * job, same restart), and rank 0 may now run elsewhere; but steps of one job may also run side
+         * by side (a sweep of srun steps): gone only once Slurm says the earlier step ended */
+        if (same_slurm_job(o, me) && me->slurm_restart == o->slurm_restart && o->slurm_step >= 0 &&
+            me->slurm_step > o->slurm_step)
+            return slurm_step_ended(o, me, why, why_len) ? OWNER_GONE : OWNER_ELSEWHERE;
+        if (o->slurm_job[0] && me->slurm_job[0] && !same_slurm_job(o, me) && slurm_job_ended(o, me, why, why_len))
+            return OWNER_GONE;
         return OWNER_ELSEWHERE;
     }
+    /* this host: the process tells, whatever Slurm job or step it belongs to */
     if (o->boot_id[0] && me->boot_id[0] && strcmp(o->boot_id, me->boot_id) != 0) {
         snprintf(why, why_len, "a run that is gone: this host has rebooted since");
         return OWNER_GONE;
@@ -359,7 +420,7 @@ static int claim(const gt_config *cfg, char *msg, size_t len) {
             snprintf(held_claim.token, sizeof held_claim.token, "%s", me.token);
             break;
         }
-        char why[256] = "";
+        char why[512] = "";
         enum verdict v = judge(&o, readable, &me, why, sizeof why);
         if (v != OWNER_GONE && v != OWNER_LIVE && cfg->checkpoint.takeover) {
             snprintf(why, sizeof why, "checkpoint.takeover = true, so gtrain does not ask whether it is alive");

@@ -1,9 +1,11 @@
 /*
  * runclaim.h — one run per checkpoint.dir. Before step 1 a run takes the directory for itself by
- * creating DIR/.gtrain-claim (its owner: host, pid, Slurm job, start time, a random token); a second
- * run on the same directory is refused with exit 2 naming the owner, instead of both overwriting each
- * other's state files. A claim whose run is gone (its process no longer exists on this host, the
- * same Slurm job restarted, or squeue says its Slurm job ended) is taken over with one line. Works
+ * creating DIR/.gtrain-claim (its owner: host, pid, Slurm job, cluster and step, start time, a random
+ * token); a second run on the same directory is refused with exit 2 naming the owner, instead of both
+ * overwriting each other's state files. A claim whose run is gone (on this host: its process no longer
+ * exists, whatever Slurm says; on another: the same Slurm job restarted, an earlier step of it that
+ * squeue no longer lists, or another Slurm job that squeue, asked on the claim's cluster, says has
+ * ended) is taken over with one line. Works
  * without flock: atomic create and link(2), then re-read. docs/reliability.md, "One run per
  * directory", has the rules.
  */

@@ -9,8 +9,15 @@
 #ifndef GT_SIGNALS_H
 #define GT_SIGNALS_H
 
-/* Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (sigaction, SA_RESTART) and clears the flag. */
+/* Installs the handlers for SIGTERM, SIGUSR1 and SIGINT (sigaction, SA_RESTART), clears the flag and
+ * unblocks the three, so that one pending (kept through an exec) sets the flag now. Called first
+ * thing in main: from then on a stop during start-up is kept and acted on after the first step. */
 void gt_signals_install(void);
+
+/* Just before the process execs itself: blocks the three signals (the mask and pending signals
+ * survive exec, the handlers do not) and raises again a stop already received, so that the new
+ * image's gt_signals_install receives it. If the exec fails, gt_signals_install undoes this. */
+void gt_signals_before_exec(void);
 
 /* The number of the first stop signal received since gt_signals_install, or 0. */
 int gt_signals_pending(void);

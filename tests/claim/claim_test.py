@@ -16,6 +16,15 @@ pointed at one directory. Each scenario is one CTest test (tests/claim.cmake):
   slurm_restart        a claim of Slurm job 4242 on another host: the same job with a higher
                        SLURM_RESTART_COUNT takes it over; the same restart count is refused; another
                        job takes it over only when squeue (a fake one here) says 4242 has ended
+  slurm_steps          two steps of one Slurm job on one host (a sweep of two srun steps): the later
+                       step is refused while the earlier one trains, which ends 0 with its files; on
+                       another host a later step takes over only once squeue says the earlier step
+                       has ended (not when it lists it, nor when squeue cannot answer)
+  slurm_clusters       the claim records SLURM_CLUSTER_NAME; a claim of job 4242 of cluster alpha,
+                       judged by a job of cluster beta: squeue is asked with -M alpha, and this
+                       cluster's "Invalid job id" (or its own job 4242 that ended) is not taken for
+                       the end of alpha's job; a claim that names no cluster, judged by a job that
+                       has one, is not taken over on squeue's word
   multi_rank           2 ranks: one claim (rank 0's pid), one refusal line for a second 2-rank run
 
 Exit status: 0 pass, 1 fail (with the reason).
@@ -284,10 +293,8 @@ def slurm_restart(config, work):
     log = os.path.join(work, "squeue.log")
     slurm = {"PATH": bin_dir + os.pathsep + os.environ["PATH"], "FAKE_SQUEUE_LOG": log,
              "FAKE_SQUEUE_OUT": "RUNNING", "FAKE_SQUEUE_RC": "0"}
-    # (job, restart count, step id, expected exit, why): a later step of the same job and restart is
-    # launch/gtrain.sbatch's re-run after a lost node, whose rank 0 may sit on another host
-    cases = (("4242", "0", "3", 2, ""), ("999", "3", "3", 2, ""), ("4242", "0", "4", 0,
-             "a later step of the same Slurm job 4242 (step 4 after 3)"),
+    # (job, restart count, step id, expected exit, why); later steps of the same job: slurm_steps
+    cases = (("4242", "0", "3", 2, ""), ("999", "3", "3", 2, ""),
              ("4242", "1", "0", 0, "the same Slurm job 4242 restarted, restart 1 after 0"))
     for n, (job, restart, step, expect, why) in enumerate(cases):
         write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0, slurm_step=3)
@@ -328,6 +335,141 @@ def slurm_restart(config, work):
             check(rc == 0 and len(lines) == 1 and why in lines[0], f"squeue answers '{answer}': taken over")
 
 
+def fake_squeue(work, script=FAKE_SQUEUE):
+    """A squeue of the test's own, first on PATH; returns the environment that puts it there and its log."""
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    with open(os.path.join(bin_dir, "squeue"), "w") as f:
+        f.write(script)
+    os.chmod(os.path.join(bin_dir, "squeue"), 0o755)
+    log = os.path.join(work, "squeue.log")
+    return {"PATH": bin_dir + os.pathsep + os.environ["PATH"], "FAKE_SQUEUE_LOG": log}, log
+
+
+def asked(log):
+    """The argument lists squeue was called with since the log was last removed."""
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        lines = [line.split() for line in f]
+    os.remove(log)
+    return lines
+
+
+def slurm_steps(config, work):
+    # one host: step 1 of job 4242 while step 0 trains (the same allocation, the same directory)
+    ck = os.path.join(work, "steps")
+    slurm, log = fake_squeue(work)
+    # were Slurm asked, it would say step 4242.0 is listed no more: a live process here outweighs that
+    slurm.update(FAKE_SQUEUE_OUT="", FAKE_SQUEUE_RC="0")
+    step0 = dict(slurm, SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_CLUSTER_NAME="alpha")
+    first = subprocess.Popen(command(config, ck, 1, ["train.steps=12"]), env=environ(step0, delay_ms=500),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for(lambda: read_claim(ck) is not None, "the first step's claim", first)
+    claim = read_claim(ck)
+    check(claim["slurm_job"] == "4242" and claim["slurm_step"] == "0" and claim.get("slurm_cluster") == "alpha",
+          f"the claim names job 4242, step 0, cluster alpha ({claim})")
+    wait_for(lambda: len(state_files(ck)) >= 1, "the first step's first save", first)
+    asked(log)
+    rc, out, err = run(config, ck, "train.steps=12", "train.seed=8", env=dict(step0, SLURM_STEP_ID="1"))
+    check(asked(log) == [], "squeue is not asked about an owner on this host")
+    lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+    print("   ", lines[0] if lines else (takeover_lines(out) or [out + err])[0])
+    check(rc == 2 and len(lines) == 1 and f"pid {first.pid} on host {HOST}" in lines[0] and not trained_steps(out),
+          f"step 1 of job 4242 on the host where step 0 trains: refused, exit 2 (got {rc})")
+    check(first.poll() is None and read_claim(ck)["pid"] == str(first.pid), "step 0 still trains and holds its claim")
+    out1, _ = first.communicate(timeout=240)
+    check(first.returncode == 0 and len(trained_steps(out1)) == 12, f"step 0 ends 0 ({first.returncode})")
+    check(state_files(ck) == [f"step_{s:08d}.h5" for s in (2, 4, 6, 8, 10, 12)] and claim_files(ck) == [],
+          "with all its state files, and no claim left")
+
+    # another host: a later step (launch/gtrain.sbatch's re-run after a lost node) takes over only
+    # once Slurm no longer lists the earlier step among the job's running steps
+    cases = (("4242.3", "0", 2, ""), ("squeue: error: Unable to contact slurm controller", "1", 2, ""),
+             ("", "0", 0, "a later step of the same Slurm job 4242 (step 4 after 3), and Slurm lists step 4242.3 "
+                          "no more"))
+    steps = 12
+    for answer, code, expect, why in cases:
+        steps += 2
+        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0, slurm_step=3,
+                    slurm_cluster="alpha")
+        asked(log)
+        rc, out, err = run(config, ck, f"train.steps={steps}",
+                           env=dict(slurm, SLURM_JOB_ID="4242", SLURM_STEP_ID="4", SLURM_CLUSTER_NAME="alpha",
+                                    FAKE_SQUEUE_OUT=answer, FAKE_SQUEUE_RC=code))
+        what = f"step 4 of job 4242 on a claim of step 4242.3 on another host, squeue answers '{answer}' ({code})"
+        check(asked(log) == [["-h", "-s4242.3", "-o", "%i"]], f"{what}: squeue was asked about step 4242.3")
+        if expect == 2:
+            lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+            check(rc == 2 and len(lines) == 1 and "other-node" in lines[0], f"{what}: refused")
+        else:
+            lines = takeover_lines(out)
+            print("   ", lines[0] if lines else out + err)
+            check(rc == 0 and len(lines) == 1 and why in lines[0], f"{what}: taken over with one line")
+
+
+FAKE_SQUEUE_CLUSTERS = """#!/bin/sh
+# squeue as two clusters answer it: -M alpha (--clusters=alpha) from FAKE_ALPHA_OUT/RC, with the
+# "CLUSTER: alpha" line squeue prints first; anything else from FAKE_SQUEUE_OUT/RC (this cluster)
+echo "$*" >>"$FAKE_SQUEUE_LOG"
+case " $* " in
+  *" -M alpha "* | *" --clusters=alpha "*)
+    echo "CLUSTER: alpha"
+    echo "$FAKE_ALPHA_OUT"
+    exit "$FAKE_ALPHA_RC" ;;
+esac
+echo "$FAKE_SQUEUE_OUT"
+exit "$FAKE_SQUEUE_RC"
+"""
+
+
+def slurm_clusters(config, work):
+    ck = os.path.join(work, "clusters")
+    slurm, log = fake_squeue(work, FAKE_SQUEUE_CLUSTERS)
+    invalid = "slurm_load_jobs error: Invalid job id specified"
+    # (claim's cluster, SLURM_JOB_ID, SLURM_RESTART_COUNT, this cluster's answer, alpha's answer and
+    #  exit, the squeue calls expected, expected exit, why): this run is in cluster beta
+    cases = (
+        ("alpha", "5000", "0", invalid, "RUNNING", "0", [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 2, ""),
+        ("alpha", "5000", "0", "COMPLETED", "RUNNING", "0", [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 2, ""),
+        # the same job number, restarted, but of another cluster: another job
+        ("alpha", "4242", "1", invalid, "RUNNING", "0", [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 2, ""),
+        ("alpha", "5000", "0", invalid, "squeue: error: Problem talking to the database", "1",
+         [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 2, ""),
+        ("alpha", "5000", "0", "RUNNING", "COMPLETED", "0", [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 0,
+         "Slurm job 4242 of cluster alpha has ended (squeue: COMPLETED)"),
+        ("alpha", "5000", "0", "RUNNING", invalid, "1", [["-M", "alpha", "-h", "-j", "4242", "-o", "%T"]], 0,
+         "Slurm job 4242 of cluster alpha has ended (squeue: no such job any more)"),
+        # a claim that names no cluster (an older gtrain, or SLURM_CLUSTER_NAME unset there)
+        ("", "5000", "0", invalid, "RUNNING", "0", [], 2, ""),
+        # the same cluster: this cluster's own answer
+        ("beta", "5000", "0", invalid, "RUNNING", "0", [["-h", "-j", "4242", "-o", "%T"]], 0,
+         "Slurm job 4242 has ended (squeue: no such job any more)"),
+    )
+    steps = 0
+    for cluster, job, restart, here, alpha, alpha_rc, calls, expect, why in cases:
+        steps += 2
+        write_claim(ck, host="other-node", pid=os.getpid(), slurm_job="4242", slurm_restart=0, slurm_step=0,
+                    slurm_cluster=cluster)
+        asked(log)
+        env = dict(slurm, SLURM_JOB_ID=job, SLURM_RESTART_COUNT=restart, SLURM_STEP_ID="0", SLURM_CLUSTER_NAME="beta",
+                   FAKE_SQUEUE_OUT=here, FAKE_SQUEUE_RC="1" if "error" in here else "0",
+                   FAKE_ALPHA_OUT=alpha, FAKE_ALPHA_RC=alpha_rc)
+        rc, out, err = run(config, ck, f"train.steps={steps}", env=env)
+        what = (f"job {job} (restart {restart}) of cluster beta on a claim of job 4242 of cluster '{cluster}' "
+                f"(beta says '{here}', alpha '{alpha}')")
+        got = asked(log)
+        check(got == calls, f"{what}: squeue asked {calls} (got {got})")
+        if expect == 2:
+            lines = [line for line in gtrain_lines(err) if "is in use by another run" in line]
+            check(rc == 2 and len(lines) == 1 and not trained_steps(out), f"{what}: refused (exit {rc})")
+            check(read_claim(ck)["token"] == "0123456789abcdef0123456789abcdef", "its claim is left alone")
+        else:
+            lines = takeover_lines(out)
+            print("   ", lines[0] if lines else out + err)
+            check(rc == 0 and len(lines) == 1 and why in lines[0], f"{what}: taken over with one line")
+
+
 def multi_rank(config, work):
     ck = os.path.join(work, "ranks")
     first = start(config, ck, "train.steps=12", np_=2)
@@ -346,7 +488,8 @@ def multi_rank(config, work):
     check(first.returncode == 0 and claim_files(ck) == [], "the first ends 0 and leaves no claim")
 
 
-SCENARIOS = {f.__name__: f for f in (second_run_refused, stale_taken_over, other_host, slurm_restart, multi_rank)}
+SCENARIOS = {f.__name__: f for f in (second_run_refused, stale_taken_over, other_host, slurm_restart, slurm_steps,
+                                      slurm_clusters, multi_rank)}
 
 
 def main():

@@ -20,7 +20,8 @@
 # time is then moved to now (a requeued job otherwise waits ~120 s, Reason=BeginTime), and the next
 # start must say it resumed from step K. The third start finishes. Then an uninterrupted
 # `mpirun -np 2` run of the same config is the reference: h5diff of /model and /optim of the two
-# final files must find no difference, and the per-step losses must agree.
+# final files must find no difference, and the per-step losses must agree. Last, a job whose binary
+# exits 74 (saves keep failing) must be requeued held, with one line, and freed by scontrol release.
 # (Not `scancel --signal=TERM --full`: that also hits srun inside the batch step, and srun answers
 # its own SIGTERM by SIGKILLing every rank — "srun: forcing job termination" — so nothing is saved.)
 set -uo pipefail
@@ -231,6 +232,30 @@ done
 note "the second and third starts resumed from steps $saved1 and $saved2"
 final=$(printf "step_%08d.h5" "$steps")
 [[ -f "$work/job/$final" ]] || die "no $final after the last start"
+
+# ---------------------------------------------------------------- exit 74: the job is held
+# gtrain's exit 74 (checkpoint.max_failed_saves saves in a row failed) is played by a stand-in binary:
+# the script must write its line and requeue the job held, and `scontrol release` must free it.
+printf '#!/bin/sh\necho "gtrain: (stand-in) saves keep failing"\nexit 74\n' >"$work/exit74"
+chmod +x "$work/exit74"
+held=$(cd "$work" && GTRAIN_BIN="$work/exit74" sbatch --parsable -n 1 -o "$work/job-held.out" \
+       "$src/launch/gtrain.sbatch" "$config") || die "sbatch of the exit-74 job failed"
+held=${held%%;*}
+held_field() { scontrol show job "$held" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
+deadline=$((SECONDS + 120))
+until [[ "$(held_field Reason)" == job_requeued_in_held_state ]]; do
+  ((SECONDS < deadline)) || { scancel "$held"; die "the exit-74 job was not requeued held (JobState=$(held_field JobState) Reason=$(held_field Reason))"; }
+  sleep 0.5
+done
+grep -q "saves of checkpoint.dir keep failing .*the job is held; fix the storage, then: scontrol release $held" \
+  "$work/job-held.out" || { scancel "$held"; die "the exit-74 job's log has no line naming the storage"; }
+note "exit 74: JobState=$(held_field JobState) Reason=$(held_field Reason) Priority=$(held_field Priority)"
+scontrol release "$held" || { scancel "$held"; die "scontrol release failed"; }
+sleep 1
+[[ "$(held_field Reason)" != job_requeued_in_held_state && "$(held_field Priority)" != 0 ]] ||
+  { scancel "$held"; die "scontrol release left the job held"; }
+note "released: JobState=$(held_field JobState) Reason=$(held_field Reason)"
+scancel "$held"
 
 # ---------------------------------------------------------------- the uninterrupted reference
 note "reference: mpirun -np 2 gtrain (no interruption)"

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# launch/gtrain.sbatch's decisions, driven with stand-ins for srun, scontrol and sinfo (no Slurm, no
+# gtrain): a stop signal to the batch shell at any moment ends in a requeue, exit 74 holds the job.
+#   sbatch_stops.sh GTRAIN_SBATCH WORKDIR [CASE...]     (default: every case)
+# The stand-in srun plays gtrain's ranks: each run exits with the code the case gives it, or ("wait")
+# waits for the script's forwarded SIGUSR1 and exits 75 (or "die": 138, as ranks killed by it; "miss":
+# the first SIGUSR1 is lost, the second stops it); a run that gets no stop within 20 s exits 0. The stand-ins send SIGUSR1 to the batch shell themselves when
+# the case says so (FAKE_STOP_AT: at the first call of that command), which is how a stop lands
+# between two commands of the script.
+#   stop-then-75       the stop comes while a run trains: forwarded, exit 75, requeued
+#   stop-before-run    while the script asks scontrol about the job, before any run: none starts, requeued
+#   stop-between-runs  while usable_nodes asks sinfo after a hang (exit 76): the re-run is not
+#                      started (or gets the stop), requeued
+#   stop-in-step-cmd   while step_command asks scontrol for the re-run's host list: the same
+#   stop-at-launch     while the script measures its output file (stat), just before it starts run 1
+#   stop-missed-once   a run that misses the first forwarded stop (a step still starting) gets it
+#                      again and stops
+#   stop-then-killed   forwarded, but the ranks die of it (exit 138): requeued, the newest file kept
+#   saves-failing      exit 74: one line naming the storage, scontrol requeuehold, not run again
+# About 10 s.
+set -uo pipefail
+script=$1 work=$2
+shift 2
+rm -rf "$work" && mkdir -p "$work/bin" || exit 1
+
+cat >"$work/bin/srun" <<'EOF'
+#!/usr/bin/env bash
+[[ "${1:-}" == --mpi=list ]] && { echo "srun: MPI types are...: pmix"; exit 0; }
+n=$(($(cat "$FAKE_DIR/runs" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$FAKE_DIR/runs"
+code=$(sed -n "${n}p" "$FAKE_DIR/codes")
+echo "srun run $n started (then: $code)" >>"$FAKE_DIR/log"
+stopped() {
+  if [[ $code == miss ]]; then
+    echo "srun run $n: missed a SIGUSR1" >>"$FAKE_DIR/log"
+    code=wait
+    return
+  fi
+  echo "srun run $n: got SIGUSR1" >>"$FAKE_DIR/log"
+  [[ $code == die ]] && exit 138
+  exit 75
+}
+trap stopped USR1
+if [[ $code == wait || $code == die || $code == miss ]]; then
+  for _ in $(seq 200); do sleep 0.1; done
+  echo "srun run $n: no stop came" >>"$FAKE_DIR/log"
+  exit 0
+fi
+exit "$code"
+EOF
+cat >"$work/bin/scontrol" <<'EOF'
+#!/usr/bin/env bash
+. "$FAKE_DIR/../stop_at.sh" "scontrol $1 $2"
+case "$1 ${2:-}" in
+  "show job") echo "JobId=$SLURM_JOB_ID JobState=RUNNING NodeList=node1,node2 StdOut=$FAKE_DIR/job.out StdErr=$FAKE_DIR/job.out" ;;
+  "show hostnames") tr ',' '\n' <<<"$3" ;;
+  "show hostlist") echo "$3" ;;
+  requeue* | requeuehold*) echo "scontrol $*" >>"$FAKE_DIR/log" ;;
+  *) echo "scontrol: unexpected: $*" >&2; exit 1 ;;
+esac
+EOF
+cat >"$work/bin/stat" <<'EOF'
+#!/usr/bin/env bash
+. "$FAKE_DIR/../stop_at.sh" stat
+exec /usr/bin/stat "$@"
+EOF
+cat >"$work/bin/sinfo" <<'EOF'
+#!/usr/bin/env bash
+. "$FAKE_DIR/../stop_at.sh" sinfo
+echo idle
+EOF
+# sourced by the stand-ins: at the first call of the command named in FAKE_STOP_AT, SIGUSR1 to the
+# batch shell (it runs its trap once the command it waits for is done)
+cat >"$work/stop_at.sh" <<'EOF'
+if [[ -n "${FAKE_STOP_AT:-}" && "$1" == "$FAKE_STOP_AT" && ! -e "$FAKE_DIR/stop-sent" ]]; then
+  touch "$FAKE_DIR/stop-sent"
+  echo "stop sent during: $1" >>"$FAKE_DIR/log"
+  kill -USR1 "$FAKE_SBATCH_PID"
+  sleep 0.3
+fi
+EOF
+chmod +x "$work/bin/srun" "$work/bin/scontrol" "$work/bin/sinfo" "$work/bin/stat"
+
+failed=0
+# case NAME STOP_AT CODES EXPECT_SCONTROL: runs the script; the stand-in srun exits with CODES (one
+# word per run); expects the scontrol line EXPECT_SCONTROL in the log, and no run that got no stop
+case_() {
+  local name=$1 stop_at=$2 codes=$3 expect=$4
+  local dir=$work/$name
+  mkdir -p "$dir"
+  tr ' ' '\n' <<<"$codes" >"$dir/codes"
+  : >"$dir/job.out"
+  : >"$dir/log"
+  env -u SLURM_RESTART_COUNT PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
+    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
+    SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun \
+    bash -c 'export FAKE_SBATCH_PID=$$; exec bash "$0" "$@"' "$script" run.ini checkpoint.dir=ck >"$dir/out" 2>&1 &
+  local pid=$!
+  if [[ $name == stop-then-* || $name == stop-missed-once ]]; then # the stop while run 1 trains
+    for _ in $(seq 300); do grep -q "srun run 1 started" "$dir/log" && break; sleep 0.1; done
+    echo "stop sent while run 1 runs" >>"$dir/log"
+    kill -USR1 "$pid"
+  fi
+  wait "$pid"
+  local rc=$? why=""
+  ((rc == 0)) || why="exit $rc, expected 0"
+  grep -qx "scontrol $expect" "$dir/log" || why="$why; no '$expect'"
+  grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
+  # a stop that came while no step ran: no step is started after it
+  sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
+  [[ $name == saves-failing ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again after exit 74"
+  [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
+    why="$why; no line naming the storage and scontrol release"
+  printf '%-18s exit %3d  %s | %s\n' "$name" "$rc" "${why:-ok}" "$(paste -sd ';' "$dir/log")"
+  if [[ -n $why ]]; then
+    failed=1
+    sed 's/^/    | /' "$dir/out"
+  fi
+}
+
+cases=("$@")
+((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
+                             stop-then-killed saves-failing)
+for c in "${cases[@]}"; do
+  case $c in
+    stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
+    stop-before-run) case_ "$c" "scontrol show job" "wait" "requeue 4242" ;;
+    stop-between-runs) case_ "$c" "sinfo" "76 wait" "requeue 4242" ;;
+    stop-in-step-cmd) case_ "$c" "scontrol show hostlist" "76 wait" "requeue 4242" ;;
+    stop-at-launch) case_ "$c" "stat" "wait" "requeue 4242" ;;
+    stop-missed-once) case_ "$c" "" "miss" "requeue 4242" ;;
+    stop-then-killed) case_ "$c" "" "die" "requeue 4242" ;;
+    saves-failing) case_ "$c" "" "74 0" "requeuehold 4242" ;;
+    *) echo "unknown case $c"; exit 2 ;;
+  esac
+done
+((failed)) && { echo FAIL; exit 1; }
+echo PASS
