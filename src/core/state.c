@@ -431,6 +431,14 @@ static void test_injected_eio(writer *w) {
     }
 }
 
+/* The lineage attributes (gt_state_info.run_id ...): a file of a legacy lineage gets none. */
+static void write_lineage(writer *w, hid_t file, const gt_state_info *info, int parents) {
+    if (!info->run_id[0]) return;
+    write_attr_str(w, file, "run_id", info->run_id);
+    write_attr_str(w, file, "branch", info->branch);
+    if (parents) write_attr_str(w, file, "branch_parents", info->branch_parents);
+}
+
 /* The root attributes, /config, /train and /optim: everything but the tensors. */
 static void write_header(writer *w, hid_t file, const char *text, const gt_state_info *info) {
     write_attr_str(w, file, "format", GT_STATE_FORMAT);
@@ -439,6 +447,7 @@ static void write_header(writer *w, hid_t file, const char *text, const gt_state
     write_attr_u64(w, file, "tokens_seen", info->tokens_seen);
     write_attr_i64(w, file, "world_size", info->world_size);
     write_attr_str(w, file, "shard", info->shard);
+    write_lineage(w, file, info, 1);
     write_config(w, file, text);
 
     hid_t train = create_group(w, file, "train");
@@ -692,6 +701,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         write_attr_i64(&w, file, "world_size", info->world_size);
         write_attr_u64(&w, file, "begin", begin);
         write_attr_u64(&w, file, "count", count);
+        write_lineage(&w, file, info, 0);
         close_group(&w, create_group(&w, file, "optim"), "/optim");
     }
     for (int g = 0; g < 3 && !w.abandoned; g++) {
@@ -1067,6 +1077,13 @@ static int read_info(reader *r, gt_state_info *info) {
     int code = open_checked(r, &step, &world);
     if (!code) code = read_attr(r, r->file, "/", "tokens_seen", H5T_NATIVE_UINT64, &info->tokens_seen);
     if (!code) code = read_attr_str(r, r->file, "/", "shard", info->shard, sizeof info->shard);
+    /* the lineage: added after format_version 1 was first written, all "" when absent (a legacy file) */
+    if (!code && H5Aexists(r->file, "run_id") > 0) {
+        code = read_attr_str(r, r->file, "/", "run_id", info->run_id, sizeof info->run_id);
+        if (!code) code = read_attr_str(r, r->file, "/", "branch", info->branch, sizeof info->branch);
+        if (!code) code = read_attr_str(r, r->file, "/", "branch_parents", info->branch_parents,
+                                        sizeof info->branch_parents);
+    }
     if (!code) {
         info->step = step;
         info->world_size = (int)world;

@@ -158,11 +158,28 @@ static int chunk(const char *path, const char *name) {
     return 0;
 }
 
+/* Deletes the lineage attributes (run_id, branch, branch_parents) from the root of FILE: a state file
+ * as gtrain wrote them before they existed. */
+static int strip_lineage(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) {
+        fprintf(stderr, "state_check: cannot open %s for writing\n", path);
+        return 1;
+    }
+    const char *names[3] = {"run_id", "branch", "branch_parents"};
+    int rc = 0;
+    for (int i = 0; i < 3; i++)
+        if (H5Aexists(f, names[i]) > 0 && H5Adelete(f, names[i]) < 0) rc = 1;
+    if (H5Fclose(f) < 0) rc = 1;
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "verify") == 0) return verify(argv[2]);
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "compare") == 0)
         return compare(argv[2], argv[3], argc == 5 ? atof(argv[4]) : -1.0);
     if (argc == 4 && strcmp(argv[1], "chunk") == 0) return chunk(argv[2], argv[3]);
-    fprintf(stderr, "usage: state_check verify FILE | compare A B [RTOL] | chunk FILE DATASET\n");
+    if (argc == 3 && strcmp(argv[1], "strip-lineage") == 0) return strip_lineage(argv[2]);
+    fprintf(stderr, "usage: state_check verify FILE | compare A B [RTOL] | chunk FILE DATASET | strip-lineage FILE\n");
     return 2;
 }
