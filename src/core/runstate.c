@@ -13,13 +13,18 @@
  *                        the hosts that disagree.
  *   the global batch     a resume on another world size keeps the saved global batch by rescaling
  *                        grad_accum (gt_runstate_keep_global_batch, before the run is built).
- *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
- *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
- *                        truncation) is reported and the next older one is tried; none usable:
- *                        fresh if DIR holds no state files at all, else exit 3. When an older file
- *                        is used, the newer ones that failed are renamed aside to step_N.h5.bad
- *                        (one line says so): they no longer count toward checkpoint.keep, and
- *                        gtrain never deletes them. A file that reads but does not fit the model
+ *   where a run starts   checkpoint.resume = never: fresh (a new lineage), refused where DIR holds
+ *                        state files. PATH: that file, or exit 3; a new branch of its lineage. auto:
+ *                        the newest complete file DIR/step_%08d.h5 of the branch DIR/.gtrain-lineage
+ *                        names (see "The lineage": another run's files are never resumed, and a
+ *                        start beside them is exit 2); one that fails to read (checksum,
+ *                        truncation) is read once more, then reported and the next older one is
+ *                        tried; none usable: fresh if DIR holds no state files at all, else exit 3;
+ *                        a DIR that cannot be listed is exit 3. When an older file is used, the
+ *                        newer ones that failed are renamed aside to step_N.h5.bad (the first free
+ *                        step_N.h5.bad.K when that name is taken; one line says so): they no longer
+ *                        count toward checkpoint.keep, and gtrain never deletes them or their rank
+ *                        files. A file that reads but does not fit the model
  *                        (a tensor's shape) is exit 3 at once: an older file of the same run would
  *                        not fit either. So is one saved with another value of a key that changes
  *                        what the model computes (config.c's key table marks them), checked before
@@ -32,7 +37,8 @@
  *                        DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
  *                        leaves the complete new file or none (a file of the same step saved
- *                        before stays readable until the rename replaces it); only then are files beyond
+ *                        before stays readable until the rename replaces it); only then, and only
+ *                        when that fsync of DIR succeeded, are files of this run's chain beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback
  *                        skipped, and the run will overwrite them when it gets there). Files that
  *                        failed verification were renamed aside, so only files that verified (or
@@ -41,8 +47,11 @@
  *   a failed save        (a full disk, a quota): state.c agrees on it over the ranks; rank 0 deletes
  *                        the .tmp and says so in one line with the OS error; older files are never
  *                        touched. A periodic save that fails costs only that save: training goes
- *                        on and the next save tries again. A failed final save, or a failed save
- *                        on a stop signal, is exit 1 (75 would tell a batch script to requeue a run
+ *                        on and the next save tries again, until checkpoint.max_failed_saves saves
+ *                        in a row failed (a save whose fsync of DIR failed counts: it is not known
+ *                        to last): then the run stops with exit 74 naming the newest good file.
+ *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
+ *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
  *                        it, save and return 75.

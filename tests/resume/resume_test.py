@@ -1114,7 +1114,8 @@ def resave_is_atomic(e):
     """Re-saving a step that already has a state file (a run resumed from an older file saves the
     same step again) replaces it atomically, in both writers: a kill -9 in the middle of the re-save
     leaves the old step_N.h5 readable (never deleted first, never a top file over a mix of old and
-    new rank files); a completed re-save leaves one file and the rank files it names, the replaced
+    new rank files), and the next start (auto) continues the branch the resume from step 2 began,
+    saving step 4 again over it; a completed re-save leaves one file and the rank files it names, the replaced
     ones deleted; a file set aside as .bad keeps its rank files; rank files no state file names are
     deleted at the next start."""
     e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
@@ -1133,7 +1134,8 @@ def resave_is_atomic(e):
     check(rc == 0, "killed during the asynchronous re-save of step 4: the old file verifies: " + out.strip())
     print(f"    after the kill: rank dirs of step 4 {step_rank_dirs(ck, 4)}", flush=True)
     out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
-    check("resumed from " + top in out, "the next run resumes from step 4 (nothing to fall back from)")
+    # checkpoint.resume = step 2 started a branch that left the old step 4: auto continues the branch
+    check("resumed from " + e.ck("run", 2) in out, "the next run (auto) continues the branch from step 2, not the old 4")
     check(len(step_rank_dirs(ck, 4)) == 1 and "left by a save that did not finish" in out,
           f"the unpublished rank files are deleted at the start: {step_rank_dirs(ck, 4)}")
     same_state(e.ck("ref", 4), top, "the surviving step 4 equals the reference")
