@@ -789,11 +789,11 @@ static long long list_with_info(const char *dir, listed_file **out) {
     }
     listed_file *files = calloc((size_t)(n ? n : 1), sizeof *files);
     if (!files) abort();
-    char path[GT_PATH_MAX + 64], err[GT_PATH_MAX + 1024];
+    char path[GT_PATH_MAX + 64];
     for (long long i = 0; i < n; i++) {
         files[i].step = steps[i];
         state_path(path, sizeof path, dir, steps[i], 0);
-        files[i].readable = gt_state_read_info(path, &files[i].info, err, sizeof err) == GT_STATE_OK;
+        files[i].readable = gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK;
     }
     free(steps);
     *out = files;
@@ -838,9 +838,8 @@ static void plan_start(const gt_config *cfg, int rank, start_plan *p) {
     }
     if (mode == GT_RESUME_PATH) {
         gt_state_info f;
-        char err[GT_PATH_MAX + 1024];
         /* a file that does not read: the resume reports it (exit 3); the lineage does not matter then */
-        if (gt_state_read_info(cfg->checkpoint.resume, &f, err, sizeof err) == GT_STATE_OK) {
+        if (gt_state_read_lineage(cfg->checkpoint.resume, &f) == GT_STATE_OK) {
             branch_from(&f, cfg->checkpoint.resume, rank, &p->lineage);
             for (long long i = 0; i < n && !p->code; i++)
                 if (files[i].readable && !same_lineage(&p->lineage, &files[i].info))
@@ -1142,11 +1141,10 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     run->file_bytes = gt_state_file_bytes(gt_model_layout(model));
 
     int rc = 0;
-    if (cfg->checkpoint.dir[0]) {
-        rc = check_dir(run);
-        if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
-    }
+    if (cfg->checkpoint.dir[0]) rc = check_dir(run);
     if (!rc) rc = resume(run); /* also the lineage, and the refusal of a fresh start over another's files */
+    /* after the resume: a run refused there (another lineage's files) leaves the directory as it was */
+    if (!rc && cfg->checkpoint.dir[0] && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
         const gt_layout *layout = gt_model_layout(model);
         gt_shard mine = opt->shard;
@@ -1170,7 +1168,7 @@ static void prune(const gt_run_state *run, int64_t saved_step) {
     int64_t *steps = NULL;
     long long n = list_state_files(cfg->checkpoint.dir, &steps);
     size_t kept = 0;
-    char path[GT_PATH_MAX + 64], err[GT_PATH_MAX + 1024];
+    char path[GT_PATH_MAX + 64];
     for (long long i = 0; i < n; i++) {
         if (steps[i] >= saved_step) { /* ours, and newer ones: see the header comment */
             if (steps[i] == saved_step) kept++;
@@ -1178,7 +1176,7 @@ static void prune(const gt_run_state *run, int64_t saved_step) {
         }
         state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
         gt_state_info f;
-        if (gt_state_read_info(path, &f, err, sizeof err) != GT_STATE_OK || !in_chain(&run->lineage, &f)) continue;
+        if (gt_state_read_lineage(path, &f) != GT_STATE_OK || !in_chain(&run->lineage, &f)) continue;
         if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         if (unlink(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
         remove_unused_rank_dirs(cfg->checkpoint.dir, steps[i], NULL); /* its rank files, if any */

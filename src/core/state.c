@@ -1191,6 +1191,39 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
     return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
 }
 
+int gt_state_read_lineage(const char *path, gt_state_info *info) {
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    char err[1024], format[64];
+    reader r = {path, -1, err, sizeof err, ""};
+    memset(info, 0, sizeof *info);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_sec2(fapl);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, 0, 1);
+#endif
+    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    int code = GT_STATE_UNREADABLE;
+    if (r.file >= 0) {
+        code = read_attr_str(&r, r.file, "/", "format", format, sizeof format);
+        if (!code && strcmp(format, GT_STATE_FORMAT) != 0) code = GT_STATE_UNREADABLE;
+        if (!code) code = read_attr(&r, r.file, "/", "step", H5T_NATIVE_INT64, &info->step);
+        if (!code && H5Aexists(r.file, "run_id") > 0) {
+            code = read_attr_str(&r, r.file, "/", "run_id", info->run_id, sizeof info->run_id);
+            if (!code) code = read_attr_str(&r, r.file, "/", "branch", info->branch, sizeof info->branch);
+            if (!code) code = read_attr_str(&r, r.file, "/", "branch_parents", info->branch_parents,
+                                            sizeof info->branch_parents);
+        }
+        H5Fclose(r.file);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return code ? GT_STATE_UNREADABLE : GT_STATE_OK;
+}
+
 int gt_state_rank_dir(const char *path, char *rank_dir, size_t len) {
     H5E_auto2_t old_func;
     void *old_data;

@@ -122,6 +122,12 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
  * are not read. GT_STATE_* and err. */
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
 
+/* The root attributes step, run_id, branch and branch_parents only (the lineage: "" when absent), into
+ * info (the rest zero): one process, no MPI, no tensor, and the rank files are not opened, so a
+ * start can tell whose every file of a directory is cheaply. GT_STATE_OK, or GT_STATE_UNREADABLE when
+ * the file does not open or is not a gtrain state file. */
+int gt_state_read_lineage(const char *path, gt_state_info *info);
+
 /* The directory of rank files a top file of the split layout maps onto (its root attribute
  * rank_dir, relative to the file's directory): 1 with it in rank_dir; 0 for a single file (no
  * rank files); -1 when the file does not open or the attribute does not read. One process, no MPI;
