@@ -36,6 +36,13 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      old file stays readable; replaced and unnamed rank dirs go, a .bad one's stay
   save_failure_names_every_rank  GTRAIN_TEST_SAVE_EIO on ranks 0,2 / 1 / 0-2 of 3: one line naming them
   eio_mid_save       EIO from a real file system (ext4 on a loop device, shut down mid-save), 2 ranks
+  lineage_other_run  a second run (resume = never) in a run's directory, another run's file copied in:
+                     refused, exit 2, nothing touched; files without a run identity still resume
+  rollback_branch    resume = step_4 while 6 and 8 exist, then auto: the branch, never the abandoned 8
+  bad_set_aside_twice  a second set-aside of a step takes .bad.2; every .bad keeps its rank files
+  failed_saves_escalate  checkpoint.max_failed_saves: exit 74 naming the newest good file; a failed
+                     directory fsync counts as a failed save and rotates nothing
+  read_errors        an unlistable checkpoint.dir is exit 3; a one-off read error is read once more
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
