@@ -67,9 +67,11 @@ int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world);
 
 /* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path
  * and the OS error when it cannot; a warning when it has less free space than one state file),
- * then resumes (checkpoint.resume) or starts fresh. Collective over world (the trainer's MPI
- * communicator, which comm wraps). Returns 0 or an exit code (2 bad config or unusable directory,
- * 3 unusable state file or a changed model), the same on every rank. */
+ * then resumes (checkpoint.resume) or starts fresh, in the run's lineage (recorded in
+ * DIR/.gtrain-lineage). Collective over world (the trainer's MPI communicator, which comm wraps).
+ * Returns 0 or an exit code (2 bad config, an unusable directory, or state files of another run in
+ * it; 3 unusable state file, a changed model, or a directory that cannot be listed), the same on
+ * every rank. */
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,
                       gt_optim *opt, uint64_t global_batch);
 
