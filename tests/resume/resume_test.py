@@ -1321,7 +1321,8 @@ def rollback_branch(e):
     requeue that follows (checkpoint.resume = auto, as launch/gtrain.sbatch adds it) resumes from
     step 4 while the branch has saved nothing, then from the branch's own newest file, never from
     the abandoned step 8; rotation deletes only the branch's chain (its files and 2, 4), never 8.
-    Also on 2 ranks -> 1 (the lineage is carried through a change of world size)."""
+    Also on 2 ranks -> 1 (the lineage is carried through a change of world size). A branch started
+    from a file of another directory and requeued before its first save resumes that file again."""
     e.run(2, "rb", "train.steps=8", "checkpoint.every=2")
     abandoned = open(e.ck("rb", 8), "rb").read()
     run_id = h5_attr(e.ck("rb", 8), "run_id")
@@ -1339,6 +1340,15 @@ def rollback_branch(e):
     check("resumed from " + e.ck("rb", 6) in out, "the next requeue resumed the branch's own step 6")
     check(e.steps_saved("rb") == [6, 8, 10] and open(e.ck("rb", 8), "rb").read() == abandoned,
           f"keep = 2 rotated 2 and 4 (the branch's past) away, never the abandoned step 8: {e.steps_saved('rb')}")
+
+    # a branch started from a file of another directory, stopped before its first save: the requeue
+    # resumes that file again (the record names it), not a fresh start in the empty directory
+    out, _ = e.run(1, "elsewhere", f"checkpoint.resume={e.ck('rb', 10)}", "train.steps=10")
+    check("resumed from " + e.ck("rb", 10) in out and e.steps_saved("elsewhere") == [], "started from rb's step 10")
+    out, _ = e.run(1, "elsewhere", "checkpoint.resume=auto", "train.steps=12", "checkpoint.every=0")
+    check("resumed from " + e.ck("rb", 10) in out and e.steps_saved("elsewhere") == [12],
+          "the requeue resumed the branch's start in the other directory, then saved its own step 12")
+    check(h5_attr(e.ck("elsewhere", 12), "run_id") == run_id, "the same run, in another directory")
 
 
 def bad_set_aside_twice(e):
