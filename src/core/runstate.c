@@ -66,6 +66,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -692,7 +693,12 @@ static void branch_from(const gt_state_info *f, const char *path, int rank, gt_l
         *cut = '\0';
     }
     memcpy(out->parents, parents, sizeof out->parents - 1);
-    if (!path || !realpath(path, out->from)) snprintf(out->from, sizeof out->from, "%s", path ? path : "");
+    char real[PATH_MAX]; /* the absolute path: a requeue may start in another working directory */
+    const char *from = path ? path : "";
+    if (path && realpath(path, real) && strlen(real) < sizeof out->from) from = real;
+    size_t len = strlen(from) < sizeof out->from ? strlen(from) : sizeof out->from - 1;
+    memcpy(out->from, from, len);
+    out->from[len] = '\0';
 }
 
 static void fresh_lineage(int rank, gt_lineage *out) {
@@ -793,7 +799,8 @@ static long long list_with_info(const char *dir, listed_file **out) {
     for (long long i = 0; i < n; i++) {
         files[i].step = steps[i];
         state_path(path, sizeof path, dir, steps[i], 0);
-        files[i].readable = gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK;
+        files[i].readable = gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK ||
+                            gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK; /* once more */
     }
     free(steps);
     *out = files;
@@ -876,12 +883,12 @@ static void plan_start(const gt_config *cfg, int rank, start_plan *p) {
         if (in_chain(&p->lineage, &files[i].info)) p->steps[p->n++] = files[i].step;
     }
     free(files);
-    if (p->from_record && p->lineage.from[0]) {
-        char own[GT_PATH_MAX + 64];
+    if (p->from_record && p->lineage.from[0]) { /* unless it is one of DIR's candidates */
+        char own[GT_PATH_MAX + 64], real[PATH_MAX];
         int listed = 0;
         for (long long i = 0; i < p->n && !listed; i++) {
             state_path(own, sizeof own, dir, p->steps[i], 0);
-            listed = strcmp(own, p->lineage.from) == 0;
+            listed = strcmp(realpath(own, real) ? real : own, p->lineage.from) == 0;
         }
         if (!listed) snprintf(p->from, sizeof p->from, "%s", p->lineage.from);
     }
