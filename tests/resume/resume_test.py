@@ -1261,7 +1261,7 @@ def state_files(d):
 
 
 def lineage_other_run(e):
-    """One directory, two runs (the issue's runs A and B): run A saves steps 4 and 8; run B starts in
+    """One directory, two runs: run A saves steps 4 and 8; run B starts in
     the same directory with checkpoint.resume = never and another seed: refused before step 1 (exit 2,
     one line naming the directory, A's newest file and what to do), A's files untouched, and A's next
     start with auto still continues A. A file of another run copied in beside A's: A's start is
