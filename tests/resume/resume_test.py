@@ -1353,16 +1353,22 @@ def rollback_branch(e):
 
 def bad_set_aside_twice(e):
     """Two set-asides of the same step: the second takes step_N.h5.bad.2 (never replacing the first),
-    and every .bad keeps its rank files through the saves and starts that follow."""
+    and every .bad keeps its rank files, byte for byte, through the saves and starts that follow."""
+    ck = e.ck("twice")
+
+    def damage(rank_dir):  # a flipped byte in a chunk of the rank file: the top file still reads
+        flip_in_chunk(os.path.join(ck, rank_dir, "rank_00000.h5"), "/optim/exp_avg/lm_head.weight.b1")
+        return {f: open(os.path.join(ck, rank_dir, f), "rb").read() for f in os.listdir(os.path.join(ck, rank_dir))}
+
     e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
-    os.remove(e.ck("twice", 4) + ".d/rank_00000.h5")
+    first_dir = h5_attr(e.ck("twice", 4), "rank_dir")
+    first_files = damage(first_dir)
     out, err = e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
     check("resumed from " + e.ck("twice", 2) in out and os.path.exists(e.ck("twice", 4) + ".bad"), "the first set-aside")
     first = open(e.ck("twice", 4) + ".bad", "rb").read()
-    first_dir = h5_attr(e.ck("twice", 4) + ".bad", "rank_dir")
     newer_dir = h5_attr(e.ck("twice", 4), "rank_dir")
     check(first_dir != newer_dir, f"the re-save of step 4 wrote its own rank files ({first_dir}, {newer_dir})")
-    os.remove(os.path.join(e.ck("twice"), newer_dir, "rank_00000.h5"))
+    newer_files = damage(newer_dir)
     out, err = e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
     print("   ", err.strip().replace("\n", "\n    "))
     aside = [l for l in gtrain_lines(err) if "set aside" in l]
@@ -1370,8 +1376,12 @@ def bad_set_aside_twice(e):
     check(os.path.exists(e.ck("twice", 4) + ".bad") and open(e.ck("twice", 4) + ".bad", "rb").read() == first,
           "the first .bad is still there, unchanged")
     e.run(1, "twice", "train.steps=6", "checkpoint.every=2")  # one more start: its clean-up
-    for bad, d in ((".bad", first_dir), (".bad.2", newer_dir)):
-        check(os.path.isdir(os.path.join(e.ck("twice"), d)), f"step_4.h5{bad}'s rank directory {d} is kept")
+    for bad, d, files in ((".bad", first_dir, first_files), (".bad.2", newer_dir, newer_files)):
+        check(h5_attr(e.ck("twice", 4) + bad, "rank_dir") == d, f"step_4.h5{bad} still names {d}")
+        kept = {f: open(os.path.join(ck, d, f), "rb").read() for f in os.listdir(os.path.join(ck, d))} \
+            if os.path.isdir(os.path.join(ck, d)) else {}
+        check(kept == files, f"step_4.h5{bad}'s rank files in {d} are kept, byte for byte")
+    check(h5_attr(e.ck("twice", 4), "rank_dir") not in (first_dir, newer_dir), "the new step 4 has rank files of its own")
 
 
 def failed_saves_escalate(e):
