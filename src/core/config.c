@@ -166,6 +166,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "checkpoint", "allow_model_change", KEY_BOOL, checkpoint.allow_model_change),
     PLAIN(RUN, "checkpoint", "takeover", KEY_BOOL, checkpoint.takeover),
     PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
+    INT(RUN, "checkpoint", "max_failed_saves", checkpoint.max_failed_saves, 0, INT_MAX),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -223,6 +224,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.allow_model_change = 0;
     cfg->checkpoint.takeover = 0;
     cfg->checkpoint.async = 1;
+    cfg->checkpoint.max_failed_saves = 3;
     cfg->log.every = 1;
 }
 

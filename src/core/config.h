@@ -133,6 +133,7 @@ typedef struct gt_config {
         int allow_model_change; /* 1: resume a file saved with other values of model keys */
         int takeover;          /* 1: take over the claim of a run on another host (runclaim.h) */
         int async;             /* 1: saves are written by a thread per rank while training goes on */
+        int max_failed_saves;  /* stop with exit 74 after this many saves in a row failed; 0 = never */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

@@ -13,13 +13,18 @@
  *                        the hosts that disagree.
  *   the global batch     a resume on another world size keeps the saved global batch by rescaling
  *                        grad_accum (gt_runstate_keep_global_batch, before the run is built).
- *   where a run starts   checkpoint.resume = never: fresh. PATH: that file, or exit 3. auto: the
- *                        newest complete file DIR/step_%08d.h5; one that fails to read (checksum,
- *                        truncation) is reported and the next older one is tried; none usable:
- *                        fresh if DIR holds no state files at all, else exit 3. When an older file
- *                        is used, the newer ones that failed are renamed aside to step_N.h5.bad
- *                        (one line says so): they no longer count toward checkpoint.keep, and
- *                        gtrain never deletes them. A file that reads but does not fit the model
+ *   where a run starts   checkpoint.resume = never: fresh (a new lineage), refused where DIR holds
+ *                        state files. PATH: that file, or exit 3; a new branch of its lineage. auto:
+ *                        the newest complete file DIR/step_%08d.h5 of the branch DIR/.gtrain-lineage
+ *                        names (see "The lineage": another run's files are never resumed, and a
+ *                        start beside them is exit 2); one that fails to read (checksum,
+ *                        truncation) is read once more, then reported and the next older one is
+ *                        tried; none usable: fresh if DIR holds no state files at all, else exit 3;
+ *                        a DIR that cannot be listed is exit 3. When an older file is used, the
+ *                        newer ones that failed are renamed aside to step_N.h5.bad (the first free
+ *                        step_N.h5.bad.K when that name is taken; one line says so): they no longer
+ *                        count toward checkpoint.keep, and gtrain never deletes them or their rank
+ *                        files. A file that reads but does not fit the model
  *                        (a tensor's shape) is exit 3 at once: an older file of the same run would
  *                        not fit either. So is one saved with another value of a key that changes
  *                        what the model computes (config.c's key table marks them), checked before
@@ -32,7 +37,8 @@
  *                        DIR/step_N.h5.tmp collectively, close, barrier; rank 0 fsyncs it,
  *                        renames it to step_N.h5 and fsyncs DIR, so a job killed at any moment
  *                        leaves the complete new file or none (a file of the same step saved
- *                        before stays readable until the rename replaces it); only then are files beyond
+ *                        before stays readable until the rename replaces it); only then, and only
+ *                        when that fsync of DIR succeeded, are files of this run's chain beyond
  *                        checkpoint.keep deleted (never newer ones: they may be the ones a fallback
  *                        skipped, and the run will overwrite them when it gets there). Files that
  *                        failed verification were renamed aside, so only files that verified (or
@@ -41,8 +47,11 @@
  *   a failed save        (a full disk, a quota): state.c agrees on it over the ranks; rank 0 deletes
  *                        the .tmp and says so in one line with the OS error; older files are never
  *                        touched. A periodic save that fails costs only that save: training goes
- *                        on and the next save tries again. A failed final save, or a failed save
- *                        on a stop signal, is exit 1 (75 would tell a batch script to requeue a run
+ *                        on and the next save tries again, until checkpoint.max_failed_saves saves
+ *                        in a row failed (a save whose fsync of DIR failed counts: it is not known
+ *                        to last): then the run stops with exit 74 naming the newest good file.
+ *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
+ *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
  *                        it, save and return 75.
@@ -57,6 +66,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,29 +112,39 @@ static int compare_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The steps of the complete state files in dir, newest first (malloc'd). Rank 0 only. */
-static size_t list_state_files(const char *dir, int64_t **steps_out) {
+/* The steps of the complete state files in dir, newest first (malloc'd). Rank 0 only. -1 with errno
+ * when the directory cannot be listed (EACCES, EIO, EMFILE): never "no files", which would start a
+ * fresh run over the files it could not see. GTRAIN_TEST_LIST_DIR_EIO=1 (tests only) makes it fail. */
+static long long list_state_files(const char *dir, int64_t **steps_out) {
     size_t n = 0, cap = 16;
     int64_t *steps = malloc(cap * sizeof *steps);
     if (!steps) abort();
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            int64_t s = parse_state_name(e->d_name, 0);
-            if (s < 0) continue;
-            if (n == cap) {
-                cap *= 2;
-                steps = realloc(steps, cap * sizeof *steps);
-                if (!steps) abort();
-            }
-            steps[n++] = s;
+    *steps_out = steps;
+    const char *hook = gt_test_hook("GTRAIN_TEST_LIST_DIR_EIO");
+    DIR *d = hook && strcmp(hook, "1") == 0 ? (errno = EIO, NULL) : opendir(dir);
+    if (!d) return -1;
+    struct dirent *e;
+    for (;;) {
+        errno = 0;
+        if ((e = readdir(d)) == NULL) break;
+        int64_t s = parse_state_name(e->d_name, 0);
+        if (s < 0) continue;
+        if (n == cap) {
+            cap *= 2;
+            steps = realloc(steps, cap * sizeof *steps);
+            if (!steps) abort();
         }
-        closedir(d);
+        steps[n++] = s;
+    }
+    int read_error = errno;
+    closedir(d);
+    *steps_out = steps;
+    if (read_error) {
+        errno = read_error;
+        return -1;
     }
     qsort(steps, n, sizeof *steps, compare_desc);
-    *steps_out = steps;
-    return n;
+    return (long long)n;
 }
 
 int gt_make_dirs(const char *path) {
@@ -193,20 +213,43 @@ static int path_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+/* Is NAME a state file of `step` set aside: step_N.h5.bad, or step_N.h5.bad.K (K = 2, 3, ...) when an
+ * earlier set-aside of the same step holds the first name? */
+static int is_bad_name(const char *name, int64_t step) {
+    char base[64];
+    snprintf(base, sizeof base, "step_%08lld.h5.bad", (long long)step);
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0) return 0;
+    if (!name[n]) return 1;
+    if (name[n] != '.' || !name[n + 1]) return 0;
+    for (const char *p = name + n + 1; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
 /* Does a state file of `step` map onto the rank-file directory DIR/NAME: step_N.h5, or one set
- * aside as step_N.h5.bad (its rank files stay with it)? A file whose rank_dir attribute cannot be
- * read keeps every directory of its step: what cannot be read is never a reason to delete. */
+ * aside as step_N.h5.bad[.K] (its rank files stay with it, every one of them)? A file whose rank_dir
+ * attribute cannot be read, or a directory that cannot be listed, keeps every directory of its step:
+ * what cannot be read is never a reason to delete. */
 static int rank_dir_in_use(const char *dir, int64_t step, const char *name) {
-    char top[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80], used[256];
+    char top[GT_PATH_MAX + 64], file[GT_PATH_MAX + 320], used[256];
     state_path(top, sizeof top, dir, step, 0);
-    snprintf(bad, sizeof bad, "%s.bad", top);
-    const char *files[2] = {top, bad};
-    for (int k = 0; k < 2; k++) {
-        if (!path_exists(files[k])) continue;
-        int rc = gt_state_rank_dir(files[k], used, sizeof used);
+    if (path_exists(top)) {
+        int rc = gt_state_rank_dir(top, used, sizeof used);
         if (rc < 0 || (rc == 1 && strcmp(used, name) == 0)) return 1;
     }
-    return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    struct dirent *e;
+    int in_use = 0;
+    while (!in_use && (e = readdir(d)) != NULL) {
+        if (!is_bad_name(e->d_name, step)) continue;
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        int rc = gt_state_rank_dir(file, used, sizeof used);
+        if (rc < 0 || (rc == 1 && strcmp(used, name) == 0)) in_use = 1;
+    }
+    closedir(d);
+    return in_use;
 }
 
 /* Deletes the rank-file directories of `step` (every step: -1) that no state file maps onto: those
@@ -485,6 +528,16 @@ static uint64_t state_bytes(const char *path) {
     return bytes;
 }
 
+/* GTRAIN_TEST_READ_FAILS_ONCE=R (tests only): the first state file read on rank R fails, as a
+ * transient I/O error (EIO, ESTALE) would. */
+static int test_read_fails_once(int rank) {
+    static int fired = 0;
+    const char *hook = gt_test_hook("GTRAIN_TEST_READ_FAILS_ONCE");
+    if (!hook || fired || atoi(hook) != rank) return 0;
+    fired = 1;
+    return 1;
+}
+
 /* Tries to load one file on every rank. Returns GT_STATE_* (agreed) and the message in err. */
 static int try_load(gt_run_state *run, const char *path, gt_state_info *info, char *err, size_t err_len) {
     changes ch;
@@ -495,6 +548,10 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
     char *saved_config = NULL;
     code = gt_state_read(path, run->opt, info, &saved_config, err, err_len);
     free(saved_config);
+    if (!code && test_read_fails_once(rank_of(run))) {
+        snprintf(err, err_len, "%s: rank %d: an injected read error (GTRAIN_TEST_READ_FAILS_ONCE)", path, rank_of(run));
+        code = GT_STATE_UNREADABLE;
+    }
     code = gt_agree_on_failure(run->mpi_comm, code, err, err_len);
     if (code) return code;
     const gt_config *cfg = run->cfg;
@@ -529,82 +586,426 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
 }
 
 /* Files that failed verification while an older one was usable: renamed aside to step_N.h5.bad,
- * out of checkpoint.keep's count and out of every later resume's way; reported in one line. Rank 0. */
+ * out of checkpoint.keep's count and out of every later resume's way; reported in one line. An
+ * earlier set-aside of the same step keeps its name: this one takes the first free step_N.h5.bad.K
+ * (K = 2, 3, ...), so no .bad file is ever replaced. Rank 0 (the only rank that renames in DIR). */
 static void move_aside(const char *dir, const int64_t *steps, size_t n) {
     if (!n) return;
     char line[4096] = "";
     for (size_t i = 0; i < n; i++) {
-        char path[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 80];
+        char path[GT_PATH_MAX + 64], bad[GT_PATH_MAX + 96];
         state_path(path, sizeof path, dir, steps[i], 0);
         snprintf(bad, sizeof bad, "%s.bad", path);
-        if (rename(path, bad) == 0)
+        for (int k = 2; path_exists(bad) && k < 1000000; k++) snprintf(bad, sizeof bad, "%s.bad.%d", path, k);
+        if (!path_exists(bad) && rename(path, bad) == 0)
             gt_appendf(line, sizeof line, "%s%s -> %s", line[0] ? ", " : "", path, bad);
         else
-            gt_appendf(line, sizeof line, "%s%s (cannot rename: %s)", line[0] ? ", " : "", path, strerror(errno));
+            gt_appendf(line, sizeof line, "%s%s (cannot rename: %s)", line[0] ? ", " : "", path,
+                       path_exists(bad) ? "no free .bad name" : strerror(errno));
     }
+    if (fsync_path(dir, 1) != 0)
+        gt_appendf(line, sizeof line, " (fsync of %s: %s)", dir, strerror(errno));
     fprintf(stderr, "gtrain: set aside %zu state file%s that failed verification: %s (not counted toward "
             "checkpoint.keep; gtrain never deletes them)\n", n, n == 1 ? "" : "s", line);
     fflush(stderr);
 }
 
-/* Picks and loads the file to resume from. Returns 0 (resumed, or nothing to resume) or 3. */
+/* ------------------------------------------------------------------------------------------------
+ * The lineage
+ *
+ * State files are named by their step alone (step_N.h5), so two runs in one directory would write
+ * over each other's files, resume from each other's and rotate each other's away. Every run
+ * therefore has a lineage (gt_lineage): a fresh start makes a random run identity, and every state
+ * file records it (root attributes run_id, branch, branch_parents; rank files run_id and branch).
+ * A resume carries it on, on any world size. checkpoint.resume = PATH (a rollback to an older file,
+ * or a file from elsewhere) starts a new branch of it, whose past is the file's branch up to the
+ * file's step ("BRANCH@STEP"), and that branch's past. The directory records the branch being
+ * written in DIR/.gtrain-lineage (rank 0, at the start: a temporary file, fsync, rename, fsync of
+ * the directory), so that checkpoint.resume = auto (every requeue) continues the branch: its newest
+ * file, or the file it started from while it has saved none; never the newer files of the branch a
+ * rollback abandoned. Without the record (a directory written before it existed, or copied without
+ * it) auto continues the lineage of the newest file whose attributes read. Files without a run
+ * identity (written before it existed) are one legacy lineage ("-"): a run that resumes one gets an
+ * identity whose past is them.
+ *
+ * A directory holds one lineage: a fresh start where state files exist, or a resume whose lineage
+ * is not that of every state file there, is refused (exit 2, before step 1), since its saves would
+ * replace the other's files of the same steps. Rotation (checkpoint.keep) deletes only files of the
+ * branch and its past; files set aside as .bad, files of an abandoned branch and files whose
+ * attributes do not read are never deleted by it (a save of the same step replaces an abandoned
+ * branch's file, as a rename does).
+ * ---------------------------------------------------------------------------------------------- */
+
+#define LINEAGE_NAME ".gtrain-lineage"
+#define LEGACY_BRANCH "-"
+
+/* The lineage a file records ("-" for the branch of a file that records none). */
+static void file_lineage(const gt_state_info *f, gt_lineage *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->run_id, sizeof out->run_id, "%s", f->run_id);
+    snprintf(out->branch, sizeof out->branch, "%s", f->run_id[0] ? f->branch : LEGACY_BRANCH);
+    snprintf(out->parents, sizeof out->parents, "%s", f->run_id[0] ? f->branch_parents : "");
+}
+
+/* Does the lineage's past (parents) hold BRANCH up to a step >= step? step < 0: at any step. */
+static int in_parents(const gt_lineage *l, const char *branch, int64_t step) {
+    const char *p = l->parents;
+    size_t blen = strlen(branch);
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *at = strchr(p, '@');
+        if (!at) break;
+        long long cap = strtoll(at + 1, NULL, 10);
+        if ((size_t)(at - p) == blen && strncmp(p, branch, blen) == 0 && (step < 0 || step <= cap)) return 1;
+        p = at + 1;
+        while (*p && *p != ' ') p++;
+    }
+    return 0;
+}
+
+/* Is the file of this lineage (any branch)? A legacy file is when the lineage continues one. */
+static int same_lineage(const gt_lineage *l, const gt_state_info *f) {
+    if (f->run_id[0]) return strcmp(f->run_id, l->run_id) == 0;
+    return !l->run_id[0] || in_parents(l, LEGACY_BRANCH, -1);
+}
+
+/* Is the file on the lineage's current chain: its branch, or its past up to the step it was left at? */
+static int in_chain(const gt_lineage *l, const gt_state_info *f) {
+    if (!same_lineage(l, f)) return 0;
+    const char *b = f->run_id[0] ? f->branch : LEGACY_BRANCH;
+    if (strcmp(b, l->branch) == 0) return 1;
+    return in_parents(l, b, f->step);
+}
+
+/* A new branch from file f (its lineage) at its step: a new identity too when f has none. */
+static void branch_from(const gt_state_info *f, const char *path, int rank, gt_lineage *out) {
+    gt_lineage was;
+    file_lineage(f, &was);
+    memset(out, 0, sizeof *out);
+    if (f->run_id[0]) snprintf(out->run_id, sizeof out->run_id, "%s", f->run_id);
+    else probe_token(out->run_id, sizeof out->run_id, rank);
+    probe_token(out->branch, sizeof out->branch, rank + 1);
+    char parents[sizeof out->parents + 64];
+    snprintf(parents, sizeof parents, "%s@%lld%s%s", was.branch, (long long)f->step, was.parents[0] ? " " : "",
+             was.parents);
+    while (strlen(parents) >= sizeof out->parents) { /* very many rollbacks: the oldest past drops */
+        char *cut = strrchr(parents, ' ');
+        if (!cut) break;
+        *cut = '\0';
+    }
+    memcpy(out->parents, parents, sizeof out->parents - 1);
+    char real[PATH_MAX]; /* the absolute path: a requeue may start in another working directory */
+    const char *from = path ? path : "";
+    if (path && realpath(path, real) && strlen(real) < sizeof out->from) from = real;
+    size_t len = strlen(from) < sizeof out->from ? strlen(from) : sizeof out->from - 1;
+    memcpy(out->from, from, len);
+    out->from[len] = '\0';
+}
+
+static void fresh_lineage(int rank, gt_lineage *out) {
+    memset(out, 0, sizeof *out);
+    probe_token(out->run_id, sizeof out->run_id, rank);
+    probe_token(out->branch, sizeof out->branch, rank + 1);
+}
+
+/* Reads DIR/.gtrain-lineage: 1 (read), 0 (there is none), -1 (it is there and does not read: msg). */
+static int read_lineage_record(const char *dir, gt_lineage *l, char *msg, size_t len) {
+    char path[GT_PATH_MAX + 32], line[GT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, LINEAGE_NAME);
+    memset(l, 0, sizeof *l);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT) return 0;
+        snprintf(msg, len, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int version = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *value = strchr(line, ' ');
+        if (!value) continue;
+        *value++ = '\0';
+        if (strcmp(line, "gtrain-lineage") == 0) version = atoi(value);
+        else if (strcmp(line, "run_id") == 0) snprintf(l->run_id, sizeof l->run_id, "%s", value);
+        else if (strcmp(line, "branch") == 0) snprintf(l->branch, sizeof l->branch, "%s", value);
+        else if (strcmp(line, "parents") == 0) snprintf(l->parents, sizeof l->parents, "%s", value);
+        else if (strcmp(line, "from") == 0) snprintf(l->from, sizeof l->from, "%s", value);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || version != 1 || !l->run_id[0] || !l->branch[0]) {
+        snprintf(msg, len, "%s does not read as a lineage record (expected the lines gtrain-lineage 1, run_id, "
+                 "branch, parents, from)", path);
+        return -1;
+    }
+    return 1;
+}
+
+/* Writes DIR/.gtrain-lineage durably: a temporary file, fsync, rename, fsync of DIR. 0 or -1 (msg). */
+static int write_lineage_record(const char *dir, const gt_lineage *l, char *msg, size_t len) {
+    char path[GT_PATH_MAX + 32], tmp[GT_PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/%s", dir, LINEAGE_NAME);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL;
+    if (ok) {
+        fprintf(f, "gtrain-lineage 1\nrun_id %s\nbranch %s\nparents %s\nfrom %s\n", l->run_id, l->branch,
+                l->parents, l->from);
+        ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+        if (fclose(f) != 0) ok = 0;
+    }
+    if (ok) ok = rename(tmp, path) == 0;
+    if (ok) ok = fsync_path(dir, 1) == 0;
+    if (!ok) {
+        snprintf(msg, len, "cannot record the run's lineage in %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* One state file of the directory, as the plan sees it. */
+typedef struct listed_file {
+    int64_t step;
+    int readable; /* its attributes read (gt_state_read_info) */
+    gt_state_info info;
+} listed_file;
+
+/* Rank 0's plan for the start: which lineage, which files to try (newest first), or an exit code. */
+typedef struct start_plan {
+    int code;            /* 0, 2 (another lineage's files), 3 (the directory or its record does not read) */
+    char msg[GT_PATH_MAX * 4 + 1024];
+    gt_lineage lineage;  /* auto: the lineage continued; PATH: the new branch; fresh: a new one */
+    int fresh;           /* nothing to resume: a new lineage */
+    int from_record;     /* lineage is DIR/.gtrain-lineage's, unchanged */
+    int64_t *steps;      /* auto: the files of DIR to try, newest first */
+    long long n;
+    char from[GT_PATH_MAX]; /* auto: then this file (the branch's start outside DIR), "" = none */
+} start_plan;
+
+/* Lists DIR's state files with their attributes. -1 with errno when it cannot be listed. */
+static long long list_with_info(const char *dir, listed_file **out) {
+    int64_t *steps = NULL;
+    long long n = list_state_files(dir, &steps);
+    *out = NULL;
+    if (n < 0) {
+        int e = errno;
+        free(steps);
+        errno = e;
+        return -1;
+    }
+    listed_file *files = calloc((size_t)(n ? n : 1), sizeof *files);
+    if (!files) abort();
+    char path[GT_PATH_MAX + 64];
+    for (long long i = 0; i < n; i++) {
+        files[i].step = steps[i];
+        state_path(path, sizeof path, dir, steps[i], 0);
+        files[i].readable = gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK ||
+                            gt_state_read_lineage(path, &files[i].info) == GT_STATE_OK; /* once more */
+    }
+    free(steps);
+    *out = files;
+    return n;
+}
+
+/* The refusal of a start beside another lineage's files: the newest of them, and what to do. */
+static void refuse_other(start_plan *p, const gt_config *cfg, const listed_file *other, const char *what) {
+    char where[GT_PATH_MAX + 128], path[GT_PATH_MAX + 64];
+    gt_config_where(cfg, "checkpoint", "dir", where, sizeof where);
+    state_path(path, sizeof path, cfg->checkpoint.dir, other->step, 0);
+    snprintf(p->msg, sizeof p->msg,
+             "%s: '%s' holds the state files of another run (its newest: %s, %s%s); %s would write over "
+             "them (their names are step_N.h5): set checkpoint.dir to a directory of its own, or "
+             "checkpoint.resume = auto (or that file's path) to continue that run", where, cfg->checkpoint.dir,
+             path, other->info.run_id[0] ? "run_id " : "written without a run identity", other->info.run_id, what);
+    p->code = GT_EXIT_BAD_INPUT;
+}
+
+/* Rank 0: the plan (start_plan) for checkpoint.resume and checkpoint.dir. */
+static void plan_start(const gt_config *cfg, int rank, start_plan *p) {
+    memset(p, 0, sizeof *p);
+    int mode = gt_config_resume(cfg);
+    const char *dir = cfg->checkpoint.dir;
+    listed_file *files = NULL;
+    long long n = 0;
+    if (dir[0]) {
+        n = list_with_info(dir, &files);
+        if (n < 0) {
+            snprintf(p->msg, sizeof p->msg, "cannot list checkpoint.dir '%s': %s (nothing is resumed or started "
+                     "over state files that cannot be seen)", dir, strerror(errno));
+            p->code = GT_EXIT_BAD_STATE;
+            return;
+        }
+    }
+    if (mode == GT_RESUME_NEVER) {
+        fresh_lineage(rank, &p->lineage);
+        p->fresh = 1;
+        if (n > 0) refuse_other(p, cfg, &files[0], "a fresh start (checkpoint.resume = never)");
+        free(files);
+        return;
+    }
+    if (mode == GT_RESUME_PATH) {
+        gt_state_info f;
+        /* a file that does not read: the resume reports it (exit 3); the lineage does not matter then */
+        if (gt_state_read_lineage(cfg->checkpoint.resume, &f) == GT_STATE_OK) {
+            branch_from(&f, cfg->checkpoint.resume, rank, &p->lineage);
+            for (long long i = 0; i < n && !p->code; i++)
+                if (files[i].readable && !same_lineage(&p->lineage, &files[i].info))
+                    refuse_other(p, cfg, &files[i], "resuming another run's file here");
+        }
+        free(files);
+        return;
+    }
+    /* auto: the recorded branch, else the lineage of the newest file whose attributes read */
+    int has = dir[0] ? read_lineage_record(dir, &p->lineage, p->msg, sizeof p->msg) : 0;
+    if (has < 0) {
+        p->code = GT_EXIT_BAD_STATE;
+        free(files);
+        return;
+    }
+    p->from_record = has == 1;
+    for (long long i = 0; i < n && !has; i++)
+        if (files[i].readable) {
+            file_lineage(&files[i].info, &p->lineage);
+            has = 1;
+        }
+    p->steps = malloc((size_t)(n ? n : 1) * sizeof *p->steps);
+    if (!p->steps) abort();
+    for (long long i = 0; i < n; i++) {
+        if (!files[i].readable) { /* tried, and set aside when it fails and an older one works */
+            p->steps[p->n++] = files[i].step;
+            continue;
+        }
+        if (!same_lineage(&p->lineage, &files[i].info)) {
+            refuse_other(p, cfg, &files[i], "continuing this directory's run beside them");
+            free(files);
+            return;
+        }
+        if (in_chain(&p->lineage, &files[i].info)) p->steps[p->n++] = files[i].step;
+    }
+    free(files);
+    if (p->from_record && p->lineage.from[0]) { /* unless it is one of DIR's candidates */
+        char own[GT_PATH_MAX + 64], real[PATH_MAX];
+        int listed = 0;
+        for (long long i = 0; i < p->n && !listed; i++) {
+            state_path(own, sizeof own, dir, p->steps[i], 0);
+            listed = strcmp(realpath(own, real) ? real : own, p->lineage.from) == 0;
+        }
+        if (!listed) snprintf(p->from, sizeof p->from, "%s", p->lineage.from);
+    }
+    if (p->n == 0 && !p->from[0]) {
+        fresh_lineage(rank, &p->lineage);
+        p->fresh = 1;
+        p->from_record = 0;
+    }
+}
+
+/* The lineage a run writes after it resumed file f (at `path`) of the plan. */
+static void lineage_after_resume(const start_plan *p, const gt_state_info *f, const char *path, int rank,
+                                 gt_lineage *out) {
+    *out = p->lineage;
+    if (!out->run_id[0]) branch_from(f, path, rank, out); /* a legacy file: an identity whose past it is */
+}
+
+/* Where the run starts and in which lineage: rank 0 plans (plan_start), every rank loads the
+ * candidates in turn (each that fails to read is read once more before the next older one is
+ * tried: a transient error on one rank must not demote the newest file), rank 0 records the
+ * lineage. Returns 0 (resumed, or a fresh start), 2 (another lineage's files; the record cannot be
+ * written) or 3, the same on every rank. */
 static int resume(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run);
     int explicit_path = gt_config_resume(cfg) == GT_RESUME_PATH;
-    if (!explicit_path && !cfg->checkpoint.dir[0]) return 0; /* no directory: nothing to look at */
-
-    /* the candidates, newest first; rank 0 looks, everyone gets the same list */
-    int64_t *steps = NULL;
-    long long n = 0;
-    if (explicit_path) {
-        n = 1;
-    } else if (rank == 0) {
-        n = (long long)list_state_files(cfg->checkpoint.dir, &steps);
-    }
-    MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, run->mpi_comm);
-    if (!explicit_path) {
-        if (rank != 0) {
-            steps = malloc((size_t)(n ? n : 1) * sizeof *steps);
-            if (!steps) abort();
+    const char *dir = cfg->checkpoint.dir;
+    start_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) abort();
+    if (rank == 0 && (dir[0] || explicit_path)) plan_start(cfg, rank, plan);
+    else if (rank == 0) fresh_lineage(rank, &plan->lineage), plan->fresh = 1;
+    long long head[3] = {plan->code, plan->fresh, plan->n};
+    MPI_Bcast(head, 3, MPI_LONG_LONG, 0, run->mpi_comm);
+    if (head[0]) {
+        if (rank == 0) {
+            fprintf(stderr, "gtrain: %s\n", plan->msg);
+            fflush(stderr);
         }
-        if (n) MPI_Bcast(steps, (int)n, MPI_INT64_T, 0, run->mpi_comm);
+        free(plan->steps);
+        free(plan);
+        return (int)head[0];
     }
-    if (n == 0) {
-        free(steps);
-        return 0; /* a fresh run */
+    int fresh = (int)head[1];
+    long long n = head[2];
+    if (rank != 0) {
+        plan->steps = malloc((size_t)(n ? n : 1) * sizeof *plan->steps);
+        if (!plan->steps) abort();
     }
+    if (n) MPI_Bcast(plan->steps, (int)n, MPI_INT64_T, 0, run->mpi_comm);
+    MPI_Bcast(plan->from, (int)sizeof plan->from, MPI_CHAR, 0, run->mpi_comm);
 
     char path[GT_PATH_MAX + 64], err[GT_PATH_MAX + 4096];
     gt_state_info info;
-    int code = GT_STATE_UNREADABLE;
-    long long i = 0;
-    for (; i < n; i++) {
-        if (explicit_path) snprintf(path, sizeof path, "%s", cfg->checkpoint.resume);
-        else state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
-        code = try_load(run, path, &info, err, sizeof err);
-        if (code == GT_STATE_OK) break;
-        if (rank == 0) {
-            if (code == GT_STATE_INCOMPATIBLE)
-                fprintf(stderr, "gtrain: cannot resume: %s\n", err);
-            else if (i + 1 < n)
-                fprintf(stderr, "gtrain: unusable state file: %s; trying the next older one\n", err);
-            else
-                fprintf(stderr, "gtrain: unusable state file: %s\n", err);
-            fflush(stderr);
+    memset(&info, 0, sizeof info);
+    int code = GT_STATE_OK;
+    long long i = 0, candidates = explicit_path ? 1 : n + (plan->from[0] ? 1 : 0);
+    if (!fresh) {
+        code = GT_STATE_UNREADABLE;
+        for (; i < candidates; i++) {
+            if (explicit_path) snprintf(path, sizeof path, "%s", cfg->checkpoint.resume);
+            else if (i < n) state_path(path, sizeof path, dir, plan->steps[i], 0);
+            else snprintf(path, sizeof path, "%s", plan->from);
+            code = try_load(run, path, &info, err, sizeof err);
+            if (code == GT_STATE_UNREADABLE) { /* once more: a transient error is no reason to demote it */
+                if (rank == 0) {
+                    fprintf(stderr, "gtrain: unusable state file: %s; reading it once more\n", err);
+                    fflush(stderr);
+                }
+                code = try_load(run, path, &info, err, sizeof err);
+            }
+            if (code == GT_STATE_OK) break;
+            if (rank == 0) {
+                if (code == GT_STATE_INCOMPATIBLE)
+                    fprintf(stderr, "gtrain: cannot resume: %s\n", err);
+                else if (i + 1 < candidates)
+                    fprintf(stderr, "gtrain: unusable state file: %s; trying the next older one\n", err);
+                else
+                    fprintf(stderr, "gtrain: unusable state file: %s\n", err);
+                fflush(stderr);
+            }
+            if (code == GT_STATE_INCOMPATIBLE) break;
         }
-        if (code == GT_STATE_INCOMPATIBLE) break;
     }
-    /* the files before the usable one all failed to read: set them aside (when none is usable they
-     * stay where they are, and the run stops with exit 3 for a person to look) */
-    if (code == GT_STATE_OK && !explicit_path && rank == 0) move_aside(cfg->checkpoint.dir, steps, (size_t)i);
-    free(steps);
+    /* the files of DIR before the usable one all failed to read: set them aside (when none is usable
+     * they stay where they are, and the run stops with exit 3 for a person to look) */
+    if (code == GT_STATE_OK && !fresh && !explicit_path && rank == 0)
+        move_aside(dir, plan->steps, (size_t)(i < n ? i : n));
     if (code != GT_STATE_OK) {
         if (rank == 0 && code == GT_STATE_UNREADABLE && !explicit_path)
-            fprintf(stderr, "gtrain: no usable state file in %s (remove them, or set checkpoint.resume = never, to "
-                    "start fresh)\n", cfg->checkpoint.dir);
+            fprintf(stderr, "gtrain: no usable state file in %s (remove them, or set checkpoint.dir to a new "
+                    "directory, to start fresh)\n", dir);
+        free(plan->steps);
+        free(plan);
         return GT_EXIT_BAD_STATE;
     }
+
+    /* the lineage this run writes, recorded in DIR before any save */
+    int rc = 0;
+    char msg[GT_PATH_MAX + 512] = "";
+    if (rank == 0) {
+        if (fresh) run->lineage = plan->lineage;
+        else lineage_after_resume(plan, &info, path, rank, &run->lineage);
+        int same = plan->from_record && memcmp(&run->lineage, &plan->lineage, sizeof run->lineage) == 0;
+        if (dir[0] && !same && write_lineage_record(dir, &run->lineage, msg, sizeof msg) != 0) rc = GT_EXIT_BAD_INPUT;
+        if (rc) fprintf(stderr, "gtrain: %s\n", msg);
+        else if (explicit_path && dir[0])
+            printf("gtrain: a new branch of run %s from %s (step %lld): checkpoint.resume = auto continues it, not "
+                   "the newer files of the branch it leaves\n", run->lineage.run_id, path, (long long)info.step);
+        fflush(stdout);
+        fflush(stderr);
+    }
+    free(plan->steps);
+    free(plan);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, run->mpi_comm);
+    MPI_Bcast(&run->lineage, (int)sizeof run->lineage, MPI_BYTE, 0, run->mpi_comm);
+    if (rc || fresh) return rc;
 
     run->opt->t = (int)info.adam_step;
     run->first_step = (int)info.step + 1;
@@ -613,8 +1014,8 @@ static int resume(gt_run_state *run) {
     run->skipped_steps = info.skipped_steps;
     /* the final save is skipped when it would rewrite the file we came from */
     char own[GT_PATH_MAX + 64];
-    state_path(own, sizeof own, cfg->checkpoint.dir, info.step, 0);
-    if (cfg->checkpoint.dir[0] && strcmp(own, path) == 0) run->last_saved_step = (int)info.step;
+    state_path(own, sizeof own, dir, info.step, 0);
+    if (dir[0] && strcmp(own, path) == 0) run->last_saved_step = (int)info.step;
     if (rank == 0) {
         if (run->first_step > cfg->train.steps)
             printf("gtrain: the state is at step %lld, train.steps = %d: nothing left to train\n", (long long)info.step,
@@ -640,14 +1041,18 @@ static int peek_resume_file(const gt_config *cfg, gt_state_info *info, char *pat
         snprintf(path, path_len, "%s", cfg->checkpoint.resume);
         return gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK ? 0 : -1;
     }
-    int64_t *steps = NULL;
-    size_t n = list_state_files(cfg->checkpoint.dir, &steps);
+    start_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) abort();
+    plan_start(cfg, 0, plan); /* a refusal (another lineage's files) is reported by the resume */
     int found = -1;
-    for (size_t i = 0; i < n && found; i++) {
-        state_path(path, path_len, cfg->checkpoint.dir, steps[i], 0);
+    for (long long i = 0; !plan->code && !plan->fresh && i <= plan->n && found; i++) {
+        if (i < plan->n) state_path(path, path_len, cfg->checkpoint.dir, plan->steps[i], 0);
+        else if (plan->from[0]) snprintf(path, path_len, "%s", plan->from);
+        else break;
         if (gt_state_read_info(path, info, err, sizeof err) == GT_STATE_OK) found = 0;
     }
-    free(steps);
+    free(plan->steps);
+    free(plan);
     return found;
 }
 
@@ -744,11 +1149,10 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     run->file_bytes = gt_state_file_bytes(gt_model_layout(model));
 
     int rc = 0;
-    if (cfg->checkpoint.dir[0]) {
-        rc = check_dir(run);
-        if (!rc && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
-    }
-    if (!rc && gt_config_resume(cfg) != GT_RESUME_NEVER) rc = resume(run);
+    if (cfg->checkpoint.dir[0]) rc = check_dir(run);
+    if (!rc) rc = resume(run); /* also the lineage, and the refusal of a fresh start over another's files */
+    /* after the resume: a run refused there (another lineage's files) leaves the directory as it was */
+    if (!rc && cfg->checkpoint.dir[0] && rank_of(run) == 0) remove_stale_temporaries(cfg->checkpoint.dir);
     if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
         const gt_layout *layout = gt_model_layout(model);
         gt_shard mine = opt->shard;
@@ -761,22 +1165,27 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     return rc;
 }
 
-/* Drops the oldest files beyond checkpoint.keep, counting the one just saved. Files that failed
- * verification were renamed aside at the resume, so they are not counted; the one just saved is
- * the newest that verified and always among the kept. Rank 0. */
-static void prune(const gt_config *cfg, int64_t saved_step) {
+/* Drops the oldest files beyond checkpoint.keep, counting the one just saved. Only files of this
+ * run's chain (its branch and its past: "the lineage") count and go: another lineage's, an abandoned
+ * branch's and one whose attributes do not read are never deleted. Files that failed verification
+ * were renamed aside at the resume, so they are not counted; the one just saved is the newest that
+ * verified and always among the kept. Rank 0, only after a save known to be durable. */
+static void prune(const gt_run_state *run, int64_t saved_step) {
+    const gt_config *cfg = run->cfg;
     if (cfg->checkpoint.keep <= 0) return;
     int64_t *steps = NULL;
-    size_t n = list_state_files(cfg->checkpoint.dir, &steps);
+    long long n = list_state_files(cfg->checkpoint.dir, &steps);
     size_t kept = 0;
     char path[GT_PATH_MAX + 64];
-    for (size_t i = 0; i < n; i++) {
+    for (long long i = 0; i < n; i++) {
         if (steps[i] >= saved_step) { /* ours, and newer ones: see the header comment */
             if (steps[i] == saved_step) kept++;
             continue;
         }
-        if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         state_path(path, sizeof path, cfg->checkpoint.dir, steps[i], 0);
+        gt_state_info f;
+        if (gt_state_read_lineage(path, &f) != GT_STATE_OK || !in_chain(&run->lineage, &f)) continue;
+        if (kept++ < (size_t)cfg->checkpoint.keep) continue;
         if (unlink(path) != 0) fprintf(stderr, "gtrain: cannot delete %s: %s\n", path, strerror(errno));
         remove_unused_rank_dirs(cfg->checkpoint.dir, steps[i], NULL); /* its rank files, if any */
     }
@@ -837,7 +1246,55 @@ static void save_info(const gt_run_state *run, int step, gt_state_info *out) {
     info.lr = gt_lr_at(cfg, step);
     info.skipped_steps = run->skipped_steps;
     snprintf(info.shard, sizeof info.shard, "%s", gt_shard_stage_name(cfg->dist.shard));
+    snprintf(info.run_id, sizeof info.run_id, "%s", run->lineage.run_id);
+    snprintf(info.branch, sizeof info.branch, "%s", run->lineage.branch);
+    snprintf(info.branch_parents, sizeof info.branch_parents, "%s", run->lineage.parents);
     *out = info;
+}
+
+/* After a save's rename, rank 0: the fsync of DIR that makes the new name last. When it fails the
+ * file is complete but the directory may come back without it (or with a replaced file's old name):
+ * the save is not known good, so it counts as a failed one (checkpoint.max_failed_saves) and nothing
+ * is rotated or cleaned up after it; err says so. GTRAIN_TEST_DIR_FSYNC_EIO=1 (tests only) fails it
+ * with EIO. 1 when synced, else 0. */
+static int dir_synced_after_save(const char *dir, const char *path, char *err, size_t err_len) {
+    const char *hook = gt_test_hook("GTRAIN_TEST_DIR_FSYNC_EIO");
+    int rc = hook && strcmp(hook, "1") == 0 ? (errno = EIO, -1) : fsync_path(dir, 1);
+    if (rc == 0) return 1;
+    snprintf(err, err_len, "rank 0: %s: %s (fsync of the directory after the rename: %s is complete but may not "
+             "last, so it is not counted as saved and no older file is deleted)", dir, strerror(errno), path);
+    return 0;
+}
+
+/* Saves in a row that failed: checkpoint.max_failed_saves. */
+static void count_save(gt_run_state *run, int ok) { run->failed_saves = ok ? 0 : run->failed_saves + 1; }
+
+static int saves_failing(const gt_run_state *run) {
+    int max = run->cfg->checkpoint.max_failed_saves;
+    return max > 0 && run->failed_saves >= max;
+}
+
+/* What a failed save at the end or on a stop signal means: `usual`, or exit 74 when it is the
+ * checkpoint.max_failed_saves-th in a row. */
+static const char *last_save_then(const gt_run_state *run, const char *usual) {
+    int max = run->cfg->checkpoint.max_failed_saves;
+    return max > 0 && run->failed_saves + 1 >= max
+               ? "exit 74 (checkpoint.max_failed_saves saves in a row failed: the storage needs a look)"
+               : usual;
+}
+
+/* The run stops: checkpoint.max_failed_saves saves in a row failed. One line from rank 0 naming the
+ * newest good state file. Returns 74. */
+static int stop_saves_failing(const gt_run_state *run, int step) {
+    if (rank_of(run) == 0) {
+        char newest[GT_PATH_MAX + 128];
+        gt_runstate_describe_newest(run, newest, sizeof newest);
+        fprintf(stderr, "gtrain: stopping after step %d: the last %d saves failed (checkpoint.max_failed_saves = %d); "
+                "%s; exit %d (make room or fix the storage, then start the run again: it resumes from there)\n",
+                step, run->failed_saves, run->cfg->checkpoint.max_failed_saves, newest, GT_EXIT_SAVES_FAILING);
+        fflush(stderr);
+    }
+    return GT_EXIT_SAVES_FAILING;
 }
 
 /* The one line of a save that failed, from either writer: the step, its file, what failed (err:
@@ -917,18 +1374,17 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
         if (!ok && unlink(tmp) != 0 && errno != ENOENT)
             snprintf(cleaned, sizeof cleaned, "its temporary file %s could not be deleted (%s; the next start "
                      "deletes it)", tmp, strerror(errno));
-        if (ok && fsync_path(cfg->checkpoint.dir, 1) != 0) /* the file is complete; only the rename may not last */
-            fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, final_path,
-                    strerror(errno));
-        if (ok) remove_unused_rank_dirs(cfg->checkpoint.dir, step, NULL); /* an asynchronous save it replaced */
+        if (ok && !dir_synced_after_save(cfg->checkpoint.dir, final_path, err, sizeof err))
+            ok = -1; /* the file is complete; only its rename may not last */
+        if (ok == 1) remove_unused_rank_dirs(cfg->checkpoint.dir, step, NULL); /* an asynchronous save it replaced */
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     gt_watchdog_phase_end();
     double seconds = MPI_Wtime() - t0;
     run->last_save_time = MPI_Wtime();
-    run->last_save_failed = !ok;
-    if (!ok) {
-        if (rank == 0) report_failed_save(run, step, err, cleaned, then);
+    count_save(run, ok == 1);
+    if (ok != 1) {
+        if (rank == 0) report_failed_save(run, step, err, ok ? NULL : cleaned, then);
         return -1;
     }
     run->last_saved_step = step;
@@ -938,7 +1394,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
                seconds > 0 ? gb / seconds : 0.0);
         fflush(stdout);
         save_record(run, step, 0, seconds * 1e3, seconds, (uint64_t)file_size(final_path));
-        prune(cfg, step);
+        prune(run, step);
     }
     run->save_blocking_ms += seconds * 1e3;
     return 0;
@@ -986,7 +1442,7 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     MPI_Bcast(&ok, 1, MPI_INT, 0, run->mpi_comm);
     if (!ok) {
         if (rank == 0) report_failed_save(run, step, err, NULL, then);
-        run->last_save_failed = 1;
+        count_save(run, 0);
         return -1;
     }
     MPI_Bcast(run->pending_dir, (int)sizeof run->pending_dir, MPI_CHAR, 0, run->mpi_comm);
@@ -1018,7 +1474,8 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     return 0;
 }
 
-/* Rank 0: the top file, durably, under its final name. 0 or -1 with err. */
+/* Rank 0: the top file, durably, under its final name. 0, -1 with err, or 1 with err when it is there
+ * but the fsync of the directory failed (dir_synced_after_save). */
 static int publish_top(gt_run_state *run, char *err, size_t err_len) {
     const gt_config *cfg = run->cfg;
     int step = run->pending_step;
@@ -1043,10 +1500,7 @@ static int publish_top(gt_run_state *run, char *err, size_t err_len) {
         unlink(tmp);
         return -1;
     }
-    if (fsync_path(cfg->checkpoint.dir, 1) != 0)
-        fprintf(stderr, "gtrain: warning: fsync of %s after saving %s: %s\n", cfg->checkpoint.dir, top,
-                strerror(errno));
-    return 0;
+    return dir_synced_after_save(cfg->checkpoint.dir, top, err, err_len) ? 0 : 1;
 }
 
 /* Completes the save in flight: waits for this rank's writer (at once when the step-boundary
@@ -1061,7 +1515,11 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     int code = gt_agree_on_failed_ranks(run->mpi_comm,
                                         gt_async_save_join(run->writer, &bytes, &write_s, err, sizeof err) != 0, err,
                                         sizeof err);
-    if (!code && rank == 0) code = publish_top(run, err, sizeof err) != 0;
+    int published = 0; /* rank 0: the top file is there (1), and may not last (fsync of DIR failed) */
+    if (!code && rank == 0) {
+        int rc = publish_top(run, err, sizeof err);
+        code = rc != 0, published = rc == 1;
+    }
     run->pending_step = 0;
     int failed_on_0 = code;
     MPI_Bcast(&failed_on_0, 1, MPI_INT, 0, run->mpi_comm);
@@ -1072,9 +1530,10 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
     char top[GT_PATH_MAX + 64], dir[GT_PATH_MAX + 64];
     state_path(top, sizeof top, cfg->checkpoint.dir, step, 0);
     snprintf(dir, sizeof dir, "%s/%s", cfg->checkpoint.dir, run->pending_dir);
-    run->last_save_failed = code != 0; /* (checkpoint.every_minutes counts from the copy: start_async) */
+    count_save(run, code == 0); /* (checkpoint.every_minutes counts from the copy: start_async) */
     if (code) {
-        if (rank == 0) {
+        if (rank == 0 && published) report_failed_save(run, step, err, NULL, then); /* its files stay */
+        else if (rank == 0) {
             char cleaned[GT_PATH_MAX + 160] = "its partial files are deleted";
             if (remove_rank_dir(dir) != 0) /* only its own: an older save of this step maps onto its directory */
                 snprintf(cleaned, sizeof cleaned, "its partial files in %s could not be deleted (%s; the next start "
@@ -1093,7 +1552,7 @@ static int finish_async_unwatched(gt_run_state *run, const char *then) {
         fflush(stdout);
         save_record(run, step, 1, run->pending_blocked_ms, totals[1], all_bytes);
         remove_unused_rank_dirs(cfg->checkpoint.dir, step, NULL); /* an older save of this step it replaced */
-        prune(cfg, step);
+        prune(run, step);
     }
     return 0;
 }
@@ -1164,8 +1623,8 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     if (run->pending_step && !all[2]) finish_async(run, PERIODIC_THEN); /* every writer is done: publish */
     int sig = all[0];
     if (!sig) {
-        if (by_steps || all[1]) save(run, step, PERIODIC_THEN, 0);
-        return 0;
+        if (!saves_failing(run) && (by_steps || all[1])) save(run, step, PERIODIC_THEN, 0);
+        return saves_failing(run) ? stop_saves_failing(run, step) : 0;
     }
     const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";
     if (!has_dir) {
@@ -1178,8 +1637,8 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     snprintf(why, sizeof why, "stopped by %s", name);
     wait_async(run, why, PERIODIC_THEN);
     if (run->last_saved_step != step &&
-        save(run, step, "exit 1 (not 75: there is no new state to resume from)", 1) != 0)
-        return GT_EXIT_FAILURE;
+        save(run, step, last_save_then(run, "exit 1 (not 75: there is no new state to resume from)"), 1) != 0)
+        return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
     if (rank_of(run) == 0) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
         fflush(stdout);
@@ -1193,7 +1652,8 @@ int gt_runstate_end(gt_run_state *run) {
     wait_async(run, "the run ends", PERIODIC_THEN); /* complete before exit */
     if (run->first_step > cfg->train.steps) return 0;    /* resumed at or past the end: nothing new */
     if (run->last_saved_step == cfg->train.steps) return 0; /* the periodic save was the last step */
-    return save(run, cfg->train.steps, "exit 1", 1) == 0 ? 0 : GT_EXIT_FAILURE;
+    if (save(run, cfg->train.steps, last_save_then(run, "exit 1"), 1) == 0) return 0;
+    return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
 }
 
 void gt_runstate_settle(gt_run_state *run) {

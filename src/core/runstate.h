@@ -16,6 +16,14 @@
 #include "state.h"
 #include <stdio.h>
 
+/* A run's lineage (runstate.c, "the lineage"): the identity made at its fresh start, the branch it
+ * writes (a new one at every checkpoint.resume = PATH), the branches it continues ("BRANCH@STEP ...",
+ * "-" for files without an identity), and the file its branch started from (its path; "" for a
+ * fresh start). Every state file it saves records the first three. */
+typedef struct gt_lineage {
+    char run_id[24], branch[24], parents[512], from[GT_PATH_MAX];
+} gt_lineage;
+
 typedef struct gt_run_state {
     const gt_config *cfg;
     gt_comm *comm;
@@ -33,7 +41,9 @@ typedef struct gt_run_state {
     int64_t skipped_steps;   /* steps skipped for a non-finite loss (train.nonfinite = skip), saved in files */
     uint64_t file_bytes;     /* the planned size of one state file (gt_state_file_bytes) */
     double last_save_time;   /* rank 0's MPI_Wtime of the start or the last save: checkpoint.every_minutes */
-    int last_save_failed;    /* the newest save attempt failed (a full disk): see gt_runstate_after_step */
+    int failed_saves;        /* saves in a row that failed (a full disk) or are not known to last (the
+                                directory's fsync failed); checkpoint.max_failed_saves stops the run */
+    gt_lineage lineage;      /* what every file this run saves records; rotation deletes only its chain */
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
     /* checkpoint.async: the save being written in the background (runstate.c, asyncsave.h) */
     struct gt_async_save *writer; /* this rank's writer, made at the first asynchronous save */
@@ -58,9 +68,11 @@ int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world);
 
 /* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path
  * and the OS error when it cannot; a warning when it has less free space than one state file),
- * then resumes (checkpoint.resume) or starts fresh. Collective over world (the trainer's MPI
- * communicator, which comm wraps). Returns 0 or an exit code (2 bad config or unusable directory,
- * 3 unusable state file or a changed model), the same on every rank. */
+ * then resumes (checkpoint.resume) or starts fresh, in the run's lineage (recorded in
+ * DIR/.gtrain-lineage). Collective over world (the trainer's MPI communicator, which comm wraps).
+ * Returns 0 or an exit code (2 bad config, an unusable directory, or state files of another run in
+ * it; 3 unusable state file, a changed model, or a directory that cannot be listed), the same on
+ * every rank. */
 int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MPI_Comm world, gt_model *model,
                       gt_optim *opt, uint64_t global_batch);
 
@@ -69,12 +81,14 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
  * also tells whether every rank's background save has finished (then it is published here).
  * run->save_blocking_ms: how long this call blocked the loop for saves.
  * A periodic save that fails (a full disk) is reported in one line and the run goes on: the next
- * save tries again. Returns 0 to go on, 75 (GT_EXIT_PREEMPTED) after saving when a signal arrived,
- * or 1 when a signal arrived and that save failed. */
+ * save tries again, until checkpoint.max_failed_saves saves in a row have failed: then one line names
+ * the newest good file and this returns 74 (GT_EXIT_SAVES_FAILING). Returns 0 to go on, 75
+ * (GT_EXIT_PREEMPTED) after saving when a signal arrived, or 1 when a signal arrived and that save
+ * failed (74 when it was the max_failed_saves-th in a row). */
 int gt_runstate_after_step(gt_run_state *run, int step);
 
 /* After the last step: the final save. Returns 0, or 1 when it failed (the message names the
- * newest state file that is there). */
+ * newest state file that is there), 74 when it was the checkpoint.max_failed_saves-th in a row. */
 int gt_runstate_end(gt_run_state *run);
 
 /* A run that stops with an error after its steps agreed on it (a non-finite loss, a failed

@@ -455,6 +455,14 @@ static void test_injected_eio(writer *w) {
     }
 }
 
+/* The lineage attributes (gt_state_info.run_id ...): a file of a legacy lineage gets none. */
+static void write_lineage(writer *w, hid_t file, const gt_state_info *info, int parents) {
+    if (!info->run_id[0]) return;
+    write_attr_str(w, file, "run_id", info->run_id);
+    write_attr_str(w, file, "branch", info->branch);
+    if (parents) write_attr_str(w, file, "branch_parents", info->branch_parents);
+}
+
 /* The root attributes, /config, /train and /optim: everything but the tensors. */
 static void write_header(writer *w, hid_t file, const char *text, const gt_state_info *info) {
     write_attr_str(w, file, "format", GT_STATE_FORMAT);
@@ -463,6 +471,7 @@ static void write_header(writer *w, hid_t file, const char *text, const gt_state
     write_attr_u64(w, file, "tokens_seen", info->tokens_seen);
     write_attr_i64(w, file, "world_size", info->world_size);
     write_attr_str(w, file, "shard", info->shard);
+    write_lineage(w, file, info, 1);
     write_config(w, file, text);
 
     hid_t train = create_group(w, file, "train");
@@ -718,6 +727,7 @@ int gt_state_write_rank(const char *path, const gt_layout *layout, uint64_t begi
         write_attr_i64(&w, file, "world_size", info->world_size);
         write_attr_u64(&w, file, "begin", begin);
         write_attr_u64(&w, file, "count", count);
+        write_lineage(&w, file, info, 0);
         close_group(&w, create_group(&w, file, "optim"), "/optim");
     }
     for (int g = 0; g < 3 && !w.abandoned; g++) {
@@ -1324,6 +1334,13 @@ static int read_info(reader *r, gt_state_info *info) {
     int code = open_checked(r, &step, &world);
     if (!code) code = read_attr(r, r->file, "/", "tokens_seen", H5T_NATIVE_UINT64, &info->tokens_seen);
     if (!code) code = read_attr_str(r, r->file, "/", "shard", info->shard, sizeof info->shard);
+    /* the lineage: added after format_version 1 was first written, all "" when absent (a legacy file) */
+    if (!code && H5Aexists(r->file, "run_id") > 0) {
+        code = read_attr_str(r, r->file, "/", "run_id", info->run_id, sizeof info->run_id);
+        if (!code) code = read_attr_str(r, r->file, "/", "branch", info->branch, sizeof info->branch);
+        if (!code) code = read_attr_str(r, r->file, "/", "branch_parents", info->branch_parents,
+                                        sizeof info->branch_parents);
+    }
     if (!code) {
         info->step = step;
         info->world_size = (int)world;
@@ -1443,6 +1460,39 @@ int gt_state_read_config(const char *path, char **config_text, char *err, size_t
 
 int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t err_len) {
     return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
+}
+
+int gt_state_read_lineage(const char *path, gt_state_info *info) {
+    H5E_auto2_t old_func;
+    void *old_data;
+    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    char err[1024], format[64];
+    reader r = {path, -1, err, sizeof err, ""};
+    memset(info, 0, sizeof *info);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_sec2(fapl);
+#if H5_VERSION_GE(1, 10, 7)
+    H5Pset_file_locking(fapl, 0, 1);
+#endif
+    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    int code = GT_STATE_UNREADABLE;
+    if (r.file >= 0) {
+        code = read_attr_str(&r, r.file, "/", "format", format, sizeof format);
+        if (!code && strcmp(format, GT_STATE_FORMAT) != 0) code = GT_STATE_UNREADABLE;
+        if (!code) code = read_attr(&r, r.file, "/", "step", H5T_NATIVE_INT64, &info->step);
+        if (!code && H5Aexists(r.file, "run_id") > 0) {
+            code = read_attr_str(&r, r.file, "/", "run_id", info->run_id, sizeof info->run_id);
+            if (!code) code = read_attr_str(&r, r.file, "/", "branch", info->branch, sizeof info->branch);
+            if (!code) code = read_attr_str(&r, r.file, "/", "branch_parents", info->branch_parents,
+                                            sizeof info->branch_parents);
+        }
+        H5Fclose(r.file);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    return code ? GT_STATE_UNREADABLE : GT_STATE_OK;
 }
 
 int gt_state_rank_dir(const char *path, char *rank_dir, size_t len) {

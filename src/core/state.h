@@ -3,7 +3,7 @@
  * back slice by slice on any world size and shard stage. docs/state-format.md is the long form.
  *
  *   /                         attributes format="gtrain-state", format_version, step, tokens_seen,
- *                             world_size, shard
+ *                             world_size, shard, run_id, branch, branch_parents (the lineage: runstate.c)
  *   /config                   the effective config text (gt_config_to_ini) of the run that saved
  *   /model/<name>             fp32 master weights, one dataset per tensor, logical (Hugging Face) shape
  *   /optim/exp_avg/<name>     AdamW first moment, same shapes
@@ -49,6 +49,13 @@ typedef struct gt_state_info {
     int64_t skipped_steps;  /* steps skipped for a non-finite loss or gradient (train.nonfinite = skip);
                                0 when the file predates the attribute */
     char shard[16];         /* dist.shard of the run that saved */
+    /* The lineage (runstate.c, docs/state-format.md): the run identity made at a fresh start, carried
+     * through every resume; the branch (a new one at every checkpoint.resume = PATH); the branches it
+     * continues, "BRANCH@STEP ..." (their files up to STEP are its past). All "" in a file written
+     * before they existed (a legacy lineage); attributes run_id, branch, branch_parents. */
+    char run_id[24];
+    char branch[24];
+    char branch_parents[512];
 } gt_state_info;
 
 /* Collective over `comm` (every rank calls it with the same arguments but its own optimizer
@@ -114,6 +121,12 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
  * shape, nothing else) and reads each tensor whole into params (layout->n_params fp32, flat layout order); the optimizer's moments
  * are not read. GT_STATE_* and err. */
 int gt_state_read_model(const char *path, const gt_layout *layout, float *params, char *err, size_t err_len);
+
+/* The root attributes step, run_id, branch and branch_parents only (the lineage: "" when absent), into
+ * info (the rest zero): one process, no MPI, no tensor, and the rank files are not opened, so a
+ * start can tell whose every file of a directory is cheaply. GT_STATE_OK, or GT_STATE_UNREADABLE when
+ * the file does not open or is not a gtrain state file. */
+int gt_state_read_lineage(const char *path, gt_state_info *info);
 
 /* The directory of rank files a top file of the split layout maps onto (its root attribute
  * rank_dir, relative to the file's directory): 1 with it in rank_dir; 0 for a single file (no

@@ -38,6 +38,13 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      old file stays readable; replaced and unnamed rank dirs go, a .bad one's stay
   save_failure_names_every_rank  GTRAIN_TEST_SAVE_EIO on ranks 0,2 / 1 / 0-2 of 3: one line naming them
   eio_mid_save       EIO from a real file system (ext4 on a loop device, shut down mid-save), 2 ranks
+  lineage_other_run  a second run (resume = never) in a run's directory, another run's file copied in:
+                     refused, exit 2, nothing touched; files without a run identity still resume
+  rollback_branch    resume = step_4 while 6 and 8 exist, then auto: the branch, never the abandoned 8
+  bad_set_aside_twice  a second set-aside of a step takes .bad.2; every .bad keeps its rank files
+  failed_saves_escalate  checkpoint.max_failed_saves: exit 74 naming the newest good file; a failed
+                     directory fsync counts as a failed save and rotates nothing
+  read_errors        an unlistable checkpoint.dir is exit 3; a one-off read error is read once more
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -459,8 +466,9 @@ def corrupt_fallback(e):
     check("step_00000004.h5" in err, "checkpoint.resume = PATH of a corrupt file: exit 3")
     _, err = e.run(1, "bad", f"checkpoint.resume={e.ck('bad', 5)}", expect=3)
     check("No such file" in err, "checkpoint.resume = PATH of a missing file: exit 3")
-    out, _ = e.run(1, "bad", "checkpoint.resume=never", "train.steps=2")
-    check("resumed" not in out, "checkpoint.resume = never starts fresh beside corrupt files")
+    out, err = e.run(1, "bad", "checkpoint.resume=never", "train.steps=2", expect=2)
+    check("resumed" not in out and "holds the state files of another run" in err,
+          "checkpoint.resume = never beside (corrupt) state files: refused, exit 2")
 
     os.makedirs(e.ck("empty"))
     with open(os.path.join(e.ck("empty"), "notes.txt"), "w") as f:
@@ -717,7 +725,8 @@ def full_disk(e):
     with Tmpfs(mnt, one * 3 // 2):
         ck = os.path.join(mnt, "ck")
         os.makedirs(ck)
-        older = os.path.join(ck, "step_00000001.h5")  # an older state file that takes the room
+        # a file that takes the room (not a state file: a fresh start beside another run's is refused)
+        older = os.path.join(ck, "filler.h5")
         shutil.copy(e.ck("size", 2), older)
 
         # every save fails: a warning at the start, one line per failed save, training goes on, exit 1
@@ -733,7 +742,7 @@ def full_disk(e):
         check("cannot save step 4" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
         check(max(e.losses("full")) == 4, "all 4 steps were trained")
         check("HDF5-DIAG" not in out + err and "MPI_ABORT" not in out + err, "no HDF5 error stack, no MPI_ABORT")
-        check(sorted(os.listdir(ck)) == ["step_00000001.h5"], "no .tmp left, the older file is still there")
+        check(state_files(ck) == ["filler.h5"], "no .tmp left, the older file is still there")
         check(filecmp.cmp(e.ck("size", 2), older, shallow=False), "the older file is untouched, byte for byte")
 
         # room comes back during the run: the next save succeeds and the run ends 0
@@ -766,7 +775,7 @@ def full_disk(e):
                 check("HDF5-DIAG" not in err, "no HDF5 error stack by default")
             else:
                 check("HDF5-DIAG" in err, "GTRAIN_HDF5_DEBUG=1 prints HDF5's error stack")
-            check(sorted(os.listdir(ck)) == ["step_00000001.h5"], "no .tmp left")
+            check(state_files(ck) == ["filler.h5"], "no .tmp left")
 
 
 def nonfinite(e):
@@ -1142,8 +1151,8 @@ def async_full_disk(e):
             check("cannot save step 4" in failed[0] and "training goes on" in failed[0], "the periodic save failed, training went on")
             check("cannot save step 6" in failed[1] and failed[1].endswith("exit 1"), "the final save failed: exit 1")
             check(max(e.losses(f"full{np_}")) == 6, "all 6 steps were trained")
-            check(sorted(os.listdir(ck)) == ["step_00000002.h5", "step_00000002.h5.d"],
-                  f"only the first save is there, no partial files: {sorted(os.listdir(ck))}")
+            check(state_files(ck) == ["step_00000002.h5", "step_00000002.h5.d"],
+                  f"only the first save is there, no partial files: {state_files(ck)}")
             check(state_check("verify", os.path.join(ck, "step_00000002.h5"))[0] == 0, "the first file verifies")
             print(f"    {np_} ranks: {time.time() - t0:.1f} s, no hang", flush=True)
 
@@ -1171,7 +1180,8 @@ def resave_is_atomic(e):
     """Re-saving a step that already has a state file (a run resumed from an older file saves the
     same step again) replaces it atomically, in both writers: a kill -9 in the middle of the re-save
     leaves the old step_N.h5 readable (never deleted first, never a top file over a mix of old and
-    new rank files); a completed re-save leaves one file and the rank files it names, the replaced
+    new rank files), and the next start (auto) continues the branch the resume from step 2 began,
+    saving step 4 again over it; a completed re-save leaves one file and the rank files it names, the replaced
     ones deleted; a file set aside as .bad keeps its rank files; rank files no state file names are
     deleted at the next start."""
     e.run(2, "ref", "train.steps=4", "checkpoint.every=2")
@@ -1190,7 +1200,8 @@ def resave_is_atomic(e):
     check(rc == 0, "killed during the asynchronous re-save of step 4: the old file verifies: " + out.strip())
     print(f"    after the kill: rank dirs of step 4 {step_rank_dirs(ck, 4)}", flush=True)
     out, _ = e.run(2, "run", "train.steps=4", "checkpoint.every=2")
-    check("resumed from " + top in out, "the next run resumes from step 4 (nothing to fall back from)")
+    # checkpoint.resume = step 2 started a branch that left the old step 4: auto continues the branch
+    check("resumed from " + e.ck("run", 2) in out, "the next run (auto) continues the branch from step 2, not the old 4")
     check(len(step_rank_dirs(ck, 4)) == 1 and "left by a save that did not finish" in out,
           f"the unpublished rank files are deleted at the start: {step_rank_dirs(ck, 4)}")
     same_state(e.ck("ref", 4), top, "the surviving step 4 equals the reference")
@@ -1300,10 +1311,188 @@ def eio_mid_save(e):
 
 
 
+LINEAGE = ".gtrain-lineage"
+
+
+def state_files(d):
+    """The names in a checkpoint directory but the lineage record."""
+    return sorted(f for f in os.listdir(d) if f != LINEAGE)
+
+
+def lineage_other_run(e):
+    """One directory, two runs: run A saves steps 4 and 8; run B starts in
+    the same directory with checkpoint.resume = never and another seed: refused before step 1 (exit 2,
+    one line naming the directory, A's newest file and what to do), A's files untouched, and A's next
+    start with auto still continues A. A file of another run copied in beside A's: A's start is
+    refused the same way (it would resume the foreign file, then rotate A's away). Files without a run
+    identity (written before it existed) still resume, and the run then carries an identity whose
+    past they are: keep = 1 rotates them like its own."""
+    e.run(1, "a", "train.steps=8", "checkpoint.every=4")
+    before = {s: open(e.ck("a", s), "rb").read() for s in (4, 8)}
+    out, err = e.run(1, "a", "checkpoint.resume=never", "train.seed=8", "train.steps=3", "checkpoint.every=1",
+                     "checkpoint.keep=0", expect=2)
+    lines = gtrain_lines(err)
+    print("   ", err.strip().replace("\n", "\n    "))
+    check(len(lines) >= 1, "run B printed something")
+    refusal = [l for l in lines if "holds the state files of another run" in l]
+    check(len(refusal) == 1 and e.ck("a") in refusal[0] and e.ck("a", 8) in refusal[0]
+          and "checkpoint.dir" in refusal[0], f"one line naming the directory and run A's newest file: {refusal}")
+    check(not trained_steps(out), "run B trained no step")
+    check(e.steps_saved("a") == [4, 8] and all(open(e.ck("a", s), "rb").read() == before[s] for s in (4, 8)),
+          f"run A's files are untouched: {e.steps_saved('a')}")
+    out, err = e.run(1, "a", "checkpoint.resume=auto", "train.steps=10", "checkpoint.every=0", "checkpoint.keep=2")
+    check("resumed from " + e.ck("a", 8) in out and e.steps_saved("a") == [8, 10], "run A continues: 8 -> 10, keep 2")
+
+    # another run's file copied in, newer than A's: never resumed, never rotated
+    e.run(1, "other", "train.steps=12", "checkpoint.every=0", "train.seed=9")
+    e.seed_from("other", 12, "a")
+    foreign = open(e.ck("a", 12), "rb").read()
+    out, err = e.run(1, "a", "train.steps=14", "checkpoint.every=0", "checkpoint.keep=1", expect=2)
+    refusal = [l for l in gtrain_lines(err) if "holds the state files of another run" in l]
+    check(len(refusal) == 1 and e.ck("a", 12) in refusal[0] and "resumed" not in out,
+          f"auto beside another run's newer file: exit 2 naming it, nothing resumed: {gtrain_lines(err)}")
+    check(e.steps_saved("a") == [8, 10, 12] and open(e.ck("a", 12), "rb").read() == foreign,
+          "no file of either run was deleted or changed")
+    os.remove(e.ck("a", 12))
+    shutil.rmtree(e.ck("a", 12) + ".d")
+
+    # legacy files: no identity, no record
+    for s in (8, 10):
+        rc, msg = state_check("strip-lineage", e.ck("a", s))
+        check(rc == 0, f"lineage attributes removed from step {s}: {msg}")
+    os.remove(os.path.join(e.ck("a"), LINEAGE))
+    check(h5_attr(e.ck("a", 10), "run_id") is None, "step 10 has no run_id now")
+    out, _ = e.run(1, "a", "train.steps=12", "checkpoint.every=0", "checkpoint.keep=0")
+    check("resumed from " + e.ck("a", 10) in out, "a file without a run identity resumes")
+    run_id = h5_attr(e.ck("a", 12), "run_id")
+    check(run_id and len(run_id) == 16, f"the file saved after it has a run identity ({run_id})")
+    with open(os.path.join(e.ck("a"), LINEAGE)) as f:
+        record = f.read()
+    check(f"run_id {run_id}" in record and "parents -@10" in record, f"the record names its legacy past: {record!r}")
+    out, _ = e.run(1, "a", "train.steps=14", "checkpoint.every=0", "checkpoint.keep=1")
+    check("resumed from " + e.ck("a", 12) in out and e.steps_saved("a") == [14],
+          f"the next start continues it; keep = 1 rotated the legacy files of its past too: {e.steps_saved('a')}")
+    check(h5_attr(e.ck("a", 14), "run_id") == run_id, "the identity is carried through the resume")
+
+
+def rollback_branch(e):
+    """A rollback (checkpoint.resume = DIR/step_4 while 6 and 8 exist) starts a new branch: the
+    requeue that follows (checkpoint.resume = auto, as launch/gtrain.sbatch adds it) resumes from
+    step 4 while the branch has saved nothing, then from the branch's own newest file, never from
+    the abandoned step 8; rotation deletes only the branch's chain (its files and 2, 4), never 8.
+    Also on 2 ranks -> 1 (the lineage is carried through a change of world size). A branch started
+    from a file of another directory and requeued before its first save resumes that file again."""
+    e.run(2, "rb", "train.steps=8", "checkpoint.every=2")
+    abandoned = open(e.ck("rb", 8), "rb").read()
+    run_id = h5_attr(e.ck("rb", 8), "run_id")
+    # the rollback: a run that resumes step 4 and is stopped before its first save (train.steps = 4:
+    # nothing to train, so nothing is saved)
+    out, err = e.run(1, "rb", f"checkpoint.resume={e.ck('rb', 4)}", "train.steps=4")
+    check("resumed from " + e.ck("rb", 4) in out, "the rollback resumed step 4")
+    out, err = e.run(1, "rb", "checkpoint.resume=auto", "train.steps=6", "checkpoint.every=0", "checkpoint.keep=0")
+    print("   ", out.strip().replace("\n", "\n    ")[:2000])
+    check("resumed from " + e.ck("rb", 4) in out, "the requeue after the rollback resumed step 4, not the abandoned 8")
+    check([int(l.split()[1].split("/")[0]) for l in trained_steps(out)] == [5, 6], "it trained steps 5 and 6")
+    check(h5_attr(e.ck("rb", 6), "run_id") == run_id and h5_attr(e.ck("rb", 6), "branch") != h5_attr(e.ck("rb", 8), "branch"),
+          "the new step 6 is the same run, another branch than the abandoned step 8")
+    out, _ = e.run(1, "rb", "train.steps=10", "checkpoint.every=0", "checkpoint.keep=2")
+    check("resumed from " + e.ck("rb", 6) in out, "the next requeue resumed the branch's own step 6")
+    check(e.steps_saved("rb") == [6, 8, 10] and open(e.ck("rb", 8), "rb").read() == abandoned,
+          f"keep = 2 rotated 2 and 4 (the branch's past) away, never the abandoned step 8: {e.steps_saved('rb')}")
+
+    # a branch started from a file of another directory, stopped before its first save: the requeue
+    # resumes that file again (the record names it), not a fresh start in the empty directory
+    out, _ = e.run(1, "elsewhere", f"checkpoint.resume={e.ck('rb', 10)}", "train.steps=10")
+    check("resumed from " + e.ck("rb", 10) in out and e.steps_saved("elsewhere") == [], "started from rb's step 10")
+    out, _ = e.run(1, "elsewhere", "checkpoint.resume=auto", "train.steps=12", "checkpoint.every=0")
+    check("resumed from " + e.ck("rb", 10) in out and e.steps_saved("elsewhere") == [12],
+          "the requeue resumed the branch's start in the other directory, then saved its own step 12")
+    check(h5_attr(e.ck("elsewhere", 12), "run_id") == run_id, "the same run, in another directory")
+
+
+def bad_set_aside_twice(e):
+    """Two set-asides of the same step: the second takes step_N.h5.bad.2 (never replacing the first),
+    and every .bad keeps its rank files, byte for byte, through the saves and starts that follow."""
+    ck = e.ck("twice")
+
+    def damage(rank_dir):  # a flipped byte in a chunk of the rank file: the top file still reads
+        flip_in_chunk(os.path.join(ck, rank_dir, "rank_00000.h5"), "/optim/exp_avg/lm_head.weight.b1")
+        return {f: open(os.path.join(ck, rank_dir, f), "rb").read() for f in os.listdir(os.path.join(ck, rank_dir))}
+
+    e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
+    first_dir = h5_attr(e.ck("twice", 4), "rank_dir")
+    first_files = damage(first_dir)
+    out, err = e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
+    check("resumed from " + e.ck("twice", 2) in out and os.path.exists(e.ck("twice", 4) + ".bad"), "the first set-aside")
+    first = open(e.ck("twice", 4) + ".bad", "rb").read()
+    newer_dir = h5_attr(e.ck("twice", 4), "rank_dir")
+    check(first_dir != newer_dir, f"the re-save of step 4 wrote its own rank files ({first_dir}, {newer_dir})")
+    newer_files = damage(newer_dir)
+    out, err = e.run(1, "twice", "train.steps=4", "checkpoint.every=2")
+    print("   ", err.strip().replace("\n", "\n    "))
+    aside = [l for l in gtrain_lines(err) if "set aside" in l]
+    check(len(aside) == 1 and e.ck("twice", 4) + ".bad.2" in aside[0], f"the second set-aside took .bad.2: {aside}")
+    check(os.path.exists(e.ck("twice", 4) + ".bad") and open(e.ck("twice", 4) + ".bad", "rb").read() == first,
+          "the first .bad is still there, unchanged")
+    e.run(1, "twice", "train.steps=6", "checkpoint.every=2")  # one more start: its clean-up
+    for bad, d, files in ((".bad", first_dir, first_files), (".bad.2", newer_dir, newer_files)):
+        check(h5_attr(e.ck("twice", 4) + bad, "rank_dir") == d, f"step_4.h5{bad} still names {d}")
+        kept = {f: open(os.path.join(ck, d, f), "rb").read() for f in os.listdir(os.path.join(ck, d))} \
+            if os.path.isdir(os.path.join(ck, d)) else {}
+        check(kept == files, f"step_4.h5{bad}'s rank files in {d} are kept, byte for byte")
+    check(h5_attr(e.ck("twice", 4), "rank_dir") not in (first_dir, newer_dir), "the new step 4 has rank files of its own")
+
+
+def failed_saves_escalate(e):
+    """checkpoint.max_failed_saves = 2: a run whose every save fails (GTRAIN_TEST_SAVE_EIO) stops
+    after the second failed save in a row with exit 74 and one line naming its newest good file
+    (not exit 1 at the end after training with no save that holds); 0 = never stops. A save whose
+    directory fsync fails (GTRAIN_TEST_DIR_FSYNC_EIO) is not known good: it counts as failed and no
+    older file is rotated away after it. Both writers."""
+    for mode in ("async", "sync"):
+        name = f"esc{mode}"
+        flag = f"checkpoint.async={str(mode == 'async').lower()}"
+        e.run(1, name, "train.steps=2", "checkpoint.every=2", flag)
+        out, err = e.run(1, name, "train.steps=10", "checkpoint.every=1", "checkpoint.max_failed_saves=2", flag,
+                         env={"GTRAIN_TEST_SAVE_EIO": "0"}, expect=74)
+        print("   ", err.strip().replace("\n", "\n    "))
+        stop = [l for l in gtrain_lines(err) if "max_failed_saves" in l and "stopping" in l]
+        check(len(stop) == 1 and "the newest state file is " + e.ck(name, 2) in stop[0] and "exit 74" in stop[0],
+              f"{mode}: one line naming the newest good file and exit 74: {stop}")
+        check(len(trained_steps(out)) < 8, f"{mode}: it stopped early: {len(trained_steps(out))} steps")
+        e.run(1, name, "train.steps=4", "checkpoint.every=1", "checkpoint.max_failed_saves=0", flag,
+              env={"GTRAIN_TEST_SAVE_EIO": "0"}, expect=1)
+        # the directory's fsync fails: nothing is rotated after such a save
+        out, err = e.run(1, name, "train.steps=5", "checkpoint.every=1", "checkpoint.keep=1",
+                         "checkpoint.max_failed_saves=0", flag, env={"GTRAIN_TEST_DIR_FSYNC_EIO": "1"}, expect=1)
+        check(os.path.exists(e.ck(name, 2)), f"{mode}: step 2 (the newest known good) was not rotated away")
+        check(any("fsync of the directory" in l for l in gtrain_lines(err)), f"{mode}: the failed fsync is reported")
+        e.run(1, name, "train.steps=6", "checkpoint.every=1", "checkpoint.keep=1", flag)
+        check(e.steps_saved(name) == [6], f"{mode}: once a save holds, rotation goes on: {e.steps_saved(name)}")
+
+
+def read_errors(e):
+    """A checkpoint.dir that cannot be listed (GTRAIN_TEST_LIST_DIR_EIO) is exit 3, not a fresh start
+    beside the files it could not see; a read error on one rank that does not come back
+    (GTRAIN_TEST_READ_FAILS_ONCE=1) is read once more, and the newest file is resumed, not set aside."""
+    e.run(2, "re", "train.steps=4", "checkpoint.every=2")
+    out, err = e.run(2, "re", "train.steps=6", env={"GTRAIN_TEST_LIST_DIR_EIO": "1"}, expect=3)
+    print("   ", err.strip().replace("\n", "\n    "))
+    check(any("cannot list checkpoint.dir" in l and e.ck("re") in l and "Input/output error" in l
+              for l in gtrain_lines(err)), "one line naming the directory and the error")
+    check(not trained_steps(out) and e.steps_saved("re") == [2, 4], "no step trained, the files are as they were")
+    out, err = e.run(2, "re", "train.steps=6", env={"GTRAIN_TEST_READ_FAILS_ONCE": "1"})
+    print("   ", err.strip().replace("\n", "\n    "))
+    check("resumed from " + e.ck("re", 4) in out, "the newest file was resumed after the read was retried")
+    check(not [f for f in os.listdir(e.ck("re")) if ".bad" in f], "nothing was set aside")
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
                                      leftover_tmp_removed_at_start, async_equals_sync, async_kill_during_write,
+                                     lineage_other_run, rollback_branch, bad_set_aside_twice, failed_saves_escalate,
+                                     read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save)}
 

@@ -215,6 +215,22 @@ static int write_nan(const char *path, const char *name) {
     return (H5Fclose(f) < 0) | bad;
 }
 
+/* Deletes the lineage attributes (run_id, branch, branch_parents) from the root of FILE: a state file
+ * as gtrain wrote them before they existed. */
+static int strip_lineage(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) {
+        fprintf(stderr, "state_check: cannot open %s for writing\n", path);
+        return 1;
+    }
+    const char *names[3] = {"run_id", "branch", "branch_parents"};
+    int rc = 0;
+    for (int i = 0; i < 3; i++)
+        if (H5Aexists(f, names[i]) > 0 && H5Adelete(f, names[i]) < 0) rc = 1;
+    if (H5Fclose(f) < 0) rc = 1;
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "verify") == 0) return verify(argv[2]);
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "compare") == 0)
@@ -223,7 +239,8 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "header") == 0) return header(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "unlink") == 0) return unlink_dataset(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "nan") == 0) return write_nan(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "strip-lineage") == 0) return strip_lineage(argv[2]);
     fprintf(stderr, "usage: state_check verify FILE | compare A B [RTOL] | chunk FILE DATASET | header FILE DATASET | "
-            "unlink FILE DATASET | nan FILE DATASET\n");
+            "unlink FILE DATASET | nan FILE DATASET | strip-lineage FILE\n");
     return 2;
 }
