@@ -617,6 +617,7 @@ static void to_ini_round_trips(void) {
         "checkpoint.takeover=true",
         "checkpoint.async=false",
         "train.spike_zscore=4.5",
+        "train.cuda_attention=mma",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

@@ -95,6 +95,7 @@ static const char *const shard_names[] = {"none", "optimizer", "gradients", "par
 static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
 static const char *const grad_sync_names[] = {"auto", "step", "micro", NULL};
 static const char *const rope_type_names[] = {"default", "llama3", NULL};
+static const char *const cuda_attention_names[] = {"default", "mma", "cudnn", NULL};
 
 const char *gt_device_name(gt_device v) { return device_names[v]; }
 const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
@@ -104,6 +105,7 @@ const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
 const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }
 const char *gt_grad_sync_name(gt_grad_sync v) { return grad_sync_names[v]; }
 const char *gt_rope_type_name(gt_rope_type v) { return rope_type_names[v]; }
+const char *gt_cuda_attention_name(gt_cuda_attention v) { return cuda_attention_names[v]; }
 
 static const key_spec keys[] = {
     INT(FN, "model", "dim", model.dim, 1, 65536),
@@ -142,6 +144,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "train", "device", train.device, device_names),
     ENUM(RUN, "train", "nonfinite", train.nonfinite, nonfinite_names),
     NUM(RUN, "train", "spike_zscore", KEY_DOUBLE, train.spike_zscore, 0, INFINITY, 0),
+    ENUM(RUN, "train", "cuda_attention", train.cuda_attention, cuda_attention_names),
 
     TEXT(RUN, "memory", "recompute", KEY_POLICY, memory.recompute, 1),
     PLAIN(RUN, "memory", "budget", KEY_BYTES, memory.budget),
@@ -202,6 +205,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.device = GT_DEVICE_AUTO;
     cfg->train.nonfinite = GT_NONFINITE_STOP;
     cfg->train.spike_zscore = 0;
+    cfg->train.cuda_attention = GT_CUDA_ATTENTION_DEFAULT;
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
     cfg->dist.shard = GT_SHARD_OPTIMIZER;

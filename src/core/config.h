@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops.h" /* gt_cuda_attention */
+
 #define GT_PATH_MAX 1024
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
@@ -65,6 +67,7 @@ const char *gt_shard_stage_name(gt_shard_stage v);
 const char *gt_comm_choice_name(gt_comm_choice v);
 const char *gt_grad_sync_name(gt_grad_sync v);
 const char *gt_rope_type_name(gt_rope_type v);
+const char *gt_cuda_attention_name(gt_cuda_attention v);
 
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */
@@ -104,6 +107,7 @@ typedef struct gt_config {
         gt_nonfinite nonfinite; /* what a step whose loss or gradient norm is not finite does */
         double spike_zscore;    /* skip an update whose loss or gradient norm is this many standard
                                    deviations above the last 100 steps'; 0 = off */
+        gt_cuda_attention cuda_attention; /* the CUDA backend's attention kernels (ops.h) */
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because
