@@ -135,7 +135,7 @@ static void drop_row(float *p, int jend, int b, int h, int t, int NH, int T, flo
 
 #else /* ---------------------------------------------------------------- the kernels, once per ELEM */
 
-/* sum of a[j] * b[j] over j < n, lanes in a fixed order */
+/* sum of a[j] * b[j] over j < n, lanes in a fixed order. lane_dot, lane_dot_bf16 */
 static float ELEM_NAME(lane_dot)(const ELEM *a, const ELEM *b, int n) {
     float acc[SUM_LANES] = {0};
     int j = 0;

@@ -17,7 +17,7 @@
 #else /* ---------------------------------------------------------------- the kernels, once per ELEM */
 
 /* sign = +1: out = x*cos + rotate_half(x)*sin ; sign = -1: the inverse (transpose) rotation.
- * x (B, T, NH, HD); rope (T_max, HD/2, 2); out may alias inp. */
+ * x (B, T, NH, HD); rope (T_max, HD/2, 2); out may alias inp. rope_rotate, rope_rotate_bf16 */
 static void ELEM_NAME(rope_rotate)(ELEM *out, const ELEM *inp, const float *rope, int B, int T, int NH, int HD,
                                    float sign) {
     GT_CPU_CHECK(HD % 2 == 0, "rope needs an even head dim, got %d", HD);
