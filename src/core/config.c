@@ -105,7 +105,6 @@ const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
 const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }
 const char *gt_grad_sync_name(gt_grad_sync v) { return grad_sync_names[v]; }
 const char *gt_rope_type_name(gt_rope_type v) { return rope_type_names[v]; }
-const char *gt_cuda_attention_name(gt_cuda_attention v) { return cuda_attention_names[v]; }
 
 static const key_spec keys[] = {
     INT(FN, "model", "dim", model.dim, 1, 65536),

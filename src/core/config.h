@@ -67,7 +67,6 @@ const char *gt_shard_stage_name(gt_shard_stage v);
 const char *gt_comm_choice_name(gt_comm_choice v);
 const char *gt_grad_sync_name(gt_grad_sync v);
 const char *gt_rope_type_name(gt_rope_type v);
-const char *gt_cuda_attention_name(gt_cuda_attention v);
 
 typedef struct gt_model_config {
     int dim;           /* C, hidden size */

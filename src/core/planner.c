@@ -179,7 +179,8 @@ uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, 
 uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda_attention attention,
                                const gt_model_config *m, int micro_batch, int seq_len) {
     if (!cuda) return 0;
-    return (uint64_t)GT_CUDA_MATMUL_WORKSPACE_BYTES + (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
+    return (uint64_t)GT_CUDA_MATMUL_WORKSPACE_BYTES +
+           (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
            (attention == GT_CUDA_ATTENTION_CUDNN ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
 }
 

@@ -101,7 +101,7 @@ static inline gt_adamw_scalars gt_adamw_step_scalars(float lr, float beta1, floa
  * and the GTRAIN_CUDA_SYNC wrappers (cuda/cuda_ops.cu).
  *
  * Each family's kernels live in one file per backend, named after the family:
- *   family      ops                                                  CPU                CUDA
+ *   family      ops                                                  CPU                  CUDA
  *   pointwise   embedding, swiglu, residual + dropout                cpu/cpu_pointwise.c  cuda/cuda_pointwise.cu
  *   norm        rmsnorm_forward, _apply, _backward                   cpu/cpu_norm.c       cuda/cuda_norm.cu
  *   rope        rope_forward, rope_backward                          cpu/cpu_rope.c       cuda/cuda_rope.cu

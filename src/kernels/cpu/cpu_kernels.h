@@ -1,8 +1,8 @@
 /*
  * cpu_kernels.h — private to the CPU backend: the functions each cpu_*.c file defines and ops_cpu.c
  * gathers into its two gt_ops tables (fp32 and bf16 working tensors), both declared from ops.h's op
- * list, plus the small helpers they share. Nothing outside src/kernels/cpu/ includes this; the rest of gtrain sees only gt_ops_cpu()
- * and gt_ops_cpu_bf16() from ops.h.
+ * list, plus the small helpers they share. Nothing outside src/kernels/cpu/ includes this; the rest
+ * of gtrain sees only gt_ops_cpu() and gt_ops_cpu_bf16() from ops.h.
  *
  * A kernel casts the `void *` of the interface to its element type at entry (float, or uint16_t
  * holding bf16 bits); the layers are written once for both types (cpu_elem.h).

@@ -1,8 +1,9 @@
 /*
  * cuda_attention.cu — the attention family of ops.h on the GPU: causal grouped-query attention
  * (gt_cuda_attention_forward, gt_cuda_attention_backward, each <float> and <bf16>): the default
- * kernels, flash style (the (T, T) scores never exist in device memory), fp32 arithmetic on CUDA cores, deterministic; and the choice of an opt-in variant
- * (train.cuda_attention; cuda_attention.cuh says how the variants meet).
+ * kernels, flash style (the (T, T) scores never exist in device memory), fp32 arithmetic on CUDA
+ * cores, deterministic; and the choice of an opt-in variant (train.cuda_attention;
+ * cuda_attention.cuh says how the variants meet).
  *
  * Forward, one block of 256 threads per (query tile, head, batch): key tiles up to the diagonal with
  * an online softmax (running max m and sum l, the output rescaled by expf(m_old - m_new)); dropout
