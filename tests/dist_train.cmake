@@ -132,7 +132,7 @@ foreach(cfg "llama13b 8" "llama70b 64")
   set_tests_properties(plan_${name}_fits PROPERTIES LABELS unit)
 endforeach()
 
-# bf16 on the CPU (train.precision = bf16, src/kernels/cpu/cpu_bf16.c), label bf16 too. The same
+# bf16 on the CPU (train.precision = bf16, the bf16 table of src/kernels/cpu/), label bf16 too. The same
 # per-step checks with the working parameters at 2 bytes: ZeRO-1/2 all-gathers, ZeRO-3 gathers and
 # the params peak move and hold bf16, gradients and their reductions stay fp32, and the planner's
 # printed prediction equals what the run measured. Then:

@@ -45,8 +45,8 @@ endif()
 # execution model (blocks in turn, each block's threads as fibers with real __syncthreads and warp
 # barriers, guard pages after shared and device memory; cuda_emu.h says what it checks and what it
 # cannot; docs/gpu.md), and test_ops_cuda.c, compiled with GT_CUDA_EMULATED, compares the real kernel
-# sources of cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu, cuda_ops.cu and cuda_attention_mma.cu
-# with the CPU backend. Copies of those .cu files are rewritten for the host compiler at build time
+# sources of cuda_pointwise.cu, cuda_norm.cu, cuda_rope.cu, cuda_loss.cu, cuda_attention.cu,
+# cuda_optimizer.cu, cuda_ops.cu and cuda_attention_mma.cu with the CPU backend. Copies of those .cu files are rewritten for the host compiler at build time
 # (emu/emulate_cu.cmake: launches and __shared__ declarations only); emu/include comes first on their
 # include path and stands in for the toolkit's cuda_runtime.h and for the backend's cuda_ptx.cuh (the
 # mma file's inline-PTX wrappers), so the product sources name nothing of the emulation. cuBLASLt's
@@ -56,7 +56,7 @@ if(GTRAIN_HAVE_CUDA)
   enable_language(CXX)
   set(_emu_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu)
   set(_emu_src "")
-  foreach(f cuda_kernels cuda_attention cuda_optim cuda_ops cuda_attention_mma)
+  foreach(f cuda_pointwise cuda_norm cuda_rope cuda_loss cuda_attention cuda_optimizer cuda_ops cuda_attention_mma)
     add_custom_command(
       OUTPUT ${_emu_dir}/${f}.cpp
       COMMAND ${CMAKE_COMMAND} -DIN=${CMAKE_SOURCE_DIR}/src/kernels/cuda/${f}.cu -DOUT=${_emu_dir}/${f}.cpp

@@ -619,6 +619,7 @@ static void to_ini_round_trips(void) {
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
         "train.peak_tflops=312.5",
+        "train.cuda_attention=mma",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

@@ -1015,15 +1015,33 @@ static void test_bf16_matmul(void) {
     check_matmul_bound("bf16 matmul_backward dinp (+=) vs sgemm, bound", dx, dx32, S, (size_t)N * IC, OC + 1, 1);
 }
 
+/* Both tables hold every op of ops.h's list (GT_OPS), and the bf16 table takes its own function for a
+ * W op (one per working type) and the fp32 table's for an F op (fp32 tensors only). */
+static void test_table_entries(const gt_ops *fp32, const gt_ops *bf16) {
+    int set = 1, own = 1;
+    char bad[256] = "";
+#define CHECK_ENTRY(kind, op, ret, params, args, shapes)                                                  \
+    if (!fp32->op || (bf16 && !bf16->op)) set = 0, snprintf(bad, sizeof bad, "%s", #op);                 \
+    if (bf16 && (fp32->op == bf16->op) != (#kind[0] == 'F')) own = 0, snprintf(bad, sizeof bad, "%s", #op);
+    GT_OPS(CHECK_ENTRY)
+#undef CHECK_ENTRY
+    char name[128];
+    snprintf(name, sizeof name, "tables: every op of GT_OPS set%s%s", bad[0] ? ", not: " : "", bad);
+    report(name, set, 0, 0);
+    if (bf16) report("tables: bf16 takes its own W ops, the fp32 F ops", own, 0, 0);
+}
+
 static void test_bf16_table(void) {
     char why[256] = "";
     ops16 = gt_ops_cpu_bf16(why, sizeof why);
     test_rne_reference();
     if (!ops16) {
         printf("NOTE: bf16 table checks skipped, no bf16 table here: %s\n", why);
+        test_table_entries(ops, NULL);
         return;
     }
     report("bf16 table: name cpu, act_bytes 2", !strcmp(ops16->name, "cpu") && ops16->act_bytes == 2, 0, 0);
+    test_table_entries(ops, ops16);
     test_bf16_to_working();
     test_bf16_embedding();
     test_bf16_rmsnorm();

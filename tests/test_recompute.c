@@ -15,7 +15,7 @@
  *   - the number of block forwards re-run in backward is the plan's;
  *   - bad policy strings are refused with a message, good ones parse and round-trip;
  *   - `auto` picks the least recompute that fits;
- *   - where the machine has it, the bf16 CPU table (cpu_bf16.c) passes the bit-identity and memory
+ *   - where the machine has it, the bf16 CPU table (ops_cpu.c) passes the bit-identity and memory
  *     checks too (working tensors of 2 bytes, the planner run with act_bytes 2), and its first
  *     micro-batch's gradients point the way fp32's do (cosine > 0.999 per tensor).
  * The memory checks run twice: with the CPU backend as it is (attention probabilities kept by
@@ -718,16 +718,15 @@ static int predict(int argc, char **argv) {
 
 /* The GPU libraries' bytes in every plan total: cuBLASLt always; NCCL's buffers exactly when train.c makes
  * an NCCL communicator (dist.comm = nccl, or auto on more than one rank); cuDNN's attention-backward
- * scratch (D and the fp32 dQ accumulator) only with GTRAIN_CUDA_ATTENTION=cudnn; nothing on the CPU. */
+ * scratch (D and the fp32 dQ accumulator) only with train.cuda_attention = cudnn; nothing on the CPU. */
 static void library_bytes_follow_the_communicator_and_attention(void) {
     int before = check_failures;
     gt_model_config m = g_shapes[0].model;
     m.dim = 2048, m.n_heads = 32; /* HD 64 */
-    const uint64_t L = GT_PLAN_CUBLASLT_WORKSPACE, N = GT_PLAN_NCCL_BUFFERS;
+    const uint64_t L = GT_CUDA_MATMUL_WORKSPACE_BYTES, N = GT_PLAN_NCCL_BUFFERS;
     const uint64_t cudnn = 4ull * 4 * 32 * 2048 * (64 + 1); /* B 4, NH 32, T 2048 */
     CHECK(gt_plan_cudnn_scratch_bytes(&m, 4, 2048) == cudnn, "cuDNN scratch %llu, expected %llu",
           (unsigned long long)gt_plan_cudnn_scratch_bytes(&m, 4, 2048), (unsigned long long)cudnn);
-    unsetenv("GTRAIN_CUDA_ATTENTION");
     const struct {
         int cuda, world;
         gt_comm_choice comm;
@@ -735,16 +734,17 @@ static void library_bytes_follow_the_communicator_and_attention(void) {
     } cases[] = {{0, 1, GT_COMM_AUTO, 0}, {0, 4, GT_COMM_NCCL, 0}, {1, 1, GT_COMM_AUTO, L},     {1, 1, GT_COMM_MPI, L},
                  {1, 1, GT_COMM_NCCL, L + N}, {1, 2, GT_COMM_AUTO, L + N}, {1, 8, GT_COMM_MPI, L}, {1, 8, GT_COMM_NCCL, L + N}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        uint64_t got = gt_plan_library_bytes(cases[i].cuda, cases[i].world, cases[i].comm, &m, 4, 2048);
+        uint64_t got = gt_plan_library_bytes(cases[i].cuda, cases[i].world, cases[i].comm, GT_CUDA_ATTENTION_DEFAULT, &m,
+                                             4, 2048);
         CHECK(got == cases[i].want, "cuda %d, world %d, comm %s: %llu library bytes, expected %llu", cases[i].cuda,
               cases[i].world, gt_comm_choice_name(cases[i].comm), (unsigned long long)got, (unsigned long long)cases[i].want);
     }
-    setenv("GTRAIN_CUDA_ATTENTION", "cudnn", 1);
-    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, &m, 4, 2048) == L + cudnn, "cudnn asked: scratch not counted");
-    CHECK(gt_plan_library_bytes(0, 1, GT_COMM_AUTO, &m, 4, 2048) == 0, "cudnn asked on the CPU: counted");
-    setenv("GTRAIN_CUDA_ATTENTION", "mma", 1);
-    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, &m, 4, 2048) == L, "mma asked: cuDNN scratch counted");
-    unsetenv("GTRAIN_CUDA_ATTENTION");
+    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, GT_CUDA_ATTENTION_CUDNN, &m, 4, 2048) == L + cudnn,
+          "cudnn asked: scratch not counted");
+    CHECK(gt_plan_library_bytes(0, 1, GT_COMM_AUTO, GT_CUDA_ATTENTION_CUDNN, &m, 4, 2048) == 0,
+          "cudnn asked on the CPU: counted");
+    CHECK(gt_plan_library_bytes(1, 1, GT_COMM_AUTO, GT_CUDA_ATTENTION_MMA, &m, 4, 2048) == L,
+          "mma asked: cuDNN scratch counted");
     printf("%s library_bytes_follow_the_communicator_and_attention\n", check_failures == before ? "ok  " : "FAIL");
 }
 

@@ -95,6 +95,7 @@ static const char *const shard_names[] = {"none", "optimizer", "gradients", "par
 static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
 static const char *const grad_sync_names[] = {"auto", "step", "micro", NULL};
 static const char *const rope_type_names[] = {"default", "llama3", NULL};
+static const char *const cuda_attention_names[] = {"default", "mma", "cudnn", NULL};
 
 const char *gt_device_name(gt_device v) { return device_names[v]; }
 const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
@@ -143,6 +144,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "train", "nonfinite", train.nonfinite, nonfinite_names),
     NUM(RUN, "train", "spike_zscore", KEY_DOUBLE, train.spike_zscore, 0, INFINITY, 0),
     NUM(RUN, "train", "peak_tflops", KEY_DOUBLE, train.peak_tflops, 0, INFINITY, 0),
+    ENUM(RUN, "train", "cuda_attention", train.cuda_attention, cuda_attention_names),
 
     TEXT(RUN, "memory", "recompute", KEY_POLICY, memory.recompute, 1),
     PLAIN(RUN, "memory", "budget", KEY_BYTES, memory.budget),
@@ -206,6 +208,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.nonfinite = GT_NONFINITE_STOP;
     cfg->train.spike_zscore = 0;
     cfg->train.peak_tflops = 0;
+    cfg->train.cuda_attention = GT_CUDA_ATTENTION_DEFAULT;
     snprintf(cfg->memory.recompute, sizeof cfg->memory.recompute, "none");
     cfg->memory.budget = 0;
     cfg->dist.shard = GT_SHARD_OPTIMIZER;

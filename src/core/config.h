@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops.h" /* gt_cuda_attention */
+
 #define GT_PATH_MAX 1024
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
@@ -105,6 +107,7 @@ typedef struct gt_config {
         double peak_tflops;     /* the MFU's peak in TFLOP/s; 0 = the GPU's, by its name (mfu.h) */
         double spike_zscore;    /* skip an update whose loss or gradient norm is this many standard
                                    deviations above the last 100 steps'; 0 = off */
+        gt_cuda_attention cuda_attention; /* the CUDA backend's attention kernels (ops.h) */
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because

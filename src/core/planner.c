@@ -171,23 +171,17 @@ int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm) {
     return cuda && (comm == GT_COMM_NCCL || (comm == GT_COMM_AUTO && world > 1));
 }
 
-/* GTRAIN_CUDA_ATTENTION is read by the CUDA backend (gt_cuda_attention_variant, cuda_attention.cu);
- * the planner only needs to know whether it names cuDNN, which keeps scratch the plan must count. */
-static int cudnn_attention_asked(void) {
-    const char *e = getenv("GTRAIN_CUDA_ATTENTION");
-    return e && strcmp(e, "cudnn") == 0;
-}
-
 uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, int seq_len) {
     uint64_t rows = (uint64_t)micro_batch * (uint64_t)m->n_heads * (uint64_t)seq_len;
     return rows * 4 * (1 + (uint64_t)(m->dim / m->n_heads));
 }
 
-uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const gt_model_config *m, int micro_batch,
-                               int seq_len) {
+uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda_attention attention,
+                               const gt_model_config *m, int micro_batch, int seq_len) {
     if (!cuda) return 0;
-    return GT_PLAN_CUBLASLT_WORKSPACE + (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
-           (cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
+    return (uint64_t)GT_CUDA_MATMUL_WORKSPACE_BYTES +
+           (gt_plan_uses_nccl(cuda, world, comm) ? GT_PLAN_NCCL_BUFFERS : 0) +
+           (attention == GT_CUDA_ATTENTION_CUDNN ? gt_plan_cudnn_scratch_bytes(m, micro_batch, seq_len) : 0);
 }
 
 /* ZeRO model state (zero.h, optim.c, model.c's unit order): working parameters, gradients and
@@ -400,11 +394,13 @@ static void report_state_by_world(FILE *out, const gt_config *cfg, const gt_mem_
     if (!shape->library_bytes) return;
     gt_format_bytes(shape->library_bytes, b1, sizeof b1);
     uint64_t cudnn =
-        cudnn_attention_asked() ? gt_plan_cudnn_scratch_bytes(&shape->model, shape->micro_batch, shape->seq_len) : 0;
+        cfg->train.cuda_attention == GT_CUDA_ATTENTION_CUDNN
+            ? gt_plan_cudnn_scratch_bytes(&shape->model, shape->micro_batch, shape->seq_len)
+            : 0;
     char b6[32] = "";
     if (cudnn) gt_format_bytes(cudnn, b6, sizeof b6);
     fprintf(out, "library workspaces per rank at world %d: %s (cuBLASLt %llu MiB%s%s%s), in every total below\n",
-            shape->world, b1, (unsigned long long)(GT_PLAN_CUBLASLT_WORKSPACE >> 20),
+            shape->world, b1, (unsigned long long)(GT_CUDA_MATMUL_WORKSPACE_BYTES >> 20),
             gt_plan_uses_nccl(1, shape->world, cfg->dist.comm) ? ", NCCL buffers ~512 MiB (an estimate)"
                                                                : "; no NCCL communicator",
             cudnn ? ", cuDNN attention backward scratch " : "", b6);
@@ -580,8 +576,8 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
     int stage = cfg->dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg->dist.shard; /* auto: 0 until gt_plan_resolve chooses */
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
                           stage >= 1,
-                          gt_plan_library_bytes(cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
-                                                cfg->train.seq_len),
+                          gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
+                                                cfg->train.micro_batch, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch};
     return shape;
 }

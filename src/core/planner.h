@@ -54,21 +54,20 @@ typedef struct gt_mem_estimate {
 } gt_mem_estimate;
 
 /* Device memory beside gtrain's tracked buffers, per rank (0 on the CPU), counted in every total:
- *   - cuBLASLt's fixed workspace (cuda_matmul.cu);
+ *   - cuBLASLt's fixed workspace (GT_CUDA_MATMUL_WORKSPACE_BYTES, ops.h; cuda_matmul.cu);
  *   - NCCL's communication buffers when the run makes an NCCL communicator (gt_plan_uses_nccl, which
  *     train.c's choice of communicator calls: dist.comm = nccl, or auto on more than one rank; one GPU
  *     otherwise gets the local communicator and NCCL holds nothing), an estimate (per channel and peer a few MiB per protocol; NCCL's own figure depends
  *     on the topology);
- *   - with GTRAIN_CUDA_ATTENTION=cudnn, the scratch cuDNN's attention backward allocates for its call
+ *   - with train.cuda_attention = cudnn, the scratch cuDNN's attention backward allocates for its call
  *     (cuda_attention_cudnn.cu): D (B, NH, T) and the fp32 dQ accumulator (B, NH, T, HD); cuDNN's own
  *     workspace beside them is not known before its plan is built and is not counted.
- * comm: the config's dist.comm (auto | nccl | mpi). */
-#define GT_PLAN_CUBLASLT_WORKSPACE ((uint64_t)32 << 20)
+ * comm: the config's dist.comm (auto | nccl | mpi); attention: its train.cuda_attention. */
 #define GT_PLAN_NCCL_BUFFERS ((uint64_t)512 << 20)
 int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm);
 uint64_t gt_plan_cudnn_scratch_bytes(const gt_model_config *m, int micro_batch, int seq_len);
-uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const gt_model_config *m, int micro_batch,
-                               int seq_len);
+uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda_attention attention,
+                               const gt_model_config *m, int micro_batch, int seq_len);
 
 /* Predicts memory and FLOPs of `plan` for `shape`. */
 /* The asynchronous save's host copy per rank (checkpoint.async = true with a checkpoint.dir; else 0):

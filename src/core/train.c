@@ -117,7 +117,7 @@ static int choose_backend(const gt_config *cfg, MPI_Comm comm, const gt_ops **op
             snprintf(msg, sizeof msg, "%s: [train] device = %s: %s", cfg->path, dev, why);
             return fail_input(rank, msg);
         }
-        ops = gpu >= 0 ? gt_ops_cuda(want_bf16, why, sizeof why) : NULL;
+        ops = gpu >= 0 ? gt_ops_cuda(want_bf16, cfg->train.cuda_attention, why, sizeof why) : NULL;
         if (!ops) snprintf(msg, sizeof msg, "%s: [train] device = %s, but %s", cfg->path, dev, why);
         int code = agree_input(comm, !ops && cfg->train.device == GT_DEVICE_CUDA ? GT_EXIT_BAD_INPUT : 0, msg,
                                sizeof msg);

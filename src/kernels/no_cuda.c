@@ -6,8 +6,9 @@
 
 #include "ops.h"
 
-const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len) {
+const gt_ops *gt_ops_cuda(int bf16, gt_cuda_attention attention, char *why, size_t why_len) {
     (void)bf16;
+    (void)attention;
     snprintf(why, why_len, "this gtrain was built without the CUDA backend (no nvcc at build time)");
     return NULL;
 }

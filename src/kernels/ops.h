@@ -92,9 +92,162 @@ static inline gt_adamw_scalars gt_adamw_step_scalars(float lr, float beta1, floa
     return s;
 }
 
+/* ---------------------------------------------------------------- the op list
+ *
+ * Every op of the table is listed once, here, by family; everything that needs one line per op is
+ * generated from these lists: the members of struct gt_ops below, the CPU backend's declarations and
+ * its two tables (cpu/cpu_kernels.h, cpu/ops_cpu.c), the dry backend (src/core/ops_dry.c), and the
+ * CUDA backend's declarations (cuda/cuda_common.cuh), its table, the check that every entry is set
+ * and the GTRAIN_CUDA_SYNC wrappers (cuda/cuda_ops.cu).
+ *
+ * Each family's kernels live in one file per backend, named after the family:
+ *   family      ops                                                  CPU                  CUDA
+ *   pointwise   embedding, swiglu, residual + dropout                cpu/cpu_pointwise.c  cuda/cuda_pointwise.cu
+ *   norm        rmsnorm_forward, _apply, _backward                   cpu/cpu_norm.c       cuda/cuda_norm.cu
+ *   rope        rope_forward, rope_backward                          cpu/cpu_rope.c       cuda/cuda_rope.cu
+ *   attention   attention_forward, attention_backward                cpu/cpu_attention.c  cuda/cuda_attention.cu
+ *   matmul      matmul_forward, matmul_backward                      cpu/cpu_matmul.c     cuda/cuda_matmul.cu
+ *   loss        crossentropy_forward, crossentropy_backward          cpu/cpu_loss.c       cuda/cuda_loss.cu
+ *   optimizer   sumsq, scale, adamw, to_working, to_master           cpu/cpu_optimizer.c  cuda/cuda_optimizer.cu
+ * Adding an op: one X(...) line in its family's list, and its code in that family's file of each
+ * backend.
+ *
+ * One entry: X(kind, op, ret, params, args, shapes)
+ *   kind    W: one function per working type (the void * tensors are bf16 or fp32):
+ *              CPU gt_cpu_<op> (fp32) and gt_cpu_<op>_bf16; CUDA gt_cuda_<op><float> and <bf16>;
+ *           F: fp32 tensors only, one function that both tables share: gt_cpu_<op>, gt_cuda_<op>;
+ *   op      the member's name;  ret, params: its type;  args: the parameter names, in order;
+ *   shapes  (format, values...): the shapes GTRAIN_CUDA_SYNC names when the op faults.
+ * The comment above each entry is the op's contract. Shapes are row-major; B batch, T sequence,
+ * C model dim. */
+
+#define GT_OPS_POINTWISE(X)                                                                                    \
+    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 in [0, V) ; wte (V, C) working. A token id outside      \
+     * [0, V) is never read through: the CPU aborts naming it; CUDA writes a zero row and raises the         \
+     * flag that take_fault reports. */                                                                      \
+    X(W, embedding_forward, void, (void *out, const int32_t *tokens, const void *wte, int BT, int C, int V),  \
+      (out, tokens, wte, BT, C, V), ("BT=%d C=%d V=%d", BT, C, V))                                            \
+    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row);           \
+     * ids outside [0, V) add nothing */                                                                     \
+    X(W, embedding_backward, void, (float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V), \
+      (dwte, dout, tokens, BT, C, V), ("BT=%d C=%d V=%d", BT, C, V))                                          \
+    /* SwiGLU: out = silu(gate) * up, elementwise over n */                                                  \
+    X(W, swiglu_forward, void, (void *out, const void *gate, const void *up, size_t n), (out, gate, up, n),  \
+      ("n=%zu", n))                                                                                          \
+    /* elementwise: dgate may alias dout */                                                                  \
+    X(W, swiglu_backward, void, (void *dgate, void *dup, const void *dout, const void *gate, const void *up, \
+                                 size_t n),                                                                  \
+      (dgate, dup, dout, gate, up, n), ("n=%zu", n))                                                         \
+    /* residual with dropout on the branch: out = res + dropout(branch); elementwise, so out may alias       \
+     * res or branch */                                                                                      \
+    X(W, residual_forward, void, (void *out, const void *res, const void *branch, size_t n, float dropout,   \
+                                  gt_rng_key key),                                                           \
+      (out, res, branch, n, dropout, key), ("n=%zu dropout=%g", n, dropout))                                 \
+    /* dbranch = dropout mask * dout / (1-p) (the residual path's gradient is dout itself); dbranch may      \
+     * alias dout */                                                                                         \
+    X(W, dropout_backward, void, (void *dbranch, const void *dout, size_t n, float dropout, gt_rng_key key), \
+      (dbranch, dout, n, dropout, key), ("n=%zu dropout=%g", n, dropout))
+
+/* RMSNorm (Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w, in fp32) */
+#define GT_OPS_NORM(X)                                                                                         \
+    /* out (N, C), rstd (N) fp32 = rsqrt(mean(x^2)+eps); inp (N, C); weight (C) */                           \
+    X(W, rmsnorm_forward, void, (void *out, float *rstd, const void *inp, const void *weight, int N, int C,  \
+                                 float eps),                                                                 \
+      (out, rstd, inp, weight, N, C, eps), ("N=%d C=%d", N, C))                                              \
+    /* out (N, C) from the rstd forward stored: bit-identical to rmsnorm_forward's out */                    \
+    X(W, rmsnorm_apply, void, (void *out, const float *rstd, const void *inp, const void *weight, int N,     \
+                               int C),                                                                       \
+      (out, rstd, inp, weight, N, C), ("N=%d C=%d", N, C))                                                   \
+    /* dinp (N, C) += d/dinp ; dweight (C) fp32 += ; dout (N, C) */                                          \
+    X(W, rmsnorm_backward, void, (void *dinp, float *dweight, const void *dout, const void *inp,             \
+                                  const void *weight, const float *rstd, int N, int C),                      \
+      (dinp, dweight, dout, inp, weight, rstd, N, C), ("N=%d C=%d", N, C))
+
+/* Rotary embedding, rotate-half convention, positions 0..T-1, in place allowed.
+ * x (B, T, NH, HD), pairs (i, i + HD/2) of each head:
+ *   x'_i = x_i cos - x_{i+HD/2} sin ;  x'_{i+HD/2} = x_{i+HD/2} cos + x_i sin
+ * with (cos, sin) = rope[(t*HD/2 + i)*2 + {0, 1}]: rope (T_max >= T, HD/2, 2) fp32, a device table
+ * the model builds once from its inverse frequencies (plain theta^(-2i/HD), or llama3-scaled), so
+ * the kernels need not know how the frequencies were made and every backend uses the same numbers. */
+#define GT_OPS_ROPE(X)                                                                                         \
+    X(W, rope_forward, void, (void *out, const void *inp, const float *rope, int B, int T, int NH, int HD),  \
+      (out, inp, rope, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))                               \
+    /* dinp = inverse rotation of dout (in place allowed) */                                                 \
+    X(W, rope_backward, void, (void *dinp, const void *dout, const float *rope, int B, int T, int NH,        \
+                               int HD),                                                                      \
+      (dinp, dout, rope, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))
+
+/* Causal grouped-query attention, scale 1/sqrt(HD). */
+#define GT_OPS_ATTENTION(X)                                                                                    \
+    /* q (B, T, NH, HD), k and v (B, T, NKV, HD) (NH % NKV == 0, head h reads kv head h/(NH/NKV));          \
+     * out (B, T, NH, HD); lse (B, NH, T) fp32 log-sum-exp of each score row;                               \
+     * probs (B, NH, T, T) fp32 or NULL: the softmax probabilities before dropout, computed as              \
+     * exp(s - lse) so that a backward which recomputes them from q, k and lse gets the same bits.          \
+     * dropout (on the probabilities, as transformers' attention_dropout) uses key and element              \
+     * index ((b*NH + h)*T + t)*T + s. */                                                                    \
+    X(W, attention_forward, void, (void *out, float *lse, float *probs, const void *q, const void *k,        \
+                                   const void *v, int B, int T, int NH, int NKV, int HD, float dropout,      \
+                                   gt_rng_key key),                                                          \
+      (out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key),                                           \
+      ("B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, dropout))                               \
+    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; out (B,T,NH,HD) is attention_forward's           \
+     * output for these q, k, v (bit for bit, as forward or a recompute made it): backward takes the        \
+     * softmax-gradient row term D = rowsum(dout * out) from it instead of recomputing P V over the         \
+     * whole triangle. probs may be NULL (recomputed from q, k, lse); the result is bit-identical           \
+     * either way. */                                                                                        \
+    X(W, attention_backward, void, (void *dq, void *dk, void *dv, const void *dout, const void *out,         \
+                                    const void *q, const void *k, const void *v, const float *lse,           \
+                                    const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,\
+                                    gt_rng_key key),                                                         \
+      (dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key),                         \
+      ("B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, dropout))
+
+/* Linear layers (no bias): out (N, OC) = inp (N, IC) @ weight^T, weight (OC, IC). */
+#define GT_OPS_MATMUL(X)                                                                                       \
+    X(W, matmul_forward, void, (void *out, const void *inp, const void *weight, int N, int IC, int OC),      \
+      (out, inp, weight, N, IC, OC), ("N=%d IC=%d OC=%d", N, IC, OC))                                        \
+    /* dinp (N, IC) = dout @ weight (accumulate_dinp: +=, else =) ; dweight (OC, IC) fp32 += dout^T @ inp */ \
+    X(W, matmul_backward, void, (void *dinp, float *dweight, const void *dout, const void *inp,              \
+                                 const void *weight, int N, int IC, int OC, int accumulate_dinp),            \
+      (dinp, dweight, dout, inp, weight, N, IC, OC, accumulate_dinp), ("N=%d IC=%d OC=%d", N, IC, OC))
+
+/* Fused softmax + cross-entropy over logits (BT, V). */
+#define GT_OPS_LOSS(X)                                                                                         \
+    /* losses (BT) = lse - logit[target], lse (BT) fp32; a target < 0 is ignored (loss 0) */                 \
+    X(W, crossentropy_forward, void, (float *losses, float *lse, const void *logits, const int32_t *targets, \
+                                      int BT, int V),                                                        \
+      (losses, lse, logits, targets, BT, V), ("BT=%d V=%d", BT, V))                                          \
+    /* logits turn into dlogits in place: (softmax - onehot) * dloss (0 for ignored rows) */                 \
+    X(W, crossentropy_backward, void, (void *logits, const float *lse, const int32_t *targets, int BT, int V,\
+                                       float dloss),                                                         \
+      (logits, lse, targets, BT, V, dloss), ("BT=%d V=%d", BT, V))
+
+/* The optimizer step's fp32 vector utilities and the master <-> working conversions. */
+#define GT_OPS_OPTIMIZER(X)                                                                                    \
+    /* sum of squares in double, fixed summation order */                                                    \
+    X(F, sumsq, double, (const float *x, size_t n), (x, n), ("n=%zu", n))                                    \
+    X(F, scale, void, (float *x, size_t n, float s), (x, n, s), ("n=%zu", n))                                \
+    /* PyTorch AdamW: p -= lr*wd*p; m,v moments; p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) */        \
+    X(F, adamw, void, (float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n,         \
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int t),            \
+      (param, exp_avg, exp_avg_sq, grad, n, lr, beta1, beta2, eps, weight_decay, t), ("n=%zu t=%d", n, t))   \
+    /* working (n) = master (n) in the working type (a copy in fp32) */                                      \
+    X(W, to_working, void, (void *working, const float *master, size_t n), (working, master, n),             \
+      ("n=%zu", n))                                                                                          \
+    /* master (n) fp32 = working (n) */                                                                      \
+    X(W, to_master, void, (float *master, const void *working, size_t n), (master, working, n), ("n=%zu", n))
+
+/* Every op, in the table's order. */
+#define GT_OPS(X)                                                                                              \
+    GT_OPS_POINTWISE(X) GT_OPS_NORM(X) GT_OPS_ROPE(X) GT_OPS_ATTENTION(X) GT_OPS_MATMUL(X) GT_OPS_LOSS(X)    \
+    GT_OPS_OPTIMIZER(X)
+
+/* (a, b, c) -> a, b, c: for the args and shapes of an entry */
+#define GT_OPS_UNPAREN(...) __VA_ARGS__
+
 typedef struct gt_ops gt_ops;
 struct gt_ops {
-    const char *name;   /* "cpu" or "cuda" */
+    const char *name;   /* "cpu", "cuda" or "dry" */
     int act_bytes;      /* bytes per working element (4 fp32, 2 bf16) */
     /* 1 when attention_forward can store the (B, NH, T, T) probabilities for backward to reuse;
      * 0 when the backend always recomputes them from q, k and lse (flash-style). */
@@ -119,94 +272,10 @@ struct gt_ops {
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *ptr);
 
-    /* ---- embedding ---- */
-    /* out (BT, C) = wte[tokens] ; tokens (BT) int32 in [0, V) ; wte (V, C) working. A token id outside
-     * [0, V) is never read through: the CPU aborts naming it; CUDA writes a zero row and raises the
-     * flag that take_fault reports. */
-    void (*embedding_forward)(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V);
-    /* dwte (V, C) fp32 += scatter of dout (BT, C) by tokens; deterministic (fixed order per row);
-     * ids outside [0, V) add nothing */
-    void (*embedding_backward)(float *dwte, const void *dout, const int32_t *tokens, int BT, int C, int V);
-
-    /* ---- RMSNorm (Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w, in fp32) ---- */
-    /* out (N, C), rstd (N) fp32 = rsqrt(mean(x^2)+eps); inp (N, C); weight (C) */
-    void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const void *weight, int N, int C,
-                            float eps);
-    /* out (N, C) from the rstd forward stored: bit-identical to rmsnorm_forward's out */
-    void (*rmsnorm_apply)(void *out, const float *rstd, const void *inp, const void *weight, int N, int C);
-    /* dinp (N, C) += d/dinp ; dweight (C) fp32 += ; dout (N, C) */
-    void (*rmsnorm_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
-                             const void *weight, const float *rstd, int N, int C);
-
-    /* ---- linear layers (no bias): out (N, OC) = inp (N, IC) @ weight^T, weight (OC, IC) ---- */
-    void (*matmul_forward)(void *out, const void *inp, const void *weight, int N, int IC, int OC);
-    /* dinp (N, IC) = dout @ weight (accumulate_dinp: +=, else =) ; dweight (OC, IC) fp32 += dout^T @ inp */
-    void (*matmul_backward)(void *dinp, float *dweight, const void *dout, const void *inp,
-                            const void *weight, int N, int IC, int OC, int accumulate_dinp);
-
-    /* ---- rotary embedding, rotate-half convention, positions 0..T-1, in place allowed ----
-     * x (B, T, NH, HD), pairs (i, i + HD/2) of each head:
-     *   x'_i = x_i cos - x_{i+HD/2} sin ;  x'_{i+HD/2} = x_{i+HD/2} cos + x_i sin
-     * with (cos, sin) = rope[(t*HD/2 + i)*2 + {0, 1}]: rope (T_max >= T, HD/2, 2) fp32, a device table
-     * the model builds once from its inverse frequencies (plain theta^(-2i/HD), or llama3-scaled), so
-     * the kernels need not know how the frequencies were made and every backend uses the same numbers. */
-    void (*rope_forward)(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD);
-    /* dinp = inverse rotation of dout (in place allowed) */
-    void (*rope_backward)(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD);
-
-    /* ---- causal grouped-query attention, scale 1/sqrt(HD) ----
-     * q (B, T, NH, HD), k and v (B, T, NKV, HD) (NH % NKV == 0, head h reads kv head h/(NH/NKV));
-     * out (B, T, NH, HD); lse (B, NH, T) fp32 log-sum-exp of each score row;
-     * probs (B, NH, T, T) fp32 or NULL: the softmax probabilities before dropout, computed as
-     * exp(s - lse) so that a backward which recomputes them from q, k and lse gets the same bits.
-     * dropout (on the probabilities, as transformers' attention_dropout) uses key and element
-     * index ((b*NH + h)*T + t)*T + s. */
-    void (*attention_forward)(void *out, float *lse, float *probs, const void *q, const void *k,
-                              const void *v, int B, int T, int NH, int NKV, int HD, float dropout,
-                              gt_rng_key key);
-    /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; out (B,T,NH,HD) is attention_forward's
-     * output for these q, k, v (bit for bit, as forward or a recompute made it): backward takes the
-     * softmax-gradient row term D = rowsum(dout * out) from it instead of recomputing P V over the
-     * whole triangle. probs may be NULL (recomputed from q, k, lse); the result is bit-identical
-     * either way. */
-    void (*attention_backward)(void *dq, void *dk, void *dv, const void *dout, const void *out,
-                               const void *q, const void *k, const void *v, const float *lse,
-                               const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,
-                               gt_rng_key key);
-
-    /* ---- SwiGLU: out = silu(gate) * up, elementwise over n ---- */
-    void (*swiglu_forward)(void *out, const void *gate, const void *up, size_t n);
-    /* elementwise: dgate may alias dout */
-    void (*swiglu_backward)(void *dgate, void *dup, const void *dout, const void *gate, const void *up,
-                            size_t n);
-
-    /* ---- residual with dropout on the branch: out = res + dropout(branch); elementwise, so out
-     * may alias res or branch ---- */
-    void (*residual_forward)(void *out, const void *res, const void *branch, size_t n, float dropout,
-                             gt_rng_key key);
-    /* dbranch = dropout mask * dout / (1-p) (the residual path's gradient is dout itself);
-     * dbranch may alias dout */
-    void (*dropout_backward)(void *dbranch, const void *dout, size_t n, float dropout, gt_rng_key key);
-
-    /* ---- fused softmax + cross-entropy over logits (BT, V) ---- */
-    /* losses (BT) = lse - logit[target], lse (BT) fp32; a target < 0 is ignored (loss 0) */
-    void (*crossentropy_forward)(float *losses, float *lse, const void *logits, const int32_t *targets,
-                                 int BT, int V);
-    /* logits turn into dlogits in place: (softmax - onehot) * dloss (0 for ignored rows) */
-    void (*crossentropy_backward)(void *logits, const float *lse, const int32_t *targets, int BT, int V,
-                                  float dloss);
-
-    /* ---- optimizer and fp32 vector utilities ---- */
-    /* sum of squares in double, fixed summation order */
-    double (*sumsq)(const float *x, size_t n);
-    void (*scale)(float *x, size_t n, float s);
-    /* PyTorch AdamW: p -= lr*wd*p; m,v moments; p -= lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) */
-    void (*adamw)(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t);
-    /* working (n) = master (n) in the working type (a copy on the CPU) */
-    void (*to_working)(void *working, const float *master, size_t n);
-    /* master (n) fp32 = working (n) */
-    void (*to_master)(float *master, const void *working, size_t n);
+    /* ---- the ops: one member per entry of GT_OPS (above), every one set by every backend ---- */
+#define GT_OPS_MEMBER(kind, op, ret, params, args, shapes) ret(*op) params;
+    GT_OPS(GT_OPS_MEMBER)
+#undef GT_OPS_MEMBER
 
     /* ---- faults found on the device (optional: NULL where kernels check synchronously, the CPU) ----
      * 0, or 1 and a one-line message ("token id 40000 is outside [model] vocab_size = 32000 ...")
@@ -233,9 +302,23 @@ const gt_ops *gt_ops_cpu(void);
 const gt_ops *gt_ops_cpu_bf16(char *why, size_t why_len);
 const char *gt_cpu_bf16_isa(void);
 
+/* The CUDA backend's attention kernels: the default ones (every head size, fp32 arithmetic), or one of
+ * the opt-in bf16 variants (docs/gpu.md). The config key train.cuda_attention names them (default, mma,
+ * cudnn, in this order); the CPU backend has one attention and ignores it. */
+typedef enum gt_cuda_attention {
+    GT_CUDA_ATTENTION_DEFAULT, /* cuda/cuda_attention.cu */
+    GT_CUDA_ATTENTION_MMA,     /* cuda/cuda_attention_mma.cu: tensor-core flash attention, HD 64 and 128 */
+    GT_CUDA_ATTENTION_CUDNN,   /* cuda/cuda_attention_cudnn.cu: cuDNN's fused attention, dlopen()ed */
+} gt_cuda_attention;
+
 /* The CUDA backend, or NULL with a reason in `why` when it was not built or no GPU is visible.
- * bf16 selects bf16 working tensors; otherwise fp32. */
-const gt_ops *gt_ops_cuda(int bf16, char *why, size_t why_len);
+ * bf16 selects bf16 working tensors; otherwise fp32. attention: the kernels its attention entries run
+ * (for the whole process: the last call's choice holds). */
+const gt_ops *gt_ops_cuda(int bf16, gt_cuda_attention attention, char *why, size_t why_len);
+
+/* The cuBLASLt workspace the CUDA backend's matrix products hold for the whole run (cuda_matmul.cu);
+ * the planner counts it in every CUDA total. */
+#define GT_CUDA_MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)
 
 /* One line for `gtrain --version`: the CUDA runtime, driver and NCCL versions, or that the backend
  * was not built. Needs no GPU. */

@@ -17,7 +17,7 @@
  * are each input read once and each output written once. "roof%" = floor / measured. The first two
  * lines measure the ceilings actually reached here: a large device-to-device copy (bytes read +
  * written) and an 8192^3 bf16 matmul. Attention is timed with the default kernels and with the
- * opt-in tensor-core variant (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu's forward and
+ * opt-in tensor-core variant (train.cuda_attention = mma: cuda_attention_mma.cu's forward and
  * backward), and with cuDNN's fused attention (=cudnn) when libcudnn loads; a cudnn direction cuDNN
  * declined is named "cudnn-fallback" (those are the default kernels' times). The last line per shape adds the ops of one
  * micro-batch's forward and backward (every op measured here; rope and dropout are not) and the
@@ -396,7 +396,7 @@ static void bench_shape(const model_shape *m) {
 
 int main(int argc, char **argv) {
     char why[256] = "";
-    gpu = gt_ops_cuda(1, why, sizeof why);
+    gpu = gt_ops_cuda(1, GT_CUDA_ATTENTION_DEFAULT, why, sizeof why);
     if (!gpu) {
         printf("skipped: %s\n", why);
         return 77;

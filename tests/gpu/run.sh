@@ -25,7 +25,7 @@
 #                   phases before it give the numbers the targets are about and it may take all it is given
 # Each phase prints ONE line on stdout: "PHASE <name> PASS|FAIL|SKIP <key numbers> [<seconds> s]".
 #
-# cuDNN (GTRAIN_CUDA_ATTENTION=cudnn) is dlopen()ed, never bundled: when python3 can import PyTorch's
+# cuDNN (train.cuda_attention = cudnn) is dlopen()ed, never bundled: when python3 can import PyTorch's
 # nvidia.cudnn package, its lib/ folder (and the folder of a libnvrtc beside it, which cuDNN's
 # runtime-compiled engines load) is appended to LD_LIBRARY_PATH; without it the cudnn checks skip.
 #
@@ -150,9 +150,9 @@ if [ -n "$CUDNN_LIB" ] && [ -d "$CUDNN_LIB" ]; then
         NVRTC_LIB="$WORK/nvrtc"
     fi
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$CUDNN_LIB${NVRTC_LIB:+:$NVRTC_LIB}"
-    log "cuDNN for GTRAIN_CUDA_ATTENTION=cudnn: $CUDNN_LIB (nvrtc: ${NVRTC_LIB:-none found}) appended to LD_LIBRARY_PATH"
+    log "cuDNN for train.cuda_attention = cudnn: $CUDNN_LIB (nvrtc: ${NVRTC_LIB:-none found}) appended to LD_LIBRARY_PATH"
 else
-    log "no cuDNN from python3's nvidia.cudnn package: the GTRAIN_CUDA_ATTENTION=cudnn checks will skip"
+    log "no cuDNN from python3's nvidia.cudnn package: the train.cuda_attention = cudnn checks will skip"
 fi
 
 skip_all_reason=""
@@ -180,7 +180,7 @@ phase_ops() {
         sed -E 's/.*attention (out|dq) cudnn .*rel err ([0-9.e+-]+).*/\1 \2/' | tr '\n' ' ')
     # cudnn: the calls it took, or why it was skipped, or its one fallback line
     cu=$(grep -m1 -E "^(ok|FAIL|SKIP) +bf16 +attention cudnn" "$RES/ops.log" | sed -E 's/^[A-Z]+ +bf16 +attention //')
-    grep -m1 "GTRAIN_CUDA_ATTENTION=cudnn:" "$RES/ops.log" >> "$LOG"
+    grep -m1 "train.cuda_attention = cudnn:" "$RES/ops.log" >> "$LOG"
     grep -E "^FAIL" "$RES/ops.log" | head -n 5 >> "$LOG"
     if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 77 ]; then status=SKIP; else status=FAIL; fi
     [ $rc -eq 124 ] && key="stopped at the ${lim}s limit; $key"
@@ -257,8 +257,8 @@ phase_trainer() {
         "tiny-cuda-bf16-zero2||train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro"
         "tiny-cuda-bf16-zero3-nccl||train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro memory.recompute=full dist.comm=nccl"
         "tiny-cuda-bf16-sync|GTRAIN_CUDA_SYNC=1|train.device=cuda train.precision=bf16"
-        "tiny-cuda-bf16-mma|GTRAIN_CUDA_ATTENTION=mma|train.device=cuda train.precision=bf16"
-        "tiny-cuda-bf16-cudnn|GTRAIN_CUDA_ATTENTION=cudnn|train.device=cuda train.precision=bf16"
+        "tiny-cuda-bf16-mma||train.device=cuda train.precision=bf16 train.cuda_attention=mma"
+        "tiny-cuda-bf16-cudnn||train.device=cuda train.precision=bf16 train.cuda_attention=cudnn"
         "tiny-cpu-bf16||train.device=cpu train.precision=bf16"
         "tiny-cuda-bf16-save||train.device=cuda train.precision=bf16 checkpoint.dir=ck-save checkpoint.every=10"
     )
@@ -320,7 +320,7 @@ dm = tracks("mma")
 c = losses("tiny-cuda-bf16-cudnn")
 dc = max((abs(a - b) for a, b in zip(c, b16)), default=float("nan"))
 try:
-    fell = [l.strip() for l in open(os.path.join(res, "tiny-cuda-bf16-cudnn.log")) if "GTRAIN_CUDA_ATTENTION=cudnn:" in l]
+    fell = [l.strip() for l in open(os.path.join(res, "tiny-cuda-bf16-cudnn.log")) if "train.cuda_attention = cudnn:" in l]
 except OSError:
     fell = []
 cudnn_how = "fell back: " + fell[0].split("cudnn: ", 1)[-1] if fell else "cuDNN ran" if c else "no steps"
@@ -415,11 +415,12 @@ phase_bench_train() {
     for pol in none full selective none-mma none-cudnn; do
         rest=$((deadline - $(date +%s)))
         [ "$rest" -ge 20 ] || { log "bench-train: no time left for $pol"; break; }
-        local envs="" policy=$pol
-        [ "$pol" = none-mma ] && envs=GTRAIN_CUDA_ATTENTION=mma policy=none
-        [ "$pol" = none-cudnn ] && envs=GTRAIN_CUDA_ATTENTION=cudnn policy=none
+        local attention=default policy=$pol
+        [ "$pol" = none-mma ] && attention=mma policy=none
+        [ "$pol" = none-cudnn ] && attention=cudnn policy=none
         # shellcheck disable=SC2086
-        GT_ENV="$envs" gt "$(((rest < 60) ? rest : 60))" "1b-$pol" "$ROOT/configs/llama1b.ini" $B1 memory.recompute="$policy"
+        GT_ENV="" gt "$(((rest < 60) ? rest : 60))" "1b-$pol" "$ROOT/configs/llama1b.ini" $B1 memory.recompute="$policy" \
+            train.cuda_attention="$attention"
     done
     if [ "$HAVE_PY" != 1 ]; then phase_line bench-train SKIP $(($(date +%s) - t0)) "no python3 to read the metrics"; return; fi
     key=$(python3 - "$RES" <<'PY'

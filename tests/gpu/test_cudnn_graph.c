@@ -1,5 +1,5 @@
 /*
- * test_cudnn_graph.c — the cuDNN graphs of GTRAIN_CUDA_ATTENTION=cudnn (cuda_attention_cudnn.cu) are
+ * test_cudnn_graph.c — the cuDNN graphs of train.cuda_attention = cudnn (cuda_attention_cudnn.cu) are
  * well formed, as far as that can be checked without a device.
  *
  *   test_cudnn_graph                   descriptors and wiring

@@ -25,8 +25,8 @@
  * Determinism: every GPU op runs twice on identical inputs and the two results must be equal bytes.
  * Attention includes the 7B shape (T 2048, 32 heads of 128) in bf16 mode, and runs twice in bf16
  * mode: with the default kernels, then with the opt-in mma forward and backward (cuda_attention_mma.cu,
- * GTRAIN_CUDA_ATTENTION=mma) forced on, same tolerances, with a check that the variant really took
- * the calls (forward and backward). Third, when libcudnn loads (else one SKIP line), cuDNN's fused attention (cuda_attention_cudnn.cu, GTRAIN_CUDA_ATTENTION=cudnn): same
+ * train.cuda_attention = mma) forced on, same tolerances, with a check that the variant really took
+ * the calls (forward and backward). Third, when libcudnn loads (else one SKIP line), cuDNN's fused attention (cuda_attention_cudnn.cu, train.cuda_attention = cudnn): same
  * tolerances, the calls it must take counted with its own fallback rules (dropout, HD, T = 1 and older
  * cuDNN's T % 128 go to the default kernels, whose results are checked all the same), and both mixed
  * pairings (default forward + cudnn backward and the reverse) to check that its lse is gtrain's.
@@ -61,7 +61,7 @@
 static const gt_ops *cpu, *gpu;
 
 /* private to the CUDA backend (cuda_attention.cuh): force the attention variant by its
- * GTRAIN_CUDA_ATTENTION name ("default", "mma", "cudnn"; NULL: back to the environment) */
+ * train.cuda_attention name ("default", "mma", "cudnn"; NULL: back to the one gt_ops_cuda was given) */
 void gt_cuda_attention_force_variant(const char *name);
 long gt_cuda_attention_mma_calls(void); /* cuda_attention_mma.cu: forward and backward calls it took */
 /* cuda_attention_cudnn.cu: calls cuDNN ran; its version once loaded (0 and why otherwise); whether its
@@ -927,13 +927,13 @@ int main(void) {
     const char *quick_env = getenv("GT_TEST_QUICK"), *only_env = getenv("GT_TEST_ONLY");
     const int quick = quick_env && atoi(quick_env) != 0;
     const int attention_only = only_env && strcmp(only_env, "attention") == 0;
-    if (!gt_ops_cuda(0, why, sizeof why)) {
+    if (!gt_ops_cuda(0, GT_CUDA_ATTENTION_DEFAULT, why, sizeof why)) {
         printf("skipped: %s\n", why);
         return 77;
     }
     cpu = gt_ops_cpu();
     for (bf16_mode = 0; bf16_mode <= 1; bf16_mode++) {
-        gpu = gt_ops_cuda(bf16_mode, why, sizeof why);
+        gpu = gt_ops_cuda(bf16_mode, GT_CUDA_ATTENTION_DEFAULT, why, sizeof why);
         if (gpu->act_bytes != (bf16_mode ? 2 : 4) || gpu->can_keep_attention_probs != 0) {
             printf("FAIL table: act_bytes %d, can_keep_attention_probs %d\n", gpu->act_bytes,
                    gpu->can_keep_attention_probs);
@@ -956,7 +956,7 @@ int main(void) {
             test_rope(1, 5, 9, 128);  /* 576 pairs: three blocks of 256, the last partly idle */
             test_rope(2, 7, 3, 20);   /* HD/2 = 10, not a multiple of the 16-byte vector: the single-pair kernel */
         }
-        gt_cuda_attention_force_variant("default"); /* whatever GTRAIN_CUDA_ATTENTION says */
+        gt_cuda_attention_force_variant("default");
         test_attention(2, 77, 4, 2, 64, 0.0f);
         test_attention(2, 77, 4, 2, 64, 0.1f);
         test_attention(1, 130, 2, 1, 128, 0.0f);
@@ -965,7 +965,7 @@ int main(void) {
         test_attention(1, 1, 2, 1, 16, 0.0f);
         if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
-            /* the opt-in bf16 tensor-core variant (GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu, HD 64
+            /* the opt-in bf16 tensor-core variant (train.cuda_attention = mma: cuda_attention_mma.cu, HD 64
              * and 128); each call is also run twice and compared bytewise, and it must take every call:
              * GQA (groups of 2 and 4: the dk/dv kernel sums a kv head's query heads), dropout, T not a
              * multiple of its tiles (several key and query tiles at T 200), one row, the 7B shape; and
@@ -977,7 +977,7 @@ int main(void) {
                 {1, 2048, 32, 32, 128, 0.0f}, /* the 7B shape, last: left out when quick */
             };
             attention_mma_takes_all(tc_shapes, (int)(sizeof tc_shapes / sizeof tc_shapes[0]), quick);
-            /* the opt-in cuDNN fused attention (GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu), when
+            /* the opt-in cuDNN fused attention (train.cuda_attention = cudnn: cuda_attention_cudnn.cu), when
              * libcudnn loads: GQA, T not a multiple of 64 or 128, HD 24/32/64/128, and shapes that must
              * fall back to the default kernels (dropout, HD 20, T 1) */
             char cudnn_why[320];

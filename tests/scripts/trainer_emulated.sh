@@ -15,7 +15,7 @@
 #   - dist.comm=nccl: refused with the emulation's words (no NCCL here), not a crash or a CPU run
 #   - asynchronous saves: the snapshot in pinned host memory (cudaHostAlloc), and in pageable memory with
 #     one line when pinning is refused: the losses of the run without saves, equal state files
-#   - GTRAIN_CUDA_ATTENTION=mma (the tensor-core attention, its PTX emulated) at head size 64 tracks the
+#   - train.cuda_attention=mma (the tensor-core attention, its PTX emulated) at head size 64 tracks the
 #     default kernels' losses without equalling them, and repeats bit for bit; at tiny's head size 32,
 #     which it does not take, the default kernels run: their losses exactly
 # Not here (they need a GPU): the cuDNN attention, cuBLASLt (a reference loop stands in),
@@ -48,7 +48,7 @@ run() {
 run cpu "" train.device=cpu train.precision=fp32
 run fp32 "" train.device=cuda train.precision=fp32
 run bf16 "" train.device=cuda train.precision=bf16
-# the CPU's bf16 table (oneDNN; cpu_bf16.c), where this gtrain has it and the CPU the instructions
+# the CPU's bf16 table (oneDNN; cpu_matmul.c), where this gtrain has it and the CPU the instructions
 cpu_bf16=0
 if env OMP_NUM_THREADS=1 "$gtrain" "$src/configs/tiny.ini" train.device=cpu train.precision=bf16 train.steps=1 \
     data.train=corpus.train.bin data.val= checkpoint.dir= >cpu-bf16-probe.log 2>&1; then
@@ -75,15 +75,15 @@ for group in /model /optim; do
 done
 export same_state
 # tiny's head size 32, which the mma attention leaves to the default kernels; 3 steps (the test's time)
-run bf16-mma-hd32 GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 train.steps=3
+run bf16-mma-hd32 "" train.device=cuda train.precision=bf16 train.cuda_attention=mma train.steps=3
 # the mma attention takes head sizes 64 and 128 (tiny's is 32): two heads of 64, one kv head
 HD64="model.n_heads=2 model.n_kv_heads=1"
 # shellcheck disable=SC2086
 run bf16-hd64 "" train.device=cuda train.precision=bf16 $HD64
 # shellcheck disable=SC2086
-run bf16-hd64-mma GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 $HD64
+run bf16-hd64-mma "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
 # shellcheck disable=SC2086
-run bf16-hd64-mma-again GTRAIN_CUDA_ATTENTION=mma train.device=cuda train.precision=bf16 $HD64
+run bf16-hd64-mma-again "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
 
 # dist.comm=nccl: no NCCL in the emulation; it must stop, naming that, before any step
 env OMP_NUM_THREADS=1 "$gtrain" "$src/configs/tiny.ini" train.device=cuda train.steps=1 data.train=corpus.train.bin \
@@ -145,7 +145,7 @@ for pol in ("full", "selective"):
 check("GTRAIN_CUDA_SYNC=1", n and losses("bf16-sync") == b16, "same losses, synchronised")
 check("ZeRO-2 micro bit-identical", n and losses("bf16-zero2") == b16, "losses vs dist.shard=optimizer")
 check("ZeRO-3 bit-identical", n and losses("bf16-zero3") == b16, "losses vs dist.shard=optimizer")
-# the tensor-core attention (GTRAIN_CUDA_ATTENTION=mma, cuda_attention_mma.cu on the emulated PTX): its
+# the tensor-core attention (train.cuda_attention=mma, cuda_attention_mma.cu on the emulated PTX): its
 # sums run in another order than the default kernels', so its losses differ from theirs in the last
 # bits (identical losses would mean it never ran) and track them within 0.005 (6.1e-4 measured, while the
 # loss falls by 1.5); and it repeats bit for bit (at head size 64: two heads, one kv head)

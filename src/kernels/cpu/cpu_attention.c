@@ -1,8 +1,9 @@
 /*
- * cpu_attention.c — causal grouped-query attention on the CPU, exact, blocked over the queries so
- * that every inner product is one matrix product on the calling OpenMP thread and the keys after a
- * query block's last row are never touched (causal blocks skipped). The algorithm is written once
- * over the element type and compiled for fp32 and bf16 (cpu_elem.h); only the products differ:
+ * cpu_attention.c — the attention family of ops.h on the CPU: causal grouped-query attention, exact,
+ * blocked over the queries so that every inner product is one matrix product on the calling OpenMP
+ * thread and the keys after a query block's last row are never touched (causal blocks skipped). The
+ * algorithm is written once over the element type and compiled for fp32 and bf16 (cpu_elem.h); only
+ * the products differ:
  * fp32 multiplies with OpenBLAS sgemm (single-threaded: it runs inside our OpenMP loop), bf16 with
  * oneDNN on the CPU's bf16 units (gt_dnnl_gemm_ld, fp32 accumulation).
  *
@@ -134,7 +135,7 @@ static void drop_row(float *p, int jend, int b, int h, int t, int NH, int T, flo
 
 #else /* ---------------------------------------------------------------- the kernels, once per ELEM */
 
-/* sum of a[j] * b[j] over j < n, lanes in a fixed order */
+/* sum of a[j] * b[j] over j < n, lanes in a fixed order. lane_dot, lane_dot_bf16 */
 static float ELEM_NAME(lane_dot)(const ELEM *a, const ELEM *b, int n) {
     float acc[SUM_LANES] = {0};
     int j = 0;
@@ -146,7 +147,8 @@ static float ELEM_NAME(lane_dot)(const ELEM *a, const ELEM *b, int n) {
     return s;
 }
 
-/* out (B,T,NH,HD) ; lse (B,NH,T) ; probs (B,NH,T,T) or NULL ; q (B,T,NH,HD) ; k, v (B,T,NKV,HD) */
+/* out (B,T,NH,HD) ; lse (B,NH,T) ; probs (B,NH,T,T) or NULL ; q (B,T,NH,HD) ; k, v (B,T,NKV,HD).
+ * gt_cpu_attention_forward, gt_cpu_attention_forward_bf16 */
 void ELEM_NAME(gt_cpu_attention_forward)(void *out_, float *lse, float *probs, const void *q_, const void *k_,
                                          const void *v_, int B, int T, int NH, int NKV, int HD, float dropout,
                                          gt_rng_key key) {
@@ -201,6 +203,7 @@ void ELEM_NAME(gt_cpu_attention_forward)(void *out_, float *lse, float *probs, c
     }
 }
 
+/* gt_cpu_attention_backward, gt_cpu_attention_backward_bf16 */
 void ELEM_NAME(gt_cpu_attention_backward)(void *dq_, void *dk_, void *dv_, const void *dout_, const void *out_,
                                           const void *q_, const void *k_, const void *v_, const float *lse,
                                           const float *probs, int B, int T, int NH, int NKV, int HD,

@@ -1,8 +1,8 @@
 /*
  * cpu_kernels.h — private to the CPU backend: the functions each cpu_*.c file defines and ops_cpu.c
- * gathers into its two gt_ops tables (fp32 and bf16 working tensors), plus the small helpers they
- * share. Nothing outside src/kernels/cpu/ includes this; the rest of gtrain sees only gt_ops_cpu()
- * and gt_ops_cpu_bf16() from ops.h.
+ * gathers into its two gt_ops tables (fp32 and bf16 working tensors), both declared from ops.h's op
+ * list, plus the small helpers they share. Nothing outside src/kernels/cpu/ includes this; the rest
+ * of gtrain sees only gt_ops_cpu() and gt_ops_cpu_bf16() from ops.h.
  *
  * A kernel casts the `void *` of the interface to its element type at entry (float, or uint16_t
  * holding bf16 bits); the layers are written once for both types (cpu_elem.h).
@@ -63,8 +63,8 @@ static inline float gt_cpu_expf(float x) {
 }
 
 /* bf16 <-> fp32, as CUDA's __bfloat162float and __float2bfloat16 (round to nearest, ties to even;
- * a NaN stays a NaN): the one conversion of the bf16 CPU table (cpu_elem.h's LD and ST, cpu_bf16.c,
- * cpu_attention.c's bf16 operands). */
+ * a NaN stays a NaN): the one conversion of the bf16 CPU table (cpu_elem.h's LD and ST,
+ * cpu_optimizer.c's to_working and to_master, cpu_attention.c's bf16 operands). */
 static inline float gt_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
     return v.f;
@@ -90,71 +90,15 @@ void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, c
                      void *C, int ldc, int c_f32, int accumulate);
 void gt_dnnl_init(void);
 
-/* cpu_matmul.c */
-void gt_cpu_matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC);
-void gt_cpu_matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp,
-                            const void *weight, int N, int IC, int OC, int accumulate_dinp);
-
-/* The layers written once over the element type (cpu_elem.h), each compiled twice: gt_cpu_X works on
- * fp32 tensors, gt_cpu_X_bf16 on bf16 ones (weight gradients, rstd, lse, probs, losses fp32 in both).
- * cpu_norm_rope.c: RMSNorm, RoPE; cpu_attention.c; cpu_pointwise.c: embedding, SwiGLU, residual
- * dropout, cross-entropy. */
-#define GT_CPU_LAYER_DECLS(sfx)                                                                                \
-    void gt_cpu_rmsnorm_forward##sfx(void *out, float *rstd, const void *inp, const void *weight, int N, int C, \
-                                     float eps);                                                               \
-    void gt_cpu_rmsnorm_apply##sfx(void *out, const float *rstd, const void *inp, const void *weight, int N,    \
-                                   int C);                                                                     \
-    void gt_cpu_rmsnorm_backward##sfx(void *dinp, float *dweight, const void *dout, const void *inp,           \
-                                      const void *weight, const float *rstd, int N, int C);                   \
-    void gt_cpu_rope_forward##sfx(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD); \
-    void gt_cpu_rope_backward##sfx(void *dinp, const void *dout, const float *rope, int B, int T, int NH,       \
-                                   int HD);                                                                    \
-    void gt_cpu_attention_forward##sfx(void *out, float *lse, float *probs, const void *q, const void *k,      \
-                                       const void *v, int B, int T, int NH, int NKV, int HD, float dropout,    \
-                                       gt_rng_key key);                                                        \
-    void gt_cpu_attention_backward##sfx(void *dq, void *dk, void *dv, const void *dout, const void *out,       \
-                                        const void *q, const void *k, const void *v, const float *lse,         \
-                                        const float *probs, int B, int T, int NH, int NKV, int HD,             \
-                                        float dropout, gt_rng_key key);                                        \
-    void gt_cpu_embedding_forward##sfx(void *out, const int32_t *tokens, const void *wte, int BT, int C, int V); \
-    void gt_cpu_embedding_backward##sfx(float *dwte, const void *dout, const int32_t *tokens, int BT, int C,   \
-                                        int V);                                                                \
-    void gt_cpu_swiglu_forward##sfx(void *out, const void *gate, const void *up, size_t n);                    \
-    void gt_cpu_swiglu_backward##sfx(void *dgate, void *dup, const void *dout, const void *gate,               \
-                                     const void *up, size_t n);                                                \
-    void gt_cpu_residual_forward##sfx(void *out, const void *res, const void *branch, size_t n, float dropout, \
-                                      gt_rng_key key);                                                         \
-    void gt_cpu_dropout_backward##sfx(void *dbranch, const void *dout, size_t n, float dropout, gt_rng_key key); \
-    void gt_cpu_crossentropy_forward##sfx(float *losses, float *lse, const void *logits,                       \
-                                          const int32_t *targets, int BT, int V);                              \
-    void gt_cpu_crossentropy_backward##sfx(void *logits, const float *lse, const int32_t *targets, int BT,     \
-                                           int V, float dloss);
-GT_CPU_LAYER_DECLS()
-GT_CPU_LAYER_DECLS(_bf16)
-
-/* The entries of a gt_ops table for those layers, fp32 (sfx empty) or bf16 (sfx _bf16). */
-#define GT_CPU_LAYER_ENTRIES(sfx)                                    \
-    .embedding_forward = gt_cpu_embedding_forward##sfx,             \
-    .embedding_backward = gt_cpu_embedding_backward##sfx,           \
-    .rmsnorm_forward = gt_cpu_rmsnorm_forward##sfx,                 \
-    .rmsnorm_apply = gt_cpu_rmsnorm_apply##sfx,                     \
-    .rmsnorm_backward = gt_cpu_rmsnorm_backward##sfx,               \
-    .rope_forward = gt_cpu_rope_forward##sfx,                       \
-    .rope_backward = gt_cpu_rope_backward##sfx,                     \
-    .attention_forward = gt_cpu_attention_forward##sfx,             \
-    .attention_backward = gt_cpu_attention_backward##sfx,           \
-    .swiglu_forward = gt_cpu_swiglu_forward##sfx,                   \
-    .swiglu_backward = gt_cpu_swiglu_backward##sfx,                 \
-    .residual_forward = gt_cpu_residual_forward##sfx,               \
-    .dropout_backward = gt_cpu_dropout_backward##sfx,               \
-    .crossentropy_forward = gt_cpu_crossentropy_forward##sfx,       \
-    .crossentropy_backward = gt_cpu_crossentropy_backward##sfx
-
-/* cpu_bf16.c: the bf16 table's linear layers (oneDNN) and master <-> working conversions */
-void gt_cpu_matmul_forward_bf16(void *out, const void *inp, const void *weight, int N, int IC, int OC);
-void gt_cpu_matmul_backward_bf16(void *dinp, float *dweight, const void *dout, const void *inp,
-                                 const void *weight, int N, int IC, int OC, int accumulate_dinp);
-void gt_cpu_to_working_bf16(void *working, const float *master, size_t n);
-void gt_cpu_to_master_bf16(float *master, const void *working, size_t n);
+/* The ops of ops.h's list, declared from it: for a W entry gt_cpu_<op> (fp32 tensors) and
+ * gt_cpu_<op>_bf16 (bf16 ones; weight gradients, rstd, lse, probs, losses fp32 in both); for an F
+ * entry gt_cpu_<op>, which both tables share. Each family's functions are in its file (ops.h's
+ * table of families: cpu_pointwise.c, cpu_norm.c, cpu_rope.c, cpu_attention.c, cpu_matmul.c,
+ * cpu_loss.c, cpu_optimizer.c); the layers are written once over the element type and compiled for
+ * both (cpu_elem.h), so their names are built by ELEM_NAME: grep for the plain name. */
+#define GT_CPU_DECLARE(kind, op, ret, params, args, shapes) GT_CPU_DECLARE_##kind(op, ret, params)
+#define GT_CPU_DECLARE_W(op, ret, params) ret gt_cpu_##op params; ret gt_cpu_##op##_bf16 params;
+#define GT_CPU_DECLARE_F(op, ret, params) ret gt_cpu_##op params;
+GT_OPS(GT_CPU_DECLARE)
 
 #endif

@@ -1,5 +1,9 @@
 /*
- * cpu_matmul.c — the bias-free linear layer on the CPU: three OpenBLAS sgemm calls.
+ * cpu_matmul.c — the matmul family of ops.h on the CPU, the bias-free linear layer: for fp32 tensors
+ * three OpenBLAS sgemm calls (gt_cpu_matmul_forward, gt_cpu_matmul_backward); for bf16 ones oneDNN on
+ * the working weights as they are (gt_cpu_matmul_forward_bf16, gt_cpu_matmul_backward_bf16, through
+ * cpu_dnnl.c), fp32 accumulation, each output rounded once; the products repeat bit for bit at a
+ * fixed thread count (cpu_dnnl.c).
  *
  * Weights are [out, in] as in Hugging Face, so forward is out = inp @ W^T. OpenBLAS threads a gemm
  * over M/N output tiles, not over the K reduction, so in practice each output element is summed in
@@ -29,4 +33,16 @@ void gt_cpu_matmul_backward(void *dinp, float *dweight, const void *dout, const 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, (const float *)dout, OC,
                     (const float *)inp, IC, 1.0f, dweight, IC);
     }
+}
+
+/* out (N, OC) = inp (N, IC) @ weight^T, rounded once ; weight (OC, IC) */
+void gt_cpu_matmul_forward_bf16(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+    gt_dnnl_gemm(N, OC, IC, inp, 0, weight, 1, out, 0, 0);
+}
+
+/* dinp (N, IC) = (or +=, added in fp32 then rounded) dout @ weight ; dweight (OC, IC) fp32 += dout^T @ inp */
+void gt_cpu_matmul_backward_bf16(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
+                                 int N, int IC, int OC, int accumulate_dinp) {
+    if (dinp && N > 0 && IC > 0) gt_dnnl_gemm(N, IC, OC, dout, 0, weight, 0, dinp, 0, accumulate_dinp);
+    if (dweight && OC > 0 && IC > 0 && N > 0) gt_dnnl_gemm(OC, IC, N, dout, 1, inp, 0, dweight, 1, 1);
 }

@@ -1,6 +1,6 @@
 /*
- * cpu_pointwise.c — the row- and element-wise layers on the CPU: token embedding, SwiGLU, the
- * residual add with dropout on the branch, and the fused softmax + cross-entropy of the LM head.
+ * cpu_pointwise.c — the pointwise family of ops.h on the CPU, the row- and element-wise layers: token
+ * embedding, SwiGLU, the residual add with dropout on the branch.
  * Each kernel is written once over the element type and compiled for fp32 and bf16 (cpu_elem.h):
  * loads become fp32, the math is fp32 (sums in double where noted), each output is rounded once.
  *
@@ -17,9 +17,6 @@
 /* Columns per work item of embedding_backward. */
 #define EMBED_COL_BLOCK 64
 
-/* Lanes of the cross-entropy exp-sum (doubles): a fixed tree, so the compiler can vectorise it. */
-#define CE_LANES 8
-
 static inline float silu(float g) { return g / (1.0f + gt_cpu_expf(-g)); }
 
 #define GT_CPU_TEMPLATE "cpu_pointwise.c"
@@ -29,7 +26,8 @@ static inline float silu(float g) { return g / (1.0f + gt_cpu_expf(-g)); }
 
 /* ---------------------------------------------------------------- embedding */
 
-/* out (BT, C) = wte[tokens] ; wte (V, C) */
+/* out (BT, C) = wte[tokens] ; wte (V, C)
+ * gt_cpu_embedding_forward, gt_cpu_embedding_forward_bf16 */
 void ELEM_NAME(gt_cpu_embedding_forward)(void *out_, const int32_t *tokens, const void *wte_, int BT, int C,
                                          int V) {
     ELEM *out = out_;
@@ -43,7 +41,8 @@ void ELEM_NAME(gt_cpu_embedding_forward)(void *out_, const int32_t *tokens, cons
 }
 
 /* dwte (V, C) += scatter of dout (BT, C). Each thread owns a block of columns and walks the tokens
- * in order, so repeated tokens add up in the same order for any thread count. */
+ * in order, so repeated tokens add up in the same order for any thread count.
+ * gt_cpu_embedding_backward, gt_cpu_embedding_backward_bf16 */
 void ELEM_NAME(gt_cpu_embedding_backward)(float *dwte, const void *dout_, const int32_t *tokens, int BT, int C,
                                           int V) {
     const ELEM *dout = dout_;
@@ -62,7 +61,8 @@ void ELEM_NAME(gt_cpu_embedding_backward)(float *dwte, const void *dout_, const 
 
 /* ---------------------------------------------------------------- SwiGLU */
 
-/* out (n) = silu(gate) * up */
+/* out (n) = silu(gate) * up
+ * gt_cpu_swiglu_forward, gt_cpu_swiglu_forward_bf16 */
 void ELEM_NAME(gt_cpu_swiglu_forward)(void *out_, const void *gate_, const void *up_, size_t n) {
     ELEM *out = out_;
     const ELEM *gate = gate_, *up = up_;
@@ -70,7 +70,8 @@ void ELEM_NAME(gt_cpu_swiglu_forward)(void *out_, const void *gate_, const void 
     for (size_t i = 0; i < n; i++) out[i] = ST(silu(LD(gate, i)) * LD(up, i));
 }
 
-/* d silu(g)/dg = sig * (1 + g (1 - sig)). dgate/dup may alias gate/up (elementwise). */
+/* d silu(g)/dg = sig * (1 + g (1 - sig)). dgate/dup may alias gate/up (elementwise).
+ * gt_cpu_swiglu_backward, gt_cpu_swiglu_backward_bf16 */
 void ELEM_NAME(gt_cpu_swiglu_backward)(void *dgate_, void *dup_, const void *dout_, const void *gate_,
                                        const void *up_, size_t n) {
     ELEM *dgate = dgate_, *dup = dup_;
@@ -86,7 +87,8 @@ void ELEM_NAME(gt_cpu_swiglu_backward)(void *dgate_, void *dup_, const void *dou
 
 /* ---------------------------------------------------------------- residual + dropout */
 
-/* out (n) = res + dropout(branch) ; out may alias res */
+/* out (n) = res + dropout(branch) ; out may alias res
+ * gt_cpu_residual_forward, gt_cpu_residual_forward_bf16 */
 void ELEM_NAME(gt_cpu_residual_forward)(void *out_, const void *res_, const void *branch_, size_t n,
                                         float dropout, gt_rng_key key) {
     ELEM *out = out_;
@@ -104,7 +106,8 @@ void ELEM_NAME(gt_cpu_residual_forward)(void *out_, const void *res_, const void
     }
 }
 
-/* dbranch (n) = mask * dout / (1-p) ; may alias dout */
+/* dbranch (n) = mask * dout / (1-p) ; may alias dout
+ * gt_cpu_dropout_backward, gt_cpu_dropout_backward_bf16 */
 void ELEM_NAME(gt_cpu_dropout_backward)(void *dbranch_, const void *dout_, size_t n, float dropout,
                                         gt_rng_key key) {
     ELEM *dbranch = dbranch_;
@@ -116,59 +119,6 @@ void ELEM_NAME(gt_cpu_dropout_backward)(void *dbranch_, const void *dout_, size_
             dbranch[i] = ST(gt_dropout_keep(key, i, dropout) ? LD(dout, i) * keep_scale : 0.0f);
     } else if (dbranch != dout) {
         memcpy(dbranch, dout, n * sizeof(ELEM));
-    }
-}
-
-/* ---------------------------------------------------------------- cross-entropy */
-
-/* losses (BT) = lse - logit[target] ; lse (BT) ; logits (BT, V). After subtracting the row max,
- * exp in fp32 (gt_cpu_expf, vectorised), summed in double over CE_LANES lanes added in order. */
-void ELEM_NAME(gt_cpu_crossentropy_forward)(float *losses, float *lse, const void *logits_,
-                                            const int32_t *targets, int BT, int V) {
-    const ELEM *logits = logits_;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < BT; i++) {
-        const ELEM *l = logits + (size_t)i * V;
-        /* the max is the same whatever the order: lanes let the compiler vectorise it */
-        float mxl[CE_LANES];
-        for (int k = 0; k < CE_LANES; k++) mxl[k] = -INFINITY;
-        int j = 0;
-        for (; j + CE_LANES <= V; j += CE_LANES)
-            for (int k = 0; k < CE_LANES; k++) mxl[k] = LD(l, j + k) > mxl[k] ? LD(l, j + k) : mxl[k];
-        for (int k = 0; j < V; j++, k++) mxl[k] = LD(l, j) > mxl[k] ? LD(l, j) : mxl[k];
-        float mx = -INFINITY;
-        for (int k = 0; k < CE_LANES; k++) mx = mxl[k] > mx ? mxl[k] : mx;
-        double acc[CE_LANES] = {0};
-        j = 0;
-        for (; j + CE_LANES <= V; j += CE_LANES)
-            for (int k = 0; k < CE_LANES; k++) acc[k] += (double)gt_cpu_expf(LD(l, j + k) - mx);
-        for (int k = 0; j < V; j++, k++) acc[k] += (double)gt_cpu_expf(LD(l, j) - mx);
-        double sum = 0.0;
-        for (int k = 0; k < CE_LANES; k++) sum += acc[k];
-        float row_lse = (float)((double)mx + log(sum));
-        lse[i] = row_lse;
-        int tgt = targets[i];
-        GT_CPU_CHECK(tgt < V, "target %d out of range (vocab %d) at position %d", tgt, V, i);
-        losses[i] = tgt < 0 ? 0.0f : row_lse - LD(l, tgt);
-    }
-}
-
-/* logits (BT, V) become (softmax - onehot) * dloss in place ; rows with target < 0 become 0 */
-void ELEM_NAME(gt_cpu_crossentropy_backward)(void *logits_, const float *lse, const int32_t *targets, int BT,
-                                             int V, float dloss) {
-    ELEM *logits = logits_;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < BT; i++) {
-        ELEM *l = logits + (size_t)i * V;
-        int tgt = targets[i];
-        if (tgt < 0) {
-            memset(l, 0, (size_t)V * sizeof(ELEM));
-            continue;
-        }
-        float row_lse = lse[i];
-        const float lt = LD(l, tgt);
-        for (int j = 0; j < V; j++) l[j] = ST(gt_cpu_expf(LD(l, j) - row_lse) * dloss); /* no branch: vectorised */
-        l[tgt] = ST((gt_cpu_expf(lt - row_lse) - 1.0f) * dloss);
     }
 }
 

@@ -1,8 +1,9 @@
 /*
- * cuda_attention.cu — causal grouped-query attention for the ops table (attention_forward,
- * attention_backward): the default kernels, flash style (the (T, T) scores never exist in device
- * memory), fp32 arithmetic on CUDA cores, deterministic; and the choice of an opt-in variant
- * (GTRAIN_CUDA_ATTENTION; cuda_attention.cuh says how the variants meet).
+ * cuda_attention.cu — the attention family of ops.h on the GPU: causal grouped-query attention
+ * (gt_cuda_attention_forward, gt_cuda_attention_backward, each <float> and <bf16>): the default
+ * kernels, flash style (the (T, T) scores never exist in device memory), fp32 arithmetic on CUDA
+ * cores, deterministic; and the choice of an opt-in variant (train.cuda_attention;
+ * cuda_attention.cuh says how the variants meet).
  *
  * Forward, one block of 256 threads per (query tile, head, batch): key tiles up to the diagonal with
  * an online softmax (running max m and sum l, the output rescaled by expf(m_old - m_new)); dropout
@@ -480,27 +481,21 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
 
 /* ---------------------------------------------------------------- the variant */
 
-/* -1: GTRAIN_CUDA_ATTENTION not read yet / no variant forced */
-static int g_env_variant = -1, g_forced_variant = -1;
+/* the variant gt_ops_cuda was given; -1: no variant forced by a test */
+static gt_cuda_attention g_selected = GT_CUDA_ATTENTION_DEFAULT;
+static int g_forced_variant = -1;
 
 static int variant_named(const char *name) {
-    if (strcmp(name, "default") == 0) return GT_ATTENTION_DEFAULT;
-    if (strcmp(name, "mma") == 0) return GT_ATTENTION_MMA;
-    if (strcmp(name, "cudnn") == 0) return GT_ATTENTION_CUDNN;
+    if (strcmp(name, "default") == 0) return GT_CUDA_ATTENTION_DEFAULT;
+    if (strcmp(name, "mma") == 0) return GT_CUDA_ATTENTION_MMA;
+    if (strcmp(name, "cudnn") == 0) return GT_CUDA_ATTENTION_CUDNN;
     return -1;
 }
 
-gt_attention_variant gt_cuda_attention_variant(void) {
-    if (g_forced_variant >= 0) return (gt_attention_variant)g_forced_variant;
-    if (g_env_variant < 0) {
-        const char *e = getenv("GTRAIN_CUDA_ATTENTION");
-        const int v = e && *e ? variant_named(e) : GT_ATTENTION_DEFAULT;
-        if (v < 0)
-            fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=%s is not known (mma, cudnn or default); using the "
-                            "default attention kernels\n", e);
-        g_env_variant = v < 0 ? GT_ATTENTION_DEFAULT : v;
-    }
-    return (gt_attention_variant)g_env_variant;
+void gt_cuda_attention_select(gt_cuda_attention attention) { g_selected = attention; }
+
+gt_cuda_attention gt_cuda_attention_variant(void) {
+    return g_forced_variant >= 0 ? (gt_cuda_attention)g_forced_variant : g_selected;
 }
 
 extern "C" void gt_cuda_attention_force_variant(const char *name) {
@@ -516,8 +511,8 @@ extern "C" void gt_cuda_attention_force_variant(const char *name) {
 static int variant_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn, int NH,
                            int NKV, int HD, float dropout, gt_rng_key key) {
     switch (gt_cuda_attention_variant()) {
-    case GT_ATTENTION_MMA: return gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key);
-    case GT_ATTENTION_CUDNN: return gt_cuda_attention_cudnn_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout);
+    case GT_CUDA_ATTENTION_MMA: return gt_cuda_attention_mma_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key);
+    case GT_CUDA_ATTENTION_CUDNN: return gt_cuda_attention_cudnn_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout);
     default: return 0;
     }
 }
@@ -526,9 +521,9 @@ static int variant_backward(void *dq, void *dk, void *dv, const void *dout, cons
                             const void *k, const void *v, const float *lse, int B, int Tn, int NH, int NKV, int HD,
                             float dropout, gt_rng_key key) {
     switch (gt_cuda_attention_variant()) {
-    case GT_ATTENTION_MMA:
+    case GT_CUDA_ATTENTION_MMA:
         return gt_cuda_attention_mma_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key);
-    case GT_ATTENTION_CUDNN:
+    case GT_CUDA_ATTENTION_CUDNN:
         return gt_cuda_attention_cudnn_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout);
     default: return 0;
     }
@@ -537,7 +532,7 @@ static int variant_backward(void *dq, void *dk, void *dv, const void *dout, cons
 /* ---------------------------------------------------------------- the table's entries */
 
 template <typename T>
-static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
+void gt_cuda_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
                               int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
@@ -553,7 +548,7 @@ static void attention_forward(void *out, float *lse, float *probs, const void *q
 
 /* probs is ignored: the probabilities are always recomputed from q, k and lse */
 template <typename T>
-static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
+void gt_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
                                const void *k, const void *v, const float *lse, const float *probs, int B, int Tn,
                                int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     (void)probs;
@@ -570,12 +565,4 @@ static void attention_backward(void *dq, void *dk, void *dv, const void *dout, c
     else backward_hd<T, 128>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
 }
 
-void gt_cuda_fill_attention(gt_ops *ops, int use_bf16) {
-    if (use_bf16) {
-        ops->attention_forward = attention_forward<bf16>;
-        ops->attention_backward = attention_backward<bf16>;
-    } else {
-        ops->attention_forward = attention_forward<float>;
-        ops->attention_backward = attention_backward<float>;
-    }
-}
+GT_OPS_ATTENTION(GT_CUDA_INSTANTIATE)

@@ -3,7 +3,7 @@
  *
  * cuda_attention.cu owns the ops table's attention_forward / attention_backward, the default kernels
  * (fp32 CUDA-core, deterministic, every head size up to 128) and the choice of variant. The opt-in bf16
- * variants, chosen with GTRAIN_CUDA_ATTENTION, each offer a forward and a backward that return 1 when
+ * variants, chosen with the config key train.cuda_attention (ops.h's gt_cuda_attention), each offer a forward and a backward that return 1 when
  * they ran the call and 0 when it is not one they take; the default kernels then run it. All of them
  * share the lse layout (B, NH, T) and the dropout of ops.h, so any forward pairs with any backward.
  */
@@ -12,18 +12,12 @@
 
 #include "cuda_common.cuh"
 
-enum gt_attention_variant {
-    GT_ATTENTION_DEFAULT = 0, /* cuda_attention.cu */
-    GT_ATTENTION_MMA = 1,     /* GTRAIN_CUDA_ATTENTION=mma: cuda_attention_mma.cu (HD 64 and 128) */
-    GT_ATTENTION_CUDNN = 2,   /* GTRAIN_CUDA_ATTENTION=cudnn: cuda_attention_cudnn.cu (cuDNN's fused SDPA) */
-};
+/* The variant the attention entries run: the one gt_ops_cuda was given (the config's
+ * train.cuda_attention, ops.h's gt_cuda_attention), unless a test forced one. */
+gt_cuda_attention gt_cuda_attention_variant(void);
 
-/* What GTRAIN_CUDA_ATTENTION names (read once, on the first call; an unknown name prints one line and
- * means the default), unless a test forced a variant. */
-gt_attention_variant gt_cuda_attention_variant(void);
-
-/* Tests: force the variant by its GTRAIN_CUDA_ATTENTION name ("default", "mma", "cudnn"), or go back
- * to what the environment says (NULL). */
+/* Tests: force the variant by its train.cuda_attention name ("default", "mma", "cudnn"), or go back
+ * to the one gt_ops_cuda was given (NULL). */
 extern "C" void gt_cuda_attention_force_variant(const char *name);
 
 /* D (B, NH, T) fp32 = rowsum(dout * out) over HD, the backward's first kernel in every variant that

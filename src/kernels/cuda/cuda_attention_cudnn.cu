@@ -1,5 +1,5 @@
 /*
- * cuda_attention_cudnn.cu — an opt-in variant of the attention (GTRAIN_CUDA_ATTENTION=cudnn, bf16)
+ * cuda_attention_cudnn.cu — an opt-in variant of the attention (train.cuda_attention = cudnn, bf16)
  * that runs cuDNN 9's fused flash attention, built with cuDNN's backend (graph) C API. It has never
  * run on a GPU: docs/gpu.md says what was checked without one, and describes the graphs in full.
  *
@@ -37,7 +37,7 @@ void say_fallback(const char *reason) {
     snprintf(g_last_fallback, sizeof g_last_fallback, "%s", reason);
     if (g_said) return;
     g_said = 1;
-    fprintf(stderr, "gtrain: GTRAIN_CUDA_ATTENTION=cudnn: %s; using the default attention kernels\n", reason);
+    fprintf(stderr, "gtrain: train.cuda_attention = cudnn: %s; using the default attention kernels\n", reason);
 }
 
 } /* namespace */
@@ -810,7 +810,7 @@ static int ran_call(bool ran, const char *why) {
 #endif
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected variant
- * is GT_ATTENTION_CUDNN, after its shape checks (NH % NKV == 0, B, T > 0); returns 1 when cuDNN ran
+ * is GT_CUDA_ATTENTION_CUDNN, after its shape checks (NH % NKV == 0, B, T > 0); returns 1 when cuDNN ran
  * the call, 0 to use the default kernels. */
 int gt_cuda_attention_cudnn_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                     int NH, int NKV, int HD, float dropout) {

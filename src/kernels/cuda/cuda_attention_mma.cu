@@ -1,5 +1,5 @@
 /*
- * cuda_attention_mma.cu — an opt-in bf16 flash attention (GTRAIN_CUDA_ATTENTION=mma), forward and
+ * cuda_attention_mma.cu — an opt-in bf16 flash attention (train.cuda_attention = mma), forward and
  * backward, on sm_80/sm_90 tensor cores through the PTX instructions whose register layouts the PTX
  * ISA documents (mma.sync m16n8k16, ldmatrix, cp.async; cuda_ptx.cuh), so that the accumulators (O in
  * forward; dQ, dK, dV in backward) stay in registers. It takes HD 64 and 128 with 16-byte aligned
@@ -580,7 +580,7 @@ long g_mma_calls = 0;
 extern "C" long gt_cuda_attention_mma_calls(void) { return g_mma_calls; }
 
 /* Called by cuda_attention.cu's attention_forward for the bf16 working type when the selected
- * variant is GT_ATTENTION_MMA; returns 1 when it ran the call. */
+ * variant is GT_CUDA_ATTENTION_MMA; returns 1 when it ran the call. */
 int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const void *k, const void *v, int B, int Tn,
                                   int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     if (HD != 64 && HD != 128) return 0;
@@ -594,7 +594,7 @@ int gt_cuda_attention_mma_forward(void *out, float *lse, const void *q, const vo
 }
 
 /* Called by cuda_attention.cu's attention_backward for the bf16 working type when the selected variant
- * is GT_ATTENTION_MMA; returns 1 when it ran the call, 0 to leave it to the default kernels. Inputs
+ * is GT_CUDA_ATTENTION_MMA; returns 1 when it ran the call, 0 to leave it to the default kernels. Inputs
  * read with cp.async (q, k, v, dout) and outputs written with 4-byte stores (dq, dk, dv) must be
  * 16-byte aligned. */
 int gt_cuda_attention_mma_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,

@@ -6,8 +6,10 @@
  *     do all arithmetic in fp32: load_f() widens, store_f() rounds (round-to-nearest-even);
  *   - ops.h (its dropout RNG and index are callable on the device too);
  *   - deterministic warp/block reductions (fixed trees, no atomics);
- *   - the allocator entry points (cuda_ops.cu) that other files use for scratch buffers;
- *   - the fill functions: each .cu puts its own entries into the ops table.
+ *   - the allocator entry points (cuda_ops.cu) that other files use for scratch buffers, and the
+ *     fault flag kernels raise on a bad token id;
+ *   - the ops, declared from ops.h's list: each family's file (ops.h's table) defines its ops and
+ *     instantiates them with GT_CUDA_INSTANTIATE; cuda_ops.cu builds the table from the same list.
  *
  * Everything runs on the legacy default stream (stream 0), so host copies (cudaMemcpy) and the
  * caching allocator's reuse of a freed block are ordered after every earlier kernel.
@@ -147,10 +149,38 @@ static inline unsigned grid_for(size_t n, int threads, size_t max_blocks) {
 void *gt_cuda_alloc(size_t bytes);
 void gt_cuda_free(void *ptr);
 
-/* each source file fills its part of the table for the working type chosen */
-void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16);
-void gt_cuda_fill_attention(gt_ops *ops, int use_bf16);
-void gt_cuda_fill_kernels(gt_ops *ops, int use_bf16);
-void gt_cuda_fill_optim(gt_ops *ops, int use_bf16);
+/* The backend's fault flag (cuda_ops.cu, which take_fault reads and clears): {raised, position, id,
+ * V, site} in device memory, the first token id (site 0) or target (site 1) outside [0, V) that any
+ * kernel met since the last take_fault. Kernels never read through such an id (a zero row, a zero
+ * loss), so the step finishes with finite numbers and the core stops the run with the message at the
+ * step's end. Allocated on the first call. */
+int *gt_cuda_fault_flag(void);
+
+__device__ __forceinline__ void raise_token_fault(int *flag, int position, int id, int V, int site) {
+    if (atomicCAS(&flag[0], 0, 1) == 0) {
+        flag[1] = position;
+        flag[2] = id;
+        flag[3] = V;
+        flag[4] = site;
+    }
+}
+
+/* ---------------------------------------------------------------- the ops */
+
+/* From ops.h's list: for a W entry the template gt_cuda_<op><E>, E = float or bf16 the working type
+ * (gt_cuda_rmsnorm_forward<bf16>, ...); for an F entry the function gt_cuda_<op> (gt_cuda_sumsq, ...).
+ * A family's file ends with GT_OPS_<FAMILY>(GT_CUDA_INSTANTIATE), which instantiates its templates
+ * for both working types. */
+#define GT_CUDA_DECLARE(kind, op, ret, params, args, shapes) GT_CUDA_DECLARE_##kind(op, ret, params)
+#define GT_CUDA_DECLARE_W(op, ret, params) template <typename E> ret gt_cuda_##op params;
+#define GT_CUDA_DECLARE_F(op, ret, params) ret gt_cuda_##op params;
+GT_OPS(GT_CUDA_DECLARE)
+
+#define GT_CUDA_INSTANTIATE(kind, op, ret, params, args, shapes) GT_CUDA_INSTANTIATE_##kind(op, ret, params)
+#define GT_CUDA_INSTANTIATE_W(op, ret, params) template ret gt_cuda_##op<float> params; template ret gt_cuda_##op<bf16> params;
+#define GT_CUDA_INSTANTIATE_F(op, ret, params)
+
+/* The attention kernels gt_ops_cuda was asked for (cuda_attention.cu). */
+void gt_cuda_attention_select(gt_cuda_attention attention);
 
 #endif

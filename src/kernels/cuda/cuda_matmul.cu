@@ -1,5 +1,6 @@
 /*
- * cuda_matmul.cu — the linear layers (matmul_forward, matmul_backward) on cuBLASLt.
+ * cuda_matmul.cu — the matmul family of ops.h on the GPU: the linear layers (gt_cuda_matmul_forward,
+ * gt_cuda_matmul_backward, each <float> and <bf16>) on cuBLASLt.
  *
  * Layouts. The interface is row-major: out (N, OC) = inp (N, IC) @ W^T with W (OC, IC). cuBLASLt is
  * column-major, and a row-major (R, C) matrix is the same bytes as a column-major (C, R) one, so each
@@ -19,7 +20,8 @@
  * recomputed forward equals the one kept. Split-K reductions are restricted to the compute type (fp32),
  * never in place in a bf16 output. Pointer alignment enters the heuristic capped at 16 bytes, so a
  * tensor at a 256- or a 16-byte-aligned address (e.g. a view into a flat buffer) gets the same plan.
- * One 32 MiB workspace, allocated on first use, on the default stream with everything else.
+ * One workspace of GT_CUDA_MATMUL_WORKSPACE_BYTES (ops.h: 32 MiB, which the planner counts), allocated
+ * on first use, on the default stream with everything else.
  */
 #include <cublasLt.h>
 #include <string.h>
@@ -35,7 +37,6 @@
                          gt_cuda_current_op()[0] ? ", during " : "", gt_cuda_current_op());           \
     } while (0)
 
-#define WORKSPACE_BYTES ((size_t)32 << 20)
 #define PLAN_SLOTS 256
 
 typedef struct plan_key {
@@ -62,7 +63,7 @@ static int g_plan_next; /* round-robin eviction once every slot is used */
 static void ensure_lt(void) {
     if (g_lt) return;
     CUBLAS_CHECK(cublasLtCreate(&g_lt));
-    CUDA_CHECK(cudaMalloc(&g_workspace, WORKSPACE_BYTES)); /* once, outside the caching allocator */
+    CUDA_CHECK(cudaMalloc(&g_workspace, GT_CUDA_MATMUL_WORKSPACE_BYTES)); /* once, outside the caching allocator */
 }
 
 static int32_t ptr_align(const void *p) {
@@ -104,7 +105,7 @@ static const plan *get_plan(const plan_key *key) {
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = WORKSPACE_BYTES;
+    size_t ws = GT_CUDA_MATMUL_WORKSPACE_BYTES;
     uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_d = (uint32_t)key->align_d;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
@@ -169,7 +170,7 @@ static void lt_matmul(cudaDataType ab_type, cudaDataType cd_type, cublasOperatio
     const plan *p = get_plan(&key);
     const float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo,
-                                       g_workspace, WORKSPACE_BYTES, 0);
+                                       g_workspace, GT_CUDA_MATMUL_WORKSPACE_BYTES, 0);
     if (st != CUBLAS_STATUS_SUCCESS)
         GT_CUDA_FAIL("cublasLtMatmul failed: %s (status %d), m=%d n=%d k=%d lda=%d ldb=%d ldd=%d op_a=%c op_b=%c%s%s",
                      cublasLtGetStatusString(st), (int)st, m, n, k, lda, ldb, ldd, op_a == CUBLAS_OP_T ? 'T' : 'N',
@@ -177,28 +178,24 @@ static void lt_matmul(cudaDataType ab_type, cudaDataType cd_type, cublasOperatio
     CUDA_CHECK_LAUNCH(); /* with GTRAIN_CUDA_SYNC=1: synchronise after the library call too */
 }
 
-template <cudaDataType AB>
-static void matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+/* the cuBLASLt type of the working type T: bf16 A/B in bf16 mode, fp32 otherwise */
+template <typename T>
+static constexpr cudaDataType lt_type() { return sizeof(T) == sizeof(bf16) ? CUDA_R_16BF : CUDA_R_32F; }
+
+template <typename T>
+void gt_cuda_matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
     /* out^T (OC x N) = op_T(W) @ inp^T, see the header comment */
-    lt_matmul(AB, AB, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f);
+    lt_matmul(lt_type<T>(), lt_type<T>(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, out, OC, 0.0f);
 }
 
-template <cudaDataType AB>
-static void matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
-                            int N, int IC, int OC, int accumulate_dinp) {
+template <typename T>
+void gt_cuda_matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
+                             int IC, int OC, int accumulate_dinp) {
     if (dinp)
-        lt_matmul(AB, AB, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
+        lt_matmul(lt_type<T>(), lt_type<T>(), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dinp, IC,
                   accumulate_dinp ? 1.0f : 0.0f);
     if (dweight)
-        lt_matmul(AB, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f);
+        lt_matmul(lt_type<T>(), CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dweight, IC, 1.0f);
 }
 
-void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {
-    if (use_bf16) {
-        ops->matmul_forward = matmul_forward<CUDA_R_16BF>;
-        ops->matmul_backward = matmul_backward<CUDA_R_16BF>;
-    } else {
-        ops->matmul_forward = matmul_forward<CUDA_R_32F>;
-        ops->matmul_backward = matmul_backward<CUDA_R_32F>;
-    }
-}
+GT_OPS_MATMUL(GT_CUDA_INSTANTIATE)

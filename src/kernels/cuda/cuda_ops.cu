@@ -1,6 +1,7 @@
 /*
  * cuda_ops.cu — the CUDA backend's entry point (gt_ops_cuda), its ops tables (one for bf16 working
- * tensors, one for fp32) and its memory: a caching allocator, zero, copies, synchronize.
+ * tensors, one for fp32, generated from ops.h's op list), its memory (a caching allocator, zero,
+ * copies, synchronize), the fault flag behind take_fault, and GTRAIN_CUDA_SYNC's wrappers.
  *
  * The allocator. The trainer allocates and frees the same activation sizes every micro-batch, and
  * cudaMalloc/cudaFree synchronise the device and cost tens of microseconds, so freed blocks are kept
@@ -17,7 +18,8 @@
  * chained hash of live blocks (pointer -> size class) and a chained hash of size classes, each with a
  * stack of free blocks. Nodes move between the two, so a warm cache allocates no host memory either.
  *
- * This file does not launch kernels; the other cuda_*.cu files own the math and fill their entries.
+ * This file does not launch kernels; the other cuda_*.cu files own the math, one file per family of
+ * ops.h.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -212,22 +214,52 @@ void gt_cuda_check_launch_at(const char *file, int line) {
     if (err != cudaSuccess) gt_cuda_fail_at(err, "a kernel launched", file, line);
 }
 
-/* The sync wrappers: when GTRAIN_CUDA_SYNC=1, every op of the table is replaced by one that records
- * its name and shapes, runs the real op (whose launches each synchronise too), then synchronises
- * and checks, so a fault inside a cuBLASLt call or a kernel is reported by the op that made it:
+/* ---------------------------------------------------------------- the fault flag */
+
+static int *g_fault; /* int[5] in device memory: cuda_common.cuh says what it holds */
+
+int *gt_cuda_fault_flag(void) {
+    if (!g_fault) {
+        /* once, outside the caching allocator (its figures are the run's own buffers) */
+        CUDA_CHECK(cudaMalloc(&g_fault, 5 * sizeof(int)));
+        CUDA_CHECK(cudaMemset(g_fault, 0, 5 * sizeof(int)));
+    }
+    return g_fault;
+}
+
+static int take_fault(char *msg, size_t msg_len) {
+    if (!g_fault) return 0; /* no kernel that checks token ids has run yet */
+    int f[5];
+    CUDA_CHECK(cudaMemcpy(f, g_fault, sizeof f, cudaMemcpyDeviceToHost)); /* waits for the kernels before it */
+    if (!f[0]) return 0;
+    CUDA_CHECK(cudaMemset(g_fault, 0, sizeof f));
+    if (msg && msg_len)
+        snprintf(msg, msg_len, "%s %d is outside [model] vocab_size = %d (position %d of a micro-batch, found on the GPU)",
+                 f[4] == 0 ? "token id" : "target token id", f[2], f[3], f[1]);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- GTRAIN_CUDA_SYNC's wrappers */
+
+/* When GTRAIN_CUDA_SYNC=1, every op of the table (ops.h's list) and take_fault is replaced by a
+ * wrapper that records its name and shapes, runs the real op (whose launches each synchronise too),
+ * then synchronises and checks, so a fault inside a cuBLASLt call or a kernel is reported by the op
+ * that made it:
  *   gtrain: CUDA error: an illegal memory access was encountered, in ..., during matmul_forward N=8192 IC=2048 OC=2048
- * Every op entry (GT_CUDA_OP_ENTRIES below: embedding_forward .. to_master, and take_fault) is wrapped,
- * which fill_table checks; the memory entries (alloc .. synchronize) are not ops: they check their own
- * CUDA calls.
- * Template over the table index (0 fp32, 1 bf16) so both tables can be wrapped at once. */
+ * The wrappers sync_ops<I>::<op> are generated from the list (the shapes of each entry), so no op
+ * runs unwrapped; fill_table checks it. The memory entries (alloc .. synchronize) are not ops: they
+ * check their own CUDA calls. Template over the table index (0 fp32, 1 bf16) so both tables can be
+ * wrapped at once. */
 static gt_ops g_real[2];
 
-static void op_begin(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void op_begin(const char *fmt, ...) {
+static void op_begin(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void op_begin(const char *op, const char *fmt, ...) {
+    char shapes[sizeof g_op];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_op, sizeof g_op, fmt, ap);
+    vsnprintf(shapes, sizeof shapes, fmt, ap);
     va_end(ap);
+    snprintf(g_op, sizeof g_op, "%s%s%s", op, shapes[0] ? " " : "", shapes);
 }
 
 static void op_end(void) {
@@ -237,135 +269,45 @@ static void op_end(void) {
     g_op[0] = '\0';
 }
 
-#define WRAP(I, call, ...) \
-    do {                   \
-        op_begin(__VA_ARGS__); \
-        g_real[I].call;    \
-        op_end();          \
-    } while (0)
+/* op_end when the wrapper returns, after the real op's result is in hand */
+struct op_scope {
+    ~op_scope() { op_end(); }
+};
 
 template <int I>
 struct sync_ops {
-    static void embedding_forward(void *out, const int32_t *tok, const void *wte, int BT, int C, int V) {
-        WRAP(I, embedding_forward(out, tok, wte, BT, C, V), "embedding_forward BT=%d C=%d V=%d", BT, C, V);
+#define SYNC_WRAPPER(kind, op, ret, params, args, shapes)  \
+    static ret op params {                                  \
+        op_begin(#op, GT_OPS_UNPAREN shapes);               \
+        const op_scope scope;                               \
+        return g_real[I].op args;                           \
     }
-    static void embedding_backward(float *dwte, const void *dout, const int32_t *tok, int BT, int C, int V) {
-        WRAP(I, embedding_backward(dwte, dout, tok, BT, C, V), "embedding_backward BT=%d C=%d V=%d", BT, C, V);
-    }
-    static void rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
-        WRAP(I, rmsnorm_forward(out, rstd, inp, w, N, C, eps), "rmsnorm_forward N=%d C=%d", N, C);
-    }
-    static void rmsnorm_apply(void *out, const float *rstd, const void *inp, const void *w, int N, int C) {
-        WRAP(I, rmsnorm_apply(out, rstd, inp, w, N, C), "rmsnorm_apply N=%d C=%d", N, C);
-    }
-    static void rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                                 const float *rstd, int N, int C) {
-        WRAP(I, rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C), "rmsnorm_backward N=%d C=%d", N, C);
-    }
-    static void matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC) {
-        WRAP(I, matmul_forward(out, inp, w, N, IC, OC), "matmul_forward N=%d IC=%d OC=%d", N, IC, OC);
-    }
-    static void matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC,
-                                int OC, int acc) {
-        WRAP(I, matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, acc), "matmul_backward N=%d IC=%d OC=%d", N, IC, OC);
-    }
-    static void rope_forward(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
-        WRAP(I, rope_forward(out, inp, rope, B, T, NH, HD), "rope_forward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
-    }
-    static void rope_backward(void *dinp, const void *dout, const float *rope, int B, int T, int NH, int HD) {
-        WRAP(I, rope_backward(dinp, dout, rope, B, T, NH, HD), "rope_backward B=%d T=%d NH=%d HD=%d", B, T, NH, HD);
-    }
-    static void attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
-                                  int B, int T, int NH, int NKV, int HD, float p, gt_rng_key key) {
-        WRAP(I, attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, p, key),
-             "attention_forward B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, p);
-    }
-    static void attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                                   const void *k, const void *v, const float *lse, const float *probs, int B, int T,
-                                   int NH, int NKV, int HD, float p, gt_rng_key key) {
-        WRAP(I, attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, p, key),
-             "attention_backward B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, p);
-    }
-    static void swiglu_forward(void *out, const void *g, const void *u, size_t n) {
-        WRAP(I, swiglu_forward(out, g, u, n), "swiglu_forward n=%zu", n);
-    }
-    static void swiglu_backward(void *dg, void *du, const void *dout, const void *g, const void *u, size_t n) {
-        WRAP(I, swiglu_backward(dg, du, dout, g, u, n), "swiglu_backward n=%zu", n);
-    }
-    static void residual_forward(void *out, const void *res, const void *br, size_t n, float p, gt_rng_key key) {
-        WRAP(I, residual_forward(out, res, br, n, p, key), "residual_forward n=%zu dropout=%g", n, p);
-    }
-    static void dropout_backward(void *db, const void *dout, size_t n, float p, gt_rng_key key) {
-        WRAP(I, dropout_backward(db, dout, n, p, key), "dropout_backward n=%zu dropout=%g", n, p);
-    }
-    static void crossentropy_forward(float *losses, float *lse, const void *logits, const int32_t *tg, int BT, int V) {
-        WRAP(I, crossentropy_forward(losses, lse, logits, tg, BT, V), "crossentropy_forward BT=%d V=%d", BT, V);
-    }
-    static void crossentropy_backward(void *logits, const float *lse, const int32_t *tg, int BT, int V, float dl) {
-        WRAP(I, crossentropy_backward(logits, lse, tg, BT, V, dl), "crossentropy_backward BT=%d V=%d", BT, V);
-    }
-    static double sumsq(const float *x, size_t n) {
-        op_begin("sumsq n=%zu", n);
-        double r = g_real[I].sumsq(x, n);
-        op_end();
-        return r;
-    }
-    static void scale(float *x, size_t n, float s) { WRAP(I, scale(x, n, s), "scale n=%zu", n); }
-    static void adamw(float *p, float *m, float *v, const float *g, size_t n, float lr, float b1, float b2, float eps,
-                      float wd, int t) {
-        WRAP(I, adamw(p, m, v, g, n, lr, b1, b2, eps, wd, t), "adamw n=%zu t=%d", n, t);
-    }
-    static void to_working(void *w, const float *m, size_t n) { WRAP(I, to_working(w, m, n), "to_working n=%zu", n); }
-    static void to_master(float *m, const void *w, size_t n) { WRAP(I, to_master(m, w, n), "to_master n=%zu", n); }
+    GT_OPS(SYNC_WRAPPER)
+#undef SYNC_WRAPPER
     static int take_fault(char *msg, size_t msg_len) {
-        op_begin("take_fault");
-        const int r = g_real[I].take_fault(msg, msg_len);
-        op_end();
-        return r;
+        op_begin("take_fault", "%s", "");
+        const op_scope scope;
+        return g_real[I].take_fault(msg, msg_len);
     }
-
     static void install(gt_ops *ops) {
         g_real[I] = *ops;
-        ops->embedding_forward = embedding_forward;
-        ops->embedding_backward = embedding_backward;
-        ops->rmsnorm_forward = rmsnorm_forward;
-        ops->rmsnorm_apply = rmsnorm_apply;
-        ops->rmsnorm_backward = rmsnorm_backward;
-        ops->matmul_forward = matmul_forward;
-        ops->matmul_backward = matmul_backward;
-        ops->rope_forward = rope_forward;
-        ops->rope_backward = rope_backward;
-        ops->attention_forward = attention_forward;
-        ops->attention_backward = attention_backward;
-        ops->swiglu_forward = swiglu_forward;
-        ops->swiglu_backward = swiglu_backward;
-        ops->residual_forward = residual_forward;
-        ops->dropout_backward = dropout_backward;
-        ops->crossentropy_forward = crossentropy_forward;
-        ops->crossentropy_backward = crossentropy_backward;
-        ops->sumsq = sumsq;
-        ops->scale = scale;
-        ops->adamw = adamw;
-        ops->to_working = to_working;
-        ops->to_master = to_master;
+#define SYNC_INSTALL(kind, op, ret, params, args, shapes) ops->op = op;
+        GT_OPS(SYNC_INSTALL)
+#undef SYNC_INSTALL
         ops->take_fault = take_fault;
     }
 };
-#undef WRAP
 
 /* ---------------------------------------------------------------- the tables */
 
 static gt_ops g_table[2]; /* [0] fp32 working tensors, [1] bf16 */
-
-/* the op entries of the table (everything but the memory entries): each must be set, and each has a
- * GTRAIN_CUDA_SYNC wrapper in sync_ops */
-#define GT_CUDA_OP_ENTRIES(X)                                                                        \
-    X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) X(rmsnorm_apply) X(rmsnorm_backward) \
-    X(matmul_forward) X(matmul_backward) X(rope_forward) X(rope_backward) X(attention_forward)         \
-    X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(residual_forward) X(dropout_backward)  \
-    X(crossentropy_forward) X(crossentropy_backward) X(sumsq) X(scale) X(adamw) X(to_working)           \
-    X(to_master) X(take_fault)
 static int g_table_ready[2];
+
+/* The ops from ops.h's list: gt_cuda_<op><T> for a W entry (T the working type), gt_cuda_<op> for
+ * an F entry; their files are ops.h's families. */
+#define TABLE_ENTRY(kind, op, ret, params, args, shapes) TABLE_ENTRY_##kind(op)
+#define TABLE_ENTRY_W(op) ops->op = use_bf16 ? gt_cuda_##op<bf16> : gt_cuda_##op<float>;
+#define TABLE_ENTRY_F(op) ops->op = gt_cuda_##op;
 
 static void fill_table(gt_ops *ops, int use_bf16) {
     memset(ops, 0, sizeof *ops);
@@ -384,30 +326,21 @@ static void fill_table(gt_ops *ops, int use_bf16) {
     ops->host_free = cuda_host_free;
     ops->reserved_bytes = cuda_reserved_bytes;
     ops->release_cached = release_cache;
-    gt_cuda_fill_matmul(ops, use_bf16);
-    gt_cuda_fill_attention(ops, use_bf16);
-    gt_cuda_fill_kernels(ops, use_bf16);
-    gt_cuda_fill_optim(ops, use_bf16);
+    GT_OPS(TABLE_ENTRY)
+    ops->take_fault = take_fault;
 
-    /* every entry must be set: a missing one is a bug here, not a NULL call later */
-#define REQUIRE_SET(field) \
-    if (!ops->field) GT_CUDA_FAIL("CUDA ops table entry %s is not set", #field);
-    GT_CUDA_OP_ENTRIES(REQUIRE_SET)
+    /* every op must be set: a missing one is a bug here, not a NULL call later */
+#define REQUIRE_SET(kind, op, ret, params, args, shapes) \
+    if (!ops->op) GT_CUDA_FAIL("CUDA ops table entry %s is not set", #op);
+    GT_OPS(REQUIRE_SET)
 #undef REQUIRE_SET
     if (gt_cuda_sync_enabled()) {
-        const gt_ops real = *ops;
         if (use_bf16) sync_ops<1>::install(ops);
         else sync_ops<0>::install(ops);
-        /* and, with GTRAIN_CUDA_SYNC=1, wrapped: an op added to the table without a wrapper would run
-         * unchecked and unnamed */
-#define REQUIRE_WRAPPED(field) \
-    if (ops->field == real.field) GT_CUDA_FAIL("CUDA ops table entry %s has no GTRAIN_CUDA_SYNC wrapper", #field);
-        GT_CUDA_OP_ENTRIES(REQUIRE_WRAPPED)
-#undef REQUIRE_WRAPPED
     }
 }
 
-extern "C" const gt_ops *gt_ops_cuda(int use_bf16, char *why, size_t why_len) {
+extern "C" const gt_ops *gt_ops_cuda(int use_bf16, gt_cuda_attention attention, char *why, size_t why_len) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
@@ -417,6 +350,7 @@ extern "C" const gt_ops *gt_ops_cuda(int use_bf16, char *why, size_t why_len) {
         (void)cudaGetLastError();
         return NULL;
     }
+    gt_cuda_attention_select(attention);
     int idx = use_bf16 ? 1 : 0;
     if (!g_table_ready[idx]) {
         fill_table(&g_table[idx], idx);

@@ -1,9 +1,10 @@
 /*
  * cuda_emu.h — a CPU emulation of the CUDA execution model, just enough to compile and run the default
- * path of the CUDA backend (src/kernels/cuda: cuda_kernels.cu, cuda_attention.cu, cuda_optim.cu,
- * cuda_ops.cu, cuda_common.cuh) and the tensor-core attention (cuda_attention_mma.cu) with the host C++
- * compiler, so its kernels can be checked against the CPU backend on a machine without a GPU
- * (tests/gpu.cmake: cuda_kernels_emulated_match_cpu; docs/gpu.md).
+ * path of the CUDA backend (src/kernels/cuda: cuda_pointwise.cu, cuda_norm.cu, cuda_rope.cu,
+ * cuda_loss.cu, cuda_attention.cu, cuda_optimizer.cu, cuda_ops.cu, cuda_common.cuh) and the
+ * tensor-core attention (cuda_attention_mma.cu) with the host C++ compiler, so its kernels can be
+ * checked against the CPU backend on a machine without a GPU (tests/gpu.cmake:
+ * cuda_kernels_emulated_match_cpu; docs/gpu.md).
  *
  * How the real sources get here: tests/gpu/emu/emulate_cu.cmake copies each .cu into the build tree
  * and rewrites, line for line, the two things C++ cannot parse or would get wrong:

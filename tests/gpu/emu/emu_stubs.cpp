@@ -1,15 +1,15 @@
 /*
  * emu_stubs.cpp — what the emulated CUDA backend takes from the files the emulation does not compile:
  *
- *   cuda_matmul.cu (cuBLASLt)  -> matmul_forward / matmul_backward as reference loops with the same
- *       signatures and semantics: out (N, OC) = inp (N, IC) @ W^T with W (OC, IC), in the working type
+ *   cuda_matmul.cu (cuBLASLt)  -> gt_cuda_matmul_forward / gt_cuda_matmul_backward as reference loops with the
+ *       same signatures and semantics: out (N, OC) = inp (N, IC) @ W^T with W (OC, IC), in the working type
  *       (fp32 accumulation, one rounding of the result); dinp (N, IC) = dout @ W, plus the old dinp when
  *       accumulating (beta = 1: the old value, widened, added to the fp32 sum before the one rounding);
  *       dweight (OC, IC) fp32 += inp^T-dout products, always accumulated (beta = 1). An empty inner
  *       dimension leaves a zero output (or the old one, accumulating), as lt_matmul does. The matmul
  *       checks of the emulated test compare this stand-in with the CPU backend, not cuBLASLt.
  *   cuda_attention_cudnn.cu (cuDNN) -> never taken: its entries return 0 ("run the default kernels"),
- *       its call counter stays 0, cuDNN reports itself as not loaded. GTRAIN_CUDA_ATTENTION=cudnn (or
+ *       its call counter stays 0, cuDNN reports itself as not loaded. train.cuda_attention = cudnn (or
  *       forcing "cudnn") therefore runs the default kernels. The variant selection itself is
  *       cuda_attention.cu's own, and cuda_attention_mma.cu IS emulated (its inline PTX through
  *       include/cuda_ptx.cuh).
@@ -43,7 +43,7 @@ static std::vector<float> widen(const T *p, size_t n) {
 }
 
 template <typename T>
-static void matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+void gt_cuda_matmul_forward(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
     const device_side on_device;
     const std::vector<float> x = widen((const T *)inp, (size_t)N * IC), w = widen((const T *)weight, (size_t)OC * IC);
     std::vector<float> wt((size_t)IC * OC), acc((size_t)OC);
@@ -61,8 +61,8 @@ static void matmul_forward(void *out, const void *inp, const void *weight, int N
 }
 
 template <typename T>
-static void matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
-                            int IC, int OC, int accumulate_dinp) {
+void gt_cuda_matmul_backward(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight, int N,
+                             int IC, int OC, int accumulate_dinp) {
     const device_side on_device;
     const std::vector<float> d = widen((const T *)dout, (size_t)N * OC);
     std::vector<float> acc((size_t)IC);
@@ -95,15 +95,7 @@ static void matmul_backward(void *dinp, float *dweight, const void *dout, const 
     }
 }
 
-void gt_cuda_fill_matmul(gt_ops *ops, int use_bf16) {
-    if (use_bf16) {
-        ops->matmul_forward = matmul_forward<bf16>;
-        ops->matmul_backward = matmul_backward<bf16>;
-    } else {
-        ops->matmul_forward = matmul_forward<float>;
-        ops->matmul_backward = matmul_backward<float>;
-    }
-}
+GT_OPS_MATMUL(GT_CUDA_INSTANTIATE)
 
 /* ---------------------------------------------------------------- attention variant: cudnn never taken */
 

@@ -1,7 +1,9 @@
 /*
- * cuda_optim.cu — the fp32 vector utilities of the optimizer step on the GPU: sum of squares (for
- * the gradient norm), scale (clipping), fused AdamW, and the master <-> working conversions
- * (fp32 -> bf16 round-to-nearest-even, or a copy in fp32 mode).
+ * cuda_optimizer.cu — the optimizer family of ops.h on the GPU: the fp32 vector utilities of the
+ * optimizer step, sum of squares (for the gradient norm), scale (clipping), fused AdamW
+ * (gt_cuda_sumsq, gt_cuda_scale, gt_cuda_adamw), and the master <-> working conversions
+ * (gt_cuda_to_working<T>, gt_cuda_to_master<T>: fp32 -> bf16 round-to-nearest-even, or a copy in
+ * fp32 mode).
  *
  * sumsq is deterministic: a grid whose size is a function of n alone, each thread summing its
  * grid-stride elements in order in double, fixed-tree block sums into one partial per block, then
@@ -64,7 +66,7 @@ __global__ void sum_doubles_kernel(double *out, const double *partial, int n) {
 
 static double *g_sumsq_scratch; /* SUMSQ_MAX_BLOCKS partials + the total; kept for the run */
 
-static double cuda_sumsq(const float *x, size_t n) {
+double gt_cuda_sumsq(const float *x, size_t n) {
     if (n == 0) return 0.0;
     if (!g_sumsq_scratch) g_sumsq_scratch = (double *)gt_cuda_alloc(sizeof(double) * (SUMSQ_MAX_BLOCKS + 1));
     const unsigned blocks = grid_for(n, THREADS * SUMSQ_PER_THREAD, SUMSQ_MAX_BLOCKS);
@@ -97,7 +99,7 @@ __global__ void scale_vec_kernel(float4 *x4, float *x, size_t nv, size_t n, floa
         x[i] = __fmul_rn(x[i], s);
 }
 
-static void cuda_scale(float *x, size_t n, float s) {
+void gt_cuda_scale(float *x, size_t n, float s) {
     if (n == 0) return;
     const size_t nv = n / 4;
     if (aligned16(x))
@@ -149,8 +151,8 @@ __global__ void adamw_vec_kernel(float4 *param, float4 *exp_avg, float4 *exp_avg
     }
 }
 
-static void cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int t) {
+void gt_cuda_adamw(float *param, float *exp_avg, float *exp_avg_sq, const float *grad, size_t n, float lr,
+                   float beta1, float beta2, float eps, float weight_decay, int t) {
     if (t < 1) GT_CUDA_FAIL("adamw step count t=%d must start at 1", t);
     if (n == 0) return;
     const gt_adamw_scalars k = gt_adamw_step_scalars(lr, beta1, beta2, weight_decay, t);
@@ -236,13 +238,17 @@ static void copy_fp32(void *dst, const void *src, size_t n) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
 }
 
-static void to_working_fp32(void *working, const float *master, size_t n) { copy_fp32(working, master, n); }
-static void to_master_fp32(float *master, const void *working, size_t n) { copy_fp32(master, working, n); }
-
-void gt_cuda_fill_optim(gt_ops *ops, int use_bf16) {
-    ops->sumsq = cuda_sumsq;
-    ops->scale = cuda_scale;
-    ops->adamw = cuda_adamw;
-    ops->to_working = use_bf16 ? to_working_bf16 : to_working_fp32;
-    ops->to_master = use_bf16 ? to_master_bf16 : to_master_fp32;
+/* bf16 working tensors: round to nearest even, and back; fp32 ones: copies */
+template <typename T>
+void gt_cuda_to_working(void *working, const float *master, size_t n) {
+    if (sizeof(T) == sizeof(bf16)) to_working_bf16(working, master, n);
+    else copy_fp32(working, master, n);
 }
+
+template <typename T>
+void gt_cuda_to_master(float *master, const void *working, size_t n) {
+    if (sizeof(T) == sizeof(bf16)) to_master_bf16(master, working, n);
+    else copy_fp32(master, working, n);
+}
+
+GT_OPS_OPTIMIZER(GT_CUDA_INSTANTIATE)

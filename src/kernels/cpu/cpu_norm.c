@@ -1,17 +1,12 @@
 /*
- * cpu_norm_rope.c — RMSNorm and rotary position embedding on the CPU, both as Hugging Face
- * transformers computes them for LLaMA (LlamaRMSNorm, apply_rotary_pos_emb with rotate_half).
- * Each kernel is written once over the element type and compiled for fp32 and bf16 (cpu_elem.h);
- * rstd, the rope table and dweight are fp32 in both.
+ * cpu_norm.c — the norm family of ops.h on the CPU: RMSNorm as Hugging Face transformers computes it
+ * for LLaMA (LlamaRMSNorm). Each kernel is written once over the element type and compiled for fp32
+ * and bf16 (cpu_elem.h); rstd and dweight are fp32 in both.
  *
  * RMSNorm: rstd = 1/sqrtf(mean(x^2) + eps), the mean of squares accumulated in double in index
  * order; out = w * (x * rstd), the same expression (rmsnorm_out below) in forward and in apply, so
  * the recompute executor gets the bits forward kept. Backward adds into dinp in fp32 and rounds the
  * sum once.
- *
- * RoPE: pair (i, i + HD/2) of each head rotates by angle t * inv_freq_i. The (cos, sin) table comes
- * from the model (gt_rope_table in model.c, which follows transformers' inv_freq, llama3 scaling
- * included); this file only applies the rotation.
  */
 #ifndef ELEM_F32   /* this part once; cpu_elem.h then includes the file back for the part after #else */
 #include <math.h>
@@ -23,14 +18,14 @@ static inline float rmsnorm_out(float x, float rstd, float w) { return w * (x * 
 /* Column block owned by one thread when summing dweight over rows. */
 #define RMSNORM_DW_BLOCK 64
 
-#define GT_CPU_TEMPLATE "cpu_norm_rope.c"
+#define GT_CPU_TEMPLATE "cpu_norm.c"
 #include "cpu_elem.h"
 
 #else /* ---------------------------------------------------------------- the kernels, once per ELEM */
 
 /* ---------------------------------------------------------------- RMSNorm */
 
-/* out (N, C), rstd (N) ; inp (N, C) ; weight (C) */
+/* out (N, C), rstd (N) ; inp (N, C) ; weight (C). gt_cpu_rmsnorm_forward, gt_cpu_rmsnorm_forward_bf16 */
 void ELEM_NAME(gt_cpu_rmsnorm_forward)(void *out_, float *rstd, const void *inp_, const void *weight_, int N,
                                        int C, float eps) {
     ELEM *out = out_;
@@ -47,6 +42,7 @@ void ELEM_NAME(gt_cpu_rmsnorm_forward)(void *out_, float *rstd, const void *inp_
     }
 }
 
+/* gt_cpu_rmsnorm_apply, gt_cpu_rmsnorm_apply_bf16 */
 void ELEM_NAME(gt_cpu_rmsnorm_apply)(void *out_, const float *rstd, const void *inp_, const void *weight_, int N,
                                      int C) {
     ELEM *out = out_;
@@ -62,7 +58,8 @@ void ELEM_NAME(gt_cpu_rmsnorm_apply)(void *out_, const float *rstd, const void *
 
 /* out_j = w_j x_j r with r = (mean(x^2)+eps)^(-1/2), dr/dx_j = -r^3 x_j / C, so
  *   dx_j = r w_j dout_j - x_j r^3/C * sum_i dout_i w_i x_i ;  dw_j = sum_rows dout_j x_j r.
- * dinp (N, C) += ; dweight (C) += ; dout, inp (N, C) ; weight (C) ; rstd (N) */
+ * dinp (N, C) += ; dweight (C) += ; dout, inp (N, C) ; weight (C) ; rstd (N).
+ * gt_cpu_rmsnorm_backward, gt_cpu_rmsnorm_backward_bf16 */
 void ELEM_NAME(gt_cpu_rmsnorm_backward)(void *dinp_, float *dweight, const void *dout_, const void *inp_,
                                         const void *weight_, const float *rstd, int N, int C) {
     ELEM *dinp = dinp_;
@@ -94,38 +91,6 @@ void ELEM_NAME(gt_cpu_rmsnorm_backward)(void *dinp_, float *dweight, const void 
             for (int i = lo; i < hi; i++) dweight[i] += acc[i - lo];
         }
     }
-}
-
-/* ---------------------------------------------------------------- RoPE */
-
-/* sign = +1: out = x*cos + rotate_half(x)*sin ; sign = -1: the inverse (transpose) rotation.
- * x (B, T, NH, HD); rope (T_max, HD/2, 2); out may alias inp. */
-static void ELEM_NAME(rope_rotate)(ELEM *out, const ELEM *inp, const float *rope, int B, int T, int NH, int HD,
-                                   float sign) {
-    GT_CPU_CHECK(HD % 2 == 0, "rope needs an even head dim, got %d", HD);
-    int half = HD / 2;
-#pragma omp parallel for schedule(static)
-    for (long row = 0; row < (long)B * T * NH; row++) {
-        int t = (int)((row / NH) % T);
-        const ELEM *x = inp + (size_t)row * HD;
-        ELEM *o = out + (size_t)row * HD;
-        const float *cs = rope + (size_t)t * half * 2;
-        for (int i = 0; i < half; i++) {
-            float x1 = LD(x, i), x2 = LD(x, i + half);
-            float c = cs[2 * i], si = sign * cs[2 * i + 1];
-            o[i] = ST(x1 * c - x2 * si);
-            o[i + half] = ST(x2 * c + x1 * si);
-        }
-    }
-}
-
-void ELEM_NAME(gt_cpu_rope_forward)(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
-    ELEM_NAME(rope_rotate)(out, inp, rope, B, T, NH, HD, 1.0f);
-}
-
-void ELEM_NAME(gt_cpu_rope_backward)(void *dinp, const void *dout, const float *rope, int B, int T, int NH,
-                                     int HD) {
-    ELEM_NAME(rope_rotate)(dinp, dout, rope, B, T, NH, HD, -1.0f);
 }
 
 #endif
