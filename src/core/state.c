@@ -1468,7 +1468,7 @@ int gt_state_read_lineage(const char *path, gt_state_info *info) {
     H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char err[1024], format[64];
-    reader r = {path, -1, err, sizeof err, ""};
+    reader r = {.path = path, .file = -1, .err = err, .err_len = sizeof err};
     memset(info, 0, sizeof *info);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_sec2(fapl);
