@@ -6,7 +6,7 @@
  *   gtrain --version                                    versions of gtrain and of the libraries
  *   gtrain --help
  *
- * Exit codes (DESIGN.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
+ * Exit codes (docs/reliability.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
  * 75 stopped by SIGTERM/SIGUSR1/SIGINT after saving; 76 a hang ended by the watchdog; 1 anything else. MPI is initialised before anything
  * else for training, so `gtrain` runs the same as a plain process and under mpirun/srun; --plan,
  * --version and --help need no MPI, no data and no GPU.

@@ -1,11 +1,12 @@
 /*
  * planner.c — memory model and recompute planner (see planner.h).
  *
- * Model state per rank (DESIGN.md, ZeRO-1): working params P*e + fp32 grads 4P + (master +
- * exp_avg + exp_avg_sq) 12P/W, with P padded up to a multiple of W when sharded.
+ * Model state per rank (ZeRO-1, Rajbhandari et al. 2020; docs/data-parallel.md): working params P*e
+ * + fp32 grads 4P + (master + exp_avg + exp_avg_sq) 12P/W, with P padded up to a multiple of W when
+ * sharded.
  *
- * Activations: with x the bytes of one block input and I what a block keeps beyond it, the seed's
- * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
+ * Activations: with x the bytes of one block input and I what a block keeps beyond it, the closed
+ * forms (docs/recompute.md, "Memory model"; uniform:K is Chen et al. 2016's segments) are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
  * Those are approximations (the head, the backward's scratch and the order of frees matter); the exact
  * figure is measured on the executor itself, run dry (dry_run below: model.h's dry model), and
  * remembered per plan, since auto prices the same plans for every grad_sync and every caller.

@@ -1,5 +1,5 @@
 /*
- * planner.h — the memory model of DESIGN.md ("Memory model") and the recompute planner.
+ * planner.h — the memory model (docs/recompute.md, "Memory model") and the recompute planner.
  *
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward

@@ -6,8 +6,7 @@
  *                 [--prompt-ids "ID ..."] [--ids]
  *
  * Reads the effective config (/config, parsed by gt_config_load_string) and the fp32 master weights
- * (/model/<Hugging Face name>, logical shapes) of a state file written by gtrain (DESIGN.md,
- * "Training-state file"), builds the model on the CPU backend and generates token by token: every
+ * (/model/<Hugging Face name>, logical shapes) of a state file written by gtrain (docs/state-format.md), builds the model on the CPU backend and generates token by token: every
  * new token runs a full forward over the context (the last max_seq_len tokens) and samples from the
  * last position's logits. There is no KV cache, so a token costs O(T^2) attention — fine for the
  * small models this is for, slow for big ones.

@@ -299,7 +299,7 @@ def check_metrics(a, r, lines, first_step):
         words = pred[0].replace(",", "").split()
         for key in ("params_peak_bytes", "grads_peak_bytes"):
             got = int(words[words.index(key) + 1])
-            if want[key] is None:  # measured must equal the prediction, within the bound
+            if want[key] is None:  # measured must equal the prediction, within the closed-form bound (expected())
                 want[key] = got
                 if got > bound[key]:
                     fail(f"{name}: predicted {key} {got} exceeds the bound {bound[key]}")
