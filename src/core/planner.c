@@ -18,6 +18,7 @@
 #include "planner.h"
 #include "bytes.h"
 #include "model.h"
+#include "testhooks.h"
 #include "zero.h"
 
 #include <math.h>
@@ -40,7 +41,7 @@ static struct {
     int valid;
     gt_model_config model;
     int B, T, act_bytes, keep_probs, depth;
-    uint64_t head_chunk_bytes;   /* model.h: a test's override changes the head's chunks */
+    uint64_t head_chunk_bytes;   /* testhooks.h: a unit test's override changes the head's chunks */
     gt_model *dry;
     dry_entry *memo;      /* open addressing, cap a power of two, at most half full */
     size_t cap, used;
@@ -57,7 +58,7 @@ static gt_model *dry_model(const gt_mem_shape *sh) {
     if (g_dry.valid && memcmp(&g_dry.model, &sh->model, offsetof(gt_model_config, init)) == 0 &&
         g_dry.B == sh->micro_batch && g_dry.T == sh->seq_len && g_dry.act_bytes == sh->act_bytes &&
         g_dry.keep_probs == sh->keep_probs && g_dry.depth == sh->prefetch &&
-        g_dry.head_chunk_bytes == gt_head_chunk_bytes)
+        g_dry.head_chunk_bytes == gt_test_hooks_get()->head_chunk_bytes)
         return g_dry.dry;
     dry_forget();
     g_dry.model = sh->model;
@@ -66,7 +67,7 @@ static gt_model *dry_model(const gt_mem_shape *sh) {
     g_dry.act_bytes = sh->act_bytes;
     g_dry.keep_probs = sh->keep_probs;
     g_dry.depth = sh->prefetch;
-    g_dry.head_chunk_bytes = gt_head_chunk_bytes;
+    g_dry.head_chunk_bytes = gt_test_hooks_get()->head_chunk_bytes;
     g_dry.dry = gt_model_create_dry(&sh->model, sh->act_bytes, sh->keep_probs);
     g_dry.cap = 1024;
     g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);

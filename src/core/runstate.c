@@ -314,7 +314,7 @@ static int check_same_dir(gt_run_state *run, int node_rank, const char *host) {
     int rank = rank_of(run), world = gt_comm_size(run->comm);
     node_probe mine;
     memset(&mine, 0, sizeof mine);
-    mine.leader = node_rank == 0 || gt_test_hook("GTRAIN_TEST_RANK_IS_NODE") != NULL;
+    mine.leader = node_rank == 0 || gt_test_hooks_get()->rank_is_node;
     snprintf(mine.host, sizeof mine.host, "%s", host);
     char path[GT_PATH_MAX + 64];
     if (mine.leader) {
@@ -789,8 +789,7 @@ static void prune(const gt_config *cfg, int64_t saved_step) {
  * cannot reserve space (EOPNOTSUPP), statvfs stands in. GTRAIN_TEST_NO_RESERVE=1 (tests only)
  * skips it, to reach the failure path inside the writer. 0, or -1 with errno set. */
 static int reserve_space(const char *path, const char *dir, uint64_t bytes) {
-    const char *skip = gt_test_hook("GTRAIN_TEST_NO_RESERVE");
-    if (skip && strcmp(skip, "1") == 0) return 0;
+    if (gt_test_hooks_get()->no_reserve) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
     int rc = fallocate(fd, 0, 0, (off_t)bytes);
@@ -1119,8 +1118,7 @@ static int save(gt_run_state *run, int step, const char *then, int complete) {
 /* GTRAIN_TEST_STEP_DELAY_MS (tests only): a pause after every step, so that a test can kill or
  * signal a tiny run between two given steps. */
 static void test_step_delay(void) {
-    const char *env = gt_test_hook("GTRAIN_TEST_STEP_DELAY_MS");
-    long ms = env ? atol(env) : 0;
+    long ms = gt_test_hooks_get()->step_delay_ms;
     if (ms > 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);

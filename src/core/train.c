@@ -18,7 +18,6 @@
 #include "train.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,59 +263,6 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
     return code;
 }
 
-/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad|spike|lossspike]] (tests only): at optimizer step STEP,
- * after micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless
- * `grad` is given, so does that micro-batch's loss, as an overflow in the forward pass would make
- * them. `spike`: the element becomes 1e4 instead (a finite gradient-norm spike); `lossspike`: only
- * the micro-batch's loss is multiplied by 10 (train.spike_zscore). */
-typedef struct nan_hook {
-    int step, micro, rank, grad_only, spike, loss_spike; /* step 0: off */
-} nan_hook;
-
-static nan_hook test_nan_hook(void) {
-    nan_hook h = {0, 0, 0, 0, 0, 0};
-    const char *env = gt_test_hook("GTRAIN_TEST_NAN_AT");
-    char kind[16] = "";
-    if (env && sscanf(env, "%d:%d:%d:%15s", &h.step, &h.micro, &h.rank, kind) >= 2) {
-        h.grad_only = strcmp(kind, "grad") == 0;
-        h.spike = strcmp(kind, "spike") == 0;
-        h.loss_spike = strcmp(kind, "lossspike") == 0;
-    } else {
-        h.step = 0;
-    }
-    return h;
-}
-
-/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin|slow[,...] (tests only): rank RANK hangs as step STEP
- * begins, before its first collective of the step: stopped by SIGSTOP (a frozen process), or in an
- * endless loop (compute that never ends; its own threads keep running). What the watchdog must
- * catch. `slow`: that step takes 3 s longer (on every rank, the others waiting), which raises the
- * watchdog's limit to 30 s by the step clock. */
-static void test_hang(int step, int rank) {
-    const char *env = gt_test_hook("GTRAIN_TEST_HANG_AT");
-    for (; env && *env; env = strchr(env, ',') ? strchr(env, ',') + 1 : "") {
-        int at = 0, who = 0;
-        char how[8] = "";
-        if (sscanf(env, "%d:%d:%7[a-z]", &at, &who, how) != 3 || at != step || who != rank) continue;
-        if (strcmp(how, "slow") == 0) {
-            sleep(3);
-        } else if (strcmp(how, "stop") == 0) {
-            raise(SIGSTOP);
-        } else {
-            for (volatile unsigned long spin = 0;; spin++) {
-            }
-        }
-    }
-}
-
-static double inject_nan(const gt_ops *ops, gt_model *model, const nan_hook *h, double loss) {
-    if (h->loss_spike) return 10 * loss;
-    float value = h->spike ? 1e4f : NAN;
-    ops->copy_to_device(gt_model_grads(model), &value, sizeof value);
-    return h->grad_only || h->spike ? loss : NAN;
-}
-
-
 /* ---------------------------------------------------------------- the run */
 
 /* Everything one run holds: opened by open_run, released in one place by close_run. */
@@ -341,7 +287,6 @@ typedef struct run {
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     FILE *metrics;             /* rank 0, log.metrics */
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
-    nan_hook nan_hook;
     progress progress;
     gt_spike_window spikes;    /* train.spike_zscore: the recent applied steps */
 } run;
@@ -539,7 +484,6 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     if (!r->inputs || !r->targets) abort();
     r->dloss = (float)(1.0 / ((double)r->G * T));
     r->flops_per_step = 3.0 * r->choice.predicted.forward_flops * A;
-    r->nan_hook = test_nan_hook();
     r->progress = (progress){progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps),
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
     /* last, so that start-up (loading a state file can take minutes) is not timed */
@@ -583,8 +527,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
         gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
         double micro_loss = gt_model_train_micro(r->model, &r->choice.plan, r->inputs, r->targets, B, T, r->dloss,
                                                  key, recomputed);
-        if (r->nan_hook.step == step && r->nan_hook.micro == m && r->nan_hook.rank == r->rank)
-            micro_loss = inject_nan(r->ops, r->model, &r->nan_hook, micro_loss);
+        micro_loss = gt_test_nan(step, m, r->rank, r->ops->copy_to_device, gt_model_grads(r->model), micro_loss);
         if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
         loss_sum += micro_loss;
     }
@@ -645,7 +588,7 @@ static double global_loss(run *r, double loss_sum, double tokens, gt_comm_stats 
 static int train_step(run *r, int step, step_result *res) {
     const gt_config *cfg = r->cfg;
     double t0 = now_seconds();
-    test_hang(step, r->rank); /* inside the step's time: a `slow` step counts */
+    gt_test_hang(step, r->rank); /* GTRAIN_TEST_HANG_AT; inside the step's time: a `slow` step counts */
     memset(res, 0, sizeof *res);
     res->step = step;
     gt_mem_reset_peaks(&r->mem);
