@@ -38,6 +38,7 @@
 
 #include "data.h"
 #include "errmsg.h"
+#include "exitcodes.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The key table
@@ -899,7 +900,7 @@ static size_t field_size(const key_spec *ks) {
 int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
     if (taken_len) taken[0] = '\0';
     gt_config from = *cfg;
-    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return 2;
+    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return GT_EXIT_BAD_INPUT;
     char mismatches[4096] = "";
     for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
         int k = key_index("model", hf_names[i].key);
@@ -941,7 +942,7 @@ int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len
     if (!mismatches[0]) return 0;
     snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
              "that they are taken from config.json)", cfg->model.init, mismatches);
-    return 2;
+    return GT_EXIT_BAD_INPUT;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1031,7 +1032,7 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
     if (!ld.failed) check_across(&ld);
     free(ld.full);
     if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
-    return ld.failed ? 2 : 0;
+    return ld.failed ? GT_EXIT_BAD_INPUT : 0;
 }
 
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
@@ -1045,7 +1046,7 @@ int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *cons
             if (f) fclose(f);
             gt_config_defaults(cfg);
             snprintf(err, err_len, "%s: cannot open the config file: %s", path, why);
-            return 2;
+            return GT_EXIT_BAD_INPUT;
         }
     }
     int rc = load(cfg, path, f, NULL, n_overrides, overrides, err, err_len);
@@ -1071,7 +1072,7 @@ static int check_one_file(const gt_config *cfg, const char *key, const char *spe
     int n = 0;
     if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
         snprintf(err, err_len, "%s: %s (%s)", where, why_buf, expected);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -1118,15 +1119,15 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
     if (why) {
         snprintf(err, err_len, "%s: cannot write '%s': %s (expected a file path for the JSONL metrics)", where, path,
                  why);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     return 0;
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
-    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return 2;
+    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return GT_EXIT_BAD_INPUT;
     if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, err, err_len))
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     return 0;
 }
 

@@ -28,6 +28,7 @@
 
 #include "agree.h"
 #include "config.h"
+#include "exitcodes.h"
 #include "ops.h"
 #include "planner.h"
 #include "signals.h"
@@ -184,7 +185,7 @@ static int run_plan(int argc, char **argv) {
             if (a + 1 >= argc || atoi(argv[a + 1]) < 1) {
                 fprintf(stderr, "gtrain: --world needs a positive number of ranks\n");
                 free(rest);
-                return 2;
+                return GT_EXIT_BAD_INPUT;
             }
             world = atoi(argv[++a]);
         } else {
@@ -197,7 +198,7 @@ static int run_plan(int argc, char **argv) {
     if (i >= argc) {
         usage(stderr);
         free(rest);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     gt_config cfg;
     char err[8192]; /* room for every model.init mismatch */
@@ -205,7 +206,7 @@ static int run_plan(int argc, char **argv) {
     free(rest);
     if (loaded != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     print_notes(err);
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
@@ -222,7 +223,7 @@ static int run_plan(int argc, char **argv) {
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
     if (gt_plan_resolve(&cfg, &shape, &choice, err, sizeof err) != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
@@ -310,7 +311,7 @@ static void set_threads(int rank) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
@@ -321,7 +322,7 @@ int main(int argc, char **argv) {
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
 
     restart_with_tuned_env(argv);

@@ -19,6 +19,7 @@
 
 #include "config.h"
 #include "errmsg.h"
+#include "exitcodes.h"
 
 typedef struct cfg_reader {
     const char *path;
@@ -164,5 +165,5 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
                  out->dim / out->n_heads);
     if (!r.failed) read_rope(&r, out);
     json_decref(root);
-    return r.failed ? 2 : 0;
+    return r.failed ? GT_EXIT_BAD_INPUT : 0;
 }

@@ -42,12 +42,11 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "exitcodes.h"
 #include "memtrack.h"
 #include "model.h"
 #include "ops.h"
 #include "state.h"
-
-#define EXIT_BAD 2
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -86,7 +85,7 @@ static int fail(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    return EXIT_BAD;
+    return GT_EXIT_BAD_INPUT;
 }
 
 /* ---------------------------------------------------------------- reading the state file */
@@ -214,10 +213,10 @@ static pid_t start_helper(const char *py, const char *mode, const char *tokenize
     return pid;
 }
 
-static int wait_helper(pid_t pid) { /* its exit status, 2 if it died otherwise */
+static int wait_helper(pid_t pid) { /* its exit status, GT_EXIT_BAD_INPUT if it died otherwise */
     int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return 2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+    if (waitpid(pid, &st, 0) < 0) return GT_EXIT_BAD_INPUT;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : GT_EXIT_BAD_INPUT;
 }
 
 /* Encodes prompt: *ids (malloc'd, n_ids), the tokenizer's vocabulary size and doc-start id (-1). */
@@ -319,7 +318,7 @@ static int parse_number(const char *opt, const char *text, double lo, double hi,
     double v = strtod(text, &end);
     if (errno || end == text || *end || !(v >= lo && v <= hi)) {
         fprintf(stderr, "gtrain-sample: %s %s: expected a number in [%g, %g]\n", opt, text, lo, hi);
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     *out = v;
     return 0;
@@ -357,21 +356,21 @@ static int parse_options(int argc, char **argv, options *o) {
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gtrain-sample: unknown option or missing value: %s\n", a);
             usage(stderr);
-            return EXIT_BAD;
+            return GT_EXIT_BAD_INPUT;
         } else if (!o->path) o->path = a;
         else {
             fprintf(stderr, "gtrain-sample: more than one state file given (%s, %s)\n", o->path, a);
-            return EXIT_BAD;
+            return GT_EXIT_BAD_INPUT;
         }
         if (rc) return rc;
     }
     if (!o->path) {
         usage(stderr);
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     if (o->tokens != floor(o->tokens) || o->top_k != floor(o->top_k) || o->seed != floor(o->seed)) {
         fprintf(stderr, "gtrain-sample: --tokens, --top-k and --seed take whole numbers\n");
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     if (!o->prompt[0]) o->prompt = "\n";
     if (o->tokenizer && access(o->tokenizer, R_OK) != 0)
