@@ -39,6 +39,8 @@
 #include "data.h"
 #include "errmsg.h"
 #include "exitcodes.h"
+#include "paths.h"
+#include "recompute.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The key table
@@ -385,7 +387,7 @@ static void expected_text(const key_spec *ks, char *out, size_t len) {
         }
         break;
     case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
-    case KEY_POLICY: snprintf(out, len, "none, full, selective, sqrt, auto, uniform:K or blocks:K"); break;
+    case KEY_POLICY: snprintf(out, len, "%s", gt_policy_expected()); break;
     case KEY_RESUME: snprintf(out, len, "auto, never or the path of a training-state file"); break;
     case KEY_BOOL: snprintf(out, len, "true or false"); break;
     }
@@ -815,61 +817,6 @@ static void check_across(loader *ld) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * memory.recompute: the names follow Megatron-LM (recompute-granularity full|selective,
- * recompute-method uniform|block) and Chen et al. 2016 (sqrt(N) segments)
- * ---------------------------------------------------------------------------------------------- */
-
-static int parse_k(const char *text, int *k) {
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0') return -1;
-    if (v < -1000000 || v > 1000000) return -1;
-    *k = (int)v;
-    return 0;
-}
-
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len) {
-    memset(policy, 0, sizeof *policy);
-    static const char *expected = "none, full, selective, sqrt, auto, uniform:K or blocks:K";
-    if (strcmp(text, "none") == 0) { policy->kind = GT_POLICY_NONE; return 0; }
-    if (strcmp(text, "full") == 0) { policy->kind = GT_POLICY_FULL; policy->k = 1; return 0; }
-    if (strcmp(text, "selective") == 0) { policy->kind = GT_POLICY_SELECTIVE; return 0; }
-    if (strcmp(text, "auto") == 0) { policy->kind = GT_POLICY_AUTO; return 0; }
-    if (strcmp(text, "sqrt") == 0) {
-        policy->kind = GT_POLICY_SQRT;
-        int k = (int)lround(sqrt((double)n_layers));
-        policy->k = k < 1 ? 1 : k;
-        return 0;
-    }
-    const char *colon = strchr(text, ':');
-    if (colon) {
-        size_t head = (size_t)(colon - text);
-        int k;
-        int is_uniform = head == 7 && strncmp(text, "uniform", 7) == 0;
-        int is_blocks = head == 6 && strncmp(text, "blocks", 6) == 0;
-        if (is_uniform || is_blocks) {
-            if (parse_k(colon + 1, &k) != 0) {
-                snprintf(err, err_len, "'%s': K must be an integer (expected %s)", text, expected);
-                return -1;
-            }
-            if (is_uniform && (k < 1 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 1..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            if (is_blocks && (k < 0 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 0..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            policy->kind = is_uniform ? GT_POLICY_UNIFORM : GT_POLICY_BLOCKS;
-            policy->k = k;
-            return 0;
-        }
-    }
-    snprintf(err, err_len, "unknown recompute policy '%s' (expected %s)", text, expected);
-    return -1;
-}
-
-/* ------------------------------------------------------------------------------------------------
  * model.init: the [model] keys of a Hugging Face config.json
  * ---------------------------------------------------------------------------------------------- */
 
@@ -1106,13 +1053,7 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
     struct stat st;
     if (slash && slash != dir) {
         *slash = '\0';
-        for (char *p = dir + 1; *p && !why; p++) {
-            if (*p != '/') continue;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
-            *p = '/';
-        }
-        if (!why && mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+        if (gt_make_dirs(dir) != 0) why = strerror(errno);
         if (!why && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) why = "a part of the path is not a directory";
     }
     if (!why && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) why = "it is a directory";

@@ -34,28 +34,7 @@ typedef enum gt_rope_type { GT_ROPE_DEFAULT, GT_ROPE_LLAMA3 } gt_rope_type;
  * table); gt_config_resume says which */
 typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_resume;
 
-#define GT_MAX_LAYERS 1024 /* blocks a model may have (the recompute plan has a byte per block) */
-
-/* memory.recompute, parsed: the text stays in the config (banners and /config print it as written),
- * because K's range and sqrt's K depend on n_layers; gt_policy_parse reads it. */
-typedef enum gt_policy_kind {
-    GT_POLICY_NONE,
-    GT_POLICY_FULL,
-    GT_POLICY_UNIFORM,   /* uniform:K */
-    GT_POLICY_SQRT,      /* uniform with K = round(sqrt(N)) */
-    GT_POLICY_BLOCKS,    /* blocks:K — the first K blocks recompute */
-    GT_POLICY_SELECTIVE,
-    GT_POLICY_AUTO,      /* planner picks for memory.budget */
-} gt_policy_kind;
-
-typedef struct gt_policy {
-    gt_policy_kind kind;
-    int k;               /* K of uniform:K and blocks:K */
-} gt_policy;
-
-/* Parses a policy string for a model of n_layers blocks. 0, or -1 with a message in err that says
- * what was expected (K range included). */
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len);
+/* GT_MAX_LAYERS and memory.recompute's parsed form (gt_policy, gt_policy_parse): recompute.h. */
 
 const char *gt_device_name(gt_device v);
 const char *gt_precision_name(gt_precision v);
@@ -107,7 +86,7 @@ typedef struct gt_config {
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because
-                                * K's range depends on n_layers; gt_policy_parse (above) reads it */
+                                * K's range depends on n_layers; gt_policy_parse (recompute.h) reads it */
         uint64_t budget;       /* bytes per rank, 0 = unset */
     } memory;
     struct {

@@ -356,10 +356,8 @@ void gt_data_close(gt_data *d) {
     free(d);
 }
 
-const char *gt_data_path(const gt_data *d) { return d->spec; }
 int gt_data_n_files(const gt_data *d) { return d->n; }
 const char *gt_data_file_path(const gt_data *d, int i) { return d->s[i].path; }
-uint64_t gt_data_file_tokens(const gt_data *d, int i) { return d->s[i].count; }
 const char *gt_data_file_format(const gt_data *d, int i) { return d->s[i].llmc ? "llm.c" : "gtrain"; }
 uint64_t gt_data_token_count(const gt_data *d) { return d->count; }
 

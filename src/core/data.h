@@ -76,10 +76,8 @@ void gt_data_free_paths(char **paths, int n);
 gt_data *gt_data_open(const char *spec, char *err, size_t err_len);
 void gt_data_close(gt_data *d);                     /* NULL is fine */
 
-const char *gt_data_path(const gt_data *d);         /* the spec as given */
 int gt_data_n_files(const gt_data *d);
 const char *gt_data_file_path(const gt_data *d, int i);
-uint64_t gt_data_file_tokens(const gt_data *d, int i);
 const char *gt_data_file_format(const gt_data *d, int i); /* "gtrain" or "llm.c" */
 uint64_t gt_data_token_count(const gt_data *d);     /* all files together */
 /* The largest vocab_size recorded in a gtrain header; 0 when every file is an llm.c shard. */

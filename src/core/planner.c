@@ -465,21 +465,21 @@ static void report_policies(FILE *out, const gt_mem_shape *shape, uint64_t budge
             budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
     fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
     int N = shape->model.n_layers;
-    char blocks_half[32], uniform_k[32];
-    snprintf(blocks_half, sizeof blocks_half, "blocks:%d", N / 2);
-    snprintf(uniform_k, sizeof uniform_k, "uniform:%d", N >= 4 ? 4 : N);
-    const char *names[] = {"none", "selective", blocks_half, uniform_k, "sqrt", "full"};
+    const gt_policy shown[] = {{GT_POLICY_NONE, 0},         {GT_POLICY_SELECTIVE, 0},
+                               {GT_POLICY_BLOCKS, N / 2},    {GT_POLICY_UNIFORM, N >= 4 ? 4 : N},
+                               {GT_POLICY_SQRT, 0},          {GT_POLICY_FULL, 0}};
     for (int i = 0; i < 6; i++) {
         gt_policy pol;
-        char err[128];
-        if (gt_policy_parse(names[i], N, &pol, err, sizeof err) != 0) continue;
+        char name[32], err[128];
+        gt_policy_format(&shown[i], name, sizeof name);
+        if (gt_policy_parse(name, N, &pol, err, sizeof err) != 0) continue; /* sqrt's K, full's 1 */
         gt_plan plan;
         gt_mem_estimate e;
         gt_plan_for_policy(&plan, &pol, shape, &e);
         gt_format_bytes(e.act_peak_bytes, b1, sizeof b1);
         gt_format_bytes(e.total_bytes, b2, sizeof b2);
         double extra = 100.0 * e.recompute_flops / (3.0 * e.forward_flops);
-        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", names[i], b1, b2, extra,
+        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", name, b1, b2, extra,
                 !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
     }
     fprintf(out, "  (extra fwd: recompute FLOPs over one training step's 3 forwards' worth)\n");

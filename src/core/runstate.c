@@ -126,19 +126,6 @@ static size_t list_state_files(const char *dir, int64_t **steps_out) {
     return n;
 }
 
-int gt_make_dirs(const char *path) {
-    char buf[GT_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
 static int fsync_path(const char *path, int directory) {
     int fd = open(path, O_RDONLY | (directory ? O_DIRECTORY : 0));
     if (fd < 0) return -1;

@@ -42,7 +42,9 @@
 #include "watchdog.h"
 #include "zero.h"
 
-#define H200_BF16_DENSE_FLOPS 989e12 /* H100/H200 SXM dense bf16 peak, NVIDIA datasheet */
+/* The peak MFU is measured against, one figure for every GPU: the NVIDIA H100/H200 SXM dense bf16
+ * peak (989 TFLOP/s, NVIDIA datasheet). */
+#define MFU_PEAK_FLOPS 989e12
 
 static double now_seconds(void) {
     struct timeval tv;
@@ -617,7 +619,7 @@ static int train_step(run *r, int step, step_result *res) {
     r->state.tokens_seen += r->G * (uint64_t)cfg->train.seq_len;
     res->tokens = r->state.tokens_seen;
     res->tok_per_s = tokens / res->seconds;
-    res->mfu = r->is_cuda ? r->flops_per_step / res->seconds / H200_BF16_DENSE_FLOPS : NAN;
+    res->mfu = r->is_cuda ? r->flops_per_step / res->seconds / MFU_PEAK_FLOPS : NAN;
     res->unit_gathers = r->zero.gathers - gathers0;
     res->act_peak_bytes = r->mem.peak[GT_MEM_ACT];
     res->mem_peak_bytes = r->mem.total_peak;
