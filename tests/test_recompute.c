@@ -91,7 +91,7 @@ static gt_mem_shape mem_shape(const gt_ops *ops, const shape_case *sc) {
     sh.act_bytes = ops->act_bytes;
     sh.keep_probs = ops->can_keep_attention_probs;
     sh.world = 1;
-    sh.shard_optimizer = 0;
+    sh.stage = 0;
     return sh;
 }
 
@@ -691,8 +691,9 @@ static int predict(int argc, char **argv) {
         return 2;
     }
     const gt_ops *ops = gt_ops_cpu();
-    gt_mem_shape sh = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, ops->act_bytes,
-                       ops->can_keep_attention_probs, 1, cfg.dist.shard == GT_SHARD_OPTIMIZER};
+    gt_mem_shape sh = {.model = cfg.model, .micro_batch = cfg.train.micro_batch, .seq_len = cfg.train.seq_len,
+                       .act_bytes = ops->act_bytes, .keep_probs = ops->can_keep_attention_probs, .world = 1,
+                       .stage = cfg.dist.shard == GT_SHARD_OPTIMIZER};
     gt_policy pol;
     gt_plan plan;
     if (gt_policy_parse(cfg.memory.recompute, cfg.model.n_layers, &pol, err, sizeof err) != 0) {

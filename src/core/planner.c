@@ -198,7 +198,7 @@ uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, const g
 static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
-    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int stage = sh->stage;
     int micro = stage >= 2 && sh->grad_micro;
     int sharded = stage >= 1 && W > 1;
     uint64_t slice = stage >= 1 ? (P + W - 1) / W : P;
@@ -239,7 +239,7 @@ uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *sh) {
 
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
-    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int stage = sh->stage;
     int micro = stage >= 2 && sh->grad_micro;
     dry_run(sh, plan, stage, micro, est);
     zero_state(sh, est);
@@ -353,7 +353,6 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
 static gt_mem_shape at_stage(const gt_mem_shape *shape, int st, int mi) {
     gt_mem_shape s = *shape;
     s.stage = st;
-    s.shard_optimizer = st >= 1;
     s.grad_micro = mi;
     return s;
 }
@@ -581,7 +580,6 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world) {
     int stage = cfg->dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg->dist.shard; /* auto: 0 until gt_plan_resolve chooses */
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
-                          stage >= 1,
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, &cfg->model, cfg->train.micro_batch,
                                                 cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch};
@@ -604,7 +602,6 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choi
     c->stage = stage;
     c->grad_micro = stage >= 2 && c->shape.grad_micro;
     c->shape.stage = stage;
-    c->shape.shard_optimizer = stage >= 1;
     c->shape.grad_micro = c->grad_micro;
     if (c->chosen_by_auto) gt_plan_estimate(&c->shape, &c->plan, &c->predicted);
     else gt_plan_for_policy(&c->plan, &c->policy, &c->shape, &c->predicted); /* the tail kept when that is free */
