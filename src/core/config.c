@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "data.h"
 #include "errmsg.h"
 #include "exitcodes.h"
@@ -1007,37 +1008,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
                 err_len);
 }
 
-/* data.train / data.val: every file of the spec (commas, globs: data.h) must exist and be readable;
- * a pattern matching nothing is an error too. Headers are checked later, by the loader. */
+/* data.train / data.val: every file of the spec must exist and be readable (gt_data_check_readable). */
 static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
     gt_config_where(cfg, "data", key, where, sizeof where);
-    static const char expected[] =
-        "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
-        "paths separated by commas, or a glob";
-    char **paths = NULL, why_buf[GT_PATH_MAX + 256];
-    int n = 0;
-    if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
-        snprintf(err, err_len, "%s: %s (%s)", where, why_buf, expected);
-        return GT_EXIT_BAD_INPUT;
-    }
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        struct stat st;
-        const char *why = NULL;
-        if (stat(paths[i], &st) != 0)
-            why = strerror(errno);
-        else if (S_ISDIR(st.st_mode))
-            why = "it is a directory";
-        else if (access(paths[i], R_OK) != 0)
-            why = strerror(errno);
-        if (why) {
-            snprintf(err, err_len, "%s: cannot read '%s': %s (%s)", where, paths[i], why, expected);
-            rc = 2;
-        }
-    }
-    gt_data_free_paths(paths, n);
-    return rc;
+    return gt_data_check_readable(spec, where, err, err_len);
 }
 
 int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
@@ -1072,19 +1047,6 @@ int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
     return 0;
 }
 
-/* Exact multiples of a binary unit print with it ("70GiB"); everything else in bytes. */
-static void format_bytes(uint64_t bytes, char *out, size_t len) {
-    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (int u = 0; u < 4; u++) {
-        uint64_t unit = 1ull << (10 * (4 - u));
-        if (bytes && bytes % unit == 0) {
-            snprintf(out, len, "%llu%s", (unsigned long long)(bytes / unit), units[u]);
-            return;
-        }
-    }
-    snprintf(out, len, "%llu", (unsigned long long)bytes);
-}
-
 /* The shortest text that reads back as the same value: 0.1, not 0.10000000000000001. */
 static void shortest_number(double v, int is_float, char *out, size_t len) {
     if (v == floor(v) && fabs(v) < 1e15) { /* 10000, not 1e+04 */
@@ -1107,7 +1069,7 @@ static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
     case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, len); break;
     case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, len); break;
     case KEY_U64: snprintf(value, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, len); break;
+    case KEY_BYTES: gt_format_bytes_exact(*(const uint64_t *)field, value, len); break;
     case KEY_BOOL: snprintf(value, len, "%s", *(const int *)field ? "true" : "false"); break;
     case KEY_ENUM: snprintf(value, len, "%s", ks->names[*(const int *)field]); break;
     default: snprintf(value, len, "%s", field); break;
@@ -1154,56 +1116,4 @@ char *gt_config_to_ini(const gt_config *cfg) {
         used += (size_t)snprintf(out + used, cap - used, "%s = %s\n", ks->name, value);
     }
     return out;
-}
-
-int gt_parse_bytes(const char *text, uint64_t *bytes) {
-    static const struct {
-        const char *suffix;
-        uint64_t scale;
-    } units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull}, {"kB", 1000ull},
-        {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
-        {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
-        {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
-    };
-    if (!text) return -1;
-    while (is_blank(*text)) text++;
-    if (*text < '0' || *text > '9') return -1; /* no signs, no ".5" */
-    char *end = NULL;
-    errno = 0;
-    unsigned long long whole = strtoull(text, &end, 10);
-    if (errno == ERANGE) return -1;
-    const char *frac = NULL;
-    size_t frac_len = 0;
-    if (*end == '.') {
-        frac = end + 1;
-        while (frac[frac_len] >= '0' && frac[frac_len] <= '9') frac_len++;
-        if (frac_len == 0) return -1;
-        end = (char *)frac + frac_len;
-    }
-    while (*end == ' ') end++;
-    size_t n = strlen(end);
-    while (n > 0 && is_blank(end[n - 1])) n--;
-    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
-        if (strlen(units[u].suffix) != n || strncmp(units[u].suffix, end, n) != 0) continue;
-        uint64_t scale = units[u].scale;
-        if (whole > UINT64_MAX / scale) return -1;
-        uint64_t total = (uint64_t)whole * scale;
-        if (frac) {
-            /* the fraction in exact integer steps: 1.5GB = 1 GB + 5 * GB / 10, rounded to a byte */
-            long double part = 0.0L, place = 1.0L;
-            for (size_t i = 0; i < frac_len; i++) {
-                place /= 10.0L;
-                part += (frac[i] - '0') * place;
-            }
-            long double extra = part * (long double)scale + 0.5L;
-            if ((long double)(UINT64_MAX - total) < extra) return -1;
-            total += (uint64_t)extra;
-        }
-        *bytes = total;
-        return 0;
-    }
-    return -1;
 }

@@ -186,7 +186,4 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
  * calls it with take = 1. 0, or 2 with err. */
 int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len);
 
-/* Parses a byte size: "123", "64KiB", "70GiB", "1.5GB", "2TiB". 0 on success, -1 on bad input. */
-int gt_parse_bytes(const char *text, uint64_t *bytes);
-
 #endif

@@ -69,6 +69,11 @@ typedef struct gt_data gt_data;
 int gt_data_expand(const char *spec, char ***paths, int *n, char *err, size_t err_len);
 void gt_data_free_paths(char **paths, int n);
 
+/* Before training: every file of the spec exists and is readable, and a pattern matches something
+ * (headers are checked later, by gt_data_open). 0, or 2 (GT_EXIT_BAD_INPUT) with one line in err that
+ * starts with `where` (the config key, file and line) and names the file. */
+int gt_data_check_readable(const char *spec, const char *where, char *err, size_t err_len);
+
 /* Maps every file of SPEC read-only and validates each header and size. On failure returns NULL
  * and writes a message naming the file and the problem into err (bad magic, unsupported version,
  * token width, size mismatch vs token_count (truncated), too few tokens, a pattern matching
