@@ -125,7 +125,7 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
     tied = 1 if m.get("tie_word_embeddings") else 0
     N = m["n_layers"]
     cnt = lambda u, r: overlap(us[u][0], us[u][0] + us[u][1], *sls[r])
-    calls = dict(all_reduce=0, reduce_scatter=0, all_gather=0, reduce_scatter_v=0, all_gather_v=0, scalar=0)  # the loss is reduced after the count
+    calls = dict(all_reduce=0, reduce_scatter=0, all_gather=0, reduce_scatter_v=0, all_gather_v=0, scalar=0)  # the loss's reduction is not counted
     comm = 0
     if stage == 0 and W > 1:
         calls["all_reduce"] = 1
