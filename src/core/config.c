@@ -4,8 +4,9 @@
  * Every key is described once, in the `keys` table below: whether it changes the function the model
  * computes (FN), its section, name, type, range and where it lives in gt_config. Parsing, range
  * checks, error messages, the list of known keys, gt_config_to_ini, the comparison of a state file's
- * /config on resume (gt_config_changes) and model.init's config.json (gt_config_apply_init) all walk
- * that table, so a new key is one line there (plus its default and its row in configs/README.md).
+ * /config on resume (gt_config_changes) and model.init's config.json (hf_config.c's gt_config_apply_init,
+ * through gt_config_key_*) all walk that table, so a new key is one line there (plus its default and its
+ * row in configs/README.md).
  * A choice is an enum in gt_config; its one name table here parses it and prints it.
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
@@ -818,22 +819,10 @@ static void check_across(loader *ld) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * model.init: the [model] keys of a Hugging Face config.json
+ * One key by name (hf_config.c's model.init merge reads and copies keys through these)
  * ---------------------------------------------------------------------------------------------- */
 
 static void format_value(const gt_config *cfg, int k, char *value, size_t len);
-
-/* What config.json calls the FN keys (hf_config.c reads them). */
-static const struct {
-    const char *key, *json;
-} hf_names[] = {
-    {"dim", "hidden_size"}, {"n_layers", "num_hidden_layers"}, {"n_heads", "num_attention_heads"},
-    {"n_kv_heads", "num_key_value_heads"}, {"vocab_size", "vocab_size"}, {"ffn_dim", "intermediate_size"},
-    {"norm_eps", "rms_norm_eps"}, {"rope_theta", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
-    {"rope_type", "rope_type"}, {"rope_factor", "rope factor"}, {"rope_low_freq_factor", "rope low_freq_factor"},
-    {"rope_high_freq_factor", "rope high_freq_factor"},
-    {"rope_original_max_position_embeddings", "rope original_max_position_embeddings"},
-};
 
 static size_t field_size(const key_spec *ks) {
     switch (ks->type) {
@@ -845,52 +834,28 @@ static size_t field_size(const key_spec *ks) {
     }
 }
 
-int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
-    if (taken_len) taken[0] = '\0';
-    gt_config from = *cfg;
-    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return GT_EXIT_BAD_INPUT;
-    char mismatches[4096] = "";
-    for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
-        int k = key_index("model", hf_names[i].key);
-        if (strncmp(hf_names[i].key, "rope_", 5) == 0 && k != key_index("model", "rope_theta") &&
-            k != key_index("model", "rope_type") && from.model.rope_type != GT_ROPE_LLAMA3)
-            continue; /* llama3's numbers mean nothing to default RoPE */
-        char json_value[64], ini_value[64];
-        format_value(&from, k, json_value, sizeof json_value);
-        format_value(cfg, k, ini_value, sizeof ini_value);
-        int line = cfg->key_line[k];
-        const char *field = (const char *)&from + keys[k].offset;
-        key_type type = keys[k].type;
-        double number = type == KEY_INT     ? *(const int *)field
-                        : type == KEY_FLOAT  ? *(const float *)field
-                        : type == KEY_DOUBLE ? *(const double *)field
-                                             : 0;
-        if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
-            char expected[128];
-            expected_text(&keys[k], expected, sizeof expected);
-            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
-                   mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
-        } else if (take && line == 0) {
-            memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
-            if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
-                gt_appendf(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
-        } else if (strcmp(json_value, ini_value) != 0) {
-            char where[GT_PATH_MAX + 96];
-            if (line > 0)
-                snprintf(where, sizeof where, "%s:%d [model] %s", cfg->path, line, keys[k].name);
-            else if (line < 0)
-                snprintf(where, sizeof where, "[model] %s (set on the command line)", keys[k].name);
-            else
-                snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", keys[k].name,
-                         cfg->path[0] ? cfg->path : "the INI");
-            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
-                   hf_names[i].json, json_value, where, ini_value);
-        }
-    }
-    if (!mismatches[0]) return 0;
-    snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
-             "that they are taken from config.json)", cfg->model.init, mismatches);
-    return GT_EXIT_BAD_INPUT;
+void gt_config_key_text(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) snprintf(out, len, "%s", "");
+    else format_value(cfg, k, out, len);
+}
+
+void gt_config_key_copy(gt_config *dst, const gt_config *src, const char *section, const char *name) {
+    int k = key_index(section, name);
+    if (k >= 0) memcpy((char *)dst + keys[k].offset, (const char *)src + keys[k].offset, field_size(&keys[k]));
+}
+
+int gt_config_key_in_range(const gt_config *cfg, const char *section, const char *name, char *expected, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) return 1;
+    const char *field = (const char *)cfg + keys[k].offset;
+    key_type type = keys[k].type;
+    if (type != KEY_INT && type != KEY_FLOAT && type != KEY_DOUBLE) return 1;
+    double number = type == KEY_INT ? *(const int *)field : type == KEY_FLOAT ? *(const float *)field
+                                                                              : *(const double *)field;
+    if (in_range(&keys[k], number)) return 1;
+    expected_text(&keys[k], expected, len);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------

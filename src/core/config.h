@@ -128,6 +128,13 @@ typedef struct gt_config {
  * default (0; also for a name that is no key). */
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
 
+/* One key by name, for code outside the key table (hf_config.c's model.init merge): its value as the
+ * INI spells it ("" for no key); a copy of its value from src; whether a number key's value is in its
+ * range (1; also for other keys), else 0 with what was expected. */
+void gt_config_key_text(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
+void gt_config_key_copy(gt_config *dst, const gt_config *src, const char *section, const char *name);
+int gt_config_key_in_range(const gt_config *cfg, const char *section, const char *name, char *expected, size_t len);
+
 /* Where [section] name was set, as a message about its value begins: "run.ini:12: [checkpoint] dir",
  * "command line: checkpoint.dir=VALUE" or "run.ini: [checkpoint] dir (default)". */
 void gt_config_where(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
