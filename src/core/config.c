@@ -362,39 +362,6 @@ static void known_list(const char *section, const char *wrong, char *out, size_t
         used += (size_t)snprintf(out + used, len - used, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* "(expected an integer in 1..1024)" and friends. */
-static void expected_text(const key_spec *ks, char *out, size_t len) {
-    switch (ks->type) {
-    case KEY_INT:
-        if (ks->max >= INT_MAX)
-            snprintf(out, len, "an integer >= %.0f", ks->min);
-        else
-            snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
-        break;
-    case KEY_FLOAT:
-    case KEY_DOUBLE:
-        if (isinf(ks->max))
-            snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
-        else
-            snprintf(out, len, "a number in %c%g, %g%c", (ks->flags & MIN_OPEN) ? '(' : '[', ks->min, ks->max,
-                     (ks->flags & MAX_OPEN) ? ')' : ']');
-        break;
-    case KEY_U64: snprintf(out, len, "an integer in 0..18446744073709551615"); break;
-    case KEY_BYTES: snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset"); break;
-    case KEY_ENUM:
-        snprintf(out, len, "one of ");
-        for (int i = 0; ks->names[i]; i++) {
-            size_t at = strlen(out);
-            snprintf(out + at, len - at, "%s%s", i ? ", " : "", ks->names[i]);
-        }
-        break;
-    case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
-    case KEY_POLICY: snprintf(out, len, "%s", gt_policy_expected()); break;
-    case KEY_RESUME: snprintf(out, len, "auto, never or the path of a training-state file"); break;
-    case KEY_BOOL: snprintf(out, len, "true or false"); break;
-    }
-}
-
 /* Whole-string numbers: no trailing text, no empty strings. */
 static int parse_long(const char *s, long long *out) {
     if (!*s) return -1;
@@ -438,104 +405,256 @@ static int enum_value(const char *const *names, const char *value) {
     return -1;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * The key types: what each reads, writes and expects, one row per type (kinds[] below)
+ * ---------------------------------------------------------------------------------------------- */
+
+/* "(expected an integer in 1..1024)" and friends. */
+static void expect_int(const key_spec *ks, char *out, size_t len) {
+    if (ks->max >= INT_MAX) snprintf(out, len, "an integer >= %.0f", ks->min);
+    else snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
+}
+
+static void expect_number(const key_spec *ks, char *out, size_t len) {
+    if (isinf(ks->max))
+        snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
+    else
+        snprintf(out, len, "a number in %c%g, %g%c", (ks->flags & MIN_OPEN) ? '(' : '[', ks->min, ks->max,
+                 (ks->flags & MAX_OPEN) ? ')' : ']');
+}
+
+static void expect_u64(const key_spec *ks, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "an integer in 0..18446744073709551615");
+}
+
+static void expect_bytes(const key_spec *ks, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset");
+}
+
+static void expect_enum(const key_spec *ks, char *out, size_t len) {
+    snprintf(out, len, "one of ");
+    for (int i = 0; ks->names[i]; i++) {
+        size_t at = strlen(out);
+        snprintf(out + at, len - at, "%s%s", i ? ", " : "", ks->names[i]);
+    }
+}
+
+static void expect_path(const key_spec *ks, char *out, size_t len) {
+    snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none");
+}
+
+static void expect_policy(const key_spec *ks, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "%s", gt_policy_expected());
+}
+
+static void expect_resume(const key_spec *ks, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "auto, never or the path of a training-state file");
+}
+
+static void expect_bool(const key_spec *ks, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "true or false");
+}
+
+/* Setters: the field from text, or a failure `prefix: MESSAGE (expected ...)` and -1. */
+static int set_int(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                   const char *expected) {
+    long long v;
+    if (parse_long(value, &v) != 0) {
+        fail(ld, "%s: '%s' is not an integer (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    if (!in_range(ks, (double)v)) {
+        fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    *(int *)field = (int)v;
+    return 0;
+}
+
+static int set_number(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                      const char *expected) {
+    double v;
+    if (parse_double(value, &v) != 0) {
+        fail(ld, "%s: '%s' is not a number (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    /* a float key is checked after rounding to float: 1e-50 would become 0 */
+    if (ks->type == KEY_FLOAT) v = (double)(float)v;
+    if (!in_range(ks, v) || !isfinite(v)) {
+        fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    if (ks->type == KEY_FLOAT) *(float *)field = (float)v;
+    else *(double *)field = v;
+    return 0;
+}
+
+static int set_u64(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                   const char *expected) {
+    (void)ks;
+    if (parse_u64(value, (uint64_t *)field) != 0) {
+        fail(ld, "%s: '%s' is not an unsigned integer (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_bytes(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                     const char *expected) {
+    (void)ks;
+    if (gt_parse_bytes(value, (uint64_t *)field) != 0) {
+        fail(ld, "%s: '%s' is not a size (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_bool(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                    const char *expected) {
+    (void)ks;
+    if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
+        fail(ld, "%s: '%s' is not a boolean (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    *(int *)field = strcmp(value, "true") == 0;
+    return 0;
+}
+
+static int set_enum(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                    const char *expected) {
+    int v = enum_value(ks->names, value);
+    if (v < 0) {
+        fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
+        return -1;
+    }
+    _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int");
+    *(int *)field = v;
+    return 0;
+}
+
+static int set_text(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+                    const char *expected) {
+    if (ks->min > 0 && !value[0]) {
+        fail(ld, "%s: must not be empty (expected %s)", prefix, expected);
+        return -1;
+    }
+    if (strlen(value) >= ks->size) {
+        fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
+        return -1;
+    }
+    /* The effective config is stored as INI text in every state file and read back on resume:
+     * a value must read back as itself. Control characters would not (libinih trims them or
+     * ends the line), nor would a ';' or '#' that starts a comment (possible in an override). */
+    for (const char *c = value; *c; c++) {
+        unsigned char u = (unsigned char)*c;
+        if (u < 0x20 || u == 0x7f) {
+            fail(ld, "%s: the value contains a control character (byte 0x%02x) (expected printable text)", prefix, u);
+            return -1;
+        }
+        if ((u == ';' || u == '#') && (c == value || c[-1] == ' ')) {
+            fail(ld, "%s: '%s': '%c' at the start or after a space begins a comment in a config file (expected "
+                 "a value without one)", prefix, value, u);
+            return -1;
+        }
+    }
+    snprintf(field, ks->size, "%s", value);
+    return 0;
+}
+
+/* The shortest text that reads back as the same value: 0.1, not 0.10000000000000001. */
+static void shortest_number(double v, int is_float, char *out, size_t len) {
+    if (v == floor(v) && fabs(v) < 1e15) { /* 10000, not 1e+04 */
+        snprintf(out, len, "%.0f", v);
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(out, len, "%.*g", digits, v);
+        double back = strtod(out, NULL);
+        if (is_float ? (float)back == (float)v : back == v) return;
+    }
+}
+
+/* Writers: the value as the INI spells it (what gt_config_to_ini writes and a change names). */
+static void write_int(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "%d", *(const int *)f);
+}
+
+static void write_float(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    shortest_number(*(const float *)f, 1, out, len);
+}
+
+static void write_double(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    shortest_number(*(const double *)f, 0, out, len);
+}
+
+static void write_u64(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "%llu", (unsigned long long)*(const uint64_t *)f);
+}
+
+static void write_bytes(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    gt_format_bytes_exact(*(const uint64_t *)f, out, len);
+}
+
+static void write_bool(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "%s", *(const int *)f ? "true" : "false");
+}
+
+static void write_enum(const key_spec *ks, const void *f, char *out, size_t len) {
+    snprintf(out, len, "%s", ks->names[*(const int *)f]);
+}
+
+static void write_text(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    snprintf(out, len, "%s", (const char *)f);
+}
+
+typedef struct key_kind {
+    int (*set)(loader *ld, const key_spec *ks, void *field, const char *value, const char *prefix,
+               const char *expected);
+    void (*write)(const key_spec *ks, const void *field, char *out, size_t len);
+    void (*expect)(const key_spec *ks, char *out, size_t len);
+    size_t size; /* of the field; 0: a text field, ks->size */
+} key_kind;
+
+static const key_kind kinds[] = {
+    [KEY_INT] = {set_int, write_int, expect_int, sizeof(int)},
+    [KEY_FLOAT] = {set_number, write_float, expect_number, sizeof(float)},
+    [KEY_DOUBLE] = {set_number, write_double, expect_number, sizeof(double)},
+    [KEY_U64] = {set_u64, write_u64, expect_u64, sizeof(uint64_t)},
+    [KEY_BYTES] = {set_bytes, write_bytes, expect_bytes, sizeof(uint64_t)},
+    [KEY_ENUM] = {set_enum, write_enum, expect_enum, sizeof(int)},
+    [KEY_PATH] = {set_text, write_text, expect_path, 0},
+    [KEY_POLICY] = {set_text, write_text, expect_policy, 0},
+    [KEY_RESUME] = {set_text, write_text, expect_resume, 0},
+    [KEY_BOOL] = {set_bool, write_bool, expect_bool, sizeof(int)},
+};
+
+static void expected_text(const key_spec *ks, char *out, size_t len) { kinds[ks->type].expect(ks, out, len); }
+
+static size_t field_size(const key_spec *ks) { return kinds[ks->type].size ? kinds[ks->type].size : ks->size; }
+
+/* Key k's value in cfg as the INI spells it. */
+static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
+    kinds[keys[k].type].write(&keys[k], (const char *)cfg + keys[k].offset, value, len);
+}
+
 /* Sets key k from text. On a bad value, fails with `prefix: MESSAGE (expected ...)`. */
 static int set_key(loader *ld, int k, const char *value, const char *prefix) {
     const key_spec *ks = &keys[k];
-    char *field = (char *)ld->cfg + ks->offset;
     char expected[256];
     expected_text(ks, expected, sizeof expected);
-    switch (ks->type) {
-    case KEY_INT: {
-        long long v;
-        if (parse_long(value, &v) != 0) {
-            fail(ld, "%s: '%s' is not an integer (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        if (!in_range(ks, (double)v)) {
-            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        *(int *)field = (int)v;
-        return 0;
-    }
-    case KEY_FLOAT:
-    case KEY_DOUBLE: {
-        double v;
-        if (parse_double(value, &v) != 0) {
-            fail(ld, "%s: '%s' is not a number (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        /* a float key is checked after rounding to float: 1e-50 would become 0 */
-        if (ks->type == KEY_FLOAT) v = (double)(float)v;
-        if (!in_range(ks, v) || !isfinite(v)) {
-            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        if (ks->type == KEY_FLOAT)
-            *(float *)field = (float)v;
-        else
-            *(double *)field = v;
-        return 0;
-    }
-    case KEY_U64:
-        if (parse_u64(value, (uint64_t *)field) != 0) {
-            fail(ld, "%s: '%s' is not an unsigned integer (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        return 0;
-    case KEY_BYTES:
-        if (gt_parse_bytes(value, (uint64_t *)field) != 0) {
-            fail(ld, "%s: '%s' is not a size (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        return 0;
-    case KEY_BOOL:
-        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
-            fail(ld, "%s: '%s' is not a boolean (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        *(int *)field = strcmp(value, "true") == 0;
-        return 0;
-    case KEY_ENUM: {
-        int v = enum_value(ks->names, value);
-        if (v < 0) {
-            fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int");
-        *(int *)field = v;
-        return 0;
-    }
-    case KEY_PATH:
-    case KEY_POLICY:
-    case KEY_RESUME:
-        if (ks->min > 0 && !value[0]) {
-            fail(ld, "%s: must not be empty (expected %s)", prefix, expected);
-            return -1;
-        }
-        if (strlen(value) >= ks->size) {
-            fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
-            return -1;
-        }
-        /* The effective config is stored as INI text in every state file and read back on resume:
-         * a value must read back as itself. Control characters would not (libinih trims them or
-         * ends the line), nor would a ';' or '#' that starts a comment (possible in an override). */
-        for (const char *c = value; *c; c++) {
-            unsigned char u = (unsigned char)*c;
-            if (u < 0x20 || u == 0x7f) {
-                fail(ld, "%s: the value contains a control character (byte 0x%02x) (expected printable text)", prefix, u);
-                return -1;
-            }
-            if ((u == ';' || u == '#') && (c == value || c[-1] == ' ')) {
-                fail(ld, "%s: '%s': '%c' at the start or after a space begins a comment in a config file (expected "
-                     "a value without one)", prefix, value, u);
-                return -1;
-            }
-        }
-        snprintf(field, ks->size, "%s", value);
-        return 0;
-    }
-    return -1;
+    return kinds[ks->type].set(ld, ks, (char *)ld->cfg + ks->offset, value, prefix, expected);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -822,18 +941,6 @@ static void check_across(loader *ld) {
  * One key by name (hf_config.c's model.init merge reads and copies keys through these)
  * ---------------------------------------------------------------------------------------------- */
 
-static void format_value(const gt_config *cfg, int k, char *value, size_t len);
-
-static size_t field_size(const key_spec *ks) {
-    switch (ks->type) {
-    case KEY_FLOAT: return sizeof(float);
-    case KEY_DOUBLE: return sizeof(double);
-    case KEY_U64: case KEY_BYTES: return sizeof(uint64_t);
-    case KEY_INT: case KEY_BOOL: case KEY_ENUM: return sizeof(int);
-    default: return ks->size;
-    }
-}
-
 void gt_config_key_text(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
     int k = key_index(section, name);
     if (k < 0) snprintf(out, len, "%s", "");
@@ -1010,35 +1117,6 @@ int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
     if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, err, err_len))
         return GT_EXIT_BAD_INPUT;
     return 0;
-}
-
-/* The shortest text that reads back as the same value: 0.1, not 0.10000000000000001. */
-static void shortest_number(double v, int is_float, char *out, size_t len) {
-    if (v == floor(v) && fabs(v) < 1e15) { /* 10000, not 1e+04 */
-        snprintf(out, len, "%.0f", v);
-        return;
-    }
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(out, len, "%.*g", digits, v);
-        double back = strtod(out, NULL);
-        if (is_float ? (float)back == (float)v : back == v) return;
-    }
-}
-
-/* Key k's value in cfg as the INI spells it: what gt_config_to_ini writes and a change names. */
-static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
-    const key_spec *ks = &keys[k];
-    const char *field = (const char *)cfg + ks->offset;
-    switch (ks->type) {
-    case KEY_INT: snprintf(value, len, "%d", *(const int *)field); break;
-    case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, len); break;
-    case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, len); break;
-    case KEY_U64: snprintf(value, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case KEY_BYTES: gt_format_bytes_exact(*(const uint64_t *)field, value, len); break;
-    case KEY_BOOL: snprintf(value, len, "%s", *(const int *)field ? "true" : "false"); break;
-    case KEY_ENUM: snprintf(value, len, "%s", ks->names[*(const int *)field]); break;
-    default: snprintf(value, len, "%s", field); break;
-    }
 }
 
 void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user) {
