@@ -202,7 +202,7 @@ static pid_t start_helper(const char *py, const char *mode, const char *tokenize
         execlp(py, py, "-c", HELPER, mode, tokenizer, doc_start, (char *)NULL);
         fprintf(stderr, "gtrain-sample: cannot run the Python interpreter %s: %s (give --python, a Python with "
                 "the tokenizers package)\n", py, strerror(errno));
-        _exit(2);
+        _exit(GT_EXIT_BAD_INPUT);
     }
     close(in[0]);
     *to_child = fdopen(in[1], "w");
