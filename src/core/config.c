@@ -22,7 +22,7 @@
  * are plain keys, never continuations) and hands over overlong `key = value` lines as `key = \1`,
  * keeping the real text for the handler, so long paths work and every line number stays exact.
  */
-#define _POSIX_C_SOURCE 200809L /* fileno, access */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 
 #include "config.h"
 
@@ -35,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "bytes.h"
 #include "config_keys.h"
