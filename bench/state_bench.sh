@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # state_bench.sh — training-state saves, collective (checkpoint.async = false) vs asynchronous
-# (true), on issue 21's shape: configs/llama100m.ini with model.vocab_size=256, micro_batch 1,
+# (true), on one shape: configs/llama100m.ini with model.vocab_size=256, micro_batch 1,
 # seq_len 256, 2 ranks on the CPU; a save every CKPT_EVERY steps.
 #
 #   bench/state_bench.sh [BUILD_DIR] [STEPS] [CKPT_EVERY] [RANKS]      (defaults: build 10 3 2)

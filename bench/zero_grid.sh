@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zero_grid.sh — the full equivalence grid of issue 10 (CI runs a subset: tests/dist_train.cmake):
+# zero_grid.sh — the full ZeRO equivalence grid (CI runs a subset: tests/dist_train.cmake):
 # W = 1, 2, 4 x dist.shard = none, optimizer, gradients, parameters x memory.recompute = none, full,
 # selective x grad_accum = 1, 3 (grad_sync auto, so both step and micro occur), each run checked by
 # tests/dist/dist_train.py (per-step comm_bytes, call counts, unit gathers, params/grads peaks against

@@ -22,9 +22,9 @@ add_test(NAME test_hooks_need_the_flag
 set_tests_properties(test_hooks_need_the_flag PROPERTIES LABELS mpi TIMEOUT 300)
 
 # A hung rank (stopped by SIGSTOP, computing forever, or stuck or stopped inside a save) ends the job
-# within dist.timeout plus a margin, exit 76, with one line naming it (src/dist/watchdog.h,
-# GTRAIN_TEST_HANG_AT in train.c, GTRAIN_TEST_HANG_IN_SAVE in state.c); a save that is slow but writes
-# (GTRAIN_TEST_SLOW_SAVE=0:MS in state.c) finishes however much longer than dist.timeout it takes.
+# within dist.timeout plus a margin, exit 76, with one line naming it (src/dist/watchdog.h;
+# GTRAIN_TEST_HANG_AT and GTRAIN_TEST_HANG_IN_SAVE: src/core/testhooks.h); a save that is slow but
+# writes (GTRAIN_TEST_SLOW_SAVE=0:MS) finishes however much longer than dist.timeout it takes.
 foreach(mode stop spin save asyncsave slowstop savestop slowsave slowsave1rank slowasyncsave slowrankasyncsave)
   add_test(NAME watchdog_names_hung_rank_${mode}
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/watchdog_names_hung_rank.sh ${mode} $<TARGET_FILE:gtrain>
@@ -54,7 +54,7 @@ foreach(mode launcher watchdog)
 endforeach()
 
 # train.spike_zscore: a gradient-norm or loss outlier at step 30 is skipped and counted (metrics, state
-# file); with the default 0 the same outlier is applied (GTRAIN_TEST_NAN_AT=...:spike|lossspike, train.c).
+# file); with the default 0 the same outlier is applied (GTRAIN_TEST_NAN_AT=...:spike|lossspike, testhooks.h).
 foreach(mode norm loss off)
   add_test(NAME spike_skip_${mode}
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/spike_skip.sh ${mode} $<TARGET_FILE:gtrain>

@@ -53,6 +53,7 @@
 #define TOL_ACCUM_REL 1e-6
 
 #include "check.h"
+#include "testhooks.h"
 
 static const gt_fx_record *need(const gt_fixture *fx, const char *name, int dtype) {
     const gt_fx_record *r = gt_fx_find(fx, name);
@@ -324,11 +325,11 @@ int main(int argc, char **argv) {
     /* ---- 2b. the loss head in chunks of 5 rows (the last one partial unless B*T % 5 == 0): the same
      * reference tolerances; only the summation order of the head's weight gradient changes ---- */
     {
-        gt_head_chunk_bytes = (uint64_t)5 * V * sizeof(float);
+        gt_test_hooks_for_tests()->head_chunk_bytes = (uint64_t)5 * V * sizeof(float);
         CHECK(gt_head_rows(&cfg, B * T, 4) == 5 && B * T > 5, "the head is not in chunks of 5 rows");
         run_result ch;
         train_once(model, ops, "none", inputs, targets, B, T, 1, &ch);
-        gt_head_chunk_bytes = 0;
+        gt_test_hooks_for_tests()->head_chunk_bytes = 0;
         double ch_rel = fabs(ch.loss_sum / (B * T) - ref_loss) / fabs(ref_loss), ch_worst = 0.0;
         for (int i = 0; i < layout->n_tensors; i++) {
             const gt_tensor_info *t = &layout->tensors[i];

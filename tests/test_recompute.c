@@ -43,6 +43,7 @@
 #include "recompute.h"
 
 #include "check.h"
+#include "testhooks.h"
 
 /* ------------------------------------------------------------------ shapes and plans */
 
@@ -90,7 +91,7 @@ static gt_mem_shape mem_shape(const gt_ops *ops, const shape_case *sc) {
     sh.act_bytes = ops->act_bytes;
     sh.keep_probs = ops->can_keep_attention_probs;
     sh.world = 1;
-    sh.shard_optimizer = 0;
+    sh.stage = 0;
     return sh;
 }
 
@@ -657,7 +658,7 @@ static void remembered_predictions_follow_the_head_chunks(void) {
     uint64_t measured[2], predicted[2];
     const uint64_t limits[2] = {0, UINT64_MAX};
     for (int i = 0; i < 2; i++) {
-        gt_head_chunk_bytes = limits[i];
+        gt_test_hooks_for_tests()->head_chunk_bytes = limits[i];
         gt_mem_estimate est;
         gt_plan_estimate(&sh, &plan, &est);
         micro_result got;
@@ -669,7 +670,7 @@ static void remembered_predictions_follow_the_head_chunks(void) {
               wide.name, i ? "whole" : "in chunks", (unsigned long long)measured[i],
               (unsigned long long)predicted[i]);
     }
-    gt_head_chunk_bytes = 0;
+    gt_test_hooks_for_tests()->head_chunk_bytes = 0;
     CHECK(measured[1] > measured[0], "%s: the whole head (%llu bytes) should set a higher peak than chunks (%llu)",
           wide.name, (unsigned long long)measured[1], (unsigned long long)measured[0]);
     runner_free(&r);
@@ -690,8 +691,9 @@ static int predict(int argc, char **argv) {
         return 2;
     }
     const gt_ops *ops = gt_ops_cpu();
-    gt_mem_shape sh = {cfg.model, cfg.train.micro_batch, cfg.train.seq_len, ops->act_bytes,
-                       ops->can_keep_attention_probs, 1, cfg.dist.shard == GT_SHARD_OPTIMIZER};
+    gt_mem_shape sh = {.model = cfg.model, .micro_batch = cfg.train.micro_batch, .seq_len = cfg.train.seq_len,
+                       .act_bytes = ops->act_bytes, .keep_probs = ops->can_keep_attention_probs, .world = 1,
+                       .stage = cfg.dist.shard == GT_SHARD_OPTIMIZER};
     gt_policy pol;
     gt_plan plan;
     if (gt_policy_parse(cfg.memory.recompute, cfg.model.n_layers, &pol, err, sizeof err) != 0) {
@@ -829,12 +831,12 @@ int main(int argc, char **argv) {
     measured_activation_peak_equals_prediction();
     /* again with the loss head in chunks of 7, 5 and 8 rows (shapes 0, 1, 2: 32, 36 and 24 rows; the
      * first two end on a partial chunk); above, each shape's head was one chunk */
-    gt_head_chunk_bytes = 5 * 97 * 4;
+    gt_test_hooks_for_tests()->head_chunk_bytes = 5 * 97 * 4;
     printf("loss head in chunks of %d, %d and %d rows:\n", gt_head_rows(&g_shapes[0].model, 32, 4),
            gt_head_rows(&g_shapes[1].model, 36, 4), gt_head_rows(&g_shapes[2].model, 24, 4));
     all_policies_give_bit_identical_losses_and_grads_with_dropout();
     measured_activation_peak_equals_prediction();
-    gt_head_chunk_bytes = 0;
+    gt_test_hooks_for_tests()->head_chunk_bytes = 0;
     remembered_predictions_follow_the_head_chunks();
     activation_peaks_order_as_the_model_says();
     recomputed_blocks_match_the_plan();

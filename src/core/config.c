@@ -4,8 +4,9 @@
  * Every key is described once, in the `keys` table below: whether it changes the function the model
  * computes (FN), its section, name, type, range and where it lives in gt_config. Parsing, range
  * checks, error messages, the list of known keys, gt_config_to_ini, the comparison of a state file's
- * /config on resume (gt_config_changes) and model.init's config.json (gt_config_apply_init) all walk
- * that table, so a new key is one line there (plus its default and its row in configs/README.md).
+ * /config on resume (gt_config_changes) and model.init's config.json (hf_config.c's gt_config_apply_init,
+ * through gt_config_key_*) all walk that table, so a new key is one line there (plus its default and its
+ * row in configs/README.md).
  * A choice is an enum in gt_config; its one name table here parses it and prints it.
  *
  * Errors are one line, `FILE:LINE: [section] key: MESSAGE (expected ...)`, or for an override
@@ -21,7 +22,7 @@
  * are plain keys, never continuations) and hands over overlong `key = value` lines as `key = \1`,
  * keeping the real text for the handler, so long paths work and every line number stays exact.
  */
-#define _POSIX_C_SOURCE 200809L /* fileno, access */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 
 #include "config.h"
 
@@ -34,43 +35,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "bytes.h"
+#include "config_keys.h"
 #include "data.h"
 #include "errmsg.h"
+#include "exitcodes.h"
+#include "paths.h"
+#include "recompute.h"
 
 /* ------------------------------------------------------------------------------------------------
  * The key table
  * ---------------------------------------------------------------------------------------------- */
 
-typedef enum key_type {
-    KEY_INT,     /* int in [min, max] */
-    KEY_FLOAT,   /* float, range below */
-    KEY_DOUBLE,  /* double, range below */
-    KEY_U64,     /* uint64_t, any value (seed) */
-    KEY_BYTES,   /* uint64_t byte size through gt_parse_bytes */
-    KEY_ENUM,    /* an enum field, one of `names` (a name table below) */
-    KEY_PATH,    /* free text; `min` = 1 means it must not be empty */
-    KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
-    KEY_RESUME,  /* auto | never | PATH */
-    KEY_BOOL,    /* int 0 or 1, written true | false */
-} key_type;
-
-/* Range flags for numbers. */
-#define MIN_OPEN 1 /* min is excluded: x > min */
-#define MAX_OPEN 2 /* max is excluded: x < max */
-
-typedef struct key_spec {
-    const char *section;
-    const char *name;
-    key_type type;
-    size_t offset;       /* into gt_config */
-    size_t size;         /* of the string field, for text keys */
-    double min, max;     /* numbers: the range; INFINITY = unbounded */
-    int flags;
-    const char *const *names; /* KEY_ENUM: the name of each value, NULL-terminated */
-    int changes_model;   /* FN or RUN, below */
-} key_spec;
+_Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int (KEY_ENUM)");
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
@@ -365,179 +343,16 @@ static void known_list(const char *section, const char *wrong, char *out, size_t
         used += (size_t)snprintf(out + used, len - used, "%s%s", i ? ", " : "", names[i]);
 }
 
-/* "(expected an integer in 1..1024)" and friends. */
-static void expected_text(const key_spec *ks, char *out, size_t len) {
-    switch (ks->type) {
-    case KEY_INT:
-        if (ks->max >= INT_MAX)
-            snprintf(out, len, "an integer >= %.0f", ks->min);
-        else
-            snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
-        break;
-    case KEY_FLOAT:
-    case KEY_DOUBLE:
-        if (isinf(ks->max))
-            snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
-        else
-            snprintf(out, len, "a number in %c%g, %g%c", (ks->flags & MIN_OPEN) ? '(' : '[', ks->min, ks->max,
-                     (ks->flags & MAX_OPEN) ? ')' : ']');
-        break;
-    case KEY_U64: snprintf(out, len, "an integer in 0..18446744073709551615"); break;
-    case KEY_BYTES: snprintf(out, len, "a size in bytes such as 70GiB, 512MiB, 1.5GB or 123; 0 = unset"); break;
-    case KEY_ENUM:
-        snprintf(out, len, "one of ");
-        for (int i = 0; ks->names[i]; i++) {
-            size_t at = strlen(out);
-            snprintf(out + at, len - at, "%s%s", i ? ", " : "", ks->names[i]);
-        }
-        break;
-    case KEY_PATH: snprintf(out, len, ks->min > 0 ? "a file path" : "a path, or nothing for none"); break;
-    case KEY_POLICY: snprintf(out, len, "none, full, selective, sqrt, auto, uniform:K or blocks:K"); break;
-    case KEY_RESUME: snprintf(out, len, "auto, never or the path of a training-state file"); break;
-    case KEY_BOOL: snprintf(out, len, "true or false"); break;
-    }
-}
-
-/* Whole-string numbers: no trailing text, no empty strings. */
-static int parse_long(const char *s, long long *out) {
-    if (!*s) return -1;
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *s, double *out) {
-    if (!*s) return -1;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0' || !isfinite(v)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    if (*s < '0' || *s > '9') return -1; /* strtoull would accept "-1" and wrap it */
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || errno == ERANGE) return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-static int in_range(const key_spec *ks, double v) {
-    if ((ks->flags & MIN_OPEN) ? !(v > ks->min) : !(v >= ks->min)) return 0;
-    if ((ks->flags & MAX_OPEN) ? !(v < ks->max) : !(v <= ks->max)) return 0;
-    return 1;
-}
-
-/* The enum value whose name is `value`, or -1. */
-static int enum_value(const char *const *names, const char *value) {
-    for (int i = 0; names[i]; i++)
-        if (strcmp(names[i], value) == 0) return i;
-    return -1;
+/* Key k's value in cfg as the INI spells it. */
+static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
+    gt_key_write(&keys[k], (const char *)cfg + keys[k].offset, value, len);
 }
 
 /* Sets key k from text. On a bad value, fails with `prefix: MESSAGE (expected ...)`. */
 static int set_key(loader *ld, int k, const char *value, const char *prefix) {
-    const key_spec *ks = &keys[k];
-    char *field = (char *)ld->cfg + ks->offset;
-    char expected[256];
-    expected_text(ks, expected, sizeof expected);
-    switch (ks->type) {
-    case KEY_INT: {
-        long long v;
-        if (parse_long(value, &v) != 0) {
-            fail(ld, "%s: '%s' is not an integer (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        if (!in_range(ks, (double)v)) {
-            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        *(int *)field = (int)v;
-        return 0;
-    }
-    case KEY_FLOAT:
-    case KEY_DOUBLE: {
-        double v;
-        if (parse_double(value, &v) != 0) {
-            fail(ld, "%s: '%s' is not a number (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        /* a float key is checked after rounding to float: 1e-50 would become 0 */
-        if (ks->type == KEY_FLOAT) v = (double)(float)v;
-        if (!in_range(ks, v) || !isfinite(v)) {
-            fail(ld, "%s: %s is out of range (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        if (ks->type == KEY_FLOAT)
-            *(float *)field = (float)v;
-        else
-            *(double *)field = v;
-        return 0;
-    }
-    case KEY_U64:
-        if (parse_u64(value, (uint64_t *)field) != 0) {
-            fail(ld, "%s: '%s' is not an unsigned integer (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        return 0;
-    case KEY_BYTES:
-        if (gt_parse_bytes(value, (uint64_t *)field) != 0) {
-            fail(ld, "%s: '%s' is not a size (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        return 0;
-    case KEY_BOOL:
-        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
-            fail(ld, "%s: '%s' is not a boolean (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        *(int *)field = strcmp(value, "true") == 0;
-        return 0;
-    case KEY_ENUM: {
-        int v = enum_value(ks->names, value);
-        if (v < 0) {
-            fail(ld, "%s: '%s' is not a choice (expected %s)", prefix, value, expected);
-            return -1;
-        }
-        _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int");
-        *(int *)field = v;
-        return 0;
-    }
-    case KEY_PATH:
-    case KEY_POLICY:
-    case KEY_RESUME:
-        if (ks->min > 0 && !value[0]) {
-            fail(ld, "%s: must not be empty (expected %s)", prefix, expected);
-            return -1;
-        }
-        if (strlen(value) >= ks->size) {
-            fail(ld, "%s: '%.40s...' is too long (expected at most %zu characters)", prefix, value, ks->size - 1);
-            return -1;
-        }
-        /* The effective config is stored as INI text in every state file and read back on resume:
-         * a value must read back as itself. Control characters would not (libinih trims them or
-         * ends the line), nor would a ';' or '#' that starts a comment (possible in an override). */
-        for (const char *c = value; *c; c++) {
-            unsigned char u = (unsigned char)*c;
-            if (u < 0x20 || u == 0x7f) {
-                fail(ld, "%s: the value contains a control character (byte 0x%02x) (expected printable text)", prefix, u);
-                return -1;
-            }
-            if ((u == ';' || u == '#') && (c == value || c[-1] == ' ')) {
-                fail(ld, "%s: '%s': '%c' at the start or after a space begins a comment in a config file (expected "
-                     "a value without one)", prefix, value, u);
-                return -1;
-            }
-        }
-        snprintf(field, ks->size, "%s", value);
-        return 0;
-    }
+    char why[GT_PATH_MAX * 2 + 512];
+    if (gt_key_set(&keys[k], (char *)ld->cfg + keys[k].offset, value, why, sizeof why) == 0) return 0;
+    fail(ld, "%s: %s", prefix, why);
     return -1;
 }
 
@@ -822,134 +637,31 @@ static void check_across(loader *ld) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * memory.recompute: the names follow Megatron-LM (recompute-granularity full|selective,
- * recompute-method uniform|block) and Chen et al. 2016 (sqrt(N) segments)
+ * One key by name (hf_config.c's model.init merge reads and copies keys through these)
  * ---------------------------------------------------------------------------------------------- */
 
-static int parse_k(const char *text, int *k) {
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end != '\0') return -1;
-    if (v < -1000000 || v > 1000000) return -1;
-    *k = (int)v;
+void gt_config_key_text(const gt_config *cfg, const char *section, const char *name, char *out, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) snprintf(out, len, "%s", "");
+    else format_value(cfg, k, out, len);
+}
+
+void gt_config_key_copy(gt_config *dst, const gt_config *src, const char *section, const char *name) {
+    int k = key_index(section, name);
+    if (k >= 0) memcpy((char *)dst + keys[k].offset, (const char *)src + keys[k].offset, gt_key_field_size(&keys[k]));
+}
+
+int gt_config_key_in_range(const gt_config *cfg, const char *section, const char *name, char *expected, size_t len) {
+    int k = key_index(section, name);
+    if (k < 0) return 1;
+    const char *field = (const char *)cfg + keys[k].offset;
+    key_type type = keys[k].type;
+    if (type != KEY_INT && type != KEY_FLOAT && type != KEY_DOUBLE) return 1;
+    double number = type == KEY_INT ? *(const int *)field : type == KEY_FLOAT ? *(const float *)field
+                                                                              : *(const double *)field;
+    if (gt_key_in_range(&keys[k], number)) return 1;
+    gt_key_expected(&keys[k], expected, len);
     return 0;
-}
-
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len) {
-    memset(policy, 0, sizeof *policy);
-    static const char *expected = "none, full, selective, sqrt, auto, uniform:K or blocks:K";
-    if (strcmp(text, "none") == 0) { policy->kind = GT_POLICY_NONE; return 0; }
-    if (strcmp(text, "full") == 0) { policy->kind = GT_POLICY_FULL; policy->k = 1; return 0; }
-    if (strcmp(text, "selective") == 0) { policy->kind = GT_POLICY_SELECTIVE; return 0; }
-    if (strcmp(text, "auto") == 0) { policy->kind = GT_POLICY_AUTO; return 0; }
-    if (strcmp(text, "sqrt") == 0) {
-        policy->kind = GT_POLICY_SQRT;
-        int k = (int)lround(sqrt((double)n_layers));
-        policy->k = k < 1 ? 1 : k;
-        return 0;
-    }
-    const char *colon = strchr(text, ':');
-    if (colon) {
-        size_t head = (size_t)(colon - text);
-        int k;
-        int is_uniform = head == 7 && strncmp(text, "uniform", 7) == 0;
-        int is_blocks = head == 6 && strncmp(text, "blocks", 6) == 0;
-        if (is_uniform || is_blocks) {
-            if (parse_k(colon + 1, &k) != 0) {
-                snprintf(err, err_len, "'%s': K must be an integer (expected %s)", text, expected);
-                return -1;
-            }
-            if (is_uniform && (k < 1 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 1..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            if (is_blocks && (k < 0 || k > n_layers)) {
-                snprintf(err, err_len, "'%s': K must be in 0..%d (the number of layers)", text, n_layers);
-                return -1;
-            }
-            policy->kind = is_uniform ? GT_POLICY_UNIFORM : GT_POLICY_BLOCKS;
-            policy->k = k;
-            return 0;
-        }
-    }
-    snprintf(err, err_len, "unknown recompute policy '%s' (expected %s)", text, expected);
-    return -1;
-}
-
-/* ------------------------------------------------------------------------------------------------
- * model.init: the [model] keys of a Hugging Face config.json
- * ---------------------------------------------------------------------------------------------- */
-
-static void format_value(const gt_config *cfg, int k, char *value, size_t len);
-
-/* What config.json calls the FN keys (hf_config.c reads them). */
-static const struct {
-    const char *key, *json;
-} hf_names[] = {
-    {"dim", "hidden_size"}, {"n_layers", "num_hidden_layers"}, {"n_heads", "num_attention_heads"},
-    {"n_kv_heads", "num_key_value_heads"}, {"vocab_size", "vocab_size"}, {"ffn_dim", "intermediate_size"},
-    {"norm_eps", "rms_norm_eps"}, {"rope_theta", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
-    {"rope_type", "rope_type"}, {"rope_factor", "rope factor"}, {"rope_low_freq_factor", "rope low_freq_factor"},
-    {"rope_high_freq_factor", "rope high_freq_factor"},
-    {"rope_original_max_position_embeddings", "rope original_max_position_embeddings"},
-};
-
-static size_t field_size(const key_spec *ks) {
-    switch (ks->type) {
-    case KEY_FLOAT: return sizeof(float);
-    case KEY_DOUBLE: return sizeof(double);
-    case KEY_U64: case KEY_BYTES: return sizeof(uint64_t);
-    case KEY_INT: case KEY_BOOL: case KEY_ENUM: return sizeof(int);
-    default: return ks->size;
-    }
-}
-
-int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
-    if (taken_len) taken[0] = '\0';
-    gt_config from = *cfg;
-    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return 2;
-    char mismatches[4096] = "";
-    for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
-        int k = key_index("model", hf_names[i].key);
-        if (strncmp(hf_names[i].key, "rope_", 5) == 0 && k != key_index("model", "rope_theta") &&
-            k != key_index("model", "rope_type") && from.model.rope_type != GT_ROPE_LLAMA3)
-            continue; /* llama3's numbers mean nothing to default RoPE */
-        char json_value[64], ini_value[64];
-        format_value(&from, k, json_value, sizeof json_value);
-        format_value(cfg, k, ini_value, sizeof ini_value);
-        int line = cfg->key_line[k];
-        const char *field = (const char *)&from + keys[k].offset;
-        key_type type = keys[k].type;
-        double number = type == KEY_INT     ? *(const int *)field
-                        : type == KEY_FLOAT  ? *(const float *)field
-                        : type == KEY_DOUBLE ? *(const double *)field
-                                             : 0;
-        if (take && line == 0 && keys[k].type != KEY_BOOL && keys[k].type != KEY_ENUM && !in_range(&keys[k], number)) {
-            char expected[128];
-            expected_text(&keys[k], expected, sizeof expected);
-            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
-                   mismatches[0] ? "; " : "", hf_names[i].json, json_value, keys[k].name, expected);
-        } else if (take && line == 0) {
-            memcpy((char *)cfg + keys[k].offset, (const char *)&from + keys[k].offset, field_size(&keys[k]));
-            if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
-                gt_appendf(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", keys[k].name, json_value);
-        } else if (strcmp(json_value, ini_value) != 0) {
-            char where[GT_PATH_MAX + 96];
-            if (line > 0)
-                snprintf(where, sizeof where, "%s:%d [model] %s", cfg->path, line, keys[k].name);
-            else if (line < 0)
-                snprintf(where, sizeof where, "[model] %s (set on the command line)", keys[k].name);
-            else
-                snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", keys[k].name,
-                         cfg->path[0] ? cfg->path : "the INI");
-            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
-                   hf_names[i].json, json_value, where, ini_value);
-        }
-    }
-    if (!mismatches[0]) return 0;
-    snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
-             "that they are taken from config.json)", cfg->model.init, mismatches);
-    return 2;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1039,7 +751,7 @@ static int load(gt_config *cfg, const char *name, FILE *file, const char *text, 
     if (!ld.failed) check_across(&ld);
     free(ld.full);
     if (!ld.failed && err_len) snprintf(err, err_len, "%s", ld.notes);
-    return ld.failed ? 2 : 0;
+    return ld.failed ? GT_EXIT_BAD_INPUT : 0;
 }
 
 int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *const *overrides, char *err,
@@ -1053,7 +765,7 @@ int gt_config_load(gt_config *cfg, const char *path, int n_overrides, char *cons
             if (f) fclose(f);
             gt_config_defaults(cfg);
             snprintf(err, err_len, "%s: cannot open the config file: %s", path, why);
-            return 2;
+            return GT_EXIT_BAD_INPUT;
         }
     }
     int rc = load(cfg, path, f, NULL, n_overrides, overrides, err, err_len);
@@ -1067,37 +779,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
                 err_len);
 }
 
-/* data.train / data.val: every file of the spec (commas, globs: data.h) must exist and be readable;
- * a pattern matching nothing is an error too. Headers are checked later, by the loader. */
+/* data.train / data.val: every file of the spec must exist and be readable (gt_data_check_readable). */
 static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
     gt_config_where(cfg, "data", key, where, sizeof where);
-    static const char expected[] =
-        "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
-        "paths separated by commas, or a glob";
-    char **paths = NULL, why_buf[GT_PATH_MAX + 256];
-    int n = 0;
-    if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
-        snprintf(err, err_len, "%s: %s (%s)", where, why_buf, expected);
-        return 2;
-    }
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        struct stat st;
-        const char *why = NULL;
-        if (stat(paths[i], &st) != 0)
-            why = strerror(errno);
-        else if (S_ISDIR(st.st_mode))
-            why = "it is a directory";
-        else if (access(paths[i], R_OK) != 0)
-            why = strerror(errno);
-        if (why) {
-            snprintf(err, err_len, "%s: cannot read '%s': %s (%s)", where, paths[i], why, expected);
-            rc = 2;
-        }
-    }
-    gt_data_free_paths(paths, n);
-    return rc;
+    return gt_data_check_readable(spec, where, err, err_len);
 }
 
 int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
@@ -1113,71 +799,23 @@ int gt_config_check_metrics(const gt_config *cfg, char *err, size_t err_len) {
     struct stat st;
     if (slash && slash != dir) {
         *slash = '\0';
-        for (char *p = dir + 1; *p && !why; p++) {
-            if (*p != '/') continue;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
-            *p = '/';
-        }
-        if (!why && mkdir(dir, 0777) != 0 && errno != EEXIST) why = strerror(errno);
+        if (gt_make_dirs(dir) != 0) why = strerror(errno);
         if (!why && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) why = "a part of the path is not a directory";
     }
     if (!why && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) why = "it is a directory";
     if (why) {
         snprintf(err, err_len, "%s: cannot write '%s': %s (expected a file path for the JSONL metrics)", where, path,
                  why);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     return 0;
 }
 
 int gt_config_check_files(const gt_config *cfg, char *err, size_t err_len) {
-    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return 2;
+    if (check_one_file(cfg, "train", cfg->data.train, err, err_len)) return GT_EXIT_BAD_INPUT;
     if (cfg->data.val[0] && check_one_file(cfg, "val", cfg->data.val, err, err_len))
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     return 0;
-}
-
-/* Exact multiples of a binary unit print with it ("70GiB"); everything else in bytes. */
-static void format_bytes(uint64_t bytes, char *out, size_t len) {
-    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (int u = 0; u < 4; u++) {
-        uint64_t unit = 1ull << (10 * (4 - u));
-        if (bytes && bytes % unit == 0) {
-            snprintf(out, len, "%llu%s", (unsigned long long)(bytes / unit), units[u]);
-            return;
-        }
-    }
-    snprintf(out, len, "%llu", (unsigned long long)bytes);
-}
-
-/* The shortest text that reads back as the same value: 0.1, not 0.10000000000000001. */
-static void shortest_number(double v, int is_float, char *out, size_t len) {
-    if (v == floor(v) && fabs(v) < 1e15) { /* 10000, not 1e+04 */
-        snprintf(out, len, "%.0f", v);
-        return;
-    }
-    for (int digits = 1; digits <= 17; digits++) {
-        snprintf(out, len, "%.*g", digits, v);
-        double back = strtod(out, NULL);
-        if (is_float ? (float)back == (float)v : back == v) return;
-    }
-}
-
-/* Key k's value in cfg as the INI spells it: what gt_config_to_ini writes and a change names. */
-static void format_value(const gt_config *cfg, int k, char *value, size_t len) {
-    const key_spec *ks = &keys[k];
-    const char *field = (const char *)cfg + ks->offset;
-    switch (ks->type) {
-    case KEY_INT: snprintf(value, len, "%d", *(const int *)field); break;
-    case KEY_FLOAT: shortest_number(*(const float *)field, 1, value, len); break;
-    case KEY_DOUBLE: shortest_number(*(const double *)field, 0, value, len); break;
-    case KEY_U64: snprintf(value, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case KEY_BYTES: format_bytes(*(const uint64_t *)field, value, len); break;
-    case KEY_BOOL: snprintf(value, len, "%s", *(const int *)field ? "true" : "false"); break;
-    case KEY_ENUM: snprintf(value, len, "%s", ks->names[*(const int *)field]); break;
-    default: snprintf(value, len, "%s", field); break;
-    }
 }
 
 void gt_config_changes(const gt_config *was, const gt_config *now, gt_config_change_fn *each, void *user) {
@@ -1220,56 +858,4 @@ char *gt_config_to_ini(const gt_config *cfg) {
         used += (size_t)snprintf(out + used, cap - used, "%s = %s\n", ks->name, value);
     }
     return out;
-}
-
-int gt_parse_bytes(const char *text, uint64_t *bytes) {
-    static const struct {
-        const char *suffix;
-        uint64_t scale;
-    } units[] = {
-        {"", 1},
-        {"B", 1},
-        {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull}, {"kB", 1000ull},
-        {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
-        {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
-        {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
-    };
-    if (!text) return -1;
-    while (is_blank(*text)) text++;
-    if (*text < '0' || *text > '9') return -1; /* no signs, no ".5" */
-    char *end = NULL;
-    errno = 0;
-    unsigned long long whole = strtoull(text, &end, 10);
-    if (errno == ERANGE) return -1;
-    const char *frac = NULL;
-    size_t frac_len = 0;
-    if (*end == '.') {
-        frac = end + 1;
-        while (frac[frac_len] >= '0' && frac[frac_len] <= '9') frac_len++;
-        if (frac_len == 0) return -1;
-        end = (char *)frac + frac_len;
-    }
-    while (*end == ' ') end++;
-    size_t n = strlen(end);
-    while (n > 0 && is_blank(end[n - 1])) n--;
-    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++) {
-        if (strlen(units[u].suffix) != n || strncmp(units[u].suffix, end, n) != 0) continue;
-        uint64_t scale = units[u].scale;
-        if (whole > UINT64_MAX / scale) return -1;
-        uint64_t total = (uint64_t)whole * scale;
-        if (frac) {
-            /* the fraction in exact integer steps: 1.5GB = 1 GB + 5 * GB / 10, rounded to a byte */
-            long double part = 0.0L, place = 1.0L;
-            for (size_t i = 0; i < frac_len; i++) {
-                place /= 10.0L;
-                part += (frac[i] - '0') * place;
-            }
-            long double extra = part * (long double)scale + 0.5L;
-            if ((long double)(UINT64_MAX - total) < extra) return -1;
-            total += (uint64_t)extra;
-        }
-        *bytes = total;
-        return 0;
-    }
-    return -1;
 }

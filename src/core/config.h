@@ -36,28 +36,7 @@ typedef enum gt_rope_type { GT_ROPE_DEFAULT, GT_ROPE_LLAMA3 } gt_rope_type;
  * table); gt_config_resume says which */
 typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_resume;
 
-#define GT_MAX_LAYERS 1024 /* blocks a model may have (the recompute plan has a byte per block) */
-
-/* memory.recompute, parsed: the text stays in the config (banners and /config print it as written),
- * because K's range and sqrt's K depend on n_layers; gt_policy_parse reads it. */
-typedef enum gt_policy_kind {
-    GT_POLICY_NONE,
-    GT_POLICY_FULL,
-    GT_POLICY_UNIFORM,   /* uniform:K */
-    GT_POLICY_SQRT,      /* uniform with K = round(sqrt(N)) */
-    GT_POLICY_BLOCKS,    /* blocks:K — the first K blocks recompute */
-    GT_POLICY_SELECTIVE,
-    GT_POLICY_AUTO,      /* planner picks for memory.budget */
-} gt_policy_kind;
-
-typedef struct gt_policy {
-    gt_policy_kind kind;
-    int k;               /* K of uniform:K and blocks:K */
-} gt_policy;
-
-/* Parses a policy string for a model of n_layers blocks. 0, or -1 with a message in err that says
- * what was expected (K range included). */
-int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len);
+/* GT_MAX_LAYERS and memory.recompute's parsed form (gt_policy, gt_policy_parse): recompute.h. */
 
 const char *gt_device_name(gt_device v);
 const char *gt_precision_name(gt_precision v);
@@ -111,7 +90,7 @@ typedef struct gt_config {
     } train;
     struct {
         char recompute[32];    /* none|full|uniform:K|blocks:K|sqrt|selective|auto: text, because
-                                * K's range depends on n_layers; gt_policy_parse (above) reads it */
+                                * K's range depends on n_layers; gt_policy_parse (recompute.h) reads it */
         uint64_t budget;       /* bytes per rank, 0 = unset */
     } memory;
     struct {
@@ -154,6 +133,13 @@ typedef struct gt_config {
 /* Where [section] name was set: a line of cfg->path (> 0), the command line (-1) or nowhere, the
  * default (0; also for a name that is no key). */
 int gt_config_key_line(const gt_config *cfg, const char *section, const char *name);
+
+/* One key by name, for code outside the key table (hf_config.c's model.init merge): its value as the
+ * INI spells it ("" for no key); a copy of its value from src; whether a number key's value is in its
+ * range (1; also for other keys), else 0 with what was expected. */
+void gt_config_key_text(const gt_config *cfg, const char *section, const char *name, char *out, size_t len);
+void gt_config_key_copy(gt_config *dst, const gt_config *src, const char *section, const char *name);
+int gt_config_key_in_range(const gt_config *cfg, const char *section, const char *name, char *expected, size_t len);
 
 /* Where [section] name was set, as a message about its value begins: "run.ini:12: [checkpoint] dir",
  * "command line: checkpoint.dir=VALUE" or "run.ini: [checkpoint] dir (default)". */
@@ -212,8 +198,5 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
  * values and where the INI's was set. max_seq_len and dropout are the run's choice. gt_config_load
  * calls it with take = 1. 0, or 2 with err. */
 int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len);
-
-/* Parses a byte size: "123", "64KiB", "70GiB", "1.5GB", "2TiB". 0 on success, -1 on bad input. */
-int gt_parse_bytes(const char *text, uint64_t *bytes);
 
 #endif

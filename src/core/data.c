@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
 #include "errmsg.h"
+#include "exitcodes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -345,6 +346,35 @@ gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
     return d;
 }
 
+int gt_data_check_readable(const char *spec, const char *where, char *err, size_t err_len) {
+    static const char expected[] =
+        "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
+        "paths separated by commas, or a glob";
+    char **paths = NULL, why_buf[PATH_MAX + 256];
+    int n = 0;
+    if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
+        snprintf(err, err_len, "%s: %s (%s)", where, why_buf, expected);
+        return GT_EXIT_BAD_INPUT;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        struct stat st;
+        const char *why = NULL;
+        if (stat(paths[i], &st) != 0)
+            why = strerror(errno);
+        else if (S_ISDIR(st.st_mode))
+            why = "it is a directory";
+        else if (access(paths[i], R_OK) != 0)
+            why = strerror(errno);
+        if (why) {
+            snprintf(err, err_len, "%s: cannot read '%s': %s (%s)", where, paths[i], why, expected);
+            rc = GT_EXIT_BAD_INPUT;
+        }
+    }
+    gt_data_free_paths(paths, n);
+    return rc;
+}
+
 void gt_data_close(gt_data *d) {
     if (!d) return;
     for (int i = 0; i < d->n; i++) unmap_shard(&d->s[i]);
@@ -356,10 +386,8 @@ void gt_data_close(gt_data *d) {
     free(d);
 }
 
-const char *gt_data_path(const gt_data *d) { return d->spec; }
 int gt_data_n_files(const gt_data *d) { return d->n; }
 const char *gt_data_file_path(const gt_data *d, int i) { return d->s[i].path; }
-uint64_t gt_data_file_tokens(const gt_data *d, int i) { return d->s[i].count; }
 const char *gt_data_file_format(const gt_data *d, int i) { return d->s[i].llmc ? "llm.c" : "gtrain"; }
 uint64_t gt_data_token_count(const gt_data *d) { return d->count; }
 

@@ -69,6 +69,11 @@ typedef struct gt_data gt_data;
 int gt_data_expand(const char *spec, char ***paths, int *n, char *err, size_t err_len);
 void gt_data_free_paths(char **paths, int n);
 
+/* Before training: every file of the spec exists and is readable, and a pattern matches something
+ * (headers are checked later, by gt_data_open). 0, or 2 (GT_EXIT_BAD_INPUT) with one line in err that
+ * starts with `where` (the config key, file and line) and names the file. */
+int gt_data_check_readable(const char *spec, const char *where, char *err, size_t err_len);
+
 /* Maps every file of SPEC read-only and validates each header and size. On failure returns NULL
  * and writes a message naming the file and the problem into err (bad magic, unsupported version,
  * token width, size mismatch vs token_count (truncated), too few tokens, a pattern matching
@@ -76,10 +81,8 @@ void gt_data_free_paths(char **paths, int n);
 gt_data *gt_data_open(const char *spec, char *err, size_t err_len);
 void gt_data_close(gt_data *d);                     /* NULL is fine */
 
-const char *gt_data_path(const gt_data *d);         /* the spec as given */
 int gt_data_n_files(const gt_data *d);
 const char *gt_data_file_path(const gt_data *d, int i);
-uint64_t gt_data_file_tokens(const gt_data *d, int i);
 const char *gt_data_file_format(const gt_data *d, int i); /* "gtrain" or "llm.c" */
 uint64_t gt_data_token_count(const gt_data *d);     /* all files together */
 /* The largest vocab_size recorded in a gtrain header; 0 when every file is an llm.c shard. */

@@ -1,5 +1,6 @@
 /* errmsg.c — gt_errorf and gt_appendf (see errmsg.h). */
 #include "errmsg.h"
+#include "exitcodes.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@ int gt_errorf(char *err, size_t len, const char *fmt, ...) {
         vsnprintf(err, len, fmt, ap);
         va_end(ap);
     }
-    return 2;
+    return GT_EXIT_BAD_INPUT;
 }
 
 void gt_appendf(char *out, size_t len, const char *fmt, ...) {

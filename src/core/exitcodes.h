@@ -1,6 +1,6 @@
 /*
- * exitcodes.h — the exit codes of the CLI contract (DESIGN.md), which every part of a run may return
- * and the batch scripts act on (75 and 76 requeue).
+ * exitcodes.h — the exit codes of the command line (docs/reliability.md lists them), which every part
+ * of a run may return and the batch scripts act on (75 and 76 requeue).
  */
 #ifndef GT_EXITCODES_H
 #define GT_EXITCODES_H

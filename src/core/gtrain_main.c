@@ -6,7 +6,7 @@
  *   gtrain --version                                    versions of gtrain and of the libraries
  *   gtrain --help
  *
- * Exit codes (DESIGN.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
+ * Exit codes (docs/reliability.md): 0 done; 2 bad invocation, config or data; 3 unusable training-state file;
  * 75 stopped by SIGTERM/SIGUSR1/SIGINT after saving; 76 a hang ended by the watchdog; 1 anything else. MPI is initialised before anything
  * else for training, so `gtrain` runs the same as a plain process and under mpirun/srun; --plan,
  * --version and --help need no MPI, no data and no GPU.
@@ -29,6 +29,7 @@
 
 #include "agree.h"
 #include "config.h"
+#include "exitcodes.h"
 #include "ops.h"
 #include "planner.h"
 #include "signals.h"
@@ -193,7 +194,7 @@ static int run_plan(int argc, char **argv) {
             if (a + 1 >= argc || atoi(argv[a + 1]) < 1) {
                 fprintf(stderr, "gtrain: --world needs a positive number of ranks\n");
                 free(rest);
-                return 2;
+                return GT_EXIT_BAD_INPUT;
             }
             world = atoi(argv[++a]);
         } else {
@@ -206,7 +207,7 @@ static int run_plan(int argc, char **argv) {
     if (i >= argc) {
         usage(stderr);
         free(rest);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     gt_config cfg;
     char err[8192]; /* room for every model.init mismatch */
@@ -214,7 +215,7 @@ static int run_plan(int argc, char **argv) {
     free(rest);
     if (loaded != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     print_notes(err);
     /* the plan is for the backend the config asks for; auto means the GPU when bf16 is asked */
@@ -231,7 +232,7 @@ static int run_plan(int argc, char **argv) {
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
     if (gt_plan_resolve(&cfg, &shape, &choice, err, sizeof err) != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
@@ -340,8 +341,7 @@ static void set_threads(int rank) {
 /* GTRAIN_TEST_START_DELAY_MS (tests only): a pause as start-up begins, before the restart above and
  * before MPI starts, so that a test can send a stop signal to the ranks while they start. */
 static void test_start_delay(void) {
-    const char *env = gt_test_hook("GTRAIN_TEST_START_DELAY_MS");
-    long ms = env ? atol(env) : 0;
+    long ms = gt_test_hooks_get()->start_delay_ms;
     if (ms > 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
@@ -351,7 +351,7 @@ static void test_start_delay(void) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
 
     /* from here on a stop signal only sets the flag: one during start-up (a launcher forwards it to

@@ -1,8 +1,9 @@
 /*
  * hf_config.c — reads a Hugging Face checkpoint directory's config.json (model.init) into the [model]
- * values it determines, with jansson. config.c compares them with the INI and takes the ones the INI
- * leaves out (gt_config_apply_init); hf_import.c reads the weights. Declared in config.h, so that
- * config.c needs no header of the importer.
+ * values it determines, with jansson, and merges them into a config: the [model] keys the INI leaves
+ * out are taken, the ones it sets must agree (gt_config_apply_init, which config.c's loader calls);
+ * hf_import.c reads the weights. Declared in config.h, so that config.c needs no header of the
+ * importer.
  *
  * Both spellings of RoPE found in the wild are read: `rope_theta` + `rope_scaling` (published
  * checkpoints) and `rope_parameters` (what transformers 5 writes).
@@ -19,6 +20,7 @@
 
 #include "config.h"
 #include "errmsg.h"
+#include "exitcodes.h"
 
 typedef struct cfg_reader {
     const char *path;
@@ -164,5 +166,61 @@ int gt_hf_read_config(const char *dir, gt_model_config *out, char *err, size_t e
                  out->dim / out->n_heads);
     if (!r.failed) read_rope(&r, out);
     json_decref(root);
-    return r.failed ? 2 : 0;
+    return r.failed ? GT_EXIT_BAD_INPUT : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The merge into a config (gt_config_apply_init)
+ * ---------------------------------------------------------------------------------------------- */
+
+/* What config.json calls the [model] keys that change the model's function. */
+static const struct {
+    const char *key, *json;
+} hf_names[] = {
+    {"dim", "hidden_size"}, {"n_layers", "num_hidden_layers"}, {"n_heads", "num_attention_heads"},
+    {"n_kv_heads", "num_key_value_heads"}, {"vocab_size", "vocab_size"}, {"ffn_dim", "intermediate_size"},
+    {"norm_eps", "rms_norm_eps"}, {"rope_theta", "rope_theta"}, {"tie_word_embeddings", "tie_word_embeddings"},
+    {"rope_type", "rope_type"}, {"rope_factor", "rope factor"}, {"rope_low_freq_factor", "rope low_freq_factor"},
+    {"rope_high_freq_factor", "rope high_freq_factor"},
+    {"rope_original_max_position_embeddings", "rope original_max_position_embeddings"},
+};
+
+int gt_config_apply_init(gt_config *cfg, int take, char *taken, size_t taken_len, char *err, size_t err_len) {
+    if (taken_len) taken[0] = '\0';
+    gt_config from = *cfg;
+    if (gt_hf_read_config(cfg->model.init, &from.model, err, err_len) != 0) return GT_EXIT_BAD_INPUT;
+    char mismatches[4096] = "";
+    for (size_t i = 0; i < sizeof hf_names / sizeof hf_names[0]; i++) {
+        const char *key = hf_names[i].key;
+        if (strncmp(key, "rope_", 5) == 0 && strcmp(key, "rope_theta") != 0 && strcmp(key, "rope_type") != 0 &&
+            from.model.rope_type != GT_ROPE_LLAMA3)
+            continue; /* llama3's numbers mean nothing to default RoPE */
+        char json_value[64], ini_value[64], expected[128];
+        gt_config_key_text(&from, "model", key, json_value, sizeof json_value);
+        gt_config_key_text(cfg, "model", key, ini_value, sizeof ini_value);
+        int line = gt_config_key_line(cfg, "model", key);
+        if (take && line == 0 && !gt_config_key_in_range(&from, "model", key, expected, sizeof expected)) {
+            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s is out of range for [model] %s (expected %s)",
+                       mismatches[0] ? "; " : "", hf_names[i].json, json_value, key, expected);
+        } else if (take && line == 0) {
+            gt_config_key_copy(cfg, &from, "model", key);
+            if (strcmp(json_value, ini_value) != 0) /* the note lists what changed, not defaults kept */
+                gt_appendf(taken, taken_len, "%s%s = %s", taken[0] ? ", " : "", key, json_value);
+        } else if (strcmp(json_value, ini_value) != 0) {
+            char where[GT_PATH_MAX + 96];
+            if (line > 0)
+                snprintf(where, sizeof where, "%s:%d [model] %s", cfg->path, line, key);
+            else if (line < 0)
+                snprintf(where, sizeof where, "[model] %s (set on the command line)", key);
+            else
+                snprintf(where, sizeof where, "[model] %s (the default; %s does not set it)", key,
+                         cfg->path[0] ? cfg->path : "the INI");
+            gt_appendf(mismatches, sizeof mismatches, "%s%s = %s, but %s = %s", mismatches[0] ? "; " : "",
+                       hf_names[i].json, json_value, where, ini_value);
+        }
+    }
+    if (!mismatches[0]) return 0;
+    snprintf(err, err_len, "%s/config.json: %s (expected the same values, or the keys left out of [model] so "
+             "that they are taken from config.json)", cfg->model.init, mismatches);
+    return GT_EXIT_BAD_INPUT;
 }

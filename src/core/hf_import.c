@@ -15,6 +15,7 @@
 
 #include "hf_import.h"
 #include "errmsg.h"
+#include "exitcodes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -203,7 +204,7 @@ int gt_hf_read_slice(const char *dir, const gt_layout *layout, size_t begin, siz
     if (*(const unsigned char *)&one != 1)
         return gt_errorf(err, err_len, "%s: reading safetensors needs a little-endian host", dir);
     checkpoint c;
-    if (checkpoint_open(dir, &c, err, err_len) != 0) return 2;
+    if (checkpoint_open(dir, &c, err, err_len) != 0) return GT_EXIT_BAD_INPUT;
     if (n_files) *n_files = c.n_files;
     int rc = 0;
     /* where each layout tensor is: (file, tensor) */

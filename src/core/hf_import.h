@@ -4,7 +4,7 @@
  * listed by DIR/model.safetensors.index.json.
  *
  * config.json (read by hf_config.c) fills the [model] keys the INI leaves out and is checked against
- * the ones it sets (config.c, gt_config_apply_init): the effective config stays the one description
+ * the ones it sets (hf_config.c, gt_config_apply_init): the effective config stays the one description
  * of the run (state files store it), and every mismatch is named in one message.
  *
  * The weights are read natively (safetensors.h parses each file's header); a rank reads only the

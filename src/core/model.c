@@ -37,6 +37,7 @@
 #include "model.h"
 
 #include "ops_dry.h"
+#include "testhooks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -503,13 +504,12 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
 
 /* ------------------------------------------------------------------ head */
 
-uint64_t gt_head_chunk_bytes = 0;
-
 int gt_head_rows(const gt_model_config *m, int BT, int elem_bytes) {
     uint64_t e = (uint64_t)elem_bytes, bt = (uint64_t)BT, C = (uint64_t)m->dim, F = (uint64_t)m->ffn_dim;
     uint64_t KVD = (uint64_t)m->n_kv_heads * (C / (uint64_t)m->n_heads);
     uint64_t big = 2 * F > C + 2 * KVD ? 2 * F : C + 2 * KVD;
-    uint64_t limit = gt_head_chunk_bytes ? gt_head_chunk_bytes : bt * (C + big) * e;
+    uint64_t test_limit = gt_test_hooks_get()->head_chunk_bytes;
+    uint64_t limit = test_limit ? test_limit : bt * (C + big) * e;
     uint64_t row = (uint64_t)m->vocab_size * e;
     uint64_t r = row ? limit / row : bt;
     if (r >= bt) return BT;

@@ -137,9 +137,8 @@ double gt_model_train_micro(gt_model *model, const gt_plan *plan, const int32_t 
  * (BT, C) + 2 (BT, KVD)) elements, model.c's scratch) instead of (BT, V), and the head does not set
  * the activation peak of a recompute plan. It depends on the shapes alone, so every recompute policy
  * runs the same chunks and the gradients keep the same bits across policies. A multiple of 64 rows
- * when it is 64 or more, of 8 when 8 or more; BT when the whole batch fits. gt_head_chunk_bytes,
- * when not 0, replaces the limit (tests lower it to get several chunks). */
-extern uint64_t gt_head_chunk_bytes;
+ * when it is 64 or more, of 8 when 8 or more; BT when the whole batch fits. A unit test's
+ * gt_test_hooks.head_chunk_bytes, when not 0, replaces the limit (to get several chunks). */
 int gt_head_rows(const gt_model_config *model, int BT, int elem_bytes);
 
 /* Forward only, no dropout, nothing kept for backward: returns the sum of per-token losses over

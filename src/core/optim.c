@@ -76,7 +76,8 @@ double gt_lr_at(const gt_config *cfg, int step) {
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * progress));
 }
 
-void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result *res) {
+gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, double max_grad_norm,
+                              double *grad_norm) {
     const gt_ops *ops = opt->ops;
     gt_model *model = opt->model;
     float *grads = gt_model_grads(model);
@@ -98,17 +99,14 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
     double sumsq = count ? ops->sumsq(slice, count) : 0.0;
     if (opt->sharded) sumsq = gt_comm_all_reduce_scalar_sum(opt->comm, sumsq);
     double norm = sqrt(sumsq);
-    res->grad_norm = norm;
-    res->lr = gt_lr_at(cfg, step);
-    res->applied = 0;
-    if (!isfinite(norm)) return; /* one NaN would spread into every weight it touches */
-    if (res->max_grad_norm > 0 && norm > res->max_grad_norm) return; /* a spike: the trainer skips it */
+    *grad_norm = norm;
+    if (!isfinite(norm)) return GT_STEP_SKIPPED_NONFINITE; /* one NaN would spread into every weight it touches */
+    if (max_grad_norm > 0 && norm > max_grad_norm) return GT_STEP_SKIPPED_SPIKE; /* the trainer skips it */
     double clip = cfg->train.grad_clip;
     if (clip > 0 && norm > clip && count) ops->scale(slice, count, (float)(clip / (norm + 1e-6)));
 
     /* 3. AdamW per tensor piece (weight decay differs per tensor) */
     double lr = gt_lr_at(cfg, step);
-    res->lr = lr;
     opt->t++;
     const gt_layout *layout = gt_model_layout(model);
     for (size_t p = 0; p < opt->n_pieces; p++) {
@@ -122,7 +120,7 @@ void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result
 
     /* 4. new working parameters of the slice, then everyone's */
     gt_optim_publish_params(opt);
-    res->applied = 1;
+    return GT_STEP_APPLIED;
 }
 
 void gt_optim_publish_params(gt_optim *opt) {

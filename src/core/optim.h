@@ -61,19 +61,21 @@ size_t gt_optim_padded_len(size_t n_params, int world, int sharded);
 /* Learning rate of optimizer step `step` (1-based) under the config's schedule. */
 double gt_lr_at(const gt_config *cfg, int step);
 
-typedef struct gt_step_result {
-    double grad_norm;       /* global norm before clipping */
-    double lr;
-    int applied;            /* 0: the norm was not finite (or above max_grad_norm), nothing was updated
-                               (the same on every rank) */
-    double max_grad_norm;   /* in: a finite norm above this is not applied either (0: no limit) */
-} gt_step_result;
+/* What an optimizer step did (the same on every rank). */
+typedef enum gt_step_outcome {
+    GT_STEP_APPLIED,           /* the update was applied */
+    GT_STEP_SKIPPED_NONFINITE, /* a loss or the gradient norm was NaN or infinite: nothing was updated */
+    GT_STEP_SKIPPED_SPIKE,     /* the loss or the gradient norm was a spike (train.spike_zscore, spike.h):
+                                  nothing was updated */
+} gt_step_outcome;
 
-/* Reduces the gradients (one collective), clips, updates, gathers. A gradient whose global norm is
- * NaN or infinite, or above res->max_grad_norm when that is set (a spike, train.spike_zscore), is
- * never applied: the weights, moments and AdamW's t stay as they were and
- * res->applied is 0 (the trainer then stops or skips the step, train.nonfinite). */
-void gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, gt_step_result *res);
+/* Reduces the gradients (one collective), clips, updates, gathers; *grad_norm: the global norm
+ * before clipping. A gradient whose global norm is NaN or infinite (GT_STEP_SKIPPED_NONFINITE), or
+ * above max_grad_norm when that is above 0 (GT_STEP_SKIPPED_SPIKE), is never applied: the weights,
+ * moments and AdamW's t stay as they were (the trainer then stops or skips the step,
+ * train.nonfinite). The learning rate of the step is gt_lr_at(cfg, step). */
+gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, double max_grad_norm,
+                              double *grad_norm);
 
 /* Working parameters := to_working(master) of this rank's slice, then all-gathered (with ZeRO-1):
  * the end of every step, and after a state file filled the master weights. Collective. */

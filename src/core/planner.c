@@ -1,11 +1,12 @@
 /*
  * planner.c — memory model and recompute planner (see planner.h).
  *
- * Model state per rank (DESIGN.md, ZeRO-1): working params P*e + fp32 grads 4P + (master +
- * exp_avg + exp_avg_sq) 12P/W, with P padded up to a multiple of W when sharded.
+ * Model state per rank (ZeRO-1, Rajbhandari et al. 2020; docs/data-parallel.md): working params P*e
+ * + fp32 grads 4P + (master + exp_avg + exp_avg_sq) 12P/W, with P padded up to a multiple of W when
+ * sharded.
  *
- * Activations: with x the bytes of one block input and I what a block keeps beyond it, the seed's
- * closed forms are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
+ * Activations: with x the bytes of one block input and I what a block keeps beyond it, the closed
+ * forms (docs/recompute.md, "Memory model"; uniform:K is Chen et al. 2016's segments) are none N(x+I), full N x + I, uniform:K (N/K) x + K(x+I), blocks:K K x + (N-K)(x+I) + I.
  * Those are approximations (the head, the backward's scratch and the order of frees matter); the exact
  * figure is measured on the executor itself, run dry (dry_run below: model.h's dry model), and
  * remembered per plan, since auto prices the same plans for every grad_sync and every caller.
@@ -17,6 +18,7 @@
 #include "planner.h"
 #include "bytes.h"
 #include "model.h"
+#include "testhooks.h"
 #include "zero.h"
 
 #include <math.h>
@@ -39,7 +41,7 @@ static struct {
     int valid;
     gt_model_config model;
     int B, T, act_bytes, keep_probs, depth;
-    uint64_t head_chunk_bytes;   /* model.h: a test's override changes the head's chunks */
+    uint64_t head_chunk_bytes;   /* testhooks.h: a unit test's override changes the head's chunks */
     gt_model *dry;
     dry_entry *memo;      /* open addressing, cap a power of two, at most half full */
     size_t cap, used;
@@ -56,7 +58,7 @@ static gt_model *dry_model(const gt_mem_shape *sh) {
     if (g_dry.valid && memcmp(&g_dry.model, &sh->model, offsetof(gt_model_config, init)) == 0 &&
         g_dry.B == sh->micro_batch && g_dry.T == sh->seq_len && g_dry.act_bytes == sh->act_bytes &&
         g_dry.keep_probs == sh->keep_probs && g_dry.depth == sh->prefetch &&
-        g_dry.head_chunk_bytes == gt_head_chunk_bytes)
+        g_dry.head_chunk_bytes == gt_test_hooks_get()->head_chunk_bytes)
         return g_dry.dry;
     dry_forget();
     g_dry.model = sh->model;
@@ -65,7 +67,7 @@ static gt_model *dry_model(const gt_mem_shape *sh) {
     g_dry.act_bytes = sh->act_bytes;
     g_dry.keep_probs = sh->keep_probs;
     g_dry.depth = sh->prefetch;
-    g_dry.head_chunk_bytes = gt_head_chunk_bytes;
+    g_dry.head_chunk_bytes = gt_test_hooks_get()->head_chunk_bytes;
     g_dry.dry = gt_model_create_dry(&sh->model, sh->act_bytes, sh->keep_probs);
     g_dry.cap = 1024;
     g_dry.memo = calloc(g_dry.cap, sizeof *g_dry.memo);
@@ -190,7 +192,7 @@ uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda
 static void zero_state(const gt_mem_shape *sh, gt_mem_estimate *est) {
     uint64_t P = gt_model_param_count(&sh->model);
     uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
-    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int stage = sh->stage;
     int micro = stage >= 2 && sh->grad_micro;
     int sharded = stage >= 1 && W > 1;
     uint64_t slice = stage >= 1 ? (P + W - 1) / W : P;
@@ -231,7 +233,7 @@ uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *sh) {
 
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
-    int stage = sh->stage ? sh->stage : (sh->shard_optimizer ? 1 : 0);
+    int stage = sh->stage;
     int micro = stage >= 2 && sh->grad_micro;
     dry_run(sh, plan, stage, micro, est);
     zero_state(sh, est);
@@ -345,7 +347,6 @@ int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_
 static gt_mem_shape at_stage(const gt_mem_shape *shape, int st, int mi) {
     gt_mem_shape s = *shape;
     s.stage = st;
-    s.shard_optimizer = st >= 1;
     s.grad_micro = mi;
     return s;
 }
@@ -459,21 +460,21 @@ static void report_policies(FILE *out, const gt_mem_shape *shape, uint64_t budge
             budget ? ", budget " : " (no memory.budget set)", budget ? b5 : "");
     fprintf(out, "  %-12s %14s %14s %12s  %s\n", "policy", "activations", "total", "extra fwd", "fits");
     int N = shape->model.n_layers;
-    char blocks_half[32], uniform_k[32];
-    snprintf(blocks_half, sizeof blocks_half, "blocks:%d", N / 2);
-    snprintf(uniform_k, sizeof uniform_k, "uniform:%d", N >= 4 ? 4 : N);
-    const char *names[] = {"none", "selective", blocks_half, uniform_k, "sqrt", "full"};
+    const gt_policy shown[] = {{GT_POLICY_NONE, 0},         {GT_POLICY_SELECTIVE, 0},
+                               {GT_POLICY_BLOCKS, N / 2},    {GT_POLICY_UNIFORM, N >= 4 ? 4 : N},
+                               {GT_POLICY_SQRT, 0},          {GT_POLICY_FULL, 0}};
     for (int i = 0; i < 6; i++) {
         gt_policy pol;
-        char err[128];
-        if (gt_policy_parse(names[i], N, &pol, err, sizeof err) != 0) continue;
+        char name[32], err[128];
+        gt_policy_format(&shown[i], name, sizeof name);
+        if (gt_policy_parse(name, N, &pol, err, sizeof err) != 0) continue; /* sqrt's K, full's 1 */
         gt_plan plan;
         gt_mem_estimate e;
         gt_plan_for_policy(&plan, &pol, shape, &e);
         gt_format_bytes(e.act_peak_bytes, b1, sizeof b1);
         gt_format_bytes(e.total_bytes, b2, sizeof b2);
         double extra = 100.0 * e.recompute_flops / (3.0 * e.forward_flops);
-        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", names[i], b1, b2, extra,
+        fprintf(out, "  %-12s %14s %14s %11.1f%%  %s\n", name, b1, b2, extra,
                 !budget ? "-" : e.total_bytes <= budget ? "yes" : "no");
     }
     fprintf(out, "  (extra fwd: recompute FLOPs over one training step's 3 forwards' worth)\n");
@@ -575,7 +576,6 @@ int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_polic
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world) {
     int stage = cfg->dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg->dist.shard; /* auto: 0 until gt_plan_resolve chooses */
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
-                          stage >= 1,
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 cfg->train.micro_batch, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch};
@@ -598,7 +598,6 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choi
     c->stage = stage;
     c->grad_micro = stage >= 2 && c->shape.grad_micro;
     c->shape.stage = stage;
-    c->shape.shard_optimizer = stage >= 1;
     c->shape.grad_micro = c->grad_micro;
     if (c->chosen_by_auto) gt_plan_estimate(&c->shape, &c->plan, &c->predicted);
     else gt_plan_for_policy(&c->plan, &c->policy, &c->shape, &c->predicted); /* the tail kept when that is free */

@@ -1,5 +1,5 @@
 /*
- * planner.h — the memory model of DESIGN.md ("Memory model") and the recompute planner.
+ * planner.h — the memory model (docs/recompute.md, "Memory model") and the recompute planner.
  *
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward
@@ -26,10 +26,10 @@ typedef struct gt_mem_shape {
     int act_bytes;            /* bytes per working element: 4 fp32, 2 bf16 */
     int keep_probs;           /* backend keeps attention probabilities (CPU) */
     int world;                /* data-parallel ranks */
-    int shard_optimizer;      /* 1: optimizer state and master weights split over ranks (ZeRO-1) */
     uint64_t library_bytes;   /* device memory libraries hold beside the tracked buffers (0 on the CPU):
                                  gt_plan_library_bytes */
-    int stage;                /* ZeRO stage 0..3 (zero.h); 0 with shard_optimizer means 1 */
+    int stage;                /* ZeRO stage 0..3 (zero.h); >= 1: optimizer state and master weights split
+                                 over ranks */
     int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
     int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
     int prefetch;             /* ZeRO-3 gathers in flight ahead of use (dist.prefetch) */
@@ -118,7 +118,7 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
 /* What a run trains with once dist.shard, dist.grad_sync and memory.recompute are settled: `auto`
  * is resolved here, once, for the trainer, `gtrain --plan` and its report alike. */
 typedef struct gt_plan_choice {
-    gt_mem_shape shape;        /* the shape trained: stage, shard_optimizer and grad_micro as chosen */
+    gt_mem_shape shape;        /* the shape trained: stage and grad_micro as chosen */
     gt_policy policy;          /* memory.recompute as configured (auto stays auto) */
     gt_plan plan;              /* the recompute plan the executor runs */
     gt_mem_estimate predicted; /* the plan's estimate for shape */

@@ -24,8 +24,8 @@
 
 /* MemAvailable of /proc/meminfo in bytes, or NO_LIMIT when it cannot be read. */
 static uint64_t mem_available(void) {
-    const char *fake = gt_test_hook("GTRAIN_TEST_MEM_AVAILABLE"); /* tests: a node with this much */
-    if (fake) return (uint64_t)strtoull(fake, NULL, 10);
+    const gt_test_hooks *h = gt_test_hooks_get();
+    if (h->has_mem_available) return h->mem_available; /* GTRAIN_TEST_MEM_AVAILABLE: a node with this much */
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return NO_LIMIT;
     char line[256];

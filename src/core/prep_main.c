@@ -2,6 +2,7 @@
  * Never touches MPI. */
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
+#include "exitcodes.h"
 
 #include <errno.h>
 #include <math.h>
@@ -88,14 +89,14 @@ static int take_option(int argc, char **argv, int *i, prep_args *p) {
     if (!is_out && !is_frac) {
         fprintf(stderr, "gtrain-prep: unknown option '%s'\n", a);
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     if (!val) {
-        if (*i + 1 >= argc) return fail(2, "option '%s' needs a value", a);
+        if (*i + 1 >= argc) return fail(GT_EXIT_BAD_INPUT, "option '%s' needs a value", a);
         val = argv[++*i];
     }
     if (is_out) {
-        if (!*val) return fail(2, "empty output prefix");
+        if (!*val) return fail(GT_EXIT_BAD_INPUT, "empty output prefix");
         p->prefix = val;
         return 0;
     }
@@ -103,7 +104,7 @@ static int take_option(int argc, char **argv, int *i, prep_args *p) {
     errno = 0;
     double f = strtod(val, &end);
     if (end == val || *end || errno || !isfinite(f) || f < 0.0 || f >= 1.0)
-        return fail(2, "--val-fraction '%s' must be a number with 0 <= F < 1", val);
+        return fail(GT_EXIT_BAD_INPUT, "--val-fraction '%s' must be a number with 0 <= F < 1", val);
     p->frac = f;
     return 0;
 }
@@ -133,12 +134,12 @@ static int parse_args(int argc, char **argv, prep_args *p) {
     if (!p->prefix) {
         fprintf(stderr, "gtrain-prep: no output prefix: give -o PREFIX\n");
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     if (p->nfiles == 0) {
         fprintf(stderr, "gtrain-prep: no input files\n");
         usage(stderr);
-        return 2;
+        return GT_EXIT_BAD_INPUT;
     }
     return -1;
 }
@@ -151,21 +152,21 @@ static int split_point(const prep_args *p, uint64_t *total, uint64_t *n_train, u
     *total = 0;
     for (int i = 0; i < p->nfiles; i++) {
         struct stat st;
-        if (stat(p->files[i], &st) != 0) return fail(2, "%s: %s", p->files[i], strerror(errno));
-        if (!S_ISREG(st.st_mode)) return fail(2, "%s: not a regular file", p->files[i]);
+        if (stat(p->files[i], &st) != 0) return fail(GT_EXIT_BAD_INPUT, "%s: %s", p->files[i], strerror(errno));
+        if (!S_ISREG(st.st_mode)) return fail(GT_EXIT_BAD_INPUT, "%s: not a regular file", p->files[i]);
         sizes[i] = (uint64_t)st.st_size;
         *total += sizes[i];
     }
-    if (*total == 0) return fail(2, "empty input: the input files hold no bytes");
+    if (*total == 0) return fail(GT_EXIT_BAD_INPUT, "empty input: the input files hold no bytes");
     *n_val = (uint64_t)floor((double)*total * p->frac);
     if (*n_val > *total) *n_val = *total;
     *n_train = *total - *n_val;
     if (p->frac > 0 && *n_val < 2)
-        return fail(2, "input too small: %llu bytes give %llu validation tokens with "
+        return fail(GT_EXIT_BAD_INPUT, "input too small: %llu bytes give %llu validation tokens with "
                     "--val-fraction %g (need at least 2; use --val-fraction 0 for no validation file)",
                     (unsigned long long)*total, (unsigned long long)*n_val, p->frac);
     if (*n_train < 2)
-        return fail(2, "input too small: %llu training tokens (need at least 2)", (unsigned long long)*n_train);
+        return fail(GT_EXIT_BAD_INPUT, "input too small: %llu training tokens (need at least 2)", (unsigned long long)*n_train);
     return 0;
 }
 
@@ -181,7 +182,7 @@ static int stream_bytes(const prep_args *p, uint64_t n_train, gt_data_writer *wt
     int rc = 0;
     for (int i = 0; i < p->nfiles && rc == 0; i++) {
         FILE *f = fopen(p->files[i], "rb");
-        if (!f) return fail(2, "%s: %s", p->files[i], strerror(errno));
+        if (!f) return fail(GT_EXIT_BAD_INPUT, "%s: %s", p->files[i], strerror(errno));
         uint64_t got = 0;
         size_t n;
         while (rc == 0 && (n = fread(buf, 1, CHUNK, f)) > 0) {
@@ -190,13 +191,13 @@ static int stream_bytes(const prep_args *p, uint64_t n_train, gt_data_writer *wt
             for (size_t k = 0; k < n; k++) tok[k] = buf[k];
             /* bytes [pos, pos+n): the part below n_train goes to train */
             size_t nt = pos >= n_train ? 0 : (n_train - pos < n ? (size_t)(n_train - pos) : n);
-            if (nt && gt_data_writer_append(wt, tok, nt, err, sizeof err)) rc = fail(1, "%s", err);
+            if (nt && gt_data_writer_append(wt, tok, nt, err, sizeof err)) rc = fail(GT_EXIT_FAILURE, "%s", err);
             if (rc == 0 && n > nt && gt_data_writer_append(wv, tok + nt, n - nt, err, sizeof err))
-                rc = fail(1, "%s", err);
+                rc = fail(GT_EXIT_FAILURE, "%s", err);
             pos += n;
         }
-        if (rc == 0 && ferror(f)) rc = fail(1, "%s: read error: %s", p->files[i], strerror(errno));
-        else if (rc == 0 && got != A.sizes[i]) rc = fail(1, "%s: file changed size while being read", p->files[i]);
+        if (rc == 0 && ferror(f)) rc = fail(GT_EXIT_FAILURE, "%s: read error: %s", p->files[i], strerror(errno));
+        else if (rc == 0 && got != A.sizes[i]) rc = fail(GT_EXIT_FAILURE, "%s: file changed size while being read", p->files[i]);
         fclose(f);
     }
     return rc;
@@ -217,13 +218,13 @@ static int prep(int argc, char **argv) {
 
     char err[1024];
     gt_data_writer *wt = gt_data_writer_open(train_path, 2, 256, err, sizeof err);
-    if (!wt) return fail(2, "%s", err);
+    if (!wt) return fail(GT_EXIT_BAD_INPUT, "%s", err);
     gt_data_writer *wv = NULL;
     if (n_val > 0) {
         wv = gt_data_writer_open(val_path, 2, 256, err, sizeof err);
         if (!wv) {
             gt_data_writer_abort(wt);
-            return fail(2, "%s", err);
+            return fail(GT_EXIT_BAD_INPUT, "%s", err);
         }
     }
     if ((rc = stream_bytes(&p, n_train, wt, wv))) {
@@ -234,9 +235,9 @@ static int prep(int argc, char **argv) {
     uint64_t ct = gt_data_writer_count(wt), cv = wv ? gt_data_writer_count(wv) : 0;
     if (gt_data_writer_finish(wt, err, sizeof err)) {
         gt_data_writer_abort(wv);
-        return fail(1, "%s", err);
+        return fail(GT_EXIT_FAILURE, "%s", err);
     }
-    if (wv && gt_data_writer_finish(wv, err, sizeof err)) return fail(1, "%s", err);
+    if (wv && gt_data_writer_finish(wv, err, sizeof err)) return fail(GT_EXIT_FAILURE, "%s", err);
 
     printf("gtrain-prep: %d file%s, %llu bytes, byte-level tokens (vocab_size 256, 2 bytes each)\n",
            p.nfiles, p.nfiles == 1 ? "" : "s", (unsigned long long)total);

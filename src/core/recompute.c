@@ -1,8 +1,10 @@
 /*
- * recompute.c — turning activation-checkpointing policies (parsed with the config, config.h) into plans.
+ * recompute.c — activation-checkpointing policies: their names (memory.recompute), parsing, and the
+ * plans they turn into.
  *
  * The names follow Megatron-LM (recompute-granularity full|selective, recompute-method
- * uniform|block) and Chen et al. 2016 (sqrt(N) segments). The plan says, per block, what forward
+ * uniform|block), Korthikanti et al. 2022 (selective recompute) and Chen et al. 2016 (sqrt(N)
+ * segments). The plan says, per block, what forward
  * keeps; model.c executes it and planner.c prices it. `auto` has no fixed plan: planner.c searches.
  */
 #include "recompute.h"
@@ -12,15 +14,77 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The one table of memory.recompute's names: parsing, formatting and the expected-values text read
+ * it. With has_k the name takes ":K". */
+static const struct {
+    const char *name;
+    gt_policy_kind kind;
+    int has_k;
+} g_policies[] = {
+    {"none", GT_POLICY_NONE, 0},      {"full", GT_POLICY_FULL, 0},       {"selective", GT_POLICY_SELECTIVE, 0},
+    {"sqrt", GT_POLICY_SQRT, 0},      {"auto", GT_POLICY_AUTO, 0},       {"uniform", GT_POLICY_UNIFORM, 1},
+    {"blocks", GT_POLICY_BLOCKS, 1},
+};
+#define N_POLICIES (int)(sizeof g_policies / sizeof g_policies[0])
+
+const char *gt_policy_expected(void) {
+    static char text[160];
+    if (!text[0])
+        for (int i = 0; i < N_POLICIES; i++) {
+            size_t at = strlen(text);
+            snprintf(text + at, sizeof text - at, "%s%s%s", i == 0 ? "" : i == N_POLICIES - 1 ? " or " : ", ",
+                     g_policies[i].name, g_policies[i].has_k ? ":K" : "");
+        }
+    return text;
+}
+
+static int parse_k(const char *text, int *k) {
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end != '\0') return -1;
+    if (v < -1000000 || v > 1000000) return -1;
+    *k = (int)v;
+    return 0;
+}
+
+int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len) {
+    memset(policy, 0, sizeof *policy);
+    const char *colon = strchr(text, ':');
+    size_t head = colon ? (size_t)(colon - text) : strlen(text);
+    for (int i = 0; i < N_POLICIES; i++) {
+        if (strlen(g_policies[i].name) != head || strncmp(text, g_policies[i].name, head) != 0) continue;
+        if (!colon != !g_policies[i].has_k) break; /* "full:2", "uniform" */
+        policy->kind = g_policies[i].kind;
+        if (policy->kind == GT_POLICY_FULL) policy->k = 1; /* segments of one block */
+        if (policy->kind == GT_POLICY_SQRT) {
+            int k = (int)lround(sqrt((double)n_layers));
+            policy->k = k < 1 ? 1 : k;
+        }
+        if (!g_policies[i].has_k) return 0;
+        int k;
+        if (parse_k(colon + 1, &k) != 0) {
+            snprintf(err, err_len, "'%s': K must be an integer (expected %s)", text, gt_policy_expected());
+            return -1;
+        }
+        int lo = policy->kind == GT_POLICY_UNIFORM ? 1 : 0; /* blocks:0 recomputes nothing */
+        if (k < lo || k > n_layers) {
+            snprintf(err, err_len, "'%s': K must be in %d..%d (the number of layers)", text, lo, n_layers);
+            return -1;
+        }
+        policy->k = k;
+        return 0;
+    }
+    memset(policy, 0, sizeof *policy);
+    snprintf(err, err_len, "unknown recompute policy '%s' (expected %s)", text, gt_policy_expected());
+    return -1;
+}
+
 void gt_policy_format(const gt_policy *policy, char *out, size_t out_len) {
-    switch (policy->kind) {
-    case GT_POLICY_NONE: snprintf(out, out_len, "none"); break;
-    case GT_POLICY_FULL: snprintf(out, out_len, "full"); break;
-    case GT_POLICY_SELECTIVE: snprintf(out, out_len, "selective"); break;
-    case GT_POLICY_AUTO: snprintf(out, out_len, "auto"); break;
-    case GT_POLICY_SQRT: snprintf(out, out_len, "sqrt"); break;
-    case GT_POLICY_UNIFORM: snprintf(out, out_len, "uniform:%d", policy->k); break;
-    case GT_POLICY_BLOCKS: snprintf(out, out_len, "blocks:%d", policy->k); break;
+    for (int i = 0; i < N_POLICIES; i++) {
+        if (g_policies[i].kind != policy->kind) continue;
+        if (g_policies[i].has_k) snprintf(out, out_len, "%s:%d", g_policies[i].name, policy->k);
+        else snprintf(out, out_len, "%s", g_policies[i].name);
+        return;
     }
 }
 

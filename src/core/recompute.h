@@ -18,9 +18,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#define GT_MAX_LAYERS 1024 /* blocks a model may have (the recompute plan has a byte per block) */
 
-/* gt_policy (what memory.recompute says) and gt_policy_parse: config.h, which parses the setting. */
+/* memory.recompute, parsed: the text stays in the config (banners and /config print it as written),
+ * because K's range and sqrt's K depend on n_layers; gt_policy_parse reads it (config.c's cross-key
+ * check, the planner). */
+typedef enum gt_policy_kind {
+    GT_POLICY_NONE,
+    GT_POLICY_FULL,
+    GT_POLICY_UNIFORM,   /* uniform:K */
+    GT_POLICY_SQRT,      /* uniform with K = round(sqrt(N)) */
+    GT_POLICY_BLOCKS,    /* blocks:K — the first K blocks recompute */
+    GT_POLICY_SELECTIVE,
+    GT_POLICY_AUTO,      /* planner picks for memory.budget */
+} gt_policy_kind;
+
+typedef struct gt_policy {
+    gt_policy_kind kind;
+    int k;               /* K of uniform:K and blocks:K */
+} gt_policy;
+
+/* Parses a policy string for a model of n_layers blocks. 0, or -1 with a message in err that says
+ * what was expected (K range included). */
+int gt_policy_parse(const char *text, int n_layers, gt_policy *policy, char *err, size_t err_len);
+
+/* What memory.recompute accepts, in words: "none, full, ..., uniform:K or blocks:K". */
+const char *gt_policy_expected(void);
 
 typedef enum gt_block_keep {
     GT_KEEP_ALL = 0,

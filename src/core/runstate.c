@@ -120,8 +120,7 @@ static long long list_state_files(const char *dir, int64_t **steps_out) {
     int64_t *steps = malloc(cap * sizeof *steps);
     if (!steps) abort();
     *steps_out = steps;
-    const char *hook = gt_test_hook("GTRAIN_TEST_LIST_DIR_EIO");
-    DIR *d = hook && strcmp(hook, "1") == 0 ? (errno = EIO, NULL) : opendir(dir);
+    DIR *d = gt_test_hooks_get()->list_dir_eio ? (errno = EIO, NULL) : opendir(dir);
     if (!d) return -1;
     struct dirent *e;
     for (;;) {
@@ -145,19 +144,6 @@ static long long list_state_files(const char *dir, int64_t **steps_out) {
     }
     qsort(steps, n, sizeof *steps, compare_desc);
     return (long long)n;
-}
-
-int gt_make_dirs(const char *path) {
-    char buf[GT_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-    return 0;
 }
 
 static int fsync_path(const char *path, int directory) {
@@ -358,7 +344,7 @@ static int check_same_dir(gt_run_state *run, int node_rank, const char *host) {
     int rank = rank_of(run), world = gt_comm_size(run->comm);
     node_probe mine;
     memset(&mine, 0, sizeof mine);
-    mine.leader = node_rank == 0 || gt_test_hook("GTRAIN_TEST_RANK_IS_NODE") != NULL;
+    mine.leader = node_rank == 0 || gt_test_hooks_get()->rank_is_node;
     snprintf(mine.host, sizeof mine.host, "%s", host);
     char path[GT_PATH_MAX + 64];
     if (mine.leader) {
@@ -532,8 +518,7 @@ static uint64_t state_bytes(const char *path) {
  * transient I/O error (EIO, ESTALE) would. */
 static int test_read_fails_once(int rank) {
     static int fired = 0;
-    const char *hook = gt_test_hook("GTRAIN_TEST_READ_FAILS_ONCE");
-    if (!hook || fired || atoi(hook) != rank) return 0;
+    if (fired || gt_test_hooks_get()->read_fails_once_rank != rank) return 0;
     fired = 1;
     return 1;
 }
@@ -1199,8 +1184,7 @@ static void prune(const gt_run_state *run, int64_t saved_step) {
  * cannot reserve space (EOPNOTSUPP), statvfs stands in. GTRAIN_TEST_NO_RESERVE=1 (tests only)
  * skips it, to reach the failure path inside the writer. 0, or -1 with errno set. */
 static int reserve_space(const char *path, const char *dir, uint64_t bytes) {
-    const char *skip = gt_test_hook("GTRAIN_TEST_NO_RESERVE");
-    if (skip && strcmp(skip, "1") == 0) return 0;
+    if (gt_test_hooks_get()->no_reserve) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
     int rc = fallocate(fd, 0, 0, (off_t)bytes);
@@ -1258,8 +1242,7 @@ static void save_info(const gt_run_state *run, int step, gt_state_info *out) {
  * is rotated or cleaned up after it; err says so. GTRAIN_TEST_DIR_FSYNC_EIO=1 (tests only) fails it
  * with EIO. 1 when synced, else 0. */
 static int dir_synced_after_save(const char *dir, const char *path, char *err, size_t err_len) {
-    const char *hook = gt_test_hook("GTRAIN_TEST_DIR_FSYNC_EIO");
-    int rc = hook && strcmp(hook, "1") == 0 ? (errno = EIO, -1) : fsync_path(dir, 1);
+    int rc = gt_test_hooks_get()->dir_fsync_eio ? (errno = EIO, -1) : fsync_path(dir, 1);
     if (rc == 0) return 1;
     snprintf(err, err_len, "rank 0: %s: %s (fsync of the directory after the rename: %s is complete but may not "
              "last, so it is not counted as saved and no older file is deleted)", dir, strerror(errno), path);
@@ -1596,8 +1579,7 @@ static int save(gt_run_state *run, int step, const char *then, int complete) {
 /* GTRAIN_TEST_STEP_DELAY_MS (tests only): a pause after every step, so that a test can kill or
  * signal a tiny run between two given steps. */
 static void test_step_delay(void) {
-    const char *env = gt_test_hook("GTRAIN_TEST_STEP_DELAY_MS");
-    long ms = env ? atol(env) : 0;
+    long ms = gt_test_hooks_get()->step_delay_ms;
     if (ms > 0) {
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "model.h"
 #include "optim.h"
+#include "paths.h"
 #include "state.h"
 #include <stdio.h>
 
@@ -102,7 +103,5 @@ void gt_runstate_describe_newest(const gt_run_state *run, char *out, size_t len)
 
 void gt_runstate_free(gt_run_state *run);
 
-/* mkdir -p (runclaim.c uses it too); 0 or -1 with errno. */
-int gt_make_dirs(const char *path);
 
 #endif

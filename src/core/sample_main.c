@@ -6,8 +6,7 @@
  *                 [--prompt-ids "ID ..."] [--ids]
  *
  * Reads the effective config (/config, parsed by gt_config_load_string) and the fp32 master weights
- * (/model/<Hugging Face name>, logical shapes) of a state file written by gtrain (DESIGN.md,
- * "Training-state file"), builds the model on the CPU backend and generates token by token: every
+ * (/model/<Hugging Face name>, logical shapes) of a state file written by gtrain (docs/state-format.md), builds the model on the CPU backend and generates token by token: every
  * new token runs a full forward over the context (the last max_seq_len tokens) and samples from the
  * last position's logits. There is no KV cache, so a token costs O(T^2) attention — fine for the
  * small models this is for, slow for big ones.
@@ -43,12 +42,11 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "exitcodes.h"
 #include "memtrack.h"
 #include "model.h"
 #include "ops.h"
 #include "state.h"
-
-#define EXIT_BAD 2
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -87,7 +85,7 @@ static int fail(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    return EXIT_BAD;
+    return GT_EXIT_BAD_INPUT;
 }
 
 /* ---------------------------------------------------------------- reading the state file */
@@ -204,7 +202,7 @@ static pid_t start_helper(const char *py, const char *mode, const char *tokenize
         execlp(py, py, "-c", HELPER, mode, tokenizer, doc_start, (char *)NULL);
         fprintf(stderr, "gtrain-sample: cannot run the Python interpreter %s: %s (give --python, a Python with "
                 "the tokenizers package)\n", py, strerror(errno));
-        _exit(2);
+        _exit(GT_EXIT_BAD_INPUT);
     }
     close(in[0]);
     *to_child = fdopen(in[1], "w");
@@ -215,10 +213,10 @@ static pid_t start_helper(const char *py, const char *mode, const char *tokenize
     return pid;
 }
 
-static int wait_helper(pid_t pid) { /* its exit status, 2 if it died otherwise */
+static int wait_helper(pid_t pid) { /* its exit status, GT_EXIT_BAD_INPUT if it died otherwise */
     int st = 0;
-    if (waitpid(pid, &st, 0) < 0) return 2;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+    if (waitpid(pid, &st, 0) < 0) return GT_EXIT_BAD_INPUT;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : GT_EXIT_BAD_INPUT;
 }
 
 /* Encodes prompt: *ids (malloc'd, n_ids), the tokenizer's vocabulary size and doc-start id (-1). */
@@ -320,7 +318,7 @@ static int parse_number(const char *opt, const char *text, double lo, double hi,
     double v = strtod(text, &end);
     if (errno || end == text || *end || !(v >= lo && v <= hi)) {
         fprintf(stderr, "gtrain-sample: %s %s: expected a number in [%g, %g]\n", opt, text, lo, hi);
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     *out = v;
     return 0;
@@ -358,21 +356,21 @@ static int parse_options(int argc, char **argv, options *o) {
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gtrain-sample: unknown option or missing value: %s\n", a);
             usage(stderr);
-            return EXIT_BAD;
+            return GT_EXIT_BAD_INPUT;
         } else if (!o->path) o->path = a;
         else {
             fprintf(stderr, "gtrain-sample: more than one state file given (%s, %s)\n", o->path, a);
-            return EXIT_BAD;
+            return GT_EXIT_BAD_INPUT;
         }
         if (rc) return rc;
     }
     if (!o->path) {
         usage(stderr);
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     if (o->tokens != floor(o->tokens) || o->top_k != floor(o->top_k) || o->seed != floor(o->seed)) {
         fprintf(stderr, "gtrain-sample: --tokens, --top-k and --seed take whole numbers\n");
-        return EXIT_BAD;
+        return GT_EXIT_BAD_INPUT;
     }
     if (!o->prompt[0]) o->prompt = "\n";
     if (o->tokenizer && access(o->tokenizer, R_OK) != 0)

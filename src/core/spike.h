@@ -4,7 +4,7 @@
  * The trainer keeps a window of the last GT_SPIKE_WINDOW applied steps' losses and norms; once it
  * holds GT_SPIKE_MIN of them, a step whose loss is more than zscore standard deviations above the
  * window's mean is skipped before the optimizer runs, and the optimizer is told the largest norm it
- * may apply (gt_step_result.max_grad_norm). Both values are global (all-reduced), so every rank
+ * may apply (gt_optim_step's max_grad_norm). Both values are global (all-reduced), so every rank
  * decides the same. The window lives in memory only: after a resume it fills again.
  */
 #ifndef GT_SPIKE_H

@@ -410,15 +410,12 @@ static void write_tensor(writer *w, hid_t group, const char *group_name, const g
  * never returns (a dead file server) while the others go on into the save's next collective call;
  * STEP:RANK:stop: it stops there instead (SIGSTOP: a frozen process, all its threads too). */
 static void test_slow_save(int rank, int64_t step) {
-    const char *hang = gt_test_hook("GTRAIN_TEST_HANG_IN_SAVE");
-    long at = -1, who = -1;
-    char how[16] = "";
-    if (hang && sscanf(hang, "%ld:%ld:%15s", &at, &who, how) >= 2 && at == step && who == rank) {
-        if (strcmp(how, "stop") == 0) raise(SIGSTOP);
+    const gt_test_hooks *h = gt_test_hooks_get();
+    if (h->hang_in_save.step == step && h->hang_in_save.rank == rank) {
+        if (h->hang_in_save.stop) raise(SIGSTOP);
         else for (gt_watchdog_enter("hung_write", 0);;) pause();
     }
-    const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
-    double s = env ? atof(env) : 0.0;
+    double s = h->slow_save_s;
     if (s > 0) {
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
         nanosleep(&ts, NULL);
@@ -429,11 +426,8 @@ static void test_slow_save(int rank, int64_t step) {
  * of every save takes MS milliseconds more, inside the write: a slow file system that keeps writing
  * (with RANK: only that rank's writes, one slow node). */
 static void test_slow_write(int rank) {
-    const char *env = gt_test_hook("GTRAIN_TEST_SLOW_SAVE");
-    const char *colon = env ? strchr(env, ':') : NULL;
-    double ms = colon ? atof(colon + 1) : 0.0;
-    const char *who = colon ? strchr(colon + 1, ':') : NULL;
-    if (who && atoi(who + 1) != rank) ms = 0;
+    const gt_test_hooks *h = gt_test_hooks_get();
+    double ms = h->slow_write_rank < 0 || h->slow_write_rank == rank ? h->slow_write_ms : 0.0;
     if (ms > 0) {
         struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
         nanosleep(&ts, NULL);
@@ -444,11 +438,9 @@ static void test_slow_write(int rank) {
  * disk returning EIO would, at the creation of /optim/exp_avg, so that a test can make several
  * given ranks fail at once. The call then goes on, and the failure is agreed, as a real one is. */
 static void test_injected_eio(writer *w) {
-    const char *ranks = gt_test_hook("GTRAIN_TEST_SAVE_EIO");
-    char list[256], *save = NULL;
-    snprintf(list, sizeof list, "%s", ranks ? ranks : "");
-    for (char *r = strtok_r(list, ",", &save); r; r = strtok_r(NULL, ",", &save)) {
-        if (atoi(r) != w->rank) continue;
+    const gt_test_hooks *h = gt_test_hooks_get();
+    for (int i = 0; i < h->n_save_eio_ranks; i++) {
+        if (h->save_eio_ranks[i] != w->rank) continue;
         errno = EIO;
         file_failed(w, "H5Gcreate2", "/optim/exp_avg (GTRAIN_TEST_SAVE_EIO)");
         return;

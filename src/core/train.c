@@ -18,7 +18,6 @@
 #include "train.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,59 +266,6 @@ static int import_checkpoint(const gt_config *cfg, gt_optim *opt, const gt_layou
     return code;
 }
 
-/* GTRAIN_TEST_NAN_AT=STEP:MICRO[:RANK[:grad|spike|lossspike]] (tests only): at optimizer step STEP,
- * after micro-batch MICRO of rank RANK (default 0), one gradient element becomes NaN and, unless
- * `grad` is given, so does that micro-batch's loss, as an overflow in the forward pass would make
- * them. `spike`: the element becomes 1e4 instead (a finite gradient-norm spike); `lossspike`: only
- * the micro-batch's loss is multiplied by 10 (train.spike_zscore). */
-typedef struct nan_hook {
-    int step, micro, rank, grad_only, spike, loss_spike; /* step 0: off */
-} nan_hook;
-
-static nan_hook test_nan_hook(void) {
-    nan_hook h = {0, 0, 0, 0, 0, 0};
-    const char *env = gt_test_hook("GTRAIN_TEST_NAN_AT");
-    char kind[16] = "";
-    if (env && sscanf(env, "%d:%d:%d:%15s", &h.step, &h.micro, &h.rank, kind) >= 2) {
-        h.grad_only = strcmp(kind, "grad") == 0;
-        h.spike = strcmp(kind, "spike") == 0;
-        h.loss_spike = strcmp(kind, "lossspike") == 0;
-    } else {
-        h.step = 0;
-    }
-    return h;
-}
-
-/* GTRAIN_TEST_HANG_AT=STEP:RANK:stop|spin|slow[,...] (tests only): rank RANK hangs as step STEP
- * begins, before its first collective of the step: stopped by SIGSTOP (a frozen process), or in an
- * endless loop (compute that never ends; its own threads keep running). What the watchdog must
- * catch. `slow`: that step takes 3 s longer (on every rank, the others waiting), which raises the
- * watchdog's limit to 30 s by the step clock. */
-static void test_hang(int step, int rank) {
-    const char *env = gt_test_hook("GTRAIN_TEST_HANG_AT");
-    for (; env && *env; env = strchr(env, ',') ? strchr(env, ',') + 1 : "") {
-        int at = 0, who = 0;
-        char how[8] = "";
-        if (sscanf(env, "%d:%d:%7[a-z]", &at, &who, how) != 3 || at != step || who != rank) continue;
-        if (strcmp(how, "slow") == 0) {
-            sleep(3);
-        } else if (strcmp(how, "stop") == 0) {
-            raise(SIGSTOP);
-        } else {
-            for (volatile unsigned long spin = 0;; spin++) {
-            }
-        }
-    }
-}
-
-static double inject_nan(const gt_ops *ops, gt_model *model, const nan_hook *h, double loss) {
-    if (h->loss_spike) return 10 * loss;
-    float value = h->spike ? 1e4f : NAN;
-    ops->copy_to_device(gt_model_grads(model), &value, sizeof value);
-    return h->grad_only || h->spike ? loss : NAN;
-}
-
-
 /* ---------------------------------------------------------------- the run */
 
 /* Everything one run holds: opened by open_run, released in one place by close_run. */
@@ -346,7 +292,6 @@ typedef struct run {
     FILE *metrics;             /* rank 0, log.metrics */
     gt_tb *tb;                 /* rank 0, log.tensorboard */
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
-    nan_hook nan_hook;
     progress progress;
     gt_spike_window spikes;    /* train.spike_zscore: the recent applied steps */
 } run;
@@ -354,9 +299,8 @@ typedef struct run {
 /* What one optimizer step did, as the progress line and the metrics line report it. */
 typedef struct step_result {
     int step;
-    double loss, lr, grad_norm; /* loss: the global mean; grad_norm NaN when no step was taken */
-    int nonfinite;              /* no update was applied; why says which loss or norm */
-    int spike;                  /* no update was applied: a spike (train.spike_zscore); why says which */
+    double loss, lr, grad_norm; /* loss: the global mean; grad_norm NaN when the optimizer did not run */
+    gt_step_outcome outcome;    /* applied, or skipped (why says which loss or norm, and why) */
     char why[3000];
     double seconds, tok_per_s, mfu; /* mfu NaN on the CPU */
     uint64_t tokens;            /* tokens seen after this step */
@@ -588,7 +532,6 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     r->dloss = (float)(1.0 / ((double)r->G * T));
     r->flops_per_step = 3.0 * r->choice.predicted.forward_flops * A;
     choose_peak(r);
-    r->nan_hook = test_nan_hook();
     r->progress = (progress){progress_in_place(), (int)snprintf(NULL, 0, "%d", cfg->train.steps),
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
     /* last, so that start-up (loading a state file can take minutes) is not timed */
@@ -633,8 +576,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
         gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
         double micro_loss = gt_model_train_micro(r->model, &r->choice.plan, r->inputs, r->targets, B, T, r->dloss,
                                                  key, recomputed);
-        if (r->nan_hook.step == step && r->nan_hook.micro == m && r->nan_hook.rank == r->rank)
-            micro_loss = inject_nan(r->ops, r->model, &r->nan_hook, micro_loss);
+        micro_loss = gt_test_nan(step, m, r->rank, r->ops->copy_to_device, gt_model_grads(r->model), micro_loss);
         if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
         loss_sum += micro_loss;
     }
@@ -643,32 +585,51 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
 
 /* Reduce, update, publish: gt_optim_step reduces the gradients, clips them by the global norm, runs
  * AdamW on this rank's slice and publishes the new working parameters. A non-finite loss on any rank
- * is agreed first, and the step is then not taken; a non-finite gradient norm makes the optimizer
- * apply nothing (sr.applied = 0). */
+ * is agreed first, and a loss spike judged (res->loss is the global loss already); either way the
+ * optimizer does not run. Sets res->outcome, res->why for a skipped step, res->lr and res->grad_norm. */
 static void reduce_update_publish(run *r, int step, int bad_micro, step_result *res) {
+    double zscore = r->cfg->train.spike_zscore, max_grad_norm = 0;
+    res->lr = gt_lr_at(r->cfg, step);
+    res->grad_norm = NAN;
     if (bad_micro >= 0)
         snprintf(res->why, sizeof res->why, "step %d: the loss of micro-batch %d of %d on rank %d is not finite",
                  step, bad_micro, r->cfg->train.grad_accum, r->rank);
-    res->nonfinite = gt_agree_on_failure(r->mpi, bad_micro >= 0, res->why, sizeof res->why);
-    gt_step_result sr = {NAN, gt_lr_at(r->cfg, step), 0, 0};
-    double zscore = r->cfg->train.spike_zscore;
-    if (!res->nonfinite && zscore > 0) /* res->loss is the global loss already (train_step) */
-        res->spike = gt_spike_check_loss(&r->spikes, zscore, step, res->loss, &sr.max_grad_norm, res->why,
-                                         sizeof res->why);
-    if (!res->nonfinite && !res->spike) gt_optim_step(&r->opt, r->cfg, step, &sr);
-    if (!res->nonfinite && !res->spike && !sr.applied && isfinite(sr.grad_norm)) { /* above max_grad_norm */
-        res->spike = 1;
-        gt_spike_describe_norm(&r->spikes, step, sr.grad_norm, res->why, sizeof res->why);
-    } else if (!res->nonfinite && !res->spike && sr.applied && zscore > 0) {
-        gt_spike_record(&r->spikes, res->loss, sr.grad_norm);
+    if (gt_agree_on_failure(r->mpi, bad_micro >= 0, res->why, sizeof res->why)) {
+        res->outcome = GT_STEP_SKIPPED_NONFINITE;
+        return;
     }
-    if (!res->nonfinite && !res->spike && !sr.applied) {
-        res->nonfinite = 1;
+    if (zscore > 0 &&
+        gt_spike_check_loss(&r->spikes, zscore, step, res->loss, &max_grad_norm, res->why, sizeof res->why)) {
+        res->outcome = GT_STEP_SKIPPED_SPIKE;
+        return;
+    }
+    res->outcome = gt_optim_step(&r->opt, r->cfg, step, max_grad_norm, &res->grad_norm);
+    switch (res->outcome) {
+    case GT_STEP_APPLIED:
+        if (zscore > 0) gt_spike_record(&r->spikes, res->loss, res->grad_norm);
+        break;
+    case GT_STEP_SKIPPED_SPIKE: /* the norm above max_grad_norm */
+        gt_spike_describe_norm(&r->spikes, step, res->grad_norm, res->why, sizeof res->why);
+        break;
+    case GT_STEP_SKIPPED_NONFINITE:
         snprintf(res->why, sizeof res->why, "step %d: the gradient norm is %g, though the loss of every "
-                 "micro-batch was finite", step, sr.grad_norm);
+                 "micro-batch was finite", step, res->grad_norm);
+        break;
     }
-    res->lr = sr.lr;
-    res->grad_norm = sr.grad_norm;
+}
+
+/* The global mean loss of the step: one scalar reduction, before the update (spike skipping judges
+ * it). It stays out of the step's communication figures (the metrics' calls and comm_ms count the
+ * training's own collectives, docs/data-parallel.md): *own is what it added to them. */
+static double global_loss(run *r, double loss_sum, double tokens, gt_comm_stats *own) {
+    gt_comm_stats before;
+    gt_comm_stats_get(r->comm, &before);
+    double loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    gt_comm_stats_get(r->comm, own);
+    own->calls_scalar -= before.calls_scalar;
+    own->seconds -= before.seconds;
+    own->seconds_total -= before.seconds_total;
+    return loss;
 }
 
 /* One optimizer step: micro-batches, then reduce, update and publish. Fills *res; returns 0, or exit 2
@@ -676,7 +637,7 @@ static void reduce_update_publish(run *r, int step, int bad_micro, step_result *
 static int train_step(run *r, int step, step_result *res) {
     const gt_config *cfg = r->cfg;
     double t0 = now_seconds();
-    test_hang(step, r->rank); /* inside the step's time: a `slow` step counts */
+    gt_test_hang(step, r->rank); /* GTRAIN_TEST_HANG_AT; inside the step's time: a `slow` step counts */
     memset(res, 0, sizeof *res);
     res->step = step;
     gt_mem_reset_peaks(&r->mem);
@@ -687,12 +648,16 @@ static int train_step(run *r, int step, step_result *res) {
     int bad_micro;
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
     double tokens = (double)r->G * cfg->train.seq_len;
-    /* spike skipping judges the global loss before the update; otherwise it is summed after it */
-    if (cfg->train.spike_zscore > 0) res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    gt_comm_stats loss_comm;
+    res->loss = global_loss(r, loss_sum, tokens, &loss_comm);
     reduce_update_publish(r, step, bad_micro, res);
-    if ((res->nonfinite && cfg->train.nonfinite != GT_NONFINITE_STOP) || res->spike) r->state.skipped_steps++;
+    if (res->outcome == GT_STEP_SKIPPED_SPIKE ||
+        (res->outcome == GT_STEP_SKIPPED_NONFINITE && cfg->train.nonfinite != GT_NONFINITE_STOP))
+        r->state.skipped_steps++;
     gt_comm_stats_get(r->comm, &res->comm);
-    if (cfg->train.spike_zscore <= 0) res->loss = gt_comm_all_reduce_scalar_sum(r->comm, loss_sum) / tokens;
+    res->comm.calls_scalar -= loss_comm.calls_scalar;
+    res->comm.seconds -= loss_comm.seconds;
+    res->comm.seconds_total -= loss_comm.seconds_total;
     r->ops->synchronize();
     res->seconds = now_seconds() - t0;
     char fault[3000];
@@ -713,7 +678,7 @@ static int train_step(run *r, int step, step_result *res) {
 
 /* ---------------------------------------------------------------- reporting */
 
-/* The step's line of log.metrics (DESIGN.md, "Metrics JSONL"). */
+/* The step's line of log.metrics (docs/data-parallel.md, "What the metrics say"). */
 static void write_metrics(FILE *f, const run *r, const step_result *res) {
     const gt_comm_stats *st = &res->comm;
     fprintf(f, "{\"step\":%d,", res->step);
@@ -754,8 +719,15 @@ static void write_tensorboard(const run *r, const step_result *res) {
     gt_tb_write_step(r->tb, res->step, &s);
 }
 
-/* A step that applied no update: train.nonfinite = stop ends the run (exit 1), skip goes on. */
-static int report_nonfinite(run *r, const step_result *res) {
+/* A step that applied no update: a spike is skipped; a non-finite loss or norm ends the run with
+ * train.nonfinite = stop (exit 1), and is skipped with skip. */
+static int report_skipped(run *r, const step_result *res) {
+    if (res->outcome == GT_STEP_SKIPPED_SPIKE) {
+        if (r->rank == 0)
+            fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.spike_zscore = %g; %lld skipped "
+                    "so far)\n", res->why, r->cfg->train.spike_zscore, (long long)r->state.skipped_steps);
+        return 0;
+    }
     char newest[GT_PATH_MAX + 128];
     gt_runstate_describe_newest(&r->state, newest, sizeof newest);
     if (r->cfg->train.nonfinite == GT_NONFINITE_STOP) {
@@ -808,10 +780,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds, res.mfu);
-        int stop = res.nonfinite ? report_nonfinite(&r, &res) : 0;
-        if (res.spike && r.rank == 0)
-            fprintf(stderr, "gtrain: %s; the step is skipped, no update applied (train.spike_zscore = %g; %lld skipped "
-                    "so far)\n", res.why, r.cfg->train.spike_zscore, (long long)r.state.skipped_steps);
+        int stop = res.outcome == GT_STEP_APPLIED ? 0 : report_skipped(&r, &res);
         /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms,
          * and that line before the step's validation line, as readers of the metrics expect */
         r.state.save_blocking_ms = 0;

@@ -90,22 +90,13 @@ static void zfree(gt_zero *z, int which, void *p, size_t bytes) {
     else gt_mem_free(z->mem, which ? GT_MEM_GRADS : GT_MEM_PARAMS, p, bytes);
 }
 
-/* GTRAIN_TEST_DIE_IN_GATHER=K[:RANK[:started]] (tests only): rank RANK (default 1) kills itself
- * (SIGKILL) as it enters its K-th gather, while the other ranks are inside theirs, or with `started`
- * right after it started that gather (non-blocking, in flight on every rank): the job must end with
- * an error, not hang. */
+/* GTRAIN_TEST_DIE_IN_GATHER (testhooks.h): the job must end with an error, not hang. */
 static void maybe_die_in_gather(gt_zero *z, int started) {
-    static long die_at = -1, who = 1;
-    static char when[16] = "";
-    if (die_at < 0) {
-        const char *env = gt_test_hook("GTRAIN_TEST_DIE_IN_GATHER");
-        die_at = 0;
-        if (env) sscanf(env, "%ld:%ld:%15s", &die_at, &who, when);
-    }
-    if (die_at > 0 && gt_comm_rank(z->comm) == who && (long)z->gathers == die_at &&
-        started == (strcmp(when, "started") == 0)) {
-        fprintf(stderr, "[rank %ld] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld%s\n", who, die_at,
-                started ? " (started, in flight)" : "");
+    const gt_test_hooks *h = gt_test_hooks_get();
+    if (h->die_in_gather.at > 0 && gt_comm_rank(z->comm) == h->die_in_gather.rank &&
+        (long)z->gathers == h->die_in_gather.at && started == h->die_in_gather.started) {
+        fprintf(stderr, "[rank %ld] GTRAIN_TEST_DIE_IN_GATHER: dying in gather %ld%s\n", h->die_in_gather.rank,
+                h->die_in_gather.at, started ? " (started, in flight)" : "");
         fflush(stderr);
         raise(SIGKILL);
     }

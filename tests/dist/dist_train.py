@@ -125,7 +125,7 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
     tied = 1 if m.get("tie_word_embeddings") else 0
     N = m["n_layers"]
     cnt = lambda u, r: overlap(us[u][0], us[u][0] + us[u][1], *sls[r])
-    calls = dict(all_reduce=0, reduce_scatter=0, all_gather=0, reduce_scatter_v=0, all_gather_v=0, scalar=0)  # the loss is reduced after the count
+    calls = dict(all_reduce=0, reduce_scatter=0, all_gather=0, reduce_scatter_v=0, all_gather_v=0, scalar=0)  # the loss's reduction is not counted
     comm = 0
     if stage == 0 and W > 1:
         calls["all_reduce"] = 1
@@ -299,7 +299,7 @@ def check_metrics(a, r, lines, first_step):
         words = pred[0].replace(",", "").split()
         for key in ("params_peak_bytes", "grads_peak_bytes"):
             got = int(words[words.index(key) + 1])
-            if want[key] is None:  # measured must equal the prediction, within the bound
+            if want[key] is None:  # measured must equal the prediction, within the closed-form bound (expected())
                 want[key] = got
                 if got > bound[key]:
                     fail(f"{name}: predicted {key} {got} exceeds the bound {bound[key]}")

@@ -624,7 +624,7 @@ def bad_files_never_count_toward_keep(e):
     e.sync()
     e.run(1, "run", "train.steps=4", "checkpoint.every=1")
     os.remove(e.ck("run", 1))
-    # good step 2, truncated step 3, flipped bytes in step 4: the step_200, 250 and 255
+    # good step 2, truncated step 3, flipped bytes in step 4
     with open(e.ck("run", 3), "r+b") as f:
         f.truncate(os.path.getsize(e.ck("run", 3)) // 2)
     flip_in_chunk(e.ck("run", 4), "/model/model.embed_tokens.weight")
