@@ -46,7 +46,9 @@
  * collectives, the scalar reductions and the barrier (NCCL calls include the wait for the stream).
  * seconds_exposed is the part of it the calling (compute) thread spent waiting for communication to
  * finish: every blocking call whole, and gt_comm_wait; not the starts of non-blocking requests nor
- * gt_comm_test (they return without waiting). 0 when W == 1: one rank waits on no one.
+ * gt_comm_test (they return without waiting). 0 when W == 1: one rank waits on no one. On NCCL the
+ * kernels a collective is ordered after are waited for before the clock starts (the host runs
+ * ahead of the GPU; their time is compute), in every timed call.
  * So seconds_exposed <= seconds <= seconds_total.
  */
 #ifndef GT_COMM_H

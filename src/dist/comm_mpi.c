@@ -362,6 +362,11 @@ void gt_comm_destroy(gt_comm *c) {
     free(c);
 }
 
+/* The compute the call is ordered after, waited for before the clock starts (comm_internal.h). */
+static void settle(gt_comm *c) {
+    if (c->ops->settle) c->ops->settle(c);
+}
+
 /* A blocking call's time: the compute thread waited all of it (seconds, seconds_exposed) and it is the
  * collective's whole time (seconds_total). One rank waits on no one: its exposed time stays 0. */
 static void account_blocking(gt_comm *c, double dt) {
@@ -378,6 +383,7 @@ static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
 void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_reduce", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
     account_blocking(c, MPI_Wtime() - t0);
@@ -390,6 +396,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
                                 gt_dtype dtype) {
     uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("reduce_scatter", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
     account_blocking(c, MPI_Wtime() - t0);
@@ -401,6 +408,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
 void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_gather", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
     account_blocking(c, MPI_Wtime() - t0);
@@ -427,6 +435,7 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, cons
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_watchdog_enter("reduce_scatter_v", total * elem);
+    settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
     account_blocking(c, MPI_Wtime() - t0);
@@ -441,6 +450,7 @@ void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype 
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_gather_v", total * elem);
+    settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
     account_blocking(c, MPI_Wtime() - t0);
@@ -516,6 +526,7 @@ int gt_comm_test(gt_comm *c, gt_comm_request *r) {
 
 void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
     gt_watchdog_enter_wait(r->op, r->seq);
+    if (r->handle && c->ops->settle_request) c->ops->settle_request(c, r->handle);
     double t0 = MPI_Wtime();
     if (r->handle) c->ops->wait(c, r->handle);
     double t1 = MPI_Wtime();
@@ -534,6 +545,7 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
     gt_watchdog_enter("broadcast", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
     account_blocking(c, MPI_Wtime() - t0);
