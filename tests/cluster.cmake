@@ -24,3 +24,11 @@ add_test(NAME mismatched_binary_named
                  ${CMAKE_CURRENT_BINARY_DIR}/mismatched_binary ${MPIEXEC_EXECUTABLE} ${GTRAIN_MPIEXEC_FLAGS})
 set_tests_properties(mismatched_binary_named PROPERTIES LABELS mpi TIMEOUT 120
                      ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
+
+# cluster.sh's `--link RATE`: a token-bucket filter on every node's link while the cluster is up, shown
+# by `status`, gone with `down`; a bad RATE exits 2 (tests/cluster/link_shaping.sh; about 10 s).
+add_test(NAME cluster_link_shaping
+         COMMAND bash ${GTRAIN_TEST_DIR}/cluster/link_shaping.sh ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/cluster_link_shaping)
+set_tests_properties(cluster_link_shaping PROPERTIES
+                     LABELS cluster SKIP_RETURN_CODE 77 TIMEOUT 300 RUN_SERIAL TRUE)

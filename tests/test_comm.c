@@ -304,10 +304,31 @@ static void check_stats_and_scalars(gt_comm *c, const mem_ops *m) {
     CHECK(st.bytes_sent == want, "bytes_sent %llu want %llu", (unsigned long long)st.bytes_sent,
           (unsigned long long)want);
     CHECK(st.seconds > 0.0, "seconds %g", st.seconds);
+    /* every call above blocks: the compute thread waited all of their time, unless alone */
+    if (W > 1) CHECK(st.seconds_exposed == st.seconds && st.seconds_exposed > 0.0, "blocking calls: exposed %g, seconds %g",
+                     st.seconds_exposed, st.seconds);
+    else CHECK(st.seconds_exposed == 0.0, "one rank: exposed %g, want 0", st.seconds_exposed);
+    CHECK(st.seconds_total >= st.seconds, "seconds_total %g < seconds %g", st.seconds_total, st.seconds);
     CHECK(s == world * (world - 1) / 2.0 + 0.5 * world, "scalar sum %g", s);
     CHECK(mx == 7, "int max %d", mx);
     if (world == 3) CHECK(st.bytes_sent == (uint64_t)(5333 + 26 + 80 + 28 + (rank == 0 ? 100 : 0) + (rank == 2 ? 50 : 0)),
                           "bytes_sent W=3 worked example %llu", (unsigned long long)st.bytes_sent);
+    /* a started request: its start and tests wait for nothing, its wait is exposed */
+    {
+        size_t *counts = malloc((size_t)world * sizeof *counts);
+        for (int r = 0; r < world; r++) counts[r] = 100 + (size_t)r;
+        gt_comm_stats_reset(c);
+        gt_comm_request *req = gt_comm_all_gather_v_start(c, buf, counts, GT_DTYPE_F32);
+        for (int k = 0; k < 3; k++) (void)gt_comm_test(c, req);
+        gt_comm_stats_get(c, &st);
+        CHECK(st.seconds_exposed == 0.0, "start and test counted as exposed: %g", st.seconds_exposed);
+        gt_comm_wait(c, req);
+        gt_comm_stats_get(c, &st);
+        CHECK(st.seconds_exposed <= st.seconds && st.seconds <= st.seconds_total,
+              "request: exposed %g <= seconds %g <= total %g", st.seconds_exposed, st.seconds, st.seconds_total);
+        if (W == 1) CHECK(st.seconds_exposed == 0.0, "one rank: wait exposed %g", st.seconds_exposed);
+        free(counts);
+    }
     m->release(buf);
     free(h);
 }
@@ -360,7 +381,7 @@ int main(int argc, char **argv) {
 
     f0 = check_failures;
     check_stats_and_scalars(c, &host_mem);
-    report("mpi: stats (calls, bytes_sent ring model, seconds), scalar sum, int max", f0);
+    report("mpi: stats (calls, bytes_sent ring model, seconds, exposed), scalar sum, int max", f0);
 
     /* local: one rank only; the same arithmetic truth (W = 1), on host and device buffers */
     char why_local[256] = "";

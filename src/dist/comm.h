@@ -44,6 +44,12 @@
  * calls_* count calls (also count-0 calls); calls_scalar counts both scalar reductions.
  * seconds is wall time (MPI_Wtime) spent inside every communicating call: the four tensor
  * collectives, the scalar reductions and the barrier (NCCL calls include the wait for the stream).
+ * seconds_exposed is the part of it the calling (compute) thread spent waiting for communication to
+ * finish: every blocking call whole, and gt_comm_wait; not the starts of non-blocking requests nor
+ * gt_comm_test (they return without waiting). 0 when W == 1: one rank waits on no one. On NCCL the
+ * kernels a collective is ordered after are waited for before the clock starts (the host runs
+ * ahead of the GPU; their time is compute), in every timed call.
+ * So seconds_exposed <= seconds <= seconds_total.
  */
 #ifndef GT_COMM_H
 #define GT_COMM_H
@@ -120,7 +126,7 @@ void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dty
  * gt_comm_test makes progress (MPI: MPI_Test; NCCL: a stream query) and says whether the request is
  * complete, without freeing it; call it while computing so transfers advance (MPI on the CPU moves
  * data only inside MPI calls). Accounting: calls and bytes_sent at start; seconds counts the time
- * spent inside wait and test (exposed communication), seconds_total from start to the completion
+ * spent inside start, test and wait, seconds_exposed that inside wait, seconds_total from start to the completion
  * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ireduce_scatter; NCCL: queued on
  * the communicator's stream after the compute already queued (an event), completion by stream query. */
 typedef struct gt_comm_request gt_comm_request;
@@ -143,7 +149,8 @@ typedef struct {
     uint64_t calls_all_reduce, calls_reduce_scatter, calls_all_gather, calls_broadcast, calls_scalar;
     uint64_t calls_reduce_scatter_v, calls_all_gather_v;
     uint64_t bytes_sent;   /* see the model above */
-    double seconds;        /* wall time inside communicating calls (blocking ones, and waits/tests) */
+    double seconds;        /* wall time inside communicating calls (blocking ones, starts, waits, tests) */
+    double seconds_exposed; /* the waits alone: blocking calls and gt_comm_wait (0 when W == 1) */
     double seconds_total;  /* the collectives' whole time: blocking calls as in seconds, started
                               requests from start to completion (seconds_total - seconds is hidden) */
 } gt_comm_stats;

@@ -26,6 +26,13 @@ typedef struct {
                                         const size_t *displs, gt_dtype dtype);
     int (*test)(gt_comm *c, void *handle);
     void (*wait)(gt_comm *c, void *handle);
+    /* optional (NULL: nothing to do): wait, outside the timed window, for the compute the collective
+     * about to run (settle) or the started request (settle_request) is ordered after, so that the
+     * time then spent inside the call is communication alone (comm_exposed_ms). NCCL: the kernels
+     * queued on the compute stream before it; the MPI and local backends compute on the calling
+     * thread, so they have nothing queued. */
+    void (*settle)(gt_comm *c);
+    void (*settle_request)(gt_comm *c, void *handle);
     void (*destroy)(gt_comm *c);   /* frees c->impl; the common part is freed by the caller */
 } gt_comm_ops;
 

@@ -362,6 +362,19 @@ void gt_comm_destroy(gt_comm *c) {
     free(c);
 }
 
+/* The compute the call is ordered after, waited for before the clock starts (comm_internal.h). */
+static void settle(gt_comm *c) {
+    if (c->ops->settle) c->ops->settle(c);
+}
+
+/* A blocking call's time: the compute thread waited all of it (seconds, seconds_exposed) and it is the
+ * collective's whole time (seconds_total). One rank waits on no one: its exposed time stays 0. */
+static void account_blocking(gt_comm *c, double dt) {
+    c->stats.seconds += dt;
+    c->stats.seconds_total += dt;
+    if (c->size > 1) c->stats.seconds_exposed += dt;
+}
+
 /* Ring model of comm.h; every term is 0 for W == 1. */
 static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
     return (uint64_t)(c->size - 1) * per_step_bytes;
@@ -370,9 +383,10 @@ static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
 void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_reduce", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_all_reduce++;
     c->stats.bytes_sent += 2 * ring_bytes(c, bytes) / (uint64_t)c->size;
@@ -382,9 +396,10 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
                                 gt_dtype dtype) {
     uint64_t bytes = (uint64_t)recv_count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("reduce_scatter", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_reduce_scatter++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
@@ -393,9 +408,10 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
 void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_count, gt_dtype dtype) {
     uint64_t bytes = (uint64_t)send_count * gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_gather", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_all_gather++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
@@ -419,9 +435,10 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, cons
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_watchdog_enter("reduce_scatter_v", total * elem);
+    settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_reduce_scatter_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
@@ -433,9 +450,10 @@ void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype 
     if (!displs) gt_comm_abort(c, "out of memory");
     size_t total = v_layout(c, counts, displs), elem = gt_dtype_bytes(dtype);
     gt_watchdog_enter("all_gather_v", total * elem);
+    settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_all_gather_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
@@ -508,11 +526,18 @@ int gt_comm_test(gt_comm *c, gt_comm_request *r) {
 
 void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
     gt_watchdog_enter_wait(r->op, r->seq);
+    if (r->handle && c->ops->settle_request) c->ops->settle_request(c, r->handle);
     double t0 = MPI_Wtime();
     if (r->handle) c->ops->wait(c, r->handle);
     double t1 = MPI_Wtime();
-    c->stats.seconds += t1 - t0;
-    if (!r->done) c->stats.seconds_total += t1 - r->t_start;
+    /* the compute thread waits here; a request seen complete by a test adds only this call's time to
+     * the total, so that seconds_exposed <= seconds <= seconds_total holds */
+    if (r->done) account_blocking(c, t1 - t0);
+    else {
+        c->stats.seconds += t1 - t0;
+        if (c->size > 1) c->stats.seconds_exposed += t1 - t0;
+        c->stats.seconds_total += t1 - r->t_start;
+    }
     gt_watchdog_leave();
     free(r);
 }
@@ -520,9 +545,10 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
 void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) gt_comm_abort(c, "broadcast root %d outside [0, %d)", root, c->size);
     gt_watchdog_enter("broadcast", bytes);
+    settle(c);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_broadcast++;
     if (c->rank == root && c->size > 1) c->stats.bytes_sent += bytes;
@@ -532,7 +558,7 @@ void gt_comm_barrier(gt_comm *c) {
     gt_watchdog_enter("barrier", 0);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Barrier(c->world));
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
 }
 
@@ -540,7 +566,7 @@ double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
     gt_watchdog_enter("all_reduce_scalar", sizeof x);
     double y = 0.0, t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;
@@ -551,7 +577,7 @@ int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
     gt_watchdog_enter("all_reduce_int_max", sizeof x);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
-    { double dt_ = MPI_Wtime() - t0; c->stats.seconds += dt_; c->stats.seconds_total += dt_; }
+    account_blocking(c, MPI_Wtime() - t0);
     gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;

@@ -213,6 +213,7 @@ static void nccl_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const
  * the same way nccl_wait polls the stream, so a dead peer aborts instead of hanging. */
 typedef struct {
     cudaEvent_t done;
+    cudaEvent_t after; /* the compute the collective was queued after (settle_request) */
 } nccl_pending;
 
 static void *nccl_started(gt_comm *c) {
@@ -221,7 +222,23 @@ static void *nccl_started(gt_comm *c) {
     if (!p) nccl_fail(c, "calloc", "out of memory", __FILE__, __LINE__);
     cudaCheck(c, cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming));
     cudaCheck(c, cudaEventRecord(p->done, s->stream));
+    cudaCheck(c, cudaEventCreateWithFlags(&p->after, cudaEventDisableTiming));
+    cudaCheck(c, cudaEventRecord(p->after, cudaStreamLegacy)); /* at the point nccl_after_compute marked */
     return p;
+}
+
+/* comm_exposed_ms: the host runs ahead of the GPU, so a wait entered while the kernels the collective
+ * is ordered after still run would count their time as communication. Waiting for them first costs
+ * nothing: the collective, and so the wait, cannot end before they do. */
+static void nccl_settle(gt_comm *c) {
+    nccl_state *s = state(c);
+    cudaCheck(c, cudaEventRecord(s->compute_done, cudaStreamLegacy));
+    cudaCheck(c, cudaEventSynchronize(s->compute_done));
+}
+
+static void nccl_settle_request(gt_comm *c, void *handle) {
+    nccl_pending *p = handle;
+    cudaCheck(c, cudaEventSynchronize(p->after));
 }
 
 static void *nccl_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
@@ -254,6 +271,7 @@ static void nccl_wait_request(gt_comm *c, void *handle) {
     while (!nccl_test(c, handle)) {
     }
     cudaCheck(c, cudaEventDestroy(p->done));
+    cudaCheck(c, cudaEventDestroy(p->after));
     free(p);
 }
 
@@ -283,6 +301,8 @@ static const gt_comm_ops nccl_ops = {
     .reduce_scatter_v_sum_start = nccl_reduce_scatter_v_sum_start,
     .test = nccl_test,
     .wait = nccl_wait_request,
+    .settle = nccl_settle,
+    .settle_request = nccl_settle_request,
     .destroy = nccl_destroy,
 };
 

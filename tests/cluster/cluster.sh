@@ -2,6 +2,7 @@
 # cluster.sh — a Slurm cluster of N nodes on one machine, for multi-node tests and by hand.
 #
 #   eval "$(bash tests/cluster/cluster.sh up N)"    start N nodes; prints the export lines
+#   ... up N --link RATE                            the same, every node's link shaped to RATE (below)
 #   bash tests/cluster/cluster.sh down              stop everything it started, remove what it made
 #   bash tests/cluster/cluster.sh status            sinfo of the cluster, or "down"
 #   bash tests/cluster/cluster.sh kill-node I       SIGKILL every process of node I (slurmd included)
@@ -28,10 +29,17 @@
 # process id, the daemons it recorded and every process left inside the namespaces it made (job
 # steps), then deletes the namespaces, which takes their links and addresses with them; it works
 # after a failed `up` and when nothing is up. `up` while a cluster is up takes it down first.
+# `--link RATE` shapes every node's link like a cluster's network: a token-bucket filter on the
+# namespace's side of its veth (`tc qdisc add dev eth0 root tbf rate RATE burst 64kb latency 50ms`), so
+# what a node sends leaves at RATE at most (RATE in tc's units: 200mbit, 1gbit, 25mbps...; no added
+# latency: this kernel has no netem). bench/link_rate.py derives the RATE that gives a run the
+# communication-to-compute ratio of a real configuration. The filter goes with the namespace at `down`.
+# `status` shows each node's qdisc.
 # GTRAIN_CLUSTER_SLURMD_TIMEOUT sets SlurmdTimeout (default 300 s, Slurm's): how long a silent node
 # stays "not responding" before Slurm marks it DOWN and ends its jobs (NODE_FAIL).
 # Needs root, iproute2, util-linux (nsenter, unshare), munge and slurm-wlm (tools/setup-debian.sh
-# --slurm). Exit 77 when one of them is missing, 1 when the cluster does not come up.
+# --slurm; `--link` also tc). Exit 77 when one of them is missing, 1 when the cluster does not come
+# up, 2 on bad arguments.
 set -uo pipefail
 
 . "$(dirname "${BASH_SOURCE[0]}")/../slurm/daemons.sh" # start_munged, slurm_conf_common
@@ -108,8 +116,13 @@ start_slurmd() {
 }
 
 up() {
-  local n=$1 i cpus
+  local n=$1 link=${2:-} i cpus
   [[ "$n" =~ ^[1-9][0-9]?$ ]] || { note "up N: N from 1 to 99"; exit 2; }
+  if [[ -n "$link" ]]; then
+    [[ "$link" =~ ^[0-9]+(\.[0-9]+)?([kmgt]?bit|[kmgt]?bps)$ ]] ||
+      { note "up N --link RATE: RATE '$link' is not a rate (expected a number and bit, kbit, mbit, gbit, bps, kbps, mbps or gbps: 200mbit)"; exit 2; }
+    command -v tc >/dev/null 2>&1 || { note "tc not found (iproute2): --link needs it"; exit 77; }
+  fi
   need
   down
   rm -rf "$dir/state" "$dir/spool" # no job of an earlier cluster comes back with the new one
@@ -139,8 +152,13 @@ up() {
     ip -n "$ctl_ns" link set "v$i" master br0 up
     ip -n "$ns" addr add "$(node_addr $i)/24" dev eth0
     ip -n "$ns" link set eth0 up
+    if [[ -n "$link" ]]; then
+      tc -n "$ns" qdisc add dev eth0 root tbf rate "$link" burst 64kb latency 50ms ||
+        fail_up "tc could not shape $ns's link to $link"
+    fi
     echo "$(node_addr $i) $(node_name $i)" >>"$dir/hosts"
   done
+  if [[ -n "$link" ]]; then echo "$link" >"$dir/link"; else rm -f "$dir/link"; fi
 
   # munge, with a key and socket of its own
   start_munged "$dir"
@@ -201,12 +219,24 @@ EOF
     sleep 0.5
   done
   [[ "$idle" == "$n" ]] || fail_up "the $n nodes did not come up idle within 60 s ($(nsenter --net=/run/netns/$ctl_ns sinfo -h -o '%t %D %E' 2>&1 | tr '\n' ' '))"
-  note "up: $n nodes ($(nsenter --net=/run/netns/$ctl_ns sinfo -h -N -o '%N %t' | tr '\n' ' ')), files in $dir"
+  note "up: $n nodes ($(nsenter --net=/run/netns/$ctl_ns sinfo -h -N -o '%N %t' | tr '\n' ' ')), ${link:+links shaped to $link, }files in $dir"
   cat "$dir/env"
 }
 
 case "${1:-}" in
-  up) up "${2:-2}" ;;
+  up)
+    n=2 link=""
+    [[ $# -ge 2 && "$2" != --* ]] && { n=$2; shift; }
+    shift
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --link) [[ $# -ge 2 ]] || { note "up N --link RATE: no RATE"; exit 2; }; link=$2; shift 2 ;;
+        --link=*) link=${1#--link=}; shift ;;
+        *) note "up: unknown argument '$1' (usage: up N [--link RATE])"; exit 2 ;;
+      esac
+    done
+    up "$n" "$link"
+    ;;
   down) need; down ;;
   kill-node)
     # a node's sudden death: SIGKILL to every process in its namespace (slurmd, slurmstepd, ranks)
@@ -227,7 +257,10 @@ case "${1:-}" in
   status)
     if [[ -f "$dir/nodes" && -e /run/netns/$ctl_ns ]]; then
       SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/$ctl_ns sinfo -N
+      for ((i = 0; i < $(cat "$dir/nodes"); i++)); do
+        echo "$(node_name $i) link: $(tc -n "$(node_ns $i)" qdisc show dev eth0 2>/dev/null | head -n 1)"
+      done
     else echo down; fi
     ;;
-  *) echo "usage: cluster.sh up N | down | status | kill-node I | start-node I" >&2; exit 2 ;;
+  *) echo "usage: cluster.sh up N [--link RATE] | down | status | kill-node I | start-node I" >&2; exit 2 ;;
 esac

@@ -318,9 +318,26 @@ def check_metrics(a, r, lines, first_step):
             fail(f"{name} step {x['step']}: tokens {x.get('tokens')}, expected {x['step'] * MICRO * GLOBAL_MICROS * SEQ}")
         if "comm_ms" not in x or x["comm_ms"] < 0 or x.get("comm_total_ms", -1) < x["comm_ms"]:
             fail(f"{name} step {x['step']}: comm_ms {x.get('comm_ms')} / comm_total_ms {x.get('comm_total_ms')}")
+        check_exposed(a, x)
     print(f"{name}: {len(lines)} steps, per step optim_bytes {want['optim_bytes']}, comm_bytes {want['comm_bytes']}, "
           f"calls {want['calls']}, unit gathers {want['unit_gathers']}, params peak {want['params_peak_bytes']}, "
           f"grads peak {want['grads_peak_bytes']}: ok; final loss {lines[-1]['loss']:.7f}")
+
+
+def check_exposed(a, x):
+    """comm_exposed_ms (docs/data-parallel.md, "What the metrics say"): the waits alone, so at most
+    comm_ms; 0 on one rank; above 0 at W > 1 (every step waits for at least the gradient norm's
+    reduction); equal to comm_ms and comm_total_ms where every collective blocks (ZeRO-0/1)."""
+    name, e = a.name, x.get("comm_exposed_ms")
+    if e is None or e < 0 or e > x["comm_ms"]:
+        fail(f"{name} step {x['step']}: comm_exposed_ms {e}, comm_ms {x['comm_ms']}: want 0 <= exposed <= comm_ms")
+    if a.world == 1 and e != 0:
+        fail(f"{name} step {x['step']}: comm_exposed_ms {e} on one rank, want 0")
+    if a.world > 1 and not e > 0:
+        fail(f"{name} step {x['step']}: comm_exposed_ms {e} at W = {a.world}, want > 0 (the step waits on reductions)")
+    if a.world > 1 and a.shard in ("none", "optimizer") and not e == x["comm_ms"] == x["comm_total_ms"]:
+        fail(f"{name} step {x['step']}: blocking collectives only, yet comm_exposed_ms {e}, comm_ms {x['comm_ms']}, "
+             f"comm_total_ms {x['comm_total_ms']} differ")
 
 
 def check_shape(a):
