@@ -643,8 +643,14 @@ static void rec_grads_done(void *ctx, int u) {
     if (--r->gref[u] == 0 && r->micro) gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
     r->inner.grads_done(r->inner.ctx, u);
 }
+/* The executor announces its order of acquisitions from a dry twin run first (model.c,
+ * announce_schedule), whose ops report to the same listener: everything recorded before this call is
+ * the twin's, not the micro-batch's, and is dropped. */
 static void rec_schedule(void *ctx, const int *units, int n) {
     time_rec *r = ctx;
+    r->tr.n = 0;
+    r->tr.compute_s = r->tr.flops = 0;
+    memset(r->tr.kind_s, 0, sizeof r->tr.kind_s);
     if (r->inner.schedule) r->inner.schedule(r->inner.ctx, units, n);
 }
 static void rec_progress(void *ctx) {
