@@ -75,13 +75,16 @@ write_ini m
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$HOME/.cache}"
 launch() { # ranks, command...
     local n="$1"; shift
-    if [[ "$n" == 1 ]]; then "$@"; else mpirun --oversubscribe -np "$n" "$@"; fi
+    local root_flag=()
+    [[ "$(id -u)" == 0 ]] && root_flag=(--allow-run-as-root)
+    if [[ "$n" == 1 ]]; then "$@"; else mpirun "${root_flag[@]}" --oversubscribe -np "$n" "$@"; fi
 }
 if [[ -n "${ACC_CALIBRATE:-}" ]]; then
     for key in $(for row in $GRID; do IFS=: read -r sh st pol mb n prec <<<"$row"; echo "$sh:$n:$prec"; done | sort -u); do
         IFS=: read -r sh n prec <<<"$key"
         echo "plan_accuracy: calibrating $sh, $n rank(s), $prec ..." >&2
-        launch "$n" "$gtrain" --calibrate "$work/$sh.ini" "train.precision=$prec" >"$work/calib.$sh.$n.$prec.out" 2>&1
+        launch "$n" "$gtrain" --calibrate "$work/$sh.ini" "train.precision=$prec" >"$work/calib.$sh.$n.$prec.out" 2>&1 ||
+            echo "plan_accuracy: calibration failed, see $work/calib.$sh.$n.$prec.out" >&2
     done
 fi
 echo "| shape | ZeRO | recompute | micro x accum | ranks | precision | predicted ms | measured ms | error | rates |"
