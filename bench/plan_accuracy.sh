@@ -94,7 +94,8 @@ for row in $GRID; do
     IFS=: read -r sh st pol mb n prec <<<"$row"
     i=$((i + 1))
     acc=$((GLOBAL / mb)); [[ $acc -ge 1 ]] || acc=1
-    args=("train.micro_batch=$mb" "train.grad_accum=$acc" "dist.shard=$st" "memory.recompute=$pol"
+    shard=(none optimizer gradients parameters)
+    args=("train.micro_batch=$mb" "train.grad_accum=$acc" "dist.shard=${shard[$st]}" "memory.recompute=$pol"
           "train.precision=$prec" "memory.budget=0")
     [[ "$pol" == auto ]] && args[5]="memory.budget=64MiB"
     "$gtrain" --plan --world "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true

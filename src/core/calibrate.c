@@ -8,6 +8,7 @@
  */
 #include "calibrate.h"
 #include "comm.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -150,10 +151,10 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
             fprintf(log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", B, T, NH,
                     NKV, HD, c->attn_fwd_flops_per_s / 1e9, c->attn_bwd_flops_per_s / 1e9);
     }
-    /* memory-bound kernels: the residual add over one micro-batch's residual stream (at least 4 M
-     * elements, so that caches do not hold it) */
+    /* memory-bound kernels: the residual add over one micro-batch's residual stream, the size the
+     * model's elementwise kernels run at (in cache where the model's tensors fit in it) */
     {
-        int n = N * C > (4 << 20) ? N * C : (4 << 20);
+        int n = N * C > 4096 ? N * C : 4096;
         void *b[3] = {buf(ops, (size_t)n * e), buf(ops, (size_t)n * e), buf(ops, (size_t)n * e)};
         int d[1] = {n};
         double t = bench(ops, res_fwd, b, d);
@@ -161,9 +162,11 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         c->mem_bytes_per_s = 3.0 * n * (double)e / t;
         if (log) fprintf(log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, c->mem_bytes_per_s / 1e9);
     }
-    /* AdamW over 4 M fp32 elements */
+    /* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the
+     * same) */
     {
-        int n = 4 << 20;
+        uint64_t P = gt_model_param_count(m);
+        int n = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
         void *b[4] = {buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4)};
         int d[1] = {n};
         double t = bench(ops, adamw, b, d);

@@ -487,7 +487,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0) return print_version();
     if (strcmp(argv[1], "--plan") == 0) return run_plan(argc - 2, argv + 2);
-    if (strcmp(argv[1], "--calibrate") == 0) return run_calibrate(argc - 2, argv + 2);
+    if (strcmp(argv[1], "--calibrate") == 0) {
+        restart_with_tuned_env(argv); /* the OpenMP spin training runs with (above), for the same rates */
+        return run_calibrate(argc - 2, argv + 2);
+    }
     if (strcmp(argv[1], "--show-config") == 0) return show_config(argc - 2, argv + 2);
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);
