@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#define GT_CALIB_MAX_GEMMS 16
+#define GT_CALIB_MAX_GEMMS 64
 
 typedef struct gt_calib_gemm {
     int n, ic, oc;           /* out (n, oc) = inp (n, ic) @ W^T, as matmul_forward */

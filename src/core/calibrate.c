@@ -113,27 +113,33 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     /* the model's GEMM shapes (model.c): q and o (C, C), k and v (C, KVD), gate and up (C, F), down
      * (F, C), the head (C, V) */
     int shapes[5][2] = {{C, C}, {C, NKV * HD}, {C, F}, {F, C}, {C, V}};
-    double fwd_rates[5];
+    /* rows: the config's micro-batch and the micro-batches of 1, 2, 4 and 8 sequences (a GEMM's rate
+     * depends on its rows where they are few: the planner may price other micro-batch sizes) */
+    int rows[5] = {N, T, 2 * T, 4 * T, 8 * T};
+    double fwd_rates[GT_CALIB_MAX_GEMMS];
     c->n_gemm = 0;
     for (int s = 0; s < 5; s++) {
-        int IC = shapes[s][0], OC = shapes[s][1], dup = 0;
-        for (int k = 0; k < c->n_gemm; k++) dup |= c->gemm[k].ic == IC && c->gemm[k].oc == OC;
-        if (dup) continue;
-        int n = N;
-        double cap = gpu ? 1e12 : 2e9;
-        if (2.0 * n * IC * OC > cap) n = (int)(cap / (2.0 * IC * OC));
-        if (n < 16) n = 16;
-        void *b[5] = {buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * e), buf(ops, (size_t)n * OC * e),
-                      buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * 4)};
-        int d[3] = {n, IC, OC};
-        double tf = bench(ops, mm_fwd, b, d), tb = bench(ops, mm_bwd, b, d);
-        for (int k = 0; k < 5; k++) ops->free(b[k]);
-        gt_calib_gemm *g = &c->gemm[c->n_gemm];
-        *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
-        fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
-        if (log)
-            fprintf(log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
-                    g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
+        int IC = shapes[s][0], OC = shapes[s][1];
+        for (int ri = 0; ri < 5 && c->n_gemm < GT_CALIB_MAX_GEMMS; ri++) {
+            int n = rows[ri];
+            double cap = gpu ? 1e12 : 2e9;
+            if (2.0 * n * IC * OC > cap) n = (int)(cap / (2.0 * IC * OC));
+            if (n < 16) n = 16;
+            int dup = 0;
+            for (int k = 0; k < c->n_gemm; k++) dup |= c->gemm[k].ic == IC && c->gemm[k].oc == OC && c->gemm[k].n == n;
+            if (dup) continue;
+            void *b[5] = {buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * e), buf(ops, (size_t)n * OC * e),
+                          buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * 4)};
+            int d[3] = {n, IC, OC};
+            double tf = bench(ops, mm_fwd, b, d), tb = bench(ops, mm_bwd, b, d);
+            for (int k = 0; k < 5; k++) ops->free(b[k]);
+            gt_calib_gemm *g = &c->gemm[c->n_gemm];
+            *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
+            fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
+            if (log)
+                fprintf(log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
+                        g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
+        }
     }
     c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
     /* attention at the micro-batch's shape */

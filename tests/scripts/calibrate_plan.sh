@@ -23,7 +23,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["key"]["threads"] == 1 and d["key"]["backend"] == "cpu", d["key"]
 r = d["rates"]
-assert len(r["gemm"]) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
+assert len({(g["ic"], g["oc"]) for g in r["gemm"]}) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
 assert all(r[k] > 0 for k in ("matmul_flops_per_s", "attention_forward_flops_per_s", "memory_bytes_per_s", "optimizer_bytes_per_s"))
 PY
 "$gtrain" --plan "$cfg" >"$work/after.out"
