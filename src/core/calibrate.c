@@ -2,9 +2,10 @@
  * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel family the time model
  * prices, at the shapes of the config's model, on the backend at hand, and the collectives between
  * the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
- * (at least twice, after one warm-up call), so the whole takes seconds on a small model and about a
- * minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU are measured on fewer rows
- * (the rate of a GEMM with thousands of rows hardly depends on their number).
+ * (at least twice, after one warm-up call) and keeps the median call, so the whole takes seconds on a
+ * small model and about a minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU
+ * are measured on fewer rows (the rate of a GEMM with thousands of rows hardly depends on their
+ * number).
  */
 #include "calibrate.h"
 #include "comm.h"
@@ -24,20 +25,23 @@ static double now_s(void) {
 #define MIN_REPS 2
 #define MAX_REPS 200
 
-/* Seconds per call of fn(arg): one warm-up, then repeats until MIN_SECONDS. */
+static double median(double *v, int n);
+
+/* Seconds per call of fn: one warm-up, then calls until MIN_SECONDS (at least MIN_REPS); the median
+ * call, so that a burst of load from other processes during a few calls does not set the rate. */
 typedef void (*bench_fn)(const gt_ops *ops, void **b, const int *d);
 static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
     fn(ops, b, d);
     ops->synchronize();
-    double t0 = now_s(), t = 0;
+    double times[MAX_REPS], t0 = now_s();
     int reps = 0;
     do {
+        double s = now_s();
         fn(ops, b, d);
         ops->synchronize();
-        reps++;
-        t = now_s() - t0;
-    } while ((t < MIN_SECONDS || reps < MIN_REPS) && reps < MAX_REPS);
-    return t / reps;
+        times[reps++] = now_s() - s;
+    } while ((now_s() - t0 < MIN_SECONDS || reps < MIN_REPS) && reps < MAX_REPS);
+    return median(times, reps);
 }
 
 static void mm_fwd(const gt_ops *o, void **b, const int *d) { o->matmul_forward(b[2], b[0], b[1], d[0], d[1], d[2]); }
