@@ -3,6 +3,7 @@
  *
  *   gtrain CONFIG.ini [section.key=value ...]           train
  *   gtrain --plan [--world N] CONFIG.ini [overrides]    print the memory plan and exit
+ *   gtrain --calibrate [--out FILE] [CONFIG.ini]        measure the time model's rates (docs/planner.md)
  *   gtrain --version                                    versions of gtrain and of the libraries
  *   gtrain --help
  *
@@ -28,8 +29,12 @@
 #include <unistd.h>
 
 #include "agree.h"
+#include "calib.h"
+#include "calibrate.h"
+#include "comm.h"
 #include "config.h"
 #include "exitcodes.h"
+#include "mfu.h"
 #include "ops.h"
 #include "planner.h"
 #include "signals.h"
@@ -53,6 +58,7 @@ static void usage(FILE *out) {
             "usage: gtrain CONFIG.ini [section.key=value ...]\n"
             "       gtrain --plan [--world N] CONFIG.ini [section.key=value ...]\n"
             "       gtrain --show-config CONFIG.ini [section.key=value ...]\n"
+            "       gtrain --calibrate [--out FILE] [CONFIG.ini [section.key=value ...]]\n"
             "       gtrain --version\n"
             "       gtrain --help\n"
             "\n"
@@ -60,7 +66,10 @@ static void usage(FILE *out) {
             "the file take the same validation. Start several ranks with mpirun -np N or srun.\n"
             "--plan prints the per-rank memory model (parameters, gradients, optimizer state, the\n"
             "activations of every recompute policy, their extra FLOPs and fit to memory.budget) for a\n"
-            "world of N ranks (default: the launcher's, else 1) and exits without training.\n"
+            "world of N ranks (default: the launcher's, else 1) and exits without training; then the\n"
+            "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's).\n"
+            "--calibrate measures the matmul, attention, memory, optimizer and (under mpirun) collective\n"
+            "rates at the config's shapes and writes the calibration file --plan and training read.\n"
             "--show-config prints the configuration a run would use, every key with the defaults\n"
             "filled in, in the INI form gtrain reads, and exits.\n"
             "\n"
@@ -183,8 +192,22 @@ static int world_from_env(void) {
     return 1;
 }
 
+/* The threads a rank gets (set_threads): OMP_NUM_THREADS, else this host's cores over its ranks, with
+ * the world's ranks on this host as far as its cores go. The calibration file is looked up by it. */
+static int plan_threads(int world) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    int cores = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int local = world < cores ? world : cores;
+    return cores / local > 0 ? cores / local : 1;
+}
+
 static int run_plan(int argc, char **argv) {
     int world = world_from_env();
+    const char *calib_path = NULL;
     /* --world N may stand anywhere among the arguments; the rest is CONFIG then overrides */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return 1;
@@ -197,6 +220,13 @@ static int run_plan(int argc, char **argv) {
                 return GT_EXIT_BAD_INPUT;
             }
             world = atoi(argv[++a]);
+        } else if (strcmp(argv[a], "--calibration") == 0) {
+            if (a + 1 >= argc) {
+                fprintf(stderr, "gtrain: --calibration needs a file\n");
+                free(rest);
+                return GT_EXIT_BAD_INPUT;
+            }
+            calib_path = argv[++a];
         } else {
             rest[n_rest++] = argv[a];
         }
@@ -237,7 +267,105 @@ static int run_plan(int argc, char **argv) {
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
     gt_plan_report(stdout, &cfg, &choice);
+    gt_calib calib;
+    char note[8192];
+    gt_calib_for_run(&calib, gpu, bf16, plan_threads(world), calib_path, note, sizeof note);
+    if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
+    gt_plan_report_time(stdout, &choice, &calib, note);
     return 0;
+}
+
+static void set_threads(int rank);
+
+/* gtrain --calibrate [--out FILE] [CONFIG [overrides]]: measures the time model's rates on this
+ * machine's backend (the config's, as --plan chooses it) at the config's model shapes (the default
+ * model without one), and writes them to FILE or gt_calib_path's file. Runs under mpirun or srun too:
+ * every rank measures, rank 0 writes, and the collectives between the ranks are measured. */
+static int run_calibrate(int argc, char **argv) {
+    const char *out_path = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return 1;
+    int n_rest = 0;
+    for (int a = 0; a < argc; a++) {
+        if (strcmp(argv[a], "--out") == 0) {
+            if (a + 1 >= argc) {
+                fprintf(stderr, "gtrain: --out needs a file\n");
+                free(rest);
+                return GT_EXIT_BAD_INPUT;
+            }
+            out_path = argv[++a];
+        } else {
+            rest[n_rest++] = argv[a];
+        }
+    }
+    gt_config cfg;
+    char err[8192] = "";
+    int code = 0;
+    if (n_rest > 0) code = gt_config_load(&cfg, rest[0], n_rest - 1, rest + 1, err, sizeof err);
+    else gt_config_defaults(&cfg);
+    free(rest);
+    if (code != 0) {
+        fprintf(stderr, "gtrain: %s\n", err);
+        return GT_EXIT_BAD_INPUT;
+    }
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    set_threads(rank);
+    int gpu = cfg.train.device == GT_DEVICE_CUDA ||
+              (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);
+    char why[512] = "";
+    int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32
+                   : cfg.train.precision == GT_PRECISION_BF16 ||
+                         (cfg.train.precision == GT_PRECISION_AUTO && gt_ops_cpu_bf16(why, sizeof why));
+    const gt_ops *ops = NULL;
+    gt_comm *comm = NULL;
+    if (gpu) {
+        if (gt_cuda_select_device(MPI_COMM_WORLD, why, sizeof why) == 0)
+            ops = gt_ops_cuda(bf16, cfg.train.cuda_attention, why, sizeof why);
+        if (ops && size > 1) comm = gt_comm_create_nccl(MPI_COMM_WORLD, why, sizeof why);
+    } else {
+        ops = bf16 ? gt_ops_cpu_bf16(why, sizeof why) : gt_ops_cpu();
+        if (size > 1) comm = gt_comm_create_mpi(MPI_COMM_WORLD);
+    }
+    if (!ops) {
+        if (rank == 0) fprintf(stderr, "gtrain: --calibrate: no %s backend: %s\n", gpu ? "cuda" : "cpu bf16", why);
+        MPI_Finalize();
+        return GT_EXIT_BAD_INPUT;
+    }
+    gt_calib c;
+    gt_calib_key(&c, gpu, bf16);
+    gt_calib_defaults(&c, gpu, bf16);
+    char path[4096];
+    if (out_path) snprintf(path, sizeof path, "%s", out_path);
+    else if (gt_calib_path(&c, path, sizeof path) != 0) {
+        if (rank == 0) fprintf(stderr, "gtrain: --calibrate: neither GTRAIN_CALIBRATION, XDG_CACHE_HOME nor HOME is set; use --out FILE\n");
+        MPI_Finalize();
+        return GT_EXIT_BAD_INPUT;
+    }
+    if (rank == 0)
+        printf("gtrain: calibrating the %s backend (%s, %d threads) on %s for %s\n", c.backend, c.precision, c.threads,
+               c.host, n_rest > 0 ? cfg.path : "the default model");
+    gt_calibrate(&cfg, ops, gpu, comm, &c, rank == 0 ? stdout : NULL);
+    if (gpu && c.peak_flops <= 0) c.peak_flops = gt_gpu_peak_flops(gt_cuda_device_name(), bf16, NULL, 0);
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    snprintf(c.source, sizeof c.source, "measured by gtrain --calibrate %s on %d rank%s", when, size,
+             size == 1 ? "" : "s");
+    code = 0;
+    if (rank == 0) {
+        if (gt_calib_save(path, &c, err, sizeof err) != 0) {
+            fprintf(stderr, "gtrain: %s\n", err);
+            code = 1;
+        } else {
+            printf("gtrain: wrote %s\n", path);
+        }
+    }
+    gt_comm_destroy(comm);
+    MPI_Finalize();
+    return code;
 }
 
 /* gtrain --show-config CONFIG [overrides]: the effective configuration, every key, as a state file
@@ -359,6 +487,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0) return print_version();
     if (strcmp(argv[1], "--plan") == 0) return run_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "--calibrate") == 0) {
+        restart_with_tuned_env(argv); /* the OpenMP spin training runs with (above), for the same rates */
+        return run_calibrate(argc - 2, argv + 2);
+    }
     if (strcmp(argv[1], "--show-config") == 0) return show_config(argc - 2, argv + 2);
     if (argv[1][0] == '-') {
         fprintf(stderr, "gtrain: unknown option '%s'\n", argv[1]);

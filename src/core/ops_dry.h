@@ -18,4 +18,21 @@
  * what a block keeps from them. */
 void gt_ops_dry_init(gt_ops *ops, int act_bytes, int keep_probs);
 
+/* What one op call of a dry run costs, for the time model (timemodel.h): matrix products and
+ * attention by their FLOPs (2 per multiply-add; causal attention over the T(T+1)/2 pairs kept, its
+ * backward 2.5 x the forward: five products against two), the others by the bytes they read and
+ * write. */
+typedef enum gt_cost_kind { GT_COST_MATMUL, GT_COST_ATTENTION, GT_COST_MEMORY, GT_COST_OPTIMIZER } gt_cost_kind;
+typedef struct gt_op_cost {
+    const char *op;       /* the op's name in ops.h */
+    gt_cost_kind kind;
+    int backward;         /* matmul_backward, attention_backward */
+    double flops, bytes;
+    int n, ic, oc;        /* a matmul's shape */
+} gt_op_cost;
+
+/* Every op of every dry table calls fn(ctx, cost) from now on (fn NULL: none, the default). Not
+ * thread-safe: the planner runs on one thread. */
+void gt_ops_dry_set_cost(void (*fn)(void *ctx, const gt_op_cost *cost), void *ctx);
+
 #endif

@@ -603,3 +603,133 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choi
     else gt_plan_for_policy(&c->plan, &c->policy, &c->shape, &c->predicted); /* the tail kept when that is free */
     return 0;
 }
+
+/* The time model's recorder: the dry run's op costs and unit-hook calls as a trace (timemodel.h),
+ * ZeRO's dry machine behind the hooks as in dry_run. */
+typedef struct time_rec {
+    gt_time_trace tr;
+    const gt_calib *calib;
+    gt_unit_hooks inner;
+    int stage3, micro, n_units;
+    int *pref, *gref;       /* per unit: params / grads calls open */
+    double *unit_elems;
+    double e;
+} time_rec;
+
+static void rec_cost(void *ctx, const gt_op_cost *cost) {
+    time_rec *r = ctx;
+    double sec = gt_time_op_seconds(r->calib, cost);
+    gt_time_trace_push(&r->tr, GT_TEV_COMPUTE, sec, 0);
+    r->tr.kind_s[cost->kind] += sec;
+    r->tr.flops += cost->flops;
+}
+static void *rec_params(void *ctx, int u) {
+    time_rec *r = ctx;
+    if (r->stage3 && r->pref[u]++ == 0) gt_time_trace_push(&r->tr, GT_TEV_GATHER, 0, r->unit_elems[u] * r->e);
+    return r->inner.params(r->inner.ctx, u);
+}
+static void rec_params_done(void *ctx, int u) {
+    time_rec *r = ctx;
+    if (r->stage3) r->pref[u]--;
+    r->inner.params_done(r->inner.ctx, u);
+}
+static float *rec_grads(void *ctx, int u) {
+    time_rec *r = ctx;
+    r->gref[u]++;
+    return r->inner.grads(r->inner.ctx, u);
+}
+static void rec_grads_done(void *ctx, int u) {
+    time_rec *r = ctx;
+    if (--r->gref[u] == 0 && r->micro) gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
+    r->inner.grads_done(r->inner.ctx, u);
+}
+/* The executor announces its order of acquisitions from a dry twin run first (model.c,
+ * announce_schedule), whose ops report to the same listener: everything recorded before this call is
+ * the twin's, not the micro-batch's, and is dropped. */
+static void rec_schedule(void *ctx, const int *units, int n) {
+    time_rec *r = ctx;
+    r->tr.n = 0;
+    r->tr.compute_s = r->tr.flops = 0;
+    memset(r->tr.kind_s, 0, sizeof r->tr.kind_s);
+    if (r->inner.schedule) r->inner.schedule(r->inner.ctx, units, n);
+}
+static void rec_progress(void *ctx) {
+    time_rec *r = ctx;
+    if (r->inner.progress) r->inner.progress(r->inner.ctx);
+}
+static void rec_micro_end(void *ctx) {
+    time_rec *r = ctx;
+    if (r->micro) gt_time_trace_push(&r->tr, GT_TEV_MICRO_END, 0, 0);
+    if (r->inner.micro_end) r->inner.micro_end(r->inner.ctx);
+}
+
+/* One micro-batch of `plan` on the dry model, recorded. */
+static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib, time_rec *r) {
+    gt_model *dry = dry_model(sh);
+    memset(r, 0, sizeof *r);
+    r->calib = calib;
+    r->stage3 = sh->stage == 3;
+    r->micro = sh->stage >= 2 && sh->grad_micro;
+    r->e = sh->act_bytes;
+    r->n_units = gt_model_n_units(&sh->model);
+    r->pref = calloc((size_t)r->n_units, sizeof *r->pref);
+    r->gref = calloc((size_t)r->n_units, sizeof *r->gref);
+    r->unit_elems = calloc((size_t)r->n_units, sizeof *r->unit_elems);
+    if (!r->pref || !r->gref || !r->unit_elems) abort();
+    uint64_t Ue, Ub, Uh;
+    gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
+    for (int u = 0; u < r->n_units; u++) r->unit_elems[u] = (double)(u == 0 ? Ue : u == r->n_units - 1 ? Uh : Ub);
+    gt_zero z;
+    gt_zero_init_dry(&z, gt_model_layout(dry), 3, 1, sh->prefetch, sh->act_bytes);
+    gt_zero_hooks(&z, &r->inner);
+    gt_unit_hooks h = {r, rec_params, rec_params_done, rec_grads, rec_grads_done, rec_schedule, rec_progress,
+                       rec_micro_end};
+    gt_model_set_unit_hooks(dry, &h);
+    gt_ops_dry_set_cost(rec_cost, r);
+    gt_model_dry_train_micro(dry, plan, sh->micro_batch, sh->seq_len);
+    gt_ops_dry_set_cost(NULL, NULL);
+    gt_model_set_unit_hooks(dry, NULL);
+    gt_zero_free(&z);
+    free(r->pref);
+    free(r->gref);
+    free(r->unit_elems);
+}
+
+void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib, gt_time_estimate *t) {
+    time_rec run, base;
+    time_record(sh, plan, calib, &run);
+    gt_plan none;
+    gt_policy pn = {GT_POLICY_NONE, 0};
+    gt_plan_from_policy(&none, &pn, sh->model.n_layers);
+    time_record(sh, &none, calib, &base);
+    gt_mem_estimate est;
+    gt_plan_estimate(sh, plan, &est);
+    uint64_t P = gt_model_param_count(&sh->model), W = (uint64_t)(sh->world > 0 ? sh->world : 1);
+    int sharded = sh->stage >= 1 && W > 1;
+    uint64_t slice = sh->stage >= 1 ? (P + W - 1) / W : P;
+    gt_time_step st = {(int)W, sh->stage, sh->stage >= 2 && sh->grad_micro, sh->grad_accum, sh->prefetch,
+                       sh->act_bytes, sharded ? slice * W : P, slice,
+                       (double)sh->micro_batch * sh->seq_len, 3.0 * est.forward_flops};
+    gt_time_simulate(&run.tr, &st, calib, t);
+    double A = sh->grad_accum > 0 ? sh->grad_accum : 1, extra = run.tr.compute_s - base.tr.compute_s;
+    t->recompute_s = extra > 0 ? A * extra : 0;
+    for (int k = 0; k < 4; k++) t->kind_s[k] = A * run.tr.kind_s[k];
+    gt_time_trace_free(&run.tr);
+    gt_time_trace_free(&base.tr);
+}
+
+void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *calib, const char *note) {
+    gt_time_estimate t;
+    gt_plan_time(&c->shape, &c->plan, calib, &t);
+    const char *mark = t.measured ? "" : " (from defaults, not measured)";
+    fprintf(out, "\npredicted step%s: %.1f ms, %.0f tokens/s (world %d)", mark, t.step_s * 1e3, t.tokens_per_s,
+            c->shape.world);
+    if (t.mfu > 0) fprintf(out, ", MFU %.1f%%", 100.0 * t.mfu);
+    fprintf(out, "\n  compute %.1f ms (recompute %.1f ms, %.1f%%; optimizer %.1f ms), communication %.1f ms of which "
+                 "exposed %.1f ms\n",
+            t.compute_s * 1e3, t.recompute_s * 1e3, t.step_s > 0 ? 100.0 * t.recompute_s / t.step_s : 0,
+            t.optimizer_s * 1e3, t.comm_s * 1e3, t.exposed_comm_s * 1e3);
+    fprintf(out, "  micro-batches' kernels: matmul %.1f ms, attention %.1f ms, memory-bound %.1f ms\n",
+            t.kind_s[GT_COST_MATMUL] * 1e3, t.kind_s[GT_COST_ATTENTION] * 1e3, t.kind_s[GT_COST_MEMORY] * 1e3);
+    fprintf(out, "  rates: %s\n", note);
+}

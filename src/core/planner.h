@@ -17,8 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "calib.h"
 #include "config.h"
 #include "recompute.h"
+#include "timemodel.h"
 
 typedef struct gt_mem_shape {
     gt_model_config model;
@@ -136,5 +138,16 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choi
 /* The `gtrain --plan` report of a resolved choice: model state, every stage and policy's memory,
  * extra FLOPs and fit, and what auto chose. */
 void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choice);
+
+/* The predicted step of `plan` for `shape` at the rates of `calib` (timemodel.h): the executor's
+ * micro-batch run dry, priced op by op, played grad_accum times on a compute and a communication
+ * stream, and the step after it. recompute_s: the plan's compute beyond the same schedule with
+ * recompute none. */
+void gt_plan_time(const gt_mem_shape *shape, const gt_plan *plan, const gt_calib *calib, gt_time_estimate *t);
+
+/* The lines `gtrain --plan` prints after the memory report: the predicted step of the choice,
+ * tokens/s, MFU, exposed communication and recompute's share, and where the rates come from
+ * (calib_note, gt_calib_for_run). */
+void gt_plan_report_time(FILE *out, const gt_plan_choice *choice, const gt_calib *calib, const char *calib_note);
 
 #endif

@@ -289,6 +289,8 @@ typedef struct run {
     float dloss;               /* every token's loss gradient: 1 / (G * T) */
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double peak_flops;         /* the MFU's peak per rank (mfu.h); 0 = no MFU */
+    gt_time_estimate predicted_time; /* the time model's step (planner.h gt_plan_time), from the calibration */
+    char predicted_note[1024];       /* where its rates come from (gt_calib_for_run) */
     FILE *metrics;             /* rank 0, log.metrics */
     gt_tb *tb;                 /* rank 0, log.tensorboard */
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
@@ -363,6 +365,9 @@ static int resolve_plan(run *r) {
                  cfg->memory.recompute, need);
         return fail_input(r->rank, msg);
     }
+    gt_calib calib;
+    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
+    gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
                                gt_plan_snapshot_bytes(cfg, &r->choice.shape)); /* the async save's copy */
 }
@@ -435,6 +440,9 @@ static void print_banner(const run *r) {
                "grads_peak_bytes %llu\n", c->stage, c->grad_micro ? "micro" : "step",
                cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "",
                (unsigned long long)p->params_bytes, (unsigned long long)p->grads_bytes);
+    printf("gtrain: predicted step%s %.1f ms, %.0f tokens/s; rates: %s\n",
+           r->predicted_time.measured ? "" : " (from defaults, not measured)", r->predicted_time.step_s * 1e3,
+           r->predicted_time.tokens_per_s, r->predicted_note);
     char files[1024];
     gt_data_describe(r->train_data, files, sizeof files);
     printf("gtrain: train data %s\n", files);
@@ -690,6 +698,7 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
     fprintf(f, "\"tokens\":%llu,", (unsigned long long)res->tokens);
     write_json_number(f, "tok_per_s", res->tok_per_s, 0);
     write_json_number(f, "step_ms", res->seconds * 1e3, 0);
+    write_json_number(f, "predicted_step_ms", r->predicted_time.step_s * 1e3, 0);
     write_json_number(f, "save_blocking_ms", r->state.save_blocking_ms, 0);
     write_json_number(f, "mfu", res->mfu, 0);
     fprintf(f,

@@ -1,0 +1,272 @@
+/*
+ * calib.c — the time model's rates: the run's key, stated defaults, and the JSON file (calib.h).
+ * The measurements themselves are gtrain --calibrate's (gtrain_main.c, calibrate.c).
+ */
+#include "calib.h"
+#include "ops.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *openblas_get_config(void);
+
+static void copy_str(char *dst, size_t len, const char *src) {
+    snprintf(dst, len, "%s", src ? src : "");
+}
+
+static void cpu_model(char *out, size_t len) {
+    copy_str(out, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        copy_str(out, len, v);
+        out[strcspn(out, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+void gt_calib_key(gt_calib *c, int gpu, int bf16) {
+    memset(c, 0, sizeof *c);
+    if (gethostname(c->host, sizeof c->host) != 0) copy_str(c->host, sizeof c->host, "unknown");
+    c->host[sizeof c->host - 1] = '\0';
+    copy_str(c->backend, sizeof c->backend, gpu ? "cuda" : "cpu");
+    copy_str(c->precision, sizeof c->precision, bf16 ? "bf16" : "fp32");
+    c->threads = omp_get_max_threads();
+    if (gpu) {
+        /* the name is known once a device is selected; --plan touches no GPU and matches any */
+        /* declared in comm.h; not included here to keep the core's headers apart */
+        extern const char *gt_cuda_device_name(void);
+        copy_str(c->device, sizeof c->device, gt_cuda_device_name());
+        char v[200];
+        gt_cuda_versions(v, sizeof v);
+        copy_str(c->versions, sizeof c->versions, v);
+    } else {
+        cpu_model(c->device, sizeof c->device);
+        const char *blas = openblas_get_config();
+        char v[256];
+        snprintf(v, sizeof v, "%.200s; jansson %s", blas ? blas : "BLAS", JANSSON_VERSION);
+        copy_str(c->versions, sizeof c->versions, v);
+    }
+}
+
+void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
+    c->measured = 0;
+    c->n_gemm = 0;
+    if (gpu) {
+        /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
+         * HBM3e 4.8 TB/s (H200; H100 3.35 TB/s); NVLink 4 900 GB/s total (450 GB/s per direction).
+         * Collective latency: a few microseconds, the order NCCL's own tests report within a node. */
+        double peak = bf16 ? 989e12 : 67e12;
+        c->matmul_flops_per_s = peak;
+        c->attn_fwd_flops_per_s = peak;
+        c->attn_bwd_flops_per_s = peak;
+        c->mem_bytes_per_s = 4.8e12;
+        c->optim_bytes_per_s = 4.8e12;
+        c->coll_latency_s = 10e-6;
+        c->coll_bytes_per_s = 450e9;
+        c->peak_flops = peak;
+        copy_str(c->source, sizeof c->source,
+                 "defaults: NVIDIA H200 SXM datasheet peaks (989/67 TFLOP/s bf16/fp32, 4.8 TB/s HBM3e, 450 GB/s "
+                 "NVLink per direction), not measured");
+    } else {
+        c->matmul_flops_per_s = bf16 ? 100e9 : 50e9;
+        c->attn_fwd_flops_per_s = 10e9;
+        c->attn_bwd_flops_per_s = 10e9;
+        c->mem_bytes_per_s = 10e9;
+        c->optim_bytes_per_s = 10e9;
+        c->coll_latency_s = 20e-6;
+        c->coll_bytes_per_s = 5e9;
+        c->peak_flops = 0;
+        copy_str(c->source, sizeof c->source,
+                 "defaults: CPU guesses (50 GFLOP/s GEMM, 10 GB/s memory, 5 GB/s between ranks), not measured");
+    }
+}
+
+int gt_calib_path(const gt_calib *k, char *path, size_t len) {
+    const char *env = getenv("GTRAIN_CALIBRATION");
+    if (env && *env) {
+        copy_str(path, len, env);
+        return 0;
+    }
+    char dir[4096];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/gtrain", xdg);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/gtrain", home);
+    else return -1;
+    char host[64];
+    copy_str(host, sizeof host, k->host);
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == ' ') *p = '_';
+    if ((size_t)snprintf(path, len, "%s/calibration-%s-%s-%s-t%d.json", dir, host, k->backend, k->precision,
+                         k->threads) >= len)
+        return -1;
+    return 0;
+}
+
+static const char *jstr(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static double jnum(json_t *o, const char *k, int *ok) {
+    json_t *v = json_object_get(o, k);
+    if (!json_is_number(v)) {
+        *ok = 0;
+        return 0;
+    }
+    return json_number_value(v);
+}
+
+int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *err, size_t err_len) {
+    if (access(path, F_OK) != 0) return 1;
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        snprintf(err, err_len, "%s, line %d: %s", path, je.line, je.text);
+        return -1;
+    }
+    gt_calib c;
+    memset(&c, 0, sizeof c);
+    json_t *k = json_object_get(root, "key"), *r = json_object_get(root, "rates");
+    int ok = json_is_object(k) && json_is_object(r);
+    const char *fields[] = {"host", "device", "backend", "precision", "versions"};
+    char *dst[] = {c.host, c.device, c.backend, c.precision, c.versions};
+    size_t dlen[] = {sizeof c.host, sizeof c.device, sizeof c.backend, sizeof c.precision, sizeof c.versions};
+    for (int i = 0; ok && i < 5; i++) {
+        const char *s = jstr(k, fields[i]);
+        if (!s) ok = 0;
+        else copy_str(dst[i], dlen[i], s);
+    }
+    if (!ok) {
+        snprintf(err, err_len, "%s: not a gtrain calibration file (expected objects \"key\" and \"rates\" with "
+                               "host, device, backend, precision, versions)", path);
+        json_decref(root);
+        return -1;
+    }
+    c.threads = (int)jnum(k, "threads", &ok);
+    /* the device is matched where the run's key names one (--plan on a GPU does not open the device) */
+    const char *diff = strcmp(c.host, key->host) ? "host" : strcmp(c.backend, key->backend) ? "backend"
+                       : strcmp(c.precision, key->precision) ? "precision" : c.threads != key->threads ? "threads"
+                       : key->device[0] && strcmp(c.device, key->device) ? "device"
+                       : strcmp(c.versions, key->versions) ? "versions" : NULL;
+    if (diff) {
+        snprintf(err, err_len, "%s: measured for another %s (run gtrain --calibrate again)", path, diff);
+        json_decref(root);
+        return -1;
+    }
+    const char *src = jstr(root, "source");
+    copy_str(c.source, sizeof c.source, src ? src : "measured");
+    c.measured = 1;
+    c.matmul_flops_per_s = jnum(r, "matmul_flops_per_s", &ok);
+    c.attn_fwd_flops_per_s = jnum(r, "attention_forward_flops_per_s", &ok);
+    c.attn_bwd_flops_per_s = jnum(r, "attention_backward_flops_per_s", &ok);
+    c.mem_bytes_per_s = jnum(r, "memory_bytes_per_s", &ok);
+    c.optim_bytes_per_s = jnum(r, "optimizer_bytes_per_s", &ok);
+    c.coll_latency_s = jnum(r, "collective_latency_s", &ok);
+    c.coll_bytes_per_s = jnum(r, "collective_bytes_per_s", &ok);
+    c.peak_flops = jnum(r, "peak_flops", &ok);
+    json_t *g = json_object_get(r, "gemm");
+    if (json_is_array(g)) {
+        for (size_t i = 0; i < json_array_size(g) && c.n_gemm < GT_CALIB_MAX_GEMMS; i++) {
+            json_t *e = json_array_get(g, i);
+            gt_calib_gemm *m = &c.gemm[c.n_gemm++];
+            m->n = (int)jnum(e, "n", &ok);
+            m->ic = (int)jnum(e, "ic", &ok);
+            m->oc = (int)jnum(e, "oc", &ok);
+            m->fwd_flops_per_s = jnum(e, "forward_flops_per_s", &ok);
+            m->bwd_flops_per_s = jnum(e, "backward_flops_per_s", &ok);
+        }
+    }
+    json_decref(root);
+    if (!ok || c.matmul_flops_per_s <= 0 || c.attn_fwd_flops_per_s <= 0 || c.attn_bwd_flops_per_s <= 0 ||
+        c.mem_bytes_per_s <= 0 || c.optim_bytes_per_s <= 0 || c.coll_bytes_per_s <= 0 || c.coll_latency_s < 0) {
+        snprintf(err, err_len, "%s: a rate is missing, not a number or not positive", path);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+static int make_dirs(char *path) {
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        int rc = mkdir(path, 0777);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST) return -1;
+    }
+    return 0;
+}
+
+int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len) {
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp || make_dirs(tmp) != 0) {
+        snprintf(err, err_len, "%s: cannot make its directory: %s", path, strerror(errno));
+        return -1;
+    }
+    json_t *gemm = json_array();
+    for (int i = 0; i < c->n_gemm; i++)
+        json_array_append_new(gemm, json_pack("{s:i,s:i,s:i,s:f,s:f}", "n", c->gemm[i].n, "ic", c->gemm[i].ic, "oc",
+                                              c->gemm[i].oc, "forward_flops_per_s", c->gemm[i].fwd_flops_per_s,
+                                              "backward_flops_per_s", c->gemm[i].bwd_flops_per_s));
+    json_t *root = json_pack(
+        "{s:i,s:s,s:{s:s,s:s,s:s,s:s,s:i,s:s},s:{s:f,s:o,s:f,s:f,s:f,s:f,s:f,s:f,s:f}}", "format", 1, "source",
+        c->source, "key", "host", c->host, "device", c->device, "backend", c->backend, "precision", c->precision,
+        "threads", c->threads, "versions", c->versions, "rates", "matmul_flops_per_s", c->matmul_flops_per_s, "gemm",
+        gemm, "attention_forward_flops_per_s", c->attn_fwd_flops_per_s, "attention_backward_flops_per_s",
+        c->attn_bwd_flops_per_s, "memory_bytes_per_s", c->mem_bytes_per_s, "optimizer_bytes_per_s",
+        c->optim_bytes_per_s, "collective_latency_s", c->coll_latency_s, "collective_bytes_per_s",
+        c->coll_bytes_per_s, "peak_flops", c->peak_flops);
+    if (!root || json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
+        snprintf(err, err_len, "%s: cannot write it: %s", path, strerror(errno));
+        json_decref(root);
+        unlink(tmp);
+        return -1;
+    }
+    json_decref(root);
+    return 0;
+}
+
+void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *explicit_path, char *note,
+                      size_t note_len) {
+    gt_calib key;
+    gt_calib_key(&key, gpu, bf16);
+    if (threads > 0) key.threads = threads;
+    char path[4096] = "", err[512] = "";
+    if (explicit_path && *explicit_path) copy_str(path, sizeof path, explicit_path);
+    else if (gt_calib_path(&key, path, sizeof path) != 0) path[0] = '\0';
+    int rc = path[0] ? gt_calib_load(path, &key, c, err, sizeof err) : 1;
+    if (rc == 0) {
+        snprintf(note, note_len, "calibrated: %s (%s)", path, c->source);
+        return;
+    }
+    *c = key;
+    gt_calib_defaults(c, gpu, bf16);
+    if (rc < 0) snprintf(note, note_len, "%s; not used: %s", c->source, err);
+    else snprintf(note, note_len, "%s (no calibration file %s: gtrain --calibrate CONFIG makes one)", c->source,
+                  path[0] ? path : "(no HOME)");
+}
+
+double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward) {
+    const gt_calib_gemm *best = NULL;
+    for (int i = 0; i < c->n_gemm; i++) {
+        const gt_calib_gemm *g = &c->gemm[i];
+        if (g->ic != ic || g->oc != oc) continue;
+        if (!best || abs(g->n - n) < abs(best->n - n)) best = g;
+    }
+    double r = best ? (backward ? best->bwd_flops_per_s : best->fwd_flops_per_s) : 0;
+    return r > 0 ? r : c->matmul_flops_per_s;
+}

@@ -1,0 +1,79 @@
+/*
+ * calib.h — the rates the time model prices a step with (docs/planner.md, "Calibration").
+ *
+ * `gtrain --calibrate CONFIG` measures them on the backend at hand: the matrix products at the
+ * model's own GEMM shapes (forward and backward apart), the attention kernels, the bytes per second
+ * of the memory-bound kernels and of the optimizer, and, under mpirun or srun, each collective's
+ * latency and bandwidth. It stores them as JSON in a file named after what they depend on (host,
+ * CPU or GPU model, backend, precision, threads): gt_calib_path. `gtrain --plan` and the trainer read
+ * that file when its key matches the run's; without one they price with stated defaults
+ * (gt_calib_defaults), and every figure printed from them says so.
+ */
+#ifndef GT_CALIB_H
+#define GT_CALIB_H
+
+#include <stddef.h>
+
+#define GT_CALIB_MAX_GEMMS 64
+
+typedef struct gt_calib_gemm {
+    int n, ic, oc;           /* out (n, oc) = inp (n, ic) @ W^T, as matmul_forward */
+    double fwd_flops_per_s;  /* 2 n ic oc per forward call */
+    double bwd_flops_per_s;  /* 4 n ic oc per backward call (dinp and dweight) */
+} gt_calib_gemm;
+
+typedef struct gt_calib {
+    /* what the rates depend on: a file is used only when all of these match the run's */
+    char host[64], device[128], backend[16], precision[8], versions[256];
+    int threads;
+    /* where the figures come from: 1 measured by --calibrate, 0 the defaults below */
+    int measured;
+    char source[160];              /* one line: the defaults' sources, or when and where measured */
+    double matmul_flops_per_s;     /* a GEMM shape not measured: the median of those measured */
+    gt_calib_gemm gemm[GT_CALIB_MAX_GEMMS];
+    int n_gemm;
+    double attn_fwd_flops_per_s;   /* causal attention, 4 B NH HD T(T+1)/2 FLOPs forward */
+    double attn_bwd_flops_per_s;   /* 2.5 x the forward's FLOPs backward (ops_dry.c) */
+    double mem_bytes_per_s;        /* elementwise, norm, rope, embedding, loss kernels */
+    double optim_bytes_per_s;      /* AdamW: 28 bytes per element (4 read, 3 written fp32) */
+    double coll_latency_s;         /* alpha of one collective call */
+    double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
+    double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
+} gt_calib;
+
+/* The run's key: host name, CPU model (or GPU name when gpu), backend "cpu" or "cuda", precision
+ * "fp32" or "bf16", the threads OpenMP runs, and the library versions. The rates stay 0. */
+void gt_calib_key(gt_calib *c, int gpu, int bf16);
+
+/* Stated defaults for the key's backend. GPU: NVIDIA H100/H200 SXM datasheet figures (989 TFLOP/s
+ * dense bf16 tensor cores, 67 TFLOP/s fp32; HBM3e 4.8 TB/s on the H200, 3.35 TB/s on the H100;
+ * NVLink 4 900 GB/s total, 450 GB/s per direction), peaks that a real kernel does not reach. CPU:
+ * guesses (50 GFLOP/s fp32 GEMM, 10 GB/s memory-bound, 20 us and 5 GB/s collectives between ranks
+ * of one host), not measurements. measured = 0. */
+void gt_calib_defaults(gt_calib *c, int gpu, int bf16);
+
+/* The file of a key: $GTRAIN_CALIBRATION when set, else $XDG_CACHE_HOME/gtrain (or
+ * ~/.cache/gtrain)/calibration-<host>-<backend>-<precision>-t<threads>.json. 0, or -1 when no
+ * directory can be named ($HOME unset). */
+int gt_calib_path(const gt_calib *key, char *path, size_t len);
+
+/* Reads `path` into *c when its key matches `key` (host, device, backend, precision, threads,
+ * versions). 0; 1 when there is no file; -1 when it does not parse or its key differs (err says
+ * which); *c is then left unchanged. */
+int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err, size_t err_len);
+
+/* Writes *c as JSON to path (through path.tmp and a rename), making its directory. 0 or -1 (err). */
+int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len);
+
+/* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
+ * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").
+ * threads: the run's OpenMP threads per rank (0: this process's). explicit_path (may be NULL) replaces
+ * gt_calib_path. */
+void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *explicit_path, char *note,
+                      size_t note_len);
+
+/* The rate of a GEMM of shape (n, ic, oc), forward (backward = 0) or backward: the measured entry of
+ * that (ic, oc) (nearest n), else matmul_flops_per_s. */
+double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward);
+
+#endif

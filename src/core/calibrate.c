@@ -1,0 +1,202 @@
+/*
+ * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel family the time model
+ * prices, at the shapes of the config's model, on the backend at hand, and the collectives between
+ * the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
+ * (at least twice, after one warm-up call) and keeps the median call, so the whole takes seconds on a
+ * small model and about a minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU
+ * are measured on fewer rows (the rate of a GEMM with thousands of rows hardly depends on their
+ * number).
+ */
+#include "calibrate.h"
+#include "comm.h"
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define MIN_SECONDS 0.1
+#define MIN_REPS 2
+#define MAX_REPS 200
+
+static double median(double *v, int n);
+
+/* Seconds per call of fn: one warm-up, then calls until MIN_SECONDS (at least MIN_REPS); the median
+ * call, so that a burst of load from other processes during a few calls does not set the rate. */
+typedef void (*bench_fn)(const gt_ops *ops, void **b, const int *d);
+static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
+    fn(ops, b, d);
+    ops->synchronize();
+    double times[MAX_REPS], t0 = now_s();
+    int reps = 0;
+    do {
+        double s = now_s();
+        fn(ops, b, d);
+        ops->synchronize();
+        times[reps++] = now_s() - s;
+    } while ((now_s() - t0 < MIN_SECONDS || reps < MIN_REPS) && reps < MAX_REPS);
+    return median(times, reps);
+}
+
+static void mm_fwd(const gt_ops *o, void **b, const int *d) { o->matmul_forward(b[2], b[0], b[1], d[0], d[1], d[2]); }
+static void mm_bwd(const gt_ops *o, void **b, const int *d) {
+    o->matmul_backward(b[3], (float *)b[4], b[2], b[0], b[1], d[0], d[1], d[2], 0);
+}
+static const gt_rng_key no_key = {0, 0};
+static void at_fwd(const gt_ops *o, void **b, const int *d) {
+    o->attention_forward(b[3], (float *)b[4], NULL, b[0], b[1], b[2], d[0], d[1], d[2], d[3], d[4], 0.0f, no_key);
+}
+static void at_bwd(const gt_ops *o, void **b, const int *d) {
+    o->attention_backward(b[5], b[6], b[7], b[8], b[3], b[0], b[1], b[2], (float *)b[4], NULL, d[0], d[1], d[2], d[3],
+                          d[4], 0.0f, no_key);
+}
+static void res_fwd(const gt_ops *o, void **b, const int *d) {
+    o->residual_forward(b[0], b[1], b[2], (size_t)d[0], 0.0f, no_key);
+}
+static void adamw(const gt_ops *o, void **b, const int *d) {
+    o->adamw((float *)b[0], (float *)b[1], (float *)b[2], (const float *)b[3], (size_t)d[0], 1e-4f, 0.9f, 0.95f, 1e-8f,
+             0.1f, 1);
+}
+
+static void *buf(const gt_ops *o, size_t bytes) {
+    void *p = o->alloc(bytes ? bytes : 1);
+    o->zero(p, bytes ? bytes : 1);
+    return p;
+}
+
+static double median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
+}
+
+/* The collectives: a one-element all-reduce gives the latency (the median of 20), a 16 MiB (CPU) or
+ * 256 MiB (GPU) one the bandwidth (the median of 5), in the ring model's terms (timemodel.h). All ranks
+ * take part; the figures are rank 0's. */
+static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
+    int W = gt_comm_size(comm);
+    size_t n = gpu ? (size_t)64 << 20 : (size_t)4 << 20;
+    void *b = buf(ops, n * 4);
+    double small[20], big[5];
+    gt_comm_barrier(comm);
+    for (int r = 0; r < 20; r++) {
+        double t0 = now_s();
+        gt_comm_all_reduce_sum(comm, b, 1, GT_DTYPE_F32);
+        small[r] = now_s() - t0;
+    }
+    for (int r = 0; r < 5; r++) {
+        gt_comm_barrier(comm);
+        double t0 = now_s();
+        gt_comm_all_reduce_sum(comm, b, n, GT_DTYPE_F32);
+        big[r] = now_s() - t0;
+    }
+    double best_small = median(small, 20), best_big = median(big, 5);
+    ops->free(b);
+    c->coll_latency_s = best_small;
+    double moved = 2.0 * (W - 1) / W * (double)n * 4;
+    c->coll_bytes_per_s = moved / (best_big - best_small > 1e-9 ? best_big - best_small : best_big);
+}
+
+int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm, gt_calib *c, FILE *log) {
+    const gt_model_config *m = &cfg->model;
+    int B = cfg->train.micro_batch, T = cfg->train.seq_len;
+    int C = m->dim, F = m->ffn_dim, V = m->vocab_size, NH = m->n_heads, NKV = m->n_kv_heads, HD = C / NH;
+    int N = B * T;
+    size_t e = (size_t)ops->act_bytes;
+    double t_start = now_s();
+    /* the model's GEMM shapes (model.c): q and o (C, C), k and v (C, KVD), gate and up (C, F), down
+     * (F, C), the head (C, V) */
+    int shapes[5][2] = {{C, C}, {C, NKV * HD}, {C, F}, {F, C}, {C, V}};
+    /* rows: the config's micro-batch and the micro-batches of 1, 2, 4 and 8 sequences (a GEMM's rate
+     * depends on its rows where they are few: the planner may price other micro-batch sizes) */
+    int rows[5] = {N, T, 2 * T, 4 * T, 8 * T};
+    double fwd_rates[GT_CALIB_MAX_GEMMS];
+    c->n_gemm = 0;
+    for (int s = 0; s < 5; s++) {
+        int IC = shapes[s][0], OC = shapes[s][1];
+        for (int ri = 0; ri < 5 && c->n_gemm < GT_CALIB_MAX_GEMMS; ri++) {
+            int n = rows[ri];
+            double cap = gpu ? 1e12 : 2e9;
+            if (2.0 * n * IC * OC > cap) n = (int)(cap / (2.0 * IC * OC));
+            if (n < 16) n = 16;
+            int dup = 0;
+            for (int k = 0; k < c->n_gemm; k++) dup |= c->gemm[k].ic == IC && c->gemm[k].oc == OC && c->gemm[k].n == n;
+            if (dup) continue;
+            void *b[5] = {buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * e), buf(ops, (size_t)n * OC * e),
+                          buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * 4)};
+            int d[3] = {n, IC, OC};
+            double tf = bench(ops, mm_fwd, b, d), tb = bench(ops, mm_bwd, b, d);
+            for (int k = 0; k < 5; k++) ops->free(b[k]);
+            gt_calib_gemm *g = &c->gemm[c->n_gemm];
+            *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
+            fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
+            if (log)
+                fprintf(log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
+                        g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
+        }
+    }
+    c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
+    /* attention at the micro-batch's shape */
+    {
+        size_t q = (size_t)B * T * NH * HD * e, kv = (size_t)B * T * NKV * HD * e;
+        void *b[9] = {buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q), buf(ops, (size_t)B * NH * T * 4),
+                      buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q)};
+        int d[5] = {B, T, NH, NKV, HD};
+        double flops = 4.0 * B * NH * HD * ((double)T * (T + 1) / 2);
+        double tf = bench(ops, at_fwd, b, d), tb = bench(ops, at_bwd, b, d);
+        for (int k = 0; k < 9; k++) ops->free(b[k]);
+        c->attn_fwd_flops_per_s = flops / tf;
+        c->attn_bwd_flops_per_s = 2.5 * flops / tb;
+        if (log)
+            fprintf(log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", B, T, NH,
+                    NKV, HD, c->attn_fwd_flops_per_s / 1e9, c->attn_bwd_flops_per_s / 1e9);
+    }
+    /* memory-bound kernels: the residual add over one micro-batch's residual stream, the size the
+     * model's elementwise kernels run at (in cache where the model's tensors fit in it) */
+    {
+        int n = N * C > 4096 ? N * C : 4096;
+        void *b[3] = {buf(ops, (size_t)n * e), buf(ops, (size_t)n * e), buf(ops, (size_t)n * e)};
+        int d[1] = {n};
+        double t = bench(ops, res_fwd, b, d);
+        for (int k = 0; k < 3; k++) ops->free(b[k]);
+        c->mem_bytes_per_s = 3.0 * n * (double)e / t;
+        if (log) fprintf(log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, c->mem_bytes_per_s / 1e9);
+    }
+    /* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the
+     * same) */
+    {
+        uint64_t P = gt_model_param_count(m);
+        int n = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
+        void *b[4] = {buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4)};
+        int d[1] = {n};
+        double t = bench(ops, adamw, b, d);
+        for (int k = 0; k < 4; k++) ops->free(b[k]);
+        c->optim_bytes_per_s = 28.0 * n / t;
+        if (log) fprintf(log, "  AdamW (%d elements): %.2f GB/s\n", n, c->optim_bytes_per_s / 1e9);
+    }
+    if (comm && gt_comm_size(comm) > 1) {
+        bench_comm(comm, ops, gpu, c);
+        if (log)
+            fprintf(log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s\n", gt_comm_size(comm),
+                    gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9);
+    } else {
+        gt_calib d = *c;
+        gt_calib_defaults(&d, gpu, ops->act_bytes == 2);
+        c->coll_latency_s = d.coll_latency_s;
+        c->coll_bytes_per_s = d.coll_bytes_per_s;
+        if (log) fprintf(log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
+    }
+    if (log) fprintf(log, "  (%.1f s)\n", now_s() - t_start);
+    c->measured = 1;
+    return 0;
+}

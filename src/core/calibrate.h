@@ -1,0 +1,20 @@
+/*
+ * calibrate.h — gtrain --calibrate's measurements (calibrate.c; the file: calib.h).
+ */
+#ifndef GT_CALIBRATE_H
+#define GT_CALIBRATE_H
+
+#include <stdio.h>
+
+#include "calib.h"
+#include "config.h"
+#include "ops.h"
+
+struct gt_comm;
+
+/* Measures the rates of *c (its key set by the caller) on `ops` at cfg's model and micro-batch shapes;
+ * with comm on more than one rank (collective: every rank calls it), the collectives too, else their
+ * defaults stay. log (may be NULL) gets one line per measurement. 0. */
+int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, struct gt_comm *comm, gt_calib *c, FILE *log);
+
+#endif

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# gtrain --calibrate writes the calibration file of this machine's key and gtrain --plan reads it:
+# before it, --plan marks its predicted step as coming from the defaults; after it, as calibrated,
+# naming the file; --calibration FILE reads another; a broken file is named and the defaults used.
+#   calibrate_plan.sh GTRAIN SOURCE_DIR WORK_DIR
+set -euo pipefail
+gtrain="$1" src="$2" work="$3"
+rm -rf "$work"
+mkdir -p "$work"
+export XDG_CACHE_HOME="$work/cache"
+unset GTRAIN_CALIBRATION
+export OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cfg="$src/configs/tiny.ini"
+"$gtrain" --plan "$cfg" >"$work/before.out"
+grep -q '^predicted step (from defaults, not measured): [0-9.]* ms' "$work/before.out" || fail "--plan before: $(tail -4 "$work/before.out")"
+grep -q 'no calibration file .*cache/gtrain/calibration-.*-t1.json' "$work/before.out" || fail "no file named: $(tail -2 "$work/before.out")"
+"$gtrain" --calibrate "$cfg" train.micro_batch=2 >"$work/calibrate.out" 2>&1 || fail "--calibrate: $(cat "$work/calibrate.out")"
+file="$(ls "$work"/cache/gtrain/calibration-*-t1.json)"
+[[ -f "$file" ]] || fail "no calibration file"
+python3 - "$file" <<'PY' || fail "the file's content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["key"]["threads"] == 1 and d["key"]["backend"] == "cpu", d["key"]
+r = d["rates"]
+assert len({(g["ic"], g["oc"]) for g in r["gemm"]}) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
+assert all(r[k] > 0 for k in ("matmul_flops_per_s", "attention_forward_flops_per_s", "memory_bytes_per_s", "optimizer_bytes_per_s"))
+PY
+"$gtrain" --plan "$cfg" >"$work/after.out"
+grep -q '^predicted step: [0-9.]* ms, [0-9]* tokens/s' "$work/after.out" || fail "--plan after: $(tail -4 "$work/after.out")"
+grep -qF "calibrated: $file" "$work/after.out" || fail "the file not named: $(tail -1 "$work/after.out")"
+# every line before the time model's is what it was without a calibration
+diff <(sed '/^predicted step/,$d' "$work/before.out") <(sed '/^predicted step/,$d' "$work/after.out") >/dev/null ||
+    fail "the memory report changed"
+cp "$file" "$work/mine.json"
+rm "$file"
+"$gtrain" --plan --calibration "$work/mine.json" "$cfg" | grep -qF "calibrated: $work/mine.json" || fail "--calibration FILE"
+echo '{"key": 1}' >"$file"
+"$gtrain" --plan "$cfg" >"$work/broken.out"
+grep -q "from defaults, not measured" "$work/broken.out" && grep -q "not used: .*not a gtrain calibration file" "$work/broken.out" ||
+    fail "a broken file: $(tail -1 "$work/broken.out")"
+echo "calibrate_plan: ok"
