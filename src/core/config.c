@@ -783,6 +783,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
     gt_config_where(cfg, "data", key, where, sizeof where);
+    if (strcmp(key, "val") == 0 && gt_data_spec_weighted(spec)) {
+        snprintf(err, err_len, "%s: '%s': weights (PATTERN:WEIGHT) belong in data.train; data.val takes "
+                 "files or globs, each source's validation loss is reported on its own", where, spec);
+        return GT_EXIT_BAD_INPUT;
+    }
     return gt_data_check_readable(spec, where, err, err_len);
 }
 

@@ -149,7 +149,8 @@ static void write_json_number(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm, int lockstep) {
+/* The validation loss over data.val_batches batches of source src (-1: all sources together). */
+static double evaluate(gt_model *model, gt_data *val, int src, const gt_config *cfg, gt_comm *comm, int lockstep) {
     int B = cfg->train.micro_batch, T = cfg->train.seq_len;
     int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
@@ -161,7 +162,7 @@ static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_c
     for (int i = 0; i < rounds; i++) {
         int b = i * world + rank, mine = b < cfg->data.val_batches;
         if (!mine && !lockstep) break;
-        gt_data_val_batch(val, mine ? b : 0, B, T, in, tg);
+        gt_data_val_batch_source(val, src, mine ? b : 0, B, T, in, tg);
         double l = gt_model_eval(model, in, tg, B, T, NULL);
         if (mine) sum += l;
     }
@@ -438,6 +439,15 @@ static void print_banner(const run *r) {
     char files[1024];
     gt_data_describe(r->train_data, files, sizeof files);
     printf("gtrain: train data %s\n", files);
+    if (gt_data_weighted(r->train_data)) {
+        /* the mix the run's own samples realise (at most the first million of them) */
+        uint64_t first = r->state.first_sample;
+        int left = cfg->train.steps - r->state.first_step + 1;
+        uint64_t n = left > 0 ? (uint64_t)left * r->G : 0;
+        char mix[2048];
+        gt_data_describe_mix(r->train_data, cfg->train.seed, first, n < 1000000 ? (n ? n : 1) : 1000000, mix, sizeof mix);
+        printf("gtrain: train data %s\n", mix);
+    }
     if (r->val_data) gt_data_describe(r->val_data, files, sizeof files);
     printf("gtrain: validation data %s\n", r->val_data ? files : "none (data.val is empty)");
     gt_config defaults; /* the built-in corpus: data/fortunes.{train,val}.bin */
@@ -747,22 +757,41 @@ static int validate(run *r, int step) {
     const gt_config *cfg = r->cfg;
     if (!r->val_data || cfg->data.val_every <= 0 || (step % cfg->data.val_every != 0 && step != cfg->train.steps))
         return 0;
-    double val_loss = evaluate(r->model, r->val_data, cfg, r->comm, r->choice.stage == 3);
+    double val_loss = evaluate(r->model, r->val_data, -1, cfg, r->comm, r->choice.stage == 3);
+    /* several validation sources: each one's loss too (a source with no window has none) */
+    enum { MAX_SRC = 64 };
+    int n_src = gt_data_n_sources(r->val_data);
+    n_src = n_src > 1 ? (n_src < MAX_SRC ? n_src : MAX_SRC) : 0;
+    double per[MAX_SRC];
+    for (int j = 0; j < n_src; j++)
+        per[j] = gt_data_val_windows_source(r->val_data, j, cfg->train.seq_len)
+                     ? evaluate(r->model, r->val_data, j, cfg, r->comm, r->choice.stage == 3) : NAN;
     char fault[3000];
     int rc = device_faults(r->ops, r->mpi, cfg->data.val, fault, sizeof fault);
     if (rc) return rc;
     if (r->rank == 0) {
         if (r->progress.partial) printf("\r\033[K");
         r->progress.partial = 0;
-        printf("step %d | val_loss %.4f\n", step, val_loss);
+        printf("step %d | val_loss %.4f", step, val_loss);
+        for (int j = 0; j < n_src; j++)
+            if (!isnan(per[j])) printf(" | %s %.4f", gt_data_source_name(r->val_data, j), per[j]);
+        printf("\n");
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+        fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g", step, val_loss);
+        for (int j = 0; j < n_src; j++)
+            if (!isnan(per[j])) fprintf(r->metrics, ",\"val_loss.%s\":%.9g", gt_data_source_name(r->val_data, j), per[j]);
+        fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
     if (r->tb) {
         gt_tb_scalar(r->tb, step, "val/loss", val_loss);
+        for (int j = 0; j < n_src; j++) {
+            char tag[128];
+            snprintf(tag, sizeof tag, "val/loss.%s", gt_data_source_name(r->val_data, j));
+            if (!isnan(per[j])) gt_tb_scalar(r->tb, step, tag, per[j]);
+        }
         gt_tb_flush(r->tb);
     }
     return 0;
