@@ -264,6 +264,47 @@ def shards_same_samples_any_world_size(args):
     print("world size: %d shards; losses at 1 and 2 ranks agree: %s" % (len(shards), ["%.6f" % x for x in a]))
 
 
+def blend_same_samples_any_world_size(args):
+    """A weighted blend: the realised mix is printed, 1 and 2 ranks train on the same samples, and each
+    validation source's loss (val_loss.NAME) equals the validation loss of a run validating on that
+    source alone."""
+    text = b"".join(open(f, "rb").read() for f in corpus_files()[:4])
+    write_llmc("web.000.bin", list(text[:30000]))
+    write_llmc("web.001.bin", list(text[30000:50000]))
+    write_llmc("code.bin", [(b + 7) % 256 for b in text[50000:56000]])
+    os.makedirs("val", exist_ok=True)
+    write_llmc("val/web.bin", list(text[60000:66000]))
+    write_llmc("val/code.bin", [(b + 7) % 256 for b in text[66000:72000]])
+    blend = "web.*.bin:0.6, code.bin:0.4"
+    runs = {}
+    for name, world, accum, val in (("w1", 1, 2, "val/web.bin, val/code.bin"), ("w2", 2, 1, "val/web.bin, val/code.bin"),
+                                    ("web", 1, 2, "val/web.bin"), ("code", 1, 2, "val/code.bin")):
+        tiny_ini(name + ".ini", 256, blend, val, 4)
+        cmd = [args.mpiexec, args.np_flag, str(world)] + args.mpi_flags.split() + [
+            args.gtrain, name + ".ini", "train.grad_accum=%d" % accum, "log.metrics=%s.jsonl" % name]
+        _, out, _ = run(cmd, env={"OMPI_MCA_rmaps_base_oversubscribe": "1"})
+        runs[name] = [json.loads(l) for l in open(name + ".jsonl")]
+        if name == "w1":
+            check("train data blend of 2 sources, realised mix over samples 0..31 (32): web " in out and
+                  "(weight 60.00%, 2 files, 50,000 tokens), code " in out, "no realised mix line:\n" + out)
+            print([l for l in out.splitlines() if "blend" in l][0])
+    loss = {k: [r["loss"] for r in v if "loss" in r] for k, v in runs.items()}
+    check(len(loss["w1"]) == 4 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(loss["w1"], loss["w2"])),
+          "losses at 1 and 2 ranks differ: %s %s" % (loss["w1"], loss["w2"]))
+    v1 = [r for r in runs["w1"] if "val_loss" in r][-1]
+    v2 = [r for r in runs["w2"] if "val_loss" in r][-1]
+    check("val_loss.web" in v1 and "val_loss.code" in v1, "no per-source validation losses: %s" % v1)
+    for src in ("web", "code"):
+        alone = [r for r in runs[src] if "val_loss" in r][-1]
+        check("val_loss.%s" % src not in alone, "one validation source has a per-source loss: %s" % alone)
+        for v in (v1, v2):
+            check(abs(v["val_loss." + src] - alone["val_loss"]) <= 1e-5 * alone["val_loss"],
+                  "val_loss.%s %.9g != the run validating on %s alone, %.9g" % (src, v["val_loss." + src], src,
+                                                                                 alone["val_loss"]))
+    check(abs(v1["val_loss"] - v1["val_loss.code"]) > 1e-3, "web and code validation losses should differ: %s" % v1)
+    print("blend: losses at 1 and 2 ranks agree %s; %s" % (["%.6f" % x for x in loss["w1"]], v1))
+
+
 def bad_shards_and_globs_exit_2(args):
     os.makedirs("data", exist_ok=True)
     write_llmc("good.bin", list(range(200)))
@@ -277,6 +318,10 @@ def bad_shards_and_globs_exit_2(args):
         ("trunc.bin", "trunc.bin: size mismatch: llm.c header says 300 tokens"),
         ("good.bin,nothing-here.*.bin", "nothing-here.*.bin: the pattern matches no file"),
         ("bigvocab.bin", "bigvocab.bin: token id 4000 is outside [model] vocab_size = 256"),
+        ("good.bin:0.5, good.bin:0", "'good.bin:0': weight 0 is not a positive number"),
+        ("good.bin:-1", "'good.bin:-1': weight -1 is not a positive number"),
+        ("good.bin:0.5, good.bin", "some sources have a weight and some do not"),
+        ("good.bin:1, nothing-here.*.bin:1", "nothing-here.*.bin: the pattern matches no file"),
     ]
     tiny_ini("run.ini", 256, "good.bin", "", 1)
     for spec, msg in cases:
@@ -352,7 +397,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["tokenizer_prep_train_sample_roundtrip", "prep_jsonl_4byte_ids_bos_separator",
                                         "llmc_shard_is_trained_on", "shards_same_samples_any_world_size",
-                                        "bad_shards_and_globs_exit_2"])
+                                        "bad_shards_and_globs_exit_2", "blend_same_samples_any_world_size"])
     p.add_argument("--gtrain", required=True)
     p.add_argument("--sample")
     p.add_argument("--prep-tool")
