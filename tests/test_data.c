@@ -559,6 +559,76 @@ static void test_blend(void) {
     CHECK(gt_data_spec_weighted("a.bin:1") && !gt_data_spec_weighted("a.bin") && !gt_data_spec_weighted("a:b.bin"));
 }
 
+/* ---------------------------------------------------------------- loss masks */
+
+static void write_mask(const char *path, const unsigned char *m, uint64_t n) {
+    unsigned char hdr[GT_DATA_HEADER_BYTES];
+    gt_data_encode_header(hdr, 1, n, 0);
+    memcpy(hdr, GT_MASK_MAGIC, 8);
+    unsigned char *b = malloc(sizeof hdr + n);
+    memcpy(b, hdr, sizeof hdr);
+    memcpy(b + sizeof hdr, m, n);
+    write_file(path, b, sizeof hdr + n);
+    free(b);
+}
+
+static void test_loss_mask(void) {
+    enum { T = 4, N = 40 };
+    int32_t t[N];
+    unsigned char m[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = i;
+        m[i] = (i % 10) >= 6; /* tokens 6..9, 16..19, ...: the "answers" */
+    }
+    make_tokens(pth("chat.000.bin"), 2, 100, t, N);
+    write_mask(pth("chat.000.mask"), m, N);
+    make_tokens(pth("plain.bin"), 2, 100, t, N); /* no mask */
+    char err[1024], mp[300];
+    gt_data_mask_path("a/b.train.000.bin", mp, sizeof mp);
+    CHECK(!strcmp(mp, "a/b.train.000.mask"));
+    gt_data_mask_path("x.tok", mp, sizeof mp);
+    CHECK(!strcmp(mp, "x.tok.mask"));
+    gt_data *d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0 && gt_data_has_masks(d));
+    if (!d) return;
+    CHECK(gt_data_check_seq(d, T, err, sizeof err) == 0);
+    uint64_t counted = 0, want = 0;
+    for (uint64_t s = 0; s < 200; s++) {
+        int32_t in[T], tg[T];
+        gt_data_train_batch(d, 1, s, 1, T, in, tg);
+        for (int k = 0; k < T; k++) {
+            int pos = in[k] + 1; /* the target's position */
+            CHECK(tg[k] == (m[pos] ? pos : -1));
+            want += m[pos];
+        }
+        counted += gt_data_train_counted(d, 1, s, 1, T);
+    }
+    CHECK(counted == want && gt_data_train_counted(d, 1, 0, 200, T) == want && want > 0 && want < 200 * T);
+    int32_t vi[T], vt[T];
+    gt_data_val_batch(d, 1, 1, T, vi, vt); /* window 1: tokens 4..8 */
+    CHECK(vi[0] == 4 && vt[0] == -1 && vt[1] == 6 && vt[3] == 8);
+    gt_data_close(d);
+    /* off: no masks; on: a file without a mask is refused, naming it and the place */
+    d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_OFF, "w", err, sizeof err) == 0 && !gt_data_has_masks(d));
+    gt_data_close(d);
+    char spec[700];
+    snprintf(spec, sizeof spec, "%s,%s", pth("chat.000.bin"), pth("plain.bin"));
+    d = gt_data_open(spec, err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_ON, "run.ini:9: [data] loss_mask", err, sizeof err) != 0 &&
+          strstr(err, "run.ini:9: [data] loss_mask") && strstr(err, "plain.bin") && strstr(err, "plain.mask"));
+    gt_data_close(d);
+    d = gt_data_open(spec, err, sizeof err); /* auto: the plain file counts every token */
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0 && gt_data_has_masks(d));
+    gt_data_close(d);
+    /* a mask of the wrong length is refused, naming the mask file */
+    write_mask(pth("chat.000.mask"), m, N - 1);
+    d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) != 0 && strstr(err, "chat.000.mask") &&
+          strstr(err, "39 entries"));
+    gt_data_close(d);
+}
+
 /* ---------------------------------------------------------------- bad headers */
 
 static void expect_reject(const char *name, const void *bytes, size_t n, const char *what) {
@@ -648,6 +718,7 @@ int main(int argc, char **argv) {
     test_llmc_shard_is_read_as_it_is();
     test_several_files_one_sample_space();
     test_blend();
+    test_loss_mask();
     if (failures == 0) cleanup();
     else fprintf(stderr, "test_data: %d check(s) failed; files kept in %s\n", failures, dir);
     printf("test_data: %s\n", failures ? "FAILED" : "ok");

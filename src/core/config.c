@@ -68,6 +68,7 @@ _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const precision_names[] = {"auto", "fp32", "bf16", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const loss_mask_names[] = {"auto", "on", "off", NULL};
 static const char *const lr_schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const shard_names[] = {"none", "optimizer", "gradients", "parameters", "auto", NULL};
 static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
@@ -137,6 +138,7 @@ static const key_spec keys[] = {
     TEXT(RUN, "data", "val", KEY_PATH, data.val, 0),
     INT(RUN, "data", "val_every", data.val_every, 0, INT_MAX),
     INT(RUN, "data", "val_batches", data.val_batches, 1, 1 << 20),
+    ENUM(RUN, "data", "loss_mask", data.loss_mask, loss_mask_names),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
@@ -198,6 +200,7 @@ void gt_config_defaults(gt_config *cfg) {
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
     cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
+    cfg->data.loss_mask = GT_LOSS_MASK_AUTO;
     cfg->checkpoint.every = 0;
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;

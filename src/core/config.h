@@ -24,6 +24,8 @@
 typedef enum gt_device { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device;
 typedef enum gt_precision { GT_PRECISION_AUTO, GT_PRECISION_FP32, GT_PRECISION_BF16 } gt_precision;
 typedef enum gt_nonfinite { GT_NONFINITE_STOP, GT_NONFINITE_SKIP } gt_nonfinite;
+/* data.loss_mask; the same order as data.h's GT_DATA_MASK_* */
+typedef enum gt_loss_mask { GT_LOSS_MASK_AUTO, GT_LOSS_MASK_ON, GT_LOSS_MASK_OFF } gt_loss_mask;
 typedef enum gt_lr_schedule { GT_LR_COSINE, GT_LR_LINEAR, GT_LR_CONSTANT } gt_lr_schedule;
 /* the values of none..parameters are the ZeRO stages 0..3 */
 typedef enum gt_shard_stage {
@@ -105,6 +107,7 @@ typedef struct gt_config {
         char val[GT_PATH_MAX]; /* "" = no validation */
         int val_every;         /* steps; 0 = never */
         int val_batches;
+        gt_loss_mask loss_mask; /* the mask files beside the shards: auto (when there), on, off */
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */

@@ -243,6 +243,9 @@ typedef struct shard {
     int tb;         /* 2 or 4 */
     int llmc;
     int max_tok;    /* cached, -1 = not yet scanned */
+    const unsigned char *mask; /* the loss mask beside it: one byte per token, 0 = not counted; NULL = none */
+    const unsigned char *mask_map;
+    size_t mask_map_len;
 } shard;
 
 struct gt_data {
@@ -266,6 +269,7 @@ struct gt_data {
 
 static void unmap_shard(shard *s) {
     if (s->map) munmap((void *)s->map, s->map_len);
+    if (s->mask_map) munmap((void *)s->mask_map, s->mask_map_len);
     free(s->path);
 }
 
@@ -509,6 +513,74 @@ gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
     d->count = d->base[n];
     gt_data_free_paths(paths, n);
     return d;
+}
+
+/* ------------------------------------------------------------------ loss masks */
+
+void gt_data_mask_path(const char *path, char *out, size_t len) {
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".bin") == 0) snprintf(out, len, "%.*s.mask", (int)(n - 4), path);
+    else snprintf(out, len, "%s.mask", path);
+}
+
+/* Maps the mask beside shard s: 1 mapped, 0 there is none, -1 + message (a bad mask file). */
+static int open_mask(shard *s, char *err, size_t err_len) {
+    char mp[PATH_MAX + 8];
+    gt_data_mask_path(s->path, mp, sizeof mp);
+    if (access(mp, F_OK) != 0) return 0;
+    const unsigned char *m;
+    uint64_t fsize;
+    if (map_file(mp, &m, &fsize, err, err_len) != 0) return -1;
+    const char *why = NULL;
+    char buf[300];
+    if (fsize < GT_DATA_HEADER_BYTES || memcmp(m, GT_MASK_MAGIC, 8) != 0)
+        why = "bad magic (a loss mask starts with \"GTRNMSK\\0\", made by tools/prep_tokenized.py)";
+    else if (rd32(m + 8) != GT_DATA_VERSION || rd32(m + 12) != 1 || rd32(m + 28) != 0)
+        why = "unsupported mask header (version 1, 1 byte per token, reserved 0)";
+    else if (rd64(m + 16) != s->count) {
+        snprintf(buf, sizeof buf, "the mask has %llu entries but %s has %llu tokens",
+                 (unsigned long long)rd64(m + 16), s->path, (unsigned long long)s->count);
+        why = buf;
+    } else if (fsize != GT_DATA_HEADER_BYTES + s->count) {
+        snprintf(buf, sizeof buf, "size mismatch: %llu bytes, expected %llu (truncated or corrupt?)",
+                 (unsigned long long)fsize, (unsigned long long)(GT_DATA_HEADER_BYTES + s->count));
+        why = buf;
+    }
+    if (why) {
+        gt_errorf(err, err_len, "%s: %s", mp, why);
+        munmap((void *)m, (size_t)fsize);
+        return -1;
+    }
+    s->mask_map = m;
+    s->mask_map_len = (size_t)fsize;
+    s->mask = m + GT_DATA_HEADER_BYTES;
+    return 1;
+}
+
+int gt_data_load_masks(gt_data *d, int mode, const char *where, char *err, size_t err_len) {
+    if (mode == GT_DATA_MASK_OFF) return 0;
+    for (int i = 0; i < d->n; i++) {
+        char why[PATH_MAX + 300];
+        int rc = open_mask(&d->s[i], why, sizeof why);
+        if (rc < 0) {
+            gt_errorf(err, err_len, "%s", why);
+            return -1;
+        }
+        if (rc == 0 && mode == GT_DATA_MASK_ON) {
+            char mp[PATH_MAX + 8];
+            gt_data_mask_path(d->s[i].path, mp, sizeof mp);
+            gt_errorf(err, err_len, "%s: %s has no loss mask %s (expected one beside every file, made by "
+                      "tools/prep_tokenized.py; or data.loss_mask = auto)", where, d->s[i].path, mp);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int gt_data_has_masks(const gt_data *d) {
+    for (int i = 0; i < d->n; i++)
+        if (d->s[i].mask) return 1;
+    return 0;
 }
 
 int gt_data_n_sources(const gt_data *d) { return d->n_src; }
@@ -792,6 +864,26 @@ static void copy_window(const shard *s, uint64_t start, int T, int32_t *in, int3
             tg[t] = shard_token(s, start + (uint64_t)t + 1);
         }
     }
+    if (s->mask) /* a target the mask does not count is ignored by the loss (< 0) */
+        for (int t = 0; t < T; t++)
+            if (!s->mask[start + (uint64_t)t + 1]) tg[t] = -1;
+}
+
+static uint64_t window_counted(const shard *s, uint64_t start, int T) {
+    if (!s->mask) return (uint64_t)T;
+    uint64_t c = 0;
+    for (int t = 0; t < T; t++) c += s->mask[start + (uint64_t)t + 1] != 0;
+    return c;
+}
+
+uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_sample, uint64_t n, int T) {
+    uint64_t c = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t local;
+        int k = train_window(d, seed, first_sample + i, T, &local);
+        c += window_counted(&d->s[k], local, T);
+    }
+    return c;
 }
 
 void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample, int n_seq, int T,

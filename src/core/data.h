@@ -66,6 +66,7 @@
 #define GT_DATA_MAGIC "GTRNTOK" /* + the terminating NUL: 8 bytes */
 #define GT_DATA_VERSION 1u
 #define GT_DATA_HEADER_BYTES 32
+#define GT_MASK_MAGIC "GTRNMSK" /* + NUL: a loss mask file */
 #define GT_LLMC_MAGIC 20240520u        /* llm.c, u16 tokens, version 1 */
 #define GT_LLMC_MAGIC_U32 20240801u    /* llm.c's LLaMA-3 data, u32 tokens, version 7 */
 #define GT_LLMC_HEADER_BYTES 1024      /* 256 int32 */
@@ -116,6 +117,20 @@ int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len);
 /* One line for start-up logs: "PATH (N tokens)" for one file, "K files, N tokens: A, B, C, ..."
  * for several (the first few names). */
 void gt_data_describe(const gt_data *d, char *out, size_t len);
+
+/* Loss masks. A shard PATH.bin (or PATH) may have a mask beside it, PATH.mask (or PATH.mask): the
+ * gtrain header with magic "GTRNMSK\0", version 1, token_bytes 1, token_count = the shard's,
+ * vocab_size 0, reserved 0, then one byte per token: 0 = the token is not a target of the loss
+ * (a prompt), anything else = it is. With masks loaded, a target the mask does not count is -1 in the
+ * batches (the loss ignores targets < 0). mode: GT_DATA_MASK_OFF (no masks), _AUTO (those that are
+ * there), _ON (every file must have one; else -1 and a message starting with `where`). 0, or -1 + a
+ * message naming the bad or missing mask file. */
+enum { GT_DATA_MASK_AUTO = 0, GT_DATA_MASK_ON = 1, GT_DATA_MASK_OFF = 2 };
+void gt_data_mask_path(const char *path, char *out, size_t len);
+int gt_data_load_masks(gt_data *d, int mode, const char *where, char *err, size_t err_len);
+int gt_data_has_masks(const gt_data *d);
+/* Targets counted by the loss in training samples first .. first+n-1 (n * T without masks). */
+uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_sample, uint64_t n, int T);
 
 /* Sources (the spec's entries, in order), their names (the file name up to its first '.', made
  * unique: "data/web.*.bin" -> "web"), weights (normalised; 0 when unweighted) and token counts. */

@@ -155,7 +155,7 @@ static double evaluate(gt_model *model, gt_data *val, int src, const gt_config *
     int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) abort();
-    double sum = 0.0;
+    double sum = 0.0, counted = 0.0;
     /* Every rank runs the same number of forwards: under ZeRO-3 each one gathers units collectively,
      * so a rank without a batch of its own left runs batch 0 again and drops the result. */
     int rounds = (cfg->data.val_batches + world - 1) / world;
@@ -165,10 +165,14 @@ static double evaluate(gt_model *model, gt_data *val, int src, const gt_config *
         gt_data_val_batch_source(val, src, mine ? b : 0, B, T, in, tg);
         double l = gt_model_eval(model, in, tg, B, T, NULL);
         if (mine) sum += l;
+        if (mine && gt_data_has_masks(val))
+            for (int t = 0; t < B * T; t++) counted += tg[t] >= 0;
     }
     free(in);
     free(tg);
     sum = gt_comm_all_reduce_scalar_sum(comm, sum);
+    if (gt_data_has_masks(val)) /* the mean over the targets the masks count */
+        return sum / gt_comm_all_reduce_scalar_sum(comm, counted);
     return sum / ((double)cfg->data.val_batches * B * T);
 }
 
@@ -287,7 +291,8 @@ typedef struct run {
     gt_run_state state;        /* resume, saves, signals (runstate.h) */
     size_t n_padded;           /* the flat parameter and gradient length */
     uint64_t G;                /* global batch in sequences */
-    float dloss;               /* every token's loss gradient: 1 / (G * T) */
+    float dloss;               /* every counted token's loss gradient: 1 / (G * T), with loss masks
+                                  1 / (the step's counted targets, all micro-batches of all ranks) */
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double peak_flops;         /* the MFU's peak per rank (mfu.h); 0 = no MFU */
     FILE *metrics;             /* rank 0, log.metrics */
@@ -377,7 +382,10 @@ static int open_data(run *r) {
     gt_data **sets[2] = {&r->train_data, &r->val_data};
     for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
         gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
-        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
+        char where[GT_PATH_MAX * 2 + 64];
+        gt_config_where(cfg, "data", "loss_mask", where, sizeof where);
+        if (!d || gt_data_load_masks(d, (int)cfg->data.loss_mask, where, err, sizeof err) != 0 ||
+            gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
             gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
             bad = 1;
     }
@@ -656,10 +664,17 @@ static int train_step(run *r, int step, step_result *res) {
     else r->ops->zero(gt_model_grads(r->model), r->n_padded * sizeof(float));
     uint64_t gathers0 = r->zero.gathers;
     int bad_micro;
+    double tokens = (double)r->G * cfg->train.seq_len, counted = tokens;
+    if (gt_data_has_masks(r->train_data)) {
+        /* the mean over the counted targets of the whole global batch: every rank counts all G samples
+         * itself (the sampler is a pure function), so no rank waits for another's count */
+        uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G;
+        counted = (double)gt_data_train_counted(r->train_data, cfg->train.seed, first, r->G, cfg->train.seq_len);
+        r->dloss = counted > 0 ? (float)(1.0 / counted) : 0.0f; /* none counted: the loss is 0/0, not finite */
+    }
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
-    double tokens = (double)r->G * cfg->train.seq_len;
     gt_comm_stats loss_comm;
-    res->loss = global_loss(r, loss_sum, tokens, &loss_comm);
+    res->loss = global_loss(r, loss_sum, counted, &loss_comm);
     reduce_update_publish(r, step, bad_micro, res);
     if (res->outcome == GT_STEP_SKIPPED_SPIKE ||
         (res->outcome == GT_STEP_SKIPPED_NONFINITE && cfg->train.nonfinite != GT_NONFINITE_STOP))
