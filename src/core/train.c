@@ -794,9 +794,16 @@ static int validate(run *r, int step) {
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g", step, val_loss);
-        for (int j = 0; j < n_src; j++)
-            if (!isnan(per[j])) fprintf(r->metrics, ",\"val_loss.%s\":%.9g", gt_data_source_name(r->val_data, j), per[j]);
+        /* one line; a loss that is not finite (no target counted, with masks) is null */
+        fprintf(r->metrics, "{\"step\":%d", step);
+        for (int j = -1; j < n_src; j++) {
+            double v = j < 0 ? val_loss : per[j];
+            if (j >= 0 && isnan(v)) continue; /* a source without a window */
+            if (j < 0) fprintf(r->metrics, ",\"val_loss\":");
+            else fprintf(r->metrics, ",\"val_loss.%s\":", gt_data_source_name(r->val_data, j));
+            if (isfinite(v)) fprintf(r->metrics, "%.9g", v);
+            else fprintf(r->metrics, "null");
+        }
         fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
