@@ -79,6 +79,7 @@ static const char *const cuda_attention_names[] = {"default", "mma", "cudnn", NU
 const char *gt_device_name(gt_device v) { return device_names[v]; }
 const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
 const char *gt_nonfinite_name(gt_nonfinite v) { return nonfinite_names[v]; }
+const char *gt_loss_mask_name(gt_loss_mask v) { return loss_mask_names[v]; }
 const char *gt_lr_schedule_name(gt_lr_schedule v) { return lr_schedule_names[v]; }
 const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
 const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }

@@ -43,6 +43,7 @@ typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_re
 const char *gt_device_name(gt_device v);
 const char *gt_precision_name(gt_precision v);
 const char *gt_nonfinite_name(gt_nonfinite v);
+const char *gt_loss_mask_name(gt_loss_mask v);
 const char *gt_lr_schedule_name(gt_lr_schedule v);
 const char *gt_shard_stage_name(gt_shard_stage v);
 const char *gt_comm_choice_name(gt_comm_choice v);

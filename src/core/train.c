@@ -447,6 +447,9 @@ static void print_banner(const run *r) {
     char files[1024];
     gt_data_describe(r->train_data, files, sizeof files);
     printf("gtrain: train data %s\n", files);
+    if (gt_data_has_masks(r->train_data))
+        printf("gtrain: train data has loss masks (data.loss_mask = %s): the loss is the mean over the tokens "
+               "they count\n", gt_loss_mask_name(cfg->data.loss_mask));
     if (gt_data_weighted(r->train_data)) {
         /* the mix the run's own samples realise (at most the first million of them) */
         uint64_t first = r->state.first_sample;

@@ -22,6 +22,16 @@ llmc_shard_is_trained_on
 shards_same_samples_any_world_size
     a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1 train on the same
     samples: the losses of every step agree within 1e-5 relative.
+blend_same_samples_any_world_size
+    data.train = "web.*.bin:0.6, code.bin:0.4": the realised mix is printed, 1 rank x grad_accum 2 and
+    2 ranks x 1 give the same losses, and with two validation sources each one's val_loss.NAME equals
+    the val_loss of a run validating on that source alone.
+chat_loss_mask_matches_transformers
+    a small checkpoint and tokenizer with a chat template (saved by transformers); chat JSONL (messages
+    lists and prompt/response records) -> shards + masks with --format chat; the counted tokens of a
+    conversation are its assistant turns; gtrain's step-1 loss and gradient norm equal transformers'
+    with labels -100 on the masked tokens over the whole global batch, and 4 steps agree at world sizes
+    1, 2 and 4 and micro-batch splits 8x1, 2x4, 4x1, 1x4, 2x1, 1x2; bad records exit 2 naming file and line.
 bad_shards_and_globs_exit_2
     gtrain exits 2 with one line naming the file for a bad magic, a truncated llm.c shard, a glob
     matching nothing, and a shard made for a larger vocabulary than the model's.
@@ -352,6 +362,13 @@ def chat_loss_mask_matches_transformers(args):
                                                  {"role": "assistant", "content": docs[i + 2][:120]}]}) + "\n")
     run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "chat", "--format", "chat",
          "--val-fraction", "0.1", "--workers", "2", "--shard-tokens", "6000", "chat.jsonl"])
+    for bad, msg in (('{"messages": [{"role": "user", "content": "hi"}]}', "bad.jsonl:2: no assistant message"),
+                     ('{"text": "hi"}', "bad.jsonl:2: neither a \"messages\" list nor"),
+                     ('{"messages": [{"role": "user"}]}', "bad.jsonl:2: a message that is not")):
+        open("bad.jsonl", "w").write('{"prompt": "a", "response": "b"}\n' + bad + "\n")
+        _, _, err = run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "bad",
+                         "--format", "chat", "--val-fraction", "0", "bad.jsonl"], expect_rc=2)
+        check(msg in err and not glob.glob("bad.train*"), "bad record: stderr lacks %r:\n%s" % (msg, err))
     shards = sorted(glob.glob("chat.train.*.bin"))
     check(len(shards) >= 2 and all(os.path.exists(p[:-4] + ".mask") for p in shards), "no masks beside %s" % shards)
     ids = np.concatenate([np.array(read_shard(p)[0]) for p in shards])
