@@ -25,7 +25,8 @@ shards_same_samples_any_world_size
 blend_same_samples_any_world_size
     data.train = "web.*.bin:0.6, code.bin:0.4": the realised mix is printed, 1 rank x grad_accum 2 and
     2 ranks x 1 give the same losses, and with two validation sources each one's val_loss.NAME equals
-    the val_loss of a run validating on that source alone.
+    the val_loss of a run validating on that source alone; resumed from its step-2 state file, a run
+    draws what it drew uninterrupted.
 chat_loss_mask_matches_transformers
     a small checkpoint and tokenizer with a chat template (saved by transformers); chat JSONL (messages
     lists and prompt/response records) -> shards + masks with --format chat; the counted tokens of a
@@ -312,6 +313,17 @@ def blend_same_samples_any_world_size(args):
                   "val_loss.%s %.9g != the run validating on %s alone, %.9g" % (src, v["val_loss." + src], src,
                                                                                  alone["val_loss"]))
     check(abs(v1["val_loss"] - v1["val_loss.code"]) > 1e-3, "web and code validation losses should differ: %s" % v1)
+    # a resume that changes nothing: the run of 4 steps again from its own step-2 state file draws what
+    # the uninterrupted run drew (the cursor is the only state)
+    tiny_ini("res.ini", 256, blend, "", 4, "[checkpoint]\ndir = ck_res\nevery = 2\n")
+    run([args.gtrain, "res.ini", "train.grad_accum=2", "log.metrics=res.jsonl"])
+    _, out, _ = run([args.gtrain, "res.ini", "train.grad_accum=2", "checkpoint.dir=ck_res2",
+                     "checkpoint.resume=ck_res/step_00000002.h5", "log.metrics=res2.jsonl"])
+    check("realised mix over samples 16..31 (16)" in out, "the resumed run's mix line:\n" + out)
+    res = [r["loss"] for r in (json.loads(l) for l in open("res.jsonl")) if "loss" in r]
+    res2 = [r["loss"] for r in (json.loads(l) for l in open("res2.jsonl")) if "loss" in r]
+    check(len(res2) == 2 and res2 == res[2:] and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(res, loss["w1"])),
+          "resumed losses %s differ from the uninterrupted run's %s (%s)" % (res2, res, loss["w1"]))
     print("blend: losses at 1 and 2 ranks agree %s; %s" % (["%.6f" % x for x in loss["w1"]], v1))
 
 
