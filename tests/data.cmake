@@ -23,7 +23,8 @@ gtrain_data_prep_expect(data_prep_empty_input "empty input" -o ${_out} ${CMAKE_C
 if(Python3_Interpreter_FOUND)
   string(REPLACE ";" " " _hf_mpi_flags "${GTRAIN_MPIEXEC_FLAGS}")
   foreach(scenario tokenizer_prep_train_sample_roundtrip prep_jsonl_4byte_ids_bos_separator llmc_shard_is_trained_on
-                   shards_same_samples_any_world_size bad_shards_and_globs_exit_2)
+                   shards_same_samples_any_world_size bad_shards_and_globs_exit_2 blend_same_samples_any_world_size
+                   chat_loss_mask_matches_transformers)
     add_test(NAME data_${scenario}
              COMMAND ${GTRAIN_HF_PYTHON} ${GTRAIN_TEST_DIR}/data/hf_data_test.py ${scenario}
                      --gtrain $<TARGET_FILE:gtrain> --sample $<TARGET_FILE:gtrain-sample>
@@ -32,7 +33,7 @@ if(Python3_Interpreter_FOUND)
                      "--mpi-flags=${_hf_mpi_flags}"
                      --work ${CMAKE_CURRENT_BINARY_DIR}/data_${scenario})
     set(_labels unit)
-    if(scenario STREQUAL "shards_same_samples_any_world_size")
+    if(scenario MATCHES "same_samples_any_world_size|chat_loss_mask")
       set(_labels mpi)
     endif()
     set_tests_properties(data_${scenario} PROPERTIES LABELS ${_labels} TIMEOUT 300

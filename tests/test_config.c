@@ -673,6 +673,7 @@ static void to_ini_round_trips(void) {
         "train.grad_clip=0", "train.seed=18446744073709551615", "train.precision=fp32", "train.device=cpu",
         "memory.recompute=uniform:3", "memory.budget=1000001", "dist.shard=gradients", "dist.comm=mpi", "dist.grad_sync=micro", "dist.prefetch=2", "dist.timeout=12.5",
         "data.train=a b/train.bin", "data.val=", "data.val_every=0", "data.val_batches=9",
+        "data.loss_mask=on",
         "checkpoint.dir=runs/x", "checkpoint.every=10", "checkpoint.keep=0", "checkpoint.resume=runs/x/s.h5",
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",

@@ -435,6 +435,200 @@ static void test_several_files_one_sample_space(void) {
     CHECK(gt_data_expand(" , ", &paths, &n, err, sizeof err) != 0 && n == 0);
 }
 
+/* ---------------------------------------------------------------- weighted blends */
+
+static void test_blend(void) {
+    enum { T = 4 };
+    /* web: two files (tokens 0.., 100..), code: one small file (200..), math: one big file (300..):
+     * sizes deliberately unlike the weights */
+    int32_t w0[30], w1[20], c0[8], m0[90];
+    for (int i = 0; i < 30; i++) w0[i] = i;
+    for (int i = 0; i < 20; i++) w1[i] = 100 + i;
+    for (int i = 0; i < 8; i++) c0[i] = 200 + i;
+    for (int i = 0; i < 90; i++) m0[i] = 300 + i;
+    make_tokens(pth("web.000.bin"), 2, 400, w0, 30);
+    make_tokens(pth("web.001.bin"), 2, 400, w1, 20);
+    make_tokens(pth("code.bin"), 2, 400, c0, 8);
+    make_tokens(pth("math.bin"), 4, 400, m0, 90);
+    char err[1024], spec[1024];
+    snprintf(spec, sizeof spec, "%s:0.7, %s:0.2,%s : 0.1", pth("web.*.bin"), pth("code.bin"), pth("math.bin"));
+    gt_data *d = gt_data_open(spec, err, sizeof err);
+    CHECK(d != NULL);
+    if (!d) {
+        fprintf(stderr, "open: %s\n", err);
+        return;
+    }
+    CHECK(gt_data_weighted(d) && gt_data_n_sources(d) == 3 && gt_data_n_files(d) == 4);
+    CHECK(!strcmp(gt_data_source_name(d, 0), "web") && !strcmp(gt_data_source_name(d, 1), "code") &&
+          !strcmp(gt_data_source_name(d, 2), "math"));
+    CHECK(gt_data_source_tokens(d, 0) == 50 && gt_data_source_tokens(d, 2) == 90);
+    CHECK(gt_data_check_seq(d, T, err, sizeof err) == 0);
+    const double want[3] = {0.7, 0.2, 0.1};
+    for (uint64_t seed = 0; seed < 4; seed++) {
+        /* 10,000 samples drawn (by whole batches, as the trainer does): each source within 1% of its
+         * weight, and every window lies in one file of the source the sampler names */
+        int cnt[3] = {0}, inside = 1;
+        for (uint64_t s = 0; s < 10000; s += 8) {
+            int32_t in[8 * T], tg[8 * T];
+            int nb = s + 8 <= 10000 ? 8 : (int)(10000 - s);
+            gt_data_train_batch(d, seed, s, nb, T, in, tg);
+            for (int b = 0; b < nb; b++) {
+                int src = gt_data_sample_source(d, seed, s + (uint64_t)b);
+                int file = in[b * T] / 100; /* 0, 1: web; 2: code; 3: math */
+                int from = file <= 1 ? 0 : file - 1;
+                inside &= from == src;
+                for (int t = 0; t < T; t++) inside &= in[b * T + t] / 100 == file && tg[b * T + t] == in[b * T + t] + 1;
+                cnt[from]++;
+            }
+        }
+        CHECK(inside);
+        for (int j = 0; j < 3; j++) {
+            double share = cnt[j] / 10000.0;
+            int ok = share > want[j] - 0.01 && share < want[j] + 0.01;
+            if (!ok) fprintf(stderr, "blend seed %llu: source %d share %.4f, weight %.2f\n", (unsigned long long)seed, j, share, want[j]);
+            CHECK(ok);
+        }
+    }
+    /* every window of a source is drawn (both web files, all of code's 4) */
+    int seen[400] = {0};
+    for (uint64_t s = 0; s < 20000; s++) {
+        int32_t in[T], tg[T];
+        gt_data_train_batch(d, 3, s, 1, T, in, tg);
+        seen[in[0]] = 1;
+    }
+    int all = 1;
+    for (int i = 0; i <= 30 - T - 1; i++) all &= seen[i];
+    for (int i = 0; i <= 20 - T - 1; i++) all &= seen[100 + i];
+    for (int i = 0; i <= 8 - T - 1; i++) all &= seen[200 + i];
+    CHECK(all && !seen[200 + 8 - T]);
+    /* a batch of n samples = n batches of one sample (any micro-batch split, any world size) */
+    int32_t x[6 * T], y[6 * T], u[6 * T], v[6 * T];
+    gt_data_train_batch(d, 9, 1234, 6, T, x, y);
+    for (int i = 0; i < 6; i++) gt_data_train_batch(d, 9, 1234 + (uint64_t)i, 1, T, u + i * T, v + i * T);
+    CHECK(!memcmp(x, u, sizeof x) && !memcmp(y, v, sizeof y));
+    /* the realised mix line names each source, its share and its weight */
+    char line[1024];
+    gt_data_describe_mix(d, 0, 0, 10000, line, sizeof line);
+    CHECK(strstr(line, "web 7") && strstr(line, "weight 70.00%") && strstr(line, "code 2") && strstr(line, "math"));
+    /* validation by source: web has 7 + 4 windows, code 1, math 22 */
+    CHECK(gt_data_val_windows_source(d, 0, T) == 11 && gt_data_val_windows_source(d, 1, T) == 1 &&
+          gt_data_val_windows_source(d, 2, T) == 22 && gt_data_val_windows(d, T) == 34);
+    int32_t vi[2 * T], vt[2 * T];
+    gt_data_val_batch_source(d, 2, 0, 2, T, vi, vt);
+    CHECK(vi[0] == 300 && vi[T] == 304 && vt[T + T - 1] == 308);
+    gt_data_val_batch_source(d, 1, 5, 2, T, vi, vt); /* one window: wraps */
+    CHECK(vi[0] == 200 && vi[T] == 200);
+    /* T = 8: code (8 tokens) has no window, so its weight cannot be honoured */
+    CHECK(gt_data_check_seq(d, 8, err, sizeof err) != 0 && strstr(err, "'code'"));
+    gt_data_close(d);
+
+    /* one weighted source draws what the unweighted spec draws */
+    snprintf(spec, sizeof spec, "%s:3", pth("web.*.bin"));
+    gt_data *a = gt_data_open(spec, err, sizeof err);
+    gt_data *b = gt_data_open(pth("web.*.bin"), err, sizeof err);
+    CHECK(a && b && gt_data_weighted(a) && !gt_data_weighted(b));
+    if (a && b) {
+        CHECK(gt_data_check_seq(a, T, err, sizeof err) == 0 && gt_data_check_seq(b, T, err, sizeof err) == 0);
+        int same = 1;
+        for (uint64_t s = 0; s < 500; s++) same &= gt_data_sample_start(a, 5, s, T) == gt_data_sample_start(b, 5, s, T);
+        CHECK(same);
+    }
+    gt_data_close(a);
+    gt_data_close(b);
+
+    /* bad specs: one line naming the problem (and, through check_readable, the config place) */
+    const char *bad[][2] = {
+        {"%s:0", "not a positive number"},       {"%s:-0.5", "not a positive number"},
+        {"%s:nan", "not a positive number"},     {"%s:", "no weight"},
+        {"%s:0.5, %s", "some sources have a weight"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(spec, sizeof spec, bad[i][0], pth("code.bin"), pth("math.bin"));
+        err[0] = 0;
+        gt_data *x1 = gt_data_open(spec, err, sizeof err);
+        int ok = !x1 && strstr(err, bad[i][1]);
+        CHECK(gt_data_check_readable(spec, "tiny.ini:3: data.train", err, sizeof err) == 2 &&
+              strstr(err, "tiny.ini:3: data.train") && strstr(err, bad[i][1]));
+        if (!ok) fprintf(stderr, "bad spec '%s': %s\n", spec, err);
+        CHECK(ok);
+        gt_data_close(x1);
+    }
+    snprintf(spec, sizeof spec, "%s:0.5, %s:0.5", pth("code.bin"), pth("nothing.*.bin"));
+    CHECK(gt_data_check_readable(spec, "tiny.ini:3: data.train", err, sizeof err) == 2 && strstr(err, "matches no file") &&
+          strstr(err, "nothing.*.bin"));
+    CHECK(gt_data_spec_weighted("a.bin:1") && !gt_data_spec_weighted("a.bin") && !gt_data_spec_weighted("a:b.bin"));
+}
+
+/* ---------------------------------------------------------------- loss masks */
+
+static void write_mask(const char *path, const unsigned char *m, uint64_t n) {
+    unsigned char hdr[GT_DATA_HEADER_BYTES];
+    gt_data_encode_header(hdr, 1, n, 0);
+    memcpy(hdr, GT_MASK_MAGIC, 8);
+    unsigned char *b = malloc(sizeof hdr + n);
+    memcpy(b, hdr, sizeof hdr);
+    memcpy(b + sizeof hdr, m, n);
+    write_file(path, b, sizeof hdr + n);
+    free(b);
+}
+
+static void test_loss_mask(void) {
+    enum { T = 4, N = 40 };
+    int32_t t[N];
+    unsigned char m[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = i;
+        m[i] = (i % 10) >= 6; /* tokens 6..9, 16..19, ...: the "answers" */
+    }
+    make_tokens(pth("chat.000.bin"), 2, 100, t, N);
+    write_mask(pth("chat.000.mask"), m, N);
+    make_tokens(pth("plain.bin"), 2, 100, t, N); /* no mask */
+    char err[1024], mp[300];
+    gt_data_mask_path("a/b.train.000.bin", mp, sizeof mp);
+    CHECK(!strcmp(mp, "a/b.train.000.mask"));
+    gt_data_mask_path("x.tok", mp, sizeof mp);
+    CHECK(!strcmp(mp, "x.tok.mask"));
+    gt_data *d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0 && gt_data_has_masks(d));
+    if (!d) return;
+    CHECK(gt_data_check_seq(d, T, err, sizeof err) == 0);
+    uint64_t counted = 0, want = 0;
+    for (uint64_t s = 0; s < 200; s++) {
+        int32_t in[T], tg[T];
+        gt_data_train_batch(d, 1, s, 1, T, in, tg);
+        for (int k = 0; k < T; k++) {
+            int pos = in[k] + 1; /* the target's position */
+            CHECK(tg[k] == (m[pos] ? pos : -1));
+            want += m[pos];
+        }
+        counted += gt_data_train_counted(d, 1, s, 1, T);
+    }
+    CHECK(counted == want && gt_data_train_counted(d, 1, 0, 200, T) == want && want > 0 && want < 200 * T);
+    int32_t vi[T], vt[T];
+    gt_data_val_batch(d, 1, 1, T, vi, vt); /* window 1: tokens 4..8 */
+    CHECK(vi[0] == 4 && vt[0] == -1 && vt[1] == 6 && vt[3] == 8);
+    gt_data_close(d);
+    /* off: no masks; on: a file without a mask is refused, naming it and the place */
+    d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_OFF, "w", err, sizeof err) == 0 && !gt_data_has_masks(d));
+    gt_data_close(d);
+    char spec[700];
+    snprintf(spec, sizeof spec, "%s,%s", pth("chat.000.bin"), pth("plain.bin"));
+    d = gt_data_open(spec, err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_ON, "run.ini:9: [data] loss_mask", err, sizeof err) != 0 &&
+          strstr(err, "run.ini:9: [data] loss_mask") && strstr(err, "plain.bin") && strstr(err, "plain.mask"));
+    gt_data_close(d);
+    d = gt_data_open(spec, err, sizeof err); /* auto: the plain file counts every token */
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0 && gt_data_has_masks(d));
+    gt_data_close(d);
+    /* a mask of the wrong length is refused, naming the mask file */
+    write_mask(pth("chat.000.mask"), m, N - 1);
+    d = gt_data_open(pth("chat.000.bin"), err, sizeof err);
+    CHECK(d && gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) != 0 && strstr(err, "chat.000.mask") &&
+          strstr(err, "39 entries"));
+    gt_data_close(d);
+}
+
 /* ---------------------------------------------------------------- bad headers */
 
 static void expect_reject(const char *name, const void *bytes, size_t n, const char *what) {
@@ -523,6 +717,8 @@ int main(int argc, char **argv) {
     test_bad_headers();
     test_llmc_shard_is_read_as_it_is();
     test_several_files_one_sample_space();
+    test_blend();
+    test_loss_mask();
     if (failures == 0) cleanup();
     else fprintf(stderr, "test_data: %d check(s) failed; files kept in %s\n", failures, dir);
     printf("test_data: %s\n", failures ? "FAILED" : "ok");

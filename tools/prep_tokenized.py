@@ -21,6 +21,17 @@ by ONE id: the tokenizer's BOS token before every document when it has one (LLaM
 "<|endoftext|>", "</s>"); --bos TOKEN or --eos TOKEN chooses explicitly. gtrain-sample --tokenizer
 applies the same rule to prompts.
 
+Chat and instruction data (--format chat, JSONL): each record is a conversation, a "messages" list of
+{"role", "content"} (roles system, user, assistant, ...), or "prompt" and "response" fields (and an
+optional "system"). It is rendered with the checkpoint's own chat template (the "chat_template" of the
+tokenizer_config.json beside --tokenizer, or --chat-template FILE), the way transformers'
+apply_chat_template renders it (Jinja2, trim_blocks and lstrip_blocks, bos_token and eos_token from the
+config), and tokenized whole; a mask shard beside each token shard (PREFIX.train.000000.mask next to
+PREFIX.train.000000.bin) marks the tokens the loss counts: those of the assistant's turns (what the
+template adds for the turn after the generation prompt, its end-of-turn token included). Everything
+else (system, user, the template's headers, the separators) is not counted. gtrain reads the masks
+(data.loss_mask).
+
 Validation split: document number d (counted over all inputs in order, from 0) goes to validation
 when mix64(mix64(seed) + (d + 1) * 0x9E3779B97F4A7C15) / 2^64 < --val-fraction (splitmix64, the hash
 of gtrain's sampler), so the split does not depend on --workers and spreads over the whole corpus.
@@ -51,6 +62,7 @@ import time
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 MAGIC = b"GTRNTOK\0"
+MASK_MAGIC = b"GTRNMSK\0"
 # Looked up in this order; the same lists are in src/core/sample_main.c (gtrain-sample --tokenizer).
 BOS_NAMES = ["<|begin_of_text|>", "<s>", "<bos>", "[BOS]", "<|startoftext|>"]
 EOS_NAMES = ["<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[EOS]"]
@@ -161,12 +173,115 @@ def read_jsonl(path, next_doc):
 _W = {}
 
 
-def worker_init(tokenizer_path, field, sep_mode, sep_id, val_fraction, seed, token_bytes, pool=True):
+def worker_init(tokenizer_path, field, sep_mode, sep_id, val_fraction, seed, token_bytes, pool=True, chat=None):
     if pool:  # one thread per worker process; alone, the library's own threads may help
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _W.update(tok=load_tokenizer(tokenizer_path), field=field, sep_mode=sep_mode, sep_id=sep_id,
               val_fraction=val_fraction, seed_mix=mix64(seed & MASK64),
-              typecode="H" if token_bytes == 2 else "I")
+              typecode="H" if token_bytes == 2 else "I",
+              chat=ChatTemplate(*chat) if chat else None)
+
+
+class ChatTemplate:
+    """A tokenizer_config.json chat template, rendered as transformers' apply_chat_template renders it."""
+
+    def __init__(self, template, bos_token, eos_token):
+        try:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:
+            raise BadInput("--format chat needs the Python package 'jinja2' (pip install jinja2)")
+
+        def raise_exception(msg):
+            raise jinja2.exceptions.TemplateError(msg)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, indent=indent, ensure_ascii=False)
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
+        try:
+            self.t = env.from_string(template)
+        except Exception as e:
+            raise BadInput("the chat template does not parse: %s" % e)
+        self.bos, self.eos = bos_token or "", eos_token or ""
+
+    def render(self, messages, add_generation_prompt):
+        return self.t.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                             bos_token=self.bos, eos_token=self.eos)
+
+
+def conversation(rec, where):
+    """A record -> its messages list, or raise ValueError with why not."""
+    if isinstance(rec, dict) and isinstance(rec.get("messages"), list):
+        msgs = rec["messages"]
+        for m in msgs:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise ValueError("a message that is not {\"role\": ..., \"content\": ...} (strings)")
+        return msgs
+    if isinstance(rec, dict) and isinstance(rec.get("prompt"), str) and isinstance(rec.get("response"), str):
+        msgs = [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": rec["response"]}]
+        if isinstance(rec.get("system"), str):
+            msgs.insert(0, {"role": "system", "content": rec["system"]})
+        return msgs
+    raise ValueError("neither a \"messages\" list nor \"prompt\" and \"response\" strings")
+
+
+def render_chat(chat, msgs):
+    """(text, [(start, end)] character spans of the assistant turns)."""
+    text = chat.render(msgs, False)
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        before = chat.render(msgs[:i], True)  # the prompt up to the turn, with the generation prompt
+        upto = chat.render(msgs[:i + 1], False)
+        if not (upto.startswith(before) and text.startswith(upto)):
+            raise ValueError("the chat template does not render turn %d as a continuation of the turns "
+                             "before it, so its tokens cannot be told from the prompt's" % i)
+        spans.append((len(before), len(upto)))
+    if not spans:
+        raise ValueError("no assistant message: nothing would be trained on")
+    return text, spans
+
+
+def encode_chat(pieces):
+    """The chat form of encode_chunk: also the masks, one byte per token."""
+    tok, chat = _W["tok"], _W["chat"]
+    out = {False: array.array(_W["typecode"]), True: array.array(_W["typecode"])}
+    masks = {False: bytearray(), True: bytearray()}
+    docs = {False: 0, True: 0}
+    sep, bos = _W["sep_id"], _W["sep_mode"] == "bos"
+    for doc, first, last, line, where in pieces:
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            return ("error", "%s:%d: not JSON: %s" % (where[0], where[1], e))
+        try:
+            text, spans = render_chat(chat, conversation(rec, where))
+        except ValueError as e:
+            return ("error", "%s:%d: %s" % (where[0], where[1], e))
+        except Exception as e:  # the template's own raise_exception and errors
+            return ("error", "%s:%d: the chat template fails: %s" % (where[0], where[1], e))
+        enc = tok.encode(text, add_special_tokens=False)
+        ids = list(enc.ids)
+        m = bytearray(1 if any(a <= st < b for a, b in spans) else 0 for st, _ in enc.offsets)
+        v = is_val(doc)
+        if bos and (not ids or ids[0] != sep):  # the template may start with the separator itself
+            ids.insert(0, sep)
+            m.insert(0, 0)
+        if not bos and (not ids or ids[-1] != sep):
+            ids.append(sep)
+            m.append(0)
+        out[v].extend(ids)
+        masks[v].extend(m)
+        docs[v] += 1
+    if sys.byteorder != "little":
+        for a in out.values():
+            a.byteswap()
+    n = len(out[False]) + len(out[True])
+    return (out[False].tobytes(), out[True].tobytes(), docs[False], docs[True], n, bytes(masks[False]),
+            bytes(masks[True]))
 
 
 def is_val(doc):
@@ -178,6 +293,8 @@ def is_val(doc):
 
 def encode_chunk(pieces):
     """pieces -> (train bytes, val bytes, train docs, val docs, tokens) or ('error', message)."""
+    if _W["chat"] is not None:
+        return encode_chat(pieces)
     texts = []
     for doc, first, last, text, where in pieces:
         if where is not None:  # a JSONL line
@@ -219,17 +336,22 @@ def encode_chunk(pieces):
 class ShardWriter:
     """PREFIX.SPLIT.NNNNNN.bin files of at most max_tokens tokens each, opened only when needed."""
 
-    def __init__(self, prefix, split, token_bytes, vocab, max_tokens):
+    def __init__(self, prefix, split, token_bytes, vocab, max_tokens, mask=False):
+        # mask: the loss masks beside the shards (PREFIX.SPLIT.NNNNNN.mask, one byte per token), cut
+        # at the same places as the token shards since they count the same tokens
+        self.mask = mask
+        if mask:
+            token_bytes, vocab = 1, 0
         self.prefix, self.split, self.tb, self.vocab, self.max = prefix, split, token_bytes, vocab, max_tokens
         self.paths, self.counts, self.f, self.n, self.tmp = [], [], None, 0, None
         self.done = []  # temporary names of the finished shards, renamed to self.paths by finish()
         self.dropped = 0
 
     def _path(self, i):
-        return "%s.%s.%06d.bin" % (self.prefix, self.split, i)
+        return "%s.%s.%06d.%s" % (self.prefix, self.split, i, "mask" if self.mask else "bin")
 
     def _header(self, count):
-        return struct.pack("<8sIIQII", MAGIC, 1, self.tb, count, self.vocab, 0)
+        return struct.pack("<8sIIQII", MASK_MAGIC if self.mask else MAGIC, 1, self.tb, count, self.vocab, 0)
 
     def write(self, data):
         mv = memoryview(data)
@@ -276,6 +398,19 @@ class ShardWriter:
             stale.append(self._path(i))
             i += 1
         return stale
+
+    def remove_masks(self, n_shards):
+        """A run without masks: an earlier chat run's masks beside these shards would be read; remove them."""
+        stale, i = [], 0
+        while True:
+            m = "%s.%s.%06d.mask" % (self.prefix, self.split, i)
+            if not os.path.exists(m):
+                if i >= n_shards:
+                    return stale
+            else:
+                os.unlink(m)
+                stale.append(m)
+            i += 1
 
     def abort(self):
         """Removes this run's temporary files; an earlier run's shards stay as they were."""
@@ -338,7 +473,10 @@ def parse_args(argv):
     p.add_argument("files", nargs="+", metavar="FILE", help="text or JSONL input files, in this order")
     p.add_argument("--tokenizer", required=True, help="a Hugging Face tokenizer.json")
     p.add_argument("-o", "--output", required=True, metavar="PREFIX", help="output prefix")
-    p.add_argument("--format", choices=["auto", "text", "jsonl"], default="auto",
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="--format chat: a tokenizer_config.json (or a file holding the Jinja template) "
+                        "(default: the tokenizer_config.json beside --tokenizer)")
+    p.add_argument("--format", choices=["auto", "text", "jsonl", "chat"], default="auto",
                    help="input format; auto: .jsonl/.ndjson/.json are JSONL, the rest text (default auto)")
     p.add_argument("--text-field", default="text", help="JSONL: the field with the text (default text)")
     p.add_argument("--doc-sep", default=None, metavar="LINE",
@@ -377,9 +515,11 @@ def parse_args(argv):
 def pieces_of(args, next_doc):
     for path in args.files:
         fmt = args.format
-        if fmt == "auto":
+        if fmt == "chat":
+            pass
+        elif fmt == "auto":
             fmt = "jsonl" if re.search(r"\.(jsonl|ndjson|json)$", path) else "text"
-        if fmt == "jsonl":
+        if fmt in ("jsonl", "chat"):
             yield from read_jsonl(path, next_doc)
         else:
             yield from read_text(path, args.doc_sep, args.piece_bytes, next_doc)
@@ -398,6 +538,36 @@ def chunks_of(args, next_doc):
         yield chunk, raw
 
 
+def load_chat_template(args):
+    """(template, bos_token, eos_token) from --chat-template or the tokenizer_config.json beside --tokenizer."""
+    path = args.chat_template or os.path.join(os.path.dirname(os.path.abspath(args.tokenizer)), "tokenizer_config.json")
+    try:
+        raw = open(path, encoding="utf-8").read()
+    except OSError as e:
+        raise BadInput("%s: %s (--format chat renders with the checkpoint's chat template: name the "
+                       "tokenizer_config.json with --chat-template)" % (path, e.strerror))
+    try:
+        cfg = json.loads(raw)
+    except ValueError:
+        ChatTemplate(raw, None, None)
+        return raw, None, None  # a file holding the template itself
+    def tok_str(v):
+        return v.get("content") if isinstance(v, dict) else v
+    tpl = cfg.get("chat_template") if isinstance(cfg, dict) else None
+    if isinstance(tpl, list):  # named templates: the default one
+        tpl = next((t.get("template") for t in tpl if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not isinstance(tpl, str):
+        jinja = os.path.join(os.path.dirname(path), "chat_template.jinja")
+        if os.path.exists(jinja):
+            tpl = open(jinja, encoding="utf-8").read()
+        else:
+            raise BadInput("%s: no \"chat_template\" (and no chat_template.jinja beside it): this tokenizer has "
+                           "no chat template" % path)
+    out = (tpl, tok_str(cfg.get("bos_token")), tok_str(cfg.get("eos_token")))
+    ChatTemplate(*out)  # parses here, so a bad template is one message, not one per worker
+    return out
+
+
 def run(args):
     tok = load_tokenizer(args.tokenizer)
     vocab = max(tok.get_vocab(with_added_tokens=True).values()) + 1
@@ -408,9 +578,16 @@ def run(args):
           % (args.tokenizer, vocab, token_bytes, mode.upper(), sep_name, sep_id, where), file=sys.stderr)
     del tok
 
-    init = (args.tokenizer, args.text_field, mode, sep_id, args.val_fraction, args.seed, token_bytes)
+    chat = load_chat_template(args) if args.format == "chat" else None
+    init = (args.tokenizer, args.text_field, mode, sep_id, args.val_fraction, args.seed, token_bytes, True, chat)
     writers = {False: ShardWriter(args.output, "train", token_bytes, vocab, args.shard_tokens),
                True: ShardWriter(args.output, "val", token_bytes, vocab, args.shard_tokens)}
+    if chat:
+        mask_writers = {v: ShardWriter(args.output, w.split, 1, 0, args.shard_tokens, mask=True)
+                        for v, w in writers.items()}
+        writers_all = list(writers.values()) + list(mask_writers.values())
+    else:
+        mask_writers, writers_all = {}, list(writers.values())
     docs = {False: 0, True: 0}
     progress = Progress(sum(os.path.getsize(f) for f in args.files))
     next_doc = [0]
@@ -418,9 +595,12 @@ def run(args):
     def consume(result, raw):
         if result[0] == "error":
             raise BadInput(result[1])
-        tr, va, dt, dv, n = result
+        tr, va, dt, dv, n = result[:5]
         writers[False].write(tr)
         writers[True].write(va)
+        if mask_writers:
+            mask_writers[False].write(result[5])
+            mask_writers[True].write(result[6])
         docs[False] += dt
         docs[True] += dv
         progress.update(raw, n)
@@ -428,7 +608,7 @@ def run(args):
     pool = None
     try:
         if args.workers == 1:
-            worker_init(*init, pool=False)
+            worker_init(*init[:7], pool=False, chat=chat)
             for chunk, raw in chunks_of(args, next_doc):
                 consume(encode_chunk(chunk), raw)
         else:
@@ -447,26 +627,32 @@ def run(args):
     except BaseException:
         if pool is not None:
             pool.terminate()
-        for w in writers.values():  # nothing of this run stays behind
+        for w in writers_all:  # nothing of this run stays behind
             w.abort()
         raise
     progress.update(0, 0, final=True)
 
     n_docs = docs[False] + docs[True]
     if n_docs == 0:
-        for w in writers.values():
+        for w in writers_all:
             w.abort()
         raise BadInput("empty input: no document in %s" % ", ".join(args.files))
     if args.val_fraction > 0 and docs[True] == 0:
         raise_after = ("no document went to validation (%d document%s, --val-fraction %g): give more "
                        "documents (e.g. --doc-sep), a larger --val-fraction, another --seed, or "
                        "--val-fraction 0" % (n_docs, "" if n_docs == 1 else "s", args.val_fraction))
-        for w in writers.values():
+        for w in writers_all:
             w.abort()
         raise BadInput(raise_after)
     for split in (False, True):
         w = writers[split]
         stale = w.finish()
+        if split in mask_writers:
+            mw = mask_writers[split]
+            stale += mw.finish()
+            assert mw.counts == w.counts, "masks and shards cut differently"
+        else:
+            stale += w.remove_masks(len(w.paths))
         if stale:
             print("prep: removed %d stale shard%s of an earlier run: %s" %
                   (len(stale), "" if len(stale) == 1 else "s", ", ".join(stale)), file=sys.stderr)

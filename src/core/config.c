@@ -68,6 +68,7 @@ _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as
 static const char *const device_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const precision_names[] = {"auto", "fp32", "bf16", NULL};
 static const char *const nonfinite_names[] = {"stop", "skip", NULL};
+static const char *const loss_mask_names[] = {"auto", "on", "off", NULL};
 static const char *const lr_schedule_names[] = {"cosine", "linear", "constant", NULL};
 static const char *const shard_names[] = {"none", "optimizer", "gradients", "parameters", "auto", NULL};
 static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
@@ -78,6 +79,7 @@ static const char *const cuda_attention_names[] = {"default", "mma", "cudnn", NU
 const char *gt_device_name(gt_device v) { return device_names[v]; }
 const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
 const char *gt_nonfinite_name(gt_nonfinite v) { return nonfinite_names[v]; }
+const char *gt_loss_mask_name(gt_loss_mask v) { return loss_mask_names[v]; }
 const char *gt_lr_schedule_name(gt_lr_schedule v) { return lr_schedule_names[v]; }
 const char *gt_shard_stage_name(gt_shard_stage v) { return shard_names[v]; }
 const char *gt_comm_choice_name(gt_comm_choice v) { return comm_names[v]; }
@@ -137,6 +139,7 @@ static const key_spec keys[] = {
     TEXT(RUN, "data", "val", KEY_PATH, data.val, 0),
     INT(RUN, "data", "val_every", data.val_every, 0, INT_MAX),
     INT(RUN, "data", "val_batches", data.val_batches, 1, 1 << 20),
+    ENUM(RUN, "data", "loss_mask", data.loss_mask, loss_mask_names),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
@@ -198,6 +201,7 @@ void gt_config_defaults(gt_config *cfg) {
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
     cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
+    cfg->data.loss_mask = GT_LOSS_MASK_AUTO;
     cfg->checkpoint.every = 0;
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
@@ -783,6 +787,11 @@ int gt_config_load_string(gt_config *cfg, const char *text, const char *name, in
 static int check_one_file(const gt_config *cfg, const char *key, const char *spec, char *err, size_t err_len) {
     char where[GT_PATH_MAX * 2 + 64];
     gt_config_where(cfg, "data", key, where, sizeof where);
+    if (strcmp(key, "val") == 0 && gt_data_spec_weighted(spec)) {
+        snprintf(err, err_len, "%s: '%s': weights (PATTERN:WEIGHT) belong in data.train; data.val takes "
+                 "files or globs, each source's validation loss is reported on its own", where, spec);
+        return GT_EXIT_BAD_INPUT;
+    }
     return gt_data_check_readable(spec, where, err, err_len);
 }
 

@@ -24,6 +24,8 @@
 typedef enum gt_device { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device;
 typedef enum gt_precision { GT_PRECISION_AUTO, GT_PRECISION_FP32, GT_PRECISION_BF16 } gt_precision;
 typedef enum gt_nonfinite { GT_NONFINITE_STOP, GT_NONFINITE_SKIP } gt_nonfinite;
+/* data.loss_mask; the same order as data.h's GT_DATA_MASK_* */
+typedef enum gt_loss_mask { GT_LOSS_MASK_AUTO, GT_LOSS_MASK_ON, GT_LOSS_MASK_OFF } gt_loss_mask;
 typedef enum gt_lr_schedule { GT_LR_COSINE, GT_LR_LINEAR, GT_LR_CONSTANT } gt_lr_schedule;
 /* the values of none..parameters are the ZeRO stages 0..3 */
 typedef enum gt_shard_stage {
@@ -41,6 +43,7 @@ typedef enum gt_resume { GT_RESUME_AUTO, GT_RESUME_NEVER, GT_RESUME_PATH } gt_re
 const char *gt_device_name(gt_device v);
 const char *gt_precision_name(gt_precision v);
 const char *gt_nonfinite_name(gt_nonfinite v);
+const char *gt_loss_mask_name(gt_loss_mask v);
 const char *gt_lr_schedule_name(gt_lr_schedule v);
 const char *gt_shard_stage_name(gt_shard_stage v);
 const char *gt_comm_choice_name(gt_comm_choice v);
@@ -105,6 +108,7 @@ typedef struct gt_config {
         char val[GT_PATH_MAX]; /* "" = no validation */
         int val_every;         /* steps; 0 = never */
         int val_batches;
+        gt_loss_mask loss_mask; /* the mask files beside the shards: auto (when there), on, off */
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,16 +63,30 @@ void gt_data_free_paths(char **paths, int n) {
     free(paths);
 }
 
-int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, size_t err_len) {
-    *paths_out = NULL;
+/* One source of a spec: an entry between commas, "PATTERN" or "PATTERN:WEIGHT". */
+typedef struct spec_entry {
+    char *pattern;
+    double weight; /* > 0 when weighted */
+    int weighted;
+} spec_entry;
+
+static void free_entries(spec_entry *e, int n) {
+    for (int i = 0; i < n; i++) free(e[i].pattern);
+    free(e);
+}
+
+/* Splits SPEC into its sources. A trailing ":NUMBER" is the source's weight (a path whose last ':'
+ * is followed by something other than a number keeps its colon). 0, or -1 and a message. */
+static int parse_spec(const char *spec, spec_entry **out, int *n_out, char *err, size_t err_len) {
+    *out = NULL;
     *n_out = 0;
     if (!spec || !*spec) {
         gt_errorf(err, err_len, "token data: no file name given");
         return -1;
     }
     char *copy = strdup(spec);
-    char **paths = NULL;
-    int n = 0, cap = 0, rc = 0;
+    spec_entry *e = NULL;
+    int n = 0, cap = 0, rc = 0, n_weighted = 0;
     if (!copy) {
         gt_errorf(err, err_len, "%s: out of memory", spec);
         return -1;
@@ -81,24 +96,49 @@ int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, s
         size_t len = strlen(tok);
         while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t')) tok[--len] = 0;
         if (!len) continue; /* "a.bin, ,b.bin" or a trailing comma */
-        if (!has_glob_chars(tok)) {
-            if (push_path(&paths, &n, &cap, tok)) rc = -2;
-            continue;
+        double w = 0;
+        int weighted = 0;
+        char *colon = strrchr(tok, ':');
+        if (colon) {
+            char *ws = colon + 1, *end = NULL;
+            while (*ws == ' ' || *ws == '\t') ws++;
+            if (!*ws) {
+                gt_errorf(err, err_len, "'%s': no weight after ':' (expected PATTERN:WEIGHT, a positive number)", tok);
+                rc = -1;
+                break;
+            }
+            errno = 0;
+            w = strtod(ws, &end);
+            if (end != ws && *end == 0) {
+                weighted = 1;
+                if (!(w > 0) || !isfinite(w)) {
+                    gt_errorf(err, err_len, "'%s': weight %s is not a positive number", tok, ws);
+                    rc = -1;
+                    break;
+                }
+                size_t pl = (size_t)(colon - tok);
+                while (pl && (tok[pl - 1] == ' ' || tok[pl - 1] == '\t')) pl--;
+                tok[pl] = 0;
+                if (!pl) {
+                    gt_errorf(err, err_len, "'%s': a weight without a file name", spec);
+                    rc = -1;
+                    break;
+                }
+            }
         }
-        glob_t g;
-        int grc = glob(tok, GLOB_ERR, NULL, &g); /* sorted by name (no GLOB_NOSORT) */
-        if (grc == GLOB_NOMATCH) {
-            gt_errorf(err, err_len, "%s: the pattern matches no file", tok);
-            rc = -1;
-        } else if (grc != 0) {
-            gt_errorf(err, err_len, "%s: cannot expand the pattern: %s", tok,
-                   grc == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
-            rc = -1;
-        } else {
-            for (size_t i = 0; i < g.gl_pathc && !rc; i++)
-                if (push_path(&paths, &n, &cap, g.gl_pathv[i])) rc = -2;
+        if (n == cap) {
+            int nc = cap ? 2 * cap : 8;
+            spec_entry *ne = realloc(e, (size_t)nc * sizeof *ne);
+            if (!ne) { rc = -2; break; }
+            e = ne;
+            cap = nc;
         }
-        if (grc != GLOB_NOMATCH) globfree(&g);
+        e[n].pattern = strdup(tok);
+        e[n].weight = w;
+        e[n].weighted = weighted;
+        if (!e[n].pattern) { rc = -2; break; }
+        n++;
+        n_weighted += weighted;
     }
     free(copy);
     if (rc == -2) gt_errorf(err, err_len, "%s: out of memory", spec);
@@ -106,13 +146,88 @@ int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, s
         gt_errorf(err, err_len, "'%s': no file name given", spec);
         rc = -1;
     }
+    if (!rc && n_weighted && n_weighted != n) {
+        gt_errorf(err, err_len, "'%s': some sources have a weight and some do not (give every source a "
+                  "weight, PATTERN:WEIGHT, or none)", spec);
+        rc = -1;
+    }
     if (rc) {
-        gt_data_free_paths(paths, n);
+        free_entries(e, n);
         return -1;
     }
+    *out = e;
+    *n_out = n;
+    return 0;
+}
+
+/* Expands one pattern (or literal path) onto paths. 0, -1 + message, -2 out of memory. */
+static int expand_one(const char *tok, char ***paths, int *n, int *cap, char *err, size_t err_len) {
+    if (!has_glob_chars(tok)) return push_path(paths, n, cap, tok) ? -2 : 0;
+    glob_t g;
+    int rc = 0, grc = glob(tok, GLOB_ERR, NULL, &g); /* sorted by name (no GLOB_NOSORT) */
+    if (grc == GLOB_NOMATCH) {
+        gt_errorf(err, err_len, "%s: the pattern matches no file", tok);
+        return -1;
+    }
+    if (grc != 0) {
+        gt_errorf(err, err_len, "%s: cannot expand the pattern: %s", tok,
+                  grc == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
+        rc = -1;
+    } else {
+        for (size_t i = 0; i < g.gl_pathc && !rc; i++)
+            if (push_path(paths, n, cap, g.gl_pathv[i])) rc = -2;
+    }
+    globfree(&g);
+    return rc;
+}
+
+/* SPEC -> its sources and their files; src_first[j] = index of source j's first path ([n_src+1]). */
+static int expand_sources(const char *spec, spec_entry **entries, int *n_src, int **src_first, char ***paths_out,
+                          int *n_out, char *err, size_t err_len) {
+    *paths_out = NULL;
+    *n_out = 0;
+    *src_first = NULL;
+    if (parse_spec(spec, entries, n_src, err, err_len) != 0) return -1;
+    char **paths = NULL;
+    int n = 0, cap = 0, rc = 0;
+    int *first = malloc(((size_t)*n_src + 1) * sizeof *first);
+    if (!first) rc = -2;
+    for (int j = 0; j < *n_src && !rc; j++) {
+        first[j] = n;
+        rc = expand_one((*entries)[j].pattern, &paths, &n, &cap, err, err_len);
+    }
+    if (rc == -2) gt_errorf(err, err_len, "%s: out of memory", spec);
+    if (rc) {
+        gt_data_free_paths(paths, n);
+        free(first);
+        free_entries(*entries, *n_src);
+        *entries = NULL;
+        return -1;
+    }
+    first[*n_src] = n;
+    *src_first = first;
     *paths_out = paths;
     *n_out = n;
     return 0;
+}
+
+int gt_data_expand(const char *spec, char ***paths_out, int *n_out, char *err, size_t err_len) {
+    spec_entry *e = NULL;
+    int n_src = 0, *first = NULL;
+    if (expand_sources(spec, &e, &n_src, &first, paths_out, n_out, err, err_len) != 0) return -1;
+    free(first);
+    free_entries(e, n_src);
+    return 0;
+}
+
+int gt_data_spec_weighted(const char *spec) {
+    spec_entry *e = NULL;
+    int n = 0;
+    char err[64];
+    if (parse_spec(spec, &e, &n, err, sizeof err) != 0) return 0;
+    int w = n > 0 && e[0].weighted;
+    free_entries(e, n);
+    return w;
 }
 
 /* ------------------------------------------------------------------ reading */
@@ -128,6 +243,9 @@ typedef struct shard {
     int tb;         /* 2 or 4 */
     int llmc;
     int max_tok;    /* cached, -1 = not yet scanned */
+    const unsigned char *mask; /* the loss mask beside it: one byte per token, 0 = not counted; NULL = none */
+    const unsigned char *mask_map;
+    size_t mask_map_len;
 } shard;
 
 struct gt_data {
@@ -140,10 +258,18 @@ struct gt_data {
     int T;
     uint64_t *train_cum;  /* [n+1]: train windows in shards < i */
     uint64_t *val_cum;    /* [n+1]: validation windows in shards < i */
+    /* sources: the spec's entries; source j holds shards src_first[j] .. src_first[j+1]-1 */
+    int n_src;
+    int *src_first;       /* [n_src+1] */
+    char **src_name;      /* [n_src] */
+    double *src_weight;   /* [n_src], normalised to sum 1 when weighted, else 0 */
+    uint64_t *src_thr;    /* [n_src]: source j is drawn when the sample's Weyl value < src_thr[j] */
+    int weighted;
 };
 
 static void unmap_shard(shard *s) {
     if (s->map) munmap((void *)s->map, s->map_len);
+    if (s->mask_map) munmap((void *)s->mask_map, s->mask_map_len);
     free(s->path);
 }
 
@@ -316,22 +442,65 @@ static int open_shard(const char *path, shard *s, char *err, size_t err_len) {
     return 0;
 }
 
+/* A short name for a source: its pattern's file name up to the first '.' or glob character
+ * ("data/web.train.*.bin" -> "web"), made unique by a suffix "_J" (J = the source's number). */
+static char *source_name(const char *pattern, char **earlier, int j) {
+    const char *b = strrchr(pattern, '/');
+    b = b ? b + 1 : pattern;
+    size_t len = strcspn(b, ".*?[");
+    char buf[128];
+    if (len == 0 || len > 64) snprintf(buf, sizeof buf, "source%d", j);
+    else snprintf(buf, sizeof buf, "%.*s", (int)len, b);
+    for (int i = 0; i < j; i++)
+        if (strcmp(earlier[i], buf) == 0) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, sizeof buf - l, "_%d", j);
+            break;
+        }
+    return strdup(buf);
+}
+
 gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
     char **paths = NULL;
-    int n = 0;
-    if (gt_data_expand(spec, &paths, &n, err, err_len) != 0) return NULL;
+    int n = 0, n_src = 0, *first = NULL;
+    spec_entry *e = NULL;
+    if (expand_sources(spec, &e, &n_src, &first, &paths, &n, err, err_len) != 0) return NULL;
     gt_data *d = calloc(1, sizeof *d);
+    int oom = 0;
     if (d) {
         d->spec = strdup(spec);
         d->s = calloc((size_t)n, sizeof *d->s);
         d->base = calloc((size_t)n + 1, sizeof *d->base);
+        d->src_first = first;
+        first = NULL;
+        d->n_src = n_src;
+        d->src_name = calloc((size_t)n_src, sizeof *d->src_name);
+        d->src_weight = calloc((size_t)n_src, sizeof *d->src_weight);
+        d->src_thr = calloc((size_t)n_src, sizeof *d->src_thr);
+        oom = !d->spec || !d->s || !d->base || !d->src_name || !d->src_weight || !d->src_thr;
+        for (int j = 0; j < n_src && !oom; j++) oom = !(d->src_name[j] = source_name(e[j].pattern, d->src_name, j));
     }
-    if (!d || !d->spec || !d->s || !d->base) {
+    if (!d || oom) {
         gt_errorf(err, err_len, "%s: out of memory", spec);
         gt_data_free_paths(paths, n);
+        free(first);
+        free_entries(e, n_src);
         gt_data_close(d);
         return NULL;
     }
+    d->weighted = n_src > 0 && e[0].weighted;
+    if (d->weighted) {
+        double sum = 0, cum = 0;
+        for (int j = 0; j < n_src; j++) sum += e[j].weight;
+        for (int j = 0; j < n_src; j++) {
+            d->src_weight[j] = e[j].weight / sum;
+            cum += d->src_weight[j];
+            /* cum * 2^64, the last source takes everything above the one before */
+            double t = cum * 18446744073709551616.0;
+            d->src_thr[j] = j == n_src - 1 || t >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)t;
+        }
+    }
+    free_entries(e, n_src);
     for (int i = 0; i < n; i++) {
         if (open_shard(paths[i], &d->s[i], err, err_len) != 0) {
             gt_data_free_paths(paths, n);
@@ -346,10 +515,87 @@ gt_data *gt_data_open(const char *spec, char *err, size_t err_len) {
     return d;
 }
 
+/* ------------------------------------------------------------------ loss masks */
+
+void gt_data_mask_path(const char *path, char *out, size_t len) {
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".bin") == 0) snprintf(out, len, "%.*s.mask", (int)(n - 4), path);
+    else snprintf(out, len, "%s.mask", path);
+}
+
+/* Maps the mask beside shard s: 1 mapped, 0 there is none, -1 + message (a bad mask file). */
+static int open_mask(shard *s, char *err, size_t err_len) {
+    char mp[PATH_MAX + 8];
+    gt_data_mask_path(s->path, mp, sizeof mp);
+    if (access(mp, F_OK) != 0) return 0;
+    const unsigned char *m;
+    uint64_t fsize;
+    if (map_file(mp, &m, &fsize, err, err_len) != 0) return -1;
+    const char *why = NULL;
+    char buf[300];
+    if (fsize < GT_DATA_HEADER_BYTES || memcmp(m, GT_MASK_MAGIC, 8) != 0)
+        why = "bad magic (a loss mask starts with \"GTRNMSK\\0\", made by tools/prep_tokenized.py)";
+    else if (rd32(m + 8) != GT_DATA_VERSION || rd32(m + 12) != 1 || rd32(m + 28) != 0)
+        why = "unsupported mask header (version 1, 1 byte per token, reserved 0)";
+    else if (rd64(m + 16) != s->count) {
+        snprintf(buf, sizeof buf, "the mask has %llu entries but %s has %llu tokens",
+                 (unsigned long long)rd64(m + 16), s->path, (unsigned long long)s->count);
+        why = buf;
+    } else if (fsize != GT_DATA_HEADER_BYTES + s->count) {
+        snprintf(buf, sizeof buf, "size mismatch: %llu bytes, expected %llu (truncated or corrupt?)",
+                 (unsigned long long)fsize, (unsigned long long)(GT_DATA_HEADER_BYTES + s->count));
+        why = buf;
+    }
+    if (why) {
+        gt_errorf(err, err_len, "%s: %s", mp, why);
+        munmap((void *)m, (size_t)fsize);
+        return -1;
+    }
+    s->mask_map = m;
+    s->mask_map_len = (size_t)fsize;
+    s->mask = m + GT_DATA_HEADER_BYTES;
+    return 1;
+}
+
+int gt_data_load_masks(gt_data *d, int mode, const char *where, char *err, size_t err_len) {
+    if (mode == GT_DATA_MASK_OFF) return 0;
+    for (int i = 0; i < d->n; i++) {
+        char why[PATH_MAX + 300];
+        int rc = open_mask(&d->s[i], why, sizeof why);
+        if (rc < 0) {
+            gt_errorf(err, err_len, "%s", why);
+            return -1;
+        }
+        if (rc == 0 && mode == GT_DATA_MASK_ON) {
+            char mp[PATH_MAX + 8];
+            gt_data_mask_path(d->s[i].path, mp, sizeof mp);
+            gt_errorf(err, err_len, "%s: %s has no loss mask %s (expected one beside every file, made by "
+                      "tools/prep_tokenized.py; or data.loss_mask = auto)", where, d->s[i].path, mp);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int gt_data_has_masks(const gt_data *d) {
+    for (int i = 0; i < d->n; i++)
+        if (d->s[i].mask) return 1;
+    return 0;
+}
+
+int gt_data_n_sources(const gt_data *d) { return d->n_src; }
+const char *gt_data_source_name(const gt_data *d, int j) { return d->src_name[j]; }
+int gt_data_weighted(const gt_data *d) { return d->weighted; }
+double gt_data_source_weight(const gt_data *d, int j) { return d->src_weight[j]; }
+
+uint64_t gt_data_source_tokens(const gt_data *d, int j) {
+    return d->base[d->src_first[j + 1]] - d->base[d->src_first[j]];
+}
+
 int gt_data_check_readable(const char *spec, const char *where, char *err, size_t err_len) {
     static const char expected[] =
         "expected token files made by gtrain-prep or tools/prep_tokenized.py, or llm.c shards: "
-        "paths separated by commas, or a glob";
+        "paths separated by commas, or a glob, each optionally with a weight, PATTERN:WEIGHT";
     char **paths = NULL, why_buf[PATH_MAX + 256];
     int n = 0;
     if (gt_data_expand(spec, &paths, &n, why_buf, sizeof why_buf) != 0) {
@@ -382,6 +628,11 @@ void gt_data_close(gt_data *d) {
     free(d->base);
     free(d->train_cum);
     free(d->val_cum);
+    for (int j = 0; j < d->n_src && d->src_name; j++) free(d->src_name[j]);
+    free(d->src_name);
+    free(d->src_first);
+    free(d->src_weight);
+    free(d->src_thr);
     free(d->spec);
     free(d);
 }
@@ -501,6 +752,15 @@ int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len) {
         return -1;
     }
     ensure_tables(d, T);
+    if (d->weighted)
+        for (int j = 0; j < d->n_src; j++) {
+            int a = d->src_first[j], b = d->src_first[j + 1];
+            if (d->train_cum[b] > d->train_cum[a]) continue;
+            gt_errorf(err, err_len, "%s: source '%s' (weight %g) has no file with seq_len+1 = %llu tokens, "
+                      "so none of its windows can be drawn", d->spec, d->src_name[j], d->src_weight[j],
+                      (unsigned long long)T + 1);
+            return -1;
+        }
     if (d->train_cum[d->n] > 0) return 0;
     int big = 0;
     for (int i = 1; i < d->n; i++) big = d->s[i].count > d->s[big].count ? i : big;
@@ -549,11 +809,33 @@ static uint64_t mix64(uint64_t z) { /* splitmix64 finaliser */
     return z ^ (z >> 31);
 }
 
-/* Training window k (of train_cum[n]) -> shard index and local start. */
+/* The Weyl value of sample s: w(s) = mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15 (mod 2^64). Its
+ * mix64 picks the window; with weights, w(s) / 2^64 itself (a golden-ratio sequence, spread evenly
+ * over [0, 1) in every run of consecutive samples) picks the source. */
+static uint64_t weyl(uint64_t seed, uint64_t s) { return mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15ULL; }
+
+static int source_of(const gt_data *d, uint64_t w) {
+    int j = 0;
+    while (j < d->n_src - 1 && w >= d->src_thr[j]) j++;
+    return j;
+}
+
+int gt_data_sample_source(const gt_data *d, uint64_t seed, uint64_t s) {
+    return d->weighted ? source_of(d, weyl(seed, s)) : -1;
+}
+
+/* Training window -> shard index and local start. Unweighted: window k of all train_cum[n]; weighted:
+ * window k of the chosen source's windows. */
 static int train_window(const gt_data *d, uint64_t seed, uint64_t s, int T, uint64_t *local) {
     ensure_tables(d, T);
-    uint64_t h = mix64(mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15ULL);
-    uint64_t k = h % d->train_cum[d->n]; /* >= 1 window after check_seq */
+    uint64_t w = weyl(seed, s), h = mix64(w), k;
+    if (d->weighted) {
+        int j = source_of(d, w);
+        uint64_t lo = d->train_cum[d->src_first[j]], hi = d->train_cum[d->src_first[j + 1]];
+        k = lo + h % (hi - lo); /* >= 1 window per source after check_seq */
+    } else {
+        k = h % d->train_cum[d->n]; /* >= 1 window after check_seq */
+    }
     int i = locate(d->train_cum, d->n, k);
     *local = k - d->train_cum[i];
     return i;
@@ -582,6 +864,26 @@ static void copy_window(const shard *s, uint64_t start, int T, int32_t *in, int3
             tg[t] = shard_token(s, start + (uint64_t)t + 1);
         }
     }
+    if (s->mask) /* a target the mask does not count is ignored by the loss (< 0) */
+        for (int t = 0; t < T; t++)
+            if (!s->mask[start + (uint64_t)t + 1]) tg[t] = -1;
+}
+
+static uint64_t window_counted(const shard *s, uint64_t start, int T) {
+    if (!s->mask) return (uint64_t)T;
+    uint64_t c = 0;
+    for (int t = 0; t < T; t++) c += s->mask[start + (uint64_t)t + 1] != 0;
+    return c;
+}
+
+uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_sample, uint64_t n, int T) {
+    uint64_t c = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t local;
+        int k = train_window(d, seed, first_sample + i, T, &local);
+        c += window_counted(&d->s[k], local, T);
+    }
+    return c;
 }
 
 void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample, int n_seq, int T,
@@ -593,22 +895,52 @@ void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample,
     }
 }
 
-uint64_t gt_data_val_windows(const gt_data *d, int T) {
+uint64_t gt_data_val_windows_source(const gt_data *d, int src, int T) {
     if (T < 1) return 0;
     ensure_tables(d, T);
-    return d->val_cum[d->n];
+    if (src < 0) return d->val_cum[d->n];
+    return d->val_cum[d->src_first[src + 1]] - d->val_cum[d->src_first[src]];
 }
 
-void gt_data_val_batch(const gt_data *d, int batch, int n_seq, int T, int32_t *inputs,
-                       int32_t *targets) {
-    uint64_t nw = gt_data_val_windows(d, T);
+uint64_t gt_data_val_windows(const gt_data *d, int T) { return gt_data_val_windows_source(d, -1, T); }
+
+void gt_data_val_batch_source(const gt_data *d, int src, int batch, int n_seq, int T, int32_t *inputs,
+                              int32_t *targets) {
+    uint64_t nw = gt_data_val_windows_source(d, src, T);
     if (nw == 0) return; /* check_seq would have failed */
+    uint64_t lo = src < 0 ? 0 : d->val_cum[d->src_first[src]];
     for (int i = 0; i < n_seq; i++) {
-        uint64_t w = ((uint64_t)(batch < 0 ? 0 : batch) * (uint64_t)n_seq + (uint64_t)i) % nw;
+        uint64_t w = lo + ((uint64_t)(batch < 0 ? 0 : batch) * (uint64_t)n_seq + (uint64_t)i) % nw;
         int k = locate(d->val_cum, d->n, w);
         copy_window(&d->s[k], (w - d->val_cum[k]) * (uint64_t)T, T, inputs + (size_t)i * T,
                     targets + (size_t)i * T);
     }
+}
+
+void gt_data_val_batch(const gt_data *d, int batch, int n_seq, int T, int32_t *inputs,
+                       int32_t *targets) {
+    gt_data_val_batch_source(d, -1, batch, n_seq, T, inputs, targets);
+}
+
+void gt_data_describe_mix(const gt_data *d, uint64_t seed, uint64_t first, uint64_t n, char *out, size_t len) {
+    size_t o = 0;
+    out[0] = 0;
+    if (!d->weighted) return;
+    uint64_t *cnt = calloc((size_t)d->n_src, sizeof *cnt);
+    if (!cnt) return;
+    for (uint64_t s = first; s < first + n; s++) cnt[source_of(d, weyl(seed, s))]++;
+    char num[40];
+    thousands(n, num, sizeof num);
+    o += (size_t)snprintf(out + o, len - o, "blend of %d sources, realised mix over samples %llu..%llu (%s): ",
+                          d->n_src, (unsigned long long)first, (unsigned long long)(first + n - 1), num);
+    for (int j = 0; j < d->n_src && o < len; j++) {
+        char tk[40];
+        thousands(gt_data_source_tokens(d, j), tk, sizeof tk);
+        o += (size_t)snprintf(out + o, len - o, "%s%s %.2f%% (weight %.2f%%, %d file%s, %s tokens)", j ? ", " : "",
+                              d->src_name[j], n ? 100.0 * (double)cnt[j] / (double)n : 0.0, 100.0 * d->src_weight[j],
+                              d->src_first[j + 1] - d->src_first[j], d->src_first[j + 1] - d->src_first[j] == 1 ? "" : "s", tk);
+    }
+    free(cnt);
 }
 
 /* ------------------------------------------------------------------ writing */

@@ -3,6 +3,15 @@
  * A data set is one or more shard files, named by a SPEC: paths separated by commas, each a plain
  * path or a glob pattern (*, ?, [...]) expanded in sorted order ("data/web.train.*.bin",
  * "a.bin,b.bin"). A pattern that matches nothing is an error. docs/data-format.md has the long form.
+ * Each entry is a SOURCE; an entry may end in ":WEIGHT" (a positive number): "web.*.bin:0.7, code.bin:0.3".
+ * Either every source has a weight or none. Without weights every window of every file is equally
+ * likely (the rule below); with weights sample s first picks source j with probability
+ * weight_j / sum(weights) and then a window of that source uniformly:
+ *     w(s) = mix64(seed) + (s + 1) * 0x9E3779B97F4A7C15 (mod 2^64)
+ *     source = the first j with w(s) < floor(2^64 * (weight_0 + ... + weight_j) / sum) (the last if none)
+ *     window = (the source's first window) + mix64(w(s)) mod (the source's window count)
+ * w(s) / 2^64 is a golden-ratio (Weyl) sequence, so any run of consecutive samples holds each source
+ * in its share up to a few samples. Still a pure function of (seed, s).
  *
  * Two shard formats, told apart by their first bytes:
  *
@@ -57,6 +66,7 @@
 #define GT_DATA_MAGIC "GTRNTOK" /* + the terminating NUL: 8 bytes */
 #define GT_DATA_VERSION 1u
 #define GT_DATA_HEADER_BYTES 32
+#define GT_MASK_MAGIC "GTRNMSK" /* + NUL: a loss mask file */
 #define GT_LLMC_MAGIC 20240520u        /* llm.c, u16 tokens, version 1 */
 #define GT_LLMC_MAGIC_U32 20240801u    /* llm.c's LLaMA-3 data, u32 tokens, version 7 */
 #define GT_LLMC_HEADER_BYTES 1024      /* 256 int32 */
@@ -108,6 +118,35 @@ int gt_data_check_seq(const gt_data *d, int T, char *err, size_t err_len);
  * for several (the first few names). */
 void gt_data_describe(const gt_data *d, char *out, size_t len);
 
+/* Loss masks. A shard PATH.bin (or PATH) may have a mask beside it, PATH.mask (or PATH.mask): the
+ * gtrain header with magic "GTRNMSK\0", version 1, token_bytes 1, token_count = the shard's,
+ * vocab_size 0, reserved 0, then one byte per token: 0 = the token is not a target of the loss
+ * (a prompt), anything else = it is. With masks loaded, a target the mask does not count is -1 in the
+ * batches (the loss ignores targets < 0). mode: GT_DATA_MASK_OFF (no masks), _AUTO (those that are
+ * there), _ON (every file must have one; else -1 and a message starting with `where`). 0, or -1 + a
+ * message naming the bad or missing mask file. */
+enum { GT_DATA_MASK_AUTO = 0, GT_DATA_MASK_ON = 1, GT_DATA_MASK_OFF = 2 };
+void gt_data_mask_path(const char *path, char *out, size_t len);
+int gt_data_load_masks(gt_data *d, int mode, const char *where, char *err, size_t err_len);
+int gt_data_has_masks(const gt_data *d);
+/* Targets counted by the loss in training samples first .. first+n-1 (n * T without masks). */
+uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_sample, uint64_t n, int T);
+
+/* Sources (the spec's entries, in order), their names (the file name up to its first '.', made
+ * unique: "data/web.*.bin" -> "web"), weights (normalised; 0 when unweighted) and token counts. */
+int gt_data_n_sources(const gt_data *d);
+const char *gt_data_source_name(const gt_data *d, int j);
+int gt_data_weighted(const gt_data *d);
+double gt_data_source_weight(const gt_data *d, int j);
+uint64_t gt_data_source_tokens(const gt_data *d, int j);
+/* 1 if SPEC's sources carry weights (0 for an unweighted or a bad spec). */
+int gt_data_spec_weighted(const char *spec);
+/* The source training sample s is drawn from (weighted sets; -1 when unweighted). */
+int gt_data_sample_source(const gt_data *d, uint64_t seed, uint64_t s);
+/* One line: each source's share of samples first .. first+n-1 next to its weight (empty when
+ * unweighted). */
+void gt_data_describe_mix(const gt_data *d, uint64_t seed, uint64_t first, uint64_t n, char *out, size_t len);
+
 /* Global start position of training sample s (see the formula above). */
 uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T);
 
@@ -123,6 +162,11 @@ uint64_t gt_data_val_windows(const gt_data *d, int T);
  * wrapping modulo gt_data_val_windows). */
 void gt_data_val_batch(const gt_data *d, int batch, int n_seq, int T, int32_t *inputs,
                        int32_t *targets);
+
+/* The same for source src alone (src = -1: all sources, as above): its windows, numbered from 0. */
+uint64_t gt_data_val_windows_source(const gt_data *d, int src, int T);
+void gt_data_val_batch_source(const gt_data *d, int src, int batch, int n_seq, int T, int32_t *inputs,
+                              int32_t *targets);
 
 /* Writer: streams tokens into PATH.tmp.<pid>, and on finish writes the header, fsyncs and renames it
  * to PATH (then fsyncs the directory), so PATH is either absent/old or complete. */

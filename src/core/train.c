@@ -149,25 +149,30 @@ static void write_json_number(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-static double evaluate(gt_model *model, gt_data *val, const gt_config *cfg, gt_comm *comm, int lockstep) {
+/* The validation loss over data.val_batches batches of source src (-1: all sources together). */
+static double evaluate(gt_model *model, gt_data *val, int src, const gt_config *cfg, gt_comm *comm, int lockstep) {
     int B = cfg->train.micro_batch, T = cfg->train.seq_len;
     int rank = gt_comm_rank(comm), world = gt_comm_size(comm);
     int32_t *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
     if (!in || !tg) abort();
-    double sum = 0.0;
+    double sum = 0.0, counted = 0.0;
     /* Every rank runs the same number of forwards: under ZeRO-3 each one gathers units collectively,
      * so a rank without a batch of its own left runs batch 0 again and drops the result. */
     int rounds = (cfg->data.val_batches + world - 1) / world;
     for (int i = 0; i < rounds; i++) {
         int b = i * world + rank, mine = b < cfg->data.val_batches;
         if (!mine && !lockstep) break;
-        gt_data_val_batch(val, mine ? b : 0, B, T, in, tg);
+        gt_data_val_batch_source(val, src, mine ? b : 0, B, T, in, tg);
         double l = gt_model_eval(model, in, tg, B, T, NULL);
         if (mine) sum += l;
+        if (mine && gt_data_has_masks(val))
+            for (int t = 0; t < B * T; t++) counted += tg[t] >= 0;
     }
     free(in);
     free(tg);
     sum = gt_comm_all_reduce_scalar_sum(comm, sum);
+    if (gt_data_has_masks(val)) /* the mean over the targets the masks count */
+        return sum / gt_comm_all_reduce_scalar_sum(comm, counted);
     return sum / ((double)cfg->data.val_batches * B * T);
 }
 
@@ -286,7 +291,8 @@ typedef struct run {
     gt_run_state state;        /* resume, saves, signals (runstate.h) */
     size_t n_padded;           /* the flat parameter and gradient length */
     uint64_t G;                /* global batch in sequences */
-    float dloss;               /* every token's loss gradient: 1 / (G * T) */
+    float dloss;               /* every counted token's loss gradient: 1 / (G * T), with loss masks
+                                  1 / (the step's counted targets, all micro-batches of all ranks) */
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double peak_flops;         /* the MFU's peak per rank (mfu.h); 0 = no MFU */
     gt_time_estimate predicted_time; /* the time model's step (planner.h gt_plan_time), from the calibration */
@@ -381,7 +387,10 @@ static int open_data(run *r) {
     gt_data **sets[2] = {&r->train_data, &r->val_data};
     for (int i = 0; i < 2 && !bad && paths[i][0]; i++) {
         gt_data *d = *sets[i] = gt_data_open(paths[i], err, sizeof err);
-        if (!d || gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
+        char where[GT_PATH_MAX * 2 + 64];
+        gt_config_where(cfg, "data", "loss_mask", where, sizeof where);
+        if (!d || gt_data_load_masks(d, (int)cfg->data.loss_mask, where, err, sizeof err) != 0 ||
+            gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
             gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
             bad = 1;
     }
@@ -446,6 +455,18 @@ static void print_banner(const run *r) {
     char files[1024];
     gt_data_describe(r->train_data, files, sizeof files);
     printf("gtrain: train data %s\n", files);
+    if (gt_data_has_masks(r->train_data))
+        printf("gtrain: train data has loss masks (data.loss_mask = %s): the loss is the mean over the tokens "
+               "they count\n", gt_loss_mask_name(cfg->data.loss_mask));
+    if (gt_data_weighted(r->train_data)) {
+        /* the mix the run's own samples realise (at most the first million of them) */
+        uint64_t first = r->state.first_sample;
+        int left = cfg->train.steps - r->state.first_step + 1;
+        uint64_t n = left > 0 ? (uint64_t)left * r->G : 0;
+        char mix[2048];
+        gt_data_describe_mix(r->train_data, cfg->train.seed, first, n < 1000000 ? (n ? n : 1) : 1000000, mix, sizeof mix);
+        printf("gtrain: train data %s\n", mix);
+    }
     if (r->val_data) gt_data_describe(r->val_data, files, sizeof files);
     printf("gtrain: validation data %s\n", r->val_data ? files : "none (data.val is empty)");
     gt_config defaults; /* the built-in corpus: data/fortunes.{train,val}.bin */
@@ -655,10 +676,17 @@ static int train_step(run *r, int step, step_result *res) {
     else r->ops->zero(gt_model_grads(r->model), r->n_padded * sizeof(float));
     uint64_t gathers0 = r->zero.gathers;
     int bad_micro;
+    double tokens = (double)r->G * cfg->train.seq_len, counted = tokens;
+    if (gt_data_has_masks(r->train_data)) {
+        /* the mean over the counted targets of the whole global batch: every rank counts all G samples
+         * itself (the sampler is a pure function), so no rank waits for another's count */
+        uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G;
+        counted = (double)gt_data_train_counted(r->train_data, cfg->train.seed, first, r->G, cfg->train.seq_len);
+        r->dloss = counted > 0 ? (float)(1.0 / counted) : 0.0f; /* none counted: the loss is 0/0, not finite */
+    }
     double loss_sum = run_micro_batches(r, step, &res->recomputed, &bad_micro);
-    double tokens = (double)r->G * cfg->train.seq_len;
     gt_comm_stats loss_comm;
-    res->loss = global_loss(r, loss_sum, tokens, &loss_comm);
+    res->loss = global_loss(r, loss_sum, counted, &loss_comm);
     reduce_update_publish(r, step, bad_micro, res);
     if (res->outcome == GT_STEP_SKIPPED_SPIKE ||
         (res->outcome == GT_STEP_SKIPPED_NONFINITE && cfg->train.nonfinite != GT_NONFINITE_STOP))
@@ -758,22 +786,48 @@ static int validate(run *r, int step) {
     const gt_config *cfg = r->cfg;
     if (!r->val_data || cfg->data.val_every <= 0 || (step % cfg->data.val_every != 0 && step != cfg->train.steps))
         return 0;
-    double val_loss = evaluate(r->model, r->val_data, cfg, r->comm, r->choice.stage == 3);
+    double val_loss = evaluate(r->model, r->val_data, -1, cfg, r->comm, r->choice.stage == 3);
+    /* several validation sources: each one's loss too (a source with no window has none) */
+    enum { MAX_SRC = 64 };
+    int n_src = gt_data_n_sources(r->val_data);
+    n_src = n_src > 1 ? (n_src < MAX_SRC ? n_src : MAX_SRC) : 0;
+    double per[MAX_SRC];
+    for (int j = 0; j < n_src; j++)
+        per[j] = gt_data_val_windows_source(r->val_data, j, cfg->train.seq_len)
+                     ? evaluate(r->model, r->val_data, j, cfg, r->comm, r->choice.stage == 3) : NAN;
     char fault[3000];
     int rc = device_faults(r->ops, r->mpi, cfg->data.val, fault, sizeof fault);
     if (rc) return rc;
     if (r->rank == 0) {
         if (r->progress.partial) printf("\r\033[K");
         r->progress.partial = 0;
-        printf("step %d | val_loss %.4f\n", step, val_loss);
+        printf("step %d | val_loss %.4f", step, val_loss);
+        for (int j = 0; j < n_src; j++)
+            if (!isnan(per[j])) printf(" | %s %.4f", gt_data_source_name(r->val_data, j), per[j]);
+        printf("\n");
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"step\":%d,\"val_loss\":%.9g}\n", step, val_loss);
+        /* one line; a loss that is not finite (no target counted, with masks) is null */
+        fprintf(r->metrics, "{\"step\":%d", step);
+        for (int j = -1; j < n_src; j++) {
+            double v = j < 0 ? val_loss : per[j];
+            if (j >= 0 && isnan(v)) continue; /* a source without a window */
+            if (j < 0) fprintf(r->metrics, ",\"val_loss\":");
+            else fprintf(r->metrics, ",\"val_loss.%s\":", gt_data_source_name(r->val_data, j));
+            if (isfinite(v)) fprintf(r->metrics, "%.9g", v);
+            else fprintf(r->metrics, "null");
+        }
+        fprintf(r->metrics, "}\n");
         fflush(r->metrics);
     }
     if (r->tb) {
         gt_tb_scalar(r->tb, step, "val/loss", val_loss);
+        for (int j = 0; j < n_src; j++) {
+            char tag[128];
+            snprintf(tag, sizeof tag, "val/loss.%s", gt_data_source_name(r->val_data, j));
+            if (!isnan(per[j])) gt_tb_scalar(r->tb, step, tag, per[j]);
+        }
         gt_tb_flush(r->tb);
     }
     return 0;

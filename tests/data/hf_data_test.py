@@ -22,6 +22,17 @@ llmc_shard_is_trained_on
 shards_same_samples_any_world_size
     a corpus prepared into several shards: 1 rank x grad_accum 2 and 2 ranks x 1 train on the same
     samples: the losses of every step agree within 1e-5 relative.
+blend_same_samples_any_world_size
+    data.train = "web.*.bin:0.6, code.bin:0.4": the realised mix is printed, 1 rank x grad_accum 2 and
+    2 ranks x 1 give the same losses, and with two validation sources each one's val_loss.NAME equals
+    the val_loss of a run validating on that source alone; resumed from its step-2 state file, a run
+    draws what it drew uninterrupted.
+chat_loss_mask_matches_transformers
+    a small checkpoint and tokenizer with a chat template (saved by transformers); chat JSONL (messages
+    lists and prompt/response records) -> shards + masks with --format chat; the counted tokens of a
+    conversation are its assistant turns; gtrain's step-1 loss and gradient norm equal transformers'
+    with labels -100 on the masked tokens over the whole global batch, and 4 steps agree at world sizes
+    1, 2 and 4 and micro-batch splits 8x1, 2x4, 4x1, 1x4, 2x1, 1x2; bad records exit 2 naming file and line.
 bad_shards_and_globs_exit_2
     gtrain exits 2 with one line naming the file for a bad magic, a truncated llm.c shard, a glob
     matching nothing, and a shard made for a larger vocabulary than the model's.
@@ -264,6 +275,207 @@ def shards_same_samples_any_world_size(args):
     print("world size: %d shards; losses at 1 and 2 ranks agree: %s" % (len(shards), ["%.6f" % x for x in a]))
 
 
+def blend_same_samples_any_world_size(args):
+    """A weighted blend: the realised mix is printed, 1 and 2 ranks train on the same samples, and each
+    validation source's loss (val_loss.NAME) equals the validation loss of a run validating on that
+    source alone."""
+    text = b"".join(open(f, "rb").read() for f in corpus_files()[:4])
+    write_llmc("web.000.bin", list(text[:30000]))
+    write_llmc("web.001.bin", list(text[30000:50000]))
+    write_llmc("code.bin", [(b + 7) % 256 for b in text[50000:56000]])
+    os.makedirs("val", exist_ok=True)
+    write_llmc("val/web.bin", list(text[60000:66000]))
+    write_llmc("val/code.bin", [(b + 7) % 256 for b in text[66000:72000]])
+    blend = "web.*.bin:0.6, code.bin:0.4"
+    runs = {}
+    for name, world, accum, val in (("w1", 1, 2, "val/web.bin, val/code.bin"), ("w2", 2, 1, "val/web.bin, val/code.bin"),
+                                    ("web", 1, 2, "val/web.bin"), ("code", 1, 2, "val/code.bin")):
+        tiny_ini(name + ".ini", 256, blend, val, 4)
+        cmd = [args.mpiexec, args.np_flag, str(world)] + args.mpi_flags.split() + [
+            args.gtrain, name + ".ini", "train.grad_accum=%d" % accum, "log.metrics=%s.jsonl" % name]
+        _, out, _ = run(cmd, env={"OMPI_MCA_rmaps_base_oversubscribe": "1"})
+        runs[name] = [json.loads(l) for l in open(name + ".jsonl")]
+        if name == "w1":
+            check("train data blend of 2 sources, realised mix over samples 0..31 (32): web " in out and
+                  "(weight 60.00%, 2 files, 50,000 tokens), code " in out, "no realised mix line:\n" + out)
+            print([l for l in out.splitlines() if "blend" in l][0])
+    loss = {k: [r["loss"] for r in v if "loss" in r] for k, v in runs.items()}
+    check(len(loss["w1"]) == 4 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(loss["w1"], loss["w2"])),
+          "losses at 1 and 2 ranks differ: %s %s" % (loss["w1"], loss["w2"]))
+    v1 = [r for r in runs["w1"] if "val_loss" in r][-1]
+    v2 = [r for r in runs["w2"] if "val_loss" in r][-1]
+    check("val_loss.web" in v1 and "val_loss.code" in v1, "no per-source validation losses: %s" % v1)
+    for src in ("web", "code"):
+        alone = [r for r in runs[src] if "val_loss" in r][-1]
+        check("val_loss.%s" % src not in alone, "one validation source has a per-source loss: %s" % alone)
+        for v in (v1, v2):
+            check(abs(v["val_loss." + src] - alone["val_loss"]) <= 1e-5 * alone["val_loss"],
+                  "val_loss.%s %.9g != the run validating on %s alone, %.9g" % (src, v["val_loss." + src], src,
+                                                                                 alone["val_loss"]))
+    check(abs(v1["val_loss"] - v1["val_loss.code"]) > 1e-3, "web and code validation losses should differ: %s" % v1)
+    # a resume that changes nothing: the run of 4 steps again from its own step-2 state file draws what
+    # the uninterrupted run drew (the cursor is the only state)
+    tiny_ini("res.ini", 256, blend, "", 4, "[checkpoint]\ndir = ck_res\nevery = 2\n")
+    run([args.gtrain, "res.ini", "train.grad_accum=2", "log.metrics=res.jsonl"])
+    _, out, _ = run([args.gtrain, "res.ini", "train.grad_accum=2", "checkpoint.dir=ck_res2",
+                     "checkpoint.resume=ck_res/step_00000002.h5", "log.metrics=res2.jsonl"])
+    check("realised mix over samples 16..31 (16)" in out, "the resumed run's mix line:\n" + out)
+    res = [r["loss"] for r in (json.loads(l) for l in open("res.jsonl")) if "loss" in r]
+    res2 = [r["loss"] for r in (json.loads(l) for l in open("res2.jsonl")) if "loss" in r]
+    check(len(res2) == 2 and res2 == res[2:] and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(res, loss["w1"])),
+          "resumed losses %s differ from the uninterrupted run's %s (%s)" % (res2, res, loss["w1"]))
+    print("blend: losses at 1 and 2 ranks agree %s; %s" % (["%.6f" % x for x in loss["w1"]], v1))
+
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                 "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+                 "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
+
+def chat_loss_mask_matches_transformers(args):
+    """Chat JSONL -> shards + masks with the checkpoint's own chat template; gtrain's loss at step 1 equals
+    transformers' with labels -100 on the masked tokens over the whole global batch, and the losses of
+    4 steps agree at world sizes 1, 2 and 4 and several micro-batch splits."""
+    import numpy as np
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    files = corpus_files()[:4]
+    special = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train(files, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False,
+                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    os.makedirs("ckpt", exist_ok=True)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
+                                                eos_token="<|eot_id|>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained("ckpt")
+    vocab = tok.get_vocab_size()
+    torch.manual_seed(5)
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, vocab_size=vocab, max_position_embeddings=64,
+                                   rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                                   attention_dropout=0.0, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(cfg).float()
+    model.save_pretrained("ckpt")
+    # conversations: prompt/response records and multi-turn messages
+    docs = documents(files, "%")[:400]
+    with open("chat.jsonl", "w") as f:
+        for i in range(0, len(docs) - 3, 3):
+            if i % 2:
+                f.write(json.dumps({"prompt": docs[i][:200], "response": docs[i + 1][:200]}) + "\n")
+            else:
+                f.write(json.dumps({"messages": [{"role": "system", "content": "be brief"},
+                                                 {"role": "user", "content": docs[i][:120]},
+                                                 {"role": "assistant", "content": docs[i + 1][:120]},
+                                                 {"role": "user", "content": "and?"},
+                                                 {"role": "assistant", "content": docs[i + 2][:120]}]}) + "\n")
+    run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "chat", "--format", "chat",
+         "--val-fraction", "0.1", "--workers", "2", "--shard-tokens", "6000", "chat.jsonl"])
+    for bad, msg in (('{"messages": [{"role": "user", "content": "hi"}]}', "bad.jsonl:2: no assistant message"),
+                     ('{"text": "hi"}', "bad.jsonl:2: neither a \"messages\" list nor"),
+                     ('{"messages": [{"role": "user"}]}', "bad.jsonl:2: a message that is not")):
+        open("bad.jsonl", "w").write('{"prompt": "a", "response": "b"}\n' + bad + "\n")
+        _, _, err = run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "bad",
+                         "--format", "chat", "--val-fraction", "0", "bad.jsonl"], expect_rc=2)
+        check(msg in err and not glob.glob("bad.train*"), "bad record: stderr lacks %r:\n%s" % (msg, err))
+    shards = sorted(glob.glob("chat.train.*.bin"))
+    check(len(shards) >= 2 and all(os.path.exists(p[:-4] + ".mask") for p in shards), "no masks beside %s" % shards)
+    ids = np.concatenate([np.array(read_shard(p)[0]) for p in shards])
+    mask = np.concatenate([np.frombuffer(open(p[:-4] + ".mask", "rb").read()[32:], dtype=np.uint8) for p in shards])
+    check(len(ids) == len(mask) and 0 < mask.sum() < len(mask), "mask: %d of %d" % (mask.sum(), len(mask)))
+    # the rendering is transformers' own, and exactly the assistant turns are counted
+    recs = [json.loads(l) for l in open("chat.jsonl")]
+    hf_tok = transformers.AutoTokenizer.from_pretrained("ckpt")
+    one = hf_tok.apply_chat_template(recs[0]["messages"], tokenize=False)
+    first_doc = hf_tok(one, add_special_tokens=False)["input_ids"]
+    val_first = not np.array_equal(ids[:len(first_doc)], first_doc)  # the first record may be in validation
+    if not val_first:
+        counted = hf_tok.decode([t for t, m in zip(first_doc, mask[:len(first_doc)]) if m])
+        want = "".join(m["content"].strip() + "<|eot_id|>" for m in recs[0]["messages"] if m["role"] == "assistant")
+        check(counted == want, "counted tokens of the first conversation: %r, expected %r" % (counted, want))
+    # gtrain: step 1's loss (before any update) against transformers on the same global batch
+    T, G = 32, 8
+    ini = """[model]
+dim = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+vocab_size = %d
+ffn_dim = 96
+max_seq_len = 64
+norm_eps = 1e-5
+rope_theta = 10000
+tie_word_embeddings = false
+init = ckpt
+[train]
+seq_len = %d
+steps = 4
+lr = 3e-3
+warmup_steps = 1
+seed = 1337
+precision = fp32
+device = cpu
+[data]
+train = chat.train.*.bin
+val = chat.val.*.bin
+val_every = 4
+val_batches = 8
+loss_mask = on
+""" % (vocab, T)
+    open("chat.ini", "w").write(ini)
+    losses = {}
+    for world, B, A in ((1, 8, 1), (1, 2, 4), (2, 4, 1), (2, 1, 4), (4, 2, 1), (4, 1, 2)):
+        name = "w%d_b%d_a%d" % (world, B, A)
+        cmd = [args.mpiexec, args.np_flag, str(world)] + args.mpi_flags.split() + [
+            args.gtrain, "chat.ini", "train.micro_batch=%d" % B, "train.grad_accum=%d" % A, "log.metrics=%s.jsonl" % name]
+        run(cmd, env={"OMPI_MCA_rmaps_base_oversubscribe": "1"})
+        losses[name] = [json.loads(l) for l in open(name + ".jsonl")]
+    # the samples of step 1: gtrain's sampler (one unweighted pool: docs/data-format.md)
+    counts = [len(read_shard(p)[0]) for p in shards]
+    nwin = [max(0, c - T) for c in counts]
+    starts, cum = [], np.cumsum([0] + counts)
+    for sidx in range(G):
+        k = mix64((mix64(1337) + (sidx + 1) * 0x9E3779B97F4A7C15) & MASK64) % sum(nwin)  # train.seed 1337
+        i = 0
+        while k >= nwin[i]:
+            k -= nwin[i]
+            i += 1
+        starts.append(cum[i] + k)
+    inp = torch.tensor(np.stack([ids[s:s + T + 1] for s in starts]).astype(np.int64))
+    labels = inp.clone()
+    labels[torch.tensor(np.stack([mask[s:s + T + 1] for s in starts]) == 0)] = -100
+    labels[:, 0] = -100  # position 0 is never a target
+    out = model(input_ids=inp, labels=labels)
+    out.loss.backward()
+    ref = float(out.loss)
+    ref_norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters())))
+    base = losses["w1_b8_a1"]
+    g1 = [r["loss"] for r in base if "loss" in r]
+    check(abs(g1[0] - ref) <= 1e-5 * abs(ref), "step 1: gtrain %.9g, transformers (labels -100 on the masked "
+          "tokens) %.9g" % (g1[0], ref))
+    # the gradient too: step 1's norm before clipping, against transformers' gradient of that mean
+    for name, recs_ in losses.items():
+        n1 = [r["grad_norm"] for r in recs_ if "loss" in r][0]
+        check(abs(n1 - ref_norm) <= 1e-4 * ref_norm, "%s: step-1 gradient norm %.9g, transformers %.9g"
+              % (name, n1, ref_norm))
+    for name, recs_ in losses.items():
+        l = [r["loss"] for r in recs_ if "loss" in r]
+        check(len(l) == 4 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(l, g1)),
+              "%s: losses %s differ from 1 rank x 8: %s" % (name, l, g1))
+    # validation batches are micro-batches: the same micro_batch, the same validation loss at any world size
+    for a, b in (("w1_b2_a4", "w4_b2_a1"), ("w2_b1_a4", "w4_b1_a2"), ("w1_b8_a1", "w1_b8_a1")):
+        va = [r["val_loss"] for r in losses[a] if "val_loss" in r]
+        vb = [r["val_loss"] for r in losses[b] if "val_loss" in r]
+        check(va and vb and va[-1] is not None and abs(va[-1] - vb[-1]) <= 1e-5 * abs(vb[-1]),
+              "val_loss %s at %s, %s at %s" % (va, a, vb, b))
+    print("chat: %d shards, %d of %d tokens counted; step-1 loss gtrain %.9g, transformers %.9g; gradient norm "
+          "transformers %.9g; the same 4 losses and step-1 gradient norm at %s"
+          % (len(shards), int(mask.sum()), len(mask), g1[0], ref, ref_norm, sorted(losses)))
+
+
 def bad_shards_and_globs_exit_2(args):
     os.makedirs("data", exist_ok=True)
     write_llmc("good.bin", list(range(200)))
@@ -277,6 +489,10 @@ def bad_shards_and_globs_exit_2(args):
         ("trunc.bin", "trunc.bin: size mismatch: llm.c header says 300 tokens"),
         ("good.bin,nothing-here.*.bin", "nothing-here.*.bin: the pattern matches no file"),
         ("bigvocab.bin", "bigvocab.bin: token id 4000 is outside [model] vocab_size = 256"),
+        ("good.bin:0.5, good.bin:0", "'good.bin:0': weight 0 is not a positive number"),
+        ("good.bin:-1", "'good.bin:-1': weight -1 is not a positive number"),
+        ("good.bin:0.5, good.bin", "some sources have a weight and some do not"),
+        ("good.bin:1, nothing-here.*.bin:1", "nothing-here.*.bin: the pattern matches no file"),
     ]
     tiny_ini("run.ini", 256, "good.bin", "", 1)
     for spec, msg in cases:
@@ -352,7 +568,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("scenario", choices=["tokenizer_prep_train_sample_roundtrip", "prep_jsonl_4byte_ids_bos_separator",
                                         "llmc_shard_is_trained_on", "shards_same_samples_any_world_size",
-                                        "bad_shards_and_globs_exit_2"])
+                                        "bad_shards_and_globs_exit_2", "blend_same_samples_any_world_size",
+                                        "chat_loss_mask_matches_transformers"])
     p.add_argument("--gtrain", required=True)
     p.add_argument("--sample")
     p.add_argument("--prep-tool")
