@@ -32,6 +32,7 @@
 #include "memtrack.h"
 #include "mfu.h"
 #include "model.h"
+#include "ops_watch.h"
 #include "optim.h"
 #include "planner.h"
 #include "preflight.h"
@@ -506,6 +507,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     if (rc || (rc = gt_runclaim_take(cfg, mpi))) return rc; /* one run per checkpoint.dir, before it is touched */
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
+    r->ops = gt_ops_watched(r->ops); /* the watchdog sees each kernel begin and end: a wedged one is named */
     r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
     if ((rc = open_communicator(r)) || (rc = gt_runstate_keep_global_batch(own, mpi)) || (rc = resolve_plan(r)) ||
         (rc = open_data(r)))
@@ -536,7 +538,8 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
     /* last, so that start-up (loading a state file can take minutes) is not timed */
     char why[4400] = "", msg[4800] = "";
-    rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, why, sizeof why) ? GT_EXIT_BAD_INPUT : 0;
+    rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, cfg->dist.liveness_timeout, why, sizeof why)
+             ? GT_EXIT_BAD_INPUT : 0;
     if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
                      why);
     return agree_input(mpi, rc, msg, sizeof msg);
