@@ -406,11 +406,18 @@ static void build_model(run *r) {
     gt_optim_init(&r->opt, ops, &r->mem, r->comm, r->model, stage >= 1, NULL);
     r->opt.grad_slice = r->zero.grad_slice;
     r->opt.param_shard = r->zero.param_shard;
-    if (cfg->model.init[0]) return;
+}
+
+/* The random initial weights of a fresh start (train.seed), this rank's slice, then published. Not
+ * for a resume, which reads every byte of the slice from the state file: drawing 4 bytes per
+ * parameter of normal noise and gathering them was a large part of a restart's time to its first
+ * step, for values the read overwrote. */
+static void init_params(run *r) {
+    const gt_ops *ops = r->ops;
     size_t count = gt_shard_count(&r->opt.shard);
     float *init = malloc((count ? count : 1) * sizeof *init);
     if (!init) abort();
-    gt_layout_init_params_range(&r->layout, init, r->opt.shard.begin, r->opt.shard.end, cfg->train.seed);
+    gt_layout_init_params_range(&r->layout, init, r->opt.shard.begin, r->opt.shard.end, r->cfg->train.seed);
     if (count) ops->copy_to_device(r->opt.master, init, count * sizeof(float));
     free(init);
     gt_optim_publish_params(&r->opt);
@@ -517,6 +524,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     r->G = (uint64_t)B * A * r->world;
     rc = gt_runstate_begin(&r->state, cfg, r->comm, mpi, r->model, &r->opt, r->G);
     if (rc) return rc;
+    if (!cfg->model.init[0] && r->state.first_step == 1) init_params(r); /* a resume read them */
     if (cfg->model.init[0]) {
         rc = import_checkpoint(cfg, &r->opt, &r->layout, mpi, r->state.first_step > 1);
         if (rc) return rc;

@@ -110,9 +110,13 @@ if [[ $mode == stopcycles ]]; then
   echo PASS
   exit 0
 fi
-for _ in $(seq 1200); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+# livespin: the wedge clock counts the spinning thread's CPU time, which a loaded machine hands out
+# slowly (still far from dist.timeout = 600)
+wait_s=120 within=60
+[[ $mode == livespin ]] && wait_s=240 within=230
+for _ in $(seq $((wait_s * 10))); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$launcher" 2>/dev/null; then
-  echo "FAIL: the job still runs 120 s after rank 1 hung"
+  echo "FAIL: the job still runs $wait_s s after rank 1 hung"
   # the ranks' pids are in the watchdog's records: stop exactly this job's processes
   for f in ckpt/.watchdog/rank_*; do
     pid=$(awk '{print $6}' "$f" 2>/dev/null)
@@ -147,9 +151,6 @@ failed=0
 arrived=${verdict#*not arrived: }
 [[ $arrived == "rank 1 (pid "* ]] || { echo "FAIL: rank 1 is not named as not arrived"; failed=1; }
 [[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
-# livespin: the wedge clock counts the spinning thread's CPU time, which a loaded machine hands out slowly
-within=60
-[[ $mode == livespin ]] && within=110
 (($(echo "$elapsed < $within" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10, or 600 in live* modes)"; failed=1; }
 if [[ $mode == livestop || $mode == livespin ]]; then
   [[ $verdict == *"dist.liveness_timeout)"* ]] || { echo "FAIL: not named by dist.liveness_timeout"; failed=1; }
