@@ -24,8 +24,12 @@ set_tests_properties(test_hooks_need_the_flag PROPERTIES LABELS mpi TIMEOUT 300)
 # A hung rank (stopped by SIGSTOP, computing forever, or stuck or stopped inside a save) ends the job
 # within dist.timeout plus a margin, exit 76, with one line naming it (src/dist/watchdog.h;
 # GTRAIN_TEST_HANG_AT and GTRAIN_TEST_HANG_IN_SAVE: src/core/testhooks.h); a save that is slow but
-# writes (GTRAIN_TEST_SLOW_SAVE=0:MS) finishes however much longer than dist.timeout it takes.
-foreach(mode stop spin save asyncsave slowstop savestop slowsave slowsave1rank slowasyncsave slowrankasyncsave)
+# writes (GTRAIN_TEST_SLOW_SAVE=0:MS) finishes however much longer than dist.timeout it takes. With
+# dist.timeout = 600, dist.liveness_timeout (5 s) names a stopped or a wedged rank within the test's
+# minute, and a rank stopped for 2 s again and again finishes.
+
+foreach(mode stop spin save asyncsave slowstop savestop slowsave slowsave1rank slowasyncsave slowrankasyncsave
+        livestop livespin stopcycles)
   add_test(NAME watchdog_names_hung_rank_${mode}
            COMMAND bash ${GTRAIN_TEST_DIR}/scripts/watchdog_names_hung_rank.sh ${mode} $<TARGET_FILE:gtrain>
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/watchdog_names_hung_rank_${mode}

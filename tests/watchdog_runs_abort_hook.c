@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     mkdir(argv[2], 0755);
     char why[512];
-    if (gt_watchdog_start(MPI_COMM_WORLD, argv[2], 1.0, why, sizeof why) != 0) {
+    if (gt_watchdog_start(MPI_COMM_WORLD, argv[2], 1.0, 0, why, sizeof why) != 0) {
         fprintf(stderr, "cannot start the watchdog: %s\n", why);
         return 1;
     }

@@ -134,6 +134,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
     INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),
+    NUM(RUN, "dist", "liveness_timeout", KEY_DOUBLE, dist.liveness_timeout, 0, INFINITY, 0),
 
     TEXT(RUN, "data", "train", KEY_PATH, data.train, 1),
     TEXT(RUN, "data", "val", KEY_PATH, data.val, 0),
@@ -197,6 +198,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->dist.grad_sync = GT_GRAD_SYNC_AUTO;
     cfg->dist.prefetch = 1;
     cfg->dist.timeout = 600; /* a floor: src/dist/watchdog.h */
+    cfg->dist.liveness_timeout = 5; /* a stopped, dead or wedged rank (watchdog.h) */
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");
     snprintf(cfg->data.val, sizeof cfg->data.val, "data/fortunes.val.bin");
     cfg->data.val_every = 100;

@@ -102,6 +102,7 @@ typedef struct gt_config {
         gt_grad_sync grad_sync; /* when ZeRO-2/3 reduce gradients (zero.h) */
         int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8) */
         double timeout;        /* seconds before the watchdog ends a hang (floor; 0 = off) */
+        double liveness_timeout; /* seconds: a rank stopped, dead or wedged is named (0 = off) */
     } dist;
     struct {
         char train[GT_PATH_MAX];

@@ -32,6 +32,7 @@
 #include "memtrack.h"
 #include "mfu.h"
 #include "model.h"
+#include "ops_watch.h"
 #include "optim.h"
 #include "planner.h"
 #include "preflight.h"
@@ -419,11 +420,18 @@ static void build_model(run *r) {
     gt_optim_init(&r->opt, ops, &r->mem, r->comm, r->model, stage >= 1, NULL);
     r->opt.grad_slice = r->zero.grad_slice;
     r->opt.param_shard = r->zero.param_shard;
-    if (cfg->model.init[0]) return;
+}
+
+/* The random initial weights of a fresh start (train.seed), this rank's slice, then published. Not
+ * for a resume, which reads every byte of the slice from the state file: drawing 4 bytes per
+ * parameter of normal noise and gathering them was a large part of a restart's time to its first
+ * step, for values the read overwrote. */
+static void init_params(run *r) {
+    const gt_ops *ops = r->ops;
     size_t count = gt_shard_count(&r->opt.shard);
     float *init = malloc((count ? count : 1) * sizeof *init);
     if (!init) abort();
-    gt_layout_init_params_range(&r->layout, init, r->opt.shard.begin, r->opt.shard.end, cfg->train.seed);
+    gt_layout_init_params_range(&r->layout, init, r->opt.shard.begin, r->opt.shard.end, r->cfg->train.seed);
     if (count) ops->copy_to_device(r->opt.master, init, count * sizeof(float));
     free(init);
     gt_optim_publish_params(&r->opt);
@@ -535,6 +543,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     if (rc || (rc = gt_runclaim_take(cfg, mpi))) return rc; /* one run per checkpoint.dir, before it is touched */
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
+    r->ops = gt_ops_watched(r->ops); /* the watchdog sees each kernel begin and end: a wedged one is named */
     r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
     if ((rc = open_communicator(r)) || (rc = gt_runstate_keep_global_batch(own, mpi)) || (rc = resolve_plan(r)) ||
         (rc = open_data(r)))
@@ -544,6 +553,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     r->G = (uint64_t)B * A * r->world;
     rc = gt_runstate_begin(&r->state, cfg, r->comm, mpi, r->model, &r->opt, r->G);
     if (rc) return rc;
+    if (!cfg->model.init[0] && r->state.first_step == 1) init_params(r); /* a resume read them */
     if (cfg->model.init[0]) {
         rc = import_checkpoint(cfg, &r->opt, &r->layout, mpi, r->state.first_step > 1);
         if (rc) return rc;
@@ -565,7 +575,8 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
                              r->state.first_step, cfg->train.steps, cfg->log.every, 0.0, 0, 0};
     /* last, so that start-up (loading a state file can take minutes) is not timed */
     char why[4400] = "", msg[4800] = "";
-    rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, why, sizeof why) ? GT_EXIT_BAD_INPUT : 0;
+    rc = gt_watchdog_start(mpi, cfg->checkpoint.dir, cfg->dist.timeout, cfg->dist.liveness_timeout, why, sizeof why)
+             ? GT_EXIT_BAD_INPUT : 0;
     if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
                      why);
     return agree_input(mpi, rc, msg, sizeof msg);

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEARTBEAT_S 1.0
+#define HEARTBEAT_S 1.0   /* at most: a quarter of dist.liveness_timeout when that is shorter */
 #define STALE_S 5.0       /* a record older than this: its process is stopped or dead */
 #define RECORD_BYTES 512
 #define ABORT_GRACE_S 10  /* the most the on-fire hook (an NCCL abort) may take before the exit */
@@ -47,6 +47,12 @@ typedef struct live_state {
     uint64_t progress_bytes;
     uint64_t phase_bytes0; /* progress_bytes when the phase began */
     double progress_at;
+    /* the training thread's progress, for the wedge clock (watchdog.h): bumped by every kernel begin
+     * and end, collective, and step boundary */
+    uint64_t ticks;
+    int in_step;           /* between gt_watchdog_step_begin and _done */
+    const char *kop;       /* the kernel it is in or last was in (a string literal), or NULL */
+    int kin;               /* 1 while inside it */
 } live_state;
 
 static live_state live;
@@ -58,6 +64,20 @@ static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
 static char dir[4096];
 static int my_rank, world_size;
 static double timeout_s;
+static double liveness_s, heartbeat_s;
+/* the wedge clock, kept by the watchdog thread alone: the training thread's CPU time while it made
+ * no progress inside a step, and the longest such stretch that ended */
+static clockid_t main_cpu_clock;
+static int have_main_cpu_clock;
+static uint64_t quiet_ticks;
+static double quiet_cpu_at, quiet_s, longest_quiet_s;
+/* the neighbours' heartbeats as this rank saw them: their record's written-at stamp (a token that
+ * changes with each write) and when, on this rank's monotonic clock, it last changed */
+typedef struct beat_seen {
+    int known, pid;
+    double token, changed_at;
+} beat_seen;
+static beat_seen seen[2];
 /* the flight recorder's ring, mapped from DIR/flight_NNNNN (watchdog.h) */
 typedef struct flight_entry {
     uint64_t seq, bytes;
@@ -95,6 +115,19 @@ static double load_double(const double *p) {
 }
 static void store_double(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
 
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the training thread's CPU seconds (the monotonic clock where the system cannot tell) */
+static double main_cpu_now(void) {
+    struct timespec ts;
+    if (!have_main_cpu_clock || clock_gettime(main_cpu_clock, &ts) != 0) return mono_now();
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void flight_issue(uint64_t seq, const char *op, uint64_t bytes, double t) {
     if (!ring) return;
     flight_entry *e = &ring[seq % GT_FLIGHT_ENTRIES];
@@ -122,8 +155,25 @@ static void flight_done(uint64_t seq) {
 static pthread_t owner;
 static int tracking(void) { return LOAD(running) && pthread_equal(pthread_self(), owner); }
 
+/* the training thread made progress (only it writes `ticks`) */
+static void tick(void) { STORE(live.ticks, LOAD(live.ticks) + 1); }
+
+void gt_watchdog_kernel_begin(const char *op) {
+    if (!tracking()) return;
+    STORE(live.kop, op);
+    STORE(live.kin, 1);
+    tick();
+}
+
+void gt_watchdog_kernel_end(void) {
+    if (!tracking()) return;
+    STORE(live.kin, 0);
+    tick();
+}
+
 uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
     if (!tracking()) return 0;
+    tick();
     double t = wall_now();
     if (LOAD(live.phase)) { /* a call inside a save: numbered within it, not in the ring */
         uint64_t call = LOAD(live.phase_calls) + 1;
@@ -145,6 +195,7 @@ uint64_t gt_watchdog_enter(const char *op, uint64_t bytes) {
 
 void gt_watchdog_leave(void) {
     if (!tracking()) return;
+    tick();
     STORE(live.in, 0);
     if (!LOAD(live.phase)) flight_done(LOAD(live.seq));
     else store_double(&live.progress_at, wall_now()); /* a call of the save completed */
@@ -191,6 +242,7 @@ uint64_t gt_watchdog_started(const char *op, uint64_t bytes) {
 
 void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
     if (!tracking()) return;
+    tick();
     STORE(live.op, op);
     STORE(live.seq, seq);
     store_double(&live.in_since, wall_now());
@@ -198,11 +250,16 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq) {
 }
 
 void gt_watchdog_step_begin(int step) {
-    if (tracking()) STORE(live.step, step);
+    if (!tracking()) return;
+    tick();
+    STORE(live.step, step);
+    STORE(live.in_step, 1);
 }
 
 void gt_watchdog_step_done(int step, double seconds) {
     if (!tracking()) return;
+    tick();
+    STORE(live.in_step, 0);
     int first = LOAD(live.last_done) == 0; /* it pays for allocation and cold caches: not a measure */
     STORE(live.last_done, step);
     store_double(&live.last_done_at, wall_now());
@@ -218,6 +275,12 @@ typedef struct record {
     unsigned long long phase_bytes; /* bytes this rank wrote in the phase */
     double progress_at;             /* its last progress (watchdog.h: gt_watchdog_progress) */
     char op[32], host[64], phase[32]; /* phase "none" outside a save */
+    char kop[32];                     /* the kernel it is in (kin 1) or last was in; "none" */
+    int kin;
+    double quiet;                     /* the wedge clock's CPU seconds without progress */
+    /* not in the file: what the reader found (a neighbour's silence, its process's state) */
+    double silent_s;                  /* > 0: no new record for this long, on the reader's clock */
+    const char *process;              /* "" or how /proc shows its process: " (its process is stopped)" */
 } record;
 
 static void record_path(int rank, char *out, size_t len) { snprintf(out, len, "%s/rank_%05d", dir, rank); }
@@ -242,6 +305,11 @@ static void snapshot(record *r) {
     r->phase_since = load_double(&live.phase_since);
     r->phase_bytes = LOAD(live.progress_bytes) - LOAD(live.phase_bytes0);
     r->progress_at = load_double(&live.progress_at);
+    const char *kop = LOAD(live.kop);
+    snprintf(r->kop, sizeof r->kop, "%s", kop ? kop : "none");
+    r->kin = LOAD(live.kin);
+    r->quiet = quiet_s;
+    r->process = "";
     r->written_at = wall_now();
     gethostname(r->host, sizeof r->host - 1);
 }
@@ -253,10 +321,10 @@ static void publish(const record *r) {
     int n = snprintf(line, sizeof line,
                      "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
                      "started %llu in %d since %.3f written %.3f phase %s pseq %llu calls %llu psince %.3f "
-                     "prog %.3f pbytes %llu\n",
+                     "prog %.3f pbytes %llu kop %s kin %d quiet %.1f\n",
                      r->rank, r->pid, r->host, r->step, r->last_done, r->last_done_at, r->op, r->seq, r->started,
                      r->in, r->in_since, r->written_at, r->phase, r->phase_seq, r->phase_calls, r->phase_since,
-                     r->progress_at, r->phase_bytes);
+                     r->progress_at, r->phase_bytes, r->kop, r->kin, r->quiet);
     if (n < 0 || n >= (int)sizeof line) return;
     memset(line + n, ' ', sizeof line - (size_t)n - 1);
     line[sizeof line - 1] = '\n';
@@ -281,11 +349,12 @@ static int read_record(int rank, record *r) {
     int got = sscanf(line,
                      "gtrain-watchdog 1 rank %d pid %d host %63s step %d done %d at %lf op %31s seq %llu "
                      "started %llu in %d since %lf written %lf phase %31s pseq %llu calls %llu psince %lf "
-                     "prog %lf pbytes %llu",
+                     "prog %lf pbytes %llu kop %31s kin %d quiet %lf",
                      &r->rank, &r->pid, r->host, &r->step, &r->last_done, &r->last_done_at, r->op, &r->seq,
                      &r->started, &r->in, &r->in_since, &r->written_at, r->phase, &r->phase_seq, &r->phase_calls,
-                     &r->phase_since, &r->progress_at, &r->phase_bytes);
-    return got == 18 && r->rank == rank ? 0 : -1;
+                     &r->phase_since, &r->progress_at, &r->phase_bytes, r->kop, &r->kin, &r->quiet);
+    r->process = "";
+    return got == 21 && r->rank == rank ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- the verdict */
@@ -308,16 +377,23 @@ static void position(const record *r, double now, char *out, size_t len) {
         snprintf(out, len, "computing step %d; last collective %s #%llu", r->step, r->op, r->seq);
 }
 
+/* stopped or dead: a neighbour saw no new record for dist.liveness_timeout, or (a rank no reader
+ * watched) its record's own stamp is old */
+static int is_stale(const record *r, double now) { return r->silent_s > 0 || now - r->written_at > STALE_S; }
+
 static void describe_rank(const record *r, double now, char *out, size_t len) {
-    char where[256];
+    char where[256], quiet[160] = "";
     position(r, now, where, sizeof where);
-    if (now - r->written_at > STALE_S)
-        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s, stopped or dead; last seen %s", r->rank,
-                 r->pid, r->host, now - r->written_at, where);
+    if (!r->in && !in_phase(r) && r->quiet >= 2 * heartbeat_s)
+        snprintf(quiet, sizeof quiet, ", %.1f s of CPU time with no kernel or collective beginning or ending (%s %s)",
+                 r->quiet, r->kin ? "in" : "after", r->kop);
+    if (is_stale(r, now))
+        snprintf(out, len, "rank %d (pid %d on %s): no sign of life for %.0f s%s, stopped or dead; last seen %s", r->rank,
+                 r->pid, r->host, r->silent_s > 0 ? r->silent_s : now - r->written_at, r->process, where);
     else if (r->in && !in_phase(r))
         snprintf(out, len, "rank %d (pid %d on %s): %s for %.1f s", r->rank, r->pid, r->host, where, now - r->in_since);
     else
-        snprintf(out, len, "rank %d (pid %d on %s): %s", r->rank, r->pid, r->host, where);
+        snprintf(out, len, "rank %d (pid %d on %s): %s%s", r->rank, r->pid, r->host, where, quiet);
 }
 
 static double effective_limit(void) {
@@ -372,8 +448,10 @@ static void run_on_fire_hook(void) {
 }
 
 /* Names the ranks behind (see is_behind), prints one line if this rank is the first to claim the
- * verdict, runs the on-fire hook and ends the process. */
-static void fire(const record *me, const char *what) {
+ * verdict, runs the on-fire hook and ends the process. `limit` seconds of the key `key` ran out;
+ * culprit: NULL, or the record of the rank found stopped or dead (a neighbour, silent_s set: it is
+ * named with any other stale rank) or wedged (this rank's own: it alone is named). */
+static void fire(const record *me, const char *what, double limit, const char *key, const record *culprit) {
     double now = wall_now();
     record *all = calloc((size_t)world_size, sizeof *all);
     int *have = calloc((size_t)world_size, sizeof *have), *named_ranks = calloc((size_t)world_size, sizeof(int));
@@ -383,26 +461,29 @@ static void fire(const record *me, const char *what) {
     unsigned long long wanted = 0, most_calls = 0; /* the newest operation a rank is blocked in */
     for (int r = 0; r < world_size; r++) {
         if (r == my_rank) all[r] = *me, have[r] = 1;
+        else if (culprit && r == culprit->rank) all[r] = *culprit, have[r] = 1;
         else have[r] = read_record(r, &all[r]) == 0;
         if (have[r] && all[r].in && all[r].seq > wanted) wanted = all[r].seq;
     }
     for (int r = 0; r < world_size; r++)
         if (have[r] && in_phase(&all[r]) && all[r].phase_seq == wanted && all[r].phase_calls > most_calls)
             most_calls = all[r].phase_calls;
-    size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, dist.timeout); not arrived: ",
-                                my_rank, what, effective_limit());
+    size_t n = (size_t)snprintf(msg, cap, "gtrain: watchdog: rank %d %s (limit %.0f s, %s); not arrived: ", my_rank,
+                                what, limit, key);
     /* a stopped or dead rank explains the others: a live rank that has not reached `wanted` may
      * itself be blocked on the dead one in an earlier operation (a ZeRO-3 prefetch), so when some
      * record is stale only the stale ranks are named */
-    int any_stale = 0;
-    for (int r = 0; r < world_size; r++) any_stale |= have[r] && now - all[r].written_at > STALE_S;
+    int any_stale = 0, wedged = culprit && culprit->rank == my_rank;
+    for (int r = 0; r < world_size; r++) any_stale |= have[r] && is_stale(&all[r], now);
     int named = 0, unseen = 0;
     for (int r = 0; r < world_size && n < cap; r++) {
         if (!have[r]) {
             unseen++; /* on another node: /dev/shm, or a checkpoint.dir the nodes do not share */
             continue;
         }
-        if (any_stale ? now - all[r].written_at <= STALE_S : !is_behind(&all[r], wanted, most_calls, now)) continue;
+        if (wedged ? r != my_rank
+                   : any_stale ? !is_stale(&all[r], now) : !is_behind(&all[r], wanted, most_calls, now))
+            continue;
         describe_rank(&all[r], now, one, sizeof one);
         n += (size_t)snprintf(msg + n, cap - n, "%s%s", named ? "; " : "", one);
         named_ranks[named++] = r;
@@ -471,23 +552,109 @@ static int save_alive_elsewhere(const record *me, double now, double limit) {
     if (my_rank != 0 && my_rank != world_size - 1 && me->in) {
         int fresh = 1;
         for (int end = 0; end < 2 && fresh; end++)
-            fresh = read_record(end ? world_size - 1 : 0, &r) == 0 && now - r.written_at <= STALE_S;
+            fresh = read_record(end ? world_size - 1 : 0, &r) == 0 && !is_stale(&r, now);
         if (fresh) return alive = 1;
     }
     for (int i = 0; i < world_size && !alive; i++)
-        alive = i != my_rank && read_record(i, &r) == 0 && now - r.written_at <= STALE_S && in_phase(&r) &&
+        alive = i != my_rank && read_record(i, &r) == 0 && !is_stale(&r, now) && in_phase(&r) &&
                 r.phase_seq == me->phase_seq && now - r.progress_at <= limit;
     return alive;
+}
+
+/* How /proc shows process `pid` of this host: its state letter (R, S, D, T, Z, ...), X when gone. */
+static char proc_state(int pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 'X';
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 'X';
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* "pid (command) S ...": the command may hold anything */
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+/* The heartbeats of this rank's neighbours (rank - 1 and rank + 1 around the ring): 1 and the record
+ * of one whose record has not changed for dist.liveness_timeout, as this rank's own monotonic clock
+ * measures it (silent_s), and that /proc on this host does not show alive (watchdog.h). A missing
+ * record (a rank that has stopped its watchdog, or not yet started) is no verdict. */
+static int neighbour_gone(record *out) {
+    if (world_size < 2) return 0;
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    for (int k = 0; k < 2; k++) {
+        int n = (my_rank + (k ? world_size - 1 : 1)) % world_size;
+        if (k && n == (my_rank + 1) % world_size) break; /* two ranks: one neighbour */
+        beat_seen *b = &seen[k];
+        record r;
+        double m = mono_now();
+        if (read_record(n, &r) != 0) {
+            b->known = 0;
+            continue;
+        }
+        if (!b->known || r.written_at != b->token || r.pid != b->pid) {
+            *b = (beat_seen){1, r.pid, r.written_at, m};
+            continue;
+        }
+        if (m - b->changed_at <= liveness_s) continue;
+        if (strcmp(r.host, host) == 0) {
+            char st = proc_state(r.pid);
+            if (st == 'T' || st == 't') r.process = " (its process is stopped)";
+            else if (st == 'X' || st == 'x' || st == 'Z') r.process = " (its process is gone)";
+            else continue; /* alive: its watchdog thread is late (a slow file system), not the rank */
+        }
+        r.silent_s = m - b->changed_at;
+        *out = r;
+        return 1;
+    }
+    return 0;
+}
+
+/* The wedge clock (watchdog.h), sampled once a heartbeat: the training thread's CPU time while it
+ * is inside a step, outside collectives and saves, and its progress count does not move. */
+static void sample_quiet(void) {
+    uint64_t t = LOAD(live.ticks);
+    double cpu = main_cpu_now();
+    int counting = LOAD(live.in_step) && !LOAD(live.in) && !LOAD(live.phase);
+    if (t != quiet_ticks || !counting) {
+        if (t != quiet_ticks && quiet_s > longest_quiet_s) longest_quiet_s = quiet_s; /* a stretch that ended */
+        quiet_s = 0;
+    } else {
+        quiet_s += cpu - quiet_cpu_at;
+    }
+    quiet_ticks = t;
+    quiet_cpu_at = cpu;
+}
+
+static double wedge_limit(void) {
+    double by_kernels = GT_WATCHDOG_KERNEL_FACTOR * longest_quiet_s;
+    return by_kernels > liveness_s ? by_kernels : liveness_s;
 }
 
 static void check(const record *me) {
     double limit = effective_limit(), now = wall_now();
     char what[400], where[256];
     position(me, now, where, sizeof where);
+    if (liveness_s > 0) {
+        record gone;
+        if (neighbour_gone(&gone)) {
+            snprintf(what, sizeof what, "has seen no new record of rank %d for %.1f s", gone.rank, gone.silent_s);
+            fire(me, what, liveness_s, "dist.liveness_timeout", &gone);
+        }
+        /* armed once a step finished here: the first one's kernels pay for allocation, and set the limit */
+        double wedge = wedge_limit();
+        if (LOAD(live.last_done) != 0 && me->quiet > wedge) {
+            snprintf(what, sizeof what, "is wedged: its training thread computed for %.1f s of CPU time in step %d "
+                     "with no kernel or collective beginning or ending (%s %s)", me->quiet, me->step,
+                     me->kin ? "inside" : "after", me->kop);
+            fire(me, what, wedge, "dist.liveness_timeout", me);
+        }
+    }
     if (peer_gone(me, now)) {
         snprintf(what, sizeof what, "waited %.1f s %s, and a rank has shown no sign of life for longer than "
                  "dist.timeout", now - me->in_since, where);
-        fire(me, what);
+        fire(me, what, limit, "dist.timeout", NULL);
     }
     /* inside a save, its progress counts as a step: a save that writes slowly is never ended; one
      * that stops progressing is, `limit` after its last progress (or the last step) */
@@ -497,7 +664,7 @@ static void check(const record *me) {
     if ((over_in || over_step) && in_phase(me) && save_alive_elsewhere(me, now, limit)) return;
     if (over_in) {
         snprintf(what, sizeof what, "waited %.1f s %s", now - me->in_since, where);
-        fire(me, what);
+        fire(me, what, limit, "dist.timeout", NULL);
     }
     if (over_step) {
         if (in_phase(me) && alive_at > me->last_done_at)
@@ -506,7 +673,7 @@ static void check(const record *me) {
         else
             snprintf(what, sizeof what, "finished no step for %.1f s (last step %d; now %s)", now - me->last_done_at,
                      me->last_done, where);
-        fire(me, what);
+        fire(me, what, limit, "dist.timeout", NULL);
     }
 }
 
@@ -516,9 +683,13 @@ static void *watch(void *arg) {
     while (!stopping) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)HEARTBEAT_S;
+        long ns = (long)(heartbeat_s * 1e9);
+        until.tv_sec += (time_t)(ns / 1000000000L);
+        until.tv_nsec += ns % 1000000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&stop_cond, &stop_lock, &until);
         if (stopping) break;
+        sample_quiet();
         record me;
         snapshot(&me);
         publish(&me);
@@ -601,11 +772,20 @@ static void open_flight_recorder(void) {
     ring = (flight_entry *)(flight + 1);
 }
 
-int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, char *why, size_t why_len) {
+int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, double liveness, char *why,
+                      size_t why_len) {
     if (timeout <= 0) return 0;
     MPI_Comm_rank(world, &my_rank);
     MPI_Comm_size(world, &world_size);
     timeout_s = timeout;
+    liveness_s = liveness > 0 ? liveness : 0;
+    heartbeat_s = liveness_s > 0 && liveness_s / 4 < HEARTBEAT_S ? liveness_s / 4 : HEARTBEAT_S;
+    if (heartbeat_s < 0.01) heartbeat_s = 0.01;
+    memset(seen, 0, sizeof seen);
+    have_main_cpu_clock = pthread_getcpuclockid(pthread_self(), &main_cpu_clock) == 0;
+    quiet_ticks = 0;
+    quiet_s = longest_quiet_s = 0;
+    quiet_cpu_at = main_cpu_now();
     /* one name for the node-local fallback, chosen by rank 0 */
     long token[2] = {(long)getpid(), (long)time(NULL)};
     MPI_Bcast(token, 2, MPI_LONG, 0, world);

@@ -26,6 +26,28 @@
  * first step; steps that are slow by nature raise it. Inside a save (a phase, below) the clock of
  * "finished no step" runs from the save's last progress instead: a save may take any time while it
  * writes, and only a call that never returns, or a rank that stops progressing, ends it.
+ *
+ * Liveness, apart from progress (dist.liveness_timeout, a few seconds): dist.timeout must cover a
+ * start's first step, slow collectives and saves, so it cannot be short; a rank that is stopped,
+ * dead or wedged is named sooner by two signs that a slow rank never shows:
+ *   - its heartbeat stops: every rank reads the records of its two neighbours (rank - 1 and
+ *     rank + 1, around the ring: two reads a second per rank, however many ranks) and notes, on its
+ *     own monotonic clock, when each record last changed (no comparison of clocks across nodes).
+ *     One unchanged for longer than the limit is a stopped or dead process (its watchdog thread,
+ *     which writes whatever the rank computes, is frozen or gone). On the same host the verdict is
+ *     checked in /proc: a process that exists and is not stopped is alive (its watchdog thread is
+ *     late, say in a write to a slow file system), and is left to dist.timeout.
+ *   - its training thread computes without progress: the kernels table (core/ops_watch.h), the
+ *     collectives and the step boundaries count progress; the watchdog thread adds up the training
+ *     thread's own CPU time (pthread_getcpuclockid) while it is inside a step, outside any
+ *     collective or save, and none of these began or ended. A kernel that never returns spins on
+ *     its CPU; a stopped, starved or throttled rank consumes none, and is never called wedged. The
+ *     limit is the larger of dist.liveness_timeout and GT_WATCHDOG_KERNEL_FACTOR x the longest such
+ *     quiet stretch seen in this run's steps so far (a backend whose single kernels are slow raises
+ *     it), and it is armed once a step has finished in this process (the first step pays for
+ *     allocation). A kernel that blocks without computing (a deadlock, a device the host sleeps on)
+ *     and a collective that never completes are dist.timeout's.
+ * The rank named either way ends the job with exit 76 and one line, as above. 0 turns both off.
  * Everything here is a no-op until gt_watchdog_start and after gt_watchdog_stop.
  */
 #ifndef GT_WATCHDOG_H
@@ -36,6 +58,7 @@
 
 #define GT_WATCHDOG_EXIT 76      /* == GT_EXIT_HUNG (core/exitcodes.h); dist cannot include core */
 #define GT_WATCHDOG_STEP_FACTOR 10.0
+#define GT_WATCHDOG_KERNEL_FACTOR 4.0
 
 /* flight_NNNNN: a 64-byte header {char magic[16] = "gtrain-flight 1", uint32 entries, int32 rank,
  * int32 pid, 36 bytes zero}, then `entries` records of 64 bytes, little-endian as the host writes them:
@@ -44,9 +67,11 @@
 #define GT_FLIGHT_ENTRIES 1024
 
 /* Collective over world. dir: checkpoint.dir, or "" for a node-local record directory.
- * timeout_s <= 0: off (returns 0 and does nothing). Returns 0, or -1 with a reason (the record
+ * timeout_s <= 0: off (returns 0 and does nothing). liveness_s: dist.liveness_timeout (0: no
+ * liveness checks; the heartbeat is then once a second, else as often as a quarter of it). Returns 0, or -1 with a reason (the record
  * directory cannot be made) — the same on every rank is not guaranteed; the caller agrees. */
-int gt_watchdog_start(MPI_Comm world, const char *dir, double timeout_s, char *why, size_t why_len);
+int gt_watchdog_start(MPI_Comm world, const char *dir, double timeout_s, double liveness_s, char *why,
+                      size_t why_len);
 
 /* Stops the thread and removes this rank's record. Not collective. */
 void gt_watchdog_stop(void);
@@ -82,6 +107,11 @@ void gt_watchdog_progress(uint64_t bytes);
  * exit, in a thread of its own with ABORT_GRACE_S (10 s) to finish: the NCCL communicator aborts
  * there (comm_nccl.c), so that no kernel waits on a peer forever. One hook; NULL removes it. */
 void gt_watchdog_on_fire(void (*fn)(void *arg), void *arg);
+
+/* A kernel (an op of the kernels table, a copy, a synchronisation) begins and ends on the training
+ * thread (core/ops_watch.c); `op` is a string literal. Calls from other threads are ignored. */
+void gt_watchdog_kernel_begin(const char *op);
+void gt_watchdog_kernel_end(void);
 
 /* The trainer: step `step` begins; step finished after `seconds` of work (saves excluded). */
 void gt_watchdog_step_begin(int step);

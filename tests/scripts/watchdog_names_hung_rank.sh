@@ -13,6 +13,15 @@
 #         on until the next save (step 12) waits for that writer, and rank 1 is named there;
 #   savestop  every write of a save slowed (GTRAIN_TEST_SLOW_SAVE=0:50), and it stops itself with
 #         SIGSTOP in the middle of the save of step 8 (checkpoint.async = false): named as stopped.
+# With dist.timeout = 600, which cannot explain a verdict within the test's minute, dist.liveness_timeout
+# (5 s by default) names the rank (src/dist/watchdog.h, "Liveness"):
+#   livestop  as stop: its neighbour sees no new record for the liveness limit, and /proc shows the
+#         process stopped; the line must say so, with a silence of at most the limit + 5 s;
+#   livespin  as spin: its watchdog thread still writes, but its training thread computes with no
+#         kernel or collective beginning or ending: named as wedged;
+#   stopcycles  nothing hangs: rank 1 is stopped (SIGSTOP) for 2 s and let go (SIGCONT) for 1 s, again
+#         and again from step 4 to the end (train.steps = 24): slow but alive, it must finish (exit 0,
+#         no watchdog line).
 # Or no rank hangs, and a save that is slow but writes takes longer than dist.timeout: it must finish
 # (exit 0, no watchdog line, its save_write_s in the metrics over 10 s); train.steps = 4, one save:
 #   slowsave  every write of the collective save takes 150 ms more (GTRAIN_TEST_SLOW_SAVE=0:150);
@@ -56,6 +65,9 @@ case $mode in
   slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
   savestop) export GTRAIN_TEST_SLOW_SAVE=0:50 GTRAIN_TEST_HANG_IN_SAVE=8:1:stop; before=8
     extra=(checkpoint.async=false) ;;
+  livestop) export GTRAIN_TEST_HANG_AT=8:1:stop; extra=(dist.timeout=600) ;;
+  livespin) export GTRAIN_TEST_HANG_AT=8:1:spin; extra=(dist.timeout=600) ;;
+  stopcycles) before=4; extra=(dist.timeout=600 train.steps=24) ;;
   slowsave) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; extra=(checkpoint.async=false train.steps=4) ;;
   slowsave1rank) export GTRAIN_TEST_SLOW_SAVE=0:150; before=4; np=1; extra=(checkpoint.async=false train.steps=4) ;;
   slowasyncsave) export GTRAIN_TEST_SLOW_SAVE=0:400; before=4; extra=(train.steps=4) ;;
@@ -71,9 +83,40 @@ for _ in $(seq 2400); do
 done
 (($(wc -l <metrics.jsonl 2>/dev/null || echo 0) >= before)) || { echo "FAIL: the run did not reach step $before"; cat run.log; exit 1; }
 t0=$(date +%s.%N) # rank 0 wrote that line: rank 1 hangs at most a step from now
-for _ in $(seq 1200); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if [[ $mode == stopcycles ]]; then
+  pid=$(awk '{print $6}' ckpt/.watchdog/rank_00001 2>/dev/null)
+  [[ -n $pid ]] || { echo "FAIL: no record of rank 1"; kill -9 "$launcher"; exit 1; }
+  trap 'kill -CONT "$pid" 2>/dev/null' EXIT
+  cycles=0
+  while kill -0 "$launcher" 2>/dev/null && ((cycles < 60)); do
+    kill -STOP "$pid" 2>/dev/null || break
+    sleep 2
+    kill -CONT "$pid" 2>/dev/null
+    cycles=$((cycles + 1))
+    sleep 1
+  done
+  wait "$launcher"
+  rc=$?
+  verdict=$(grep '^gtrain: watchdog:' run.log)
+  steps=$(wc -l <metrics.jsonl)
+  printf 'mode %s: %d stops of 2 s; the launcher returned %d; %d metrics lines\n%s\n' "$mode" "$cycles" "$rc" "$steps" "$verdict"
+  failed=0
+  ((rc == 0)) || { echo "FAIL: exit $rc, expected 0: a slow rank was ended"; failed=1; }
+  [[ -z $verdict ]] || { echo "FAIL: a watchdog line"; failed=1; }
+  ((cycles >= 3)) || { echo "FAIL: only $cycles stops: the run was not slowed"; failed=1; }
+  grep -q '"step": 24[,}]' metrics.jsonl || grep -q '"step":24[,}]' metrics.jsonl ||
+    { echo "FAIL: step 24 is not in the metrics"; failed=1; }
+  ((failed)) && { tail -n 20 run.log; exit 1; }
+  echo PASS
+  exit 0
+fi
+# livespin: the wedge clock counts the spinning thread's CPU time, which a loaded machine hands out
+# slowly (still far from dist.timeout = 600)
+wait_s=120 within=60
+[[ $mode == livespin ]] && wait_s=240 within=230
+for _ in $(seq $((wait_s * 10))); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$launcher" 2>/dev/null; then
-  echo "FAIL: the job still runs 120 s after rank 1 hung"
+  echo "FAIL: the job still runs $wait_s s after rank 1 hung"
   # the ranks' pids are in the watchdog's records: stop exactly this job's processes
   for f in ckpt/.watchdog/rank_*; do
     pid=$(awk '{print $6}' "$f" 2>/dev/null)
@@ -108,7 +151,20 @@ failed=0
 arrived=${verdict#*not arrived: }
 [[ $arrived == "rank 1 (pid "* ]] || { echo "FAIL: rank 1 is not named as not arrived"; failed=1; }
 [[ $arrived != *"rank 0 (pid "* ]] || { echo "FAIL: rank 0 is named too"; failed=1; }
-(($(echo "$elapsed < 60" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10)"; failed=1; }
+(($(echo "$elapsed < $within" | bc))) || { echo "FAIL: took $elapsed s (dist.timeout = 10, or 600 in live* modes)"; failed=1; }
+if [[ $mode == livestop || $mode == livespin ]]; then
+  [[ $verdict == *"dist.liveness_timeout)"* ]] || { echo "FAIL: not named by dist.liveness_timeout"; failed=1; }
+fi
+if [[ $mode == livestop ]]; then
+  [[ $arrived == "rank 1 (pid "*"no sign of life for "*" s (its process is stopped), stopped or dead"* ]] ||
+    { echo "FAIL: rank 1 not named as stopped"; failed=1; }
+  silent=${arrived#*no sign of life for }
+  silent=${silent%% s*}
+  ((silent <= 10)) || { echo "FAIL: named after $silent s of silence (limit 5 s)"; failed=1; }
+fi
+if [[ $mode == livespin ]]; then
+  [[ $verdict == "gtrain: watchdog: rank 1 is wedged: "* ]] || { echo "FAIL: rank 1 not named as wedged"; failed=1; }
+fi
 if [[ $mode == slowstop ]]; then
   (($(echo "$elapsed < 25" | bc))) || { echo "FAIL: took $elapsed s: the stale record did not end it"; failed=1; }
   [[ $arrived == "rank 1 (pid "*"stopped or dead"* ]] || { echo "FAIL: rank 1 not named as stopped"; failed=1; }
