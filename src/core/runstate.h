@@ -17,7 +17,7 @@
 #include "state.h"
 #include <stdio.h>
 
-/* A run's lineage (runstate.c, "the lineage"): the identity made at its fresh start, the branch it
+/* A run's lineage (runstate_lineage.c, "the lineage"): the identity made at its fresh start, the branch it
  * writes (a new one at every checkpoint.resume = PATH), the branches it continues ("BRANCH@STEP ...",
  * "-" for files without an identity), and the file its branch started from (its path; "" for a
  * fresh start). Every state file it saves records the first three. */
