@@ -46,17 +46,17 @@ typedef struct gt_test_hooks {
         int started;
     } die_in_gather;
     /* GTRAIN_TEST_SLOW_SAVE=S[:MS[:RANK]]: sleep S seconds in the middle of every save, and make every
-     * tensor write of every save MS milliseconds slower (with RANK: only that rank's) (state.c). */
+     * tensor write of every save MS milliseconds slower (with RANK: only that rank's) (state_write.c). */
     double slow_save_s;
     double slow_write_ms;
     int slow_write_rank; /* -1: every rank */
     /* GTRAIN_TEST_HANG_IN_SAVE=STEP:RANK[:stop]: in the save of step STEP, rank RANK enters a write
-     * that never returns, or with `stop` stops itself (SIGSTOP) there (state.c). step -1: off. */
+     * that never returns, or with `stop` stops itself (SIGSTOP) there (state_write.c). step -1: off. */
     struct {
         long step, rank;
         int stop;
     } hang_in_save;
-    /* GTRAIN_TEST_SAVE_EIO=R[,R...]: in every save, the writers of these ranks fail as EIO (state.c). */
+    /* GTRAIN_TEST_SAVE_EIO=R[,R...]: in every save, the writers of these ranks fail as EIO (state_write.c). */
     int save_eio_ranks[GT_TEST_EIO_RANKS_MAX];
     int n_save_eio_ranks;
     /* GTRAIN_TEST_LIST_DIR_EIO=1: listing checkpoint.dir fails with EIO (runstate_files.c). */

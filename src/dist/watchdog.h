@@ -67,7 +67,7 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq);
  * nested. The synchronous save (core/runstate_save.c) brackets itself; an asynchronous writer's wait
  * for its thread belongs in one too. One record per rank, kept by the thread that called
  * gt_watchdog_start: enter/leave/phase calls from any other thread (a background writer running
- * state.c's tracked HDF5 calls) are ignored. */
+ * state_write.c's tracked HDF5 calls) are ignored. */
 uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes);
 void gt_watchdog_phase_end(void);
 
