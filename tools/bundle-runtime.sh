@@ -19,7 +19,7 @@
 # Left out on purpose: glibc (the target's must be as new or newer: Debian 12 builds need 2.36) and the
 # CUDA/NCCL libraries, which belong with that machine's driver.
 #
-# On the GPU machine (the device tool: carry [".bundle"]), from the repository root:
+# On the GPU machine (with .bundle/ copied along with the checkout), from the repository root:
 #   bash tests/gpu/run.sh        (finds .bundle/gtrain-runtime.tar.gz, unpacks it, sources env.sh)
 # or by hand: mkdir -p /tmp/rt && tar -xzf .bundle/gtrain-runtime.tar.gz -C /tmp/rt && . /tmp/rt/env.sh
 #

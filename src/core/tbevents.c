@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"   /* GT_PATH_MAX */
-#include "runstate.h" /* gt_make_dirs */
+#include "paths.h"    /* gt_make_dirs */
 
 struct gt_tb {
     FILE *f;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh — the one GPU check, sized for a lent H200 (about 15 minutes of device time with
-# the machine's start, at most 8 files back). The whole run stays under 9 minutes (RUN_BUDGET).
+# tests/gpu/run.sh — the one GPU check, sized for about 15 minutes on one H200 (the machine's start
+# included, at most 8 result files). The whole run stays under 9 minutes (RUN_BUDGET).
 #
 # Phases, in order of value; each has its own time limit, cut further to what is left of the budget,
 # and is skipped when too little is left:
