@@ -1,5 +1,5 @@
 /*
- * runstate_dir.c — the directory, usable before the first step (runstate.c, "the directory"):
+ * runstate_dir.c — the directory, usable before the first step (runstate_loop.c, "the directory"):
  * checkpoint.dir made and probed by the first rank of every node, one directory that every node
  * sees, and a warning when there is less free space than one state file.
  */

@@ -1,5 +1,5 @@
 /*
- * runstate_files.c — the names and the housekeeping of the files in checkpoint.dir (runstate.c names
+ * runstate_files.c — the names and the housekeeping of the files in checkpoint.dir (runstate_loop.c names
  * the policies): step_N.h5 and its temporary, the rank-file directories of asynchronous saves and
  * which state file maps onto each, listing the complete files newest first, fsync of a path, and
  * deleting what no state file needs (a killed save's temporary file and rank files).

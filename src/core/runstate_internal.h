@@ -1,6 +1,6 @@
 /*
- * runstate_internal.h — what the files of runstate (runstate.c and runstate_*.c) share; not for
- * the rest of the trainer, which includes runstate.h. runstate.c's top comment names the policies
+ * runstate_internal.h — what the files of runstate (runstate_*.c) share; not for
+ * the rest of the trainer, which includes runstate.h. runstate_loop.c's top comment names the policies
  * and the file that holds each.
  */
 #ifndef GT_RUNSTATE_INTERNAL_H
@@ -54,7 +54,7 @@ int gt_rs_in_chain(const gt_lineage *l, const gt_state_info *f);
 /* runstate_resume.c: where the run starts. Collective. */
 int gt_rs_resume(gt_run_state *run);
 
-/* runstate.c: rotation and the count of failed saves */
+/* runstate_loop.c: rotation and the count of failed saves */
 void gt_rs_prune(const gt_run_state *run, int64_t saved_step);
 void gt_rs_count_save(gt_run_state *run, int ok);
 

@@ -1,5 +1,5 @@
 /*
- * runstate_lineage.c — which runs' files a start may resume and rotate (runstate.c, "where a run
+ * runstate_lineage.c — which runs' files a start may resume and rotate (runstate_loop.c, "where a run
  * starts"): the lineage of state files, DIR/.gtrain-lineage, and rank 0's plan for the start
  * (which files to try, newest first, or the refusal of another lineage's files).
  */

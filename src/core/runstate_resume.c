@@ -1,5 +1,5 @@
 /*
- * runstate_resume.c — where a run starts (runstate.c, "where a run starts" and "the global
+ * runstate_resume.c — where a run starts (runstate_loop.c, "where a run starts" and "the global
  * batch"): the saved config compared key by key, each candidate of the plan (runstate_lineage.c)
  * loaded in turn on every rank, the files that failed set aside, the lineage recorded; and the
  * global batch kept across world sizes by rescaling grad_accum before the run is built.

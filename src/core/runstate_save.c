@@ -1,5 +1,5 @@
 /*
- * runstate_save.c — how a save is written and published (runstate.c, "saving" and "a failed
+ * runstate_save.c — how a save is written and published (runstate_loop.c, "saving" and "a failed
  * save"): the collective writer (a temporary file, every rank's fsync, rank 0's rename and fsync of
  * DIR), the asynchronous writers (one file per rank, the top file published last), the one line of
  * a failed save and the record of a completed one.

@@ -33,6 +33,7 @@
  * is at most one transfer (1 GiB).
  */
 
+#include "state.h"
 #include "state_internal.h"
 
 #include <errno.h>

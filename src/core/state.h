@@ -20,7 +20,7 @@
  * a flipped byte fails the read of what it hit, a truncated file fails to open.
  *
  * This file knows the format and nothing of directories, renames, resume policy or signals
- * (runstate.c owns those). Reading needs no MPI: gtrain-sample reads /config and /model here too.
+ * (the runstate files own those). Reading needs no MPI: gtrain-sample reads /config and /model here too.
  */
 #ifndef GT_STATE_H
 #define GT_STATE_H

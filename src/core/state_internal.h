@@ -1,6 +1,6 @@
 /*
  * state_internal.h — what the files of the training-state format (state.c, state_write.c,
- * state_read.c) share; the rest of gtrain includes state.h.
+ * state_read.c) share; the rest of gtrain includes state.h (which this does not include: no ring).
  */
 #ifndef GT_STATE_INTERNAL_H
 #define GT_STATE_INTERNAL_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "state.h"
+#include "model.h" /* gt_tensor_info */
 
 #define MAX_IO_BYTES_DEFAULT ((size_t)1 << 30) /* per rank per transfer */
 #define CHUNK_BYTES ((size_t)4 << 20)         /* per chunk with its checksum: one Fletcher32 sum each */

@@ -4,6 +4,7 @@
  * against the model, the rank files of the split layout, the model-only reader.
  */
 
+#include "state.h"
 #include "state_internal.h"
 
 #include <errno.h>

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE /* memfd_create */
 
+#include "state.h"
 #include "state_internal.h"
 
 #include <errno.h>

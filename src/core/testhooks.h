@@ -70,7 +70,7 @@ typedef struct gt_test_hooks {
     /* GTRAIN_TEST_START_DELAY_MS=N: a pause of N ms first thing in main, after the stop handlers are
      * installed and before MPI starts (gtrain_main.c). */
     long start_delay_ms;
-    /* GTRAIN_TEST_STEP_DELAY_MS=N: a pause of N ms after every step (runstate.c). */
+    /* GTRAIN_TEST_STEP_DELAY_MS=N: a pause of N ms after every step (runstate_loop.c). */
     long step_delay_ms;
     /* GTRAIN_TEST_NO_RESERVE=1: no space reservation before a save (runstate_save.c). */
     int no_reserve;

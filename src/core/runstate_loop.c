@@ -1,5 +1,5 @@
 /*
- * runstate.c — the training loop's side of training-state files and signals (see runstate.h);
+ * runstate_loop.c — the training loop's side of training-state files and signals (see runstate.h);
  * state.c owns the file format, the runstate files own the policy around it. This file: the run's
  * start and end, when to save, what to rotate, the count of failed saves, stopping on a signal.
  * The others (runstate_internal.h declares what they share):
