@@ -6,29 +6,18 @@
 
 #include "runstate_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "agree.h"
-#include "asyncsave.h"
 #include "bytes.h"
 #include "errmsg.h"
-#include "signals.h"
-#include "state.h"
-#include "tbevents.h"
 #include "testhooks.h"
-#include "watchdog.h"
 #include "exitcodes.h"
 
 /* ------------------------------------------------------------------------------------------------

@@ -8,30 +8,23 @@
 
 #include "runstate_internal.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "agree.h"
 #include "asyncsave.h"
 #include "bytes.h"
-#include "errmsg.h"
-#include "signals.h"
 #include "state.h"
 #include "tbevents.h"
 #include "testhooks.h"
 #include "watchdog.h"
-#include "exitcodes.h"
 
 /* Rank 0, before HDF5 writes the file: reserves its planned size under its temporary name, so that
  * a disk or quota without room fails here, cleanly, and not inside HDF5's collective calls (HDF5

@@ -36,24 +36,12 @@
 #include "state.h"
 #include "state_internal.h"
 
-#include <errno.h>
 #include <hdf5.h>
-#include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "model.h"
-#include "shard.h"
-#include "agree.h"
-#include "testhooks.h"
-#include "watchdog.h"
 
 /* GTRAIN_STATE_MAX_IO_BYTES (tests) lowers the 1 GiB transfer limit to exercise the split path. */
 size_t gt_st_max_io_elems(void) {

@@ -10,21 +10,13 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "model.h"
 #include "shard.h"
-#include "agree.h"
-#include "testhooks.h"
-#include "watchdog.h"
 
 /* ------------------------------------------------------------------------------------------------
  * Reading

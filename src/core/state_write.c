@@ -10,9 +10,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
-#include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
