@@ -5,6 +5,12 @@ add_test(NAME config_keys_documented
                  ${CMAKE_SOURCE_DIR})
 set_tests_properties(config_keys_documented PROPERTIES LABELS unit TIMEOUT 60)
 
+# docs/architecture.md is the map: every file of src/ is in it, every path it names exists
+# (tests/scripts/architecture_map.py).
+add_test(NAME architecture_map_holds
+         COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/scripts/architecture_map.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(architecture_map_holds PROPERTIES LABELS unit TIMEOUT 60)
+
 # No issue numbers, no words about how the work was organised, no machine paths, in any file
 # (tests/scripts/product_words.py says what it looks for and what it skips).
 add_test(NAME repository_speaks_of_the_product

@@ -1,4 +1,4 @@
-# Training-state files (src/core/state.c, runstate.c): end-to-end scenarios driving the real gtrain
+# Training-state files (src/core/state*.c, runstate*.c): end-to-end scenarios driving the real gtrain
 # binary under mpiexec (label resume), and the Hugging Face export (tools/state_to_hf.py), which
 # fails where GTRAIN_HF_PYTHON lacks h5py, safetensors, torch or transformers.
 # tests/resume/resume_test.py describes each scenario; state_check is its outside reader of the files.

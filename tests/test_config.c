@@ -107,8 +107,8 @@ static void defaults_validate(void) {
 
 static void tiny_ini_is_the_defaults(void) {
     /* configs/tiny.ini spells out every default (config.c's key table and gt_config_defaults hold
-     * them; tiny.ini and configs/README.md are copies, and this test and readme_lists_every_default
-     * check both) */
+     * them; tiny.ini and configs/README.md are copies: this test checks tiny.ini, and the test
+     * config_keys_documented (tests/scripts/keys_documented.py) checks the README's every row) */
     gt_config cfg, def;
     gt_config_defaults(&def);
     const char *path = fmt("%s/configs/tiny.ini", source_dir);
@@ -117,70 +117,6 @@ static void tiny_ini_is_the_defaults(void) {
     char *a = gt_config_to_ini(&cfg), *b = gt_config_to_ini(&def);
     CHECK_STR(a, b);
     free(a), free(b);
-}
-
-static void readme_default_matches(const char *section, const char *name, const char *value, const char *readme) {
-    /* the row "| `name` | type | default | ..." under "## [section]" */
-    char heading[64], row[128];
-    snprintf(heading, sizeof heading, "\n## [%s]", section);
-    snprintf(row, sizeof row, "\n| `%s` |", name);
-    const char *at = strstr(readme, heading), *end = at ? strstr(at + 1, "\n## ") : NULL;
-    const char *line = at ? strstr(at, row) : NULL;
-    if (!line || (end && line > end)) {
-        fprintf(stderr, "  configs/README.md: no row for [%s] %s\n", section, name);
-        CHECK(line && (!end || line < end));
-        return;
-    }
-    /* the third cell: after the key's and the type's */
-    const char *cell = line + strlen(row);
-    cell = strchr(cell, '|');
-    char got[256] = "";
-    if (cell) {
-        cell++;
-        const char *stop = strchr(cell, '|');
-        size_t n = stop ? (size_t)(stop - cell) : 0;
-        while (n && *cell == ' ') cell++, n--;
-        while (n && cell[n - 1] == ' ') n--;
-        snprintf(got, sizeof got, "%.*s", (int)(n < sizeof got ? n : sizeof got - 1), cell);
-    }
-    if (strcmp(got, "(none)") == 0 || strcmp(got, "(empty)") == 0) got[0] = '\0';
-    char *e1 = NULL, *e2 = NULL;
-    double a = strtod(got, &e1), b = strtod(value, &e2);
-    int same = got[0] && value[0] && !*e1 && !*e2 ? a == b || (float)a == (float)b : strcmp(got, value) == 0;
-    if (!same) fprintf(stderr, "  configs/README.md: [%s] %s: default '%s', the code's is '%s'\n", section, name, got, value);
-    CHECK(same);
-}
-
-static void readme_lists_every_default(void) {
-    /* configs/README.md's default column is a copy of gt_config_defaults: every key has a row in its
-     * section's table, and its default reads as the same value (numbers compared as numbers, "(none)" and
-     * "(empty)" for nothing) */
-    const char *path = fmt("%s/configs/README.md", source_dir);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    if (!f) return;
-    static char readme[1 << 17];
-    size_t n = fread(readme + 1, 1, sizeof readme - 2, f);
-    fclose(f);
-    readme[0] = '\n';
-    readme[n + 1] = '\0';
-    gt_config def;
-    gt_config_defaults(&def);
-    char *ini = gt_config_to_ini(&def), *save = NULL, section[64] = "";
-    int keys = 0;
-    for (char *l = strtok_r(ini, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        if (l[0] == '[') {
-            snprintf(section, sizeof section, "%.*s", (int)(strlen(l) - 2), l + 1);
-            continue;
-        }
-        char *eq = strstr(l, " = ");
-        if (!eq) continue;
-        *eq = '\0';
-        readme_default_matches(section, l, eq + 3, readme);
-        keys++;
-    }
-    free(ini);
-    CHECK(keys > 50);
 }
 
 static void shipped_configs_validate(void) {
@@ -924,7 +860,6 @@ int main(int argc, char **argv) {
     }
     RUN(defaults_validate);
     RUN(tiny_ini_is_the_defaults);
-    RUN(readme_lists_every_default);
     RUN(shipped_configs_validate);
     RUN(file_values_are_typed);
     RUN(overrides_win_over_file);

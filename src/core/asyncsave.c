@@ -131,7 +131,7 @@ void gt_async_save_reserve(gt_async_save *s, size_t count) { reserve(s, count); 
 
 void gt_async_save_start(gt_async_save *s, const gt_optim *opt, uint64_t begin, uint64_t count,
                          const gt_state_info *info, int rank, const char *path) {
-    if (s->started) abort(); /* runstate.c joins before it starts another: never two writers */
+    if (s->started) abort(); /* runstate_save.c joins before it starts another: never two writers */
     gt_state_library_open(); /* HDF5 starts here, on the main thread, not in the writer */
     reserve(s, count);
     const float *src[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};

@@ -3,7 +3,7 @@
  * The main thread copies the rank's slice of the fp32 master weights and both Adam moments into a
  * host buffer kept from one save to the next (the only time the loop waits), then a thread writes
  * that copy to the rank's own file with serial HDF5 (gt_state_write_rank) and fsyncs it. The thread
- * makes no MPI call; runstate.c asks gt_async_save_finished at step boundaries and agrees over the
+ * makes no MPI call; runstate_loop.c asks gt_async_save_finished at step boundaries and agrees over the
  * ranks, and only then joins. At most one save is in flight per rank.
  */
 #ifndef GT_ASYNCSAVE_H

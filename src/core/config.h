@@ -14,7 +14,7 @@
 
 #include "ops.h" /* gt_cuda_attention */
 
-#define GT_PATH_MAX 1024
+#include "pathmax.h" /* GT_PATH_MAX */
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 

@@ -1,5 +1,5 @@
 /*
- * paths.h — directories on disk: mkdir -p, used for checkpoint.dir (runstate.c, runclaim.c) and the
+ * paths.h — directories on disk: mkdir -p, used for checkpoint.dir (runstate_dir.c, runclaim.c) and the
  * parent of log.metrics (config.c).
  */
 #ifndef GT_PATHS_H

@@ -75,7 +75,7 @@ uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda
 /* The asynchronous save's host copy per rank (checkpoint.async = true with a checkpoint.dir; else 0):
  * the fp32 master weights and both AdamW moments of the rank's slice of the flat parameter vector,
  * 12 bytes per element, the largest slice being ceil(P / world) elements at every shard stage
- * (without ZeRO each rank writes the slice it would own: runstate.c). Host memory on every backend
+ * (without ZeRO each rank writes the slice it would own: runstate_save.c). Host memory on every backend
  * and not in total_bytes: --plan prints it and the memory check before step 1 counts it
  * (gt_preflight_memory), both from here. */
 uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *shape);

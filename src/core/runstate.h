@@ -1,7 +1,8 @@
 /*
  * runstate.h — what the training loop needs from training-state files and signals: where a run
  * starts (fresh or resumed), periodic and final saves, and stopping early on SIGTERM/SIGUSR1.
- * state.c owns the HDF5 file format; this is the loop's side of it.
+ * state.c owns the HDF5 file format; this is the loop's side of it, in the runstate_*.c files
+ * (runstate_loop.c's top comment names the policies and the file of each).
  */
 #ifndef GT_RUNSTATE_H
 #define GT_RUNSTATE_H
@@ -17,7 +18,7 @@
 #include "state.h"
 #include <stdio.h>
 
-/* A run's lineage (runstate.c, "the lineage"): the identity made at its fresh start, the branch it
+/* A run's lineage (runstate_lineage.c, "the lineage"): the identity made at its fresh start, the branch it
  * writes (a new one at every checkpoint.resume = PATH), the branches it continues ("BRANCH@STEP ...",
  * "-" for files without an identity), and the file its branch started from (its path; "" for a
  * fresh start). Every state file it saves records the first three. */
@@ -46,7 +47,7 @@ typedef struct gt_run_state {
                                 directory's fsync failed); checkpoint.max_failed_saves stops the run */
     gt_lineage lineage;      /* what every file this run saves records; rotation deletes only its chain */
     char *config_text;       /* gt_config_to_ini of the run, stored in every file */
-    /* checkpoint.async: the save being written in the background (runstate.c, asyncsave.h) */
+    /* checkpoint.async: the save being written in the background (runstate_loop.c, asyncsave.h) */
     struct gt_async_save *writer; /* this rank's writer, made at the first asynchronous save */
     int pending_step;        /* the step it is writing; 0 when none is in flight */
     char pending_dir[64];    /* its directory of rank files in checkpoint.dir: step_N.h5.d[.K] */

@@ -27,7 +27,7 @@
  * Exit codes: 0 done, 2 bad arguments, a file that is not a usable state file, or a tokenizer that
  * cannot be used.
  *
- * It reads the file through state.c's readers for one process (the sec2 driver, no MPI calls), so it
+ * It reads the file through state_read.c's readers for one process (the sec2 driver, no MPI calls), so it
  * needs no MPI start-up and no optimizer, and runs as one process.
  */
 #include <errno.h>
@@ -90,7 +90,7 @@ static int fail(const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- reading the state file */
 
-/* Parses STATE.h5's /config into cfg and reads its weights into *params (malloc'd): state.c's
+/* Parses STATE.h5's /config into cfg and reads its weights into *params (malloc'd): state_read.c's
  * readers, which need neither MPI nor an optimizer. */
 static int load_state(const char *path, gt_config *cfg, gt_layout *layout, float **params) {
     char err[2048], name[GT_PATH_MAX + 16], *text = NULL;

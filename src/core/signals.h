@@ -2,7 +2,7 @@
  * signals.h — the stop flag for preemption: SIGTERM and SIGUSR1 (what Slurm and most schedulers send
  * before they kill a job) and SIGINT (Ctrl-C, so that a 1-rank run stops like a launched one) only set
  * a flag here. The training loop looks at it at each step boundary,
- * all ranks agree on it (a max all-reduce in runstate.c, since the signal may reach only some ranks), and
+ * all ranks agree on it (a max all-reduce in runstate_loop.c, since the signal may reach only some ranks), and
  * the run saves its state and exits 75. A second signal during that save changes nothing: the handler
  * never does more than set the flag.
  */

@@ -3,7 +3,7 @@
  * back slice by slice on any world size and shard stage. docs/state-format.md is the long form.
  *
  *   /                         attributes format="gtrain-state", format_version, step, tokens_seen,
- *                             world_size, shard, run_id, branch, branch_parents (the lineage: runstate.c)
+ *                             world_size, shard, run_id, branch, branch_parents (the lineage: runstate_lineage.c)
  *   /config                   the effective config text (gt_config_to_ini) of the run that saved
  *   /model/<name>             fp32 master weights, one dataset per tensor, logical (Hugging Face) shape
  *   /optim/exp_avg/<name>     AdamW first moment, same shapes
@@ -20,7 +20,7 @@
  * a flipped byte fails the read of what it hit, a truncated file fails to open.
  *
  * This file knows the format and nothing of directories, renames, resume policy or signals
- * (runstate.c owns those). Reading needs no MPI: gtrain-sample reads /config and /model here too.
+ * (the runstate files own those). Reading needs no MPI: gtrain-sample reads /config and /model here too.
  */
 #ifndef GT_STATE_H
 #define GT_STATE_H
@@ -49,7 +49,7 @@ typedef struct gt_state_info {
     int64_t skipped_steps;  /* steps skipped for a non-finite loss or gradient (train.nonfinite = skip);
                                0 when the file predates the attribute */
     char shard[16];         /* dist.shard of the run that saved */
-    /* The lineage (runstate.c, docs/state-format.md): the run identity made at a fresh start, carried
+    /* The lineage (runstate_lineage.c, docs/state-format.md): the run identity made at a fresh start, carried
      * through every resume; the branch (a new one at every checkpoint.resume = PATH); the branches it
      * continues, "BRANCH@STEP ..." (their files up to STEP are its past). All "" in a file written
      * before they existed (a legacy lineage); attributes run_id, branch, branch_parents. */

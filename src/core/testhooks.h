@@ -5,7 +5,7 @@
  * travel through sbatch or mpirun into a production job; without it the run refuses to start.
  *
  * Every variable is parsed here, once, into gt_test_hooks; the product reads one field of it where
- * the hook acts (train.c, zero.c, state.c, runstate.c, preflight.c, gtrain_main.c), and the two hooks that act on a
+ * the hook acts (train.c, zero.c, state.c, runstate*.c, preflight.c, gtrain_main.c), and the two hooks that act on a
  * training step (a NaN, a hang) are carried out by the functions below. Unset, empty, or not enabled:
  * the field is off (0, or as its comment says).
  */
@@ -46,35 +46,35 @@ typedef struct gt_test_hooks {
         int started;
     } die_in_gather;
     /* GTRAIN_TEST_SLOW_SAVE=S[:MS[:RANK]]: sleep S seconds in the middle of every save, and make every
-     * tensor write of every save MS milliseconds slower (with RANK: only that rank's) (state.c). */
+     * tensor write of every save MS milliseconds slower (with RANK: only that rank's) (state_write.c). */
     double slow_save_s;
     double slow_write_ms;
     int slow_write_rank; /* -1: every rank */
     /* GTRAIN_TEST_HANG_IN_SAVE=STEP:RANK[:stop]: in the save of step STEP, rank RANK enters a write
-     * that never returns, or with `stop` stops itself (SIGSTOP) there (state.c). step -1: off. */
+     * that never returns, or with `stop` stops itself (SIGSTOP) there (state_write.c). step -1: off. */
     struct {
         long step, rank;
         int stop;
     } hang_in_save;
-    /* GTRAIN_TEST_SAVE_EIO=R[,R...]: in every save, the writers of these ranks fail as EIO (state.c). */
+    /* GTRAIN_TEST_SAVE_EIO=R[,R...]: in every save, the writers of these ranks fail as EIO (state_write.c). */
     int save_eio_ranks[GT_TEST_EIO_RANKS_MAX];
     int n_save_eio_ranks;
-    /* GTRAIN_TEST_LIST_DIR_EIO=1: listing checkpoint.dir fails with EIO (runstate.c). */
+    /* GTRAIN_TEST_LIST_DIR_EIO=1: listing checkpoint.dir fails with EIO (runstate_files.c). */
     int list_dir_eio;
     /* GTRAIN_TEST_READ_FAILS_ONCE=R: the first read of a state file fails on rank R, as a transient
-     * EIO/ESTALE would (runstate.c). -1: off. */
+     * EIO/ESTALE would (runstate_resume.c). -1: off. */
     int read_fails_once_rank;
     /* GTRAIN_TEST_DIR_FSYNC_EIO=1: the fsync of checkpoint.dir after a save's rename fails with EIO
-     * (runstate.c). */
+     * (runstate_save.c). */
     int dir_fsync_eio;
     /* GTRAIN_TEST_START_DELAY_MS=N: a pause of N ms first thing in main, after the stop handlers are
      * installed and before MPI starts (gtrain_main.c). */
     long start_delay_ms;
-    /* GTRAIN_TEST_STEP_DELAY_MS=N: a pause of N ms after every step (runstate.c). */
+    /* GTRAIN_TEST_STEP_DELAY_MS=N: a pause of N ms after every step (runstate_loop.c). */
     long step_delay_ms;
-    /* GTRAIN_TEST_NO_RESERVE=1: no space reservation before a save (runstate.c). */
+    /* GTRAIN_TEST_NO_RESERVE=1: no space reservation before a save (runstate_save.c). */
     int no_reserve;
-    /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate.c). */
+    /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate_dir.c). */
     int rank_is_node;
     /* GTRAIN_TEST_MEM_AVAILABLE=BYTES: the memory preflight sees a node with this much (preflight.c). */
     int has_mem_available;

@@ -10,6 +10,8 @@
 
 #include "watchdog.h"
 
+#include "pathmax.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -61,7 +63,9 @@ static int stopping;
 static pthread_t thread;
 static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
-static char dir[4096];
+#define DIR_BYTES (GT_PATH_MAX + 64)    /* checkpoint.dir/.watchdog, or /dev/shm/gtrain-watchdog-PID-TIME */
+#define PATH_BYTES (DIR_BYTES + 128)    /* a file in it */
+static char dir[DIR_BYTES];
 static int my_rank, world_size;
 static double timeout_s;
 static double liveness_s, heartbeat_s;
@@ -317,7 +321,7 @@ static void snapshot(record *r) {
 /* One line, padded to RECORD_BYTES and written in place: open, write, close each time, so a shared
  * file system's close-to-open consistency shows the other nodes the new line. */
 static void publish(const record *r) {
-    char line[RECORD_BYTES], path[4200];
+    char line[RECORD_BYTES], path[PATH_BYTES];
     int n = snprintf(line, sizeof line,
                      "gtrain-watchdog 1 rank %d pid %d host %s step %d done %d at %.3f op %s seq %llu "
                      "started %llu in %d since %.3f written %.3f phase %s pseq %llu calls %llu psince %.3f "
@@ -337,7 +341,7 @@ static void publish(const record *r) {
 }
 
 static int read_record(int rank, record *r) {
-    char line[RECORD_BYTES + 1], path[4200];
+    char line[RECORD_BYTES + 1], path[PATH_BYTES];
     record_path(rank, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -414,7 +418,7 @@ static int is_behind(const record *r, unsigned long long wanted, unsigned long l
 /* The hosts of the named ranks, one per line, for a batch script that leaves them out of the
  * requeued job: DIR/blamed_hosts, written (then renamed) by the rank that claimed the verdict. */
 static void write_blamed_hosts(const record *all, const int *named, int n) {
-    char path[4200], tmp[4300];
+    char path[PATH_BYTES], tmp[PATH_BYTES + 8];
     snprintf(path, sizeof path, "%s/blamed_hosts", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
@@ -505,7 +509,7 @@ static void fire(const record *me, const char *what, double limit, const char *k
     if (n < cap) n += (size_t)snprintf(msg + n, cap - n, "; exit %d\n", GT_WATCHDOG_EXIT);
     if (n >= cap) n = cap - 1, msg[n - 1] = '\n';
     if (flight) msync(flight, flight_bytes, MS_SYNC); /* for readers on other nodes */
-    char claim[4200];
+    char claim[PATH_BYTES];
     snprintf(claim, sizeof claim, "%s/verdict", dir);
     int fd = open(claim, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
@@ -719,7 +723,7 @@ static void sweep_stale_tmp_dirs(void) {
     struct dirent *e;
     while ((e = readdir(shm))) {
         if (strncmp(e->d_name, "gtrain-watchdog-", 16) != 0) continue;
-        char sub[4200], path[4600], line[RECORD_BYTES + 1];
+        char sub[PATH_BYTES], path[PATH_BYTES + 256], line[RECORD_BYTES + 1];
         snprintf(sub, sizeof sub, "/dev/shm/%s", e->d_name);
         DIR *d = opendir(sub);
         if (!d) continue;
@@ -755,7 +759,7 @@ static void sweep_stale_tmp_dirs(void) {
 /* The ring's file, created afresh (a previous run's ring of this rank is replaced) and mapped; without
  * it the watchdog still works, with no ring. */
 static void open_flight_recorder(void) {
-    char path[4200];
+    char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s/flight_%05d", dir, my_rank);
     flight_bytes = sizeof(flight_header) + (size_t)GT_FLIGHT_ENTRIES * sizeof(flight_entry);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -808,7 +812,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, doub
         bad = make_dir(dir, why, why_len);
     }
     if (!bad && my_rank == 0) {
-        char claim[4200];
+        char claim[PATH_BYTES];
         snprintf(claim, sizeof claim, "%s/verdict", dir); /* a previous run's */
         unlink(claim);
         snprintf(claim, sizeof claim, "%s/blamed_hosts", dir);
@@ -841,7 +845,7 @@ void gt_watchdog_stop(void) {
     pthread_mutex_unlock(&stop_lock);
     pthread_join(thread, NULL);
     STORE(running, 0);
-    char path[4200];
+    char path[PATH_BYTES];
     record_path(my_rank, path, sizeof path);
     unlink(path);
     if (flight) {

@@ -89,10 +89,10 @@ void gt_watchdog_enter_wait(const char *op, uint64_t seq);
  * one operation `name` (one ring entry); the enter/leave calls inside it are numbered within it
  * (not in the ring), so that the verdict compares ranks by how far into it they got: one blocked in
  * the save's 57th call waits for one that has not entered it, which is named, with `name`. Not
- * nested. The synchronous save (core/runstate.c) brackets itself; an asynchronous writer's wait
+ * nested. The synchronous save (core/runstate_save.c) brackets itself; an asynchronous writer's wait
  * for its thread belongs in one too. One record per rank, kept by the thread that called
  * gt_watchdog_start: enter/leave/phase calls from any other thread (a background writer running
- * state.c's tracked HDF5 calls) are ignored. */
+ * state_write.c's tracked HDF5 calls) are ignored. */
 uint64_t gt_watchdog_phase_begin(const char *name, uint64_t bytes);
 void gt_watchdog_phase_end(void);
 

@@ -80,7 +80,7 @@ def environ(extra=None, delay_ms=0):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["OMP_NUM_THREADS"] = "1"
     env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
-    if delay_ms:  # a pause after every step (src/core/runstate.c), so the run is still there later
+    if delay_ms:  # a pause after every step (src/core/runstate_loop.c), so the run is still there later
         env["GTRAIN_TEST_HOOKS"] = "1"
         env["GTRAIN_TEST_STEP_DELAY_MS"] = str(delay_ms)
     env.update(extra or {})
