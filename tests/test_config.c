@@ -682,6 +682,7 @@ static void to_ini_round_trips(void) {
         "log.tensorboard=runs/x/tb",
         "train.peak_tflops=312.5",
         "train.cuda_attention=mma",
+        "data.document_mask=true", "data.reset_positions=true", "data.separator=7", "data.separator_role=bos",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

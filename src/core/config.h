@@ -105,6 +105,10 @@ typedef struct gt_config {
         char val[GT_PATH_MAX]; /* "" = no validation */
         int val_every;         /* steps; 0 = never */
         int val_batches;
+        int document_mask;     /* 1: attention stays inside each document of a window */
+        int reset_positions;   /* 1: RoPE positions restart at each document */
+        int separator;         /* the token id that delimits documents; -1 = unset */
+        int separator_before;  /* 1: it starts each document (bos); 0: it ends each one (eos) */
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */

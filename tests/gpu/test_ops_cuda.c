@@ -522,27 +522,27 @@ static void test_rope(int B, int T, int NH, int HD) {
         }
     float *dtab = gpu->alloc((size_t)T * HD * sizeof(float));
     gpu->copy_to_device(dtab, tab, (size_t)T * HD * sizeof(float));
-    cpu->rope_forward(want, x, tab, B, T, NH, HD);
-    cpu->rope_backward(dwant, x, tab, B, T, NH, HD);
+    cpu->rope_forward(want, x, tab, NULL, B, T, NH, HD);
+    cpu->rope_backward(dwant, x, tab, NULL, B, T, NH, HD);
     float *got[2], *dgot[2], *inplace = xmalloc(n * sizeof(float));
     void *dx = dev_work(x, n);
     for (int rep = 0; rep < 2; rep++) {
         got[rep] = xmalloc(n * sizeof(float));
         dgot[rep] = xmalloc(n * sizeof(float));
         void *out = gpu->alloc(n * gpu->act_bytes), *dout = gpu->alloc(n * gpu->act_bytes);
-        gpu->rope_forward(out, dx, dtab, B, T, NH, HD);
-        gpu->rope_backward(dout, dx, dtab, B, T, NH, HD);
+        gpu->rope_forward(out, dx, dtab, NULL, B, T, NH, HD);
+        gpu->rope_backward(dout, dx, dtab, NULL, B, T, NH, HD);
         get_work(got[rep], out, n);
         get_work(dgot[rep], dout, n);
         gpu->free(out), gpu->free(dout);
     }
     void *io = dev_work(x, n);
-    gpu->rope_forward(io, io, dtab, B, T, NH, HD);
+    gpu->rope_forward(io, io, dtab, NULL, B, T, NH, HD);
     get_work(inplace, io, n);
     gpu->free(io);
     float *dinplace = xmalloc(n * sizeof(float));
     io = dev_work(x, n);
-    gpu->rope_backward(io, io, dtab, B, T, NH, HD);
+    gpu->rope_backward(io, io, dtab, NULL, B, T, NH, HD);
     get_work(dinplace, io, n);
     gpu->free(io);
 #define ROPE_NAME(what) (snprintf(name, sizeof name, "rope_%s %s", what, tag), name)
@@ -611,13 +611,13 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     float *dout = rand_vec(nq, 1.0f, 1);
     float *out_w = xmalloc(nq * sizeof(float)), *lse_w = xmalloc(nl * sizeof(float));
     float *dq_w = xmalloc(nq * sizeof(float)), *dk_w = xmalloc(nk * sizeof(float)), *dv_w = xmalloc(nk * sizeof(float));
-    cpu->attention_forward(out_w, lse_w, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_forward(out_w, lse_w, NULL, q, k, v, NULL, B, T, NH, NKV, HD, dropout, key);
     /* backward reads the forward's output (D = dout . out): in bf16 mode the GPU's is rounded to bf16, so
      * the CPU gets it rounded too (as with every other working-type input) */
     float *out_in = dup_vec(out_w, nq);
     if (bf16_mode)
         for (size_t i = 0; i < nq; i++) out_in[i] = round_bf16(out_in[i]);
-    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_in, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_in, q, k, v, lse_w, NULL, NULL, B, T, NH, NKV, HD, dropout, key);
 
     float *o[2], *l[2], *gq[2], *gk[2], *gv[2];
     void *dq_in = dev_work(q, nq), *dk_in = dev_work(k, nk), *dv_in = dev_work(v, nk), *ddout = dev_work(dout, nq);
@@ -631,9 +631,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
         if (attn_fwd_force) gt_cuda_attention_force_variant(attn_fwd_force);
-        gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, NULL, B, T, NH, NKV, HD, dropout, key);
         if (attn_bwd_force) gt_cuda_attention_force_variant(attn_bwd_force);
-        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, NULL, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
         get_work(gq[rep], dq, nq);
