@@ -854,6 +854,50 @@ static void test_bf16_rope(void) {
     check_rounded("bf16 rope_backward = rne(fp32 table)", dx, dx32, n);
 }
 
+/* bf16 with documents: the rope of a one-token-then-long document layout rounds the fp32 table's; the
+ * attention keeps its bit-identity with and without stored probabilities (what recompute relies on)
+ * and stays within bf16 rounding of the fp32 kernel on the same (rounded) inputs */
+static void test_bf16_documents(void) {
+    enum { B = 1, T = 150, NH = 4, NKV = 2, HD = 8 };
+    static int32_t doc[B * T];
+    for (int t = 0; t < T; t++) doc[t] = t < 1 ? 0 : t < 81 ? 1 : 81;
+    static float tab[T * HD];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            double ang = t * pow(10000.0, -2.0 * i / HD);
+            tab[(t * HD / 2 + i) * 2] = (float)cos(ang);
+            tab[(t * HD / 2 + i) * 2 + 1] = (float)sin(ang);
+        }
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    float *q32, *k32, *v32, *d32;
+    uint16_t *q = brand(nq, 1.5, &q32), *k = brand(nk, 1.5, &k32), *v = brand(nk, 1, &v32), *d = brand(nq, 1, &d32);
+    uint16_t *rq = uvec(nq);
+    float *rq32 = fvec(nq);
+    ops16->rope_forward(rq, q, tab, doc, B, T, NH, HD);
+    ops->rope_forward(rq32, q32, tab, doc, B, T, NH, HD);
+    check_rounded("bf16 rope_forward with documents = rne(fp32 table)", rq, rq32, nq);
+
+    gt_rng_key key = {3, 4};
+    uint16_t *out = uvec(nq), *out2 = uvec(nq);
+    float *lse = fvec(nl), *lse2 = fvec(nl), *probs = fvec(nl * T), *out32 = fvec(nq), *lse32 = fvec(nl);
+    ops16->attention_forward(out, lse, probs, q, k, v, doc, B, T, NH, NKV, HD, 0.1f, key);
+    ops16->attention_forward(out2, lse2, NULL, q, k, v, doc, B, T, NH, NKV, HD, 0.1f, key);
+    check_same_bits("bf16 attention_forward with documents: same bits with probs NULL", out, out2, nq * 2);
+    ops->attention_forward(out32, lse32, NULL, q32, k32, v32, doc, B, T, NH, NKV, HD, 0.1f, key);
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < nq; i++) {
+        worst = fmax(worst, fabs((double)bf16_up(out[i]) - out32[i]));
+        scale = fmax(scale, fabs((double)out32[i]));
+    }
+    report("bf16 attention_forward with documents vs fp32 (of max |out|)", worst <= 2e-2 * scale,
+           scale > 0 ? worst / scale : worst, 2e-2);
+    uint16_t *dq = uvec(nq), *dk = uvec(nk), *dv = uvec(nk), *dq2 = uvec(nq), *dk2 = uvec(nk), *dv2 = uvec(nk);
+    ops16->attention_backward(dq, dk, dv, d, out, q, k, v, lse, probs, doc, B, T, NH, NKV, HD, 0.1f, key);
+    ops16->attention_backward(dq2, dk2, dv2, d, out, q, k, v, lse, NULL, doc, B, T, NH, NKV, HD, 0.1f, key);
+    int same = !memcmp(dq, dq2, nq * 2) && !memcmp(dk, dk2, nk * 2) && !memcmp(dv, dv2, nk * 2);
+    check_same_bits("bf16 attention_backward with documents: probs NULL bit-identical", &same, &(int){1}, sizeof(int));
+}
+
 static void test_bf16_swiglu(void) {
     enum { N = 1001 }; /* not a multiple of any lane count */
     float *g32, *u32, *d32, *out32 = fvec(N), *dg32 = fvec(N), *du32 = fvec(N);
@@ -1085,6 +1129,7 @@ static void test_bf16_table(void) {
     test_bf16_embedding();
     test_bf16_rmsnorm();
     test_bf16_rope();
+    test_bf16_documents();
     test_bf16_swiglu();
     test_bf16_residual(0.0f);
     test_bf16_residual(0.25f);
