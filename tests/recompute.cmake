@@ -16,6 +16,8 @@
 #                                  the planner's exact prediction (test_recompute --predict);
 #                                  auto runs at a budget 1/4 of the way from full's total to none's
 #   recompute_run_bad_policy       memory.recompute=uniform:9 on 3 layers via an override: exit 2
+#   recompute_run_documents        selective with data.document_mask and reset_positions (each line of
+#                                  the text a document): the same checks
 
 if(CMAKE_SCRIPT_MODE_FILE)
   cmake_minimum_required(VERSION 3.24)
@@ -95,6 +97,10 @@ dir =
 metrics =
 ")
   set(overrides memory.recompute=${RECOMPUTE} train.grad_accum=${ACCUM} log.metrics=${WORK}/metrics.jsonl)
+  if(DOCS)
+    # documents inside the windows: each line of the text (the newline byte ends a document)
+    list(APPEND overrides data.document_mask=true data.reset_positions=true data.separator=10)
+  endif()
   if(RECOMPUTE STREQUAL "auto")
     # a budget a quarter of the way from full's total to none's, so auto must give something up
     foreach(p none full)
@@ -191,3 +197,4 @@ gtrain_recompute_run(selective selective)
 gtrain_recompute_run(blocks1 blocks:1)
 gtrain_recompute_run(auto auto)
 gtrain_recompute_run(bad_policy uniform:9 -DBAD=1)
+gtrain_recompute_run(documents selective -DDOCS=1)

@@ -444,6 +444,26 @@ static void nccl_needs_a_gpu_and_bf16_does_not(void) {
     CHECK_PREFIX(err, fmt("%s:4: [dist] comm: comm nccl with device cpu", path));
 }
 
+/* document masking needs the separator, a token of the vocabulary, and on CUDA the default attention */
+static void document_mask_needs_separator_and_default_attention(void) {
+    gt_config cfg;
+    const char *path = write_file("docs.ini", "[data]\ndocument_mask = true\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:2: [data] document_mask: document_mask needs data.separator", path));
+    path = write_file("reset.ini", "[data]\nreset_positions = true\nseparator = 256\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:3: [data] separator: separator 256 is outside [0, vocab_size 256)", path));
+    path = write_file("mma.ini", "[train]\ncuda_attention = mma\n[data]\ndocument_mask = true\nseparator = 0\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:4: [data] document_mask: document_mask with cuda_attention mma (expected "
+                          "cuda_attention = default", path));
+    CHECK(strchr(err, '\n') == NULL);
+    path = write_file("cpu.ini", "[train]\ndevice = cpu\ncuda_attention = cudnn\n[data]\ndocument_mask = true\n"
+                                 "separator = 10\nseparator_role = bos\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK(cfg.data.document_mask == 1 && cfg.data.separator == 10 && cfg.data.separator_before == 1);
+}
+
 static void bad_recompute_policy_is_rejected(void) {
     gt_config cfg;
     const char *path = write_file("policy.ini", "[model]\nn_layers = 4\n[memory]\nrecompute = uniform:9\n");
@@ -619,6 +639,7 @@ static void to_ini_round_trips(void) {
         "log.tensorboard=runs/x/tb",
         "train.peak_tflops=312.5",
         "train.cuda_attention=mma",
+        "data.document_mask=true", "data.reset_positions=true", "data.separator=7", "data.separator_role=bos",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;
@@ -881,6 +902,7 @@ int main(int argc, char **argv) {
     RUN(schedule_keys_must_agree);
     RUN(warmup_longer_than_steps_is_shortened_with_a_note);
     RUN(nccl_needs_a_gpu_and_bf16_does_not);
+    RUN(document_mask_needs_separator_and_default_attention);
     RUN(bad_recompute_policy_is_rejected);
     RUN(auto_without_budget_is_rejected);
     RUN(duplicate_key_is_rejected);

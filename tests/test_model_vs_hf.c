@@ -18,6 +18,14 @@
  *      bit-identical to the "none" run (the recompute executor replays the forward exactly), and
  *      the recomputed-block count must match gt_plan_recomputed_blocks.
  *
+ * With a second fixture, DOCS.bin (tests/fixtures/llama_docmask_tiny.bin, make_docmask_fixture.py),
+ * it also checks documents inside a packed window (gt_model_set_documents): the same model on windows
+ * that hold several documents ended by a separator, under every recompute policy (bit-identical to
+ * "none"), against three transformers references within the tolerances below:
+ *   document mask + reset positions  = each document alone through transformers, summed;
+ *   document mask, window positions  = the window with transformers' explicit block-causal 4-D mask;
+ *   reset positions, no mask         = the window with the causal mask and restarting position_ids.
+ *
  * Tolerances (fp32 everywhere). The fixture's own fp32 rounding error, measured by rerunning the
  * reference in fp64 (make_llama_fixture.py prints it), is 1.3e-6 absolute on the logits, 7e-8
  * relative on the loss and <= 7.6e-7 of each gradient tensor's max. gtrain sums in other orders
@@ -116,9 +124,57 @@ static void train_once(gt_model *model, const gt_ops *ops, const char *policy_te
           res->recomputed, expect_rb);
 }
 
+/* Loss and gradients of gtrain with documents (mask, reset) against the fixture's TAG reference, under
+ * every recompute policy. */
+static void check_documents(gt_model *model, const gt_ops *ops, const gt_fixture *fx, const char *tag, int mask,
+                            int reset) {
+    const gt_layout *layout = gt_model_layout(model);
+    const gt_fx_record *rin = need(fx, "input_ids", GT_FX_I32), *rtg = need(fx, "targets", GT_FX_I32);
+    const int B = (int)rin->dims[0], T = (int)rin->dims[1];
+    const int32_t sep = *(const int32_t *)need(fx, "separator", GT_FX_I32)->data;
+    char name[200];
+    snprintf(name, sizeof name, "%s.loss", tag);
+    const float ref_loss = *(const float *)need(fx, name, GT_FX_F32)->data;
+    gt_model_set_documents(model, mask, reset, sep, 0);
+    static const char *const policies[] = {"none", "full", "selective", "uniform:2", "blocks:1"};
+    run_result first = {0};
+    for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++) {
+        run_result r;
+        train_once(model, ops, policies[p], rin->data, rtg->data, B, T, 1, &r);
+        if (p == 0) {
+            first = r;
+            double rel = fabs(r.loss_sum / (B * T) - ref_loss) / fabs(ref_loss), worst = 0.0;
+            const char *worst_name = "";
+            CHECK(rel <= TOL_LOSS_REL, "documents (%s): loss %.8f vs transformers %.8f, rel err %.3e > %.1e", tag,
+                  r.loss_sum / (B * T), ref_loss, rel, TOL_LOSS_REL);
+            for (int i = 0; i < layout->n_tensors; i++) {
+                const gt_tensor_info *t = &layout->tensors[i];
+                snprintf(name, sizeof name, "%s.grad.%s", tag, t->name);
+                const float *ref = need(fx, name, GT_FX_F32)->data;
+                double scale = max_abs(ref, t->numel);
+                double e = max_abs_diff(r.grads + t->offset, ref, t->numel, NULL);
+                double g = scale > 0 ? e / scale : e;
+                CHECK(g <= TOL_GRAD_REL, "documents (%s): gradient %s rel err %.3e > %.1e", tag, t->name, g,
+                      TOL_GRAD_REL);
+                if (g > worst || g != g) worst = g, worst_name = t->name;
+            }
+            printf("documents (%s: mask %d, reset positions %d): loss %.8f vs %.8f rel err %.3e ; worst gradient "
+                   "rel err %.3e (%s)\n", tag, mask, reset, r.loss_sum / (B * T), ref_loss, rel, worst, worst_name);
+            continue;
+        }
+        int same = memcmp(r.grads, first.grads, layout->n_params * sizeof(float)) == 0;
+        CHECK(same && r.loss_sum == first.loss_sum, "documents (%s): policy %s differs from none", tag, policies[p]);
+        printf("documents (%s): policy %-10s recomputed %d blocks ; loss and gradients %s\n", tag, policies[p],
+               r.recomputed, same && r.loss_sum == first.loss_sum ? "bit-identical" : "DIFFERENT");
+        free(r.grads);
+    }
+    free(first.grads);
+    gt_model_set_documents(model, 0, 0, 0, 0);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s FIXTURE.bin\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s FIXTURE.bin [DOCS.bin]\n", argv[0]);
         return 2;
     }
     gt_fixture fx;
@@ -364,6 +420,30 @@ int main(int argc, char **argv) {
         CHECK(same_loss, "policy %s: loss sum %.17g != none's %.17g", policies[p], r.loss_sum, none.loss_sum);
         CHECK(same, "policy %s: gradients differ from none's (max abs diff %.3e in %s)", policies[p], diff, tname);
         free(r.grads);
+    }
+
+    /* ---- 4. documents inside a window, against transformers ---- */
+    if (argc == 3) {
+        gt_fixture dfx;
+        if (gt_fx_open(&dfx, argv[2], err, sizeof err) != 0) {
+            fprintf(stderr, "FAIL: %s\n", err);
+            return 1;
+        }
+        float *dparams = calloc(n_params, sizeof(float));
+        for (int i = 0; i < layout->n_tensors; i++) {
+            const gt_tensor_info *t = &layout->tensors[i];
+            snprintf(name, sizeof name, "param.%s", t->name);
+            const gt_fx_record *r = need(&dfx, name, GT_FX_F32);
+            CHECK(r->numel == t->numel, "%s: %zu elements in %s, %zu in the layout", name, r->numel, argv[2], t->numel);
+            if (r->numel == t->numel) memcpy(dparams + t->offset, r->data, t->numel * sizeof(float));
+        }
+        gt_model_set_params(model, dparams);
+        printf("\n");
+        check_documents(model, ops, &dfx, "reset", 1, 1);
+        check_documents(model, ops, &dfx, "mask", 1, 0);
+        check_documents(model, ops, &dfx, "positions", 0, 1);
+        free(dparams);
+        gt_fx_close(&dfx);
     }
 
     printf("\nactivation memory held after the last micro-batch: %llu bytes (peak %llu)\n",

@@ -320,17 +320,37 @@ static void test_rope(void) {
             tab[(t * HD / 2 + i) * 2 + 1] = (float)sin(ang);
         }
 
-    ops->rope_forward(out, x, tab, B, T, NH, HD);
+    ops->rope_forward(out, x, tab, NULL, B, T, NH, HD);
     rope_loss(&c);
     check_close("rope_forward matches direct double formula", out, c.out, n, FWD_TOL);
-    ops->rope_backward(dx, dout, tab, B, T, NH, HD);
+    ops->rope_backward(dx, dout, tab, NULL, B, T, NH, HD);
     check_close("rope_backward vs finite diff", dx, fd_grad(x_d, n, rope_loss, &c), n, GRAD_TOL);
     /* in place */
     float *y = to_f(x_d, n);
-    ops->rope_forward(y, y, tab, B, T, NH, HD);
+    ops->rope_forward(y, y, tab, NULL, B, T, NH, HD);
     check_same_bits("rope_forward in place equals out of place", y, out, n * sizeof(float));
-    ops->rope_backward(y, y, tab, B, T, NH, HD);
+    ops->rope_backward(y, y, tab, NULL, B, T, NH, HD);
     check_close("rope_backward(rope_forward(x)) == x", y, x_d, n, FWD_TOL);
+
+    /* positions restarting at each document: each document rotated alone, from position 0, gives the
+     * same bits. Sequence 0 holds documents [0, 4) [4, 5) [5, 9); sequence 1 one document [0, 9). */
+    int32_t doc[B * T] = {0, 0, 0, 0, 4, 5, 5, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    float *yd = fvec(n), *dyd = fvec(n), *one = fvec(n), *done = fvec(n);
+    ops->rope_forward(yd, x, tab, doc, B, T, NH, HD);
+    ops->rope_backward(dyd, dout, tab, doc, B, T, NH, HD);
+    int same = 1;
+    const size_t row = (size_t)NH * HD;
+    for (int b = 0; b < B; b++)
+        for (int t0 = 0; t0 < T;) {
+            int t1 = t0 + 1;
+            while (t1 < T && doc[b * T + t1] == t0) t1++;
+            size_t off = ((size_t)b * T + t0) * row, len = (size_t)(t1 - t0) * row;
+            ops->rope_forward(one, x + off, tab, NULL, 1, t1 - t0, NH, HD);
+            ops->rope_backward(done, dout + off, tab, NULL, 1, t1 - t0, NH, HD);
+            same = same && !memcmp(one, yd + off, len * 4) && !memcmp(done, dyd + off, len * 4);
+            t0 = t1;
+        }
+    check_same_bits("rope with doc = each document alone from position 0", &same, &(int){1}, sizeof(int));
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -340,6 +360,7 @@ typedef struct {
     int B, T, NH, NKV, HD;
     float dropout;
     gt_rng_key key;
+    const int32_t *doc; /* ops.h's document starts, or NULL */
 } attn_ctx;
 
 static double attn_loss(void *p) {
@@ -354,22 +375,23 @@ static double attn_loss(void *p) {
                 int g = h / group;
                 const double *qt = c->q + (((size_t)b * T + t) * NH + h) * HD;
                 double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                const int j0 = c->doc ? c->doc[(size_t)b * T + t] : 0; /* keys j0 .. t */
+                for (int j = j0; j <= t; j++) {
                     const double *kj = c->k + (((size_t)b * T + j) * NKV + g) * HD;
                     double d = 0;
                     for (int e = 0; e < HD; e++) d += qt[e] * kj[e];
                     s[j] = d * scale;
                     if (s[j] > mx) mx = s[j];
                 }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+                for (int j = j0; j <= t; j++) sum += exp(s[j] - mx);
                 size_t row = ((size_t)b * NH + h) * T + t;
                 c->lse[row] = mx + log(sum);
                 double *o = c->out + (((size_t)b * T + t) * NH + h) * HD;
                 for (int e = 0; e < HD; e++) o[e] = 0;
                 for (int j = 0; j < T; j++) {
-                    double pj = j <= t ? exp(s[j] - mx) / sum : 0.0;
+                    double pj = j0 <= j && j <= t ? exp(s[j] - mx) / sum : 0.0;
                     c->probs[row * T + j] = pj;
-                    if (j > t) continue;
+                    if (j > t || j < j0) continue;
                     if (c->dropout > 0)
                         pj = gt_dropout_keep(c->key, row * T + j, c->dropout) ? pj / (1.0 - c->dropout) : 0.0;
                     const double *vj = c->v + (((size_t)b * T + j) * NKV + g) * HD;
@@ -382,7 +404,7 @@ static double attn_loss(void *p) {
 
 /* B x T: (2, 19) is one query block; (1, 70) crosses the CPU kernel's 64-row query blocks, so
  * causal blocks are skipped and dk/dv add up over blocks */
-static void test_attention(float dropout, int B, int T) {
+static void test_attention_doc(float dropout, int B, int T, const int32_t *doc) {
     enum { NH = 4, NKV = 2, HD = 8 };
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nrow = (size_t)B * NH * T;
     gt_rng_key key = {42, 7};
@@ -390,13 +412,14 @@ static void test_attention(float dropout, int B, int T) {
     float *q = frand(nq, 1.5, &q_d), *k = frand(nk, 1.5, &k_d), *v = frand(nk, 1, &v_d);
     float *dout = frand(nq, 1, &r);
     float *out = fvec(nq), *out2 = fvec(nq), *lse = fvec(nrow), *lse2 = fvec(nrow), *probs = fvec(nrow * T);
-    attn_ctx c = {q_d, k_d, v_d, r, dvec(nq), dvec(nrow), dvec(nrow * T), B, T, NH, NKV, HD, dropout, key};
+    attn_ctx c = {q_d, k_d, v_d, r, dvec(nq), dvec(nrow), dvec(nrow * T), B, T, NH, NKV, HD, dropout, key, doc};
     char name[128];
-    char tag[48];
-    snprintf(tag, sizeof tag, "%s, T %d", dropout > 0 ? "dropout 0.25" : "no dropout", T);
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s, T %d%s", dropout > 0 ? "dropout 0.25" : "no dropout", T,
+             doc ? ", documents" : "");
 
-    ops->attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key);
-    ops->attention_forward(out2, lse2, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_forward(out, lse, probs, q, k, v, doc, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_forward(out2, lse2, NULL, q, k, v, doc, B, T, NH, NKV, HD, dropout, key);
     attn_loss(&c);
     snprintf(name, sizeof name, "attention_forward out vs naive double (GQA, %s)", tag);
     check_close(name, out, c.out, nq, FWD_TOL);
@@ -410,8 +433,8 @@ static void test_attention(float dropout, int B, int T) {
     float *dq = fvec(nq), *dk = fvec(nk), *dv = fvec(nk), *dq2 = fvec(nq), *dk2 = fvec(nk), *dv2 = fvec(nk);
     for (size_t i = 0; i < nq; i++) dq[i] = dq2[i] = NAN; /* overwritten, not accumulated */
     for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = dk2[i] = dv2[i] = NAN;
-    ops->attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key);
-    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, doc, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, doc, B, T, NH, NKV, HD, dropout, key);
 
     snprintf(name, sizeof name, "attention_backward dq vs finite diff (%s)", tag);
     check_close(name, dq, fd_grad(q_d, nq, attn_loss, &c), nq, GRAD_TOL);
@@ -425,11 +448,27 @@ static void test_attention(float dropout, int B, int T) {
 
     /* determinism across runs and thread counts */
     omp_set_num_threads(1);
-    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+    ops->attention_backward(dq2, dk2, dv2, dout, out, q, k, v, lse, NULL, doc, B, T, NH, NKV, HD, dropout, key);
     omp_set_num_threads(3);
     snprintf(name, sizeof name, "attention_backward repeat run with 1 thread (%s)", tag);
     same = !memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4) && !memcmp(dv, dv2, nk * 4);
     check_same_bits(name, &same, &(int){1}, sizeof(int));
+}
+
+static void test_attention(float dropout, int B, int T) { test_attention_doc(dropout, B, T, NULL); }
+
+/* Document masking. T 150: documents [0, 10) [10, 81) [81, 150), so the third query block (rows
+ * 128..149) skips key block 0 entirely and the second (64..127) starts at key 10. T 19, two
+ * sequences: [0, 3), one-token documents 3, 4, 5, then [6, 19); and one document [0, 19). */
+static void test_attention_documents(float dropout) {
+    static int32_t long_doc[150], short_doc[2 * 19];
+    for (int t = 0; t < 150; t++) long_doc[t] = t < 10 ? 0 : t < 81 ? 10 : 81;
+    for (int t = 0; t < 19; t++) {
+        short_doc[t] = t < 3 ? 0 : t < 6 ? t : 6;
+        short_doc[19 + t] = 0;
+    }
+    test_attention_doc(dropout, 1, 150, long_doc);
+    test_attention_doc(dropout, 2, 19, short_doc);
 }
 
 /* ---------------------------------------------------------------- swiglu */
@@ -807,12 +846,56 @@ static void test_bf16_rope(void) {
         }
     float *x32, *out32 = fvec(n), *dx32 = fvec(n);
     uint16_t *x = brand(n, 2, &x32), *out = uvec(n), *dx = uvec(n);
-    ops16->rope_forward(out, x, tab, B, T, NH, HD);
-    ops->rope_forward(out32, x32, tab, B, T, NH, HD);
+    ops16->rope_forward(out, x, tab, NULL, B, T, NH, HD);
+    ops->rope_forward(out32, x32, tab, NULL, B, T, NH, HD);
     check_rounded("bf16 rope_forward = rne(fp32 table)", out, out32, n);
-    ops16->rope_backward(dx, x, tab, B, T, NH, HD);
-    ops->rope_backward(dx32, x32, tab, B, T, NH, HD);
+    ops16->rope_backward(dx, x, tab, NULL, B, T, NH, HD);
+    ops->rope_backward(dx32, x32, tab, NULL, B, T, NH, HD);
     check_rounded("bf16 rope_backward = rne(fp32 table)", dx, dx32, n);
+}
+
+/* bf16 with documents: the rope of a one-token-then-long document layout rounds the fp32 table's; the
+ * attention keeps its bit-identity with and without stored probabilities (what recompute relies on)
+ * and stays within bf16 rounding of the fp32 kernel on the same (rounded) inputs */
+static void test_bf16_documents(void) {
+    enum { B = 1, T = 150, NH = 4, NKV = 2, HD = 8 };
+    static int32_t doc[B * T];
+    for (int t = 0; t < T; t++) doc[t] = t < 1 ? 0 : t < 81 ? 1 : 81;
+    static float tab[T * HD];
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < HD / 2; i++) {
+            double ang = t * pow(10000.0, -2.0 * i / HD);
+            tab[(t * HD / 2 + i) * 2] = (float)cos(ang);
+            tab[(t * HD / 2 + i) * 2 + 1] = (float)sin(ang);
+        }
+    size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
+    float *q32, *k32, *v32, *d32;
+    uint16_t *q = brand(nq, 1.5, &q32), *k = brand(nk, 1.5, &k32), *v = brand(nk, 1, &v32), *d = brand(nq, 1, &d32);
+    uint16_t *rq = uvec(nq);
+    float *rq32 = fvec(nq);
+    ops16->rope_forward(rq, q, tab, doc, B, T, NH, HD);
+    ops->rope_forward(rq32, q32, tab, doc, B, T, NH, HD);
+    check_rounded("bf16 rope_forward with documents = rne(fp32 table)", rq, rq32, nq);
+
+    gt_rng_key key = {3, 4};
+    uint16_t *out = uvec(nq), *out2 = uvec(nq);
+    float *lse = fvec(nl), *lse2 = fvec(nl), *probs = fvec(nl * T), *out32 = fvec(nq), *lse32 = fvec(nl);
+    ops16->attention_forward(out, lse, probs, q, k, v, doc, B, T, NH, NKV, HD, 0.1f, key);
+    ops16->attention_forward(out2, lse2, NULL, q, k, v, doc, B, T, NH, NKV, HD, 0.1f, key);
+    check_same_bits("bf16 attention_forward with documents: same bits with probs NULL", out, out2, nq * 2);
+    ops->attention_forward(out32, lse32, NULL, q32, k32, v32, doc, B, T, NH, NKV, HD, 0.1f, key);
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < nq; i++) {
+        worst = fmax(worst, fabs((double)bf16_up(out[i]) - out32[i]));
+        scale = fmax(scale, fabs((double)out32[i]));
+    }
+    report("bf16 attention_forward with documents vs fp32 (of max |out|)", worst <= 2e-2 * scale,
+           scale > 0 ? worst / scale : worst, 2e-2);
+    uint16_t *dq = uvec(nq), *dk = uvec(nk), *dv = uvec(nk), *dq2 = uvec(nq), *dk2 = uvec(nk), *dv2 = uvec(nk);
+    ops16->attention_backward(dq, dk, dv, d, out, q, k, v, lse, probs, doc, B, T, NH, NKV, HD, 0.1f, key);
+    ops16->attention_backward(dq2, dk2, dv2, d, out, q, k, v, lse, NULL, doc, B, T, NH, NKV, HD, 0.1f, key);
+    int same = !memcmp(dq, dq2, nq * 2) && !memcmp(dk, dk2, nk * 2) && !memcmp(dv, dv2, nk * 2);
+    check_same_bits("bf16 attention_backward with documents: probs NULL bit-identical", &same, &(int){1}, sizeof(int));
 }
 
 static void test_bf16_swiglu(void) {
@@ -1046,6 +1129,7 @@ static void test_bf16_table(void) {
     test_bf16_embedding();
     test_bf16_rmsnorm();
     test_bf16_rope();
+    test_bf16_documents();
     test_bf16_swiglu();
     test_bf16_residual(0.0f);
     test_bf16_residual(0.25f);
@@ -1069,6 +1153,8 @@ int main(void) {
     test_attention(0.25f, 2, 19);
     test_attention(0.0f, 1, 70);
     test_attention(0.25f, 1, 70);
+    test_attention_documents(0.0f);
+    test_attention_documents(0.25f);
     test_swiglu();
     test_residual(0.0f);
     test_residual(0.25f);

@@ -408,6 +408,55 @@ static void all_policies_give_bit_identical_losses_and_grads_with_dropout(void) 
     printf("%s all_policies_give_bit_identical_losses_and_grads_with_dropout\n", check_failures == before ? "ok  " : "FAIL");
 }
 
+/* Documents inside a window (data.document_mask, reset_positions): the model's one int32 per token for
+ * the document starts is workspace the planner counts, and the activation peak does not change. The
+ * planner's workspace is the token ids and a RoPE table of max_seq_len rows (the model's holds T rows),
+ * so the check is on what the documents add: measured and predicted alike, B*T*4 bytes. */
+static void documents_workspace_is_predicted(void) {
+    int before = check_failures;
+    for (int s = 0; s < N_SHAPES; s++) {
+        const gt_ops *ops = backend(0);
+        uint64_t ws[2], est_ws[2], act[2], est_act[2];
+        for (int docs = 0; docs < 2; docs++) {
+            runner r;
+            runner_init(&r, ops, &g_shapes[s]);
+            gt_model_set_documents(r.model, docs, docs, r.inputs[5], 0); /* some token as the separator */
+            gt_mem_shape sh = mem_shape(ops, &g_shapes[s]);
+            sh.documents = docs;
+            gt_plan plan;
+            gt_policy pol;
+            char err[128];
+            CHECK(gt_policy_parse("selective", g_shapes[s].model.n_layers, &pol, err, sizeof err) == 0, "%s", err);
+            gt_plan_from_policy(&plan, &pol, g_shapes[s].model.n_layers);
+            gt_mem_estimate est;
+            gt_plan_estimate(&sh, &plan, &est);
+            micro_result got;
+            run_micro(&r, &plan, 1, &got);
+            ws[docs] = r.mem.cur[GT_MEM_WORKSPACE];
+            est_ws[docs] = est.workspace_bytes;
+            act[docs] = got.act_peak;
+            est_act[docs] = est.act_peak_bytes;
+            CHECK(ws[docs] <= est_ws[docs], "%s, documents %d: workspace %llu bytes held, above the %llu predicted",
+                  g_shapes[s].name, docs, (unsigned long long)ws[docs], (unsigned long long)est_ws[docs]);
+            CHECK(act[docs] == est_act[docs], "%s, documents %d: activation peak %llu, predicted %llu",
+                  g_shapes[s].name, docs, (unsigned long long)act[docs], (unsigned long long)est_act[docs]);
+            free(got.grads);
+            runner_free(&r);
+        }
+        const uint64_t doc_bytes = (uint64_t)g_shapes[s].B * g_shapes[s].T * 4;
+        printf("  %s: documents add %llu workspace bytes (predicted %llu, B*T*4 = %llu)\n", g_shapes[s].name,
+               (unsigned long long)(ws[1] - ws[0]), (unsigned long long)(est_ws[1] - est_ws[0]),
+               (unsigned long long)doc_bytes);
+        CHECK(ws[1] - ws[0] == doc_bytes && est_ws[1] - est_ws[0] == doc_bytes,
+              "%s: documents add %llu workspace bytes, the planner %llu, expected B*T*4 = %llu", g_shapes[s].name,
+              (unsigned long long)(ws[1] - ws[0]), (unsigned long long)(est_ws[1] - est_ws[0]),
+              (unsigned long long)doc_bytes);
+        CHECK(act[1] == act[0], "%s: documents change the activation peak (%llu vs %llu)", g_shapes[s].name,
+              (unsigned long long)act[1], (unsigned long long)act[0]);
+    }
+    printf("%s documents_workspace_is_predicted\n", check_failures == before ? "ok  " : "FAIL");
+}
+
 static void measured_activation_peak_equals_prediction(void) {
     int before = check_failures;
     for (int v = 0; v < n_variants(); v++) {
@@ -837,6 +886,7 @@ int main(int argc, char **argv) {
     all_policies_give_bit_identical_losses_and_grads_with_dropout();
     measured_activation_peak_equals_prediction();
     gt_test_hooks_for_tests()->head_chunk_bytes = 0;
+    documents_workspace_is_predicted();
     remembered_predictions_follow_the_head_chunks();
     activation_peaks_order_as_the_model_says();
     recomputed_blocks_match_the_plan();

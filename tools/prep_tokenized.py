@@ -674,6 +674,7 @@ def run(args):
         print("  [data] val = %s.val.*.bin" % args.output)
     else:
         print("  [data] val =          ; no validation shards (--val-fraction 0)")
+    print("  [data] separator = %d   ; separator_role = %s (for document_mask, reset_positions)" % (sep_id, mode))
 
 
 def main(argv=None):

@@ -75,6 +75,7 @@ static const char *const comm_names[] = {"auto", "nccl", "mpi", NULL};
 static const char *const grad_sync_names[] = {"auto", "step", "micro", NULL};
 static const char *const rope_type_names[] = {"default", "llama3", NULL};
 static const char *const cuda_attention_names[] = {"default", "mma", "cudnn", NULL};
+static const char *const separator_role_names[] = {"eos", "bos", NULL}; /* data.separator_before 0, 1 */
 
 const char *gt_device_name(gt_device v) { return device_names[v]; }
 const char *gt_precision_name(gt_precision v) { return precision_names[v]; }
@@ -141,6 +142,10 @@ static const key_spec keys[] = {
     INT(RUN, "data", "val_every", data.val_every, 0, INT_MAX),
     INT(RUN, "data", "val_batches", data.val_batches, 1, 1 << 20),
     ENUM(RUN, "data", "loss_mask", data.loss_mask, loss_mask_names),
+    PLAIN(RUN, "data", "document_mask", KEY_BOOL, data.document_mask),
+    PLAIN(RUN, "data", "reset_positions", KEY_BOOL, data.reset_positions),
+    INT(RUN, "data", "separator", data.separator, -1, INT_MAX),
+    ENUM(RUN, "data", "separator_role", data.separator_before, separator_role_names),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
@@ -204,6 +209,10 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->data.val_every = 100;
     cfg->data.val_batches = 4;
     cfg->data.loss_mask = GT_LOSS_MASK_AUTO;
+    cfg->data.document_mask = 0;
+    cfg->data.reset_positions = 0;
+    cfg->data.separator = -1;
+    cfg->data.separator_before = 0;
     cfg->checkpoint.every = 0;
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
@@ -627,6 +636,20 @@ static void check_across(loader *ld) {
              c->train.warmup_steps, c->train.steps, c->train.steps);
         ld->cfg->train.warmup_steps = c->train.steps;
     }
+    if ((c->data.document_mask || c->data.reset_positions) && c->data.separator < 0)
+        fail_at(ld, blame(ld, "data", c->data.document_mask ? "document_mask" : "reset_positions", "data", "separator"),
+                "%s needs data.separator (expected the token id that delimits the shards' documents, as the tool "
+                "that made them printed it)", c->data.document_mask ? "document_mask" : "reset_positions");
+    else if (c->data.separator >= m->vocab_size)
+        fail_at(ld, blame(ld, "data", "separator", "model", "vocab_size"),
+                "separator %d is outside [0, vocab_size %d) (expected a token id of the model's vocabulary)",
+                c->data.separator, m->vocab_size);
+    if (c->data.document_mask && c->train.cuda_attention != GT_CUDA_ATTENTION_DEFAULT &&
+        c->train.device != GT_DEVICE_CPU)
+        fail_at(ld, blame(ld, "data", "document_mask", "train", "cuda_attention"),
+                "document_mask with cuda_attention %s (expected cuda_attention = default: the %s attention has no "
+                "document masking)", cuda_attention_names[c->train.cuda_attention],
+                cuda_attention_names[c->train.cuda_attention]);
     if (c->dist.comm == GT_COMM_NCCL && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
                 "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");

@@ -110,6 +110,10 @@ typedef struct gt_config {
         int val_every;         /* steps; 0 = never */
         int val_batches;
         gt_loss_mask loss_mask; /* the mask files beside the shards: auto (when there), on, off */
+        int document_mask;     /* 1: attention stays inside each document of a window */
+        int reset_positions;   /* 1: RoPE positions restart at each document */
+        int separator;         /* the token id that delimits documents; -1 = unset */
+        int separator_before;  /* 1: it starts each document (bos); 0: it ends each one (eos) */
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */

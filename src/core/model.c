@@ -64,7 +64,11 @@ struct gt_model {
     layer_offsets *layers;
     size_t off_embed, off_norm, off_head;
     int32_t *d_inputs, *d_targets;  /* device copies of the token ids (BT) */
+    int32_t *d_doc;            /* (BT) the first position of each token's document (ops.h), or NULL */
     size_t token_capacity;
+    int doc_mask, doc_reset;   /* document masking; RoPE positions restart at each document */
+    int32_t doc_sep;           /* the separator token */
+    int doc_sep_before;        /* 1: it starts a document (BOS); 0: it ends one (EOS) */
     float *rope;               /* (rope_T, HD/2, 2) fp32 cos/sin, device */
     int rope_T;
     gt_model *twin;            /* a dry model of the same shape: records the order of acquisitions */
@@ -296,6 +300,7 @@ void gt_model_destroy(gt_model *m) {
     if (m->d_inputs) {
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
+        if (m->d_doc) gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_doc, m->token_capacity * sizeof(int32_t));
     }
     if (m->rope)
         gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->rope,
@@ -323,11 +328,14 @@ void gt_model_set_params(gt_model *m, const float *params_host) {
     if (m->ops->release_cached) m->ops->release_cached();
 }
 
-static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int BT) {
+static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    const int BT = B * T;
     if ((size_t)BT > m->token_capacity) {
         if (m->d_inputs) {
             gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_inputs, m->token_capacity * sizeof(int32_t));
             gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_targets, m->token_capacity * sizeof(int32_t));
+            if (m->d_doc) gt_mem_free(m->mem, GT_MEM_WORKSPACE, m->d_doc, m->token_capacity * sizeof(int32_t));
+            m->d_doc = NULL;
         }
         m->token_capacity = (size_t)BT;
         m->d_inputs = gt_mem_alloc(m->mem, GT_MEM_WORKSPACE, m->token_capacity * sizeof(int32_t));
@@ -335,6 +343,36 @@ static void upload_tokens(gt_model *m, const int32_t *inputs, const int32_t *tar
     }
     m->ops->copy_to_device(m->d_inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) m->ops->copy_to_device(m->d_targets, targets, (size_t)BT * sizeof(int32_t));
+    if (m->doc_mask || m->doc_reset) {
+        if (!m->d_doc) m->d_doc = gt_mem_alloc(m->mem, GT_MEM_WORKSPACE, m->token_capacity * sizeof(int32_t));
+        if (inputs) { /* a dry model has none: it only allocates */
+            int32_t *doc = malloc((size_t)BT * sizeof *doc);
+            if (!doc) abort();
+            gt_doc_starts(doc, inputs, B, T, m->doc_sep, m->doc_sep_before);
+            m->ops->copy_to_device(m->d_doc, doc, (size_t)BT * sizeof(int32_t));
+            free(doc);
+        }
+    }
+}
+
+void gt_doc_starts(int32_t *doc, const int32_t *inputs, int B, int T, int32_t sep, int sep_before) {
+    for (int b = 0; b < B; b++) {
+        const int32_t *in = inputs + (size_t)b * T;
+        int32_t *d = doc + (size_t)b * T;
+        int start = 0;
+        for (int t = 0; t < T; t++) {
+            /* BOS: the separator is a document's first token; EOS: the token after it is */
+            if (t > 0 && (sep_before ? in[t] == sep : in[t - 1] == sep)) start = t;
+            d[t] = start;
+        }
+    }
+}
+
+void gt_model_set_documents(gt_model *m, int mask, int reset_positions, int32_t sep, int sep_before) {
+    m->doc_mask = mask;
+    m->doc_reset = reset_positions;
+    m->doc_sep = sep;
+    m->doc_sep_before = sep_before;
 }
 
 /* Dropout sites of a block: each gets its own key so masks never repeat between sites. */
@@ -417,10 +455,12 @@ static void block_forward(gt_model *m, int layer, const void *pw, const shapes *
     progress(m);
     ops->matmul_forward(st->v, st->xn1, PW(L->wv), BT, C, s->KVD);
     progress(m);
-    ops->rope_forward(st->q, st->q, m->rope, s->B, s->T, s->NH, s->HD);
-    ops->rope_forward(st->k, st->k, m->rope, s->B, s->T, s->NKV, s->HD);
-    ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, s->B, s->T, s->NH, s->NKV,
-                           s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    /* a recompute runs in the same micro-batch as the forward: the same d_doc, the same masks */
+    const int32_t *pos_doc = m->doc_reset ? m->d_doc : NULL, *att_doc = m->doc_mask ? m->d_doc : NULL;
+    ops->rope_forward(st->q, st->q, m->rope, pos_doc, s->B, s->T, s->NH, s->HD);
+    ops->rope_forward(st->k, st->k, m->rope, pos_doc, s->B, s->T, s->NKV, s->HD);
+    ops->attention_forward(st->att, st->lse, st->probs, st->q, st->k, st->v, att_doc, s->B, s->T, s->NH,
+                           s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     progress(m);
     ops->matmul_forward(out, st->att, PW(L->wo), BT, C, C);
     progress(m); /* out holds the o-projection */
@@ -481,11 +521,12 @@ static void block_backward(gt_model *m, int layer, const void *pw, float *pg, co
     ops->dropout_backward(do_, dx, n_c, dropout, site_key(base, layer, SITE_ATTN_RESIDUAL));
     ops->matmul_backward(datt, PG(L->wo), do_, st->att, PW(L->wo), BT, C, C, 0);
     progress(m);
-    ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, s->B, s->T,
-                            s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
+    const int32_t *pos_doc = m->doc_reset ? m->d_doc : NULL, *att_doc = m->doc_mask ? m->d_doc : NULL;
+    ops->attention_backward(dq, dk, dv, datt, st->att, st->q, st->k, st->v, st->lse, st->probs, att_doc, s->B,
+                            s->T, s->NH, s->NKV, s->HD, dropout, site_key(base, layer, SITE_ATTN_PROBS));
     progress(m);
-    ops->rope_backward(dq, dq, m->rope, s->B, s->T, s->NH, s->HD);
-    ops->rope_backward(dk, dk, m->rope, s->B, s->T, s->NKV, s->HD);
+    ops->rope_backward(dq, dq, m->rope, pos_doc, s->B, s->T, s->NH, s->HD);
+    ops->rope_backward(dk, dk, m->rope, pos_doc, s->B, s->T, s->NKV, s->HD);
     void *xn1 = st->xn1;
     if (selective) {
         xn1 = act_alloc(m, s->x);
@@ -725,7 +766,7 @@ double gt_model_train_micro(gt_model *m, const gt_plan *plan, const int32_t *inp
     micro mb = {.s = make_shapes(m, B, T), .key = dropout_key, .p = m->cfg.dropout,
                 .keep_probs = m->ops->can_keep_attention_probs};
     ensure_rope(m, T);
-    upload_tokens(m, inputs, targets, mb.s.BT);
+    upload_tokens(m, inputs, targets, B, T);
     mb.xs = calloc((size_t)N + 1, sizeof *mb.xs);
     mb.st = calloc((size_t)N, sizeof *mb.st);
     if (!mb.xs || !mb.st) abort();
@@ -750,7 +791,7 @@ double gt_model_eval(gt_model *m, const int32_t *inputs, const int32_t *targets,
     shapes s = make_shapes(m, B, T);
     gt_rng_key no_key = {0, 0};
     ensure_rope(m, T);
-    upload_tokens(m, inputs, targets, s.BT);
+    upload_tokens(m, inputs, targets, B, T);
     announce_schedule(m, NULL, 1, B, T);
     void *x = act_alloc(m, s.x);
     void *y = act_alloc(m, s.x);

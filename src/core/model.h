@@ -105,6 +105,15 @@ typedef struct gt_unit_hooks {
 } gt_unit_hooks;
 void gt_model_set_unit_hooks(gt_model *model, const gt_unit_hooks *hooks);
 
+/* Documents inside a window (data.document_mask, data.reset_positions): from the next micro-batch on,
+ * mask = 1 restricts attention to earlier tokens of the same document, reset_positions = 1 restarts
+ * the RoPE positions at each document. Documents are delimited by the token `sep`: it starts one
+ * (sep_before = 1, a BOS) or ends one (0, an EOS). Either flag makes the model keep one int32 per
+ * token of the micro-batch (the workspace the planner counts, gt_mem_shape.documents). */
+void gt_model_set_documents(gt_model *model, int mask, int reset_positions, int32_t sep, int sep_before);
+/* doc (B, T) = the first position of each token's document in inputs (B, T) (ops.h's doc array) */
+void gt_doc_starts(int32_t *doc, const int32_t *inputs, int B, int T, int32_t sep, int sep_before);
+
 
 /* A dry model: this executor on the dry backend (ops_dry.h), with a memory tracker of its own.
  * gt_model_train_micro and gt_model_eval on it compute nothing but make exactly the allocations and

@@ -237,8 +237,9 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     int micro = stage >= 2 && sh->grad_micro;
     dry_run(sh, plan, stage, micro, est);
     zero_state(sh, est);
-    /* token ids (inputs, targets) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
-    est->workspace_bytes = 2 * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
+    /* token ids (inputs, targets; and the document starts when documents are masked or positions
+     * reset) and the RoPE cos/sin table (max_seq_len, HD/2, 2) fp32 */
+    est->workspace_bytes = (sh->documents ? 3 : 2) * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
     est->library_bytes = sh->library_bytes;
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
@@ -578,7 +579,8 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
     gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 cfg->train.micro_batch, cfg->train.seq_len),
-                          stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch};
+                          stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch,
+                          cfg->data.document_mask || cfg->data.reset_positions};
     return shape;
 }
 

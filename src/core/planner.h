@@ -35,6 +35,8 @@ typedef struct gt_mem_shape {
     int grad_micro;           /* stage >= 2: gradients reduce-scattered every micro-batch */
     int grad_accum;           /* micro-batches per step (communication volume); 0 means 1 */
     int prefetch;             /* ZeRO-3 gathers in flight ahead of use (dist.prefetch) */
+    int documents;            /* data.document_mask or data.reset_positions: an int32 document start per
+                                 token of the micro-batch (model.h gt_model_set_documents) */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {

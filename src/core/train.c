@@ -411,6 +411,8 @@ static void build_model(run *r) {
     r->n_padded = gt_optim_padded_len(r->layout.n_params, r->world, stage >= 1);
     r->model = gt_model_create_buffers(ops, &r->mem, &cfg->model, stage == 3 ? 0 : r->n_padded,
                                        grad_micro ? 0 : r->n_padded);
+    gt_model_set_documents(r->model, cfg->data.document_mask, cfg->data.reset_positions, cfg->data.separator,
+                           cfg->data.separator_before);
     if (stage >= 2) {
         gt_zero_init(&r->zero, ops, &r->mem, r->comm, &r->layout, stage, grad_micro, cfg->dist.prefetch);
         gt_unit_hooks hooks;

@@ -163,21 +163,30 @@ static inline gt_adamw_scalars gt_adamw_step_scalars(float lr, float beta1, floa
                                   const void *weight, const float *rstd, int N, int C),                      \
       (dinp, dweight, dout, inp, weight, rstd, N, C), ("N=%d C=%d", N, C))
 
-/* Rotary embedding, rotate-half convention, positions 0..T-1, in place allowed.
+/* Documents inside a window: doc (B, T) int32 or NULL. doc[b*T + t] is the first position of the
+ * document that holds token t of sequence b (so doc[b*T + t] <= t, and it never decreases along t).
+ * NULL: the whole window is one document (doc = 0 everywhere). The model builds it from the
+ * separator token (gt_model_set_documents). */
+
+/* Rotary embedding, rotate-half convention, positions 0..T-1, in place allowed; with doc non-NULL
+ * the position of (b, t) is t - doc[b*T + t] (positions restart at each document).
  * x (B, T, NH, HD), pairs (i, i + HD/2) of each head:
  *   x'_i = x_i cos - x_{i+HD/2} sin ;  x'_{i+HD/2} = x_{i+HD/2} cos + x_i sin
  * with (cos, sin) = rope[(t*HD/2 + i)*2 + {0, 1}]: rope (T_max >= T, HD/2, 2) fp32, a device table
  * the model builds once from its inverse frequencies (plain theta^(-2i/HD), or llama3-scaled), so
  * the kernels need not know how the frequencies were made and every backend uses the same numbers. */
 #define GT_OPS_ROPE(X)                                                                                         \
-    X(W, rope_forward, void, (void *out, const void *inp, const float *rope, int B, int T, int NH, int HD),  \
-      (out, inp, rope, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))                               \
+    X(W, rope_forward, void, (void *out, const void *inp, const float *rope, const int32_t *doc, int B,     \
+                              int T, int NH, int HD),                                                        \
+      (out, inp, rope, doc, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))                          \
     /* dinp = inverse rotation of dout (in place allowed) */                                                 \
-    X(W, rope_backward, void, (void *dinp, const void *dout, const float *rope, int B, int T, int NH,        \
-                               int HD),                                                                      \
-      (dinp, dout, rope, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))
+    X(W, rope_backward, void, (void *dinp, const void *dout, const float *rope, const int32_t *doc, int B,  \
+                               int T, int NH, int HD),                                                       \
+      (dinp, dout, rope, doc, B, T, NH, HD), ("B=%d T=%d NH=%d HD=%d", B, T, NH, HD))
 
-/* Causal grouped-query attention, scale 1/sqrt(HD). */
+/* Causal grouped-query attention, scale 1/sqrt(HD). With doc (B, T) non-NULL (above) query t sees only
+ * keys j with doc[b*T + t] <= j <= t (block-causal, document masking); NULL: keys 0..t. Probabilities
+ * of masked keys are 0 (in probs too), and the kernels skip key blocks that a query block cannot see. */
 #define GT_OPS_ATTENTION(X)                                                                                    \
     /* q (B, T, NH, HD), k and v (B, T, NKV, HD) (NH % NKV == 0, head h reads kv head h/(NH/NKV));          \
      * out (B, T, NH, HD); lse (B, NH, T) fp32 log-sum-exp of each score row;                               \
@@ -186,20 +195,20 @@ static inline gt_adamw_scalars gt_adamw_step_scalars(float lr, float beta1, floa
      * dropout (on the probabilities, as transformers' attention_dropout) uses key and element              \
      * index ((b*NH + h)*T + t)*T + s. */                                                                    \
     X(W, attention_forward, void, (void *out, float *lse, float *probs, const void *q, const void *k,        \
-                                   const void *v, int B, int T, int NH, int NKV, int HD, float dropout,      \
-                                   gt_rng_key key),                                                          \
-      (out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key),                                           \
+                                   const void *v, const int32_t *doc, int B, int T, int NH, int NKV, int HD, \
+                                   float dropout, gt_rng_key key),                                           \
+      (out, lse, probs, q, k, v, doc, B, T, NH, NKV, HD, dropout, key),                                      \
       ("B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, dropout))                               \
     /* dq (B,T,NH,HD), dk and dv (B,T,NKV,HD) overwritten; out (B,T,NH,HD) is attention_forward's           \
      * output for these q, k, v (bit for bit, as forward or a recompute made it): backward takes the        \
      * softmax-gradient row term D = rowsum(dout * out) from it instead of recomputing P V over the         \
      * whole triangle. probs may be NULL (recomputed from q, k, lse); the result is bit-identical           \
-     * either way. */                                                                                        \
+     * either way; doc must be the one forward had. */                                                       \
     X(W, attention_backward, void, (void *dq, void *dk, void *dv, const void *dout, const void *out,         \
                                     const void *q, const void *k, const void *v, const float *lse,           \
-                                    const float *probs, int B, int T, int NH, int NKV, int HD, float dropout,\
-                                    gt_rng_key key),                                                         \
-      (dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key),                         \
+                                    const float *probs, const int32_t *doc, int B, int T, int NH, int NKV,   \
+                                    int HD, float dropout, gt_rng_key key),                                  \
+      (dq, dk, dv, dout, out, q, k, v, lse, probs, doc, B, T, NH, NKV, HD, dropout, key),                    \
       ("B=%d T=%d NH=%d NKV=%d HD=%d dropout=%g", B, T, NH, NKV, HD, dropout))
 
 /* Linear layers (no bias): out (N, OC) = inp (N, IC) @ weight^T, weight (OC, IC). */

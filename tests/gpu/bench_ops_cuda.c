@@ -116,10 +116,10 @@ static void run_op(op_ctx *x) {
     case OP_MATMUL_FWD: gpu->matmul_forward(x->c, x->a, x->b, x->N, x->IC, x->OC); break;
     case OP_MATMUL_BWD: gpu->matmul_backward(x->d, x->fa, x->c, x->a, x->b, x->N, x->IC, x->OC, 0); break;
     case OP_ATTN_FWD:
-        gpu->attention_forward(x->d, x->fa, NULL, x->a, x->b, x->c, x->B, x->T, x->NH, x->NKV, x->HD, 0.0f, key);
+        gpu->attention_forward(x->d, x->fa, NULL, x->a, x->b, x->c, NULL, x->B, x->T, x->NH, x->NKV, x->HD, 0.0f, key);
         break;
     case OP_ATTN_BWD:
-        gpu->attention_backward(x->f, x->g, x->h, x->e, x->d, x->a, x->b, x->c, x->fa, NULL, x->B, x->T, x->NH,
+        gpu->attention_backward(x->f, x->g, x->h, x->e, x->d, x->a, x->b, x->c, x->fa, NULL, NULL, x->B, x->T, x->NH,
                                 x->NKV, x->HD, 0.0f, key);
         break;
     case OP_RMS_FWD: gpu->rmsnorm_forward(x->c, x->fa, x->a, x->b, x->N, x->IC, 1e-5f); break;

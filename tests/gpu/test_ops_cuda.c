@@ -180,6 +180,13 @@ static void check_close(const char *name, const float *got, const float *want, s
 /* when > 0: check_rows leaves out the rows of position t = 0 of a (B, T, rows_skip_t0_NH, row_len)
  * tensor (attention dq, whose exact value there is zero: check_zero judges those rows instead) */
 static int rows_skip_t0_T, rows_skip_t0_NH;
+/* and with document starts (B, T) set, the rows of every document's first position, whose dq cancels
+ * exactly as that of t = 0 */
+static const int32_t *rows_skip_doc;
+/* dk: with document starts set, the rows of keys that are one-token documents (seen by their own query
+ * alone, whose ds cancels exactly: dk is zero there, as at T = 1); rows (B, T, rows_single_heads, .) */
+static const int32_t *rows_single_doc;
+static int rows_single_T, rows_single_heads;
 /* when set: a row that fails against the CPU is judged again against this fp64 recomputation of the row
  * (attention dq in fp32 mode: rows whose sum cancels, where the CPU's fp32 result can itself be off by
  * more than the tolerance, e.g. 4.2e-4 at B3 T33 HD24 row 103 of the full run while the GPU kernel was
@@ -194,6 +201,15 @@ static void check_rows(const char *name, const float *got, const float *want, si
         if (fabs((double)want[i]) > max_ref) max_ref = fabs((double)want[i]);
     for (size_t r = 0; r * row_len < n; r++) {
         if (rows_skip_t0_T > 0 && (r / (size_t)rows_skip_t0_NH) % (size_t)rows_skip_t0_T == 0) continue;
+        if (rows_single_doc) {
+            const size_t bt = r / (size_t)rows_single_heads;
+            const int t = (int)(bt % (size_t)rows_single_T);
+            if (rows_single_doc[bt] == t && (t + 1 == rows_single_T || rows_single_doc[bt + 1] == t + 1)) continue;
+        }
+        if (rows_skip_t0_T > 0 && rows_skip_doc) {
+            const size_t bt = r / (size_t)rows_skip_t0_NH;
+            if (rows_skip_doc[bt] == (int32_t)(bt % (size_t)rows_skip_t0_T)) continue;
+        }
         double d = 0.0, ref = 1e-3 * max_ref;
         for (size_t i = r * row_len; i < (r + 1) * row_len && i < n; i++) {
             if (!isfinite(got[i]) && isfinite(want[i])) bad = 1;
@@ -522,27 +538,27 @@ static void test_rope(int B, int T, int NH, int HD) {
         }
     float *dtab = gpu->alloc((size_t)T * HD * sizeof(float));
     gpu->copy_to_device(dtab, tab, (size_t)T * HD * sizeof(float));
-    cpu->rope_forward(want, x, tab, B, T, NH, HD);
-    cpu->rope_backward(dwant, x, tab, B, T, NH, HD);
+    cpu->rope_forward(want, x, tab, NULL, B, T, NH, HD);
+    cpu->rope_backward(dwant, x, tab, NULL, B, T, NH, HD);
     float *got[2], *dgot[2], *inplace = xmalloc(n * sizeof(float));
     void *dx = dev_work(x, n);
     for (int rep = 0; rep < 2; rep++) {
         got[rep] = xmalloc(n * sizeof(float));
         dgot[rep] = xmalloc(n * sizeof(float));
         void *out = gpu->alloc(n * gpu->act_bytes), *dout = gpu->alloc(n * gpu->act_bytes);
-        gpu->rope_forward(out, dx, dtab, B, T, NH, HD);
-        gpu->rope_backward(dout, dx, dtab, B, T, NH, HD);
+        gpu->rope_forward(out, dx, dtab, NULL, B, T, NH, HD);
+        gpu->rope_backward(dout, dx, dtab, NULL, B, T, NH, HD);
         get_work(got[rep], out, n);
         get_work(dgot[rep], dout, n);
         gpu->free(out), gpu->free(dout);
     }
     void *io = dev_work(x, n);
-    gpu->rope_forward(io, io, dtab, B, T, NH, HD);
+    gpu->rope_forward(io, io, dtab, NULL, B, T, NH, HD);
     get_work(inplace, io, n);
     gpu->free(io);
     float *dinplace = xmalloc(n * sizeof(float));
     io = dev_work(x, n);
-    gpu->rope_backward(io, io, dtab, B, T, NH, HD);
+    gpu->rope_backward(io, io, dtab, NULL, B, T, NH, HD);
     get_work(dinplace, io, n);
     gpu->free(io);
 #define ROPE_NAME(what) (snprintf(name, sizeof name, "rope_%s %s", what, tag), name)
@@ -553,6 +569,26 @@ static void test_rope(int B, int T, int NH, int HD) {
     check_same(ROPE_NAME("forward repeat"), got[0], got[1], n);
     check_same(ROPE_NAME("backward repeat"), dgot[0], dgot[1], n);
     check_same(ROPE_NAME("forward in place"), inplace, got[0], n);
+    /* positions restarting at each document (ops.h's doc): sequence b restarts at t = 1 + b % (T - 1)
+     * and at 2 + b % (T - 1) when T > 2 (a one-token document between) */
+    int32_t *doc = xmalloc((size_t)B * T * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        const int r = T > 1 ? 1 + b % (T - 1) : 0, r2 = T > 2 && r + 1 < T ? r + 1 : T;
+        for (int t = 0; t < T; t++) doc[(size_t)b * T + t] = t < r ? 0 : t < r2 ? r : r2;
+    }
+    int32_t *ddoc = gpu->alloc((size_t)B * T * sizeof(int32_t));
+    gpu->copy_to_device(ddoc, doc, (size_t)B * T * sizeof(int32_t));
+    cpu->rope_forward(want, x, tab, doc, B, T, NH, HD);
+    cpu->rope_backward(dwant, x, tab, doc, B, T, NH, HD);
+    void *dout = gpu->alloc(n * gpu->act_bytes), *ddx = gpu->alloc(n * gpu->act_bytes);
+    gpu->rope_forward(dout, dx, dtab, ddoc, B, T, NH, HD);
+    gpu->rope_backward(ddx, dx, dtab, ddoc, B, T, NH, HD);
+    get_work(got[0], dout, n);
+    get_work(dgot[0], ddx, n);
+    check_close(ROPE_NAME("forward, documents"), got[0], want, n, tol_of(1e-5, 1e-2));
+    check_close(ROPE_NAME("backward, documents"), dgot[0], dwant, n, tol_of(1e-5, 1e-2));
+    gpu->free(dout), gpu->free(ddx), gpu->free(ddoc);
+    free(doc);
 #undef ROPE_NAME
     gpu->free(dx);
     for (int rep = 0; rep < 2; rep++) free(got[rep]), free(dgot[rep]);
@@ -602,22 +638,29 @@ static void attention_dq_fp64(size_t row, double *out) {
     free(p);
 }
 
-static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {
-    char name[128], tag[64];
-    snprintf(tag, sizeof tag, "%sB%d T%d NH%d NKV%d HD%d p%.2f", attn_variant, B, T, NH, NKV, HD, dropout);
+/* doc: ops.h's document starts (B, T) on the host, or NULL */
+static void test_attention_doc(int B, int T, int NH, int NKV, int HD, float dropout, const int32_t *doc) {
+    char name[128], tag[80];
+    snprintf(tag, sizeof tag, "%sB%d T%d NH%d NKV%d HD%d p%.2f%s", attn_variant, B, T, NH, NKV, HD, dropout,
+             doc ? " documents" : "");
     const gt_rng_key key = {42, 7};
     size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nl = (size_t)B * NH * T;
     float *q = rand_vec(nq, 2.0f, 1), *k = rand_vec(nk, 2.0f, 1), *v = rand_vec(nk, 1.0f, 1);
     float *dout = rand_vec(nq, 1.0f, 1);
     float *out_w = xmalloc(nq * sizeof(float)), *lse_w = xmalloc(nl * sizeof(float));
     float *dq_w = xmalloc(nq * sizeof(float)), *dk_w = xmalloc(nk * sizeof(float)), *dv_w = xmalloc(nk * sizeof(float));
-    cpu->attention_forward(out_w, lse_w, NULL, q, k, v, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_forward(out_w, lse_w, NULL, q, k, v, doc, B, T, NH, NKV, HD, dropout, key);
     /* backward reads the forward's output (D = dout . out): in bf16 mode the GPU's is rounded to bf16, so
      * the CPU gets it rounded too (as with every other working-type input) */
     float *out_in = dup_vec(out_w, nq);
     if (bf16_mode)
         for (size_t i = 0; i < nq; i++) out_in[i] = round_bf16(out_in[i]);
-    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_in, q, k, v, lse_w, NULL, B, T, NH, NKV, HD, dropout, key);
+    cpu->attention_backward(dq_w, dk_w, dv_w, dout, out_in, q, k, v, lse_w, NULL, doc, B, T, NH, NKV, HD, dropout, key);
+    int32_t *ddoc = NULL;
+    if (doc) {
+        ddoc = gpu->alloc((size_t)B * T * sizeof(int32_t));
+        gpu->copy_to_device(ddoc, doc, (size_t)B * T * sizeof(int32_t));
+    }
 
     float *o[2], *l[2], *gq[2], *gk[2], *gv[2];
     void *dq_in = dev_work(q, nq), *dk_in = dev_work(k, nk), *dv_in = dev_work(v, nk), *ddout = dev_work(dout, nq);
@@ -631,9 +674,9 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
         void *dk = gpu->alloc(nk * gpu->act_bytes), *dv = gpu->alloc(nk * gpu->act_bytes);
         float *lse = gpu->alloc(nl * sizeof(float));
         if (attn_fwd_force) gt_cuda_attention_force_variant(attn_fwd_force);
-        gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_forward(out, lse, NULL, dq_in, dk_in, dv_in, ddoc, B, T, NH, NKV, HD, dropout, key);
         if (attn_bwd_force) gt_cuda_attention_force_variant(attn_bwd_force);
-        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, B, T, NH, NKV, HD, dropout, key);
+        gpu->attention_backward(dq, dk, dv, ddout, out, dq_in, dk_in, dv_in, lse, NULL, ddoc, B, T, NH, NKV, HD, dropout, key);
         get_work(o[rep], out, nq);
         get_f32(l[rep], lse, nl);
         get_work(gq[rep], dq, nq);
@@ -662,7 +705,7 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     snprintf(name, sizeof name, "attention dq at t=0 (exactly 0) %s", tag);
     check_zero(name, gq[0], nq, (size_t)NH * HD, (size_t)T * NH * HD, zero_bound);
     if (T > 1) {
-        rows_skip_t0_T = T, rows_skip_t0_NH = NH;
+        rows_skip_t0_T = T, rows_skip_t0_NH = NH, rows_skip_doc = doc;
         attn_in.q = q, attn_in.k = k, attn_in.v = v, attn_in.dout = dout, attn_in.T = T, attn_in.NH = NH;
         attn_in.NKV = NKV, attn_in.HD = HD, attn_in.dropout = dropout, attn_in.key = key;
         /* In bf16 mode each backend takes D from the output it was given: the CPU from its own output
@@ -673,10 +716,12 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
          * there a failing row is judged against the fp64 dq with D from the GPU's output, the GPU's exact
          * task. fp32 mode: exact D (the outputs agree to fp32 rounding). */
         attn_in.out = bf16_mode ? o[0] : NULL;
-        rows_fp64 = attention_dq_fp64;
+        rows_fp64 = doc ? NULL : attention_dq_fp64; /* the fp64 rows know no documents */
         ATT_CHECK("dq", gq, dq_w, nq, 1e-4, 2e-2, !attn_nondet_bwd);
-        rows_skip_t0_T = 0, rows_fp64 = NULL;
+        rows_skip_t0_T = 0, rows_fp64 = NULL, rows_skip_doc = NULL;
+        rows_single_doc = doc, rows_single_T = T, rows_single_heads = NKV;
         ATT_CHECK("dk", gk, dk_w, nk, 1e-4, 2e-2, !attn_nondet_bwd);
+        rows_single_doc = NULL;
     } else {
         snprintf(name, sizeof name, "attention dk (exactly 0 at T=1) %s", tag);
         check_zero(name, gk[0], nk, nk, nk, zero_bound);
@@ -688,8 +733,26 @@ static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout)
     ATT_CHECK("dv", gv, dv_w, nk, 1e-4, 2e-2, !attn_nondet_bwd);
 #undef ATT_CHECK
     gpu->free(dq_in), gpu->free(dk_in), gpu->free(dv_in), gpu->free(ddout);
+    if (ddoc) gpu->free(ddoc);
     for (int rep = 0; rep < 2; rep++) free(o[rep]), free(l[rep]), free(gq[rep]), free(gk[rep]), free(gv[rep]);
     free(q), free(k), free(v), free(dout), free(out_w), free(out_in), free(lse_w), free(dq_w), free(dk_w), free(dv_w);
+}
+
+static void test_attention(int B, int T, int NH, int NKV, int HD, float dropout) {
+    test_attention_doc(B, T, NH, NKV, HD, dropout, NULL);
+}
+
+/* Document masking on the default kernels. T 130: documents [0, 40) [40, 100) [100, 130): forward and
+ * dq tiles of the last rows start at key tile 3 (key 96), the dk/dv kernel's first key tiles stop
+ * before the last query tiles; T 77, two sequences: one-token documents at 0..3, then [4, 77); and one
+ * document. */
+static void test_attention_documents(void) {
+    static int32_t long_doc[130], short_doc[2 * 77];
+    for (int t = 0; t < 130; t++) long_doc[t] = t < 40 ? 0 : t < 100 ? 40 : 100;
+    for (int t = 0; t < 77; t++) short_doc[t] = t < 4 ? t : 4, short_doc[77 + t] = 0;
+    test_attention_doc(1, 130, 2, 1, 64, 0.0f, long_doc);
+    test_attention_doc(1, 130, 4, 2, 32, 0.2f, long_doc);
+    test_attention_doc(2, 77, 4, 2, 64, 0.0f, short_doc);
 }
 
 static void test_swiglu(void) {
@@ -963,6 +1026,7 @@ int main(void) {
         test_attention(1, 130, 4, 4, 128, 0.2f);
         test_attention(3, 33, 3, 3, 24, 0.0f);
         test_attention(1, 1, 2, 1, 16, 0.0f);
+        test_attention_documents();
         if (bf16_mode && !quick) test_attention(1, 2048, 32, 32, 128, 0.0f); /* the 7B shape: T 2048, 32 heads of 128 */
         if (bf16_mode) {
             /* the opt-in bf16 tensor-core variant (train.cuda_attention = mma: cuda_attention_mma.cu, HD 64

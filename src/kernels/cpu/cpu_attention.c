@@ -8,9 +8,13 @@
  * oneDNN on the CPU's bf16 units (gt_dnnl_gemm_ld, fp32 accumulation).
  *
  * A query block is QBLOCK consecutive rows [t0, t1) of one head h (kv head g = h / (NH/NKV)); it
- * sees keys [0, t1). Its scores and probabilities always come from the same two compiled functions:
- *   block_scores: S (nq, t1) = scale * q[t0:t1] @ k[0:t1]^T     (one product)
- *   block_probs:  P[t][j] = exp(S[t][j] - lse_t) for j <= t, 0 above the diagonal
+ * sees keys [k0, t1), k0 = 0, or with document masking (doc, ops.h) k0 = doc[t0], the first key of
+ * the block's first row's document: the keys before it are masked for every row of the block (doc
+ * never decreases), so they are skipped, and short documents make attention cheaper. Row t sees keys
+ * [a_t, t], a_t = doc[t] (0 without masking). Block columns are keys from k0 (c = j - k0, kn = t1 - k0).
+ * Its scores and probabilities always come from the same two compiled functions:
+ *   block_scores: S (nq, kn) = scale * q[t0:t1] @ k[k0:t1]^T     (one product)
+ *   block_probs:  P[t][j] = exp(S[t][j] - lse_t) for a_t <= j <= t, 0 elsewhere
  * Forward calls them, backward calls them again with the same arguments when probs == NULL; both
  * are noinline, and the exp is gt_cpu_expf (a fixed polynomial, no libm), so the probabilities
  * (hence the gradients) are bit-identical with or without stored probs and across recompute
@@ -97,15 +101,21 @@ static const void *block_operand_bf16(void *buf, const float *src, size_t n) {
 
 /* ---- float-only steps, shared by both element types ---- */
 
-/* P (nq, kend): row r (position t0 + r) = exp(S - lse) on j <= t0 + r, 0 after */
-static NOINLINE void block_probs(float *P, const float *S, const float *lse, int t0, int nq, int kend) {
+/* the first key row t of sequence b sees (ops.h's doc; 0 without document masking) */
+static inline int row_start(const int32_t *doc, int b, int T, int t) { return doc ? doc[(size_t)b * T + t] : 0; }
+
+/* P (nq, kn), columns keys k0 .. k0 + kn - 1: row r (position t0 + r) = exp(S - lse) on
+ * a_t <= j <= t0 + r, 0 elsewhere */
+static NOINLINE void block_probs(float *P, const float *S, const float *lse, const int32_t *doc, int b, int T, int t0,
+                                 int k0, int nq, int kn) {
     for (int r = 0; r < nq; r++) {
-        const float *s = S + (size_t)r * kend;
-        float *p = P + (size_t)r * kend;
-        const int jend = t0 + r + 1;
+        const float *s = S + (size_t)r * kn;
+        float *p = P + (size_t)r * kn;
+        const int cbeg = row_start(doc, b, T, t0 + r) - k0, cend = t0 + r + 1 - k0;
         const float l = lse[r];
-        for (int j = 0; j < jend; j++) p[j] = gt_cpu_expf(s[j] - l);
-        for (int j = jend; j < kend; j++) p[j] = 0.0f;
+        for (int c = 0; c < cbeg; c++) p[c] = 0.0f;
+        for (int c = cbeg; c < cend; c++) p[c] = gt_cpu_expf(s[c] - l);
+        for (int c = cend; c < kn; c++) p[c] = 0.0f;
     }
 }
 
@@ -123,11 +133,13 @@ static float row_lse(const float *s, int n) {
     return mx + logf(sum);
 }
 
-/* the dropout of one row of probabilities (or of their gradient), in place, j < jend */
-static void drop_row(float *p, int jend, int b, int h, int t, int NH, int T, float dropout, float keep_scale,
-                     gt_rng_key key) {
-    for (int j = 0; j < jend; j++)
-        p[j] = gt_dropout_keep(key, gt_attention_drop_index(b, h, t, j, NH, T), dropout) ? p[j] * keep_scale : 0.0f;
+/* the dropout of one row of probabilities (or of their gradient), in place: p[j - k0] for keys
+ * jbeg <= j < jend */
+static void drop_row(float *p, int k0, int jbeg, int jend, int b, int h, int t, int NH, int T, float dropout,
+                     float keep_scale, gt_rng_key key) {
+    for (int j = jbeg; j < jend; j++)
+        p[j - k0] = gt_dropout_keep(key, gt_attention_drop_index(b, h, t, j, NH, T), dropout) ? p[j - k0] * keep_scale
+                                                                                              : 0.0f;
 }
 
 #define GT_CPU_TEMPLATE "cpu_attention.c"
@@ -150,8 +162,8 @@ static float ELEM_NAME(lane_dot)(const ELEM *a, const ELEM *b, int n) {
 /* out (B,T,NH,HD) ; lse (B,NH,T) ; probs (B,NH,T,T) or NULL ; q (B,T,NH,HD) ; k, v (B,T,NKV,HD).
  * gt_cpu_attention_forward, gt_cpu_attention_forward_bf16 */
 void ELEM_NAME(gt_cpu_attention_forward)(void *out_, float *lse, float *probs, const void *q_, const void *k_,
-                                         const void *v_, int B, int T, int NH, int NKV, int HD, float dropout,
-                                         gt_rng_key key) {
+                                         const void *v_, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+                                         float dropout, gt_rng_key key) {
     GT_CPU_CHECK(NKV > 0 && NH % NKV == 0, "NH=%d is not a multiple of NKV=%d", NH, NKV);
     ELEM *out = out_;
     const ELEM *q = q_, *k = k_, *v = v_;
@@ -173,28 +185,34 @@ void ELEM_NAME(gt_cpu_attention_forward)(void *out_, float *lse, float *probs, c
         for (long item = 0; item < (long)B * NH * nqb; item++) {
             int qb = nqb - 1 - (int)(item % nqb), h = (int)((item / nqb) % NH), b = (int)(item / ((long)nqb * NH));
             int g = h / group;
-            int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0, kend = t1;
+            int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0;
+            const int k0 = row_start(doc, b, T, t0), kn = t1 - k0;   /* the keys the block can see */
             const ELEM *qb_ = q + ((size_t)b * T + t0) * qstride + (size_t)h * HD;
-            const ELEM *kb = k + (size_t)b * T * kstride + (size_t)g * HD;
-            const ELEM *vb = v + (size_t)b * T * kstride + (size_t)g * HD;
+            const ELEM *kb = k + ((size_t)b * T + k0) * kstride + (size_t)g * HD;
+            const ELEM *vb = v + ((size_t)b * T + k0) * kstride + (size_t)g * HD;
             float *lrow = lse + ((size_t)b * NH + h) * T + t0;
 
-            ELEM_NAME(block_scores)(S, qb_, (int)qstride, kb, (int)kstride, nq, kend, HD, scale);
-            for (int r = 0; r < nq; r++) lrow[r] = row_lse(S + (size_t)r * kend, t0 + r + 1);
-            block_probs(P, S, lrow, t0, nq, kend);
+            ELEM_NAME(block_scores)(S, qb_, (int)qstride, kb, (int)kstride, nq, kn, HD, scale);
+            for (int r = 0; r < nq; r++) {
+                const int a = row_start(doc, b, T, t0 + r);
+                lrow[r] = row_lse(S + (size_t)r * kn + (a - k0), t0 + r + 1 - a);
+            }
+            block_probs(P, S, lrow, doc, b, T, t0, k0, nq, kn);
             if (probs) {
                 for (int r = 0; r < nq; r++) {
                     float *pr = probs + (((size_t)b * NH + h) * T + t0 + r) * T;
-                    memcpy(pr, P + (size_t)r * kend, (size_t)kend * sizeof(float));
-                    memset(pr + kend, 0, (size_t)(T - kend) * sizeof(float));
+                    memset(pr, 0, (size_t)k0 * sizeof(float));
+                    memcpy(pr + k0, P + (size_t)r * kn, (size_t)kn * sizeof(float));
+                    memset(pr + t1, 0, (size_t)(T - t1) * sizeof(float));
                 }
             }
             if (dropout > 0.0f) {
                 for (int r = 0; r < nq; r++)
-                    drop_row(P + (size_t)r * kend, t0 + r + 1, b, h, t0 + r, NH, T, dropout, keep_scale, key);
+                    drop_row(P + (size_t)r * kn, k0, row_start(doc, b, T, t0 + r), t0 + r + 1, b, h, t0 + r, NH, T,
+                             dropout, keep_scale, key);
             }
-            /* out_blk (nq, HD) = P~ (nq, kend) @ v (kend, HD) */
-            ELEM_NAME(product)(nq, HD, kend, ELEM_NAME(block_operand)(Pb, P, (size_t)nq * kend), kend, 0, vb,
+            /* out_blk (nq, HD) = P~ (nq, kn) @ v[k0:t1] (kn, HD) */
+            ELEM_NAME(product)(nq, HD, kn, ELEM_NAME(block_operand)(Pb, P, (size_t)nq * kn), kn, 0, vb,
                                (int)kstride, 0, out + ((size_t)b * T + t0) * qstride + (size_t)h * HD,
                                (int)qstride, 0, 0);
         }
@@ -206,8 +224,8 @@ void ELEM_NAME(gt_cpu_attention_forward)(void *out_, float *lse, float *probs, c
 /* gt_cpu_attention_backward, gt_cpu_attention_backward_bf16 */
 void ELEM_NAME(gt_cpu_attention_backward)(void *dq_, void *dk_, void *dv_, const void *dout_, const void *out_,
                                           const void *q_, const void *k_, const void *v_, const float *lse,
-                                          const float *probs, int B, int T, int NH, int NKV, int HD,
-                                          float dropout, gt_rng_key key) {
+                                          const float *probs, const int32_t *doc, int B, int T, int NH, int NKV,
+                                          int HD, float dropout, gt_rng_key key) {
     GT_CPU_CHECK(NKV > 0 && NH % NKV == 0, "NH=%d is not a multiple of NKV=%d", NH, NKV);
     ELEM *dq = dq_, *dk = dk_, *dv = dv_;
     const ELEM *dout = dout_, *out = out_, *q = q_, *k = k_, *v = v_;
@@ -234,38 +252,41 @@ void ELEM_NAME(gt_cpu_attention_backward)(void *dq_, void *dk_, void *dv_, const
             memset(dkf, 0, (size_t)2 * T * HD * sizeof(float));
             for (int h = g * group; h < (g + 1) * group; h++) {
                 for (int qb = 0; qb < nqb; qb++) {
-                    int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0, kend = t1;
+                    int t0 = qb * QBLOCK, t1 = t0 + QBLOCK < T ? t0 + QBLOCK : T, nq = t1 - t0;
+                    const int k0 = row_start(doc, b, T, t0), kn = t1 - k0; /* the keys the block can see */
                     size_t off = ((size_t)b * T + t0) * qstride + (size_t)h * HD;
                     const ELEM *qb_ = q + off, *dob = dout + off, *ob = out + off;
+                    const ELEM *kbk = kb + (size_t)k0 * kstride, *vbk = vb + (size_t)k0 * kstride;
                     const float *lrow = lse + ((size_t)b * NH + h) * T + t0;
 
                     if (probs) {
                         for (int r = 0; r < nq; r++)
-                            memcpy(P + (size_t)r * kend, probs + (((size_t)b * NH + h) * T + t0 + r) * T,
-                                   (size_t)kend * sizeof(float));
+                            memcpy(P + (size_t)r * kn, probs + (((size_t)b * NH + h) * T + t0 + r) * T + k0,
+                                   (size_t)kn * sizeof(float));
                     } else {
-                        ELEM_NAME(block_scores)(S, qb_, (int)qstride, kb, (int)kstride, nq, kend, HD, scale);
-                        block_probs(P, S, lrow, t0, nq, kend);
+                        ELEM_NAME(block_scores)(S, qb_, (int)qstride, kbk, (int)kstride, nq, kn, HD, scale);
+                        block_probs(P, S, lrow, doc, b, T, t0, k0, nq, kn);
                     }
-                    /* dP~ (nq, kend) = dout_blk @ v^T */
-                    ELEM_NAME(product)(nq, kend, HD, dob, (int)qstride, 0, vb, (int)kstride, 1, dP, kend, 1, 0);
+                    /* dP~ (nq, kn) = dout_blk @ v[k0:t1]^T */
+                    ELEM_NAME(product)(nq, kn, HD, dob, (int)qstride, 0, vbk, (int)kstride, 1, dP, kn, 1, 0);
                     for (int r = 0; r < nq; r++) {
-                        const int t = t0 + r, jend = t + 1;
-                        float *p = P + (size_t)r * kend, *dp = dP + (size_t)r * kend;
-                        float *ds = S + (size_t)r * kend; /* the scores are no longer needed */
+                        const int t = t0 + r, a = row_start(doc, b, T, t), cbeg = a - k0, cend = t + 1 - k0;
+                        float *p = P + (size_t)r * kn, *dp = dP + (size_t)r * kn;
+                        float *ds = S + (size_t)r * kn; /* the scores are no longer needed */
                         /* dp := dp~ * keep/(1-p); p keeps the probabilities, turned into p~ below */
-                        if (dropout > 0.0f) drop_row(dp, jend, b, h, t, NH, T, dropout, keep_scale, key);
+                        if (dropout > 0.0f) drop_row(dp, k0, a, t + 1, b, h, t, NH, T, dropout, keep_scale, key);
                         const float D = ELEM_NAME(lane_dot)(dob + (size_t)r * qstride, ob + (size_t)r * qstride, HD);
-                        for (int j = 0; j < jend; j++) ds[j] = p[j] * (dp[j] - D) * scale;
-                        for (int j = jend; j < kend; j++) ds[j] = 0.0f;
-                        if (dropout > 0.0f) drop_row(p, jend, b, h, t, NH, T, dropout, keep_scale, key);
+                        for (int c = 0; c < cbeg; c++) ds[c] = 0.0f;
+                        for (int c = cbeg; c < cend; c++) ds[c] = p[c] * (dp[c] - D) * scale;
+                        for (int c = cend; c < kn; c++) ds[c] = 0.0f;
+                        if (dropout > 0.0f) drop_row(p, k0, a, t + 1, b, h, t, NH, T, dropout, keep_scale, key);
                     }
-                    const void *dSo = ELEM_NAME(block_operand)(dSb, S, (size_t)nq * kend);
-                    const void *Po = ELEM_NAME(block_operand)(Pb, P, (size_t)nq * kend);
-                    /* dq_blk (nq, HD) = dS @ k ; dk (kend, HD) += dS^T @ q_blk ; dv += P~^T @ dout_blk */
-                    ELEM_NAME(product)(nq, HD, kend, dSo, kend, 0, kb, (int)kstride, 0, dq + off, (int)qstride, 0, 0);
-                    ELEM_NAME(product)(kend, HD, nq, dSo, kend, 1, qb_, (int)qstride, 0, dkf, HD, 1, 1);
-                    ELEM_NAME(product)(kend, HD, nq, Po, kend, 1, dob, (int)qstride, 0, dvf, HD, 1, 1);
+                    const void *dSo = ELEM_NAME(block_operand)(dSb, S, (size_t)nq * kn);
+                    const void *Po = ELEM_NAME(block_operand)(Pb, P, (size_t)nq * kn);
+                    /* dq_blk (nq, HD) = dS @ k ; dk[k0:t1] (kn, HD) += dS^T @ q_blk ; dv[k0:t1] += P~^T @ dout_blk */
+                    ELEM_NAME(product)(nq, HD, kn, dSo, kn, 0, kbk, (int)kstride, 0, dq + off, (int)qstride, 0, 0);
+                    ELEM_NAME(product)(kn, HD, nq, dSo, kn, 1, qb_, (int)qstride, 0, dkf + (size_t)k0 * HD, HD, 1, 1);
+                    ELEM_NAME(product)(kn, HD, nq, Po, kn, 1, dob, (int)qstride, 0, dvf + (size_t)k0 * HD, HD, 1, 1);
                 }
             }
             for (int j = 0; j < T; j++) {

@@ -18,13 +18,14 @@
 
 /* sign = +1: out = x*cos + rotate_half(x)*sin ; sign = -1: the inverse (transpose) rotation.
  * x (B, T, NH, HD); rope (T_max, HD/2, 2); out may alias inp. rope_rotate, rope_rotate_bf16 */
-static void ELEM_NAME(rope_rotate)(ELEM *out, const ELEM *inp, const float *rope, int B, int T, int NH, int HD,
-                                   float sign) {
+static void ELEM_NAME(rope_rotate)(ELEM *out, const ELEM *inp, const float *rope, const int32_t *doc, int B,
+                                   int T, int NH, int HD, float sign) {
     GT_CPU_CHECK(HD % 2 == 0, "rope needs an even head dim, got %d", HD);
     int half = HD / 2;
 #pragma omp parallel for schedule(static)
     for (long row = 0; row < (long)B * T * NH; row++) {
         int t = (int)((row / NH) % T);
+        if (doc) t -= doc[row / NH]; /* the position inside its document (ops.h) */
         const ELEM *x = inp + (size_t)row * HD;
         ELEM *o = out + (size_t)row * HD;
         const float *cs = rope + (size_t)t * half * 2;
@@ -38,14 +39,15 @@ static void ELEM_NAME(rope_rotate)(ELEM *out, const ELEM *inp, const float *rope
 }
 
 /* gt_cpu_rope_forward, gt_cpu_rope_forward_bf16 */
-void ELEM_NAME(gt_cpu_rope_forward)(void *out, const void *inp, const float *rope, int B, int T, int NH, int HD) {
-    ELEM_NAME(rope_rotate)(out, inp, rope, B, T, NH, HD, 1.0f);
+void ELEM_NAME(gt_cpu_rope_forward)(void *out, const void *inp, const float *rope, const int32_t *doc, int B, int T,
+                                    int NH, int HD) {
+    ELEM_NAME(rope_rotate)(out, inp, rope, doc, B, T, NH, HD, 1.0f);
 }
 
 /* gt_cpu_rope_backward, gt_cpu_rope_backward_bf16 */
-void ELEM_NAME(gt_cpu_rope_backward)(void *dinp, const void *dout, const float *rope, int B, int T, int NH,
-                                     int HD) {
-    ELEM_NAME(rope_rotate)(dinp, dout, rope, B, T, NH, HD, -1.0f);
+void ELEM_NAME(gt_cpu_rope_backward)(void *dinp, const void *dout, const float *rope, const int32_t *doc, int B,
+                                     int T, int NH, int HD) {
+    ELEM_NAME(rope_rotate)(dinp, dout, rope, doc, B, T, NH, HD, -1.0f);
 }
 
 #endif

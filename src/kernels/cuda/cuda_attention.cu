@@ -16,6 +16,10 @@
  * column-strided reads hit 16 banks); a thread of the 16 x 16 grid owns rows ty + 16 i and columns
  * tx + 16 j, so a score row lives in one half-warp and its max and sum are xor-shuffles over 16 lanes.
  * HDM (16, 32, 64, 128) is HD rounded up, a template argument so the accumulators stay in registers.
+ * Document masking (doc non-NULL, ops.h): query t sees keys doc[t] .. t; the forward and dq kernels
+ * start at the key tile that holds doc[q0] (the tile's first row's document start: doc never
+ * decreases, so every earlier key tile is masked for the whole query tile and is skipped), and the
+ * dk/dv kernel stops at the first query tile whose first row starts its document after the key tile.
  */
 #include <math.h>
 
@@ -92,8 +96,8 @@ __device__ __forceinline__ float half_warp_sum(float v) {
 
 template <typename T, int BM, int BN, int HDM>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int Tn, int NH, int NKV, int HD,
-                         float scale, float dropout, float keep_scale, uint64_t rng) {
+attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc, int Tn, int NH,
+                         int NKV, int HD, float scale, float dropout, float keep_scale, uint64_t rng) {
     constexpr int RM = BM / 16, RN = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
     extern __shared__ float smem[];
     float *sQ = smem;          /* (BM, LD) */
@@ -111,15 +115,19 @@ attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v,
 
     load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
     float m[RM], l[RM], o[RM][DJ];
+    int first[RM]; /* the first key each row sees */
 #pragma unroll
     for (int i = 0; i < RM; i++) {
+        const int t = q0 + ty + 16 * i;
+        first[i] = doc && t < Tn ? doc[(size_t)b * Tn + t] : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
 #pragma unroll
         for (int jd = 0; jd < DJ; jd++) o[i][jd] = 0.0f;
     }
     const int last = min(q0 + BM, Tn) - 1; /* last query row of the tile; causal: keys <= last */
-    for (int k0 = 0; k0 <= last; k0 += BN) {
+    const int kfirst = doc ? doc[(size_t)b * Tn + q0] / BN * BN : 0; /* earlier key tiles: all masked */
+    for (int k0 = kfirst; k0 <= last; k0 += BN) {
         __syncthreads(); /* the previous tile's sK, sV, sP are no longer read */
         load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
         load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
@@ -133,7 +141,7 @@ attention_forward_kernel(T *out, float *lse, const T *q, const T *k, const T *v,
 #pragma unroll
             for (int j = 0; j < RN; j++) {
                 const int sk = k0 + tx + 16 * j;
-                s[i][j] = (t < Tn && sk <= t) ? s[i][j] * scale : -INFINITY;
+                s[i][j] = (t < Tn && sk <= t && sk >= first[i]) ? s[i][j] * scale : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             mx = half_warp_max(mx);
@@ -221,8 +229,8 @@ void gt_cuda_attention_rowdot(float *D, const void *dout, const void *out, int B
 template <typename T, int BM, int BN, int HDM>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q, const T *k, const T *v, const float *lse,
-                             int Tn, int NH, int NKV, int HD, float scale, float dropout, float keep_scale,
-                             uint64_t rng) {
+                             const int32_t *doc, int Tn, int NH, int NKV, int HD, float scale, float dropout,
+                             float keep_scale, uint64_t rng) {
     constexpr int RM = BM / 16, RN = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
     extern __shared__ float smem[];
     float *sQ = smem;           /* (BM, LD) */
@@ -244,9 +252,11 @@ attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q
     load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
     load_rows(sO, ob, qs, q0, Tn, BM, HD, HDM, LD);
     float row_lse[RM], Dt[RM];
+    int first[RM]; /* the first key each row sees */
 #pragma unroll
     for (int i = 0; i < RM; i++) {
         const int t = q0 + ty + 16 * i;
+        first[i] = doc && t < Tn ? doc[(size_t)b * Tn + t] : 0;
         row_lse[i] = t < Tn ? lse_bh[t] : 0.0f;
         Dt[i] = t < Tn ? Dbuf[((size_t)b * NH + h) * Tn + t] : 0.0f;
     }
@@ -258,7 +268,8 @@ attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q
     for (int i = 0; i < RM; i++)
 #pragma unroll
         for (int jd = 0; jd < DJ; jd++) acc[i][jd] = 0.0f;
-    for (int k0 = 0; k0 <= last; k0 += BN) {
+    const int kfirst = doc ? doc[(size_t)b * Tn + q0] / BN * BN : 0; /* earlier key tiles: all masked */
+    for (int k0 = kfirst; k0 <= last; k0 += BN) {
         __syncthreads();
         load_rows(sK, kb, ks, k0, Tn, BN, HD, HDM, LD);
         load_rows(sV, vb, ks, k0, Tn, BN, HD, HDM, LD);
@@ -272,7 +283,7 @@ attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q
             for (int j = 0; j < RN; j++) {
                 const int sk = k0 + tx + 16 * j;
                 float ds = 0.0f;
-                if (t < Tn && sk <= t) {
+                if (t < Tn && sk <= t && sk >= first[i]) {
                     const float p = expf(s[i][j] * scale - row_lse[i]);
                     float d = dp[i][j];
                     if (dropout > 0.0f)
@@ -313,8 +324,8 @@ attention_backward_dq_kernel(T *dq, const float *Dbuf, const T *dout, const T *q
 template <typename T, int BM, int BN, int HDM>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, const T *q, const T *k, const T *v,
-                               const float *lse, int Tn, int NH, int NKV, int HD, float scale, float dropout,
-                               float keep_scale, uint64_t rng) {
+                               const float *lse, const int32_t *doc, int Tn, int NH, int NKV, int HD, float scale,
+                               float dropout, float keep_scale, uint64_t rng) {
     constexpr int RM = BM / 16, RN = BN / 16, RK = BN / 16, DJ = HDM / 16, LD = HDM + 1, LP = BN + 1;
     extern __shared__ float smem[];
     float *sK = smem;              /* (BN, LD) this block's keys */
@@ -325,6 +336,7 @@ attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, c
     float *sS = sP + BM * LP;      /* (BM, LP) ds */
     float *sL = sS + BM * LP;      /* (BM) lse */
     float *sD = sL + BM;           /* (BM) D */
+    int *sF = (int *)(sD + BM);    /* (BM) the first key of each query row (document masking) */
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int ktile = gridDim.x - 1 - blockIdx.x; /* key tile 0 sees the most queries: start the long ones first */
     const int g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
@@ -351,6 +363,9 @@ attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, c
         const float *lse_bh = lse + ((size_t)b * NH + h) * Tn;
         const float *D_bh = Dbuf + ((size_t)b * NH + h) * Tn;
         for (int q0 = (k0 / BM) * BM; q0 < Tn; q0 += BM) {
+            /* this query tile and every later one start their documents after the key tile: all masked
+             * (the same for every thread of the block, so no thread skips a barrier the others reach) */
+            if (doc && doc[(size_t)b * Tn + q0] >= k0 + BN) break;
             __syncthreads(); /* previous sQ, sO, sP, sS, sL, sD reads are done */
             load_rows(sQ, qb, qs, q0, Tn, BM, HD, HDM, LD);
             load_rows(sO, ob, qs, q0, Tn, BM, HD, HDM, LD);
@@ -358,6 +373,7 @@ attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, c
                 const int t = q0 + r;
                 sL[r] = t < Tn ? lse_bh[t] : 0.0f;
                 sD[r] = t < Tn ? D_bh[t] : 0.0f;
+                sF[r] = doc && t < Tn ? doc[(size_t)b * Tn + t] : 0;
             }
             __syncthreads();
             float s[RM][RN], dp[RM][RN];
@@ -369,7 +385,7 @@ attention_backward_dkdv_kernel(T *dk, T *dv, const float *Dbuf, const T *dout, c
                 for (int j = 0; j < RN; j++) {
                     const int c = tx + 16 * j, sk = k0 + c;
                     float pt = 0.0f, ds = 0.0f;
-                    if (t < Tn && sk <= t) {
+                    if (t < Tn && sk <= t && sk >= sF[r]) {
                         const float p = expf(s[i][j] * scale - sL[r]);
                         float d = dp[i][j];
                         pt = p;
@@ -437,8 +453,8 @@ static void check_shapes(int NH, int NKV, int HD) {
 }
 
 template <typename T, int HDM>
-static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, int B, int Tn, int NH, int NKV, int HD,
-                       float dropout, gt_rng_key key) {
+static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, const int32_t *doc, int B, int Tn, int NH,
+                       int NKV, int HD, float dropout, gt_rng_key key) {
     constexpr int BM = FWD_BM, BN = FWD_BN, LD = HDM + 1;
     const size_t smem = sizeof(float) * ((size_t)(BM + 2 * BN) * LD + (size_t)BM * (BN + 1));
     static int smem_set;
@@ -446,14 +462,15 @@ static void forward_hd(T *out, float *lse, const T *q, const T *k, const T *v, i
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
     dim3 grid((unsigned)((Tn + BM - 1) / BM), (unsigned)NH, (unsigned)B);
-    attention_forward_kernel<T, BM, BN, HDM><<<grid, ATTN_THREADS, smem>>>(out, lse, q, k, v, Tn, NH, NKV, HD, scale,
+    attention_forward_kernel<T, BM, BN, HDM><<<grid, ATTN_THREADS, smem>>>(out, lse, q, k, v, doc, Tn, NH, NKV, HD, scale,
                                                                           dropout, keep_scale, gt_rng_base(key));
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HDM>
 static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const T *q, const T *k, const T *v,
-                        const float *lse, int B, int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+                        const float *lse, const int32_t *doc, int B, int Tn, int NH, int NKV, int HD, float dropout,
+                        gt_rng_key key) {
     constexpr int BM = BWD_BM, BN = BWD_BN, LD = HDM + 1, LP = BN + 1;
     const float scale = 1.0f / sqrtf((float)HD);
     const float keep_scale = dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f;
@@ -466,15 +483,15 @@ static void backward_hd(T *dq, T *dk, T *dv, const T *dout, const T *out, const 
     allow_smem(attention_backward_dq_kernel<T, BM, BN, HDM>, smem_dq, &dq_set);
     dim3 grid_dq((unsigned)((Tn + BM - 1) / BM), (unsigned)NH, (unsigned)B);
     attention_backward_dq_kernel<T, BM, BN, HDM><<<grid_dq, ATTN_THREADS, smem_dq>>>(
-        dq, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
+        dq, Dbuf, dout, q, k, v, lse, doc, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
     CUDA_CHECK_LAUNCH();
 
-    const size_t smem_kv = sizeof(float) * ((size_t)(2 * BN + 2 * BM) * LD + (size_t)2 * BM * LP + (size_t)2 * BM);
+    const size_t smem_kv = sizeof(float) * ((size_t)(2 * BN + 2 * BM) * LD + (size_t)2 * BM * LP + (size_t)3 * BM);
     static int kv_set;
     allow_smem(attention_backward_dkdv_kernel<T, BM, BN, HDM>, smem_kv, &kv_set);
     dim3 grid_kv((unsigned)((Tn + BN - 1) / BN), (unsigned)NKV, (unsigned)B);
     attention_backward_dkdv_kernel<T, BM, BN, HDM><<<grid_kv, ATTN_THREADS, smem_kv>>>(
-        dk, dv, Dbuf, dout, q, k, v, lse, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
+        dk, dv, Dbuf, dout, q, k, v, lse, doc, Tn, NH, NKV, HD, scale, dropout, keep_scale, rng);
     CUDA_CHECK_LAUNCH();
     gt_cuda_free(Dbuf); /* stream-ordered: a later user of this block runs after the kernel */
 }
@@ -531,38 +548,48 @@ static int variant_backward(void *dq, void *dk, void *dv, const void *dout, cons
 
 /* ---------------------------------------------------------------- the table's entries */
 
+/* the opt-in variants have no document masking: the config refuses the combination (exit 2) before a
+ * kernel runs, so reaching this is a caller's bug */
+static void check_doc_variant(const int32_t *doc) {
+    if (doc && gt_cuda_attention_variant() != GT_CUDA_ATTENTION_DEFAULT)
+        GT_CUDA_FAIL("document masking runs on train.cuda_attention = default only");
+}
+
 template <typename T>
-void gt_cuda_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v, int B,
-                              int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+void gt_cuda_attention_forward(void *out, float *lse, float *probs, const void *q, const void *k, const void *v,
+                              const int32_t *doc, int B, int Tn, int NH, int NKV, int HD, float dropout, gt_rng_key key) {
     check_shapes(NH, NKV, HD);
     if (probs) GT_CUDA_FAIL("the CUDA attention never stores probabilities (can_keep_attention_probs = 0)");
+    check_doc_variant(doc);
     if (B <= 0 || Tn <= 0) return;
     if (sizeof(T) == sizeof(bf16) && variant_forward(out, lse, q, k, v, B, Tn, NH, NKV, HD, dropout, key)) return;
     T *o = (T *)out;
     const T *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
-    if (HD <= 16) forward_hd<T, 16>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 32) forward_hd<T, 32>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 64) forward_hd<T, 64>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
-    else forward_hd<T, 128>(o, lse, qq, kk, vv, B, Tn, NH, NKV, HD, dropout, key);
+    if (HD <= 16) forward_hd<T, 16>(o, lse, qq, kk, vv, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 32) forward_hd<T, 32>(o, lse, qq, kk, vv, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 64) forward_hd<T, 64>(o, lse, qq, kk, vv, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else forward_hd<T, 128>(o, lse, qq, kk, vv, doc, B, Tn, NH, NKV, HD, dropout, key);
 }
 
 /* probs is ignored: the probabilities are always recomputed from q, k and lse */
 template <typename T>
 void gt_cuda_attention_backward(void *dq, void *dk, void *dv, const void *dout, const void *out, const void *q,
-                               const void *k, const void *v, const float *lse, const float *probs, int B, int Tn,
-                               int NH, int NKV, int HD, float dropout, gt_rng_key key) {
+                               const void *k, const void *v, const float *lse, const float *probs,
+                               const int32_t *doc, int B, int Tn, int NH, int NKV, int HD, float dropout,
+                               gt_rng_key key) {
     (void)probs;
     check_shapes(NH, NKV, HD);
+    check_doc_variant(doc);
     if (B <= 0 || Tn <= 0) return;
     if (sizeof(T) == sizeof(bf16) &&
         variant_backward(dq, dk, dv, dout, out, q, k, v, lse, B, Tn, NH, NKV, HD, dropout, key))
         return;
     T *a = (T *)dq, *bk = (T *)dk, *bv = (T *)dv;
     const T *o = (const T *)dout, *ou = (const T *)out, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
-    if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 32) backward_hd<T, 32>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else if (HD <= 64) backward_hd<T, 64>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
-    else backward_hd<T, 128>(a, bk, bv, o, ou, qq, kk, vv, lse, B, Tn, NH, NKV, HD, dropout, key);
+    if (HD <= 16) backward_hd<T, 16>(a, bk, bv, o, ou, qq, kk, vv, lse, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 32) backward_hd<T, 32>(a, bk, bv, o, ou, qq, kk, vv, lse, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else if (HD <= 64) backward_hd<T, 64>(a, bk, bv, o, ou, qq, kk, vv, lse, doc, B, Tn, NH, NKV, HD, dropout, key);
+    else backward_hd<T, 128>(a, bk, bv, o, ou, qq, kk, vv, lse, doc, B, Tn, NH, NKV, HD, dropout, key);
 }
 
 GT_OPS_ATTENTION(GT_CUDA_INSTANTIATE)

@@ -21,7 +21,8 @@
  * batch b come from the block index: the only per-element division is j / half in 32-bit unsigned
  * arithmetic (j < NH * HD/2, checked on the host to fit in 32 bits), never a 64-bit one. */
 template <typename T>
-__global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int B, int NH, int HD, float sign) {
+__global__ void rope_kernel(T *out, const T *inp, const float *rope, const int32_t *doc, int Tn, int B, int NH,
+                            int HD, float sign) {
     const unsigned half = (unsigned)HD / 2u, pairs = (unsigned)NH * half;
     const unsigned j = blockIdx.x * blockDim.x + threadIdx.x; /* (h, i) within the row of heads */
     if (j >= pairs) return;
@@ -30,7 +31,8 @@ __global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int
         for (int t = blockIdx.y; t < Tn; t += gridDim.y) {
             const size_t base = (((size_t)b * Tn + t) * NH + h) * HD; /* row (b, t, h) */
             const float x1 = load_f(inp + base + i), x2 = load_f(inp + base + i + half);
-            const float *cs = rope + ((size_t)t * half + i) * 2;
+            const int pos = doc ? t - doc[(size_t)b * Tn + t] : t; /* restarts at each document */
+            const float *cs = rope + ((size_t)pos * half + i) * 2;
             const float c = cs[0], si = sign * cs[1];
             store_f(out + base + i, __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si)));
             store_f(out + base + i + half, __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si)));
@@ -42,7 +44,8 @@ __global__ void rope_kernel(T *out, const T *inp, const float *rope, int Tn, int
  * (float4 loads). Taken when HD/2 is a multiple of VEC and the pointers are 16-byte aligned (then
  * every row, both halves and the table's group are too). Same per-pair arithmetic, same bits. */
 template <typename T>
-__global__ void rope_vec_kernel(T *out, const T *inp, const float *rope, int Tn, int B, int NH, int HD, float sign) {
+__global__ void rope_vec_kernel(T *out, const T *inp, const float *rope, const int32_t *doc, int Tn, int B, int NH,
+                            int HD, float sign) {
     constexpr int VEC = pack16<T>::VEC;
     const unsigned half = (unsigned)HD / 2u, hgroups = half / (unsigned)VEC, groups = (unsigned)NH * hgroups;
     const unsigned j = blockIdx.x * blockDim.x + threadIdx.x; /* (h, group) within the row of heads */
@@ -52,7 +55,8 @@ __global__ void rope_vec_kernel(T *out, const T *inp, const float *rope, int Tn,
         for (int t = blockIdx.y; t < Tn; t += gridDim.y) {
             const size_t base = (((size_t)b * Tn + t) * NH + h) * HD; /* row (b, t, h) */
             const pack16<T> x1 = load16(inp + base + i), x2 = load16(inp + base + i + half);
-            const float4 *cs4 = reinterpret_cast<const float4 *>(rope + ((size_t)t * half + i) * 2);
+            const int pos = doc ? t - doc[(size_t)b * Tn + t] : t; /* restarts at each document */
+            const float4 *cs4 = reinterpret_cast<const float4 *>(rope + ((size_t)pos * half + i) * 2);
             float cs[2 * VEC];
 #pragma unroll
             for (int q = 0; q < VEC / 2; q++) {
@@ -73,7 +77,7 @@ __global__ void rope_vec_kernel(T *out, const T *inp, const float *rope, int Tn,
 }
 
 template <typename T>
-static void rope_rotate(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD, float sign) {
+static void rope_rotate(void *out, const void *inp, const float *rope, const int32_t *doc, int B, int Tn, int NH, int HD, float sign) {
     if (HD % 2 != 0) GT_CUDA_FAIL("rope needs an even head dim, got %d", HD);
     if (B <= 0 || Tn <= 0 || NH <= 0 || HD <= 0) return;
     /* the kernel's 32-bit pair index j < NH * HD/2 (and the grid's x blocks) must not overflow */
@@ -85,19 +89,19 @@ static void rope_rotate(void *out, const void *inp, const float *rope, int B, in
     const unsigned threads = items < THREADS ? (unsigned)((items + 31) / 32 * 32) : THREADS; /* small heads */
     dim3 grid((unsigned)((items + threads - 1) / threads), (unsigned)(Tn < 65535 ? Tn : 65535),
               (unsigned)(B < 65535 ? B : 65535));
-    if (vec) rope_vec_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
-    else rope_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, Tn, B, NH, HD, sign);
+    if (vec) rope_vec_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, doc, Tn, B, NH, HD, sign);
+    else rope_kernel<T><<<grid, threads>>>((T *)out, (const T *)inp, rope, doc, Tn, B, NH, HD, sign);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void gt_cuda_rope_forward(void *out, const void *inp, const float *rope, int B, int Tn, int NH, int HD) {
-    rope_rotate<T>(out, inp, rope, B, Tn, NH, HD, 1.0f);
+void gt_cuda_rope_forward(void *out, const void *inp, const float *rope, const int32_t *doc, int B, int Tn, int NH, int HD) {
+    rope_rotate<T>(out, inp, rope, doc, B, Tn, NH, HD, 1.0f);
 }
 
 template <typename T>
-void gt_cuda_rope_backward(void *dinp, const void *dout, const float *rope, int B, int Tn, int NH, int HD) {
-    rope_rotate<T>(dinp, dout, rope, B, Tn, NH, HD, -1.0f);
+void gt_cuda_rope_backward(void *dinp, const void *dout, const float *rope, const int32_t *doc, int B, int Tn, int NH, int HD) {
+    rope_rotate<T>(dinp, dout, rope, doc, B, Tn, NH, HD, -1.0f);
 }
 
 GT_OPS_ROPE(GT_CUDA_INSTANTIATE)
