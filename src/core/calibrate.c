@@ -50,11 +50,11 @@ static void mm_bwd(const gt_ops *o, void **b, const int *d) {
 }
 static const gt_rng_key no_key = {0, 0};
 static void at_fwd(const gt_ops *o, void **b, const int *d) {
-    o->attention_forward(b[3], (float *)b[4], NULL, b[0], b[1], b[2], d[0], d[1], d[2], d[3], d[4], 0.0f, no_key);
+    o->attention_forward(b[3], (float *)b[4], NULL, b[0], b[1], b[2], NULL, d[0], d[1], d[2], d[3], d[4], 0.0f, no_key);
 }
 static void at_bwd(const gt_ops *o, void **b, const int *d) {
-    o->attention_backward(b[5], b[6], b[7], b[8], b[3], b[0], b[1], b[2], (float *)b[4], NULL, d[0], d[1], d[2], d[3],
-                          d[4], 0.0f, no_key);
+    o->attention_backward(b[5], b[6], b[7], b[8], b[3], b[0], b[1], b[2], (float *)b[4], NULL, NULL, d[0], d[1],
+                          d[2], d[3], d[4], 0.0f, no_key);
 }
 static void res_fwd(const gt_ops *o, void **b, const int *d) {
     o->residual_forward(b[0], b[1], b[2], (size_t)d[0], 0.0f, no_key);

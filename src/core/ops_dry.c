@@ -48,13 +48,13 @@ static void emit(const char *op, gt_cost_kind kind, int backward, double flops, 
 #define COST_rmsnorm_apply(out, rstd, inp, weight, N, C) MEM(rmsnorm_apply, (double)(N) * (C) * 2 * g_e)
 #define COST_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C) \
     MEM(rmsnorm_backward, (double)(N) * (C) * 4 * g_e)
-#define COST_rope_forward(out, inp, rope, B, T, NH, HD) MEM(rope_forward, (double)(B) * (T) * (NH) * (HD) * 2 * g_e)
-#define COST_rope_backward(dinp, dout, rope, B, T, NH, HD) \
+#define COST_rope_forward(out, inp, rope, doc, B, T, NH, HD) MEM(rope_forward, (double)(B) * (T) * (NH) * (HD) * 2 * g_e)
+#define COST_rope_backward(dinp, dout, rope, doc, B, T, NH, HD) \
     MEM(rope_backward, (double)(B) * (T) * (NH) * (HD) * 2 * g_e)
 #define ATTN_FLOPS(B, T, NH, HD) (4.0 * (B) * (NH) * (HD) * ((double)(T) * ((T) + 1) / 2))
-#define COST_attention_forward(out, lse, probs, q, k, v, B, T, NH, NKV, HD, dropout, key) \
+#define COST_attention_forward(out, lse, probs, q, k, v, doc, B, T, NH, NKV, HD, dropout, key) \
     emit("attention_forward", GT_COST_ATTENTION, 0, ATTN_FLOPS(B, T, NH, HD), 0, 0, 0, 0)
-#define COST_attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, B, T, NH, NKV, HD, dropout, key) \
+#define COST_attention_backward(dq, dk, dv, dout, out, q, k, v, lse, probs, doc, B, T, NH, NKV, HD, dropout, key) \
     emit("attention_backward", GT_COST_ATTENTION, 1, 2.5 * ATTN_FLOPS(B, T, NH, HD), 0, 0, 0, 0)
 #define COST_matmul_forward(out, inp, weight, N, IC, OC) \
     emit("matmul_forward", GT_COST_MATMUL, 0, 2.0 * (N) * (IC) * (OC), 0, N, IC, OC)
