@@ -13,7 +13,9 @@ command -v tc >/dev/null 2>&1 || { echo "no tc: skipped"; exit 77; }
 if ip netns list 2>/dev/null | grep -q '^gtc-'; then echo "a test cluster is up: skipped"; exit 77; fi
 
 mkdir -p "$work"
-export GTRAIN_CLUSTER_DIR=$work/cluster
+# The cluster's files (slurm.conf names them, every node reads them) go where every node sees the same
+# directory and no space can split a path: not under /tmp (each node has its own) nor the build's path.
+export GTRAIN_CLUSTER_DIR=/var/tmp/gtrain-link-shaping.$(printf '%s' "$work" | cksum | cut -d' ' -f1)
 
 bash "$cluster" up 2 --link 12parsecs >"$work/bad.out" 2>&1
 rc=$?
@@ -41,4 +43,5 @@ bash "$cluster" up 1 >"$work/up1.out" 2>&1 || { cat "$work/up1.out" >&2; fail "u
 q=$(tc -n gtc-node0 qdisc show dev eth0)
 [[ "$q" != *tbf* ]] || fail "an unshaped cluster's link has a tbf: $q"
 bash "$cluster" down || fail "down failed"
+rm -rf "$GTRAIN_CLUSTER_DIR"
 echo "ok: --link shapes every node's link, status shows it, down removes it, a bad RATE exits 2"

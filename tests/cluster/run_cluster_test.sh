@@ -228,13 +228,14 @@ note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t
 
 # ---------------------------------------------------------------- 1b. a lost node with no re-run left
 # GTRAIN_RETRIES=0 again, and gtc-n1 killed at step 7 (every process: its slurmd and its rank), with
-# dist.timeout left at its default, so that Slurm, not the watchdog, ends the step (137 when it takes
-# the node out after SlurmdTimeout). With no re-run left the script requeues the job at its full size;
+# dist.timeout left at its default and dist.liveness_timeout = 0 (off), so that Slurm, not the
+# watchdog, ends the step (137 when it takes the node out after SlurmdTimeout); the cases below leave
+# the liveness limit on. With no re-run left the script requeues the job at its full size;
 # gtc-n1 is started again (cluster.sh start-node), and the next start resumes and completes.
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
       sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$sbatch_script" \
       "$config" "${common[@]}" train.steps=12 checkpoint.dir="$work/gone" checkpoint.every=5 \
-      log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
+      dist.liveness_timeout=0 log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
 job=${job%%;*}
 out="$work/job-gone.out"
 kill_node_at_step 1 "$work/gone" 7
