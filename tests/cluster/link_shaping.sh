@@ -15,7 +15,8 @@ if ip netns list 2>/dev/null | grep -q '^gtc-'; then echo "a test cluster is up:
 mkdir -p "$work"
 # The cluster's files (slurm.conf names them, every node reads them) go where every node sees the same
 # directory and no space can split a path: not under /tmp (each node has its own) nor the build's path.
-export GTRAIN_CLUSTER_DIR=/var/tmp/gtrain-link-shaping.$(printf '%s' "$work" | cksum | cut -d' ' -f1)
+GTRAIN_CLUSTER_DIR=/var/tmp/gtrain-link-shaping.$(printf '%s' "$work" | cksum | cut -d' ' -f1)
+export GTRAIN_CLUSTER_DIR
 
 bash "$cluster" up 2 --link 12parsecs >"$work/bad.out" 2>&1
 rc=$?
