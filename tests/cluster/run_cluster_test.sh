@@ -175,10 +175,17 @@ requeued() {
 }
 # newest_state DIR: the step of the newest state file in DIR
 newest_state() { ls "$1" 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1; }
-# kill_node_at_step I DIR N: once the run of DIR has logged step N, every process of gtc-nI (its slurmd
-# and its rank) is killed; t_kill is when
+# kill_node_at_step I DIR N: once the run of DIR has logged step N and published a state file (the
+# cases resume from it; an asynchronous save is published at a step boundary after its writers end,
+# which on a loaded machine can be steps later), every process of gtc-nI (its slurmd and its rank) is
+# killed; t_kill is when
 kill_node_at_step() {
   at_step "$2" "$3"
+  local deadline=$((SECONDS + 60))
+  until [[ -n $(newest_state "$2") ]]; do
+    ((SECONDS < deadline)) || { scancel "$job"; die "the run of $2 published no state file by step $3 + 60 s"; }
+    sleep 0.2
+  done
   t_kill=$(date +%s)
   bash "$cluster" kill-node "$1"
   note "killed every process of gtc-n$1 at step $(grep -c '"loss"' "$2/metrics.jsonl")"
