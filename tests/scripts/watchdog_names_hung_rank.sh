@@ -62,7 +62,7 @@ extra=()
 case $mode in
   save) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8; extra=(checkpoint.async=false) ;;
   asyncsave) export GTRAIN_TEST_HANG_IN_SAVE=8:1; before=8 ;;
-  slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop ;;
+  slowstop) export GTRAIN_TEST_HANG_AT=3:1:slow,8:1:stop; extra=(dist.liveness_timeout=0) ;; # the stale-record path, not liveness
   savestop) export GTRAIN_TEST_SLOW_SAVE=0:50 GTRAIN_TEST_HANG_IN_SAVE=8:1:stop; before=8
     extra=(checkpoint.async=false) ;;
   livestop) export GTRAIN_TEST_HANG_AT=8:1:stop; extra=(dist.timeout=600) ;;
