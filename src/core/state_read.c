@@ -671,21 +671,38 @@ int gt_state_read_info(const char *path, gt_state_info *info, char *err, size_t 
     return read_file(path, NULL, info, NULL, NULL, NULL, err, err_len);
 }
 
-int gt_state_read_lineage(const char *path, gt_state_info *info) {
+/* A root attribute or two of a file, read quietly (no HDF5 error stack), without a file lock and
+ * without opening its rank files: the quick readers below. The file id, or < 0; quiet_close undoes it. */
+typedef struct quiet_file {
     H5E_auto2_t old_func;
     void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+} quiet_file;
+
+static hid_t quiet_open(const char *path, quiet_file *q) {
+    H5Eget_auto2(H5E_DEFAULT, &q->old_func, &q->old_data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    char err[1024], format[64];
-    reader r = {.path = path, .file = -1, .err = err, .err_len = sizeof err};
-    memset(info, 0, sizeof *info);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_sec2(fapl);
 #if H5_VERSION_GE(1, 10, 7)
     H5Pset_file_locking(fapl, 0, 1);
 #endif
-    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
+    return f;
+}
+
+static void quiet_close(hid_t f, const quiet_file *q) {
+    if (f >= 0) H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    H5Eset_auto2(H5E_DEFAULT, q->old_func, q->old_data);
+}
+
+int gt_state_read_lineage(const char *path, gt_state_info *info) {
+    char err[1024], format[64];
+    quiet_file q;
+    reader r = {.path = path, .file = -1, .err = err, .err_len = sizeof err};
+    memset(info, 0, sizeof *info);
+    r.file = quiet_open(path, &q);
     int code = GT_STATE_UNREADABLE;
     if (r.file >= 0) {
         code = read_attr_str(&r, r.file, "/", "format", format, sizeof format);
@@ -697,37 +714,24 @@ int gt_state_read_lineage(const char *path, gt_state_info *info) {
             if (!code) code = read_attr_str(&r, r.file, "/", "branch_parents", info->branch_parents,
                                             sizeof info->branch_parents);
         }
-        H5Fclose(r.file);
     }
-    H5Eclear2(H5E_DEFAULT);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    quiet_close(r.file, &q);
     return code ? GT_STATE_UNREADABLE : GT_STATE_OK;
 }
 
 int gt_state_rank_dir(const char *path, char *rank_dir, size_t len) {
-    H5E_auto2_t old_func;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     char err[1024];
+    quiet_file q;
     reader r = {.path = path, .file = -1, .err = err, .err_len = sizeof err};
     rank_dir[0] = '\0';
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_sec2(fapl);
-#if H5_VERSION_GE(1, 10, 7)
-    H5Pset_file_locking(fapl, 0, 1);
-#endif
-    r.file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    r.file = quiet_open(path, &q);
     int rc = -1;
     if (r.file >= 0) {
         htri_t has = H5Aexists(r.file, "rank_dir");
         if (has == 0) rc = 0;
         else if (has > 0 && read_attr_str(&r, r.file, "/", "rank_dir", rank_dir, len) == 0) rc = 1;
-        H5Fclose(r.file);
     }
-    H5Eclear2(H5E_DEFAULT);
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    quiet_close(r.file, &q);
     return rc;
 }
 
