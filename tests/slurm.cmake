@@ -12,7 +12,8 @@ set_tests_properties(slurm_sbatch_stop_requeue_resume PROPERTIES
 # launch/gtrain.sbatch's decisions with stand-ins for srun, scontrol and sinfo (no Slurm needed): a stop
 # to the batch shell before the first run, between two runs, just before a run starts, missed by a
 # starting step, or that kills the ranks, ends in a requeue; exit 74 (saves keep failing) holds the job
-# with one line. About 15 s.
+# with one line; a hang or a lost node with no re-run left, and a re-run on fewer nodes that gtrain
+# refuses, requeue the job (at its full size after a lost node). About 15 s.
 add_test(NAME sbatch_stops_requeue
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/sbatch_stops.sh ${CMAKE_SOURCE_DIR}/launch/gtrain.sbatch
                  ${CMAKE_CURRENT_BINARY_DIR}/sbatch_stops_requeue)

@@ -17,6 +17,13 @@
 #                      again and stops
 #   stop-then-killed   forwarded, but the ranks die of it (exit 138): requeued, the newest file kept
 #   saves-failing      exit 74: one line naming the storage, scontrol requeuehold, not run again
+# Losing a node or a hang (sinfo answers "down" for the nodes in FAKE_DOWN; a run's code "137+saved"
+# exits 137 after writing gtrain's "saved" line to the job's output, as ranks that saved before their
+# node died):
+#   hang-no-rerun      the watchdog's 76 with GTRAIN_RETRIES=0: requeued, not ended
+#   lost-no-rerun      node2 down, srun's 137 with GTRAIN_RETRIES=0: requeued at the full size
+#   refused-shrink     node2 down after a save; the re-run on node1 exits 2 (the smaller world cannot
+#                      keep the global batch): requeued at the full size, not ended
 # About 10 s.
 set -uo pipefail
 script=$1 work=$2
@@ -29,7 +36,11 @@ cat >"$work/bin/srun" <<'EOF'
 n=$(($(cat "$FAKE_DIR/runs" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$FAKE_DIR/runs"
 code=$(sed -n "${n}p" "$FAKE_DIR/codes")
-echo "srun run $n started (then: $code)" >>"$FAKE_DIR/log"
+echo "srun run $n started (then: $code) $*" >>"$FAKE_DIR/log"
+if [[ $code == *+saved ]]; then
+  echo "gtrain: saved ck/step_00000004.h5 (step 4)" >>"$FAKE_DIR/job.out"
+  code=${code%+saved}
+fi
 stopped() {
   if [[ $code == miss ]]; then
     echo "srun run $n: missed a SIGUSR1" >>"$FAKE_DIR/log"
@@ -67,7 +78,9 @@ EOF
 cat >"$work/bin/sinfo" <<'EOF'
 #!/usr/bin/env bash
 . "$FAKE_DIR/../stop_at.sh" sinfo
-echo idle
+node=""
+while (($#)); do [[ $1 == -n ]] && node=$2; shift; done
+if [[ -n $node && " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'; else echo idle; fi
 EOF
 # sourced by the stand-ins: at the first call of the command named in FAKE_STOP_AT, SIGUSR1 to the
 # batch shell (it runs its trap once the command it waits for is done)
@@ -86,6 +99,7 @@ failed=0
 # word per run); expects the scontrol line EXPECT_SCONTROL in the log, and no run that got no stop
 case_() {
   local name=$1 stop_at=$2 codes=$3 expect=$4
+  shift 4 # then VAR=VALUE for the script's environment
   local dir=$work/$name
   mkdir -p "$dir"
   tr ' ' '\n' <<<"$codes" >"$dir/codes"
@@ -93,7 +107,7 @@ case_() {
   : >"$dir/log"
   env -u SLURM_RESTART_COUNT PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
     SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
-    SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun \
+    SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun "$@" \
     bash -c 'export FAKE_SBATCH_PID=$$; exec bash "$0" "$@"' "$script" run.ini checkpoint.dir=ck >"$dir/out" 2>&1 &
   local pid=$!
   if [[ $name == stop-then-* || $name == stop-missed-once ]]; then # the stop while run 1 trains
@@ -108,7 +122,11 @@ case_() {
   grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
   # a stop that came while no step ran: no step is started after it
   sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
-  [[ $name == saves-failing ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again after exit 74"
+  [[ $name == saves-failing || $name == *-no-rerun ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again"
+  [[ $name == refused-shrink ]] && ! grep -q "srun run 2 started (then: 2) .*--nodelist=node1 " "$dir/log" &&
+    why="$why; not re-run on node1 alone"
+  [[ $name == lost-no-rerun || $name == refused-shrink ]] && ! grep -q "requeueing at the full size" "$dir/out" &&
+    why="$why; not requeued at the full size"
   [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
     why="$why; no line naming the storage and scontrol release"
   printf '%-18s exit %3d  %s | %s\n' "$name" "$rc" "${why:-ok}" "$(paste -sd ';' "$dir/log")"
@@ -120,7 +138,7 @@ case_() {
 
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
-                             stop-then-killed saves-failing)
+                             stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -131,6 +149,9 @@ for c in "${cases[@]}"; do
     stop-missed-once) case_ "$c" "" "miss" "requeue 4242" ;;
     stop-then-killed) case_ "$c" "" "die" "requeue 4242" ;;
     saves-failing) case_ "$c" "" "74 0" "requeuehold 4242" ;;
+    hang-no-rerun) case_ "$c" "" "76" "requeue 4242" GTRAIN_RETRIES=0 ;;
+    lost-no-rerun) case_ "$c" "" "137" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
+    refused-shrink) case_ "$c" "" "137+saved 2" "requeue 4242" FAKE_DOWN=node2 ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
