@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The mutation harness (tools/mutants.sh runs it; docs/testing.md): puts each curated bug of
-tests/mutants/*.mutant into the source tree, one at a time, rebuilds BUILD incrementally, runs the tests
-the mutant names and prints one table, mutant -> the test that caught it, or NOT CAUGHT.
+tests/mutants/*.mutant into a copy of the source tree, one at a time, rebuilds that copy's build
+incrementally, runs the tests the mutant names and prints one table, mutant -> the test that caught it,
+or NOT CAUGHT. With --jobs N, N copies (BUILD/tree-K, built in BUILD/build-K) take the mutants in turn:
+the checkout it runs from is never edited.
 
 A mutant file (standard library parsing, no patch tool, so a mutant survives code moving around):
 
@@ -17,17 +19,22 @@ A mutant file (standard library parsing, no patch tool, so a mutant survives cod
     <their replacement>
 
 A find text that is missing or occurs more than once makes the mutant STALE (re-anchor it after the code
-moved). Every mutated file is restored byte for byte after its run, also on Ctrl-C or SIGTERM. Exit 1 on
-any NOT CAUGHT, STALE or BUILD FAILED mutant (a mutant must compile: it models a bug that would ship).
+moved). Every mutated file of a copy is restored byte for byte after its run (and a copy is brought in
+line with the checkout at each start: files whose bytes did not change keep their times, so the builds
+stay incremental). Exit 1 on any NOT CAUGHT, STALE or BUILD FAILED mutant (a mutant must compile: it
+models a bug that would ship).
 """
 import argparse
 import glob
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
+import shutil
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,37 +80,66 @@ class Mutant:
         if self.find == self.replace:
             sys.exit(f"{path}: the replacement equals the find text")
 
-    def anchor(self):
-        """None when the find text occurs exactly once, else why not."""
-        target = os.path.join(ROOT, self.file)
+    def anchor(self, root=ROOT):
+        """None when the find text occurs exactly once in root's copy of the file, else why not."""
+        target = os.path.join(root, self.file)
         if not os.path.exists(target):
             return f"{self.file} does not exist"
         n = open(target).read().count(self.find)
         return None if n == 1 else f"find text occurs {n} times in {self.file}"
 
 
-class Restorer:
-    """Holds the original text of the file being mutated; restore() puts it back (idempotent)."""
-    def __init__(self):
-        self.path = self.text = None
-
-    def mutate(self, path, text, mutated):
-        self.path, self.text = path, text
-        with open(path, "w") as f:
-            f.write(mutated)
-
-    def restore(self):
-        if self.path is not None:
-            with open(self.path, "w") as f:
-                f.write(self.text)
-            self.path = self.text = None
+def source_files():
+    """The checkout's files: tracked (as they are now in the work tree) and untracked but not ignored."""
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+        return sorted({f for f in out.decode().split("\0") if f and os.path.isfile(os.path.join(ROOT, f))})
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit("mutants.py: needs a git checkout (git ls-files names the files to copy)")
 
 
-def build(build_dir, log):
-    p = subprocess.run(["cmake", "--build", build_dir, "-j2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+def sync_tree(files, dst):
+    """dst becomes a copy of the checkout's files; a file whose bytes are unchanged is left alone (its
+    time too), one no longer in the checkout is removed."""
+    want = set(files)
+    for f in files:
+        src, out = os.path.join(ROOT, f), os.path.join(dst, f)
+        data = open(src, "rb").read()
+        if os.path.isfile(out) and open(out, "rb").read() == data:
+            continue
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as g:
+            g.write(data)
+        shutil.copymode(src, out)
+    for base, _, names in os.walk(dst):
+        for n in names:
+            rel = os.path.relpath(os.path.join(base, n), dst)
+            if rel not in want:
+                os.remove(os.path.join(base, n))
+
+
+def build(build_dir, log, jobs):
+    p = subprocess.run(["cmake", "--build", build_dir, f"-j{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True)
     open(log, "w").write(p.stdout)
     return p.returncode == 0
+
+
+def runs_alone(build_dir, mutant):
+    """Whether a test the mutant selects is RUN_SERIAL or labelled cluster or slurm (a test cluster, Slurm
+    daemons, every core): such a mutant runs while no other does."""
+    p = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"] + mutant.tests,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        tests = json.loads(p.stdout).get("tests", [])
+    except ValueError:
+        return True
+    for t in tests:
+        props = {q["name"]: q["value"] for q in t.get("properties", [])}
+        if props.get("RUN_SERIAL") or {"cluster", "slurm"} & set(props.get("LABELS", [])):
+            return True
+    return False
 
 
 def run_tests(build_dir, mutant, log):
@@ -134,6 +170,9 @@ def run_tests(build_dir, mutant, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build-mutants"))
+    ap.add_argument("--configure", default="-DCMAKE_BUILD_TYPE=Release -DGTRAIN_CUDA=OFF",
+                    help="cmake arguments of each copy's build (one string)")
+    ap.add_argument("--jobs", type=int, default=1, help="copies of the tree that run mutants side by side")
     ap.add_argument("--only", action="append", default=[], help="run only this mutant (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the mutants, whether each anchors, and their tests; run nothing")
     args = ap.parse_args()
@@ -150,65 +189,106 @@ def main():
             print(f"{m.name:40s} {m.file:32s} {m.anchor() or 'anchored'}: {' '.join(m.tests)}")
         return 0
 
-    restorer = Restorer()
-
     def on_signal(signum, frame):
-        for p in CHILDREN:
+        for p in list(CHILDREN):
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        restorer.restore()
-        print(f"\nmutants.py: signal {signum}: source restored", file=sys.stderr)
-        sys.exit(130)
+        print(f"\nmutants.py: signal {signum} (the checkout was not edited; each copy is brought back in line "
+              f"at the next start)", file=sys.stderr)
+        os._exit(130)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
+    jobs = max(1, min(args.jobs, len(mutants) or 1))
+    make_jobs = max(1, (os.cpu_count() or 1) // jobs)
     logs = os.path.join(args.build, "mutants-logs")
     os.makedirs(logs, exist_ok=True)
-    if not build(args.build, os.path.join(logs, "baseline.build.log")):
-        sys.exit(f"mutants.py: the unmutated tree does not build (see {logs}/baseline.build.log)")
+    files = source_files()
+    trees = [os.path.join(args.build, f"tree-{k}") for k in range(jobs)]
+    builds = [os.path.join(args.build, f"build-{k}") for k in range(jobs)]
+    t_all = time.time()
 
-    rows, bad, t_all = [], 0, time.time()
-    for m in mutants:
-        t0 = time.time()
-        why = m.anchor()
-        if why:
-            rows.append((m.name, "STALE", why, 0.0))
-            bad += 1
-            continue
-        target = os.path.join(ROOT, m.file)
-        text = open(target).read()
-        try:
-            restorer.mutate(target, text, text.replace(m.find, m.replace))
-            if not build(args.build, os.path.join(logs, m.name + ".build.log")):
-                verdict, detail = "BUILD FAILED", f"see {logs}/{m.name}.build.log"
-            else:
-                failed, _ = run_tests(args.build, m, os.path.join(logs, m.name + ".ctest.log"))
-                if failed is None:
-                    verdict, detail = "STALE", f"no test matches: {' '.join(m.tests)}"
-                elif failed:
-                    verdict, detail = "caught", ", ".join(failed)
+    def prepare(k):
+        sync_tree(files, trees[k])
+        log = os.path.join(logs, f"baseline-{k}.build.log")
+        p = subprocess.run(["cmake", "-S", trees[k], "-B", builds[k]] + shlex.split(args.configure),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        open(log, "w").write(p.stdout)
+        return p.returncode == 0 and build(builds[k], log + ".build", make_jobs)
+
+    ready = [False] * jobs
+    threads = [threading.Thread(target=lambda k=k: ready.__setitem__(k, prepare(k))) for k in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if not all(ready):
+        sys.exit(f"mutants.py: the unmutated tree does not build (see {logs}/baseline-*.build.log*)")
+    print(f"mutants.py: {jobs} cop{'y' if jobs == 1 else 'ies'} of the tree built in {time.time() - t_all:.0f} s",
+          flush=True)
+
+    rows = [None] * len(mutants)
+    lock = threading.Lock()
+    alone = [runs_alone(builds[0], m) for m in mutants]
+    queue = [i for i in range(len(mutants)) if not alone[i]]
+
+    def work(k):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                i = queue.pop(0)
+            m, t0 = mutants[i], time.time()
+            why = m.anchor(trees[k])
+            if why:
+                rows[i] = (m.name, "STALE", why, 0.0)
+                continue
+            target = os.path.join(trees[k], m.file)
+            text = open(target).read()
+            try:
+                with open(target, "w") as f:
+                    f.write(text.replace(m.find, m.replace))
+                if not build(builds[k], os.path.join(logs, m.name + ".build.log"), make_jobs):
+                    verdict, detail = "BUILD FAILED", f"see {logs}/{m.name}.build.log"
                 else:
-                    verdict = "NOT CAUGHT"
-                    detail = f"expected: {m.expect}" if m.expect else f"ran: {' '.join(m.tests)}"
-        finally:
-            restorer.restore()
-        if verdict != "caught":
-            bad += 1
-        rows.append((m.name, verdict, detail, time.time() - t0))
-        print(f"  {m.name}: {verdict} ({time.time() - t0:.0f} s)", flush=True)
-    build(args.build, os.path.join(logs, "final.build.log"))  # leave the build dir matching the tree
+                    failed, _ = run_tests(builds[k], m, os.path.join(logs, m.name + ".ctest.log"))
+                    if failed is None:
+                        verdict, detail = "STALE", f"no test matches: {' '.join(m.tests)}"
+                    elif failed:
+                        verdict, detail = "caught", ", ".join(failed)
+                    else:
+                        verdict = "NOT CAUGHT"
+                        detail = f"expected: {m.expect}" if m.expect else f"ran: {' '.join(m.tests)}"
+            finally:
+                with open(target, "w") as f:
+                    f.write(text)
+            rows[i] = (m.name, verdict, detail, time.time() - t0)
+            with lock:
+                print(f"  {m.name}: {verdict} ({time.time() - t0:.0f} s)", flush=True)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    queue = [i for i in range(len(mutants)) if alone[i]]  # then those that run alone, one by one
+    work(0)
+    for k in range(jobs):  # leave each build matching its (restored) tree
+        build(builds[k], os.path.join(logs, f"final-{k}.build.log"), make_jobs)
 
     print()
-    print(f"| mutant | file | result | caught by / why | s |")
-    print(f"|---|---|---|---|---|")
-    files = {m.name: m.file for m in mutants}
+    print("| mutant | file | result | caught by / why | s |")
+    print("|---|---|---|---|---|")
+    files_of = {m.name: m.file for m in mutants}
+    bad = 0
     for name, verdict, detail, secs in rows:
-        print(f"| {name} | {files[name]} | {verdict} | {detail} | {secs:.0f} |")
-    print(f"\n{len(rows) - bad} of {len(rows)} mutants caught in {time.time() - t_all:.0f} s")
+        bad += verdict != "caught"
+        print(f"| {name} | {files_of[name]} | {verdict} | {detail} | {secs:.0f} |")
+    print(f"\n{len(rows) - bad} of {len(rows)} mutants caught in {time.time() - t_all:.0f} s ({jobs} at a time)")
     return 1 if bad else 0
 
 
