@@ -33,8 +33,8 @@ chat_loss_mask_matches_transformers
     conversation are its assistant turns; gtrain's step-1 loss and gradient norm equal transformers'
     with labels -100 on the masked tokens over the whole global batch at world sizes 1, 2 and 4 and
     micro-batch splits 8x1, 1x4, 1x2 (different counted tokens per micro-batch), and step 2 agrees;
-    bad records exit 2 naming file and line. The checkpoint is written without transformers, which is
-    imported in a thread meanwhile and loads it back for the reference.
+    bad records exit 2 naming file and line. The checkpoint is tools/tiny_hf_checkpoint.py's (at smaller
+    shapes), written without transformers, which is imported in a thread meanwhile and loads it back.
 bad_shards_and_globs_exit_2
     gtrain exits 2 with one line naming the file for a bad magic, a truncated llm.c shard, a glob
     matching nothing, and a shard made for a larger vocabulary than the model's.
@@ -329,48 +329,14 @@ def blend_same_samples_any_world_size(args):
     print("blend: losses at 1 and 2 ranks agree %s; %s" % (["%.6f" % x for x in loss["w1"]], v1))
 
 
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-                 "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
-                 "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
-
-
-def write_chat_checkpoint(d, tok, special, vocab, seed):
-    """A small LLaMA checkpoint in Hugging Face's layout, written without transformers (so that importing
-    it can overlap the gtrain runs): config.json, model.safetensors (numpy, transformers' initialiser:
-    N(0, 0.02) matrices, unit norms), tokenizer.json and a tokenizer_config.json holding the chat
-    template. transformers loads it back for the reference, which checks the files too."""
-    import numpy as np
-    from safetensors.numpy import save_file
-    os.makedirs(d, exist_ok=True)
-    tok.save(os.path.join(d, "tokenizer.json"))
-    json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": special[0], "eos_token": special[3],
-               "chat_template": CHAT_TEMPLATE}, open(os.path.join(d, "tokenizer_config.json"), "w"), indent=1)
-    D, F, L, H, KV = 32, 96, 2, 2, 1
-    hd = D // H
-    json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": D,
-               "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
-               "head_dim": hd, "vocab_size": vocab, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
-               "rope_theta": 10000.0, "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False,
-               "mlp_bias": False, "attention_dropout": 0.0, "torch_dtype": "float32"},
-              open(os.path.join(d, "config.json"), "w"), indent=1)
-    rng = np.random.default_rng(seed)
-    w = {}
-
-    def mat(name, rows, cols):
-        w[name] = (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
-
-    mat("model.embed_tokens.weight", vocab, D)
-    for i in range(L):
-        p = "model.layers.%d." % i
-        for n, r, c in (("self_attn.q_proj", H * hd, D), ("self_attn.k_proj", KV * hd, D),
-                        ("self_attn.v_proj", KV * hd, D), ("self_attn.o_proj", D, H * hd), ("mlp.gate_proj", F, D),
-                        ("mlp.up_proj", F, D), ("mlp.down_proj", D, F)):
-            mat(p + n + ".weight", r, c)
-        w[p + "input_layernorm.weight"] = np.ones(D, np.float32)
-        w[p + "post_attention_layernorm.weight"] = np.ones(D, np.float32)
-    w["model.norm.weight"] = np.ones(D, np.float32)
-    mat("lm_head.weight", vocab, D)
-    save_file(w, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+def tiny_hf_tool(args):
+    """tools/tiny_hf_checkpoint.py (beside the prep tool), imported: the README's small checkpoint."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tiny_hf_checkpoint",
+                                                  os.path.join(os.path.dirname(args.prep_tool), "tiny_hf_checkpoint.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def chat_loss_mask_matches_transformers(args):
@@ -381,7 +347,6 @@ def chat_loss_mask_matches_transformers(args):
     in a thread while the shards are made and gtrain runs."""
     import threading
     import numpy as np
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     mods = {}
 
     def import_reference():
@@ -392,27 +357,14 @@ def chat_loss_mask_matches_transformers(args):
 
     importer = threading.Thread(target=import_reference)
     importer.start()
+    # the checkpoint of tools/tiny_hf_checkpoint.py (config.json, safetensors, tokenizer with a chat template,
+    # conversations), written without transformers, at smaller shapes
+    tool = tiny_hf_tool(args)
     files = corpus_files()[:4]
-    special = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train(files, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False,
-                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = tool.train_tokenizer(files, 400)
     vocab = tok.get_vocab_size()
-    write_chat_checkpoint("ckpt", tok, special, vocab, 5)
-    # conversations: prompt/response records and multi-turn messages
-    docs = documents(files, "%")[:400]
-    with open("chat.jsonl", "w") as f:
-        for i in range(0, len(docs) - 3, 3):
-            if i % 2:
-                f.write(json.dumps({"prompt": docs[i][:200], "response": docs[i + 1][:200]}) + "\n")
-            else:
-                f.write(json.dumps({"messages": [{"role": "system", "content": "be brief"},
-                                                 {"role": "user", "content": docs[i][:120]},
-                                                 {"role": "assistant", "content": docs[i + 1][:120]},
-                                                 {"role": "user", "content": "and?"},
-                                                 {"role": "assistant", "content": docs[i + 2][:120]}]}) + "\n")
+    tool.write_checkpoint("ckpt", tok, 5, dim=32, ffn_dim=96, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=64)
+    tool.write_chat("chat.jsonl", documents(files, "%")[:400])
     run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "chat", "--format", "chat",
          "--val-fraction", "0.1", "--workers", "1", "--shard-tokens", "6000", "chat.jsonl"])
     for bad, msg in (('{"messages": [{"role": "user", "content": "hi"}]}', "bad.jsonl:2: no assistant message"),
