@@ -128,6 +128,11 @@ set_tests_properties(dist_train_tied_compare PROPERTIES LABELS mpi TIMEOUT 120
 #                             loss is the mean over the counted targets of the global batch): W = 2 and 4
 #                             under ZeRO-3 against W = 1 ZeRO-1, within 1e-5
 #   dist_train_mask_exact     the masked run under recompute full, selective and uniform:3: bit-identical
+#   dist_train_sep_exact      data.separator_loss = false (the targets predicted at the separator not counted)
+#                             is bit for bit the run on a copy of the data whose loss mask leaves out those
+#                             targets (the mask path is checked against transformers by
+#                             data_chat_loss_mask_matches_transformers)
+#   dist_train_sep_compare    separator_loss = false at W = 4 under ZeRO-3 against W = 1, within 1e-5
 set(_dt_docmask_runs
   "doc_w1_a4 1 4 optimizer --docs"
   "doc_w2_a2 2 2 optimizer --docs"
@@ -140,9 +145,12 @@ set(_dt_docmask_runs
   "mask_w2_a2_param_sel 2 2 parameters --masked --recompute selective"
   "mask_w1_a4_full 1 4 optimizer --masked --recompute full"
   "mask_w1_a4_sel 1 4 optimizer --masked --recompute selective"
-  "mask_w1_a4_uni 1 4 optimizer --masked --recompute uniform:3")
+  "mask_w1_a4_uni 1 4 optimizer --masked --recompute uniform:3"
+  "sep_w1_a4_mask 1 4 optimizer --sep-masked"
+  "sep_w1_a4 1 4 optimizer --no-sep-loss"
+  "sep_w4_a1_param 4 1 parameters --no-sep-loss")
 foreach(run ${_dt_docmask_runs})
-  string(REGEX REPLACE "_.*" "" group "${run}") # doc or mask
+  string(REGEX REPLACE "_.*" "" group "${run}") # doc, mask or sep
   gtrain_dist_run("${run}" run FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_${group})
 endforeach()
 add_test(NAME dist_train_doc_compare
@@ -157,6 +165,13 @@ add_test(NAME dist_train_mask_compare
 add_test(NAME dist_train_mask_exact
          COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
                  --weight-atol 0 --ref mask_w1_a4 mask_w1_a4_full mask_w1_a4_sel mask_w1_a4_uni)
+add_test(NAME dist_train_sep_exact
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
+                 --weight-atol 0 --ref sep_w1_a4_mask sep_w1_a4)
+add_test(NAME dist_train_sep_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --ref sep_w1_a4 sep_w4_a1_param)
+set_tests_properties(dist_train_sep_exact dist_train_sep_compare PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_sep;dist_train_data")
 set_tests_properties(dist_train_doc_compare dist_train_doc_exact PROPERTIES LABELS mpi TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_doc;dist_train_data")
 set_tests_properties(dist_train_mask_compare dist_train_mask_exact PROPERTIES LABELS mpi TIMEOUT 120

@@ -13,7 +13,8 @@
                                (shard=optimizer), 2*(W-1)*n*4 // W [all-reduce] (shard=none), 0 at W=1
               where n is the parameter count (computed here from the shape, and checked against
               the count gtrain prints); --docs trains with document masking and restarting positions,
-              --masked on a copy of the corpus with a loss mask (written by prep)
+              --masked on a copy of the corpus with a loss mask (written by prep); --no-sep-loss
+              with data.separator_loss = false, --sep-masked on a copy whose mask leaves out the same targets
   compare     --work DIR --ref NAME NAME...
               every run's loss within 1e-5 relative of the reference's, step by step; grad_norm and
               the final state files (h5diff over /model) too, where the runs wrote any
@@ -177,12 +178,19 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
 # (cmd_prep), its loss mask read (docs/data-format.md)
 DOCS = "document_mask = true\nreset_positions = true\nseparator = 101\nseparator_role = eos\n"
 MASKED_TRAIN = "data/masked.train.bin"
+# --no-sep-loss: data.separator_loss = false with the separator 'e'; --sep-masked: instead a copy of the
+# corpus whose loss mask leaves out the same targets (those whose input is 'e'), loss_mask = on
+NO_SEP_LOSS = "separator = 101\nseparator_loss = false\n"
+SEPMASK_TRAIN = "data/sepmask.train.bin"
 
 
 def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
-                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", docs=False, masked=False):
+                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", docs=False, masked=False,
+                 no_sep_loss=False, sep_masked=False):
     m = model or MODEL
-    data_keys = (DOCS if docs else "") + ("loss_mask = on\n" if masked else "")
+    data_keys = ((DOCS if docs else "") + ("loss_mask = on\n" if masked or sep_masked else "") +
+                 (NO_SEP_LOSS if no_sep_loss else ""))
+    train = MASKED_TRAIN if masked else SEPMASK_TRAIN if sep_masked else "data/corpus.train.bin"
     text = f"""; written by tests/dist/dist_train.py: {name}
 [model]
 dim = {m['dim']}
@@ -220,7 +228,7 @@ prefetch = {prefetch}
 comm = mpi
 
 [data]
-train = {MASKED_TRAIN if masked else "data/corpus.train.bin"}
+train = {train}
 val =
 val_every = 0
 {data_keys}
@@ -268,12 +276,18 @@ def cmd_prep(a):
     for i, t in enumerate(tokens):
         mask[i] = line & 1
         line += t == 10
-    with open(os.path.join(a.work, MASKED_TRAIN), "wb") as f:
-        f.write(raw)
-    with open(os.path.join(a.work, MASKED_TRAIN[:-4] + ".mask"), "wb") as f:
-        f.write(b"GTRNMSK\0" + (1).to_bytes(4, "little") + (1).to_bytes(4, "little") + count.to_bytes(8, "little")
-                + bytes(8) + bytes(mask))
-    print(f"masked copy: {sum(mask)} of {count} tokens counted")
+    # and the copy for --sep-masked: every target counted but those whose input is the separator 'e'
+    sepmask = bytearray(b"\1" * count)
+    for i, t in enumerate(tokens[:-1]):
+        if t == 101:
+            sepmask[i + 1] = 0
+    for path, m in ((MASKED_TRAIN, mask), (SEPMASK_TRAIN, sepmask)):
+        with open(os.path.join(a.work, path), "wb") as f:
+            f.write(raw)
+        with open(os.path.join(a.work, path[:-4] + ".mask"), "wb") as f:
+            f.write(b"GTRNMSK\0" + (1).to_bytes(4, "little") + (1).to_bytes(4, "little") + count.to_bytes(8, "little")
+                    + bytes(8) + bytes(m))
+        print(f"{path}: {sum(m)} of {count} tokens counted")
 
 
 def read_metrics(path):
@@ -380,7 +394,7 @@ def cmd_run(a):
     every = STEPS // 2 if a.save_half else 0
     ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=every, keep=2,
                        model=model_of(a), prefetch=a.prefetch, precision=a.precision, docs=a.docs,
-                       masked=a.masked)
+                       masked=a.masked, no_sep_loss=a.no_sep_loss, sep_masked=a.sep_masked)
     r = launch(a, ini)
     check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), 1)
 
@@ -512,6 +526,8 @@ def main():
         s.add_argument("--save-half", action="store_true", help="also save the state at step STEPS/2")
         s.add_argument("--docs", action="store_true", help="document_mask + reset_positions (DOCS)")
         s.add_argument("--masked", action="store_true", help="the masked copy of the corpus, loss_mask = on")
+        s.add_argument("--no-sep-loss", action="store_true", help="data.separator_loss = false (NO_SEP_LOSS)")
+        s.add_argument("--sep-masked", action="store_true", help="the copy masking the separator's targets")
         if nm == "resume":
             s.add_argument("--from", dest="source", required=True)
         s.add_argument("--work", required=True)
