@@ -119,6 +119,68 @@ add_test(NAME dist_train_tied_compare
 set_tests_properties(dist_train_tied_compare PROPERTIES LABELS mpi TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_tied;dist_train_data")
 
+# Documents and loss masks (docs/data-format.md) across world sizes, ZeRO stages and recompute policies:
+#   dist_train_doc_compare    document_mask + reset_positions at W = 2 and 4 under ZeRO-1/2/3 against W = 1
+#                             ZeRO-1, within the fp32 runs' 1e-5 (only the gradient summation order differs)
+#   dist_train_doc_exact      the same run under recompute full, selective, sqrt (uniform:2 for 3 blocks) and
+#                             blocks:2: bit-identical (tolerance 0),
+#                             as docs/recompute.md promises (the replay uses the same masks and positions)
+#   dist_train_mask_compare   a loss mask whose counts differ between samples, micro-batches and ranks (the
+#                             loss is the mean over the counted targets of the global batch): W = 2 and 4
+#                             under ZeRO-3 against W = 1 ZeRO-1, within 1e-5
+#   dist_train_mask_exact     the masked run under recompute full, selective, uniform:3 and blocks:2: bit-identical
+#   dist_train_sep_exact      data.separator_loss = false (the targets predicted at the separator not counted)
+#                             is bit for bit the run on a copy of the data whose loss mask leaves out those
+#                             targets (the mask path is checked against transformers by
+#                             data_chat_loss_mask_matches_transformers)
+#   dist_train_sep_compare    separator_loss = false at W = 4 under ZeRO-3 against W = 1, within 1e-5
+set(_dt_docmask_runs
+  "doc_w1_a4 1 4 optimizer --docs"
+  "doc_w2_a2 2 2 optimizer --docs"
+  "doc_w2_a2_grad 2 2 gradients --docs --recompute selective --sync micro"
+  "doc_w4_a1_param 4 1 parameters --docs --recompute full"
+  "doc_w1_a4_full 1 4 optimizer --docs --recompute full"
+  "doc_w1_a4_sel 1 4 optimizer --docs --recompute selective"
+  "doc_w1_a4_sqrt 1 4 optimizer --docs --recompute sqrt"
+  "doc_w1_a4_blocks 1 4 optimizer --docs --recompute blocks:2"
+  "mask_w1_a4 1 4 optimizer --masked"
+  "mask_w4_a1_param 4 1 parameters --masked"
+  "mask_w2_a2_param_sel 2 2 parameters --masked --recompute selective"
+  "mask_w1_a4_full 1 4 optimizer --masked --recompute full"
+  "mask_w1_a4_sel 1 4 optimizer --masked --recompute selective"
+  "mask_w1_a4_uni 1 4 optimizer --masked --recompute uniform:3"
+  "mask_w1_a4_blocks 1 4 optimizer --masked --recompute blocks:2"
+  "sep_w1_a4_mask 1 4 optimizer --sep-masked"
+  "sep_w1_a4 1 4 optimizer --no-sep-loss"
+  "sep_w4_a1_param 4 1 parameters --no-sep-loss")
+foreach(run ${_dt_docmask_runs})
+  string(REGEX REPLACE "_.*" "" group "${run}") # doc, mask or sep
+  gtrain_dist_run("${run}" run FIXTURES_REQUIRED dist_train_data FIXTURES_SETUP dist_train_${group})
+endforeach()
+add_test(NAME dist_train_doc_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
+                 --ref doc_w1_a4 doc_w2_a2 doc_w2_a2_grad doc_w4_a1_param)
+add_test(NAME dist_train_doc_exact
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
+                 --weight-atol 0 --ref doc_w1_a4 doc_w1_a4_full doc_w1_a4_sel doc_w1_a4_sqrt doc_w1_a4_blocks)
+add_test(NAME dist_train_mask_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work}
+                 --ref mask_w1_a4 mask_w4_a1_param mask_w2_a2_param_sel)
+add_test(NAME dist_train_mask_exact
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
+                 --weight-atol 0 --ref mask_w1_a4 mask_w1_a4_full mask_w1_a4_sel mask_w1_a4_uni mask_w1_a4_blocks)
+add_test(NAME dist_train_sep_exact
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --loss-rtol 0 --grad-norm-rtol 0
+                 --weight-atol 0 --ref sep_w1_a4_mask sep_w1_a4)
+add_test(NAME dist_train_sep_compare
+         COMMAND ${Python3_EXECUTABLE} ${_dt_script} compare --work ${_dt_work} --ref sep_w1_a4 sep_w4_a1_param)
+set_tests_properties(dist_train_sep_exact dist_train_sep_compare PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_sep;dist_train_data")
+set_tests_properties(dist_train_doc_compare dist_train_doc_exact PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_doc;dist_train_data")
+set_tests_properties(dist_train_mask_compare dist_train_mask_exact PROPERTIES LABELS mpi TIMEOUT 120
+                     FIXTURES_REQUIRED "dist_train_mask;dist_train_data")
+
 # The big configs' memory arithmetic: `gtrain --plan` finds a plan within the 70 GiB budget (of 80 GB).
 foreach(cfg "llama13b 8" "llama70b 64")
   string(REPLACE " " ";" cfg ${cfg})

@@ -23,3 +23,11 @@ add_test(NAME container_recipe_checks
          COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/scripts/container_recipe.py ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/container_recipe_checks)
 set_tests_properties(container_recipe_checks PROPERTIES LABELS unit TIMEOUT 300)
+
+# README.md's data section, as written: a small Hugging Face checkpoint, shards, a blend, and an
+# instruction-tuning run from the checkpoint on 2 ranks, two steps each (tests/scripts/readme_data_commands.py).
+add_test(NAME readme_data_commands_run
+         COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/scripts/readme_data_commands.py ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE_DIR:gtrain> ${GTRAIN_HF_PYTHON} ${CMAKE_CURRENT_BINARY_DIR}/readme_data_commands)
+set_tests_properties(readme_data_commands_run PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")

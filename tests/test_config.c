@@ -453,6 +453,11 @@ static void document_mask_needs_separator_and_default_attention(void) {
     path = write_file("reset.ini", "[data]\nreset_positions = true\nseparator = 256\n");
     CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
     CHECK_PREFIX(err, fmt("%s:3: [data] separator: separator 256 is outside [0, vocab_size 256)", path));
+    path = write_file("eod.ini", "[data]\nseparator_loss = false\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:2: [data] separator_loss: separator_loss = false needs data.separator", path));
+    path = write_file("eod.ini", "[data]\nseparator_loss = false\nseparator = 5\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0 && cfg.data.separator_loss == 0);
     path = write_file("mma.ini", "[train]\ncuda_attention = mma\n[data]\ndocument_mask = true\nseparator = 0\n");
     CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
     CHECK_PREFIX(err, fmt("%s:4: [data] document_mask: document_mask with cuda_attention mma (expected "
@@ -640,6 +645,7 @@ static void to_ini_round_trips(void) {
         "train.peak_tflops=312.5",
         "train.cuda_attention=mma",
         "data.document_mask=true", "data.reset_positions=true", "data.separator=7", "data.separator_role=bos",
+        "data.separator_loss=false",
     };
     int n = (int)(sizeof ov / sizeof ov[0]);
     gt_config a, b, def;

@@ -629,6 +629,54 @@ static void test_loss_mask(void) {
     gt_data_close(d);
 }
 
+/* data.separator_loss = false: a target is uncounted (-1) exactly where its input is the separator, on
+ * top of a mask, in training and validation batches, and gt_data_train_counted counts what is left */
+static void test_separator_uncounted(void) {
+    enum { T = 5, N = 60, SEP = 99 };
+    int32_t t[N];
+    unsigned char m[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = i % 7 == 3 ? SEP : i;
+        m[i] = (i % 10) >= 4;
+    }
+    make_tokens(pth("sep.bin"), 2, 100, t, N);
+    make_tokens(pth("sepm.bin"), 2, 100, t, N);
+    write_mask(pth("sepm.mask"), m, N);
+    char err[1024];
+    for (int masked = 0; masked < 2; masked++) {
+        const char *path = pth(masked ? "sepm.bin" : "sep.bin");
+        gt_data *all = gt_data_open(path, err, sizeof err), *d = gt_data_open(path, err, sizeof err);
+        CHECK(all && d && gt_data_load_masks(all, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0 &&
+              gt_data_load_masks(d, GT_DATA_MASK_AUTO, "w", err, sizeof err) == 0);
+        if (!all || !d) return;
+        CHECK(gt_data_check_seq(d, T, err, sizeof err) == 0 && gt_data_check_seq(all, T, err, sizeof err) == 0);
+        CHECK(gt_data_counts_targets(all) == masked);
+        gt_data_uncount_separator(d, SEP);
+        CHECK(gt_data_counts_targets(d) && gt_data_has_masks(d) == masked);
+        uint64_t want = 0, dropped = 0;
+        for (uint64_t s = 0; s < 200; s++) {
+            int32_t in0[T], tg0[T], in[T], tg[T];
+            gt_data_train_batch(all, 3, s, 1, T, in0, tg0);
+            gt_data_train_batch(d, 3, s, 1, T, in, tg);
+            for (int k = 0; k < T; k++) {
+                CHECK(in[k] == in0[k] && tg[k] == (in[k] == SEP ? -1 : tg0[k]));
+                want += tg[k] >= 0;
+                dropped += in[k] == SEP && tg0[k] >= 0;
+            }
+        }
+        CHECK(gt_data_train_counted(d, 3, 0, 200, T) == want && dropped > 0 &&
+              gt_data_train_counted(all, 3, 0, 200, T) == want + dropped);
+        int32_t vi[T], vt[T], vi0[T], vt0[T];
+        gt_data_val_batch(all, 0, 1, T, vi0, vt0); /* window 0: tokens 0..5, the separator at 3 */
+        gt_data_val_batch(d, 0, 1, T, vi, vt);
+        CHECK(vi[3] == SEP && vt[3] == -1 && vt0[3] == 4 && vt[2] == vt0[2] && vt[4] == vt0[4]);
+        gt_data_uncount_separator(d, -1); /* counted again */
+        CHECK(gt_data_train_counted(d, 3, 0, 200, T) == want + dropped && gt_data_counts_targets(d) == masked);
+        gt_data_close(all);
+        gt_data_close(d);
+    }
+}
+
 /* ---------------------------------------------------------------- bad headers */
 
 static void expect_reject(const char *name, const void *bytes, size_t n, const char *what) {
@@ -719,6 +767,7 @@ int main(int argc, char **argv) {
     test_several_files_one_sample_space();
     test_blend();
     test_loss_mask();
+    test_separator_uncounted();
     if (failures == 0) cleanup();
     else fprintf(stderr, "test_data: %d check(s) failed; files kept in %s\n", failures, dir);
     printf("test_data: %s\n", failures ? "FAILED" : "ok");

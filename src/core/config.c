@@ -146,6 +146,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "data", "reset_positions", KEY_BOOL, data.reset_positions),
     INT(RUN, "data", "separator", data.separator, -1, INT_MAX),
     ENUM(RUN, "data", "separator_role", data.separator_before, separator_role_names),
+    PLAIN(RUN, "data", "separator_loss", KEY_BOOL, data.separator_loss),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
     INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
@@ -213,6 +214,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->data.reset_positions = 0;
     cfg->data.separator = -1;
     cfg->data.separator_before = 0;
+    cfg->data.separator_loss = 1;
     cfg->checkpoint.every = 0;
     cfg->checkpoint.every_minutes = 30;
     cfg->checkpoint.keep = 3;
@@ -636,10 +638,13 @@ static void check_across(loader *ld) {
              c->train.warmup_steps, c->train.steps, c->train.steps);
         ld->cfg->train.warmup_steps = c->train.steps;
     }
-    if ((c->data.document_mask || c->data.reset_positions) && c->data.separator < 0)
-        fail_at(ld, blame(ld, "data", c->data.document_mask ? "document_mask" : "reset_positions", "data", "separator"),
+    if ((c->data.document_mask || c->data.reset_positions || !c->data.separator_loss) && c->data.separator < 0) {
+        const char *k = c->data.document_mask ? "document_mask" : c->data.reset_positions ? "reset_positions"
+                                                                                           : "separator_loss";
+        fail_at(ld, blame(ld, "data", k, "data", "separator"),
                 "%s needs data.separator (expected the token id that delimits the shards' documents, as the tool "
-                "that made them printed it)", c->data.document_mask ? "document_mask" : "reset_positions");
+                "that made them printed it)", strcmp(k, "separator_loss") ? k : "separator_loss = false");
+    }
     else if (c->data.separator >= m->vocab_size)
         fail_at(ld, blame(ld, "data", "separator", "model", "vocab_size"),
                 "separator %d is outside [0, vocab_size %d) (expected a token id of the model's vocabulary)",

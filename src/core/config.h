@@ -114,6 +114,7 @@ typedef struct gt_config {
         int reset_positions;   /* 1: RoPE positions restart at each document */
         int separator;         /* the token id that delimits documents; -1 = unset */
         int separator_before;  /* 1: it starts each document (bos); 0: it ends each one (eos) */
+        int separator_loss;    /* 0: the target predicted at a separator is not counted (Megatron's --eod-mask-loss) */
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */

@@ -248,6 +248,8 @@ struct gt_data {
     double *src_weight;   /* [n_src], normalised to sum 1 when weighted, else 0 */
     uint64_t *src_thr;    /* [n_src]: source j is drawn when the sample's Weyl value < src_thr[j] */
     int weighted;
+    int sep_uncounted;    /* 1: the target at a position whose input is sep is not counted (data.separator_loss) */
+    int32_t sep;
 };
 
 static void unmap_shard(shard *s) {
@@ -566,6 +568,13 @@ int gt_data_has_masks(const gt_data *d) {
     return 0;
 }
 
+void gt_data_uncount_separator(gt_data *d, int32_t sep) {
+    d->sep_uncounted = sep >= 0;
+    d->sep = sep;
+}
+
+int gt_data_counts_targets(const gt_data *d) { return d->sep_uncounted || gt_data_has_masks(d); }
+
 int gt_data_n_sources(const gt_data *d) { return d->n_src; }
 const char *gt_data_source_name(const gt_data *d, int j) { return d->src_name[j]; }
 int gt_data_weighted(const gt_data *d) { return d->weighted; }
@@ -830,7 +839,7 @@ uint64_t gt_data_sample_start(const gt_data *d, uint64_t seed, uint64_t s, int T
     return d->base[i] + local;
 }
 
-static void copy_window(const shard *s, uint64_t start, int T, int32_t *in, int32_t *tg) {
+static void copy_window(const gt_data *d, const shard *s, uint64_t start, int T, int32_t *in, int32_t *tg) {
     if (s->tb == 2) {
         const unsigned char *p = s->tok + 2 * start;
         int32_t prev = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
@@ -850,12 +859,18 @@ static void copy_window(const shard *s, uint64_t start, int T, int32_t *in, int3
     if (s->mask) /* a target the mask does not count is ignored by the loss (< 0) */
         for (int t = 0; t < T; t++)
             if (!s->mask[start + (uint64_t)t + 1]) tg[t] = -1;
+    if (d->sep_uncounted) /* nor is the one predicted at a separator (Megatron-LM's --eod-mask-loss) */
+        for (int t = 0; t < T; t++)
+            if (in[t] == d->sep) tg[t] = -1;
 }
 
-static uint64_t window_counted(const shard *s, uint64_t start, int T) {
-    if (!s->mask) return (uint64_t)T;
+/* The targets copy_window leaves counted (>= 0), from the files alone. */
+static uint64_t window_counted(const gt_data *d, const shard *s, uint64_t start, int T) {
+    if (!s->mask && !d->sep_uncounted) return (uint64_t)T;
     uint64_t c = 0;
-    for (int t = 0; t < T; t++) c += s->mask[start + (uint64_t)t + 1] != 0;
+    for (int t = 0; t < T; t++)
+        c += (!s->mask || s->mask[start + (uint64_t)t + 1] != 0) &&
+             !(d->sep_uncounted && shard_token(s, start + (uint64_t)t) == d->sep);
     return c;
 }
 
@@ -864,7 +879,7 @@ uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_s
     for (uint64_t i = 0; i < n; i++) {
         uint64_t local;
         int k = train_window(d, seed, first_sample + i, T, &local);
-        c += window_counted(&d->s[k], local, T);
+        c += window_counted(d, &d->s[k], local, T);
     }
     return c;
 }
@@ -874,7 +889,7 @@ void gt_data_train_batch(const gt_data *d, uint64_t seed, uint64_t first_sample,
     for (int i = 0; i < n_seq; i++) {
         uint64_t local;
         int k = train_window(d, seed, first_sample + (uint64_t)i, T, &local);
-        copy_window(&d->s[k], local, T, inputs + (size_t)i * T, targets + (size_t)i * T);
+        copy_window(d, &d->s[k], local, T, inputs + (size_t)i * T, targets + (size_t)i * T);
     }
 }
 
@@ -895,7 +910,7 @@ void gt_data_val_batch_source(const gt_data *d, int src, int batch, int n_seq, i
     for (int i = 0; i < n_seq; i++) {
         uint64_t w = lo + ((uint64_t)(batch < 0 ? 0 : batch) * (uint64_t)n_seq + (uint64_t)i) % nw;
         int k = locate(d->val_cum, d->n, w);
-        copy_window(&d->s[k], (w - d->val_cum[k]) * (uint64_t)T, T, inputs + (size_t)i * T,
+        copy_window(d, &d->s[k], (w - d->val_cum[k]) * (uint64_t)T, T, inputs + (size_t)i * T,
                     targets + (size_t)i * T);
     }
 }

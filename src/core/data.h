@@ -129,7 +129,14 @@ enum { GT_DATA_MASK_AUTO = 0, GT_DATA_MASK_ON = 1, GT_DATA_MASK_OFF = 2 };
 void gt_data_mask_path(const char *path, char *out, size_t len);
 int gt_data_load_masks(gt_data *d, int mode, const char *where, char *err, size_t err_len);
 int gt_data_has_masks(const gt_data *d);
-/* Targets counted by the loss in training samples first .. first+n-1 (n * T without masks). */
+/* data.separator_loss = false: the target at every position whose input token is sep (the prediction
+ * made at a separator: with an eos separator the next document's first token) is not counted either,
+ * -1 in the batches like a masked one; sep < 0 counts them again. */
+void gt_data_uncount_separator(gt_data *d, int32_t sep);
+/* 1 when some target may be uncounted (masks, or the separator's): the loss is then the mean over the
+ * counted targets of the batch. */
+int gt_data_counts_targets(const gt_data *d);
+/* Targets counted by the loss in training samples first .. first+n-1 (n * T when every one counts). */
 uint64_t gt_data_train_counted(const gt_data *d, uint64_t seed, uint64_t first_sample, uint64_t n, int T);
 
 /* Sources (the spec's entries, in order), their names (the file name up to its first '.', made

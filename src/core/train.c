@@ -166,13 +166,13 @@ static double evaluate(gt_model *model, gt_data *val, int src, const gt_config *
         gt_data_val_batch_source(val, src, mine ? b : 0, B, T, in, tg);
         double l = gt_model_eval(model, in, tg, B, T, NULL);
         if (mine) sum += l;
-        if (mine && gt_data_has_masks(val))
+        if (mine && gt_data_counts_targets(val))
             for (int t = 0; t < B * T; t++) counted += tg[t] >= 0;
     }
     free(in);
     free(tg);
     sum = gt_comm_all_reduce_scalar_sum(comm, sum);
-    if (gt_data_has_masks(val)) /* the mean over the targets the masks count */
+    if (gt_data_counts_targets(val)) /* the mean over the targets the masks (and separator_loss) count */
         return sum / gt_comm_all_reduce_scalar_sum(comm, counted);
     return sum / ((double)cfg->data.val_batches * B * T);
 }
@@ -394,6 +394,8 @@ static int open_data(run *r) {
             gt_data_check_seq(d, cfg->train.seq_len, err, sizeof err) != 0 ||
             gt_data_check_vocab(d, cfg->model.vocab_size, err, sizeof err) != 0) /* no missing embedding row */
             bad = 1;
+        else if (!cfg->data.separator_loss)
+            gt_data_uncount_separator(d, cfg->data.separator);
     }
     return agree_input(r->mpi, bad ? GT_EXIT_BAD_INPUT : 0, err, sizeof err);
 }
@@ -468,6 +470,9 @@ static void print_banner(const run *r) {
     if (gt_data_has_masks(r->train_data))
         printf("gtrain: train data has loss masks (data.loss_mask = %s): the loss is the mean over the tokens "
                "they count\n", gt_loss_mask_name(cfg->data.loss_mask));
+    if (!cfg->data.separator_loss)
+        printf("gtrain: data.separator_loss = false: the targets predicted at the separator %d are not counted\n",
+               cfg->data.separator);
     if (gt_data_weighted(r->train_data)) {
         /* the mix the run's own samples realise (at most the first million of them) */
         uint64_t first = r->state.first_sample;
@@ -690,7 +695,7 @@ static int train_step(run *r, int step, step_result *res) {
     uint64_t gathers0 = r->zero.gathers;
     int bad_micro;
     double tokens = (double)r->G * cfg->train.seq_len, counted = tokens;
-    if (gt_data_has_masks(r->train_data)) {
+    if (gt_data_counts_targets(r->train_data)) {
         /* the mean over the counted targets of the whole global batch: every rank counts all G samples
          * itself (the sampler is a pure function), so no rank waits for another's count */
         uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G;

@@ -31,8 +31,10 @@ chat_loss_mask_matches_transformers
     a small checkpoint and tokenizer with a chat template (saved by transformers); chat JSONL (messages
     lists and prompt/response records) -> shards + masks with --format chat; the counted tokens of a
     conversation are its assistant turns; gtrain's step-1 loss and gradient norm equal transformers'
-    with labels -100 on the masked tokens over the whole global batch, and 4 steps agree at world sizes
-    1, 2 and 4 and micro-batch splits 8x1, 2x4, 4x1, 1x4, 2x1, 1x2; bad records exit 2 naming file and line.
+    with labels -100 on the masked tokens over the whole global batch at world sizes 1, 2 and 4 and
+    micro-batch splits 8x1, 1x4, 1x2 (different counted tokens per micro-batch), and step 2 agrees;
+    bad records exit 2 naming file and line. The checkpoint is tools/tiny_hf_checkpoint.py's (at smaller
+    shapes), written without transformers, which is imported in a thread meanwhile and loads it back.
 bad_shards_and_globs_exit_2
     gtrain exits 2 with one line naming the file for a bad magic, a truncated llm.c shard, a glob
     matching nothing, and a shard made for a larger vocabulary than the model's.
@@ -327,75 +329,56 @@ def blend_same_samples_any_world_size(args):
     print("blend: losses at 1 and 2 ranks agree %s; %s" % (["%.6f" % x for x in loss["w1"]], v1))
 
 
-CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-                 "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
-                 "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+def tiny_hf_tool(args):
+    """tools/tiny_hf_checkpoint.py (beside the prep tool), imported: the README's small checkpoint."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tiny_hf_checkpoint",
+                                                  os.path.join(os.path.dirname(args.prep_tool), "tiny_hf_checkpoint.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def chat_loss_mask_matches_transformers(args):
-    """Chat JSONL -> shards + masks with the checkpoint's own chat template; gtrain's loss at step 1 equals
-    transformers' with labels -100 on the masked tokens over the whole global batch, and the losses of
-    4 steps agree at world sizes 1, 2 and 4 and several micro-batch splits."""
+    """Chat JSONL -> shards + masks with the checkpoint's own chat template; gtrain's loss and gradient norm
+    at step 1 equal transformers' with labels -100 on the masked tokens over the whole global batch at
+    world sizes 1, 2 and 4 (micro-batch splits 8x1, 1x4, 1x2: the counted tokens per micro-batch differ),
+    and the losses of the next step agree. torch and transformers (most of the test's time) are imported
+    in a thread while the shards are made and gtrain runs."""
+    import threading
     import numpy as np
-    import torch
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    mods = {}
+
+    def import_reference():
+        import torch
+        import transformers
+        transformers.LlamaForCausalLM, transformers.AutoTokenizer  # the lazy modules themselves
+        mods.update(torch=torch, transformers=transformers)
+
+    importer = threading.Thread(target=import_reference)
+    importer.start()
+    # the checkpoint of tools/tiny_hf_checkpoint.py (config.json, safetensors, tokenizer with a chat template,
+    # conversations), written without transformers, at smaller shapes
+    tool = tiny_hf_tool(args)
     files = corpus_files()[:4]
-    special = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train(files, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False,
-                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    os.makedirs("ckpt", exist_ok=True)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>",
-                                                eos_token="<|eot_id|>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained("ckpt")
+    tok = tool.train_tokenizer(files, 400)
     vocab = tok.get_vocab_size()
-    torch.manual_seed(5)
-    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=1, vocab_size=vocab, max_position_embeddings=64,
-                                   rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                                   attention_dropout=0.0, attn_implementation="eager")
-    model = transformers.LlamaForCausalLM(cfg).float()
-    model.save_pretrained("ckpt")
-    # conversations: prompt/response records and multi-turn messages
-    docs = documents(files, "%")[:400]
-    with open("chat.jsonl", "w") as f:
-        for i in range(0, len(docs) - 3, 3):
-            if i % 2:
-                f.write(json.dumps({"prompt": docs[i][:200], "response": docs[i + 1][:200]}) + "\n")
-            else:
-                f.write(json.dumps({"messages": [{"role": "system", "content": "be brief"},
-                                                 {"role": "user", "content": docs[i][:120]},
-                                                 {"role": "assistant", "content": docs[i + 1][:120]},
-                                                 {"role": "user", "content": "and?"},
-                                                 {"role": "assistant", "content": docs[i + 2][:120]}]}) + "\n")
+    tool.write_checkpoint("ckpt", tok, 5, dim=32, ffn_dim=96, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=64)
+    tool.write_chat("chat.jsonl", documents(files, "%")[:400])
     run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "chat", "--format", "chat",
-         "--val-fraction", "0.1", "--workers", "2", "--shard-tokens", "6000", "chat.jsonl"])
+         "--val-fraction", "0.1", "--workers", "1", "--shard-tokens", "6000", "chat.jsonl"])
     for bad, msg in (('{"messages": [{"role": "user", "content": "hi"}]}', "bad.jsonl:2: no assistant message"),
                      ('{"text": "hi"}', "bad.jsonl:2: neither a \"messages\" list nor"),
                      ('{"messages": [{"role": "user"}]}', "bad.jsonl:2: a message that is not")):
         open("bad.jsonl", "w").write('{"prompt": "a", "response": "b"}\n' + bad + "\n")
         _, _, err = run([sys.executable, args.prep_tool, "--tokenizer", "ckpt/tokenizer.json", "-o", "bad",
-                         "--format", "chat", "--val-fraction", "0", "bad.jsonl"], expect_rc=2)
+                         "--format", "chat", "--val-fraction", "0", "--workers", "1", "bad.jsonl"], expect_rc=2)
         check(msg in err and not glob.glob("bad.train*"), "bad record: stderr lacks %r:\n%s" % (msg, err))
     shards = sorted(glob.glob("chat.train.*.bin"))
     check(len(shards) >= 2 and all(os.path.exists(p[:-4] + ".mask") for p in shards), "no masks beside %s" % shards)
     ids = np.concatenate([np.array(read_shard(p)[0]) for p in shards])
     mask = np.concatenate([np.frombuffer(open(p[:-4] + ".mask", "rb").read()[32:], dtype=np.uint8) for p in shards])
     check(len(ids) == len(mask) and 0 < mask.sum() < len(mask), "mask: %d of %d" % (mask.sum(), len(mask)))
-    # the rendering is transformers' own, and exactly the assistant turns are counted
-    recs = [json.loads(l) for l in open("chat.jsonl")]
-    hf_tok = transformers.AutoTokenizer.from_pretrained("ckpt")
-    one = hf_tok.apply_chat_template(recs[0]["messages"], tokenize=False)
-    first_doc = hf_tok(one, add_special_tokens=False)["input_ids"]
-    val_first = not np.array_equal(ids[:len(first_doc)], first_doc)  # the first record may be in validation
-    if not val_first:
-        counted = hf_tok.decode([t for t, m in zip(first_doc, mask[:len(first_doc)]) if m])
-        want = "".join(m["content"].strip() + "<|eot_id|>" for m in recs[0]["messages"] if m["role"] == "assistant")
-        check(counted == want, "counted tokens of the first conversation: %r, expected %r" % (counted, want))
     # gtrain: step 1's loss (before any update) against transformers on the same global batch
     T, G = 32, 8
     ini = """[model]
@@ -412,7 +395,7 @@ tie_word_embeddings = false
 init = ckpt
 [train]
 seq_len = %d
-steps = 4
+steps = 2
 lr = 3e-3
 warmup_steps = 1
 seed = 1337
@@ -421,13 +404,15 @@ device = cpu
 [data]
 train = chat.train.*.bin
 val = chat.val.*.bin
-val_every = 4
-val_batches = 8
+val_every = 2
+val_batches = 4
 loss_mask = on
 """ % (vocab, T)
     open("chat.ini", "w").write(ini)
     losses = {}
-    for world, B, A in ((1, 8, 1), (1, 2, 4), (2, 4, 1), (2, 1, 4), (4, 2, 1), (4, 1, 2)):
+    # one micro-batch of all 8 samples; 8 and 4 micro-batches of one sample each (their counted tokens differ)
+    splits = ((1, 8, 1), (2, 1, 4), (4, 1, 2))
+    for world, B, A in splits:
         name = "w%d_b%d_a%d" % (world, B, A)
         cmd = [args.mpiexec, args.np_flag, str(world)] + args.mpi_flags.split() + [
             args.gtrain, "chat.ini", "train.micro_batch=%d" % B, "train.grad_accum=%d" % A, "log.metrics=%s.jsonl" % name]
@@ -444,36 +429,51 @@ loss_mask = on
             k -= nwin[i]
             i += 1
         starts.append(cum[i] + k)
+    per_micro = [int(mask[s + 1:s + T + 1].sum()) for s in starts]
+    check(len(set(per_micro)) > 1, "the samples of step 1 all count %s tokens: the splits would not test the "
+          "normalisation" % per_micro)
+    importer.join()
+    check("transformers" in mods, "torch or transformers did not import")
+    torch, transformers = mods["torch"], mods["transformers"]
+    # the rendering is transformers' own, and exactly the assistant turns are counted
+    recs = [json.loads(l) for l in open("chat.jsonl")]
+    hf_tok = transformers.AutoTokenizer.from_pretrained("ckpt")
+    one = hf_tok.apply_chat_template(recs[0]["messages"], tokenize=False)
+    first_doc = hf_tok(one, add_special_tokens=False)["input_ids"]
+    val_first = not np.array_equal(ids[:len(first_doc)], first_doc)  # the first record may be in validation
+    if not val_first:
+        counted = hf_tok.decode([t for t, m in zip(first_doc, mask[:len(first_doc)]) if m])
+        want = "".join(m["content"].strip() + "<|eot_id|>" for m in recs[0]["messages"] if m["role"] == "assistant")
+        check(counted == want, "counted tokens of the first conversation: %r, expected %r" % (counted, want))
+    model = transformers.LlamaForCausalLM.from_pretrained("ckpt", attn_implementation="eager").float()
     inp = torch.tensor(np.stack([ids[s:s + T + 1] for s in starts]).astype(np.int64))
     labels = inp.clone()
     labels[torch.tensor(np.stack([mask[s:s + T + 1] for s in starts]) == 0)] = -100
     labels[:, 0] = -100  # position 0 is never a target
     out = model(input_ids=inp, labels=labels)
     out.loss.backward()
-    ref = float(out.loss)
+    ref = float(out.loss.detach())
     ref_norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters())))
-    base = losses["w1_b8_a1"]
-    g1 = [r["loss"] for r in base if "loss" in r]
-    check(abs(g1[0] - ref) <= 1e-5 * abs(ref), "step 1: gtrain %.9g, transformers (labels -100 on the masked "
-          "tokens) %.9g" % (g1[0], ref))
-    # the gradient too: step 1's norm before clipping, against transformers' gradient of that mean
-    for name, recs_ in losses.items():
-        n1 = [r["grad_norm"] for r in recs_ if "loss" in r][0]
-        check(abs(n1 - ref_norm) <= 1e-4 * ref_norm, "%s: step-1 gradient norm %.9g, transformers %.9g"
-              % (name, n1, ref_norm))
+    # every split: step 1's loss and its gradient norm before clipping against transformers' loss and
+    # gradient of that mean, and step 2 (after an update with that gradient) against the one micro-batch run
+    base = [r["loss"] for r in losses["w1_b8_a1"] if "loss" in r]
     for name, recs_ in losses.items():
         l = [r["loss"] for r in recs_ if "loss" in r]
-        check(len(l) == 4 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(l, g1)),
-              "%s: losses %s differ from 1 rank x 8: %s" % (name, l, g1))
+        n1 = [r["grad_norm"] for r in recs_ if "loss" in r][0]
+        check(abs(l[0] - ref) <= 1e-5 * abs(ref), "%s: step-1 loss %.9g, transformers (labels -100 on the masked "
+              "tokens) %.9g" % (name, l[0], ref))
+        check(abs(n1 - ref_norm) <= 1e-4 * ref_norm, "%s: step-1 gradient norm %.9g, transformers %.9g"
+              % (name, n1, ref_norm))
+        check(len(l) == 2 and abs(l[1] - base[1]) <= 1e-5 * abs(base[1]),
+              "%s: losses %s differ from 1 rank x 8: %s" % (name, l, base))
     # validation batches are micro-batches: the same micro_batch, the same validation loss at any world size
-    for a, b in (("w1_b2_a4", "w4_b2_a1"), ("w2_b1_a4", "w4_b1_a2"), ("w1_b8_a1", "w1_b8_a1")):
-        va = [r["val_loss"] for r in losses[a] if "val_loss" in r]
-        vb = [r["val_loss"] for r in losses[b] if "val_loss" in r]
-        check(va and vb and va[-1] is not None and abs(va[-1] - vb[-1]) <= 1e-5 * abs(vb[-1]),
-              "val_loss %s at %s, %s at %s" % (va, a, vb, b))
-    print("chat: %d shards, %d of %d tokens counted; step-1 loss gtrain %.9g, transformers %.9g; gradient norm "
-          "transformers %.9g; the same 4 losses and step-1 gradient norm at %s"
-          % (len(shards), int(mask.sum()), len(mask), g1[0], ref, ref_norm, sorted(losses)))
+    va = [r["val_loss"] for r in losses["w2_b1_a4"] if "val_loss" in r]
+    vb = [r["val_loss"] for r in losses["w4_b1_a2"] if "val_loss" in r]
+    check(va and vb and va[-1] is not None and abs(va[-1] - vb[-1]) <= 1e-5 * abs(vb[-1]),
+          "val_loss %s at 2 ranks, %s at 4 ranks" % (va, vb))
+    print("chat: %d shards, %d of %d tokens counted (step 1's samples count %s); step-1 loss gtrain %.9g, "
+          "transformers %.9g; gradient norm transformers %.9g; the same step-1 loss and gradient norm and step-2 "
+          "loss at %s" % (len(shards), int(mask.sum()), len(mask), per_micro, base[0], ref, ref_norm, sorted(losses)))
 
 
 def bad_shards_and_globs_exit_2(args):

@@ -12,7 +12,9 @@
                 comm_bytes  == (W-1)*slice_len*4 [reduce-scatter] + (W-1)*slice_len*4 [all-gather]
                                (shard=optimizer), 2*(W-1)*n*4 // W [all-reduce] (shard=none), 0 at W=1
               where n is the parameter count (computed here from the shape, and checked against
-              the count gtrain prints)
+              the count gtrain prints); --docs trains with document masking and restarting positions,
+              --masked on a copy of the corpus with a loss mask (written by prep); --no-sep-loss
+              with data.separator_loss = false, --sep-masked on a copy whose mask leaves out the same targets
   compare     --work DIR --ref NAME NAME...
               every run's loss within 1e-5 relative of the reference's, step by step; grad_norm and
               the final state files (h5diff over /model) too, where the runs wrote any
@@ -171,9 +173,24 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
                 params_peak_bytes=params_peak, grads_peak_bytes=grads_peak), bound
 
 
+# --docs: documents inside the windows, delimited by the byte 'e' (a few per 32-token window), with
+# block-causal attention and RoPE positions restarting at each; --masked: the masked copy of the corpus
+# (cmd_prep), its loss mask read (docs/data-format.md)
+DOCS = "document_mask = true\nreset_positions = true\nseparator = 101\nseparator_role = eos\n"
+MASKED_TRAIN = "data/masked.train.bin"
+# --no-sep-loss: data.separator_loss = false with the separator 'e'; --sep-masked: instead a copy of the
+# corpus whose loss mask leaves out the same targets (those whose input is 'e'), loss_mask = on
+NO_SEP_LOSS = "separator = 101\nseparator_loss = false\n"
+SEPMASK_TRAIN = "data/sepmask.train.bin"
+
+
 def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
-                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32"):
+                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", docs=False, masked=False,
+                 no_sep_loss=False, sep_masked=False):
     m = model or MODEL
+    data_keys = ((DOCS if docs else "") + ("loss_mask = on\n" if masked or sep_masked else "") +
+                 (NO_SEP_LOSS if no_sep_loss else ""))
+    train = MASKED_TRAIN if masked else SEPMASK_TRAIN if sep_masked else "data/corpus.train.bin"
     text = f"""; written by tests/dist/dist_train.py: {name}
 [model]
 dim = {m['dim']}
@@ -211,10 +228,10 @@ prefetch = {prefetch}
 comm = mpi
 
 [data]
-train = data/corpus.train.bin
+train = {train}
 val =
 val_every = 0
-
+{data_keys}
 [checkpoint]
 dir = {state_dir or name + ".state"}
 every = {every}
@@ -249,6 +266,28 @@ def cmd_prep(a):
     print(r.stdout + r.stderr)
     if r.returncode != 0:
         fail(f"gtrain-prep exited {r.returncode}")
+    # the masked copy: the same tokens, a loss mask counting the tokens of every other line (so the
+    # samples, micro-batches and ranks of a step count different numbers of targets)
+    with open(os.path.join(a.work, "data", "corpus.train.bin"), "rb") as f:
+        raw = f.read()
+    count = int.from_bytes(raw[16:24], "little")
+    tokens = raw[32:32 + 2 * count:2]  # byte-level: the low byte of each u16 token
+    mask, line = bytearray(count), 0
+    for i, t in enumerate(tokens):
+        mask[i] = line & 1
+        line += t == 10
+    # and the copy for --sep-masked: every target counted but those whose input is the separator 'e'
+    sepmask = bytearray(b"\1" * count)
+    for i, t in enumerate(tokens[:-1]):
+        if t == 101:
+            sepmask[i + 1] = 0
+    for path, m in ((MASKED_TRAIN, mask), (SEPMASK_TRAIN, sepmask)):
+        with open(os.path.join(a.work, path), "wb") as f:
+            f.write(raw)
+        with open(os.path.join(a.work, path[:-4] + ".mask"), "wb") as f:
+            f.write(b"GTRNMSK\0" + (1).to_bytes(4, "little") + (1).to_bytes(4, "little") + count.to_bytes(8, "little")
+                    + bytes(8) + bytes(m))
+        print(f"{path}: {sum(m)} of {count} tokens counted")
 
 
 def read_metrics(path):
@@ -354,7 +393,8 @@ def cmd_run(a):
     os.makedirs(os.path.join(a.work, name + ".state"))
     every = STEPS // 2 if a.save_half else 0
     ini = write_config(a.work, name, a.accum, a.shard, a.recompute, a.sync, every=every, keep=2,
-                       model=model_of(a), prefetch=a.prefetch, precision=a.precision)
+                       model=model_of(a), prefetch=a.prefetch, precision=a.precision, docs=a.docs,
+                       masked=a.masked, no_sep_loss=a.no_sep_loss, sep_masked=a.sep_masked)
     r = launch(a, ini)
     check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), 1)
 
@@ -484,6 +524,10 @@ def main():
         s.add_argument("--tied", action="store_true")
         s.add_argument("--precision", default="fp32", help="train.precision (bf16: working parameters 2 bytes)")
         s.add_argument("--save-half", action="store_true", help="also save the state at step STEPS/2")
+        s.add_argument("--docs", action="store_true", help="document_mask + reset_positions (DOCS)")
+        s.add_argument("--masked", action="store_true", help="the masked copy of the corpus, loss_mask = on")
+        s.add_argument("--no-sep-loss", action="store_true", help="data.separator_loss = false (NO_SEP_LOSS)")
+        s.add_argument("--sep-masked", action="store_true", help="the copy masking the separator's targets")
         if nm == "resume":
             s.add_argument("--from", dest="source", required=True)
         s.add_argument("--work", required=True)
