@@ -637,6 +637,7 @@ static void to_ini_round_trips(void) {
         "checkpoint.async=false", "checkpoint.max_failed_saves=7",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
+        "log.trace=runs/x/trace.json", "log.trace_first=3", "log.trace_last=5",
         "train.peak_tflops=312.5",
         "train.cuda_attention=mma",
         "data.document_mask=true", "data.reset_positions=true", "data.separator=7", "data.separator_role=bos",

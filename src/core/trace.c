@@ -141,7 +141,6 @@ static struct {
     int step;              /* the step recorded last */
     pthread_t thread;      /* the training thread: the only one drawn */
     double t0;             /* the run's start on the monotonic clock */
-    double mpi_offset;     /* monotonic - MPI_Wtime, taken at each recorded step's start */
     double step_start, micro_start;
     int micro;
     double lane_end[LANES]; /* communication lanes: the end of the last collective drawn in each */
@@ -258,7 +257,9 @@ const gt_ops *gt_trace_run_ops(const gt_ops *inner) {
 static void comm_span(void *ctx, int kind, const char *name, double t0, double t1, uint64_t bytes) {
     (void)ctx;
     if (!drawn()) return;
-    double a = t0 + g.mpi_offset, b = t1 + g.mpi_offset;
+    /* t1 is a moment ago on MPI_Wtime's clock: the span ends now on ours (no offset between the
+     * two clocks to drift or to misplace it before the op that came before it) */
+    double b = mono(), a = b - (t1 - t0);
     if (kind != GT_COMM_SPAN_WAIT) {
         int lane = 0;
         while (lane < LANES - 1 && g.lane_end[lane] > a) lane++;
@@ -286,7 +287,6 @@ void gt_trace_step_begin(int step) {
     g.step = step;
     g.n = 0;
     memset(g.lane_end, 0, sizeof g.lane_end);
-    g.mpi_offset = mono() - MPI_Wtime();
     g.step_start = mono();
 }
 
