@@ -13,7 +13,8 @@ CTest test (tests/metrics.cmake):
              only, every op, wait, collective and micro-batch within the step its args name (and none of
              step 1 or 4), grad_accum micro-batches per step, the same op names as the prediction's,
              ops on tid 1 never overlapping; the save of step 3 drawn after its step; a log.trace below a
-             regular file is exit 2 on both ranks with one line naming [log] trace, before step 1
+             regular file is exit 2 on both ranks with one line naming [log] trace, before step 1;
+             tools/trace_side_by_side.py lays the prediction at the start of each measured step
 
 Exit status: 0 pass, 1 fail (with the reason).
 """
@@ -173,6 +174,20 @@ def measured():
         check(len(saves) == 1 and saves[0]["args"]["step"] == 3 and
               saves[0]["ts"] >= steps[3]["ts"] + steps[3]["dur"] - EPS,
               f"rank {rank}: the save of step 3 after its step ({saves})")
+    # tools/trace_side_by_side.py: the prediction under pid 1000 at each measured step's start
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools",
+                        "trace_side_by_side.py")
+    both = os.path.join(work, "both.json")
+    t = subprocess.run([sys.executable, tool, pred, os.path.join(work, "out", files[0]), "-o", both],
+                       capture_output=True, text=True)
+    check(t.returncode == 0, f"trace_side_by_side.py ends 0 ({t.stderr[-300:]})")
+    ev = load(both)
+    n_pred = sum(1 for e in load(pred) if e["ph"] == "X")
+    side = [e for e in ev if e["ph"] == "X" and e["pid"] == 1000]
+    mine = {e["args"]["step"]: e for e in ev if e["ph"] == "X" and e["pid"] == 0 and e["name"] == "step"}
+    starts = {e["args"]["step"]: e["ts"] for e in side if e["name"] == "step"}
+    check(len(side) == 2 * n_pred and all(abs(starts[s] - mine[s]["ts"]) < EPS for s in (2, 3)),
+          f"side by side: the {n_pred} predicted events twice under pid 1000, each step at its measured start")
     blocker = os.path.join(work, "blocker")
     open(blocker, "w").close()
     out = run(mpi + [ARGS.gtrain, config, f"log.trace={blocker}/t.json", f"checkpoint.dir={work}/ck2"])
