@@ -12,7 +12,8 @@ CTest test (tests/metrics.cmake):
              rank (FILE.rankN.json), each valid JSON with pid = its rank; "step" events for steps 2 and 3
              only, every op, wait, collective and micro-batch within the step its args name (and none of
              step 1 or 4), grad_accum micro-batches per step, the same op names as the prediction's,
-             ops on tid 1 never overlapping; the save of step 3 drawn after its step; a log.trace below a
+             ops on tid 1 never overlapping; rank 0's waits of a step, less the loss's scalar all-reduce,
+             are the metrics' comm_exposed_ms; the save of step 3 drawn after its step; a log.trace below a
              regular file is exit 2 on both ranks with one line naming [log] trace, before step 1;
              tools/trace_side_by_side.py lays the prediction at the start of each measured step
 
@@ -144,8 +145,14 @@ def measured():
     work = ARGS.work
     config = setup(work)
     mpi = [ARGS.mpiexec] + ([ARGS.np_flag, "2"] if ARGS.np_flag else ["-n", "2"]) + ARGS.mpi_flags.split()
-    out = run(mpi + [ARGS.gtrain, config])
+    out = run(mpi + [ARGS.gtrain, config, f"log.metrics={work}/metrics.jsonl"])
     check(out.returncode == 0, f"a 2-rank run with log.trace ends 0 ({out.returncode}: {out.stderr[-400:]})")
+    metrics = {}
+    with open(os.path.join(work, "metrics.jsonl")) as f:
+        for line in f:
+            o = json.loads(line)
+            if "comm_exposed_ms" in o:
+                metrics[o["step"]] = o
     pred = os.path.join(work, "plan.json")
     check(run([ARGS.gtrain, "--plan", "--world", "2", "--trace", pred, config]).returncode == 0, "--plan --trace")
     pred_ops = {e["name"] for e in load(pred) if e.get("cat") == "op"}
@@ -166,6 +173,17 @@ def measured():
         for s in (2, 3):
             n = sorted(e["args"]["micro"] for e in x if e["cat"] == "micro_batch" and e["args"]["step"] == s)
             check(n == [0, 1], f"rank {rank}: step {s} holds micro-batches 0 and 1 ({n})")
+        if rank == 0:  # the waits are comm_exposed_ms, and the loss's scalar all-reduce it leaves out
+            for s in (2, 3):
+                waits = sorted((e for e in x if e["cat"] == "wait" and e["args"]["step"] == s), key=lambda e: e["ts"])
+                loss = next(e for e in waits if e["name"] == "wait_all_reduce_scalar")
+                drawn = (sum(e["dur"] for e in waits) - loss["dur"]) / 1e3
+                check(abs(drawn - metrics[s]["comm_exposed_ms"]) < 0.01,
+                      f"step {s}: the waits less the loss's all-reduce, {drawn:.4f} ms, are the metrics' "
+                      f"comm_exposed_ms {metrics[s]['comm_exposed_ms']}")
+                check(steps[s]["dur"] / 1e3 >= metrics[s]["step_ms"] - 0.01,
+                      f"step {s}: the step event ({steps[s]['dur'] / 1e3:.3f} ms) holds the metrics' step_ms "
+                      f"{metrics[s]['step_ms']}")
         ops = {e["name"] for e in x if e["cat"] == "op"}
         check(pred_ops <= ops, f"rank {rank}: every op name of the prediction is measured ({pred_ops - ops})")
         bad = overlapping([e for e in x if e["cat"] in ("op", "wait")])
