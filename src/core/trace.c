@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "exitcodes.h"
+#include "pathmax.h"
 #include "paths.h"
 #include "timemodel.h"
 
@@ -28,7 +29,7 @@ struct gt_trace {
 };
 
 gt_trace *gt_trace_open(const char *path, char *why, size_t why_len) {
-    char dir[4096];
+    char dir[GT_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     struct stat st;
@@ -147,7 +148,7 @@ static struct {
     int lane_named[LANES];
     gt_trace_event *ev;    /* the recorded step's events, written at its end */
     int n, cap;
-    char path[4096];
+    char path[GT_PATH_MAX + 32]; /* log.trace with .rankN */
     const gt_ops *inner;
     gt_ops traced;
 } g;
