@@ -142,11 +142,14 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     double opt = sumsq + adamw + to_working;
     if (g_span_fn) {
         double at = t;
+        /* bytes as comm.h's calls count them: all-reduce the buffer, reduce-scatter and all-gather a slice */
         const char *red = st->stage == 0 ? "all_reduce" : "reduce_scatter";
+        double red_bytes = (double)st->n_pad * 4 / (st->stage == 0 ? 1 : W);
         const struct { const char *name; int comm; double s, bytes; } tail[] = {
-            {red, 1, reduce, (double)st->n_pad * 4}, {"sumsq", 0, sumsq, (double)st->slice * 4},
+            {red, 1, reduce, red_bytes}, {"sumsq", 0, sumsq, (double)st->slice * 4},
             {"all_reduce_scalar", 1, norm, 8}, {"adamw", 0, adamw, (double)st->slice * 28},
-            {"to_working", 0, to_working, (double)st->slice * (4 + e)}, {"all_gather", 1, gather, (double)st->n_pad * e}};
+            {"to_working", 0, to_working, (double)st->slice * (4 + e)},
+            {"all_gather", 1, gather, (double)st->n_pad * e / W}};
         for (int i = 0; i < 6; i++) {
             if (tail[i].comm && tail[i].s <= 0) continue; /* no such collective in this plan */
             if (tail[i].comm) {

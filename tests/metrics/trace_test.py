@@ -11,7 +11,8 @@ CTest test (tests/metrics.cmake):
   measured   2 ranks, 4 steps, log.trace_first = 2, log.trace_last = 3, a save at step 3: one file per
              rank (FILE.rankN.json), each valid JSON with pid = its rank; "step" events for steps 2 and 3
              only, every op, wait, collective and micro-batch within the step its args name (and none of
-             step 1 or 4), grad_accum micro-batches per step, the same op names as the prediction's,
+             step 1 or 4), grad_accum micro-batches per step, the same op names as the prediction's
+             and its collectives with the same names and bytes,
              ops on tid 1 never overlapping; rank 0's waits of a step, less the loss's scalar all-reduce,
              are the metrics' comm_exposed_ms; the save of step 3 drawn after its step; a log.trace below a
              regular file is exit 2 on both ranks with one line naming [log] trace, before step 1;
@@ -156,6 +157,7 @@ def measured():
     pred = os.path.join(work, "plan.json")
     check(run([ARGS.gtrain, "--plan", "--world", "2", "--trace", pred, config]).returncode == 0, "--plan --trace")
     pred_ops = {e["name"] for e in load(pred) if e.get("cat") == "op"}
+    pred_colls = {(e["name"], e["args"]["bytes"]) for e in load(pred) if e.get("cat") == "collective"}
     files = sorted(os.listdir(os.path.join(work, "out")))
     check(files == ["run.rank0.json", "run.rank1.json"], f"one file per rank ({files})")
     for rank in (0, 1):
@@ -186,6 +188,9 @@ def measured():
                       f"{metrics[s]['step_ms']}")
         ops = {e["name"] for e in x if e["cat"] == "op"}
         check(pred_ops <= ops, f"rank {rank}: every op name of the prediction is measured ({pred_ops - ops})")
+        colls = {(e["name"], e["args"].get("bytes")) for e in x if e["cat"] == "collective"}
+        check(pred_colls and pred_colls <= colls,
+              f"rank {rank}: every collective of the prediction is measured, named and sized alike ({pred_colls - colls})")
         bad = overlapping([e for e in x if e["cat"] in ("op", "wait")])
         check(bad is None, f"rank {rank}: ops and waits of the compute tid do not overlap ({bad})")
         saves = [e for e in x if e["name"] == "save"]
