@@ -59,7 +59,7 @@ gt_trace *gt_trace_open(const char *path, char *why, size_t why_len) {
 static void put(gt_trace *t, json_t *ev) {
     if (!ev) abort(); /* jansson allocates: out of memory */
     if (t->n++) fputs(",\n", t->f);
-    if (json_dumpf(ev, t->f, JSON_COMPACT | JSON_REAL_PRECISION(12)) != 0 || ferror(t->f)) {
+    if (json_dumpf(ev, t->f, JSON_COMPACT | JSON_REAL_PRECISION(15)) != 0 || ferror(t->f)) {
         if (!t->failed) t->err = errno ? errno : EIO;
         t->failed = 1;
     }
