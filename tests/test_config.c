@@ -405,6 +405,16 @@ static void schedule_keys_must_agree(void) {
     CHECK_PREFIX(err, fmt("%s:3: [train] min_lr: min_lr 0.01 is above lr 0.001", path));
 }
 
+static void trace_window_must_be_in_order(void) {
+    gt_config cfg;
+    const char *path = write_file("tracewin.ini", "[log]\ntrace = t.json\ntrace_last = 4\ntrace_first = 5\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:3: [log] trace_last: trace_last 4 is before trace_first 5", path));
+    path = write_file("tracewin.ini", "[log]\ntrace = t.json\ntrace_first = 3\ntrace_last = 3\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK(cfg.log.trace_first == 3 && cfg.log.trace_last == 3);
+}
+
 static void warmup_longer_than_steps_is_shortened_with_a_note(void) {
     gt_config cfg;
     const char *path = write_file("warm.ini", "[train]\nsteps = 10\nwarmup_steps = 11\n");
@@ -642,6 +652,7 @@ static void to_ini_round_trips(void) {
         "checkpoint.async=false", "checkpoint.max_failed_saves=7",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
+        "log.trace=runs/x/trace.json", "log.trace_first=3", "log.trace_last=5",
         "train.peak_tflops=312.5",
         "train.cuda_attention=mma",
         "data.document_mask=true", "data.reset_positions=true", "data.separator=7", "data.separator_role=bos",
@@ -906,6 +917,7 @@ int main(int argc, char **argv) {
     RUN(kv_heads_must_divide_heads);
     RUN(seq_len_longer_than_max_seq_len_is_rejected);
     RUN(schedule_keys_must_agree);
+    RUN(trace_window_must_be_in_order);
     RUN(warmup_longer_than_steps_is_shortened_with_a_note);
     RUN(nccl_needs_a_gpu_and_bf16_does_not);
     RUN(document_mask_needs_separator_and_default_attention);

@@ -6,6 +6,10 @@
  *     pieces) played twice on two ranks gives the step time worked out by hand, with prefetch 1 and 0;
  *   - the executor's dry schedule of the tiny model is priced at a matmul-only rate to the model's
  *     matmul FLOPs (forward and backward, 3 x), and recompute full costs more than none;
+ *   - the picture of the step (gt_time_set_span_listener, what `gtrain --plan --trace` writes): the
+ *     hand-built schedule's spans at the hand-computed times, the step's span equal to the step time,
+ *     no two spans of one stream overlapping; on the tiny model's dry schedule one op span per op call
+ *     of a dry micro-batch, per micro-batch;
  *   - a calibration file round-trips, and one of another key is refused.
  */
 #include "check.h"
@@ -13,6 +17,8 @@
 #include "config.h"
 #include "planner.h"
 #include "recompute.h"
+#include "model.h"
+#include "ops_dry.h"
 #include "timemodel.h"
 
 #include <math.h>
@@ -146,9 +152,140 @@ static void test_file(void) {
     rmdir(dir);
 }
 
+/* The spans a listener hears, kept. */
+enum { MAX_SPANS = 4096 };
+static gt_time_span spans[MAX_SPANS];
+static char span_names[MAX_SPANS][48];
+static int n_spans;
+static void keep_span(void *ctx, const gt_time_span *s) {
+    (void)ctx;
+    if (n_spans == MAX_SPANS) return;
+    spans[n_spans] = *s;
+    snprintf(span_names[n_spans], sizeof span_names[0], "%s", s->name);
+    spans[n_spans].name = span_names[n_spans];
+    n_spans++;
+}
+static int find_span(const char *name, int stream, int micro, double start_ms, double end_ms) {
+    for (int i = 0; i < n_spans; i++)
+        if (strcmp(spans[i].name, name) == 0 && spans[i].stream == stream && spans[i].micro == micro &&
+            near(spans[i].start_s, start_ms * 1e-3) && near(spans[i].end_s, end_ms * 1e-3))
+            return 1;
+    return 0;
+}
+/* No two op, wait or collective spans of one stream overlap (micro_batch and step hold others). */
+static int overlaps(void) {
+    int bad = 0;
+    for (int i = 0; i < n_spans; i++)
+        for (int j = i + 1; j < n_spans; j++) {
+            const gt_time_span *a = &spans[i], *b = &spans[j];
+            if (a->stream != b->stream || !strcmp(a->cat, "micro_batch") || !strcmp(a->cat, "step") ||
+                !strcmp(b->cat, "micro_batch") || !strcmp(b->cat, "step"))
+                continue;
+            if (a->start_s < b->end_s - 1e-12 && b->start_s < a->end_s - 1e-12) {
+                if (!bad) fprintf(stderr, "overlap: %s [%g, %g] and %s [%g, %g]\n", a->name, a->start_s, a->end_s,
+                                  b->name, b->start_s, b->end_s);
+                bad++;
+            }
+        }
+    return bad;
+}
+static int count_spans(const char *cat, int micro) {
+    int n = 0;
+    for (int i = 0; i < n_spans; i++) n += !strcmp(spans[i].cat, cat) && spans[i].micro == micro;
+    return n;
+}
+
+/* The hand schedule of test_hand_schedule (prefetch 1), heard span by span. */
+static void test_hand_spans(void) {
+    n_spans = 0;
+    gt_time_set_span_listener(keep_span, NULL);
+    gt_time_trace tr;
+    memset(&tr, 0, sizeof tr);
+    gt_op_cost k = {"matmul_forward", GT_COST_MATMUL, 0, 2e9, 0, 1, 1, 1};
+    gt_time_trace_push_op(&tr, &k, 1e-3);
+    gt_time_trace_push(&tr, GT_TEV_GATHER, 0, 2e6);
+    gt_time_trace_push_op(&tr, &k, 3e-3);
+    gt_time_trace_push(&tr, GT_TEV_GATHER, 0, 4e6);
+    gt_time_trace_push_op(&tr, &k, 0.5e-3);
+    gt_time_trace_push_op(&tr, &k, 0.5e-3); /* listened to: not merged */
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 6e6);
+    gt_time_trace_push_op(&tr, &k, 2e-3);
+    gt_time_trace_push(&tr, GT_TEV_MICRO_END, 0, 0);
+    CHECK(tr.n == 9, "listened to, each op stays an event: %d events", tr.n);
+    gt_calib c = flat_calib();
+    gt_time_step st = {2, 3, 1, 2, 1, 2, 2000000, 1000000, 100, 0};
+    gt_time_estimate t;
+    gt_time_simulate(&tr, &st, &c, &t);
+    gt_time_set_span_listener(NULL, NULL);
+    CHECK(near(t.step_s, 43e-3), "listened to, the same step: %.6f s, by hand 0.043", t.step_s);
+    CHECK(find_span("step", 0, -1, 0, 43), "a step span 0..43 ms");
+    CHECK(find_span("micro_batch", 0, 0, 0, 11) && find_span("micro_batch", 0, 1, 11, 22), "micro-batches 0..11, 11..22");
+    CHECK(find_span("all_gather_v", 1, 0, 1, 3) && find_span("all_gather_v", 1, 0, 3, 6) &&
+          find_span("all_gather_v", 1, 1, 12, 14) && find_span("all_gather_v", 1, 1, 14, 17), "gathers 1..3, 3..6, 12..14, 14..17");
+    CHECK(find_span("wait_all_gather_v", 0, 0, 1, 3) && find_span("wait_all_gather_v", 0, 1, 12, 14),
+          "compute waits for the first gather: 1..3, 12..14");
+    CHECK(find_span("reduce_scatter_v", 1, 0, 7, 11) && find_span("wait_reduce_scatter_v", 0, 0, 9, 11),
+          "the reduce-scatter 7..11, waited for 9..11");
+    CHECK(find_span("matmul_forward", 0, 0, 3, 6) && find_span("matmul_forward", 0, 1, 18, 20), "ops 3..6, 18..20");
+    CHECK(count_spans("op", 0) == 5 && count_spans("op", 1) == 5, "five op spans per micro-batch (%d, %d)",
+          count_spans("op", 0), count_spans("op", 1));
+    CHECK(find_span("sumsq", 0, -1, 22, 26) && find_span("all_reduce_scalar", 1, -1, 26, 27) &&
+          find_span("wait_all_reduce_scalar", 0, -1, 26, 27) && find_span("adamw", 0, -1, 27, 37) &&
+          find_span("to_working", 0, -1, 37, 43), "the step after the micro-batches: 22..26, 26..27, 27..37, 37..43");
+    CHECK(overlaps() == 0, "no two spans of one stream overlap");
+    gt_time_trace_free(&tr);
+}
+
+static int n_cost_calls;
+static void count_cost(void *ctx, const gt_op_cost *cost) {
+    (void)ctx;
+    (void)cost;
+    n_cost_calls++;
+}
+
+/* The tiny model, ZeRO-3 on two ranks, grad_accum 3: one op span per op call of a dry micro-batch
+ * (counted on a dry model of its own), in each of the three micro-batches. */
+static void test_dry_spans(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.train.grad_accum = 3;
+    gt_mem_shape sh = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    sh.stage = 3;
+    sh.grad_micro = 1;
+    gt_calib c = flat_calib();
+    gt_plan plan;
+    gt_policy none = {GT_POLICY_NONE, 0};
+    gt_mem_estimate est;
+    gt_plan_for_policy(&plan, &none, &sh, &est);
+    gt_model *dry = gt_model_create_dry(&cfg.model, 4, 1);
+    n_cost_calls = 0;
+    gt_ops_dry_set_cost(count_cost, NULL);
+    gt_model_dry_train_micro(dry, &plan, sh.micro_batch, sh.seq_len);
+    gt_ops_dry_set_cost(NULL, NULL);
+    gt_model_destroy(dry);
+    n_spans = 0;
+    gt_time_set_span_listener(keep_span, NULL);
+    gt_time_estimate t;
+    gt_plan_time(&sh, &plan, &c, &t);
+    gt_time_set_span_listener(NULL, NULL);
+    CHECK(n_cost_calls > 0 && n_spans < MAX_SPANS, "%d op calls in a dry micro-batch, %d spans", n_cost_calls, n_spans);
+    for (int m = 0; m < 3; m++)
+        CHECK(count_spans("op", m) == n_cost_calls, "micro-batch %d: %d op spans, the dry micro-batch calls %d ops", m,
+              count_spans("op", m), n_cost_calls);
+    CHECK(count_spans("micro_batch", 0) == 1 && count_spans("micro_batch", 3) == 0, "one span per micro-batch");
+    CHECK(count_spans("collective", 0) > 0, "ZeRO-3 on two ranks: collectives in the micro-batch");
+    double end = 0;
+    for (int i = 0; i < n_spans; i++)
+        if (!strcmp(spans[i].cat, "step")) end = spans[i].end_s;
+    CHECK(near(end, t.step_s), "the step span ends at the step time: %.9f s, %.9f s", end, t.step_s);
+    CHECK(overlaps() == 0, "no two spans of one stream overlap");
+}
+
 int main(void) {
     test_hand_schedule();
     test_dry_schedule();
+    test_hand_spans();
+    test_dry_spans();
     test_file();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");

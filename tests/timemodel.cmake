@@ -2,8 +2,10 @@
 # calibration (calib.c, calibrate.c, gtrain --calibrate; docs/planner.md).
 #   test_timemodel                      unit: a hand-built schedule's step time equals the hand
 #                                       computation; the dry schedule's matmul time equals the model's
-#                                       FLOPs at the rate; the calibration file round-trips and another
-#                                       key is refused
+#                                       FLOPs at the rate; the spans of --plan --trace (times by hand,
+#                                       one per op call of the dry micro-batch, none overlapping on a
+#                                       stream); the calibration file round-trips and another key is
+#                                       refused
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
 #                                       writes the keyed file, --plan then reads it; a broken file is
 #                                       named and not used (tests/scripts/calibrate_plan.sh)

@@ -161,6 +161,9 @@ static const key_spec keys[] = {
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
     TEXT(RUN, "log", "tensorboard", KEY_PATH, log.tensorboard, 0),
+    TEXT(RUN, "log", "trace", KEY_PATH, log.trace, 0),
+    INT(RUN, "log", "trace_first", log.trace_first, 1, INT_MAX),
+    INT(RUN, "log", "trace_last", log.trace_last, 1, INT_MAX),
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -224,6 +227,8 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.async = 1;
     cfg->checkpoint.max_failed_saves = 3;
     cfg->log.every = 1;
+    cfg->log.trace_first = 2; /* step 1 warms up (first touches of memory, threads starting) */
+    cfg->log.trace_last = 2;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -627,6 +632,10 @@ static void check_across(loader *ld) {
         fail_at(ld, blame(ld, "train", "seq_len", "model", "max_seq_len"),
                 "seq_len %d is longer than max_seq_len %d (expected seq_len <= max_seq_len)", c->train.seq_len,
                 m->max_seq_len);
+    if (c->log.trace_last < c->log.trace_first)
+        fail_at(ld, blame(ld, "log", "trace_last", "log", "trace_first"),
+                "trace_last %d is before trace_first %d (expected trace_first <= trace_last: the steps log.trace "
+                "records)", c->log.trace_last, c->log.trace_first);
     if (c->train.min_lr > c->train.lr)
         fail_at(ld, blame(ld, "train", "min_lr", "train", "lr"),
                 "min_lr %g is above lr %g (expected 0 <= min_lr <= lr)", c->train.min_lr, c->train.lr);

@@ -131,6 +131,8 @@ typedef struct gt_config {
         int every;             /* print a line every N steps */
         char metrics[GT_PATH_MAX]; /* JSONL path, "" = none */
         char tensorboard[GT_PATH_MAX]; /* directory of TensorBoard event files, "" = none */
+        char trace[GT_PATH_MAX];   /* Chrome trace JSON of the measured steps, one file per rank; "" = none */
+        int trace_first, trace_last; /* the steps log.trace records */
     } log;
 
     char path[GT_PATH_MAX];    /* the config file it came from */

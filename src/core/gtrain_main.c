@@ -3,6 +3,7 @@
  *
  *   gtrain CONFIG.ini [section.key=value ...]           train
  *   gtrain --plan [--world N] CONFIG.ini [overrides]    print the memory plan and exit
+ *          [--trace FILE]                               ... and write the predicted step as a Chrome trace
  *   gtrain --calibrate [--out FILE] [CONFIG.ini]        measure the time model's rates (docs/planner.md)
  *   gtrain --version                                    versions of gtrain and of the libraries
  *   gtrain --help
@@ -37,6 +38,7 @@
 #include "mfu.h"
 #include "ops.h"
 #include "planner.h"
+#include "trace.h"
 #include "signals.h"
 #include "testhooks.h"
 #include "train.h"
@@ -56,7 +58,7 @@ char *openblas_get_config(void);
 static void usage(FILE *out) {
     fprintf(out,
             "usage: gtrain CONFIG.ini [section.key=value ...]\n"
-            "       gtrain --plan [--world N] CONFIG.ini [section.key=value ...]\n"
+            "       gtrain --plan [--world N] [--trace FILE] CONFIG.ini [section.key=value ...]\n"
             "       gtrain --show-config CONFIG.ini [section.key=value ...]\n"
             "       gtrain --calibrate [--out FILE] [CONFIG.ini [section.key=value ...]]\n"
             "       gtrain --version\n"
@@ -67,7 +69,8 @@ static void usage(FILE *out) {
             "--plan prints the per-rank memory model (parameters, gradients, optimizer state, the\n"
             "activations of every recompute policy, their extra FLOPs and fit to memory.budget) for a\n"
             "world of N ranks (default: the launcher's, else 1) and exits without training; then the\n"
-            "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's).\n"
+            "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's);\n"
+            "--trace FILE writes that step as Chrome trace JSON (Perfetto, chrome://tracing open it).\n"
             "--calibrate measures the matmul, attention, memory, optimizer and (under mpirun) collective\n"
             "rates at the config's shapes and writes the calibration file --plan and training read.\n"
             "--show-config prints the configuration a run would use, every key with the defaults\n"
@@ -207,7 +210,7 @@ static int plan_threads(int world) {
 
 static int run_plan(int argc, char **argv) {
     int world = world_from_env();
-    const char *calib_path = NULL;
+    const char *calib_path = NULL, *trace_path = NULL;
     /* --world N may stand anywhere among the arguments; the rest is CONFIG then overrides */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (!rest) return 1;
@@ -227,6 +230,13 @@ static int run_plan(int argc, char **argv) {
                 return GT_EXIT_BAD_INPUT;
             }
             calib_path = argv[++a];
+        } else if (strcmp(argv[a], "--trace") == 0) {
+            if (a + 1 >= argc) {
+                fprintf(stderr, "gtrain: --trace needs a file\n");
+                free(rest);
+                return GT_EXIT_BAD_INPUT;
+            }
+            trace_path = argv[++a];
         } else {
             rest[n_rest++] = argv[a];
         }
@@ -272,6 +282,14 @@ static int run_plan(int argc, char **argv) {
     gt_calib_for_run(&calib, gpu, bf16, plan_threads(world), calib_path, note, sizeof note);
     if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_report_time(stdout, &choice, &calib, note);
+    if (trace_path) { /* the same simulation, span by span (trace.h) */
+        if (gt_trace_plan(trace_path, &choice, &calib, err, sizeof err) != 0) {
+            fprintf(stderr, "gtrain: %s\n", err);
+            return GT_EXIT_BAD_INPUT;
+        }
+        printf("predicted step written to %s (Chrome trace JSON: Perfetto and chrome://tracing open it)\n",
+               trace_path);
+    }
     return 0;
 }
 

@@ -621,7 +621,7 @@ typedef struct time_rec {
 static void rec_cost(void *ctx, const gt_op_cost *cost) {
     time_rec *r = ctx;
     double sec = gt_time_op_seconds(r->calib, cost);
-    gt_time_trace_push(&r->tr, GT_TEV_COMPUTE, sec, 0);
+    gt_time_trace_push_op(&r->tr, cost, sec);
     r->tr.kind_s[cost->kind] += sec;
     r->tr.flops += cost->flops;
 }

@@ -3,13 +3,28 @@
  */
 #include "timemodel.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void (*g_span_fn)(void *ctx, const gt_time_span *span);
+static void *g_span_ctx;
+
+void gt_time_set_span_listener(void (*fn)(void *ctx, const gt_time_span *span), void *ctx) {
+    g_span_fn = fn;
+    g_span_ctx = ctx;
+}
+
+static void span(int stream, const char *name, const char *cat, double start, double end, double flops,
+                 double bytes, int micro) {
+    gt_time_span s = {stream, micro, name, cat, start, end, flops, bytes};
+    g_span_fn(g_span_ctx, &s);
+}
 
 void gt_time_trace_push(gt_time_trace *tr, gt_tev_kind kind, double seconds, double bytes) {
     if (kind == GT_TEV_COMPUTE) {
         tr->compute_s += seconds;
-        if (tr->n && tr->ev[tr->n - 1].kind == GT_TEV_COMPUTE) { /* consecutive kernels: one event */
+        if (!g_span_fn && tr->n && tr->ev[tr->n - 1].kind == GT_TEV_COMPUTE) { /* consecutive kernels: one event */
             tr->ev[tr->n - 1].seconds += seconds;
             return;
         }
@@ -19,7 +34,16 @@ void gt_time_trace_push(gt_time_trace *tr, gt_tev_kind kind, double seconds, dou
         tr->ev = realloc(tr->ev, (size_t)tr->cap * sizeof *tr->ev);
         if (!tr->ev) abort();
     }
-    tr->ev[tr->n++] = (gt_time_event){kind, seconds, bytes};
+    tr->ev[tr->n++] = (gt_time_event){kind, seconds, bytes, NULL, 0};
+}
+
+void gt_time_trace_push_op(gt_time_trace *tr, const gt_op_cost *cost, double seconds) {
+    gt_time_trace_push(tr, GT_TEV_COMPUTE, seconds, 0);
+    if (!g_span_fn) return;
+    gt_time_event *e = &tr->ev[tr->n - 1];
+    e->bytes = cost->bytes;
+    e->op = cost->op;
+    e->flops = cost->flops;
 }
 
 void gt_time_trace_free(gt_time_trace *tr) {
@@ -59,10 +83,12 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
         if (tr->ev[i].kind == GT_TEV_GATHER) g_bytes[k++] = tr->ev[i].bytes;
     for (int m = 0; m < A; m++) {
         int issued = 0, next = 0;
+        double m_start = t;
         for (int i = 0; i < tr->n; i++) {
             const gt_time_event *e = &tr->ev[i];
             switch (e->kind) {
             case GT_TEV_COMPUTE:
+                if (g_span_fn) span(0, e->op ? e->op : "compute", "op", t, t + e->seconds, e->flops, e->bytes, m);
                 t += e->seconds;
                 busy_compute += e->seconds;
                 break;
@@ -70,43 +96,78 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 int k = next++;
                 for (; issued <= k + depth && issued < n_g; issued++) {
                     double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
+                    if (g_span_fn && W > 1)
+                        span(1, "all_gather_v", "collective", max2(comm, t), max2(comm, t) + d, 0, g_bytes[issued], m);
                     comm = max2(comm, t) + d;
                     busy_comm += d;
                     g_done[issued] = comm;
                 }
+                if (g_span_fn && g_done[k] > t) span(0, "wait_all_gather_v", "wait", t, g_done[k], 0, 0, m);
                 t = max2(t, g_done[k]);
                 break;
             }
             case GT_TEV_GRAD_DONE: {
                 double d = gt_time_collective(c, W, 'r', e->bytes);
+                if (g_span_fn && W > 1)
+                    span(1, "reduce_scatter_v", "collective", max2(comm, t), max2(comm, t) + d, 0, e->bytes, m);
                 comm = max2(comm, t) + d;
                 busy_comm += d;
                 break;
             }
             case GT_TEV_MICRO_END:
+                if (g_span_fn && comm > t) span(0, "wait_reduce_scatter_v", "wait", t, comm, 0, 0, m);
                 t = max2(t, comm);
                 break;
             }
         }
+        if (g_span_fn) span(0, "micro_batch", "micro_batch", m_start, t, 0, 0, m);
     }
     free(g_bytes);
     free(g_done);
     /* the step after the last micro-batch, in the code's order, nothing overlapping */
     t = max2(t, comm);
     double e = st->act_bytes > 0 ? st->act_bytes : 4, step_comm = 0;
+    double reduce = 0, norm = 0, gather = 0; /* the step's collectives, in the code's order */
     if (W > 1) {
-        if (st->stage == 0) step_comm += gt_time_collective(c, W, 'a', (double)st->n_pad * 4);
-        else if (st->stage == 1 || !st->grad_micro) step_comm += gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
-        step_comm += c->coll_latency_s; /* the clipping norm's scalar all-reduce */
-        if (st->stage == 1 || st->stage == 2) step_comm += gt_time_collective(c, W, 'g', (double)st->n_pad * e);
+        if (st->stage == 0) reduce = gt_time_collective(c, W, 'a', (double)st->n_pad * 4);
+        else if (st->stage == 1 || !st->grad_micro) reduce = gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
+        norm = c->coll_latency_s; /* the clipping norm's scalar all-reduce */
+        if (st->stage == 1 || st->stage == 2) gather = gt_time_collective(c, W, 'g', (double)st->n_pad * e);
+        step_comm += reduce;
+        step_comm += norm;
+        step_comm += gather;
     }
-    double opt = (double)st->slice * 4 / c->mem_bytes_per_s          /* sum of squares */
-                 + (double)st->slice * 28 / c->optim_bytes_per_s     /* AdamW */
-                 + (double)st->slice * (4 + e) / c->mem_bytes_per_s; /* master to working */
+    double sumsq = (double)st->slice * 4 / c->mem_bytes_per_s, adamw = (double)st->slice * 28 / c->optim_bytes_per_s,
+           to_working = (double)st->slice * (4 + e) / c->mem_bytes_per_s; /* master to working */
+    double opt = sumsq + adamw + to_working;
+    if (g_span_fn) {
+        double at = t;
+        /* bytes as comm.h's calls count them: all-reduce the buffer, reduce-scatter and all-gather a slice */
+        const char *red = st->stage == 0 ? "all_reduce" : "reduce_scatter";
+        double red_bytes = (double)st->n_pad * 4 / (st->stage == 0 ? 1 : W);
+        const struct { const char *name; int comm; double s, bytes; } tail[] = {
+            {red, 1, reduce, red_bytes}, {"sumsq", 0, sumsq, (double)st->slice * 4},
+            {"all_reduce_scalar", 1, norm, 8}, {"adamw", 0, adamw, (double)st->slice * 28},
+            {"to_working", 0, to_working, (double)st->slice * (4 + e)},
+            {"all_gather", 1, gather, (double)st->n_pad * e / W}};
+        for (int i = 0; i < 6; i++) {
+            if (tail[i].comm && tail[i].s <= 0) continue; /* no such collective in this plan */
+            if (tail[i].comm) {
+                char wait[64];
+                snprintf(wait, sizeof wait, "wait_%s", tail[i].name);
+                span(1, tail[i].name, "collective", at, at + tail[i].s, 0, tail[i].bytes, -1);
+                span(0, wait, "wait", at, at + tail[i].s, 0, 0, -1);
+            } else {
+                span(0, tail[i].name, "op", at, at + tail[i].s, 0, tail[i].bytes, -1);
+            }
+            at += tail[i].s;
+        }
+    }
     busy_comm += step_comm;
     busy_compute += opt;
     t += step_comm + opt;
     out->step_s = t;
+    if (g_span_fn) span(0, "step", "step", 0, t, A * st->model_flops, 0, -1);
     out->compute_s = busy_compute;
     out->comm_s = busy_comm;
     out->exposed_comm_s = t - busy_compute > 0 ? t - busy_compute : 0;

@@ -40,7 +40,9 @@ typedef enum gt_tev_kind {
 typedef struct gt_time_event {
     gt_tev_kind kind;
     double seconds; /* GT_TEV_COMPUTE */
-    double bytes;   /* GT_TEV_GATHER, GT_TEV_GRAD_DONE */
+    double bytes;   /* GT_TEV_GATHER, GT_TEV_GRAD_DONE; a compute event's bytes while spans are listened to */
+    const char *op; /* GT_TEV_COMPUTE while spans are listened to: the op (ops.h); else NULL */
+    double flops;   /* ... and its FLOPs */
 } gt_time_event;
 
 typedef struct gt_time_trace {
@@ -52,6 +54,9 @@ typedef struct gt_time_trace {
 } gt_time_trace;
 
 void gt_time_trace_push(gt_time_trace *tr, gt_tev_kind kind, double seconds, double bytes);
+/* One op's compute event: merged into the last compute event unless spans are listened to, when
+ * each op stays an event with its name, FLOPs and bytes. */
+void gt_time_trace_push_op(gt_time_trace *tr, const gt_op_cost *cost, double seconds);
 void gt_time_trace_free(gt_time_trace *tr);
 
 /* The step around the micro-batch trace. */
@@ -82,6 +87,20 @@ double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *cost);
 /* Seconds of one collective: kind 'a' all-reduce, 'r' reduce-scatter, 'g' all-gather, of `bytes`
  * (the whole buffer) over `world` ranks. */
 double gt_time_collective(const gt_calib *c, int world, char kind, double bytes);
+
+/* A picture of the simulated step (trace.h, `gtrain --plan --trace`): while a listener is set, every
+ * op, collective and wait of gt_time_simulate is reported with its start and end, in seconds from the
+ * step's start. stream 0 is compute, 1 communication. name: an op of ops.h, a collective as comm.h
+ * names its call (all_gather_v, reduce_scatter_v, all_reduce, reduce_scatter, all_gather,
+ * all_reduce_scalar), a wait of the compute stream ("wait_" and the collective's name), "micro_batch"
+ * (index in `micro`) or "step". cat: "op", "collective", "wait", "micro_batch", "step". Not
+ * thread-safe, as the planner is not: set it around one simulation (NULL: none, the default). */
+typedef struct gt_time_span {
+    int stream, micro;       /* micro: the micro-batch, -1 after the last */
+    const char *name, *cat;
+    double start_s, end_s, flops, bytes;
+} gt_time_span;
+void gt_time_set_span_listener(void (*fn)(void *ctx, const gt_time_span *span), void *ctx);
 
 /* Plays `tr` (one micro-batch) grad_accum times and the step after it (see the top). */
 void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_calib *c, gt_time_estimate *out);

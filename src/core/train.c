@@ -42,6 +42,7 @@
 #include "spike.h"
 #include "tbevents.h"
 #include "testhooks.h"
+#include "trace.h"
 #include "watchdog.h"
 #include "zero.h"
 
@@ -551,10 +552,15 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
     r->ops = gt_ops_watched(r->ops); /* the watchdog sees each kernel begin and end: a wedged one is named */
+    char trace_msg[GT_PATH_MAX * 3 + 512] = "";
+    rc = agree_input(mpi, gt_trace_run_open(cfg, r->rank, trace_msg, sizeof trace_msg), trace_msg, sizeof trace_msg);
+    if (rc) return rc;
+    r->ops = gt_trace_run_ops(r->ops); /* log.trace: each op timed in the recorded steps; else the same table */
     r->is_cuda = strcmp(r->ops->name, "cuda") == 0;
     if ((rc = open_communicator(r)) || (rc = gt_runstate_keep_global_batch(own, mpi)) || (rc = resolve_plan(r)) ||
         (rc = open_data(r)))
         return rc;
+    gt_trace_run_comm(r->comm);
     build_model(r);
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     r->G = (uint64_t)B * A * r->world;
@@ -591,6 +597,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
 
 static void close_run(run *r) {
     gt_watchdog_stop();
+    gt_trace_run_close();
     if (r->metrics) fclose(r->metrics);
     gt_tb_close(r->tb);
     free(r->inputs);
@@ -619,11 +626,13 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
     for (int m = 0; m < A; m++) {
         uint64_t micro_index = (uint64_t)r->rank * A + m; /* within the global batch */
         uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G + micro_index * B;
+        gt_trace_micro_begin(m);
         gt_data_train_batch(r->train_data, cfg->train.seed, first, B, T, r->inputs, r->targets);
         gt_rng_key key = {cfg->train.seed, gt_mix64(((uint64_t)step << 24) ^ micro_index)};
         double micro_loss = gt_model_train_micro(r->model, &r->choice.plan, r->inputs, r->targets, B, T, r->dloss,
                                                  key, recomputed);
         micro_loss = gt_test_nan(step, m, r->rank, r->ops->copy_to_device, gt_model_grads(r->model), micro_loss);
+        gt_trace_micro_end(m);
         if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
         loss_sum += micro_loss;
     }
@@ -859,7 +868,9 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
     for (int step = r.state.first_step; !rc && step <= r.cfg->train.steps; step++) {
         step_result res;
         gt_watchdog_step_begin(step);
+        gt_trace_step_begin(step);
         if ((rc = train_step(&r, step, &res))) break;
+        gt_trace_step_end(step);
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds, res.mfu);
@@ -867,7 +878,9 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms,
          * and that line before the step's validation line, as readers of the metrics expect */
         r.state.save_blocking_ms = 0;
+        double save_start = gt_trace_clock();
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
+        gt_trace_save(step, save_start, r.state.save_blocking_ms);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
         if (r.tb) write_tensorboard(&r, &res);
         if (!stop && !rc) stop = validate(&r, step);

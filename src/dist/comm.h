@@ -155,6 +155,17 @@ typedef struct {
                               requests from start to completion (seconds_total - seconds is hidden) */
 } gt_comm_stats;
 
+/* A timeline of the calls (log.trace, src/core/trace.h): fn(ctx, kind, name, t0, t1, bytes) after every
+ * communicating call, times in MPI_Wtime seconds. GT_COMM_SPAN_BLOCKING: a blocking call, which the
+ * calling thread waited from t0 to t1; GT_COMM_SPAN_STARTED: a non-blocking collective, from its
+ * start to the completion first observed (by gt_comm_test or gt_comm_wait); GT_COMM_SPAN_WAIT: the
+ * calling thread in gt_comm_wait (name "wait_" and the collective's). name as the watchdog hears it
+ * (all_reduce, reduce_scatter, all_gather, reduce_scatter_v, all_gather_v, broadcast, barrier,
+ * all_reduce_scalar, all_reduce_int_max). fn NULL: none (the default; one test per call). */
+enum { GT_COMM_SPAN_BLOCKING, GT_COMM_SPAN_STARTED, GT_COMM_SPAN_WAIT };
+typedef void gt_comm_span_fn(void *ctx, int kind, const char *name, double t0, double t1, uint64_t bytes);
+void gt_comm_set_span_fn(gt_comm *comm, gt_comm_span_fn *fn, void *ctx);
+
 void gt_comm_stats_get(const gt_comm *comm, gt_comm_stats *out);
 void gt_comm_stats_reset(gt_comm *comm);
 

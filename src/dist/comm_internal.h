@@ -43,6 +43,8 @@ struct gt_comm {
     MPI_Comm world;            /* our duplicate of the caller's communicator, MPI_ERRORS_RETURN */
     int rank, size, local_rank, local_size;
     gt_comm_stats stats;
+    gt_comm_span_fn *span_fn;  /* gt_comm_set_span_fn, NULL = none */
+    void *span_ctx;
     /* MPI backend */
     size_t max_call_elems;     /* chunking limit, see gt_comm_set_max_call_elems */
     MPI_Op op_bf16_sum;        /* user op on MPI_UINT16_T holding bf16 bits */

@@ -375,6 +375,22 @@ static void account_blocking(gt_comm *c, double dt) {
     if (c->size > 1) c->stats.seconds_exposed += dt;
 }
 
+static void span(gt_comm *c, int kind, const char *name, double t0, double t1, uint64_t bytes) {
+    if (c->span_fn) c->span_fn(c->span_ctx, kind, name, t0, t1, bytes);
+}
+
+/* A blocking call from t0 to now: accounted, and drawn when a timeline listens. */
+static void blocking_done(gt_comm *c, const char *name, double t0, uint64_t bytes) {
+    double t1 = MPI_Wtime();
+    account_blocking(c, t1 - t0);
+    span(c, GT_COMM_SPAN_BLOCKING, name, t0, t1, bytes);
+}
+
+void gt_comm_set_span_fn(gt_comm *c, gt_comm_span_fn *fn, void *ctx) {
+    c->span_fn = fn;
+    c->span_ctx = ctx;
+}
+
 /* Ring model of comm.h; every term is 0 for W == 1. */
 static uint64_t ring_bytes(const gt_comm *c, uint64_t per_step_bytes) {
     return (uint64_t)(c->size - 1) * per_step_bytes;
@@ -386,7 +402,7 @@ void gt_comm_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype)
     settle(c);
     double t0 = MPI_Wtime();
     if (count > 0) c->ops->all_reduce_sum(c, buf, count, dtype);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "all_reduce", t0, bytes);
     gt_watchdog_leave();
     c->stats.calls_all_reduce++;
     c->stats.bytes_sent += 2 * ring_bytes(c, bytes) / (uint64_t)c->size;
@@ -399,7 +415,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t
     settle(c);
     double t0 = MPI_Wtime();
     if (recv_count > 0) c->ops->reduce_scatter_sum(c, send, recv, recv_count, dtype);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "reduce_scatter", t0, bytes);
     gt_watchdog_leave();
     c->stats.calls_reduce_scatter++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
@@ -411,7 +427,7 @@ void gt_comm_all_gather(gt_comm *c, const void *send, void *recv, size_t send_co
     settle(c);
     double t0 = MPI_Wtime();
     if (send_count > 0) c->ops->all_gather(c, send, recv, send_count, dtype);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "all_gather", t0, bytes);
     gt_watchdog_leave();
     c->stats.calls_all_gather++;
     c->stats.bytes_sent += ring_bytes(c, bytes);
@@ -438,7 +454,7 @@ void gt_comm_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, cons
     settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->reduce_scatter_v_sum(c, send, recv, counts, displs, dtype);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "reduce_scatter_v", t0, total * elem);
     gt_watchdog_leave();
     c->stats.calls_reduce_scatter_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
@@ -453,7 +469,7 @@ void gt_comm_all_gather_v(gt_comm *c, void *buf, const size_t *counts, gt_dtype 
     settle(c);
     double t0 = MPI_Wtime();
     if (total > 0) c->ops->all_gather_v(c, buf, counts, displs, dtype);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "all_gather_v", t0, total * elem);
     gt_watchdog_leave();
     c->stats.calls_all_gather_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
@@ -464,8 +480,9 @@ struct gt_comm_request {
     void *handle;       /* the backend's, NULL for a request that moved nothing */
     double t_start;
     int done;           /* completion observed (seconds_total counted) */
-    const char *op;     /* what a wait waits for, for the watchdog */
+    const char *op;     /* what a wait waits for, for the watchdog: "wait_" and the collective */
     uint64_t seq;
+    uint64_t bytes;     /* for a timeline (gt_comm_set_span_fn) */
 };
 
 static gt_comm_request *request_new(void) {
@@ -485,6 +502,7 @@ gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t 
     gt_comm_request *r = request_new();
     r->op = "wait_all_gather_v";
     r->seq = gt_watchdog_started("all_gather_v", total * elem);
+    r->bytes = total * elem;
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
@@ -502,6 +520,7 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send
     gt_comm_request *r = request_new();
     r->op = "wait_reduce_scatter_v";
     r->seq = gt_watchdog_started("reduce_scatter_v", total * elem);
+    r->bytes = total * elem;
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
     c->stats.seconds += MPI_Wtime() - t0;
@@ -520,6 +539,7 @@ int gt_comm_test(gt_comm *c, gt_comm_request *r) {
     if (done) {
         r->done = 1;
         c->stats.seconds_total += t1 - r->t_start;
+        span(c, GT_COMM_SPAN_STARTED, r->op + 5, r->t_start, t1, r->bytes);
     }
     return done;
 }
@@ -537,7 +557,9 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
         c->stats.seconds += t1 - t0;
         if (c->size > 1) c->stats.seconds_exposed += t1 - t0;
         c->stats.seconds_total += t1 - r->t_start;
+        span(c, GT_COMM_SPAN_STARTED, r->op + 5, r->t_start, t1, r->bytes);
     }
+    span(c, GT_COMM_SPAN_WAIT, r->op, t0, t1, r->bytes);
     gt_watchdog_leave();
     free(r);
 }
@@ -548,7 +570,7 @@ void gt_comm_broadcast(gt_comm *c, void *buf, size_t bytes, int root) {
     settle(c);
     double t0 = MPI_Wtime();
     if (bytes > 0) c->ops->broadcast(c, buf, bytes, root);
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "broadcast", t0, bytes);
     gt_watchdog_leave();
     c->stats.calls_broadcast++;
     if (c->rank == root && c->size > 1) c->stats.bytes_sent += bytes;
@@ -558,7 +580,7 @@ void gt_comm_barrier(gt_comm *c) {
     gt_watchdog_enter("barrier", 0);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Barrier(c->world));
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "barrier", t0, 0);
     gt_watchdog_leave();
 }
 
@@ -566,7 +588,7 @@ double gt_comm_all_reduce_scalar_sum(gt_comm *c, double x) {
     gt_watchdog_enter("all_reduce_scalar", sizeof x);
     double y = 0.0, t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c->world));
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "all_reduce_scalar", t0, sizeof x);
     gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;
@@ -577,7 +599,7 @@ int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
     gt_watchdog_enter("all_reduce_int_max", sizeof x);
     double t0 = MPI_Wtime();
     gt_mpi_check(c, MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, c->world));
-    account_blocking(c, MPI_Wtime() - t0);
+    blocking_done(c, "all_reduce_int_max", t0, sizeof x);
     gt_watchdog_leave();
     c->stats.calls_scalar++;
     return y;
