@@ -76,6 +76,12 @@ typedef struct gt_test_hooks {
     int no_reserve;
     /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate_dir.c). */
     int rank_is_node;
+    /* GTRAIN_TEST_MEMSNAP_KILL=STEP:RANK: rank RANK kills itself (SIGKILL) in the middle of writing the
+     * memory snapshot of step STEP, its header written and a third of its payload (memsnap.c). step 0: off. */
+    struct {
+        long step;
+        int rank;
+    } memsnap_kill;
     /* GTRAIN_TEST_MEM_AVAILABLE=BYTES: the memory preflight sees a node with this much (preflight.c). */
     int has_mem_available;
     uint64_t mem_available;

@@ -865,6 +865,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
         if (r.tb) write_tensorboard(&r, &res);
+        if (!stop && !rc) gt_runstate_snapshot(&r.state, step);
         if (!stop && !rc) stop = validate(&r, step);
         if (stop) {
             rc = stop;
