@@ -376,7 +376,8 @@ static int resolve_plan(run *r) {
     gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
     gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
-                               gt_plan_snapshot_bytes(cfg, &r->choice.shape)); /* the async save's copy */
+                               gt_plan_snapshot_bytes(cfg, &r->choice.shape), /* the async save's copy */
+                               gt_plan_memsnap_bytes(cfg, &r->choice.shape));  /* the memory snapshots */
 }
 
 /* Each rank opens the data files itself: they may be missing or different on some nodes. */
