@@ -9,6 +9,8 @@
  *   runstate_resume.c    where a run starts: each candidate loaded in turn; the global batch
  *   runstate_save.c      the collective writer and the asynchronous writers, publishing
  *   runstate_files.c     the names of DIR's files, listing them, fsync, removing leftovers
+ *   runstate_memsnap.c   the last step in memory: memory snapshots (checkpoint.memory_every), when
+ *                        they are refreshed, resumed from and deleted
  *
  * The policies:
  *
@@ -64,6 +66,10 @@
  *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
  *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
+ *   the last step in memory  every checkpoint.memory_every steps each rank refreshes its memory
+ *                        snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
+ *                        takes the newest step every rank holds and verifies when it is newer than
+ *                        the newest state file; the clean end deletes them (runstate_memsnap.c).
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
  *                        it, save and return 75.
  *
