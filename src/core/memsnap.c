@@ -28,7 +28,7 @@
 
 #define MAGIC "GTSNAP\r\n"
 #define VERSION 1u
-#define HEADER_BYTES 4096u
+#define HEADER_BYTES GT_MEMSNAP_HEADER_BYTES
 
 typedef struct header {
     char magic[8];
@@ -56,9 +56,10 @@ void gt_memsnap_prefix(char *out, size_t len, const char *run_id, const char *br
 }
 
 void gt_memsnap_path(char *out, size_t len, const gt_memsnap_id *id, int slot) {
+    static const char *const ext[4] = {"a", "b", "pa", "pb"};
     char prefix[96];
     gt_memsnap_prefix(prefix, sizeof prefix, id->run_id, id->branch);
-    snprintf(out, len, "%s/%s%d-r%d.%c", gt_memsnap_dir(), prefix, id->world, id->rank, slot ? 'b' : 'a');
+    snprintf(out, len, "%s/%s%d-r%d.%s", gt_memsnap_dir(), prefix, id->world, id->rank, ext[slot & 3]);
 }
 
 uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len) {
@@ -118,7 +119,29 @@ static uint64_t slot_checksum(const unsigned char *base, const header *h) {
  * Reading
  * ---------------------------------------------------------------------------------------------- */
 
-/* Opens a slot and reads its header: 1 (fd open, *h), 0 (no file), -1 (why). */
+/* Is h (of a slot image of `size` bytes) one of id's? 1, 0 (all zero: a slot never written), or -1
+ * with *bad. */
+static int check_header(const header *h, const gt_memsnap_id *id, uint64_t size, const char **bad) {
+    static const char empty[8];
+    *bad = NULL;
+    if (size < HEADER_BYTES) *bad = "shorter than a header";
+    else if (memcmp(h->magic, empty, 8) == 0) return 0;
+    else if (memcmp(h->magic, MAGIC, 8) != 0 || h->version != VERSION || h->header_bytes != HEADER_BYTES ||
+             h->info_bytes != sizeof(gt_state_info))
+        *bad = "not a snapshot of this gtrain (magic, version)";
+    else if (strncmp(h->run_id, id->run_id, sizeof h->run_id) != 0 || strncmp(h->branch, id->branch, sizeof h->branch) != 0)
+        *bad = "of another run or branch (its header's lineage)";
+    else if (h->world != id->world || h->rank != id->rank || h->n_params != id->n_params || h->begin != id->begin ||
+             h->count != id->count || h->payload_bytes != 12 * id->count)
+        *bad = "of another world size, rank or slice";
+    else if (size != HEADER_BYTES + h->payload_bytes + h->config_bytes)
+        *bad = "truncated";
+    else if (__atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE) == 0)
+        *bad = "incomplete (its refresh was interrupted)";
+    return *bad ? -1 : 1;
+}
+
+/* Opens a slot and reads its header: 1 (fd open, *h), 0 (no file, or never written), -1 (why). */
 static int open_slot(const gt_memsnap_id *id, int slot, header *h, int *fd_out, off_t *size, char *why, size_t len) {
     char path[4200];
     gt_memsnap_path(path, sizeof path, id, slot);
@@ -130,30 +153,14 @@ static int open_slot(const gt_memsnap_id *id, int slot, header *h, int *fd_out, 
     }
     struct stat st;
     memset(h, 0, sizeof *h);
-    const char *bad = NULL;
-    static const char empty[8];
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)HEADER_BYTES || pread(fd, h, sizeof *h, 0) != (ssize_t)sizeof *h)
-        bad = "shorter than a header";
-    else if (memcmp(h->magic, empty, 8) == 0) { /* reserved, never written: no snapshot */
+    const char *bad = "shorter than a header";
+    int rc = -1;
+    if (fstat(fd, &st) == 0 && pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h)
+        rc = check_header(h, id, (uint64_t)st.st_size, &bad);
+    if (rc != 1) {
+        if (rc < 0) snprintf(why, len, "%s: %s", path, bad);
         close(fd);
-        return 0;
-    }
-    else if (memcmp(h->magic, MAGIC, 8) != 0 || h->version != VERSION || h->header_bytes != HEADER_BYTES ||
-             h->info_bytes != sizeof(gt_state_info))
-        bad = "not a snapshot of this gtrain (magic, version)";
-    else if (strncmp(h->run_id, id->run_id, sizeof h->run_id) != 0 || strncmp(h->branch, id->branch, sizeof h->branch) != 0)
-        bad = "of another run or branch (its header's lineage)";
-    else if (h->world != id->world || h->rank != id->rank || h->n_params != id->n_params || h->begin != id->begin ||
-             h->count != id->count || h->payload_bytes != 12 * id->count)
-        bad = "of another world size, rank or slice";
-    else if ((uint64_t)st.st_size != HEADER_BYTES + h->payload_bytes + h->config_bytes)
-        bad = "truncated";
-    else if (__atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE) == 0)
-        bad = "incomplete (its refresh was interrupted)";
-    if (bad) {
-        snprintf(why, len, "%s: %s", path, bad);
-        close(fd);
-        return -1;
+        return rc;
     }
     *fd_out = fd;
     *size = st.st_size;
@@ -171,59 +178,79 @@ int gt_memsnap_peek(const gt_memsnap_id *id, int slot, int64_t *step, char *why,
     return 1;
 }
 
-int gt_memsnap_verify(const gt_memsnap_id *id, int slot, int64_t step, gt_state_info *info, char **config_text,
-                      char *why, size_t why_len) {
-    header h;
-    int fd;
-    off_t size;
-    int rc = open_slot(id, slot, &h, &fd, &size, why, why_len);
-    if (rc == 0) snprintf(why, why_len, "its slot is gone");
-    if (rc != 1) return -1;
-    char path[4200];
-    gt_memsnap_path(path, sizeof path, id, slot);
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        snprintf(why, why_len, "%s: %s (mmap)", path, strerror(errno));
+int gt_memsnap_verify_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
+                            gt_state_info *info, char **config_text, char *why, size_t why_len) {
+    const header *h = image;
+    const char *bad = NULL;
+    int rc = size >= sizeof(header) ? check_header(h, id, size, &bad) : -1;
+    if (rc != 1) {
+        snprintf(why, why_len, "%s", rc == 0 ? "never written" : bad ? bad : "shorter than a header");
         return -1;
     }
-    const header *mh = map;
-    int ok = mh->step == step && h.step == step;
-    if (!ok) snprintf(why, why_len, "%s: now holds step %lld, not %lld", path, (long long)mh->step, (long long)step);
-    if (ok && slot_checksum(map, &h) != __atomic_load_n(&mh->checksum, __ATOMIC_ACQUIRE)) {
-        snprintf(why, why_len, "%s: its checksum does not match (a refresh interrupted, or damaged)", path);
-        ok = 0;
+    if (h->step != step) {
+        snprintf(why, why_len, "holds step %lld, not %lld", (long long)h->step, (long long)step);
+        return -1;
     }
-    if (ok) {
-        *info = mh->info;
-        *config_text = malloc((size_t)h.config_bytes + 1);
-        if (!*config_text) abort();
-        memcpy(*config_text, (const char *)map + HEADER_BYTES + h.payload_bytes, (size_t)h.config_bytes);
-        (*config_text)[h.config_bytes] = '\0';
+    if (slot_checksum(image, h) != __atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE)) {
+        snprintf(why, why_len, "its checksum does not match (a refresh interrupted, or damaged)");
+        return -1;
     }
-    munmap(map, (size_t)size);
-    return ok ? 0 : -1;
+    *info = h->info;
+    *config_text = malloc((size_t)h->config_bytes + 1);
+    if (!*config_text) abort();
+    memcpy(*config_text, (const char *)image + HEADER_BYTES + h->payload_bytes, (size_t)h->config_bytes);
+    (*config_text)[h->config_bytes] = '\0';
+    return 0;
 }
 
-int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why, size_t why_len) {
+void gt_memsnap_load_image(const void *image, gt_optim *opt) {
+    const header *h = image;
+    const float *payload = (const float *)((const char *)image + HEADER_BYTES);
+    float *dst[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
+    for (int g = 0; g < 3; g++)
+        if (h->count) opt->ops->copy_to_device(dst[g], payload + (size_t)g * h->count, (size_t)h->count * sizeof(float));
+    opt->ops->synchronize();
+}
+
+void *gt_memsnap_map(const gt_memsnap_id *id, int slot, uint64_t *size, char *why, size_t why_len) {
     header h;
     int fd;
-    off_t size;
-    int rc = open_slot(id, slot, &h, &fd, &size, why, why_len);
+    off_t st_size;
+    int rc = open_slot(id, slot, &h, &fd, &st_size, why, why_len);
     if (rc == 0) snprintf(why, why_len, "its slot is gone");
-    if (rc != 1) return -1;
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (rc != 1) return NULL;
+    void *map = mmap(NULL, (size_t)st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         snprintf(why, why_len, "mmap: %s", strerror(errno));
-        return -1;
+        return NULL;
     }
-    const float *payload = (const float *)((const char *)map + HEADER_BYTES);
-    float *dst[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
-    for (int g = 0; g < 3; g++)
-        if (h.count) opt->ops->copy_to_device(dst[g], payload + (size_t)g * h.count, (size_t)h.count * sizeof(float));
-    opt->ops->synchronize();
-    munmap(map, (size_t)size);
+    *size = (uint64_t)st_size;
+    return map;
+}
+
+void gt_memsnap_unmap(void *map, uint64_t size) {
+    if (map) munmap(map, (size_t)size);
+}
+
+int gt_memsnap_verify(const gt_memsnap_id *id, int slot, int64_t step, gt_state_info *info, char **config_text,
+                      char *why, size_t why_len) {
+    uint64_t size = 0;
+    char path[4200], msg[512];
+    gt_memsnap_path(path, sizeof path, id, slot);
+    void *map = gt_memsnap_map(id, slot, &size, msg, sizeof msg);
+    int rc = map ? gt_memsnap_verify_image(id, map, size, step, info, config_text, msg, sizeof msg) : -1;
+    if (rc != 0) snprintf(why, why_len, "%s: %s", path, msg);
+    gt_memsnap_unmap(map, size);
+    return rc;
+}
+
+int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why, size_t why_len) {
+    uint64_t size = 0;
+    void *map = gt_memsnap_map(id, slot, &size, why, why_len);
+    if (!map) return -1;
+    gt_memsnap_load_image(map, opt);
+    gt_memsnap_unmap(map, size);
     return 0;
 }
 
@@ -233,19 +260,27 @@ int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why,
 
 struct gt_memsnap {
     gt_memsnap_id id;
+    gt_memsnap_id ward;   /* the rank whose copies this one keeps (slots 2, 3); has_ward 0: none */
+    int has_ward;
     char *config_text;
     size_t config_len;
-    uint64_t bytes;       /* of each slot */
-    int fd[2];
-    unsigned char *map[2];
-    int next;             /* the slot the next refresh writes */
+    uint64_t bytes;       /* of each own slot */
+    uint64_t copy_bytes;  /* of each copy */
+    int fd[4];
+    unsigned char *map[4];
+    int next;             /* the own slot the next refresh writes (0, 1) */
+    int next_copy;        /* the copy slot the next copy goes to (2, 3) */
+    int last;             /* the own slot the last refresh wrote; -1: none yet */
     uint64_t seq;
 };
 
-/* Slot `s` as an empty file of m->bytes, reserved and mapped. 0 or -1 with err. */
+static uint64_t slot_size(const gt_memsnap *m, int s) { return s < 2 ? m->bytes : m->copy_bytes; }
+
+/* Slot `s` as an empty file of its size, reserved and mapped. 0 or -1 with err. */
 static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
     char path[4200];
-    gt_memsnap_path(path, sizeof path, &m->id, s);
+    gt_memsnap_path(path, sizeof path, s < 2 ? &m->id : &m->ward, s);
+    uint64_t bytes = slot_size(m, s);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(err, len, "%s: %s", path, strerror(errno));
@@ -253,12 +288,12 @@ static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
     }
     int rc = ftruncate(fd, 0); /* whatever it held is gone before any byte of the new one is there */
     if (rc == 0) {
-        rc = fallocate(fd, 0, 0, (off_t)m->bytes);
-        if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) rc = ftruncate(fd, (off_t)m->bytes);
+        rc = fallocate(fd, 0, 0, (off_t)bytes);
+        if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) rc = ftruncate(fd, (off_t)bytes);
     }
-    void *map = rc == 0 ? mmap(NULL, (size_t)m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    void *map = rc == 0 ? mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (map == MAP_FAILED) {
-        snprintf(err, len, "%s: %s (reserving %.3f GB)", path, strerror(errno), (double)m->bytes / 1e9);
+        snprintf(err, len, "%s: %s (reserving %.3f GB)", path, strerror(errno), (double)bytes / 1e9);
         close(fd);
         unlink(path);
         return -1;
@@ -269,23 +304,25 @@ static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
 }
 
 static void unmap_slot(gt_memsnap *m, int s) {
-    if (m->map[s]) munmap(m->map[s], (size_t)m->bytes);
+    if (m->map[s]) munmap(m->map[s], (size_t)slot_size(m, s));
     if (m->fd[s] >= 0) close(m->fd[s]);
     m->map[s] = NULL;
     m->fd[s] = -1;
 }
 
-gt_memsnap *gt_memsnap_open(const gt_memsnap_id *id, int keep_slot, const char *config_text, char *err,
-                            size_t err_len) {
+gt_memsnap *gt_memsnap_open(const gt_memsnap_id *id, int keep_slot, const gt_memsnap_id *ward, const char *config_text,
+                            char *err, size_t err_len) {
     gt_memsnap *m = calloc(1, sizeof *m);
     if (!m) abort();
     m->id = *id;
+    if (ward) m->ward = *ward, m->has_ward = 1;
     m->config_len = strlen(config_text);
     m->config_text = strdup(config_text);
     if (!m->config_text) abort();
     m->bytes = gt_memsnap_slot_bytes(id->count, m->config_len);
-    m->fd[0] = m->fd[1] = -1;
-    for (int s = 0; s < 2; s++) {
+    m->copy_bytes = ward ? gt_memsnap_slot_bytes(ward->count, m->config_len) : 0;
+    for (int s = 0; s < 4; s++) m->fd[s] = -1;
+    for (int s = 0; s < (m->has_ward ? 4 : 2); s++) {
         if (s == keep_slot) continue; /* made when it is next written */
         if (make_slot(m, s, err, err_len) != 0) {
             gt_memsnap_remove(m);
@@ -293,7 +330,44 @@ gt_memsnap *gt_memsnap_open(const gt_memsnap_id *id, int keep_slot, const char *
         }
     }
     m->next = keep_slot == 0 ? 1 : 0;
+    m->next_copy = 2;
+    m->last = -1;
     return m;
+}
+
+const void *gt_memsnap_last_image(const gt_memsnap *m, uint64_t *bytes) {
+    if (m->last < 0 || !m->map[m->last]) return NULL;
+    *bytes = m->bytes;
+    return m->map[m->last];
+}
+
+uint64_t gt_memsnap_copy_bytes(const gt_memsnap *m) { return m->has_ward ? m->copy_bytes : 0; }
+
+unsigned char *gt_memsnap_copy_begin(gt_memsnap *m, char *err, size_t err_len) {
+    int s = m->next_copy;
+    if (!m->has_ward || (!m->map[s] && make_slot(m, s, err, err_len) != 0)) return NULL;
+    header *h = (header *)m->map[s];
+    __atomic_store_n(&h->checksum, 0, __ATOMIC_RELEASE); /* invalid until copy_end */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return m->map[s];
+}
+
+int gt_memsnap_copy_end(gt_memsnap *m, const void *head, char *err, size_t err_len) {
+    int s = m->next_copy;
+    const header *in = head;
+    const char *bad = NULL;
+    if (check_header(in, &m->ward, m->copy_bytes, &bad) != 1) {
+        snprintf(err, err_len, "the copy received from rank %d is %s", m->ward.rank, bad ? bad : "empty");
+        return -1;
+    }
+    unsigned char *base = m->map[s];
+    header copy = *in;
+    copy.checksum = 0;
+    memcpy(base, &copy, sizeof copy);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&((header *)base)->checksum, in->checksum, __ATOMIC_RELEASE);
+    m->next_copy = s == 2 ? 3 : 2;
+    return 0;
 }
 
 int gt_memsnap_refresh(gt_memsnap *m, const gt_optim *opt, const gt_state_info *info, char *err, size_t err_len) {
@@ -338,6 +412,7 @@ int gt_memsnap_refresh(gt_memsnap *m, const gt_optim *opt, const gt_state_info *
     uint64_t sum = slot_checksum(base, &fresh);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     __atomic_store_n(&h->checksum, sum, __ATOMIC_RELEASE);
+    m->last = s;
     m->next = 1 - s;
     (void)err;
     (void)err_len;
@@ -346,16 +421,16 @@ int gt_memsnap_refresh(gt_memsnap *m, const gt_optim *opt, const gt_state_info *
 
 void gt_memsnap_close(gt_memsnap *m) {
     if (!m) return;
-    for (int s = 0; s < 2; s++) unmap_slot(m, s);
+    for (int s = 0; s < 4; s++) unmap_slot(m, s);
     free(m->config_text);
     free(m);
 }
 
 void gt_memsnap_remove(gt_memsnap *m) {
     if (!m) return;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < (m->has_ward ? 4 : 2); s++) {
         char path[4200];
-        gt_memsnap_path(path, sizeof path, &m->id, s);
+        gt_memsnap_path(path, sizeof path, s < 2 ? &m->id : &m->ward, s);
         unmap_slot(m, s);
         unlink(path);
     }

@@ -182,10 +182,11 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
             gt_format_bytes(memsnap_bytes, snap, sizeof snap);
             gt_format_bytes(need, all, sizeof all);
             snprintf(msg, sizeof msg,
-                     "%s: [checkpoint] memory_every keeps %d memory snapshot slots of each rank's state slice in "
-                     "shared memory: %s per rank, %s with the rest of the rank's host memory, but rank %d on %s can "
-                     "have %s (expected checkpoint.memory_every = 0, which keeps no snapshot in memory, or more ranks)",
-                     cfg->path, GT_MEMSNAP_SLOTS, snap, all, rank, host, hwhat);
+                     "%s: [checkpoint] memory_every keeps memory snapshots of each rank's state slice (2 slots, and "
+                     "2 copies of a partner's across nodes) in shared memory: %s per rank, %s with the rest of the "
+                     "rank's host memory, but rank %d on %s can have %s (expected checkpoint.memory_every = 0, which "
+                     "keeps no snapshot in memory, or more ranks)",
+                     cfg->path, snap, all, rank, host, hwhat);
             code = GT_EXIT_BAD_INPUT;
         }
     }

@@ -59,6 +59,8 @@ typedef struct gt_run_state {
     /* checkpoint.memory_every: this rank's memory snapshot (memsnap.h, runstate_memsnap.c) */
     struct gt_memsnap *memsnap; /* the writer; NULL when off */
     int memsnap_kept;        /* the slot the run resumed from (0, 1), kept until the next refresh; -1: none */
+    int *memsnap_partner;    /* (world) each rank's partner, keeping a copy of its snapshot on the next node; -1 */
+    uint64_t *memsnap_ranges; /* (2 x world) every rank's flat range (begin, count) */
     FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */
     struct gt_tb *tb;        /* rank 0: log.tensorboard, the same record as scalars; NULL = none */
 } gt_run_state;

@@ -281,6 +281,8 @@ void gt_runstate_settle(gt_run_state *run) {
 void gt_runstate_free(gt_run_state *run) {
     gt_async_save_free(run->writer); /* a run that ends with an error: its writer is joined, not published */
     gt_memsnap_close(run->memsnap);  /* its snapshots stay for the restart */
+    free(run->memsnap_partner);
+    free(run->memsnap_ranges);
     free(run->pending_begins);
     free(run->pending_counts);
     if (run->mpi_comm != MPI_COMM_NULL && run->mpi_comm != 0) MPI_Comm_free(&run->mpi_comm);

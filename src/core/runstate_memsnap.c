@@ -3,8 +3,8 @@
  * when each rank refreshes its snapshot (memsnap.h), which step a restart resumes from memory and
  * when it uses the files on disk instead, and when the snapshots are deleted.
  *
- *   refresh   every checkpoint.memory_every steps (auto: every AUTO_EVERY steps), after the step,
- *             on every rank by itself (no collective): not at a step that saves a state file by
+ *   refresh   every checkpoint.memory_every steps (auto: every AUTO_EVERY steps), after the step's
+ *             metrics line, on every rank (no collective but the partner copy below): not at a step that saves a state file by
  *             checkpoint.every, nor at the last step (the final save follows).
  *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: each rank reads
  *             the headers of its two slots of that lineage, world size, rank and slice; the ranks
@@ -15,6 +15,10 @@
  *             (gt_agree_on_failure): all load it, or the next older common step is tried, or the
  *             files on disk are used, with one line saying why. A snapshot of another run or branch
  *             is never read past its header and never deleted.
+ *   partners  across nodes, each rank's partner (the rank of its index on the next node) keeps a
+ *             copy of its snapshot, sent over MPI after each refresh (a collective step: every rank
+ *             refreshes at the same steps); a restart counts a step as held by a rank when its own
+ *             slot or its partner's copy has it, and a rank without its own fetches the copy.
  *   delete    at the run's clean end and after a stop signal's save, each rank deletes its two
  *             slots; a run that ends with an error keeps them for its restart. A start that does not
  *             resume from memory empties its slots (nothing of an earlier life of the lineage is
@@ -30,7 +34,13 @@
 #include "agree.h"
 #include "config.h"
 #include "memsnap.h"
+#include "testhooks.h"
+#include "watchdog.h"
+#include "errmsg.h"
 #include "exitcodes.h"
+
+#define COPY_TAG 7301                    /* the partner copies' messages on run->mpi_comm */
+#define CHUNK ((uint64_t)1 << 30)        /* bytes per message */
 
 /* checkpoint.memory_every = auto: a fixed interval until the time model chooses it from the
  * measured cost of a refresh and the fault rate (docs/reliability.md). */
@@ -40,17 +50,77 @@ static int memory_every(const gt_config *cfg) {
     return cfg->checkpoint.memory_every < 0 ? AUTO_EVERY : cfg->checkpoint.memory_every;
 }
 
-/* This rank's snapshot identity in lineage (run_id, branch). */
-static void my_id(const gt_run_state *run, const char *run_id, const char *branch, gt_memsnap_id *id) {
+/* The partners (collective, once): rank r's partner is the rank of the same index among its node's
+ * ranks on the next node (nodes in the order of their first rank; GTRAIN_TEST_RANK_IS_NODE makes every
+ * rank a node), so that a node lost takes no snapshot with it. With one node, or nodes of unequal
+ * rank counts, there are none (-1). run->memsnap_ranges: every rank's flat range (begin, count). */
+static void topology(gt_run_state *run) {
+    if (run->memsnap_partner) return;
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    MPI_Comm node;
+    gt_node_comm(run->mpi_comm, &node);
+    int local = 0, size = 1, leader = rank;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &size);
+    MPI_Bcast(&leader, 1, MPI_INT, 0, node);
+    MPI_Comm_free(&node);
+    if (gt_test_hooks_get()->rank_is_node) leader = rank, local = 0, size = 1;
+    int mine[3] = {leader, local, size};
+    int *all = malloc(3 * (size_t)world * sizeof *all);
+    run->memsnap_partner = malloc((size_t)world * sizeof(int));
+    run->memsnap_ranges = malloc(2 * (size_t)world * sizeof(uint64_t));
+    if (!all || !run->memsnap_partner || !run->memsnap_ranges) abort();
+    MPI_Allgather(mine, 3, MPI_INT, all, 3, MPI_INT, run->mpi_comm);
+    uint64_t range[2] = {run->opt->shard.begin, run->opt->shard.end - run->opt->shard.begin};
+    MPI_Allgather(range, 2, MPI_UINT64_T, run->memsnap_ranges, 2, MPI_UINT64_T, run->mpi_comm);
+    int nodes = 0, equal = 1;
+    for (int r = 0; r < world; r++) {
+        run->memsnap_partner[r] = -1;
+        nodes += all[3 * r] == r; /* a node's leader is its first rank */
+        equal &= all[3 * r + 2] == all[2];
+    }
+    if (nodes >= 2 && equal)
+        for (int r = 0; r < world; r++) {
+            int next = -1; /* the next node's leader, wrapping around */
+            for (int q = all[3 * r] + 1; q < world && next < 0; q++)
+                if (all[3 * q] == q) next = q;
+            for (int q = 0; q < world && next < 0; q++)
+                if (all[3 * q] == q) next = q;
+            for (int q = 0; q < world; q++)
+                if (all[3 * q] == next && all[3 * q + 1] == all[3 * r + 1]) run->memsnap_partner[r] = q;
+        }
+    free(all);
+}
+
+/* The rank whose partner `rank` is, or -1. */
+static int ward_of(const gt_run_state *run, int rank) {
+    for (int r = 0; r < gt_comm_size(run->comm); r++)
+        if (run->memsnap_partner[r] == rank) return r;
+    return -1;
+}
+
+/* Rank r's snapshot identity in the lineage. */
+static void rank_id(const gt_run_state *run, const char *run_id, const char *branch, int r, gt_memsnap_id *id) {
     memset(id, 0, sizeof *id);
     snprintf(id->run_id, sizeof id->run_id, "%s", run_id);
     snprintf(id->branch, sizeof id->branch, "%s", branch);
     id->world = gt_comm_size(run->comm);
-    id->rank = rank_of(run);
+    id->rank = r;
     id->n_params = gt_model_layout(run->model)->n_params;
-    id->begin = run->opt->shard.begin;
-    id->count = run->opt->shard.end - run->opt->shard.begin;
+    id->begin = run->memsnap_ranges[2 * r];
+    id->count = run->memsnap_ranges[2 * r + 1];
 }
+
+/* Sends or receives `bytes` at p in chunks: requests appended to req (*n of them). */
+static void post(int send, void *p, uint64_t bytes, int peer, MPI_Comm comm, MPI_Request *req, int *n) {
+    for (uint64_t at = 0; at < bytes; at += CHUNK) {
+        int len = (int)(bytes - at < CHUNK ? bytes - at : CHUNK);
+        if (send) MPI_Isend((char *)p + at, len, MPI_BYTE, peer, COPY_TAG, comm, &req[(*n)++]);
+        else MPI_Irecv((char *)p + at, len, MPI_BYTE, peer, COPY_TAG, comm, &req[(*n)++]);
+    }
+}
+
+#define MAX_REQ 256 /* 128 GiB per copy and direction */
 
 static void flag_model_change(void *user, const char *key, int changes_model, const char *was, const char *now) {
     (void)was;
@@ -80,8 +150,47 @@ static int fits_run(const gt_run_state *run, const gt_state_info *info, const ch
     return 0;
 }
 
-/* Does rank r hold step s (by its headers)? */
-static int holds(const int64_t *all, int r, int64_t s) { return all[2 * r] == s || all[2 * r + 1] == s; }
+/* all: 4 steps per rank by the headers: its own two slots, then the two copies it keeps of its ward.
+ * Does rank r have step s itself? Through its partner's copy? */
+static int own_has(const int64_t *all, int r, int64_t s) { return all[4 * r] == s || all[4 * r + 1] == s; }
+static int copy_has(const gt_run_state *run, const int64_t *all, int r, int64_t s) {
+    int p = run->memsnap_partner[r];
+    return p >= 0 && (all[4 * p + 2] == s || all[4 * p + 3] == s);
+}
+
+/* Step S from the partner: the holder (whose ward needs it) sends its copy's size and image, the
+ * needy rank receives it into *image (malloc'd; *size 0 when the holder could not map it).
+ * Collective in the sense that every rank calls it with the same need[]. */
+static void fetch_copies(gt_run_state *run, const gt_memsnap_id *ward_id, const int64_t *all, int64_t S,
+                         const int *need, void **image, uint64_t *size) {
+    int rank = rank_of(run), ward = ward_of(run, rank), partner = run->memsnap_partner[rank];
+    MPI_Request req[2 * MAX_REQ + 2];
+    int n = 0;
+    uint64_t have = 0;
+    void *map = NULL;
+    *image = NULL;
+    *size = 0;
+    if (ward >= 0 && need[ward]) { /* send ward its copy */
+        int slot = all[4 * rank + 2] == S ? 2 : 3;
+        char why[512];
+        map = gt_memsnap_map(ward_id, slot, &have, why, sizeof why);
+        if (!map) have = 0;
+        MPI_Send(&have, 1, MPI_UINT64_T, ward, COPY_TAG, run->mpi_comm);
+        if (have) post(1, map, have, ward, run->mpi_comm, req, &n);
+    }
+    if (need[rank] && partner >= 0) {
+        MPI_Recv(size, 1, MPI_UINT64_T, partner, COPY_TAG, run->mpi_comm, MPI_STATUS_IGNORE);
+        if (*size) {
+            *image = malloc((size_t)*size);
+            if (!*image) abort();
+            post(0, *image, *size, partner, run->mpi_comm, req, &n);
+        }
+    }
+    gt_watchdog_enter("memsnap_fetch", have + *size);
+    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    gt_watchdog_leave();
+    gt_memsnap_unmap(map, have);
+}
 
 int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_info *info) {
     const gt_config *cfg = run->cfg;
@@ -100,45 +209,66 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     }
     MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, run->mpi_comm);
     if (!head.has) return 0;
-    gt_memsnap_id id;
-    my_id(run, head.run_id, head.branch, &id);
+    topology(run);
+    int ward = ward_of(run, rank);
+    gt_memsnap_id id, ward_id;
+    rank_id(run, head.run_id, head.branch, rank, &id);
+    if (ward >= 0) rank_id(run, head.run_id, head.branch, ward, &ward_id);
 
-    /* the headers of this rank's two slots: their steps (0: none or unusable) */
-    int64_t mine[2] = {0, 0};
+    /* the headers: this rank's two slots, and the two copies it keeps of its ward (0: none) */
+    int64_t mine[4] = {0, 0, 0, 0};
     char why[2][4400] = {"", ""};
     int found = 0;
-    for (int s = 0; s < 2; s++) {
-        int rc = gt_memsnap_peek(&id, s, &mine[s], why[s], sizeof why[s]);
+    for (int s = 0; s < 4; s++) {
+        char other[4400];
+        int rc = s < 2 || ward >= 0 ? gt_memsnap_peek(s < 2 ? &id : &ward_id, s, &mine[s], s < 2 ? why[s] : other,
+                                                       s < 2 ? sizeof why[s] : sizeof other)
+                                    : 0;
         if (rc != 1) mine[s] = 0;
         found |= rc != 0;
     }
-    int64_t *all = malloc(2 * (size_t)world * sizeof *all);
-    if (!all) abort();
-    MPI_Allgather(mine, 2, MPI_INT64_T, all, 2, MPI_INT64_T, run->mpi_comm);
+    int64_t *all = malloc(4 * (size_t)world * sizeof *all);
+    int *need = malloc((size_t)world * sizeof *need);
+    if (!all || !need) abort();
+    MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, run->mpi_comm);
     int any_found = found;
     MPI_Allreduce(&found, &any_found, 1, MPI_INT, MPI_MAX, run->mpi_comm);
     if (!any_found) {
         free(all);
+        free(need);
         return 0;
     }
 
-    /* the candidates: rank 0's steps held by every rank, newer than the newest file, newest first */
-    int64_t cand[2] = {all[0] > all[1] ? all[0] : all[1], all[0] > all[1] ? all[1] : all[0]};
+    /* the candidates: the steps rank 0 has (itself or through its partner), newest first */
+    int64_t cand[4];
+    int nc = 0;
+    for (int k = 0; k < 2; k++) cand[nc++] = all[k];
+    if (run->memsnap_partner[0] >= 0)
+        for (int k = 2; k < 4; k++) cand[nc++] = all[4 * run->memsnap_partner[0] + k];
+    for (int a = 0; a < nc; a++) /* descending */
+        for (int b = a + 1; b < nc; b++)
+            if (cand[b] > cand[a]) {
+                int64_t t = cand[a];
+                cand[a] = cand[b], cand[b] = t;
+            }
     char verdict[4800] = "";
     int resumed = 0;
-    for (int c = 0; c < 2 && !resumed; c++) {
+    for (int c = 0; c < nc && !resumed; c++) {
         int64_t S = cand[c];
-        if (S <= 0 || (c == 1 && S == cand[0])) continue;
-        int everyone = 1;
-        for (int r = 0; r < world && everyone; r++)
-            if (!holds(all, r, S)) {
+        if (S <= 0 || (c > 0 && S == cand[c - 1])) continue;
+        int everyone = 1, fetched = 0;
+        for (int r = 0; r < world && everyone; r++) {
+            need[r] = !own_has(all, r, S);
+            fetched += need[r];
+            if (need[r] && !copy_has(run, all, r, S)) {
                 everyone = 0;
                 if (!verdict[0]) {
                     const char *w = rank == r ? (why[0][0] ? why[0] : why[1][0] ? why[1] : "") : "";
-                    snprintf(verdict, sizeof verdict, "rank %d has no snapshot of step %lld%s%s", r, (long long)S,
-                             w[0] ? ": " : "", w);
+                    snprintf(verdict, sizeof verdict, "rank %d has no snapshot of step %lld%s%s%s", r, (long long)S,
+                             run->memsnap_partner[r] >= 0 ? ", nor its partner a copy" : "", w[0] ? ": " : "", w);
                 }
             }
+        }
         if (!everyone) continue;
         if (S <= head.newest_file) {
             if (!verdict[0])
@@ -152,21 +282,38 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
                          (long long)S, cfg->train.steps);
             continue;
         }
+        double t0 = MPI_Wtime();
+        void *image = NULL;
+        uint64_t image_size = 0;
+        if (fetched) fetch_copies(run, &ward_id, all, S, need, &image, &image_size);
         int slot = mine[0] == S ? 0 : 1;
         char msg[4600] = "";
         char *text = NULL;
         gt_state_info got;
-        int bad = gt_memsnap_verify(&id, slot, S, &got, &text, msg, sizeof msg) != 0;
+        int bad;
+        if (need[rank]) {
+            bad = !image || gt_memsnap_verify_image(&id, image, image_size, S, &got, &text, msg, sizeof msg) != 0;
+            if (!image) snprintf(msg, sizeof msg, "its partner could not send its copy");
+            else if (bad) {
+                char tmp[4600];
+                snprintf(tmp, sizeof tmp, "the copy from its partner rank %d: %s", run->memsnap_partner[rank], msg);
+                snprintf(msg, sizeof msg, "%s", tmp);
+            }
+        } else {
+            bad = gt_memsnap_verify(&id, slot, S, &got, &text, msg, sizeof msg) != 0;
+        }
         if (!bad && rank == 0) bad = fits_run(run, &got, text, msg, sizeof msg) != 0;
         free(text);
         char line[4700];
         snprintf(line, sizeof line, "rank %d: %s", rank, msg);
         if (gt_agree_on_failure(run->mpi_comm, bad, line, sizeof line)) {
             snprintf(verdict, sizeof verdict, "step %lld: %s", (long long)S, line);
+            free(image);
             continue;
         }
-        double t0 = MPI_Wtime();
-        bad = gt_memsnap_load(&id, slot, run->opt, msg, sizeof msg) != 0;
+        if (need[rank]) gt_memsnap_load_image(image, run->opt), bad = 0;
+        else bad = gt_memsnap_load(&id, slot, run->opt, msg, sizeof msg) != 0;
+        free(image);
         snprintf(line, sizeof line, "rank %d: %s", rank, msg);
         if (gt_agree_on_failure(run->mpi_comm, bad, line, sizeof line)) {
             if (rank == 0) {
@@ -175,6 +322,7 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
                 fflush(stderr);
             }
             free(all);
+            free(need);
             return -1;
         }
         gt_optim_publish_params(run->opt);
@@ -182,10 +330,10 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         MPI_Barrier(run->mpi_comm);
         double seconds = MPI_Wtime() - t0;
         *info = got;
-        run->memsnap_kept = slot;
+        run->memsnap_kept = need[rank] ? -1 : slot;
         resumed = 1;
         if (rank == 0) {
-            char newest[GT_PATH_MAX + 96];
+            char newest[GT_PATH_MAX + 96], from[1024] = "";
             if (head.newest_file) {
                 char path[GT_PATH_MAX + 64];
                 gt_rs_state_path(path, sizeof path, cfg->checkpoint.dir, head.newest_file, 0);
@@ -193,8 +341,16 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
             } else {
                 snprintf(newest, sizeof newest, "any state file");
             }
-            printf("gtrain: resumed from the memory snapshot of step %lld (every rank's slice in %s verified, "
-                   "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(),
+            int fetched_ranks = 0;
+            for (int r = 0; r < world; r++) fetched_ranks += need[r];
+            for (int r = 0; r < world; r++)
+                if (need[r])
+                    gt_appendf(from, sizeof from, "%s%d", from[0] ? "," : fetched_ranks == 1 ? "; the slice of rank "
+                                                                                           : "; the slices of ranks ", r);
+            if (from[0]) gt_appendf(from, sizeof from, fetched_ranks == 1 ? " from its partner's copy"
+                                                                           : " from their partners' copies");
+            printf("gtrain: resumed from the memory snapshot of step %lld (every rank's slice in %s verified%s, "
+                   "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(), from,
                    (double)(12 * id.count) / 1e9, seconds, newest);
             fflush(stdout);
         }
@@ -206,34 +362,84 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         fflush(stdout);
     }
     free(all);
+    free(need);
     return resumed;
 }
 
 void gt_rs_memsnap_begin(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     if (!cfg->checkpoint.dir[0] || cfg->checkpoint.memory_every == 0) return;
-    gt_memsnap_id id;
-    my_id(run, run->lineage.run_id, run->lineage.branch, &id);
+    topology(run);
+    int rank = rank_of(run), ward = ward_of(run, rank);
+    gt_memsnap_id id, ward_id;
+    rank_id(run, run->lineage.run_id, run->lineage.branch, rank, &id);
+    if (ward >= 0) rank_id(run, run->lineage.run_id, run->lineage.branch, ward, &ward_id);
     char err[4600] = "";
-    run->memsnap = gt_memsnap_open(&id, run->memsnap_kept, run->config_text, err, sizeof err);
+    run->memsnap = gt_memsnap_open(&id, run->memsnap_kept, ward >= 0 ? &ward_id : NULL, run->config_text, err, sizeof err);
     char line[4700];
-    snprintf(line, sizeof line, "rank %d: %s", rank_of(run), err);
+    snprintf(line, sizeof line, "rank %d: %s", rank, err);
     if (gt_agree_on_failure(run->mpi_comm, run->memsnap == NULL, line, sizeof line)) {
         gt_memsnap_remove(run->memsnap); /* one rank without snapshots makes every rank's useless */
         run->memsnap = NULL;
-        if (rank_of(run) == 0) {
+        if (rank == 0) {
             fprintf(stderr, "gtrain: warning: memory snapshots are off for this run: %s (checkpoint.memory_every; "
                     "the state files on disk remain)\n", line);
             fflush(stderr);
         }
         return;
     }
-    if (rank_of(run) == 0) {
-        printf("gtrain: memory snapshots every %d steps%s in %s: 2 slots of %.3f GB per rank\n", memory_every(cfg),
+    if (rank == 0) {
+        int p = run->memsnap_partner[0];
+        char partners[128];
+        if (p >= 0) snprintf(partners, sizeof partners, "; each rank's also kept by a partner on the next node (rank 0's by rank %d)", p);
+        else snprintf(partners, sizeof partners, "; no partner copies (one node)");
+        printf("gtrain: memory snapshots every %d steps%s in %s: 2 slots of %.3f GB per rank%s\n", memory_every(cfg),
                cfg->checkpoint.memory_every < 0 ? " (auto)" : "", gt_memsnap_dir(),
-               (double)gt_memsnap_slot_bytes(id.count, strlen(run->config_text)) / 1e9);
+               (double)gt_memsnap_slot_bytes(id.count, strlen(run->config_text)) / 1e9, partners);
         fflush(stdout);
     }
+}
+
+/* The refresh's copy to the partner: this rank sends its new image to its partner and receives its
+ * ward's into a copy slot (its checksum last). Every rank refreshes at the same steps, so every rank
+ * is here together. A rank whose refresh failed says so first and sends nothing. */
+static void exchange(gt_run_state *run, int ok) {
+    int rank = rank_of(run), partner = run->memsnap_partner[rank], ward = ward_of(run, rank);
+    if (partner < 0 || ward < 0) return;
+    uint64_t bytes = 0, copy = gt_memsnap_copy_bytes(run->memsnap);
+    const void *image = ok ? gt_memsnap_last_image(run->memsnap, &bytes) : NULL;
+    ok = image != NULL;
+    int ward_ok = 0;
+    MPI_Sendrecv(&ok, 1, MPI_INT, partner, COPY_TAG, &ward_ok, 1, MPI_INT, ward, COPY_TAG, run->mpi_comm,
+                 MPI_STATUS_IGNORE);
+    char err[4600] = "";
+    unsigned char head[GT_MEMSNAP_HEADER_BYTES];
+    unsigned char *dst = NULL, *spare = NULL;
+    if (ward_ok) {
+        dst = gt_memsnap_copy_begin(run->memsnap, err, sizeof err);
+        if (!dst) dst = spare = malloc((size_t)copy); /* received and dropped */
+        if (!dst) abort();
+    }
+    MPI_Request req[2 * MAX_REQ + 4];
+    int n = 0;
+    if (ok) {
+        post(1, (void *)image, GT_MEMSNAP_HEADER_BYTES, partner, run->mpi_comm, req, &n);
+        post(1, (unsigned char *)image + GT_MEMSNAP_HEADER_BYTES, bytes - GT_MEMSNAP_HEADER_BYTES, partner,
+             run->mpi_comm, req, &n);
+    }
+    if (ward_ok) {
+        post(0, head, GT_MEMSNAP_HEADER_BYTES, ward, run->mpi_comm, req, &n);
+        post(0, dst + GT_MEMSNAP_HEADER_BYTES, copy - GT_MEMSNAP_HEADER_BYTES, ward, run->mpi_comm, req, &n);
+    }
+    gt_watchdog_enter("memsnap_copy", bytes + copy);
+    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    gt_watchdog_leave();
+    int kept = ward_ok && !spare && gt_memsnap_copy_end(run->memsnap, head, err, sizeof err) == 0;
+    if (ward_ok && !kept) { /* the copy slot stays invalid: the ward's own slots remain */
+        fprintf(stderr, "gtrain: rank %d: the copy of rank %d's memory snapshot is not kept: %s\n", rank, ward, err);
+        fflush(stderr);
+    }
+    free(spare);
 }
 
 void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
@@ -241,11 +447,13 @@ void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
     gt_state_info info;
     gt_rs_save_info(run, step, &info);
     char err[4600];
-    if (gt_memsnap_refresh(run->memsnap, run->opt, &info, err, sizeof err) != 0) {
+    int ok = gt_memsnap_refresh(run->memsnap, run->opt, &info, err, sizeof err) == 0;
+    if (!ok) {
         fprintf(stderr, "gtrain: rank %d: the memory snapshot of step %d failed: %s (the older one stays)\n",
                 rank_of(run), step, err);
         fflush(stderr);
     }
+    exchange(run, ok);
 }
 
 void gt_rs_memsnap_finish(gt_run_state *run) {

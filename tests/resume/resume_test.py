@@ -47,7 +47,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   read_errors        an unlistable checkpoint.dir is exit 3; a one-off read error is read once more
   memsnap_*          checkpoint.memory_every: kill -9 after a snapshot newer than the last file
                      resumes from it bit-identically; torn, damaged, missing, stale and other runs'
-                     snapshots are not used (the files on disk are); the clean end deletes them
+                     snapshots are not used (the files on disk are); the clean end deletes them;
+                     a slice restored from a partner's copy; no partner copy -> the files on disk
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -1646,6 +1647,41 @@ def memsnap_fallbacks(e):
     same_as_ref(e, "stale", ref)
 
 
+def memsnap_partner(e):
+    """Partner copies: each rank a node of its own (GTRAIN_TEST_RANK_IS_NODE), so each rank also keeps
+    a copy of the other's snapshot (.pa/.pb). Rank 1's own slots deleted (its node lost): the restart
+    fetches its slice from rank 0's copy over MPI, says so, and ends bit-identical. Rank 1's slots
+    and its partner's copies both gone: the files on disk, with one line naming rank 1. The clean end
+    deletes the copies too."""
+    nodes = {"GTRAIN_TEST_RANK_IS_NODE": "1"}
+    e.run(2, "ref", *MEM, env=shm_env(e))
+    ref = e.losses("ref")
+    killed_after(e, "part", 6, env=nodes)
+    files = [os.path.basename(p).rsplit("-", 1)[1] for p in snap_files(e, "part")]
+    check(sorted(files) == ["r0.a", "r0.b", "r0.pa", "r0.pb", "r1.a", "r1.b", "r1.pa", "r1.pb"],
+          f"2 slots and 2 partner copies per rank: {sorted(files)}")
+    for p in snap_files(e, "part"):
+        if p.endswith("-r1.a") or p.endswith("-r1.b"):
+            os.unlink(p)
+    out, _ = e.run(2, "part", *MEM, env=shm_env(e, nodes))
+    m = re.search(r"resumed from the memory snapshot of step (\d+) .*the slice of rank 1 from its partner's copy", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and int(m.group(1)) >= 5, "rank 1's slice came from its partner's copy")
+    same_as_ref(e, "part", ref)
+    check(snap_files(e, "part") == [], "the clean end deleted the slots and the copies")
+    killed_after(e, "nopart", 6, env=nodes)
+    for p in snap_files(e, "nopart"):
+        if "-r1." in os.path.basename(p):
+            os.unlink(p)
+    out, _ = e.run(2, "nopart", *MEM, env=shm_env(e, nodes))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check(re.search(r"rank 1 has no snapshot of step \d+, nor its partner a copy", line) is not None,
+          "no slot and no copy of rank 1: the line says so")
+    check("resumed from " + e.ck("nopart", 4) in out, "resumed from the state file of step 4")
+    same_as_ref(e, "nopart", ref)
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
@@ -1654,7 +1690,7 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save,
-                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks)}
+                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}
 

@@ -65,7 +65,7 @@ PY
 # the memory snapshots: room for the plan and the copy (150%) but not for 2 slots more
 run $((bytes * 150 / 100)) checkpoint.memory_every=1
 ((rc == 2)) || fail "checkpoint.memory_every=1 without room for its slots: exit $rc, expected 2"
-lines=$(grep -c '\[checkpoint\] memory_every keeps 2 memory snapshot slots' out.txt || true)
+lines=$(grep -c '\[checkpoint\] memory_every keeps memory snapshots' out.txt || true)
 ((lines == 1)) || fail "expected one line about the memory snapshots, got $lines"
 grep -q 'expected checkpoint.memory_every = 0' out.txt || fail "the line does not name the way out"
 snaps=$(grep -oE 'in shared memory: [0-9.]+ [KMG]iB per rank' out.txt | awk '{print $4, $5}')
