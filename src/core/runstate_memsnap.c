@@ -175,7 +175,7 @@ static void fetch_copies(gt_run_state *run, const gt_memsnap_id *ward_id, const 
         char why[512];
         map = gt_memsnap_map(ward_id, slot, &have, why, sizeof why);
         if (!map) have = 0;
-        MPI_Send(&have, 1, MPI_UINT64_T, ward, COPY_TAG, run->mpi_comm);
+        MPI_Isend(&have, 1, MPI_UINT64_T, ward, COPY_TAG, run->mpi_comm, &req[n++]); /* no rank blocks in a send */
         if (have) post(1, map, have, ward, run->mpi_comm, req, &n);
     }
     if (need[rank] && partner >= 0) {
