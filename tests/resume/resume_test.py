@@ -1623,7 +1623,8 @@ def memsnap_torn(e):
 def memsnap_fallbacks(e):
     """No snapshot on rank 1 (its slots deleted, as a rank moved to a node without them): the files
     on disk, with one line naming the rank; a snapshot not newer than the newest state file (every 3
-    steps, a file every 4, killed after step 5: the snapshot of step 3) is not used either."""
+    steps, a file every 4, killed after step 5: the snapshot of step 3) is not used either; SIGTERM
+    (exit 75, the state saved) deletes the slots."""
     e.run(2, "ref", *MEM, env=shm_env(e))
     ref = e.losses("ref")
     killed_after(e, "miss", 6)
@@ -1645,6 +1646,13 @@ def memsnap_fallbacks(e):
     check("not newer than the newest state file" in line, "the snapshot of step 3 is older than the file of step 4")
     check("resumed from " + e.ck("stale", 4) in out, "resumed from the state file of step 4")
     same_as_ref(e, "stale", ref)
+    # a stop signal's save holds the newest step: the slots go with the exit 75
+    p = e.start(1, "term", *MEM, env=shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "150"}))
+    wait_for(lambda: 6 in e.losses("term"), "step 6 of term")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    check(p.returncode == 75, f"SIGTERM: exit 75 (got {p.returncode})")
+    check(snap_files(e, "term") == [], "the stop's save deleted the run's slots")
 
 
 def memsnap_partner(e):
