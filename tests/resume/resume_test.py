@@ -1557,6 +1557,10 @@ def memsnap_kill9(e):
     e.run(2, "ref", *MEM, env=shm_env(e))
     check(snap_files(e) == [], "an uninterrupted run leaves no snapshot behind")
     ref = e.losses("ref")
+    with open(os.path.join(e.rundir("ref"), "metrics.jsonl")) as f:
+        snaps = [json.loads(l) for l in f if "memsnap_step" in l]
+    check([r["memsnap_step"] for r in snaps] == [1, 2, 3, 5, 6, 7, 9] and all(r["memsnap_bytes"] > 0 for r in snaps),
+          "one metrics record per refresh: steps 1-9 but the saves' 4 and 8 and the last")
     killed_after(e, "other", 6, "train.seed=8")
     theirs = {p: digest(p) for p in snap_files(e, "other")}
     check(len(theirs) == 4, "the other run's 2 ranks x 2 slots are there")
