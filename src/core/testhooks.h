@@ -5,7 +5,7 @@
  * travel through sbatch or mpirun into a production job; without it the run refuses to start.
  *
  * Every variable is parsed here, once, into gt_test_hooks; the product reads one field of it where
- * the hook acts (train.c, zero.c, state.c, runstate*.c, preflight.c, gtrain_main.c), and the two hooks that act on a
+ * the hook acts (train.c, zero.c, state.c, runstate*.c, memsnap.c, preflight.c, gtrain_main.c), and the two hooks that act on a
  * training step (a NaN, a hang) are carried out by the functions below. Unset, empty, or not enabled:
  * the field is off (0, or as its comment says).
  */
