@@ -314,6 +314,8 @@ static void out_of_range_values_are_rejected(void) {
         {"data", "train", "", "must not be empty"},
         {"checkpoint", "resume", "", "must not be empty"},
         {"log", "every", "0", "(expected an integer >= 1)"},
+        {"checkpoint", "memory_every", "soon", "(expected auto or an integer >= 0)"},
+        {"checkpoint", "memory_every", "-1", "(expected auto or an integer >= 0)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gt_config cfg;
@@ -649,7 +651,7 @@ static void to_ini_round_trips(void) {
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
-        "checkpoint.async=false", "checkpoint.max_failed_saves=7",
+        "checkpoint.async=false", "checkpoint.max_failed_saves=7", "checkpoint.memory_every=3",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
         "log.trace=runs/x/trace.json", "log.trace_first=3", "log.trace_last=5",
@@ -732,6 +734,22 @@ static void check_files_names_missing_file_line_key(void) {
     CHECK_HAS(err, "it is a directory");
 }
 
+
+/* checkpoint.memory_every takes `auto` (kept as -1) or a step count, and writes back what it read. */
+static void memory_every_takes_auto(void) {
+    gt_config cfg;
+    char *ov[] = {"checkpoint.memory_every=auto"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov, err, sizeof err) == 0);
+    CHECK(cfg.checkpoint.memory_every == -1);
+    char text[64];
+    gt_config_key_text(&cfg, "checkpoint", "memory_every", text, sizeof text);
+    CHECK_STR(text, "auto");
+    char *ov2[] = {"checkpoint.memory_every=7"};
+    CHECK(gt_config_load(&cfg, NULL, 1, ov2, err, sizeof err) == 0);
+    gt_config_key_text(&cfg, "checkpoint", "memory_every", text, sizeof text);
+    CHECK(cfg.checkpoint.memory_every == 7);
+    CHECK_STR(text, "7");
+}
 
 /* Every choice setting is an enum whose name table parses and prints each value (banners and the
  * /config text of state files print the names). */
@@ -909,6 +927,7 @@ int main(int argc, char **argv) {
     RUN(empty_file_warns_that_defaults_are_used);
     RUN(wrong_type_names_file_line_key);
     RUN(out_of_range_values_are_rejected);
+    RUN(memory_every_takes_auto);
     RUN(override_error_names_the_override);
     RUN(malformed_overrides_are_rejected);
     RUN(dim_not_divisible_by_heads_is_rejected);

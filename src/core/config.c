@@ -157,6 +157,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "checkpoint", "takeover", KEY_BOOL, checkpoint.takeover),
     PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
     INT(RUN, "checkpoint", "max_failed_saves", checkpoint.max_failed_saves, 0, INT_MAX),
+    NUM(RUN, "checkpoint", "memory_every", KEY_INT_AUTO, checkpoint.memory_every, 0, INT_MAX, 0),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -226,6 +227,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.takeover = 0;
     cfg->checkpoint.async = 1;
     cfg->checkpoint.max_failed_saves = 3;
+    cfg->checkpoint.memory_every = 0;
     cfg->log.every = 1;
     cfg->log.trace_first = 2; /* step 1 warms up (first touches of memory, threads starting) */
     cfg->log.trace_last = 2;

@@ -126,6 +126,7 @@ typedef struct gt_config {
         int takeover;          /* 1: take over the claim of a run on another host (runclaim.h) */
         int async;             /* 1: saves are written by a thread per rank while training goes on */
         int max_failed_saves;  /* stop with exit 74 after this many saves in a row failed; 0 = never */
+        int memory_every;      /* steps between memory snapshots (memsnap.h); 0 = off; -1 = auto */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

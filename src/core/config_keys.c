@@ -104,6 +104,12 @@ static void expect_resume(const key_spec *ks, char *out, size_t len) {
     snprintf(out, len, "auto, never or the path of a training-state file");
 }
 
+static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
+    char n[64];
+    expect_int(ks, n, sizeof n);
+    snprintf(out, len, "auto or %s", n);
+}
+
 static void expect_bool(const key_spec *ks, char *out, size_t len) {
     (void)ks;
     snprintf(out, len, "true or false");
@@ -123,6 +129,15 @@ static int set_int(const key_spec *ks, void *field, const char *value, const cha
     }
     *(int *)field = (int)v;
     return 0;
+}
+
+static int set_int_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
+                        size_t why_len) {
+    if (strcmp(value, "auto") == 0) {
+        *(int *)field = -1;
+        return 0;
+    }
+    return set_int(ks, field, value, expected, why, why_len);
 }
 
 static int set_number(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
@@ -233,6 +248,12 @@ static void write_int(const key_spec *ks, const void *f, char *out, size_t len) 
     snprintf(out, len, "%d", *(const int *)f);
 }
 
+static void write_int_auto(const key_spec *ks, const void *f, char *out, size_t len) {
+    (void)ks;
+    if (*(const int *)f < 0) snprintf(out, len, "auto");
+    else snprintf(out, len, "%d", *(const int *)f);
+}
+
 static void write_float(const key_spec *ks, const void *f, char *out, size_t len) {
     (void)ks;
     shortest_number(*(const float *)f, 1, out, len);
@@ -285,6 +306,7 @@ static const key_kind kinds[] = {
     [KEY_POLICY] = {set_text, write_text, expect_policy, 0},
     [KEY_RESUME] = {set_text, write_text, expect_resume, 0},
     [KEY_BOOL] = {set_bool, write_bool, expect_bool, sizeof(int)},
+    [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
 };
 
 void gt_key_expected(const key_spec *ks, char *out, size_t len) { kinds[ks->type].expect(ks, out, len); }

@@ -231,6 +231,16 @@ uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *sh) {
     return (P + W - 1) / W * 12;
 }
 
+uint64_t gt_plan_memsnap_bytes(const gt_config *cfg, const gt_mem_shape *sh, int copies) {
+    if (!cfg->checkpoint.dir[0] || cfg->checkpoint.memory_every == 0) return 0;
+    uint64_t P = gt_model_param_count(&sh->model), W = (uint64_t)(sh->world > 0 ? sh->world : 1);
+    uint64_t count = sh->stage >= 1 ? (P + W - 1) / W : P;
+    char *text = gt_config_to_ini(cfg);
+    uint64_t config_len = text ? strlen(text) : 0;
+    free(text);
+    return (copies ? 4 : 2) * (4096 + 12 * count + config_len);
+}
+
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
     int stage = sh->stage;
@@ -423,6 +433,28 @@ static void report_snapshot(FILE *out, const gt_config *cfg, const gt_mem_shape 
                  "memory check before step 1)\n", shape->world, b);
 }
 
+/* The memory snapshots' slots (gt_plan_memsnap_bytes): node-local shared memory beside every total. */
+static void report_memsnap(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+    uint64_t bytes = gt_plan_memsnap_bytes(cfg, shape, 0), with_copies = gt_plan_memsnap_bytes(cfg, shape, 1);
+    if (!bytes) {
+        fprintf(out, "memory snapshots per rank: none (%s)\n",
+                cfg->checkpoint.dir[0] ? "checkpoint.memory_every = 0" : "no checkpoint.dir");
+        return;
+    }
+    char b[32], c[32];
+    gt_format_bytes(bytes, b, sizeof b);
+    gt_format_bytes(with_copies, c, sizeof c);
+    if (shape->world > 1)
+        fprintf(out, "memory snapshots per rank at world %d: %s on one node, %s across nodes (checkpoint.memory_every: "
+                     "2 slots of the rank's state slice, 12 bytes per element, in node-local shared memory, and across "
+                     "nodes 2 copies of a partner's; host memory beside the totals below, counted by the memory check "
+                     "before step 1)\n", shape->world, b, c);
+    else
+        fprintf(out, "memory snapshots per rank at world 1: %s (checkpoint.memory_every: 2 slots of the rank's state "
+                     "slice, 12 bytes per element, in node-local shared memory; host memory beside the totals below, "
+                     "counted by the memory check before step 1)\n", b);
+}
+
 /* Every stage the trainer runs, at the configured world, with the configured recompute policy (none
  * when it is auto). */
 static void report_stages(FILE *out, const gt_mem_shape *shape, const gt_policy *configured, uint64_t budget) {
@@ -512,6 +544,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
     report_header(out, cfg, shape);
     report_state_by_world(out, cfg, shape);
     report_snapshot(out, cfg, shape);
+    report_memsnap(out, cfg, shape);
     report_stages(out, shape, &choice->policy, cfg->memory.budget);
     report_policies(out, shape, cfg->memory.budget);
     report_choice(out, cfg, choice);

@@ -82,6 +82,14 @@ uint64_t gt_plan_library_bytes(int cuda, int world, gt_comm_choice comm, gt_cuda
  * (gt_preflight_memory), both from here. */
 uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *shape);
 
+/* The memory snapshots' shared memory per rank (checkpoint.memory_every not 0, with a checkpoint.dir;
+ * else 0): 2 slot files of its own (memsnap.h) and, with `copies` (the run spans nodes), 2 copies of
+ * its ward's (a partner's on another node): each a 4 KiB header, 12 bytes per element of the range
+ * a rank's optimizer owns (ceil(P / world) with ZeRO, all P without) and the config text. Node-local
+ * shared memory is host memory: --plan prints it and the memory check before step 1 counts it, both
+ * from here. */
+uint64_t gt_plan_memsnap_bytes(const gt_config *cfg, const gt_mem_shape *shape, int copies);
+
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
 
 /* The last recompute segment would be re-run in backward right after the forward made it. When

@@ -127,7 +127,7 @@ static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ran
 }
 
 int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan,
-                        uint64_t snapshot_bytes) {
+                        uint64_t snapshot_bytes, uint64_t memsnap_bytes) {
     int rank;
     MPI_Comm_rank(comm, &rank);
     int node_ranks;
@@ -169,6 +169,23 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
                      "the background: %s per rank, %s with the rest of the rank's host memory, but rank %d on %s "
                      "can have %s (expected checkpoint.async = false, which saves without the copy and stops "
                      "training for the write, or more ranks)",
+                     cfg->path, snap, all, rank, host, hwhat);
+            code = GT_EXIT_BAD_INPUT;
+        }
+    }
+    if (!code && memsnap_bytes) { /* shared memory is host memory too */
+        char hwhat[512] = "";
+        uint64_t share = host_share(node_ranks, hwhat, sizeof hwhat);
+        uint64_t need = memsnap_bytes + snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes);
+        if (need > share) {
+            char snap[32], all[32];
+            gt_format_bytes(memsnap_bytes, snap, sizeof snap);
+            gt_format_bytes(need, all, sizeof all);
+            snprintf(msg, sizeof msg,
+                     "%s: [checkpoint] memory_every keeps memory snapshots of each rank's state slice (2 slots, and "
+                     "2 copies of a partner's across nodes) in shared memory: %s per rank, %s with the rest of the "
+                     "rank's host memory, but rank %d on %s can have %s (expected checkpoint.memory_every = 0, which "
+                     "keeps no snapshot in memory, or more ranks)",
                      cfg->path, snap, all, rank, host, hwhat);
             code = GT_EXIT_BAD_INPUT;
         }

@@ -23,8 +23,10 @@
 /* Collective over comm. Returns 0, or 2 (GT_EXIT_BAD_INPUT) on every rank when the plan does not
  * fit on some rank, or when snapshot_bytes (the asynchronous save's host copy of the rank's state
  * slice; 0 when there is none) does not fit in the rank's share of the node's memory beside what the
- * plan keeps there (all of it on the CPU); rank 0 then has printed one line with the numbers. */
+ * plan keeps there (all of it on the CPU), or when memsnap_bytes (the memory snapshots' slots in
+ * node-local shared memory, checkpoint.memory_every; 0 when off) does not fit beside both; rank 0
+ * then has printed one line with the numbers. */
 int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan,
-                        uint64_t snapshot_bytes);
+                        uint64_t snapshot_bytes, uint64_t memsnap_bytes);
 
 #endif

@@ -56,6 +56,11 @@ typedef struct gt_run_state {
     double pending_blocked_ms; /* how long its start blocked the loop (this rank) */
     double save_blocking_ms; /* how long the last gt_runstate_after_step blocked the loop for saves started
                                 or waited for in it (metrics: save_blocking_ms) */
+    /* checkpoint.memory_every: this rank's memory snapshot (memsnap.h, runstate_memsnap.c) */
+    struct gt_memsnap *memsnap; /* the writer; NULL when off */
+    int memsnap_kept;        /* the slot the run resumed from (0, 1), kept until the next refresh; -1: none */
+    int *memsnap_partner;    /* (world) each rank's partner, keeping a copy of its snapshot on the next node; -1 */
+    uint64_t *memsnap_ranges; /* (2 x world) every rank's flat range (begin, count) */
     FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */
     struct gt_tb *tb;        /* rank 0: log.tensorboard, the same record as scalars; NULL = none */
 } gt_run_state;
@@ -88,6 +93,11 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
  * (GT_EXIT_PREEMPTED) after saving when a signal arrived, or 1 when a signal arrived and that save
  * failed (74 when it was the max_failed_saves-th in a row). */
 int gt_runstate_after_step(gt_run_state *run, int step);
+
+/* After step `step` and its metrics line, when the run goes on: this rank's memory snapshot
+ * (checkpoint.memory_every, runstate_memsnap.c) when one is due. Per rank, no collective: after the
+ * metrics line, so that a restart from the snapshot never misses a step's line. */
+void gt_runstate_snapshot(gt_run_state *run, int step);
 
 /* After the last step: the final save. Returns 0, or 1 when it failed (the message names the
  * newest state file that is there), 74 when it was the checkpoint.max_failed_saves-th in a row. */

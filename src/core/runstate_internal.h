@@ -42,6 +42,8 @@ typedef struct start_plan {
     int64_t *steps;      /* auto: the files of DIR to try, newest first */
     long long n;
     char from[GT_PATH_MAX]; /* auto: then this file (the branch's start outside DIR), "" = none */
+    int has_record;      /* auto: DIR/.gtrain-lineage was read into `recorded` (kept when the plan is fresh) */
+    gt_lineage recorded;
 } start_plan;
 
 void gt_rs_plan_start(const gt_config *cfg, int rank, start_plan *p);
@@ -53,6 +55,22 @@ int gt_rs_in_chain(const gt_lineage *l, const gt_state_info *f);
 
 /* runstate_resume.c: where the run starts. Collective. */
 int gt_rs_resume(gt_run_state *run);
+
+/* runstate_save.c: what a state file (or a memory snapshot) of `step` records besides the tensors */
+void gt_rs_save_info(const gt_run_state *run, int step, gt_state_info *out);
+
+/* runstate_memsnap.c: the memory snapshots (checkpoint.memory_every; memsnap.h) */
+/* Collective, after rank 0's plan: resumes from the newest step whose snapshot every rank has and
+ * verifies, when it is newer than the newest state file of the plan. 1 (resumed: *info, the
+ * optimizer, one line said so), 0 (not: one line said why when there were snapshots of the run), or
+ * -1 (a verified snapshot failed to load: exit 3). plan: rank 0's. */
+int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_info *info);
+/* After the resume: the writer (when memory_every is not 0). Collective. */
+void gt_rs_memsnap_begin(gt_run_state *run);
+/* After step `step` (not the last): refreshes the snapshot when it is due. Per rank. */
+void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due);
+/* The run ended cleanly (or stopped with its state saved): the slots are deleted. Per rank. */
+void gt_rs_memsnap_finish(gt_run_state *run);
 
 /* runstate_loop.c: rotation and the count of failed saves */
 void gt_rs_prune(const gt_run_state *run, int64_t saved_step);

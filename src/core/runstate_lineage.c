@@ -258,6 +258,8 @@ void gt_rs_plan_start(const gt_config *cfg, int rank, start_plan *p) {
         return;
     }
     p->from_record = has == 1;
+    p->has_record = has == 1;
+    if (p->has_record) p->recorded = p->lineage;
     for (long long i = 0; i < n && !has; i++)
         if (files[i].readable) {
             file_lineage(&files[i].info, &p->lineage);

@@ -9,6 +9,8 @@
  *   runstate_resume.c    where a run starts: each candidate loaded in turn; the global batch
  *   runstate_save.c      the collective writer and the asynchronous writers, publishing
  *   runstate_files.c     the names of DIR's files, listing them, fsync, removing leftovers
+ *   runstate_memsnap.c   the last step in memory: memory snapshots (checkpoint.memory_every), when
+ *                        they are refreshed, resumed from and deleted
  *
  * The policies:
  *
@@ -64,6 +66,10 @@
  *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
  *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
+ *   the last step in memory  every checkpoint.memory_every steps each rank refreshes its memory
+ *                        snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
+ *                        takes the newest step every rank holds and verifies when it is newer than
+ *                        the newest state file; the clean end deletes them (runstate_memsnap.c).
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
  *                        it, save and return 75.
  *
@@ -83,6 +89,7 @@
 #include <unistd.h>
 
 #include "asyncsave.h"
+#include "memsnap.h"
 #include "signals.h"
 #include "state.h"
 #include "testhooks.h"
@@ -98,6 +105,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     run->opt = opt;
     run->global_batch = global_batch;
     run->first_step = 1;
+    run->memsnap_kept = -1;
     MPI_Comm_dup(world, &run->mpi_comm);
     run->config_text = gt_config_to_ini(cfg);
     if (!run->config_text) abort();
@@ -115,6 +123,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         run->writer = gt_async_save_new(opt->ops);
         gt_async_save_reserve(run->writer, mine.end - mine.begin);
     }
+    if (!rc) gt_rs_memsnap_begin(run); /* the memory snapshots' slots, before step 1 */
     run->last_save_time = MPI_Wtime();
     if (rc) gt_runstate_free(run);
     return rc;
@@ -234,6 +243,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     if (run->last_saved_step != step &&
         gt_rs_save(run, step, last_save_then(run, "exit 1 (not 75: there is no new state to resume from)"), 1) != 0)
         return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
+    gt_rs_memsnap_finish(run); /* the state file holds this step */
     if (rank_of(run) == 0) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
         fflush(stdout);
@@ -241,7 +251,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     return GT_EXIT_PREEMPTED;
 }
 
-int gt_runstate_end(gt_run_state *run) {
+static int end_unsnapped(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
     if (!cfg->checkpoint.dir[0]) return 0;
     gt_rs_wait_async(run, "the run ends", PERIODIC_THEN); /* complete before exit */
@@ -251,12 +261,28 @@ int gt_runstate_end(gt_run_state *run) {
     return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
 }
 
+/* The final save, then (when it holds) the memory snapshots go: they never outlive the run. */
+int gt_runstate_end(gt_run_state *run) {
+    int rc = end_unsnapped(run);
+    if (rc == 0) gt_rs_memsnap_finish(run);
+    return rc;
+}
+
+void gt_runstate_snapshot(gt_run_state *run, int step) {
+    const gt_config *cfg = run->cfg;
+    int file_due = cfg->checkpoint.dir[0] && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
+    gt_rs_memsnap_after_step(run, step, file_due); /* not at the last step: the final save follows */
+}
+
 void gt_runstate_settle(gt_run_state *run) {
     if (run->cfg && run->cfg->checkpoint.dir[0]) gt_rs_wait_async(run, "the run stops here", PERIODIC_THEN);
 }
 
 void gt_runstate_free(gt_run_state *run) {
     gt_async_save_free(run->writer); /* a run that ends with an error: its writer is joined, not published */
+    gt_memsnap_close(run->memsnap);  /* its snapshots stay for the restart */
+    free(run->memsnap_partner);
+    free(run->memsnap_ranges);
     free(run->pending_begins);
     free(run->pending_counts);
     if (run->mpi_comm != MPI_COMM_NULL && run->mpi_comm != 0) MPI_Comm_free(&run->mpi_comm);

@@ -207,7 +207,15 @@ int gt_rs_resume(gt_run_state *run) {
     memset(&info, 0, sizeof info);
     int code = GT_STATE_OK;
     long long i = 0, candidates = explicit_path ? 1 : n + (plan->from[0] ? 1 : 0);
-    if (!fresh) {
+    /* a memory snapshot newer than the newest file (runstate_memsnap.c) comes first */
+    int from_memory = explicit_path ? 0 : gt_rs_memsnap_resume(run, plan, &info);
+    if (from_memory < 0) {
+        free(plan->steps);
+        free(plan);
+        return GT_EXIT_BAD_STATE;
+    }
+    if (from_memory) fresh = 0;
+    if (!fresh && !from_memory) {
         code = GT_STATE_UNREADABLE;
         for (; i < candidates; i++) {
             if (explicit_path) snprintf(path, sizeof path, "%s", cfg->checkpoint.resume);
@@ -236,7 +244,7 @@ int gt_rs_resume(gt_run_state *run) {
     }
     /* the files of DIR before the usable one all failed to read: set them aside (when none is usable
      * they stay where they are, and the run stops with exit 3 for a person to look) */
-    if (code == GT_STATE_OK && !fresh && !explicit_path && rank == 0)
+    if (code == GT_STATE_OK && !fresh && !explicit_path && !from_memory && rank == 0)
         move_aside(dir, plan->steps, (size_t)(i < n ? i : n));
     if (code != GT_STATE_OK) {
         if (rank == 0 && code == GT_STATE_UNREADABLE && !explicit_path)
@@ -250,8 +258,10 @@ int gt_rs_resume(gt_run_state *run) {
     /* the lineage this run writes, recorded in DIR before any save */
     int rc = 0;
     char msg[GT_PATH_MAX + 512] = "";
+    int64_t newest_file = n ? plan->steps[0] : 0; /* (rank 0's plan; broadcast with the steps) */
     if (rank == 0) {
-        if (fresh) run->lineage = plan->lineage;
+        if (from_memory) run->lineage = plan->recorded;
+        else if (fresh) run->lineage = plan->lineage;
         else gt_rs_lineage_after_resume(plan, &info, path, rank, &run->lineage);
         int same = plan->from_record && memcmp(&run->lineage, &plan->lineage, sizeof run->lineage) == 0;
         if (dir[0] && !same && gt_rs_write_lineage_record(dir, &run->lineage, msg, sizeof msg) != 0) rc = GT_EXIT_BAD_INPUT;
@@ -276,7 +286,8 @@ int gt_rs_resume(gt_run_state *run) {
     /* the final save is skipped when it would rewrite the file we came from */
     char own[GT_PATH_MAX + 64];
     gt_rs_state_path(own, sizeof own, dir, info.step, 0);
-    if (dir[0] && strcmp(own, path) == 0) run->last_saved_step = (int)info.step;
+    if (from_memory) run->last_saved_step = (int)newest_file; /* the files on disk are as they were */
+    else if (dir[0] && strcmp(own, path) == 0) run->last_saved_step = (int)info.step;
     if (rank == 0) {
         if (run->first_step > cfg->train.steps)
             printf("gtrain: the state is at step %lld, train.steps = %d: nothing left to train\n", (long long)info.step,

@@ -52,7 +52,7 @@ static int reserve_space(const char *path, const char *dir, uint64_t bytes) {
 }
 
 /* What a state file of `step` says besides the tensors. */
-static void save_info(const gt_run_state *run, int step, gt_state_info *out) {
+void gt_rs_save_info(const gt_run_state *run, int step, gt_state_info *out) {
     const gt_config *cfg = run->cfg;
     gt_state_info info = {0};
     info.step = step;
@@ -127,7 +127,7 @@ static int save_sync(gt_run_state *run, int step, const char *then) {
     gt_rs_state_path(tmp, sizeof tmp, cfg->checkpoint.dir, step, 1);
     gt_rs_state_path(final_path, sizeof final_path, cfg->checkpoint.dir, step, 0);
     gt_state_info info;
-    save_info(run, step, &info);
+    gt_rs_save_info(run, step, &info);
 
     run->opt->ops->synchronize();
     gt_watchdog_phase_begin("save", run->file_bytes); /* a rank stuck in it is named (watchdog.h) */
@@ -252,7 +252,7 @@ static int start_async(gt_run_state *run, int step, const char *then) {
     for (int r = 0; r < world; r++) run->pending_begins[r] = all[2 * r], run->pending_counts[r] = all[2 * r + 1];
     free(all);
 
-    save_info(run, step, &run->pending_info);
+    gt_rs_save_info(run, step, &run->pending_info);
     if (!run->writer) run->writer = gt_async_save_new(run->opt->ops);
     snprintf(file, sizeof file, "%s/rank_%05d.h5", dir, rank);
     gt_async_save_start(run->writer, run->opt, range[0], range[1], &run->pending_info, rank, file);

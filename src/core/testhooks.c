@@ -106,6 +106,8 @@ static void parse(gt_test_hooks *h) {
     env = hook("GTRAIN_TEST_NO_RESERVE");
     h->no_reserve = env && strcmp(env, "1") == 0;
     h->rank_is_node = hook("GTRAIN_TEST_RANK_IS_NODE") != NULL;
+    env = hook("GTRAIN_TEST_MEMSNAP_KILL");
+    if (!env || sscanf(env, "%ld:%d", &h->memsnap_kill.step, &h->memsnap_kill.rank) != 2) h->memsnap_kill.step = 0;
     env = hook("GTRAIN_TEST_MEM_AVAILABLE");
     h->has_mem_available = env != NULL;
     h->mem_available = env ? (uint64_t)strtoull(env, NULL, 10) : 0;

@@ -5,7 +5,7 @@
  * travel through sbatch or mpirun into a production job; without it the run refuses to start.
  *
  * Every variable is parsed here, once, into gt_test_hooks; the product reads one field of it where
- * the hook acts (train.c, zero.c, state.c, runstate*.c, preflight.c, gtrain_main.c), and the two hooks that act on a
+ * the hook acts (train.c, zero.c, state.c, runstate*.c, memsnap.c, preflight.c, gtrain_main.c), and the two hooks that act on a
  * training step (a NaN, a hang) are carried out by the functions below. Unset, empty, or not enabled:
  * the field is off (0, or as its comment says).
  */
@@ -76,6 +76,12 @@ typedef struct gt_test_hooks {
     int no_reserve;
     /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate_dir.c). */
     int rank_is_node;
+    /* GTRAIN_TEST_MEMSNAP_KILL=STEP:RANK: rank RANK kills itself (SIGKILL) in the middle of writing the
+     * memory snapshot of step STEP, its header written and a third of its payload (memsnap.c). step 0: off. */
+    struct {
+        long step;
+        int rank;
+    } memsnap_kill;
     /* GTRAIN_TEST_MEM_AVAILABLE=BYTES: the memory preflight sees a node with this much (preflight.c). */
     int has_mem_available;
     uint64_t mem_available;

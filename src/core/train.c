@@ -354,6 +354,15 @@ static int open_communicator(run *r) {
     return 0;
 }
 
+/* Does the run span more than one node (GTRAIN_TEST_RANK_IS_NODE: every rank a node)? Then the
+ * memory snapshots keep partner copies too (runstate_memsnap.c). Collective. */
+static int spans_nodes(MPI_Comm comm) {
+    int world = 1, local_size = 1;
+    MPI_Comm_size(comm, &world);
+    gt_node_ranks(comm, NULL, &local_size);
+    return world > 1 && (local_size < world || gt_test_hooks_get()->rank_is_node);
+}
+
 /* The plan (gt_plan_resolve, shared with `gtrain --plan`), refused when auto finds nothing within
  * memory.budget or when it does not fit what this rank can have (preflight), before any allocation. */
 static int resolve_plan(run *r) {
@@ -377,7 +386,8 @@ static int resolve_plan(run *r) {
     gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
     gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
-                               gt_plan_snapshot_bytes(cfg, &r->choice.shape)); /* the async save's copy */
+                               gt_plan_snapshot_bytes(cfg, &r->choice.shape), /* the async save's copy */
+                               gt_plan_memsnap_bytes(cfg, &r->choice.shape, spans_nodes(r->mpi)));
 }
 
 /* Each rank opens the data files itself: they may be missing or different on some nodes. */
@@ -883,6 +893,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_trace_save(step, save_start, r.state.save_blocking_ms);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
         if (r.tb) write_tensorboard(&r, &res);
+        if (!stop && !rc) gt_runstate_snapshot(&r.state, step);
         if (!stop && !rc) stop = validate(&r, step);
         if (stop) {
             rc = stop;

@@ -45,6 +45,10 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
   failed_saves_escalate  checkpoint.max_failed_saves: exit 74 naming the newest good file; a failed
                      directory fsync counts as a failed save and rotates nothing
   read_errors        an unlistable checkpoint.dir is exit 3; a one-off read error is read once more
+  memsnap_*          checkpoint.memory_every: kill -9 after a snapshot newer than the last file
+                     resumes from it bit-identically; torn, damaged, missing, stale and other runs'
+                     snapshots are not used (the files on disk are); the clean end deletes them;
+                     a slice restored from a partner's copy; no partner copy -> the files on disk
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -1487,6 +1491,209 @@ def read_errors(e):
     check(not [f for f in os.listdir(e.ck("re")) if ".bad" in f], "nothing was set aside")
 
 
+# ------------------------------------------------------------------------------------------------ memory snapshots
+
+MEM = ("train.steps=10", "checkpoint.every=4", "checkpoint.memory_every=1")
+
+
+def shm_env(e, extra=None):
+    """The memory snapshots of a scenario go to a directory of its own (GTRAIN_SHM_DIR), not /dev/shm."""
+    shm = os.path.join(e.work, "shm")
+    os.makedirs(shm, exist_ok=True)
+    env = {"GTRAIN_SHM_DIR": shm}
+    env.update(extra or {})
+    return env
+
+
+def lineage_of(e, name):
+    rec = {}
+    with open(os.path.join(e.ck(name), ".gtrain-lineage")) as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition(" ")
+            rec[key] = value
+    return rec["run_id"], rec["branch"]
+
+
+def snap_files(e, name=None):
+    """The slot files in the scenario's shared-memory directory (of run `name` only, when given)."""
+    shm = shm_env(e)["GTRAIN_SHM_DIR"]
+    names = sorted(os.listdir(shm))
+    if name is not None:
+        run_id, branch = lineage_of(e, name)
+        names = [n for n in names if n.startswith(f"gtrain-snap-{run_id}-{branch}-w")]
+    return [os.path.join(shm, n) for n in names]
+
+
+def snap_step(path):
+    """The step a slot's header names (src/core/memsnap.c: the header's step is at byte 32)."""
+    with open(path, "rb") as f:
+        return struct.unpack_from("<q", f.read(40), 32)[0]
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hash(f.read())
+
+
+def killed_after(e, name, step, *overrides, env=None):
+    """A 2-rank run of MEM killed with kill -9 once its step `step` is logged."""
+    p = e.start(2, name, *MEM, *overrides, env=shm_env(e, dict({"GTRAIN_TEST_STEP_DELAY_MS": "300"}, **(env or {}))))
+    wait_for(lambda: step in e.losses(name), f"step {step} of {name}")
+    kill_group(p)
+
+
+def same_as_ref(e, name, ref):
+    same_state(e.ck("ref", 10), e.ck(name, 10), f"{name}: final state bit-identical to the uninterrupted run")
+    got = e.losses(name)
+    check(all(got.get(s) == ref[s] for s in range(1, 11)), f"{name}: losses of steps 1..10 identical")
+
+
+def memsnap_kill9(e):
+    """kill -9 after a memory snapshot newer than the last state file (checkpoint.memory_every = 1,
+    a file every 4 steps, killed after step 6): the restart resumes from the snapshot, says so in one
+    line, and ends bit-identical to an uninterrupted run; its clean end deletes its slots; the slots of
+    another run (another seed, killed too) in the same directory are neither used nor touched, and
+    neither are they when copied under this run's own slot names (their headers name the other run)."""
+    e.run(2, "ref", *MEM, env=shm_env(e))
+    check(snap_files(e) == [], "an uninterrupted run leaves no snapshot behind")
+    ref = e.losses("ref")
+    with open(os.path.join(e.rundir("ref"), "metrics.jsonl")) as f:
+        snaps = [json.loads(l) for l in f if "memsnap_step" in l]
+    check([r["memsnap_step"] for r in snaps] == [1, 2, 3, 5, 6, 7, 9] and all(r["memsnap_bytes"] > 0 for r in snaps),
+          "one metrics record per refresh: steps 1-9 but the saves' 4 and 8 and the last")
+    killed_after(e, "other", 6, "train.seed=8")
+    theirs = {p: digest(p) for p in snap_files(e, "other")}
+    check(len(theirs) == 4, "the other run's 2 ranks x 2 slots are there")
+    killed_after(e, "run", 6)
+    check(e.steps_saved("run") == [4], "killed after step 6: the state file of step 4 only")
+    mine = snap_files(e, "run")
+    check(len(mine) == 4 and max(snap_step(p) for p in mine) >= 5, "the run's slots hold a step after 4")
+    out, _ = e.run(2, "run", *MEM, env=shm_env(e))
+    m = re.search(r"resumed from the memory snapshot of step (\d+) .*: newer than the newest state file", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and 5 <= int(m.group(1)) <= 7, "resumed from the memory snapshot, in one line")
+    check("resumed from " + e.ck("run", 4) not in out, "not from the state file of step 4")
+    same_as_ref(e, "run", ref)
+    check(snap_files(e, "run") == [], "the clean end deleted the run's slots")
+    check({p: digest(p) for p in snap_files(e, "other")} == theirs, "the other run's slots are untouched")
+    # the other run's slots under this run's names: their headers say whose they are
+    killed_after(e, "run2", 6)
+    for p in snap_files(e, "run2"):
+        os.unlink(p)
+    run_id, branch = lineage_of(e, "run2")
+    for p in theirs:
+        tail = os.path.basename(p).split("-w", 1)[1]
+        shutil.copy(p, os.path.join(os.path.dirname(p), f"gtrain-snap-{run_id}-{branch}-w{tail}"))
+    out, _ = e.run(2, "run2", *MEM, env=shm_env(e))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check("of another run or branch" in line and "resuming from the files on disk" in line,
+          "another run's slots under this run's names: not used, one line says why")
+    check("resumed from " + e.ck("run2", 4) in out, "resumed from the state file of step 4")
+    same_as_ref(e, "run2", ref)
+    check({p: digest(p) for p in snap_files(e, "other")} == theirs, "the other run's own slots are still untouched")
+
+
+def memsnap_torn(e):
+    """A refresh torn by a kill (GTRAIN_TEST_MEMSNAP_KILL=7:1: rank 1 kills itself with SIGKILL after
+    a third of the payload of step 7's snapshot): the restart resumes from step 6, the newest step
+    every rank holds complete; a slot damaged afterwards (a flipped payload byte in rank 1's newest)
+    fails its checksum and the ranks agree on the step before it. Both end bit-identical."""
+    e.run(2, "ref", *MEM, env=shm_env(e))
+    ref = e.losses("ref")
+    p = e.start(2, "torn", *MEM, env=shm_env(e, {"GTRAIN_TEST_MEMSNAP_KILL": "7:1"}))
+    ranks = rank_pids(p) or []
+    p.communicate(timeout=240)
+    wait_for(lambda: not any(alive(pid) for pid in ranks), "the torn run's ranks to exit", timeout=60)
+    check(p.returncode != 0, f"the torn run ended with exit {p.returncode}")
+    out, _ = e.run(2, "torn", *MEM, env=shm_env(e))
+    m = re.search(r"resumed from the memory snapshot of step (\d+)", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and m.group(1) == "6", "the torn step 7 is not used: resumed from step 6")
+    same_as_ref(e, "torn", ref)
+    killed_after(e, "flip", 6)
+    r1 = [p for p in snap_files(e, "flip") if p.endswith("-r1.a") or p.endswith("-r1.b")]
+    newest = max(r1, key=snap_step)
+    older = snap_step(min(r1, key=snap_step))
+    flip_byte(newest, 4096 + 1000)
+    out, _ = e.run(2, "flip", *MEM, env=shm_env(e))
+    m = re.search(r"resumed from the memory snapshot of step (\d+)", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and int(m.group(1)) == older and older > 4,
+          f"a damaged slot fails its checksum: resumed from the older common step {older}")
+    same_as_ref(e, "flip", ref)
+
+
+def memsnap_fallbacks(e):
+    """No snapshot on rank 1 (its slots deleted, as a rank moved to a node without them): the files
+    on disk, with one line naming the rank; a snapshot not newer than the newest state file (every 3
+    steps, a file every 4, killed after step 5: the snapshot of step 3) is not used either; SIGTERM
+    (exit 75, the state saved) deletes the slots."""
+    e.run(2, "ref", *MEM, env=shm_env(e))
+    ref = e.losses("ref")
+    killed_after(e, "miss", 6)
+    for p in snap_files(e, "miss"):
+        if "-r1." in os.path.basename(p):
+            os.unlink(p)
+    out, _ = e.run(2, "miss", *MEM, env=shm_env(e))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check(re.search(r"rank 1 has no snapshot of step \d+", line) is not None, "the line names rank 1")
+    check("resumed from " + e.ck("miss", 4) in out, "resumed from the state file of step 4")
+    same_as_ref(e, "miss", ref)
+    check(snap_files(e, "miss") == [], "the clean end deleted the run's slots")
+    killed_after(e, "stale", 5, "checkpoint.memory_every=3")
+    check(e.steps_saved("stale") == [4], "killed after step 5: the state file of step 4")
+    out, _ = e.run(2, "stale", *MEM, env=shm_env(e))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check("not newer than the newest state file" in line, "the snapshot of step 3 is older than the file of step 4")
+    check("resumed from " + e.ck("stale", 4) in out, "resumed from the state file of step 4")
+    same_as_ref(e, "stale", ref)
+    # a stop signal's save holds the newest step: the slots go with the exit 75
+    p = e.start(1, "term", *MEM, env=shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "150"}))
+    wait_for(lambda: 6 in e.losses("term"), "step 6 of term")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    check(p.returncode == 75, f"SIGTERM: exit 75 (got {p.returncode})")
+    check(snap_files(e, "term") == [], "the stop's save deleted the run's slots")
+
+
+def memsnap_partner(e):
+    """Partner copies: each rank a node of its own (GTRAIN_TEST_RANK_IS_NODE), so each rank also keeps
+    a copy of the other's snapshot (.pa/.pb). Rank 1's own slots deleted (its node lost): the restart
+    fetches its slice from rank 0's copy over MPI, says so, and ends bit-identical. Rank 1's slots
+    and its partner's copies both gone: the files on disk, with one line naming rank 1. The clean end
+    deletes the copies too."""
+    nodes = {"GTRAIN_TEST_RANK_IS_NODE": "1"}
+    e.run(2, "ref", *MEM, env=shm_env(e))
+    ref = e.losses("ref")
+    killed_after(e, "part", 6, env=nodes)
+    files = [os.path.basename(p).rsplit("-", 1)[1] for p in snap_files(e, "part")]
+    check(sorted(files) == ["r0.a", "r0.b", "r0.pa", "r0.pb", "r1.a", "r1.b", "r1.pa", "r1.pb"],
+          f"2 slots and 2 partner copies per rank: {sorted(files)}")
+    for p in snap_files(e, "part"):
+        if p.endswith("-r1.a") or p.endswith("-r1.b"):
+            os.unlink(p)
+    out, _ = e.run(2, "part", *MEM, env=shm_env(e, nodes))
+    m = re.search(r"resumed from the memory snapshot of step (\d+) .*the slice of rank 1 from its partner's copy", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and int(m.group(1)) >= 5, "rank 1's slice came from its partner's copy")
+    same_as_ref(e, "part", ref)
+    check(snap_files(e, "part") == [], "the clean end deleted the slots and the copies")
+    killed_after(e, "nopart", 6, env=nodes)
+    for p in snap_files(e, "nopart"):
+        if "-r1." in os.path.basename(p):
+            os.unlink(p)
+    out, _ = e.run(2, "nopart", *MEM, env=shm_env(e, nodes))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check(re.search(r"rank 1 has no snapshot of step \d+, nor its partner a copy", line) is not None,
+          "no slot and no copy of rank 1: the line says so")
+    check("resumed from " + e.ck("nopart", 4) in out, "resumed from the state file of step 4")
+    same_as_ref(e, "nopart", ref)
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
@@ -1494,7 +1701,8 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      lineage_other_run, rollback_branch, bad_set_aside_twice, failed_saves_escalate,
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
-                                     save_failure_names_every_rank, eio_mid_save)}
+                                     save_failure_names_every_rank, eio_mid_save,
+                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}
 

@@ -3,13 +3,16 @@
 # step 1: on a node whose memory holds the plan but not the plan plus the copy (a test hook fakes
 # MemAvailable), checkpoint.async = true is refused with exit 2 and one line naming the key and the
 # way out, while checkpoint.async = false trains; with room for both, async trains too. `--plan` shows
-# the same copy (12 bytes x ceil(P / world) per rank).
+# the same copy (12 bytes x ceil(P / world) per rank). The memory snapshots' slots
+# (checkpoint.memory_every: 2 x 12 bytes per element of the slice, in shared memory) are counted
+# beside them the same way, and --plan shows them.
 #   async_snapshot_memory.sh GTRAIN GTRAIN_PREP CONFIG WORKDIR
 set -euo pipefail
 gtrain=$1 prep=$2 config=$3 work=$4
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 "$prep" -o corpus /usr/share/common-licenses/* >/dev/null
-export GTRAIN_TEST_HOOKS=1 GOMP_SPINCOUNT=1000 OMP_NUM_THREADS=1
+export GTRAIN_TEST_HOOKS=1 GOMP_SPINCOUNT=1000 OMP_NUM_THREADS=1 GTRAIN_SHM_DIR=$work/shm
+mkdir -p shm
 fail() { echo "FAIL: $*" >&2; cat out.txt >&2; exit 1; }
 run() { # MEM_AVAILABLE overrides...: exit code in $rc, output in out.txt
   local mem=$1
@@ -59,5 +62,23 @@ have = float(v) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[u]
 sys.exit(abs(have - want) > 0.01 * want)
 PY
 [[ $(plan_copy 1 checkpoint.dir=ck checkpoint.async=false) == "none" ]] || fail "--plan with async = false shows a copy"
+# the memory snapshots: room for the plan and the copy (150%) but not for 2 slots more
+run $((bytes * 150 / 100)) checkpoint.memory_every=1
+((rc == 2)) || fail "checkpoint.memory_every=1 without room for its slots: exit $rc, expected 2"
+lines=$(grep -c '\[checkpoint\] memory_every keeps memory snapshots' out.txt || true)
+((lines == 1)) || fail "expected one line about the memory snapshots, got $lines"
+grep -q 'expected checkpoint.memory_every = 0' out.txt || fail "the line does not name the way out"
+snaps=$(grep -oE 'in shared memory: [0-9.]+ [KMG]iB per rank' out.txt | awk '{print $4, $5}')
+run $((bytes * 250 / 100)) checkpoint.memory_every=1
+((rc == 0)) || fail "checkpoint.memory_every=1 with room for plan, copy and slots: exit $rc"
+[[ -z $(ls shm) ]] || fail "the run's clean end left slots in the shared-memory directory: $(ls shm)"
+plan_snaps() {
+  "$gtrain" --plan "$config" --world 1 "$@" 2>/dev/null >out.txt || fail "--plan: exit $?"
+  grep -oE "^memory snapshots per rank[^:]*: [^(]+" out.txt | sed 's/.*: //; s/ *$//'
+}
+got3=$(plan_snaps checkpoint.dir=ck checkpoint.memory_every=1)
+[[ -n $got3 && $got3 == "$snaps" ]] || fail "--plan shows memory snapshots of '$got3' per rank, the memory check refused '$snaps'"
+[[ $(plan_snaps checkpoint.dir=ck) == "none" ]] || fail "--plan with memory_every = 0 shows snapshots"
+echo "memory snapshots: the check and --plan agree on $snaps per rank at world 1"
 echo "the memory check and --plan agree: $refused per rank at world 1, $got2 at world 2 ($params parameters)"
 echo ok

@@ -1,0 +1,438 @@
+/*
+ * memsnap.c — one rank's memory snapshot slots (see memsnap.h).
+ *
+ * A slot file: a 4 KiB header, the payload (master, exp_avg, exp_avg_sq of the rank's range, fp32,
+ * 12 bytes per element), then the config text. The writer maps the file shared and writes it with
+ * stores; a process killed with SIGKILL leaves in the file every store it made (the file is the page
+ * cache of the shared-memory file system), so the order of the stores is the order a reader sees
+ * after a kill: the checksum field is cleared first and set last (release stores). A node that
+ * reboots loses the slots, as it loses the processes: the state files on disk are the fallback.
+ * The checksum is four interleaved 64-bit multiply-rotate lanes over 8-byte words (a few GB/s on one
+ * core), each part hashed in turn and mixed into the next.
+ */
+#define _GNU_SOURCE /* fallocate */
+
+#include "memsnap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testhooks.h"
+
+#define MAGIC "GTSNAP\r\n"
+#define VERSION 1u
+#define HEADER_BYTES GT_MEMSNAP_HEADER_BYTES
+
+typedef struct header {
+    char magic[8];
+    uint32_t version, header_bytes;
+    uint32_t info_bytes, pad0;   /* sizeof(gt_state_info): the same build reads it */
+    uint64_t seq;                /* refreshes of this writer so far, for a person looking at it */
+    int64_t step;
+    int32_t world, rank;
+    uint64_t n_params, begin, count;
+    uint64_t payload_bytes, config_bytes;
+    char run_id[24], branch[24];
+    gt_state_info info;
+    uint64_t checksum;           /* over the header (this field 0), payload and config; 0 = invalid */
+} header;
+
+_Static_assert(sizeof(header) <= HEADER_BYTES, "the snapshot header fits its 4 KiB");
+
+const char *gt_memsnap_dir(void) {
+    const char *d = getenv("GTRAIN_SHM_DIR");
+    return d && d[0] ? d : "/dev/shm";
+}
+
+void gt_memsnap_prefix(char *out, size_t len, const char *run_id, const char *branch) {
+    snprintf(out, len, "gtrain-snap-%s-%s-w", run_id, branch);
+}
+
+void gt_memsnap_path(char *out, size_t len, const gt_memsnap_id *id, int slot) {
+    static const char *const ext[4] = {"a", "b", "pa", "pb"};
+    char prefix[96];
+    gt_memsnap_prefix(prefix, sizeof prefix, id->run_id, id->branch);
+    snprintf(out, len, "%s/%s%d-r%d.%s", gt_memsnap_dir(), prefix, id->world, id->rank, ext[slot & 3]);
+}
+
+uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len) {
+    return HEADER_BYTES + 12 * count + (uint64_t)config_len;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The checksum
+ * ---------------------------------------------------------------------------------------------- */
+
+#define P1 0x9E3779B185EBCA87ull
+#define P2 0xC2B2AE3D27D4EB4Full
+#define P3 0x165667B19E3779F9ull
+
+static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t lane(uint64_t acc, uint64_t w) { return rotl(acc + w * P2, 31) * P1; }
+
+uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t a = h + P1 + P2, b = h + P2, c = h, d = h - P1;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, sizeof w);
+        a = lane(a, w[0]);
+        b = lane(b, w[1]);
+        c = lane(c, w[2]);
+        d = lane(d, w[3]);
+    }
+    uint64_t x = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)n;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, sizeof w);
+        x = rotl(x ^ lane(0, w), 27) * P1 + P3;
+    }
+    for (; i < n; i++) x = rotl(x ^ (p[i] * P3), 11) * P1;
+    x ^= x >> 33;
+    x *= P2;
+    x ^= x >> 29;
+    x *= P3;
+    x ^= x >> 32;
+    return x;
+}
+
+/* The checksum of a whole slot image (header + payload + config), the header's field read as 0. */
+static uint64_t slot_checksum(const unsigned char *base, const header *h) {
+    header copy;
+    memcpy(&copy, base, sizeof copy);
+    copy.checksum = 0;
+    uint64_t x = gt_memsnap_hash(0, &copy, sizeof copy);
+    x = gt_memsnap_hash(x, base + HEADER_BYTES, (size_t)h->payload_bytes);
+    x = gt_memsnap_hash(x, base + HEADER_BYTES + h->payload_bytes, (size_t)h->config_bytes);
+    return x ? x : 1; /* 0 means "not written" */
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Reading
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Is h (of a slot image of `size` bytes) one of id's? 1, 0 (all zero: a slot never written), or -1
+ * with *bad. */
+static int check_header(const header *h, const gt_memsnap_id *id, uint64_t size, const char **bad) {
+    static const char empty[8];
+    *bad = NULL;
+    if (size < HEADER_BYTES) *bad = "shorter than a header";
+    else if (memcmp(h->magic, empty, 8) == 0) return 0;
+    else if (memcmp(h->magic, MAGIC, 8) != 0 || h->version != VERSION || h->header_bytes != HEADER_BYTES ||
+             h->info_bytes != sizeof(gt_state_info))
+        *bad = "not a snapshot of this gtrain (magic, version)";
+    else if (strncmp(h->run_id, id->run_id, sizeof h->run_id) != 0 || strncmp(h->branch, id->branch, sizeof h->branch) != 0)
+        *bad = "of another run or branch (its header's lineage)";
+    else if (h->world != id->world || h->rank != id->rank || h->n_params != id->n_params || h->begin != id->begin ||
+             h->count != id->count || h->payload_bytes != 12 * id->count)
+        *bad = "of another world size, rank or slice";
+    else if (size != HEADER_BYTES + h->payload_bytes + h->config_bytes)
+        *bad = "truncated";
+    else if (__atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE) == 0)
+        *bad = "incomplete (its refresh was interrupted)";
+    return *bad ? -1 : 1;
+}
+
+/* Opens a slot and reads its header: 1 (fd open, *h), 0 (no file, or never written), -1 (why). */
+static int open_slot(const gt_memsnap_id *id, int slot, header *h, int *fd_out, off_t *size, char *why, size_t len) {
+    char path[4200];
+    gt_memsnap_path(path, sizeof path, id, slot);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 0;
+        snprintf(why, len, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    memset(h, 0, sizeof *h);
+    const char *bad = "shorter than a header";
+    int rc = -1;
+    if (fstat(fd, &st) == 0 && pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h)
+        rc = check_header(h, id, (uint64_t)st.st_size, &bad);
+    if (rc != 1) {
+        if (rc < 0) snprintf(why, len, "%s: %s", path, bad);
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    *size = st.st_size;
+    return 1;
+}
+
+int gt_memsnap_peek(const gt_memsnap_id *id, int slot, int64_t *step, char *why, size_t why_len) {
+    header h;
+    int fd;
+    off_t size;
+    int rc = open_slot(id, slot, &h, &fd, &size, why, why_len);
+    if (rc != 1) return rc;
+    close(fd);
+    *step = h.step;
+    return 1;
+}
+
+int gt_memsnap_verify_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
+                            gt_state_info *info, char **config_text, char *why, size_t why_len) {
+    const header *h = image;
+    const char *bad = NULL;
+    int rc = size >= sizeof(header) ? check_header(h, id, size, &bad) : -1;
+    if (rc != 1) {
+        snprintf(why, why_len, "%s", rc == 0 ? "never written" : bad ? bad : "shorter than a header");
+        return -1;
+    }
+    if (h->step != step) {
+        snprintf(why, why_len, "holds step %lld, not %lld", (long long)h->step, (long long)step);
+        return -1;
+    }
+    if (slot_checksum(image, h) != __atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE)) {
+        snprintf(why, why_len, "its checksum does not match (a refresh interrupted, or damaged)");
+        return -1;
+    }
+    *info = h->info;
+    *config_text = malloc((size_t)h->config_bytes + 1);
+    if (!*config_text) abort();
+    memcpy(*config_text, (const char *)image + HEADER_BYTES + h->payload_bytes, (size_t)h->config_bytes);
+    (*config_text)[h->config_bytes] = '\0';
+    return 0;
+}
+
+void gt_memsnap_load_image(const void *image, gt_optim *opt) {
+    const header *h = image;
+    const float *payload = (const float *)((const char *)image + HEADER_BYTES);
+    float *dst[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
+    for (int g = 0; g < 3; g++)
+        if (h->count) opt->ops->copy_to_device(dst[g], payload + (size_t)g * h->count, (size_t)h->count * sizeof(float));
+    opt->ops->synchronize();
+}
+
+void *gt_memsnap_map(const gt_memsnap_id *id, int slot, uint64_t *size, char *why, size_t why_len) {
+    header h;
+    int fd;
+    off_t st_size;
+    int rc = open_slot(id, slot, &h, &fd, &st_size, why, why_len);
+    if (rc == 0) snprintf(why, why_len, "its slot is gone");
+    if (rc != 1) return NULL;
+    void *map = mmap(NULL, (size_t)st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(why, why_len, "mmap: %s", strerror(errno));
+        return NULL;
+    }
+    *size = (uint64_t)st_size;
+    return map;
+}
+
+void gt_memsnap_unmap(void *map, uint64_t size) {
+    if (map) munmap(map, (size_t)size);
+}
+
+int gt_memsnap_verify(const gt_memsnap_id *id, int slot, int64_t step, gt_state_info *info, char **config_text,
+                      char *why, size_t why_len) {
+    uint64_t size = 0;
+    char path[4200], msg[512];
+    gt_memsnap_path(path, sizeof path, id, slot);
+    void *map = gt_memsnap_map(id, slot, &size, msg, sizeof msg);
+    int rc = map ? gt_memsnap_verify_image(id, map, size, step, info, config_text, msg, sizeof msg) : -1;
+    if (rc != 0) snprintf(why, why_len, "%s: %s", path, msg);
+    gt_memsnap_unmap(map, size);
+    return rc;
+}
+
+int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why, size_t why_len) {
+    uint64_t size = 0;
+    void *map = gt_memsnap_map(id, slot, &size, why, why_len);
+    if (!map) return -1;
+    gt_memsnap_load_image(map, opt);
+    gt_memsnap_unmap(map, size);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Writing
+ * ---------------------------------------------------------------------------------------------- */
+
+struct gt_memsnap {
+    gt_memsnap_id id;
+    gt_memsnap_id ward;   /* the rank whose copies this one keeps (slots 2, 3); has_ward 0: none */
+    int has_ward;
+    char *config_text;
+    size_t config_len;
+    uint64_t bytes;       /* of each own slot */
+    uint64_t copy_bytes;  /* of each copy */
+    int fd[4];
+    unsigned char *map[4];
+    int next;             /* the own slot the next refresh writes (0, 1) */
+    int next_copy;        /* the copy slot the next copy goes to (2, 3) */
+    int last;             /* the own slot the last refresh wrote; -1: none yet */
+    uint64_t seq;
+};
+
+static uint64_t slot_size(const gt_memsnap *m, int s) { return s < 2 ? m->bytes : m->copy_bytes; }
+
+/* Slot `s` as an empty file of its size, reserved and mapped. 0 or -1 with err. */
+static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
+    char path[4200];
+    gt_memsnap_path(path, sizeof path, s < 2 ? &m->id : &m->ward, s);
+    uint64_t bytes = slot_size(m, s);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, len, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = ftruncate(fd, 0); /* whatever it held is gone before any byte of the new one is there */
+    if (rc == 0) {
+        rc = fallocate(fd, 0, 0, (off_t)bytes);
+        if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) rc = ftruncate(fd, (off_t)bytes);
+    }
+    void *map = rc == 0 ? mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (map == MAP_FAILED) {
+        snprintf(err, len, "%s: %s (reserving %.3f GB)", path, strerror(errno), (double)bytes / 1e9);
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    m->fd[s] = fd;
+    m->map[s] = map;
+    return 0;
+}
+
+static void unmap_slot(gt_memsnap *m, int s) {
+    if (m->map[s]) munmap(m->map[s], (size_t)slot_size(m, s));
+    if (m->fd[s] >= 0) close(m->fd[s]);
+    m->map[s] = NULL;
+    m->fd[s] = -1;
+}
+
+gt_memsnap *gt_memsnap_open(const gt_memsnap_id *id, int keep_slot, const gt_memsnap_id *ward, const char *config_text,
+                            char *err, size_t err_len) {
+    gt_memsnap *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    m->id = *id;
+    if (ward) m->ward = *ward, m->has_ward = 1;
+    m->config_len = strlen(config_text);
+    m->config_text = strdup(config_text);
+    if (!m->config_text) abort();
+    m->bytes = gt_memsnap_slot_bytes(id->count, m->config_len);
+    m->copy_bytes = ward ? gt_memsnap_slot_bytes(ward->count, m->config_len) : 0;
+    for (int s = 0; s < 4; s++) m->fd[s] = -1;
+    for (int s = 0; s < (m->has_ward ? 4 : 2); s++) {
+        if (s == keep_slot) continue; /* made when it is next written */
+        if (make_slot(m, s, err, err_len) != 0) {
+            gt_memsnap_remove(m);
+            return NULL;
+        }
+    }
+    m->next = keep_slot == 0 ? 1 : 0;
+    m->next_copy = 2;
+    m->last = -1;
+    return m;
+}
+
+const void *gt_memsnap_last_image(const gt_memsnap *m, uint64_t *bytes) {
+    if (m->last < 0 || !m->map[m->last]) return NULL;
+    *bytes = m->bytes;
+    return m->map[m->last];
+}
+
+uint64_t gt_memsnap_copy_bytes(const gt_memsnap *m) { return m->has_ward ? m->copy_bytes : 0; }
+
+unsigned char *gt_memsnap_copy_begin(gt_memsnap *m, char *err, size_t err_len) {
+    int s = m->next_copy;
+    if (!m->has_ward || (!m->map[s] && make_slot(m, s, err, err_len) != 0)) return NULL;
+    header *h = (header *)m->map[s];
+    __atomic_store_n(&h->checksum, 0, __ATOMIC_RELEASE); /* invalid until copy_end */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return m->map[s];
+}
+
+int gt_memsnap_copy_end(gt_memsnap *m, const void *head, char *err, size_t err_len) {
+    int s = m->next_copy;
+    const header *in = head;
+    const char *bad = NULL;
+    if (check_header(in, &m->ward, m->copy_bytes, &bad) != 1) {
+        snprintf(err, err_len, "the copy received from rank %d is %s", m->ward.rank, bad ? bad : "empty");
+        return -1;
+    }
+    unsigned char *base = m->map[s];
+    header copy = *in;
+    copy.checksum = 0;
+    memcpy(base, &copy, sizeof copy);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&((header *)base)->checksum, in->checksum, __ATOMIC_RELEASE);
+    m->next_copy = s == 2 ? 3 : 2;
+    return 0;
+}
+
+int gt_memsnap_refresh(gt_memsnap *m, const gt_optim *opt, const gt_state_info *info, char *err, size_t err_len) {
+    int s = m->next;
+    if (!m->map[s] && make_slot(m, s, err, err_len) != 0) return -1;
+    unsigned char *base = m->map[s];
+    header *h = (header *)base;
+    __atomic_store_n(&h->checksum, 0, __ATOMIC_RELEASE); /* invalid from here until the end */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    header fresh;
+    memset(&fresh, 0, sizeof fresh);
+    memcpy(fresh.magic, MAGIC, 8);
+    fresh.version = VERSION;
+    fresh.header_bytes = HEADER_BYTES;
+    fresh.info_bytes = sizeof(gt_state_info);
+    fresh.seq = ++m->seq;
+    fresh.step = info->step;
+    fresh.world = m->id.world;
+    fresh.rank = m->id.rank;
+    fresh.n_params = m->id.n_params;
+    fresh.begin = m->id.begin;
+    fresh.count = m->id.count;
+    fresh.payload_bytes = 12 * m->id.count;
+    fresh.config_bytes = m->config_len;
+    snprintf(fresh.run_id, sizeof fresh.run_id, "%s", m->id.run_id);
+    snprintf(fresh.branch, sizeof fresh.branch, "%s", m->id.branch);
+    fresh.info = *info;
+    memcpy(base, &fresh, sizeof fresh); /* its checksum field is 0 */
+    float *payload = (float *)(base + HEADER_BYTES);
+    const float *src[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
+    size_t count = (size_t)m->id.count;
+    opt->ops->synchronize();
+    const gt_test_hooks *hooks = gt_test_hooks_get();
+    for (int g = 0; g < 3; g++) {
+        if (count) opt->ops->copy_to_host(payload + (size_t)g * count, src[g], count * sizeof(float));
+        if (g == 0 && hooks->memsnap_kill.step && hooks->memsnap_kill.step == info->step &&
+            hooks->memsnap_kill.rank == m->id.rank)
+            raise(SIGKILL); /* GTRAIN_TEST_MEMSNAP_KILL: a refresh torn in the middle */
+    }
+    opt->ops->synchronize();
+    memcpy(base + HEADER_BYTES + fresh.payload_bytes, m->config_text, m->config_len);
+    uint64_t sum = slot_checksum(base, &fresh);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&h->checksum, sum, __ATOMIC_RELEASE);
+    m->last = s;
+    m->next = 1 - s;
+    (void)err;
+    (void)err_len;
+    return 0;
+}
+
+void gt_memsnap_close(gt_memsnap *m) {
+    if (!m) return;
+    for (int s = 0; s < 4; s++) unmap_slot(m, s);
+    free(m->config_text);
+    free(m);
+}
+
+void gt_memsnap_remove(gt_memsnap *m) {
+    if (!m) return;
+    for (int s = 0; s < (m->has_ward ? 4 : 2); s++) {
+        char path[4200];
+        gt_memsnap_path(path, sizeof path, s < 2 ? &m->id : &m->ward, s);
+        unmap_slot(m, s);
+        unlink(path);
+    }
+    gt_memsnap_close(m);
+}
