@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "config.h"
 #include "recompute.h"
 
 /* Whole-string numbers: no trailing text, no empty strings. */
@@ -62,6 +63,12 @@ static int enum_value(const char *const *names, const char *value) {
 static void expect_int(const key_spec *ks, char *out, size_t len) {
     if (ks->max >= INT_MAX) snprintf(out, len, "an integer >= %.0f", ks->min);
     else snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
+}
+
+static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
+    expect_int(ks, out, len);
+    size_t at = strlen(out);
+    snprintf(out + at, len - at, " or auto");
 }
 
 static void expect_number(const key_spec *ks, char *out, size_t len) {
@@ -123,6 +130,15 @@ static int set_int(const key_spec *ks, void *field, const char *value, const cha
     }
     *(int *)field = (int)v;
     return 0;
+}
+
+static int set_int_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
+                        size_t why_len) {
+    if (strcmp(value, "auto") == 0) {
+        *(int *)field = GT_INT_AUTO;
+        return 0;
+    }
+    return set_int(ks, field, value, expected, why, why_len);
 }
 
 static int set_number(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
@@ -233,6 +249,11 @@ static void write_int(const key_spec *ks, const void *f, char *out, size_t len) 
     snprintf(out, len, "%d", *(const int *)f);
 }
 
+static void write_int_auto(const key_spec *ks, const void *f, char *out, size_t len) {
+    if (*(const int *)f == GT_INT_AUTO) snprintf(out, len, "auto");
+    else write_int(ks, f, out, len);
+}
+
 static void write_float(const key_spec *ks, const void *f, char *out, size_t len) {
     (void)ks;
     shortest_number(*(const float *)f, 1, out, len);
@@ -276,6 +297,7 @@ typedef struct key_kind {
 
 static const key_kind kinds[] = {
     [KEY_INT] = {set_int, write_int, expect_int, sizeof(int)},
+    [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
     [KEY_FLOAT] = {set_number, write_float, expect_number, sizeof(float)},
     [KEY_DOUBLE] = {set_number, write_double, expect_number, sizeof(double)},
     [KEY_U64] = {set_u64, write_u64, expect_u64, sizeof(uint64_t)},

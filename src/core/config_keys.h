@@ -11,6 +11,7 @@
 
 typedef enum key_type {
     KEY_INT,     /* int in [min, max] */
+    KEY_INT_AUTO,/* int in [min, max], or auto (stored as GT_INT_AUTO, config.h) */
     KEY_FLOAT,   /* float, range below */
     KEY_DOUBLE,  /* double, range below */
     KEY_U64,     /* uint64_t, any value (seed) */

@@ -360,7 +360,17 @@ static int resolve_plan(run *r) {
     char msg[2048], err[3000];
     gt_mem_shape shape = gt_plan_shape(cfg, r->is_cuda, r->ops->act_bytes, r->ops->can_keep_attention_probs,
                                        r->world);
-    if (gt_plan_resolve(cfg, &shape, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
+    /* rank 0's rates for every rank: auto ranks by them, and every rank must resolve the same plan */
+    gt_calib calib;
+    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
+    MPI_Bcast(&calib, (int)sizeof calib, MPI_BYTE, 0, r->mpi);
+    MPI_Bcast(r->predicted_note, (int)sizeof r->predicted_note, MPI_CHAR, 0, r->mpi);
+    if (gt_plan_resolve(cfg, &shape, &calib, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
+    /* what auto chose (and grad_accum as train.global_batch sets it) is what the run trains with */
+    gt_config *own = (gt_config *)r->cfg;
+    own->train.micro_batch = r->choice.shape.micro_batch;
+    own->train.grad_accum = r->choice.shape.grad_accum > 0 ? r->choice.shape.grad_accum : 1;
+    own->dist.prefetch = r->choice.shape.prefetch;
     if (!r->choice.fits) {
         char need[32], have[32];
         gt_format_bytes(r->choice.predicted.total_bytes, need, sizeof need);
@@ -372,8 +382,6 @@ static int resolve_plan(run *r) {
                  cfg->memory.recompute, need);
         return fail_input(r->rank, msg);
     }
-    gt_calib calib;
-    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
     gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
                                gt_plan_snapshot_bytes(cfg, &r->choice.shape)); /* the async save's copy */
