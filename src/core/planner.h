@@ -4,7 +4,8 @@
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
- * length, which keep selectively) for the least recompute work that fits memory.budget.
+ * length, which keep selectively) for the least recompute work that fits memory.budget, per ZeRO
+ * stage, grad_sync, micro-batch and prefetch depth, and ranks those by the time model (gt_plan_time).
  *
  * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
  * micro-batch run on a dry backend (ops_dry.h), zero.c's state machine on its hooks, the same byte
