@@ -49,6 +49,7 @@
  * ---------------------------------------------------------------------------------------------- */
 
 _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int (KEY_ENUM)");
+_Static_assert(GT_KEY_INT_AUTO == GT_INT_AUTO, "an integer key's auto is one value");
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
