@@ -11,6 +11,8 @@
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
  *     what fits;
+ *   - on 16 blocks with recompute auto (a coarse pass, then its five fastest in full), the pick is at
+ *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
  *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
  *     least recompute FLOPs that fit, then the least memory, then the first), over a sweep of budgets;
  *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
@@ -293,6 +295,47 @@ static void test_bounded_search_is_exhaustive(void) {
     CHECK(differ == 0, "the bounded search differs from trying every plan at %d budgets", differ);
 }
 
+static void test_coarse_then_full(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.n_layers = 16;
+    gt_mem_shape base = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_calib c = flat_calib();
+    c.coll_latency_s = 1e-4;
+    /* a budget that needs recompute at every micro-batch: between ZeRO-3 micro-batch 1's smallest
+     * plan and its none plan */
+    gt_mem_shape s4 = base;
+    s4.stage = 3, s4.grad_micro = 1, s4.micro_batch = 1, s4.grad_accum = 4;
+    gt_plan p;
+    gt_mem_estimate small, none;
+    gt_plan_auto(&s4, 0, &p, &small);
+    gt_policy pn = {GT_POLICY_NONE, 0};
+    gt_plan_for_policy(&p, &pn, &s4, &none);
+    uint64_t budget = small.total_bytes + (none.total_bytes - small.total_bytes) / 2;
+    gt_plan_search s = {-1, -1, NULL, 4, 1, budget, &c, 0};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0, "something fits");
+    double fastest = -1;
+    int fb = 0, fst = 0;
+    for (int st = 0; st <= 3; st++)
+        for (int mi = 0; mi <= (st >= 2); mi++)
+            for (int B = 1; B <= 4; B *= 2) {
+                gt_mem_shape o = base;
+                o.stage = st, o.grad_micro = mi, o.micro_batch = B, o.grad_accum = 4 / B;
+                gt_mem_estimate est;
+                if (gt_plan_auto(&o, budget, &p, &est) != 0) continue;
+                gt_time_estimate t;
+                gt_plan_time(&o, &p, &c, &t);
+                if (fastest < 0 || t.step_s < fastest) fastest = t.step_s, fb = B, fst = st;
+            }
+    /* at least as fast: a coarse plan the time model prices faster than the full search's (FLOPs do
+     * not count the memory-bound kernels selective blocks re-run) is kept */
+    CHECK(best.time.step_s <= fastest * (1 + 1e-9), "coarse then full: ZeRO-%d micro-batch %d %.9f s; every option "
+          "in full: ZeRO-%d micro-batch %d %.9f s", best.shape.stage, best.shape.micro_batch, best.time.step_s, fst, fb,
+          fastest);
+    CHECK(best.est.recompute_flops > 0, "the budget is one that needs recompute");
+}
+
 /* gt_plan_resolve's batch: err for the config text `ini` (at file "gb.ini") on `world` ranks. */
 static int resolve_batch(const char *ini, int world, gt_plan_choice *c, char *err, size_t len) {
     gt_config cfg;
@@ -341,6 +384,7 @@ int main(void) {
     test_file();
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();
+    test_coarse_then_full();
     test_global_batch();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");

@@ -665,8 +665,10 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_
         int n_fine = 0;
         for (int i = 0; i < n; i++) {
             o = list[i];
+            /* the full search's plan (fewer recompute FLOPs, but FLOPs do not price the memory-bound
+             * kernels a selective block re-runs), unless the coarse one is predicted faster */
             if (option_plan(&o, s, 1)) gt_plan_time(&o.shape, &o.plan, s->calib, &o.time);
-            else o = list[i]; /* cannot happen: the coarse plan is one of the full search's */
+            if (!option_before(&o, &list[i])) o = list[i];
             offer(fine, &n_fine, GT_PLAN_TOP, &o);
         }
         memcpy(list, fine, sizeof fine);

@@ -130,7 +130,9 @@ typedef struct gt_plan_search {
  * model's predicted step (gt_plan_time; ties to the least memory). Within one (micro-batch, prefetch,
  * stage, grad_sync) the recompute plan is the one with the least recompute FLOPs that fits (recompute
  * only adds work); with recompute auto on 16 blocks or more that search runs first in strides of N/8
- * blocks, and the GT_PLAN_TOP fastest of that pass are searched again in full and ranked again.
+ * blocks, and the GT_PLAN_TOP fastest of that pass are searched again in full (keeping the faster
+ * of the two plans: FLOPs do not price the memory-bound kernels a selective block re-runs) and ranked
+ * again.
  * *best gets the fastest and top (may be NULL) the fastest GT_PLAN_TOP in order, *n_top how many.
  * Returns 0, or -1 when nothing fits (then *best is the smallest, *n_top 0). */
 int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_plan_option *best,
