@@ -11,6 +11,7 @@
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
  *     what fits;
+ *   - dist.prefetch = auto takes the depth of the fastest ZeRO-3 step, priced one by one;
  *   - on 16 blocks with recompute auto (a coarse pass, then its five fastest in full), the pick is at
  *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
  *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
@@ -295,6 +296,37 @@ static void test_bounded_search_is_exhaustive(void) {
     CHECK(differ == 0, "the bounded search differs from trying every plan at %d budgets", differ);
 }
 
+/* dist.prefetch = auto: the depth (0, 1 or 2) of the fastest ZeRO-3 step, which with gathers that
+ * can hide behind compute is not 0 */
+static void test_prefetch_auto(void) {
+    gt_config cfg;
+    gt_mem_shape base = rank_shape(&cfg);
+    base.micro_batch = 4, base.grad_accum = 1, base.stage = 3, base.grad_micro = 1;
+    gt_calib c = flat_calib();
+    c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e9; /* compute to hide behind */
+    gt_policy none = {GT_POLICY_NONE, 0};
+    double t_depth[3];
+    int want = 0;
+    for (int d = 0; d < 3; d++) {
+        gt_mem_shape sd = base;
+        sd.prefetch = d;
+        gt_plan p;
+        gt_mem_estimate est;
+        gt_plan_for_policy(&p, &none, &sd, &est);
+        gt_time_estimate t;
+        gt_plan_time(&sd, &p, &c, &t);
+        t_depth[d] = t.step_s;
+        if (t_depth[d] < t_depth[want] * (1 - 1e-9)) want = d;
+    }
+    CHECK(want > 0, "prefetch helps here: %.6f %.6f %.6f s at depth 0, 1, 2", t_depth[0], t_depth[1], t_depth[2]);
+    gt_plan_search s = {3, 1, &none, 0, -1, 0, &c, 0};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0 && best.shape.prefetch == want &&
+              near(best.time.step_s, t_depth[want]),
+          "prefetch auto: depth %d, %.6f s (priced one by one: depth %d, %.6f s)", best.shape.prefetch,
+          best.time.step_s, want, t_depth[want]);
+}
+
 static void test_coarse_then_full(void) {
     gt_config cfg;
     gt_config_defaults(&cfg);
@@ -385,6 +417,7 @@ int main(void) {
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();
     test_coarse_then_full();
+    test_prefetch_auto();
     test_global_batch();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");
