@@ -301,7 +301,7 @@ static void out_of_range_values_are_rejected(void) {
         {"train", "beta2", "1.5", "(expected a number in [0, 1))"},
         {"train", "adam_eps", "0", "(expected a number > 0)"},
         {"train", "grad_clip", "-1", "(expected a number >= 0)"},
-        {"train", "micro_batch", "0", "(expected an integer in 1..65536)"},
+        {"train", "micro_batch", "0", "(expected an integer in 1..65536 or auto)"},
         {"train", "warmup_steps", "-1", "(expected an integer >= 0)"},
         {"train", "steps", "99999999999", "(expected an integer >= 1)"},
         {"train", "lr", "inf", "(expected a number > 0)"},
@@ -314,8 +314,8 @@ static void out_of_range_values_are_rejected(void) {
         {"data", "train", "", "must not be empty"},
         {"checkpoint", "resume", "", "must not be empty"},
         {"log", "every", "0", "(expected an integer >= 1)"},
-        {"checkpoint", "memory_every", "soon", "(expected auto or an integer >= 0)"},
-        {"checkpoint", "memory_every", "-1", "(expected auto or an integer >= 0)"},
+        {"checkpoint", "memory_every", "soon", "(expected an integer >= 0 or auto)"},
+        {"checkpoint", "memory_every", "-1", "(expected an integer >= 0 or auto)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gt_config cfg;
@@ -510,6 +510,27 @@ static void auto_without_budget_is_rejected(void) {
     CHECK(cfg.memory.budget == 70ull << 30);
 }
 
+/* train.global_batch and micro_batch = auto: what can be checked before the world size is known
+ * (planner.c's settle_batch checks the rest, test_timemodel.c) */
+static void global_batch_keys_are_checked(void) {
+    gt_config cfg;
+    const char *path = write_file("gb.ini", "[train]\nmicro_batch = auto\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:2: [train] micro_batch: micro_batch auto needs train.global_batch", path));
+    char *ov[] = {"train.global_batch=64"};
+    CHECK(gt_config_load(&cfg, path, 1, ov, err, sizeof err) == 0);
+    CHECK(cfg.train.micro_batch == GT_INT_AUTO && cfg.train.global_batch == 64);
+    path = write_file("gb2.ini", "[train]\nmicro_batch = 4\nglobal_batch = 10\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:3: [train] global_batch: global_batch 10 is not a multiple of micro_batch 4", path));
+    path = write_file("gb3.ini", "[train]\nmicro_batch = 2\nglobal_batch = 16\ngrad_accum = 3\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 2);
+    CHECK_PREFIX(err, fmt("%s:4: [train] grad_accum: global_batch 16 is not a multiple of grad_accum 3", path));
+    path = write_file("gb4.ini", "[train]\nmicro_batch = 2\nglobal_batch = 16\n[dist]\nprefetch = auto\n");
+    CHECK(gt_config_load(&cfg, path, 0, NULL, err, sizeof err) == 0);
+    CHECK(cfg.dist.prefetch == GT_INT_AUTO && cfg.train.grad_accum == 1); /* grad_accum follows at the run */
+}
+
 static void duplicate_key_is_rejected(void) {
     gt_config cfg;
     const char *path = write_file("dup.ini", "[train]\nlr = 1e-3\n[model]\n[train]\nlr = 2e-3\n");
@@ -640,11 +661,11 @@ static void to_ini_round_trips(void) {
         "model.ffn_dim=250", "model.norm_eps=1e-6", "model.rope_theta=500000", "model.max_seq_len=96",
         "model.dropout=0.1", "model.tie_word_embeddings=true", "model.rope_type=llama3", "model.rope_factor=32",
         "model.rope_low_freq_factor=0.5", "model.rope_high_freq_factor=2",
-        "model.rope_original_max_position_embeddings=4096", "model.init=hf/llama", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.steps=77",
+        "model.rope_original_max_position_embeddings=4096", "model.init=hf/llama", "train.seq_len=64", "train.micro_batch=3", "train.grad_accum=5", "train.global_batch=30", "train.steps=77",
         "train.lr=0.1", "train.min_lr=0.03", "train.warmup_steps=7", "train.lr_schedule=linear",
         "train.weight_decay=0.01", "train.beta1=0.8", "train.beta2=0.999", "train.adam_eps=1e-7",
         "train.grad_clip=0", "train.seed=18446744073709551615", "train.precision=fp32", "train.device=cpu",
-        "memory.recompute=uniform:3", "memory.budget=1000001", "dist.shard=gradients", "dist.comm=mpi", "dist.grad_sync=micro", "dist.prefetch=2", "dist.timeout=12.5", "dist.liveness_timeout=2.5",
+        "memory.recompute=uniform:3", "memory.budget=1000001", "dist.shard=gradients", "dist.comm=mpi", "dist.grad_sync=micro", "dist.prefetch=auto", "dist.timeout=12.5", "dist.liveness_timeout=2.5",
         "data.train=a b/train.bin", "data.val=", "data.val_every=0", "data.val_batches=9",
         "data.loss_mask=on",
         "checkpoint.dir=runs/x", "checkpoint.every=10", "checkpoint.keep=0", "checkpoint.resume=runs/x/s.h5",
@@ -942,6 +963,7 @@ int main(int argc, char **argv) {
     RUN(document_mask_needs_separator_and_default_attention);
     RUN(bad_recompute_policy_is_rejected);
     RUN(auto_without_budget_is_rejected);
+    RUN(global_batch_keys_are_checked);
     RUN(duplicate_key_is_rejected);
     RUN(syntax_error_names_the_line);
     RUN(missing_config_file_is_an_error);

@@ -10,7 +10,18 @@
  *     hand-built schedule's spans at the hand-computed times, the step's span equal to the step time,
  *     no two spans of one stream overlapping; on the tiny model's dry schedule one op span per op call
  *     of a dry micro-batch, per micro-batch;
- *   - a calibration file round-trips, and one of another key is refused.
+ *   - a calibration file round-trips, and one of another key is refused;
+ *   - auto (gt_plan_auto_all) ranks by the time model: with collectives of a second each on two
+ *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
+ *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
+ *     what fits;
+ *   - dist.prefetch = auto takes the depth of the fastest ZeRO-3 step, priced one by one;
+ *   - on 16 blocks with recompute auto (a coarse pass, then its five fastest in full), the pick is at
+ *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
+ *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
+ *     least recompute FLOPs that fit, then the least memory, then the first), over a sweep of budgets;
+ *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
+ *     the inconsistent cases are one line naming the file, line and key.
  */
 #include "check.h"
 #include "calib.h"
@@ -279,6 +290,258 @@ static void test_dry_spans(void) {
         if (!strcmp(spans[i].cat, "step")) end = spans[i].end_s;
     CHECK(near(end, t.step_s), "the step span ends at the step time: %.9f s, %.9f s", end, t.step_s);
     CHECK(overlaps() == 0, "no two spans of one stream overlap");
+
+/* The tiny model on two ranks, recompute none, prefetch 1; micro_batch searched over the divisors of 4
+ * sequences per rank (grad_accum 4, 2, 1). */
+static gt_mem_shape rank_shape(gt_config *cfg) {
+    gt_config_defaults(cfg);
+    return gt_plan_shape(cfg, 0, 4, 1, 2);
+}
+
+/* The fastest of every (stage, grad_sync, micro-batch) priced one by one, of those within budget;
+ * stage >= 0: that stage only; B > 0: that micro-batch only. */
+static double brute_fastest(const gt_mem_shape *base, int stage, int B_only, uint64_t budget, gt_mem_shape *best_shape) {
+    double best = -1;
+    gt_policy none = {GT_POLICY_NONE, 0};
+    for (int st = 0; st <= 3; st++)
+        for (int mi = 0; mi <= (st >= 2); mi++)
+            for (int B = 1; B <= 4; B *= 2) {
+                if ((stage >= 0 && st != stage) || (B_only > 0 && B != B_only)) continue;
+                gt_mem_shape s = *base;
+                s.stage = st, s.grad_micro = mi, s.micro_batch = B, s.grad_accum = 4 / B;
+                gt_plan plan;
+                gt_mem_estimate est;
+                gt_plan_for_policy(&plan, &none, &s, &est);
+                if (budget && est.total_bytes > budget) continue;
+                gt_time_estimate t;
+                gt_calib c = flat_calib();
+                c.coll_latency_s = 1;
+                gt_plan_time(&s, &plan, &c, &t);
+                if (best < 0 || t.step_s < best) best = t.step_s, *best_shape = s;
+            }
+    return best;
+}
+
+static void test_auto_ranks_by_time(void) {
+    gt_config cfg;
+    gt_mem_shape base = rank_shape(&cfg);
+    base.micro_batch = 4, base.grad_accum = 1;
+    gt_calib c = flat_calib();
+    c.coll_latency_s = 1; /* a second per collective: their count decides */
+    gt_policy none = {GT_POLICY_NONE, 0};
+    /* the stage searched at micro-batch 4 x 1. By hand: ZeRO-0 runs two collectives (the gradients'
+     * all-reduce and the norm's scalar), ZeRO-1 and ZeRO-2 three (a reduce-scatter, the scalar, the
+     * all-gather), ZeRO-3 one gather per unit and more: ZeRO-0 is the fastest, and the most memory */
+    gt_plan_search s = {-1, -1, &none, 0, 1, 0, &c, 0};
+    gt_plan_option best, top[GT_PLAN_TOP];
+    int n_top = 0;
+    CHECK(gt_plan_auto_all(&base, &s, &best, top, &n_top) == 0, "everything fits without a budget");
+    CHECK(best.shape.stage == 0, "fastest: ZeRO-%d (by hand ZeRO-0)", best.shape.stage);
+    gt_mem_shape brute_shape;
+    double fastest = brute_fastest(&base, -1, 4, 0, &brute_shape);
+    CHECK(near(best.time.step_s, fastest), "auto's step %.6f s, the fastest priced one by one %.6f s", best.time.step_s,
+          fastest);
+    CHECK(n_top == GT_PLAN_TOP && near(top[0].time.step_s, best.time.step_s), "the list: %d, first %.6f s", n_top,
+          top[0].time.step_s);
+    for (int i = 1; i < n_top; i++)
+        CHECK(top[i].time.step_s >= top[i - 1].time.step_s, "the list in order: %d: %.6f after %.6f", i,
+              top[i].time.step_s, top[i - 1].time.step_s);
+    /* a budget just below ZeRO-0's total rules it out: the pick moves to the fastest of the rest */
+    uint64_t budget = best.est.total_bytes - 1;
+    s.budget = budget;
+    gt_plan_option pick;
+    CHECK(gt_plan_auto_all(&base, &s, &pick, NULL, NULL) == 0, "something fits %llu bytes", (unsigned long long)budget);
+    fastest = brute_fastest(&base, -1, 4, budget, &brute_shape);
+    CHECK(pick.est.total_bytes <= budget && pick.shape.stage != 0, "the budget moves the pick: ZeRO-%d, %llu bytes",
+          pick.shape.stage, (unsigned long long)pick.est.total_bytes);
+    CHECK(near(pick.time.step_s, fastest), "under the budget: ZeRO-%d %.6f s; priced one by one ZeRO-%d %.6f s",
+          pick.shape.stage, pick.time.step_s, brute_shape.stage, fastest);
+    /* nothing fits: -1 and the smallest */
+    s.budget = 1;
+    CHECK(gt_plan_auto_all(&base, &s, &pick, NULL, &n_top) == -1 && n_top == 0, "a 1-byte budget: nothing fits");
+    /* ZeRO-3 with the micro-batch searched over 4 sequences per rank: every micro-batch gathers every
+     * unit again (a second each), so one micro-batch of 4 is the fastest, by hand and priced one by one */
+    gt_plan_search s3 = {3, -1, &none, 4, 1, 0, &c, 0};
+    CHECK(gt_plan_auto_all(&base, &s3, &best, NULL, NULL) == 0, "ZeRO-3 fits");
+    fastest = brute_fastest(&base, 3, 0, 0, &brute_shape);
+    CHECK(best.shape.micro_batch == 4 && best.shape.grad_accum == 1 && near(best.time.step_s, fastest),
+          "ZeRO-3: micro-batch %d x %d, %.6f s (by hand 4 x 1; priced one by one %d, %.6f s)", best.shape.micro_batch,
+          best.shape.grad_accum, best.time.step_s, brute_shape.micro_batch, fastest);
+}
+
+/* planner.c's family of plans: the first n_rec blocks recompute in segments of K, then n_sel selective */
+static void family_plan(gt_plan *p, int N, int n_rec, int K, int n_sel) {
+    memset(p, 0, sizeof *p);
+    p->n_blocks = N;
+    for (int i = 0; i < N; i++) {
+        p->keep[i] = i < n_rec ? GT_KEEP_RECOMPUTE : i < n_rec + n_sel ? GT_KEEP_SELECTIVE : GT_KEEP_ALL;
+        p->seg_start[i] = i >= n_rec || i % K == 0;
+    }
+}
+
+static void test_bounded_search_is_exhaustive(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.n_layers = 8;
+    gt_mem_shape sh = gt_plan_shape(&cfg, 0, 4, 1, 1);
+    int N = 8, n_plans = 0;
+    static gt_plan plans[1024];
+    static gt_mem_estimate ests[1024];
+    for (int n_rec = 0; n_rec <= N; n_rec++)
+        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K++)
+            for (int n_sel = 0; n_sel <= N - n_rec; n_sel++) {
+                family_plan(&plans[n_plans], N, n_rec, K, n_sel);
+                if (n_rec == N) gt_plan_keep_tail(&plans[n_plans], &sh, &ests[n_plans]);
+                else gt_plan_estimate(&sh, &plans[n_plans], &ests[n_plans]);
+                n_plans++;
+            }
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < n_plans; i++) {
+        if (ests[i].total_bytes < lo) lo = ests[i].total_bytes;
+        if (ests[i].total_bytes > hi) hi = ests[i].total_bytes;
+    }
+    int differ = 0;
+    for (int k = 0; k <= 40; k++) {
+        uint64_t budget = lo + (hi - lo) * (uint64_t)k / 40;
+        int want = -1;
+        for (int i = 0; i < n_plans; i++) {
+            if (ests[i].total_bytes > budget) continue;
+            if (want < 0 || ests[i].recompute_flops < ests[want].recompute_flops ||
+                (ests[i].recompute_flops == ests[want].recompute_flops && ests[i].total_bytes < ests[want].total_bytes))
+                want = i;
+        }
+        gt_plan got;
+        gt_mem_estimate est;
+        CHECK(want >= 0 && gt_plan_auto(&sh, budget, &got, &est) == 0, "budget %llu fits", (unsigned long long)budget);
+        if (want < 0) continue;
+        int same = est.recompute_flops == ests[want].recompute_flops && est.total_bytes == ests[want].total_bytes &&
+                   memcmp(got.keep, plans[want].keep, (size_t)N) == 0 &&
+                   memcmp(got.seg_start, plans[want].seg_start, (size_t)N) == 0;
+        if (!same) {
+            char a[256], b[256];
+            gt_plan_describe(&got, a, sizeof a);
+            gt_plan_describe(&plans[want], b, sizeof b);
+            fprintf(stderr, "  budget %llu: auto %s (%g FLOPs, %llu bytes); every plan tried: %s (%g, %llu)\n",
+                    (unsigned long long)budget, a, est.recompute_flops, (unsigned long long)est.total_bytes, b,
+                    ests[want].recompute_flops, (unsigned long long)ests[want].total_bytes);
+            differ++;
+        }
+    }
+    CHECK(differ == 0, "the bounded search differs from trying every plan at %d budgets", differ);
+}
+
+/* dist.prefetch = auto: the depth (0, 1 or 2) of the fastest ZeRO-3 step, which with gathers that
+ * can hide behind compute is not 0 */
+static void test_prefetch_auto(void) {
+    gt_config cfg;
+    gt_mem_shape base = rank_shape(&cfg);
+    base.micro_batch = 4, base.grad_accum = 1, base.stage = 3, base.grad_micro = 1;
+    gt_calib c = flat_calib();
+    c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e9; /* compute to hide behind */
+    gt_policy none = {GT_POLICY_NONE, 0};
+    double t_depth[3];
+    int want = 0;
+    for (int d = 0; d < 3; d++) {
+        gt_mem_shape sd = base;
+        sd.prefetch = d;
+        gt_plan p;
+        gt_mem_estimate est;
+        gt_plan_for_policy(&p, &none, &sd, &est);
+        gt_time_estimate t;
+        gt_plan_time(&sd, &p, &c, &t);
+        t_depth[d] = t.step_s;
+        if (t_depth[d] < t_depth[want] * (1 - 1e-9)) want = d;
+    }
+    CHECK(want > 0, "prefetch helps here: %.6f %.6f %.6f s at depth 0, 1, 2", t_depth[0], t_depth[1], t_depth[2]);
+    gt_plan_search s = {3, 1, &none, 0, -1, 0, &c, 0};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0 && best.shape.prefetch == want &&
+              near(best.time.step_s, t_depth[want]),
+          "prefetch auto: depth %d, %.6f s (priced one by one: depth %d, %.6f s)", best.shape.prefetch,
+          best.time.step_s, want, t_depth[want]);
+}
+
+static void test_coarse_then_full(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.n_layers = 16;
+    gt_mem_shape base = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_calib c = flat_calib();
+    c.coll_latency_s = 1e-4;
+    /* a budget that needs recompute at every micro-batch: between ZeRO-3 micro-batch 1's smallest
+     * plan and its none plan */
+    gt_mem_shape s4 = base;
+    s4.stage = 3, s4.grad_micro = 1, s4.micro_batch = 1, s4.grad_accum = 4;
+    gt_plan p;
+    gt_mem_estimate small, none;
+    gt_plan_auto(&s4, 0, &p, &small);
+    gt_policy pn = {GT_POLICY_NONE, 0};
+    gt_plan_for_policy(&p, &pn, &s4, &none);
+    uint64_t budget = small.total_bytes + (none.total_bytes - small.total_bytes) / 2;
+    gt_plan_search s = {-1, -1, NULL, 4, 1, budget, &c, 0};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0, "something fits");
+    double fastest = -1;
+    int fb = 0, fst = 0;
+    for (int st = 0; st <= 3; st++)
+        for (int mi = 0; mi <= (st >= 2); mi++)
+            for (int B = 1; B <= 4; B *= 2) {
+                gt_mem_shape o = base;
+                o.stage = st, o.grad_micro = mi, o.micro_batch = B, o.grad_accum = 4 / B;
+                gt_mem_estimate est;
+                if (gt_plan_auto(&o, budget, &p, &est) != 0) continue;
+                gt_time_estimate t;
+                gt_plan_time(&o, &p, &c, &t);
+                if (fastest < 0 || t.step_s < fastest) fastest = t.step_s, fb = B, fst = st;
+            }
+    /* at least as fast: a coarse plan the time model prices faster than the full search's (FLOPs do
+     * not count the memory-bound kernels selective blocks re-run) is kept */
+    CHECK(best.time.step_s <= fastest * (1 + 1e-9), "coarse then full: ZeRO-%d micro-batch %d %.9f s; every option "
+          "in full: ZeRO-%d micro-batch %d %.9f s", best.shape.stage, best.shape.micro_batch, best.time.step_s, fst, fb,
+          fastest);
+    CHECK(best.est.recompute_flops > 0, "the budget is one that needs recompute");
+}
+
+/* gt_plan_resolve's batch: err for the config text `ini` (at file "gb.ini") on `world` ranks. */
+static int resolve_batch(const char *ini, int world, gt_plan_choice *c, char *err, size_t len) {
+    gt_config cfg;
+    char lerr[1024];
+    if (gt_config_load_string(&cfg, ini, "gb.ini", 0, NULL, lerr, sizeof lerr) != 0) {
+        snprintf(err, len, "load: %s", lerr);
+        return -2;
+    }
+    gt_mem_shape base = gt_plan_shape(&cfg, 0, 4, 1, world);
+    gt_calib cal = flat_calib();
+    return gt_plan_resolve(&cfg, &base, &cal, c, err, len);
+}
+
+static void test_global_batch(void) {
+    static gt_plan_choice c;
+    char err[1024] = "";
+    CHECK(resolve_batch("[train]\nmicro_batch = 2\nglobal_batch = 16\n", 2, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.shape.micro_batch == 2 && c.shape.grad_accum == 4, "16 = 2 x %d x 2 ranks", c.shape.grad_accum);
+    CHECK(resolve_batch("[train]\nmicro_batch = 2\nglobal_batch = 16\ngrad_accum = 4\n", 2, &c, err, sizeof err) == 0,
+          "a grad_accum that agrees: %s", err);
+    CHECK(resolve_batch("[train]\nmicro_batch = 2\nglobal_batch = 16\ngrad_accum = 2\n", 2, &c, err, sizeof err) == -1 &&
+              strstr(err, "gb.ini:4: [train] grad_accum: grad_accum 2 disagrees with global_batch 16") == err,
+          "a grad_accum that disagrees: %s", err);
+    CHECK(resolve_batch("[train]\nmicro_batch = 2\nglobal_batch = 16\n", 3, &c, err, sizeof err) == -1 &&
+              strstr(err, "gb.ini:3: [train] global_batch: global_batch 16 is not a multiple of the 3 ranks") == err,
+          "3 ranks: %s", err);
+    CHECK(resolve_batch("[train]\nmicro_batch = 4\nglobal_batch = 8\n", 4, &c, err, sizeof err) == -1 &&
+              strstr(err, "gb.ini:3: [train] global_batch: global_batch 8 is not a multiple of micro_batch 4 x 4 ranks") ==
+                  err,
+          "4 ranks of micro-batch 4: %s", err);
+    /* auto: a divisor of the 8 sequences per rank, grad_accum the rest; with grad_accum set, the quotient */
+    CHECK(resolve_batch("[train]\nmicro_batch = auto\nglobal_batch = 16\n", 2, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.chosen_by_auto && c.shape.micro_batch >= 1 && 8 % c.shape.micro_batch == 0 &&
+              c.shape.micro_batch * c.shape.grad_accum == 8,
+          "auto: micro-batch %d x grad_accum %d x 2 ranks", c.shape.micro_batch, c.shape.grad_accum);
+    CHECK(resolve_batch("[train]\nmicro_batch = auto\nglobal_batch = 16\ngrad_accum = 2\n", 2, &c, err, sizeof err) ==
+                  0 && c.shape.micro_batch == 4 && c.shape.grad_accum == 2,
+          "auto with grad_accum 2: micro-batch %d (%s)", c.shape.micro_batch, err);
+    CHECK(resolve_batch("[train]\nmicro_batch = auto\nglobal_batch = 16\ngrad_accum = 3\n", 2, &c, err, sizeof err) ==
+              -2, "grad_accum 3 into 16: refused at load: %s", err);
 }
 
 int main(void) {
@@ -287,6 +550,11 @@ int main(void) {
     test_hand_spans();
     test_dry_spans();
     test_file();
+    test_auto_ranks_by_time();
+    test_bounded_search_is_exhaustive();
+    test_coarse_then_full();
+    test_prefetch_auto();
+    test_global_batch();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");
     return check_failures ? 1 : 0;

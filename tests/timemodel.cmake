@@ -14,3 +14,18 @@ add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/calibrate_plan)
 set_tests_properties(cli_calibrate_then_plan_reads_it PROPERTIES LABELS unit TIMEOUT 300)
+# auto ranked by the time model on the command line (planner.c gt_plan_auto_all, gt_plan_report_time):
+#   plan_auto_lists_fastest             --plan with micro_batch = auto and a global batch: the header has
+#                                       the chosen micro-batch, and the five fastest plans that fit follow
+#   plan_global_batch_needs_world       a global batch the world size does not divide: exit 2, one line
+#                                       naming the key
+add_test(NAME plan_auto_lists_fastest
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:gtrain>|--plan|${PROJECT_SOURCE_DIR}/configs/tiny.ini|--world|2|train.micro_batch=auto|train.global_batch=8|dist.shard=auto"
+                 "-DEXPECT=\nmicro-batch [124] x 128 tokens, grad_accum [124],[^\n]*\n.*\nthe 5 fastest plans that fit[^\n]*\n  #  dist.shard / grad_sync[^\n]*\n  1  ZeRO-"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(plan_auto_lists_fastest PROPERTIES LABELS unit)
+add_test(NAME plan_global_batch_needs_world
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:gtrain>|--plan|${PROJECT_SOURCE_DIR}/configs/tiny.ini|--world|3|train.global_batch=8"
+                 -DRC=2 "-DEXPECT=^gtrain: command line: train.global_batch=8: global_batch 8 is not a multiple of the 3 ranks [^\n]*\n$"
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(plan_global_batch_needs_world PROPERTIES LABELS unit)

@@ -109,7 +109,7 @@ static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
 
 int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm, gt_calib *c, FILE *log) {
     const gt_model_config *m = &cfg->model;
-    int B = cfg->train.micro_batch, T = cfg->train.seq_len;
+    int B = cfg->train.micro_batch > 0 ? cfg->train.micro_batch : 1, T = cfg->train.seq_len; /* auto: the rows of 1, 2, 4, 8 below */
     int C = m->dim, F = m->ffn_dim, V = m->vocab_size, NH = m->n_heads, NKV = m->n_kv_heads, HD = C / NH;
     int N = B * T;
     size_t e = (size_t)ops->act_bytes;

@@ -49,6 +49,7 @@
  * ---------------------------------------------------------------------------------------------- */
 
 _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int (KEY_ENUM)");
+_Static_assert(GT_KEY_INT_AUTO == GT_INT_AUTO, "an integer key's auto is one value");
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
@@ -59,6 +60,7 @@ _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as
 #define FN 1
 #define RUN 0
 #define INT(fn, sec, name, field, lo, hi) {sec, name, KEY_INT, OFF(field), 0, lo, hi, 0, NULL, fn}
+#define INT_AUTO(fn, sec, name, field, lo, hi) {sec, name, KEY_INT_AUTO, OFF(field), 0, lo, hi, 0, NULL, fn}
 #define NUM(fn, sec, name, type, field, lo, hi, fl) {sec, name, type, OFF(field), 0, lo, hi, fl, NULL, fn}
 #define ENUM(fn, sec, name, field, names) {sec, name, KEY_ENUM, OFF(field), 0, 0, 0, 0, names, fn}
 #define TEXT(fn, sec, name, type, field, nonempty) {sec, name, type, STR(field), nonempty, 0, 0, NULL, fn}
@@ -107,8 +109,9 @@ static const key_spec keys[] = {
     TEXT(RUN, "model", "init", KEY_PATH, model.init, 0),
 
     INT(RUN, "train", "seq_len", train.seq_len, 1, 1 << 20),
-    INT(RUN, "train", "micro_batch", train.micro_batch, 1, 1 << 16),
+    INT_AUTO(RUN, "train", "micro_batch", train.micro_batch, 1, 1 << 16),
     INT(RUN, "train", "grad_accum", train.grad_accum, 1, 1 << 20),
+    INT(RUN, "train", "global_batch", train.global_batch, 0, INT_MAX),
     INT(RUN, "train", "steps", train.steps, 1, INT_MAX),
     NUM(RUN, "train", "lr", KEY_DOUBLE, train.lr, 0, INFINITY, MIN_OPEN),
     NUM(RUN, "train", "min_lr", KEY_DOUBLE, train.min_lr, 0, INFINITY, 0),
@@ -133,7 +136,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "dist", "shard", dist.shard, shard_names),
     ENUM(RUN, "dist", "comm", dist.comm, comm_names),
     ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
-    INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
+    INT_AUTO(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),
     NUM(RUN, "dist", "liveness_timeout", KEY_DOUBLE, dist.liveness_timeout, 0, INFINITY, 0),
 
@@ -184,6 +187,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->train.seq_len = 128;
     cfg->train.micro_batch = 8;
     cfg->train.grad_accum = 1;
+    cfg->train.global_batch = 0;
     cfg->train.steps = 400;
     cfg->train.lr = 3e-3;
     cfg->train.min_lr = 3e-4;
@@ -669,6 +673,26 @@ static void check_across(loader *ld) {
     if (c->dist.comm == GT_COMM_NCCL && c->train.device == GT_DEVICE_CPU)
         fail_at(ld, blame(ld, "dist", "comm", "train", "device"),
                 "comm nccl with device cpu (expected mpi or auto on cpu: NCCL needs GPUs)");
+
+    /* the global batch: whatever depends on the world size is checked when it is known (gt_plan_resolve) */
+    int B = c->train.micro_batch, A = c->train.grad_accum, G = c->train.global_batch;
+    int accum_set = ld->where[key_index("train", "grad_accum")].kind != ORIGIN_DEFAULT;
+    if (B == GT_INT_AUTO && G == 0)
+        fail_at(ld, key_index("train", "micro_batch"),
+                "micro_batch auto needs train.global_batch (expected global_batch = sequences per optimizer step "
+                "over all ranks, or a number for micro_batch)");
+    else if (G > 0 && B != GT_INT_AUTO && G % B != 0)
+        fail_at(ld, blame(ld, "train", "global_batch", "train", "micro_batch"),
+                "global_batch %d is not a multiple of micro_batch %d (expected global_batch = micro_batch x "
+                "grad_accum x ranks)", G, B);
+    else if (G > 0 && accum_set && G % A != 0) /* grad_accum beside global_batch: the one to blame */
+        fail_at(ld, key_index("train", "grad_accum"),
+                "global_batch %d is not a multiple of grad_accum %d (expected global_batch = micro_batch x "
+                "grad_accum x ranks; leave grad_accum out and it follows from global_batch)", G, A);
+    else if (G > 0 && accum_set && B != GT_INT_AUTO && G % ((long long)A * B) != 0)
+        fail_at(ld, key_index("train", "grad_accum"),
+                "global_batch %d is not a multiple of micro_batch %d x grad_accum %d (expected global_batch = "
+                "micro_batch x grad_accum x ranks; leave grad_accum out and it follows from global_batch)", G, B, A);
 
     gt_policy policy;
     char msg[512] = "";

@@ -16,6 +16,7 @@
 
 #include "pathmax.h" /* GT_PATH_MAX */
 
+#define GT_INT_AUTO (-1) /* an integer key set to auto (train.micro_batch, dist.prefetch): the planner chooses */
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 
 /* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
@@ -74,8 +75,11 @@ typedef struct gt_config {
     gt_model_config model;
     struct {
         int seq_len;
-        int micro_batch;       /* sequences per rank per micro-batch */
+        int micro_batch;       /* sequences per rank per micro-batch; GT_INT_AUTO: the planner chooses
+                                  (gt_plan_resolve), with global_batch set */
         int grad_accum;        /* micro-batches per optimizer step */
+        int global_batch;      /* sequences per optimizer step over all ranks; 0 = unset (then
+                                  micro_batch x grad_accum x ranks); set: grad_accum follows from it */
         int steps;             /* optimizer steps in total */
         double lr, min_lr;
         int warmup_steps;
@@ -100,7 +104,8 @@ typedef struct gt_config {
         gt_shard_stage shard;
         gt_comm_choice comm;
         gt_grad_sync grad_sync; /* when ZeRO-2/3 reduce gradients (zero.h) */
-        int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8) */
+        int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8); GT_INT_AUTO: the
+                                  planner chooses */
         double timeout;        /* seconds before the watchdog ends a hang (floor; 0 = off) */
         double liveness_timeout; /* seconds: a rank stopped, dead or wedged is named (0 = off) */
     } dist;

@@ -64,6 +64,12 @@ static void expect_int(const key_spec *ks, char *out, size_t len) {
     else snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
 }
 
+static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
+    expect_int(ks, out, len);
+    size_t at = strlen(out);
+    snprintf(out + at, len - at, " or auto");
+}
+
 static void expect_number(const key_spec *ks, char *out, size_t len) {
     if (isinf(ks->max))
         snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
@@ -104,12 +110,6 @@ static void expect_resume(const key_spec *ks, char *out, size_t len) {
     snprintf(out, len, "auto, never or the path of a training-state file");
 }
 
-static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
-    char n[64];
-    expect_int(ks, n, sizeof n);
-    snprintf(out, len, "auto or %s", n);
-}
-
 static void expect_bool(const key_spec *ks, char *out, size_t len) {
     (void)ks;
     snprintf(out, len, "true or false");
@@ -134,7 +134,7 @@ static int set_int(const key_spec *ks, void *field, const char *value, const cha
 static int set_int_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
                         size_t why_len) {
     if (strcmp(value, "auto") == 0) {
-        *(int *)field = -1;
+        *(int *)field = GT_KEY_INT_AUTO;
         return 0;
     }
     return set_int(ks, field, value, expected, why, why_len);
@@ -249,9 +249,8 @@ static void write_int(const key_spec *ks, const void *f, char *out, size_t len) 
 }
 
 static void write_int_auto(const key_spec *ks, const void *f, char *out, size_t len) {
-    (void)ks;
-    if (*(const int *)f < 0) snprintf(out, len, "auto");
-    else snprintf(out, len, "%d", *(const int *)f);
+    if (*(const int *)f == GT_KEY_INT_AUTO) snprintf(out, len, "auto");
+    else write_int(ks, f, out, len);
 }
 
 static void write_float(const key_spec *ks, const void *f, char *out, size_t len) {
@@ -297,6 +296,7 @@ typedef struct key_kind {
 
 static const key_kind kinds[] = {
     [KEY_INT] = {set_int, write_int, expect_int, sizeof(int)},
+    [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
     [KEY_FLOAT] = {set_number, write_float, expect_number, sizeof(float)},
     [KEY_DOUBLE] = {set_number, write_double, expect_number, sizeof(double)},
     [KEY_U64] = {set_u64, write_u64, expect_u64, sizeof(uint64_t)},
@@ -306,7 +306,6 @@ static const key_kind kinds[] = {
     [KEY_POLICY] = {set_text, write_text, expect_policy, 0},
     [KEY_RESUME] = {set_text, write_text, expect_resume, 0},
     [KEY_BOOL] = {set_bool, write_bool, expect_bool, sizeof(int)},
-    [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
 };
 
 void gt_key_expected(const key_spec *ks, char *out, size_t len) { kinds[ks->type].expect(ks, out, len); }

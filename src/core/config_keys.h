@@ -11,6 +11,7 @@
 
 typedef enum key_type {
     KEY_INT,     /* int in [min, max] */
+    KEY_INT_AUTO,/* int in [min, max], or auto (stored as GT_KEY_INT_AUTO) */
     KEY_FLOAT,   /* float, range below */
     KEY_DOUBLE,  /* double, range below */
     KEY_U64,     /* uint64_t, any value (seed) */
@@ -20,8 +21,9 @@ typedef enum key_type {
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
     KEY_BOOL,    /* int 0 or 1, written true | false */
-    KEY_INT_AUTO, /* int in [min, max], or `auto` (stored as -1) */
 } key_type;
+
+#define GT_KEY_INT_AUTO (-1) /* KEY_INT_AUTO's auto: config.h's GT_INT_AUTO (config.c checks they agree) */
 
 /* Range flags for numbers. */
 #define MIN_OPEN 1 /* min is excluded: x > min */

@@ -269,18 +269,18 @@ static int run_plan(int argc, char **argv) {
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
+    gt_calib calib; /* the rates auto ranks by and the prediction prices with */
+    char note[8192];
+    gt_calib_for_run(&calib, gpu, bf16, plan_threads(world), calib_path, note, sizeof note);
+    if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
-    if (gt_plan_resolve(&cfg, &shape, &choice, err, sizeof err) != 0) {
+    if (gt_plan_resolve(&cfg, &shape, &calib, &choice, err, sizeof err) != 0) {
         fprintf(stderr, "gtrain: %s\n", err);
         return GT_EXIT_BAD_INPUT;
     }
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
     gt_plan_report(stdout, &cfg, &choice);
-    gt_calib calib;
-    char note[8192];
-    gt_calib_for_run(&calib, gpu, bf16, plan_threads(world), calib_path, note, sizeof note);
-    if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_report_time(stdout, &choice, &calib, note);
     if (trace_path) { /* the same simulation, span by span (trace.h) */
         if (gt_trace_plan(trace_path, &choice, &calib, err, sizeof err) != 0) {

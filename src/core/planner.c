@@ -169,6 +169,21 @@ static void forward_flops(const gt_mem_shape *sh, double *block, double *head, d
     *down = 2 * BT * F * C; /* the down-projection: not re-run for a segment's last block (model.c) */
 }
 
+/* The extra forward FLOPs of a plan (forward_flops' parts): a recomputed block's forward, less the
+ * down-projection for a segment's last block; a selective block's QK^T. */
+static double plan_recompute_flops(const gt_plan *plan, double block, double scores, double down) {
+    double f = 0;
+    for (int i = 0; i < plan->n_blocks; i++) {
+        if (plan->keep[i] == GT_KEEP_RECOMPUTE) {
+            f += block;
+            if (gt_plan_segment_end(plan, i) == i + 1) f -= down; /* segment's last */
+        } else if (plan->keep[i] == GT_KEEP_SELECTIVE) {
+            f += scores;
+        }
+    }
+    return f;
+}
+
 int gt_plan_uses_nccl(int cuda, int world, gt_comm_choice comm) {
     return cuda && (comm == GT_COMM_NCCL || (comm == GT_COMM_AUTO && world > 1));
 }
@@ -257,14 +272,7 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     double block, head, scores, down;
     forward_flops(sh, &block, &head, &scores, &down);
     est->forward_flops = block * sh->model.n_layers + head;
-    for (int i = 0; i < plan->n_blocks; i++) {
-        if (plan->keep[i] == GT_KEEP_RECOMPUTE) {
-            est->recompute_flops += block;
-            if (gt_plan_segment_end(plan, i) == i + 1) est->recompute_flops -= down; /* segment's last */
-        } else if (plan->keep[i] == GT_KEEP_SELECTIVE) {
-            est->recompute_flops += scores;
-        }
-    }
+    est->recompute_flops = plan_recompute_flops(plan, block, scores, down);
 }
 
 int gt_plan_keep_tail(gt_plan *plan, const gt_mem_shape *sh, gt_mem_estimate *est) {
@@ -313,45 +321,96 @@ static int next_count(int v, int stride, int last) {
     return v + stride < last ? v + stride : last;
 }
 
-int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_estimate *best_est) {
+/* A plan of the search (shaped_plan's counts), its recompute FLOPs and its place in the enumeration. */
+typedef struct plan_cand {
+    double flops;
+    int n_rec, K, n_sel, order;
+} plan_cand;
+
+static int cand_cmp(const void *pa, const void *pb) {
+    const plan_cand *a = pa, *b = pb;
+    if (a->flops != b->flops) return a->flops < b->flops ? -1 : 1;
+    return (a->order > b->order) - (a->order < b->order);
+}
+
+/* gt_plan_auto with every count moving in steps of at least min_stride (1: gt_plan_auto's own search).
+ * Bounded: a plan's recompute FLOPs need no dry run (plan_recompute_flops), so the plans are tried in
+ * order of FLOPs and the search stops at the first FLOPs above those of a plan that fits; only the
+ * plans that recompute every block (whose tail gt_plan_keep_tail may keep, lowering their FLOPs) are
+ * all tried. The choice is the exhaustive search's: the least FLOPs that fit, then the least memory,
+ * then the first in the enumeration; with nothing fitting, every plan is tried and the smallest given. */
+static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, gt_plan *best, gt_mem_estimate *best_est) {
     int N = sh->model.n_layers;
-    int found = 0;
+    int found = 0, best_order = 0, small_order = 0;
     gt_plan plan;
     gt_mem_estimate est;
     gt_mem_estimate smallest_est;
     gt_plan smallest;
     int have_smallest = 0;
-    /* Exhaustive up to 64 blocks (N^3/2 plans, each priced in O(N)); beyond that every count moves
-     * in steps of N/64 so the search stays near a second even at 1024 blocks. */
+    /* Exhaustive up to 64 blocks (N^3/6 plans); beyond that every count moves in steps of N/64 so
+     * the search stays near a second even at 1024 blocks. */
     int stride = N > 64 ? N / 64 : 1;
+    if (stride < min_stride) stride = min_stride;
+    size_t n_c = 0, cap = 1024;
+    plan_cand *c = malloc(cap * sizeof *c);
+    if (!c) abort();
+    double block, head, scores, down;
+    forward_flops(sh, &block, &head, &scores, &down);
+    int order = 0;
     for (int n_rec = 0; n_rec <= N; n_rec = next_count(n_rec, stride, N)) {
         for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K += stride) {
             for (int n_sel = 0; n_sel <= N - n_rec; n_sel = next_count(n_sel, stride, N - n_rec)) {
+                if (n_c == cap) {
+                    cap *= 2;
+                    c = realloc(c, cap * sizeof *c);
+                    if (!c) abort();
+                }
                 shaped_plan(&plan, N, n_rec, K, n_sel);
-                if (n_rec == N) gt_plan_keep_tail(&plan, sh, &est); /* only then is the tail recomputed */
-                else gt_plan_estimate(sh, &plan, &est);
-                if (!have_smallest || est.total_bytes < smallest_est.total_bytes) {
-                    smallest = plan;
-                    smallest_est = est;
-                    have_smallest = 1;
-                }
-                if (est.total_bytes > budget) continue;
-                /* least recompute first; among equals, the least memory */
-                if (!found || est.recompute_flops < best_est->recompute_flops ||
-                    (est.recompute_flops == best_est->recompute_flops && est.total_bytes < best_est->total_bytes)) {
-                    *best = plan;
-                    *best_est = est;
-                    found = 1;
-                }
+                c[n_c++] = (plan_cand){plan_recompute_flops(&plan, block, scores, down), n_rec, K, n_sel, order++};
             }
         }
     }
+    qsort(c, n_c, sizeof *c, cand_cmp);
+    /* the plans that recompute every block first, all of them; then the rest in order of FLOPs */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n_c; i++) {
+            int tail = c[i].n_rec == N;
+            if (tail != (pass == 0)) continue;
+            if (!tail && found && c[i].flops > best_est->recompute_flops) break;
+            shaped_plan(&plan, N, c[i].n_rec, c[i].K, c[i].n_sel);
+            if (tail) gt_plan_keep_tail(&plan, sh, &est); /* only then is the tail recomputed */
+            else gt_plan_estimate(sh, &plan, &est);
+            if (!have_smallest || est.total_bytes < smallest_est.total_bytes ||
+                (est.total_bytes == smallest_est.total_bytes && c[i].order < small_order)) {
+                smallest = plan;
+                smallest_est = est;
+                small_order = c[i].order;
+                have_smallest = 1;
+            }
+            if (est.total_bytes > budget) continue;
+            /* least recompute first; among equals, the least memory; then the enumeration's first */
+            if (!found || est.recompute_flops < best_est->recompute_flops ||
+                (est.recompute_flops == best_est->recompute_flops &&
+                 (est.total_bytes < best_est->total_bytes ||
+                  (est.total_bytes == best_est->total_bytes && c[i].order < best_order)))) {
+                *best = plan;
+                *best_est = est;
+                best_order = c[i].order;
+                found = 1;
+            }
+        }
+    }
+    free(c);
     if (!found) {
         *best = smallest;
         *best_est = smallest_est;
         return -1;
     }
     return 0;
+}
+
+int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_estimate *best_est) {
+    return plan_auto(sh, budget, 1, best, best_est);
 }
 
 /* shape at ZeRO stage st (0..3) with grad_sync micro (mi = 1) or step */
@@ -528,7 +587,7 @@ static void report_choice(FILE *out, const gt_config *cfg, const gt_plan_choice 
     if (budget) gt_format_bytes(budget, b5, sizeof b5);
     if (c->fits) {
         fprintf(out, "\nauto: dist.shard %s, grad_sync %s, recompute %s\n  total %s (activations %s) fits %s%s "
-                     "at the least recompute + communication time (+%.1f%% forward FLOPs, %s sent per step)\n",
+                     "at the least predicted step time (+%.1f%% forward FLOPs, %s sent per step)\n",
                 gt_shard_stage_name((gt_shard_stage)c->stage), c->stage < 2 ? "-" : c->grad_micro ? "micro" : "step", desc, b1, b2,
                 budget ? "the budget " : "(no budget set)", b5,
                 100.0 * c->predicted.recompute_flops / (3.0 * c->predicted.forward_flops), b3);
@@ -550,84 +609,196 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
     report_choice(out, cfg, choice);
 }
 
-double gt_plan_cost(const gt_mem_shape *sh, const gt_mem_estimate *est) {
-    int gpu = sh->act_bytes == 2;
-    double flops = gpu ? 400e12 : 100e9, bw = gpu ? 100e9 : 5e9;
-    double A = sh->grad_accum > 0 ? sh->grad_accum : 1;
-    return A * est->recompute_flops / flops + est->comm_bytes / bw;
+/* The option's shape at micro-batch B: the cuDNN attention scratch (in library_bytes) scales with it. */
+static gt_mem_shape at_batch(const gt_mem_shape *base, int cudnn, int B, int grad_accum, int depth) {
+    gt_mem_shape s = *base;
+    if (cudnn && s.library_bytes)
+        s.library_bytes = s.library_bytes - gt_plan_cudnn_scratch_bytes(&s.model, base->micro_batch, s.seq_len) +
+                          gt_plan_cudnn_scratch_bytes(&s.model, B, s.seq_len);
+    s.micro_batch = B;
+    s.grad_accum = grad_accum;
+    s.prefetch = depth;
+    return s;
 }
 
-int gt_plan_auto_all(gt_mem_shape *sh, int stage, int grad_micro, const gt_policy *policy, uint64_t budget,
-                     gt_plan *best_plan, gt_mem_estimate *best_est) {
-    int found = 0, have_small = 0;
-    double best_cost = 0;
-    gt_mem_shape best_shape = *sh, small_shape = *sh;
-    gt_plan small_plan;
-    gt_mem_estimate small_est;
-    int recompute_auto = !policy || policy->kind == GT_POLICY_AUTO;
-    for (int st = 0; st <= 3; st++) {
-        if (stage >= 0 && st != stage) continue;
-        for (int mi = 0; mi <= 1; mi++) {
-            if (mi && st < 2) continue;
-            if (st >= 2 && grad_micro >= 0 && mi != grad_micro) continue;
-            gt_mem_shape s = at_stage(sh, st, mi);
-            gt_plan plan;
-            gt_mem_estimate est;
-            int fits;
-            if (recompute_auto) {
-                fits = gt_plan_auto(&s, budget ? budget : UINT64_MAX, &plan, &est) == 0;
-            } else {
-                gt_plan_for_policy(&plan, policy, &s, &est);
-                fits = !budget || est.total_bytes <= budget;
-            }
-            if (!have_small || est.total_bytes < small_est.total_bytes) {
-                small_shape = s;
-                small_plan = plan;
-                small_est = est;
-                have_small = 1;
-            }
-            if (!fits) continue;
-            double cost = gt_plan_cost(&s, &est);
-            if (!found || cost < best_cost || (cost == best_cost && est.total_bytes < best_est->total_bytes)) {
-                best_shape = s;
-                *best_plan = plan;
-                *best_est = est;
-                best_cost = cost;
-                found = 1;
+/* Faster first; on a tie (to a part in 1e9), the smaller total. */
+static int option_before(const gt_plan_option *a, const gt_plan_option *b) {
+    double ta = a->time.step_s, tb = b->time.step_s;
+    if (fabs(ta - tb) > 1e-9 * (ta > tb ? ta : tb)) return ta < tb;
+    return a->est.total_bytes < b->est.total_bytes;
+}
+
+/* Keeps the n best of the options offered so far, in order (an insertion into a short list). */
+static void offer(gt_plan_option *list, int *n, int cap, const gt_plan_option *o) {
+    int at = *n;
+    while (at > 0 && option_before(o, &list[at - 1])) at--;
+    if (at >= cap) return;
+    int last = *n < cap ? *n : cap - 1;
+    for (int i = last; i > at; i--) list[i] = list[i - 1];
+    list[at] = *o;
+    if (*n < cap) (*n)++;
+}
+
+/* The recompute plan of one (micro-batch, prefetch, stage, grad_sync): the fixed policy's, or with
+ * auto the least recompute that fits (searched in strides of min_stride blocks). 1 when it fits. */
+static int option_plan(gt_plan_option *o, const gt_plan_search *s, int min_stride) {
+    uint64_t budget = s->budget ? s->budget : UINT64_MAX;
+    if (!s->policy || s->policy->kind == GT_POLICY_AUTO)
+        return plan_auto(&o->shape, budget, min_stride, &o->plan, &o->est) == 0;
+    gt_plan_for_policy(&o->plan, s->policy, &o->shape, &o->est);
+    return o->est.total_bytes <= budget;
+}
+
+int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_option *best, gt_plan_option *top,
+                     int *n_top) {
+    int N = base->model.n_layers;
+    int recompute_auto = !s->policy || s->policy->kind == GT_POLICY_AUTO;
+    /* the coarse pass: recompute counts in steps of N/8 blocks; its fastest GT_PLAN_TOP are refined */
+    int coarse = recompute_auto && N >= 16 ? N / 8 : 1;
+    int batches[64], n_b = 0;
+    if (s->per_rank > 0) {
+        for (int b = 1; b <= s->per_rank && b <= 1 << 16; b++)
+            if (s->per_rank % b == 0 && n_b < 64) batches[n_b++] = b;
+    } else {
+        batches[n_b++] = base->micro_batch;
+    }
+    int depths[3] = {s->prefetch}, n_d = 1;
+    if (s->prefetch < 0) depths[0] = 0, depths[1] = 1, depths[2] = 2, n_d = 3;
+    gt_plan_option list[GT_PLAN_TOP], small, o;
+    int n = 0, have_small = 0;
+    for (int bi = 0; bi < n_b; bi++) {
+        int B = batches[bi], A = s->per_rank > 0 ? s->per_rank / B : base->grad_accum;
+        for (int di = 0; di < n_d; di++) {
+            /* ZeRO-3 first: its dry runs record the gather and accumulator peaks the others reuse */
+            for (int st = 3; st >= 0; st--) {
+                if (s->stage >= 0 && st != s->stage) continue;
+                /* prefetch only matters to ZeRO-3: below it, the configured depth (1 when auto) */
+                if (st < 3 && depths[di] != (s->prefetch < 0 ? 1 : s->prefetch)) continue;
+                for (int mi = 0; mi <= (st >= 2); mi++) {
+                    if (st >= 2 && s->grad_micro >= 0 && mi != s->grad_micro) continue;
+                    gt_mem_shape sb = at_batch(base, s->cudnn, B, A, depths[di]);
+                    o.shape = at_stage(&sb, st, mi);
+                    int fits = option_plan(&o, s, coarse);
+                    if (!have_small || o.est.total_bytes < small.est.total_bytes) small = o, have_small = 1;
+                    if (!fits) continue; /* the time model prices only what fits */
+                    gt_plan_time(&o.shape, &o.plan, s->calib, &o.time);
+                    offer(list, &n, GT_PLAN_TOP, &o);
+                }
             }
         }
     }
-    if (!found) {
-        *sh = small_shape;
-        *best_plan = small_plan;
-        *best_est = small_est;
+    if (!n) {
+        *best = small;
+        gt_plan_time(&best->shape, &best->plan, s->calib, &best->time);
+        if (n_top) *n_top = 0;
         return -1;
     }
-    *sh = best_shape;
+    if (coarse > 1) { /* the coarse pass's fastest, at the full search's resolution */
+        gt_plan_option fine[GT_PLAN_TOP];
+        int n_fine = 0;
+        for (int i = 0; i < n; i++) {
+            o = list[i];
+            /* the full search's plan (fewer recompute FLOPs, but FLOPs do not price the memory-bound
+             * kernels a selective block re-runs), unless the coarse one is predicted faster */
+            if (option_plan(&o, s, 1)) gt_plan_time(&o.shape, &o.plan, s->calib, &o.time);
+            if (!option_before(&o, &list[i])) o = list[i];
+            offer(fine, &n_fine, GT_PLAN_TOP, &o);
+        }
+        memcpy(list, fine, sizeof fine);
+        n = n_fine;
+    }
+    *best = list[0];
+    if (top) memcpy(top, list, (size_t)n * sizeof *list);
+    if (n_top) *n_top = n;
     return 0;
 }
 
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world) {
     int stage = cfg->dist.shard == GT_SHARD_AUTO ? 0 : (int)cfg->dist.shard; /* auto: 0 until gt_plan_resolve chooses */
-    gt_mem_shape shape = {cfg->model, cfg->train.micro_batch, cfg->train.seq_len, act_bytes, keep_probs, world,
+    /* micro_batch and prefetch auto: 1 until gt_plan_resolve chooses */
+    int B = cfg->train.micro_batch > 0 ? cfg->train.micro_batch : 1;
+    int depth = cfg->dist.prefetch >= 0 ? cfg->dist.prefetch : 1;
+    gt_mem_shape shape = {cfg->model, B, cfg->train.seq_len, act_bytes, keep_probs, world,
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
-                                                cfg->train.micro_batch, cfg->train.seq_len),
-                          stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch,
+                                                B, cfg->train.seq_len),
+                          stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, depth,
                           cfg->data.document_mask || cfg->data.reset_positions};
     return shape;
 }
 
-int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choice *c, char *err, size_t err_len) {
+/* train.global_batch on `world` ranks: the micro-batch and grad_accum it leaves (*per_rank > 0: the
+ * micro-batch is searched over its divisors). 0, or -1 with err. */
+static int settle_batch(const gt_config *cfg, gt_mem_shape *shape, int *per_rank, char *err, size_t err_len) {
+    int W = shape->world > 0 ? shape->world : 1, G = cfg->train.global_batch, B = cfg->train.micro_batch;
+    int A = cfg->train.grad_accum, accum_set = gt_config_key_line(cfg, "train", "grad_accum") != 0;
+    char where[GT_PATH_MAX + 128];
+    *per_rank = 0;
+    if (G <= 0) {
+        if (B != GT_INT_AUTO) return 0;
+        gt_config_where(cfg, "train", "micro_batch", where, sizeof where);
+        snprintf(err, err_len, "%s: micro_batch auto needs train.global_batch (expected global_batch = sequences per "
+                 "optimizer step over all ranks, or a number for micro_batch)", where);
+        return -1;
+    }
+    if (G % W != 0) {
+        gt_config_where(cfg, "train", "global_batch", where, sizeof where);
+        snprintf(err, err_len, "%s: global_batch %d is not a multiple of the %d ranks (expected global_batch = "
+                 "micro_batch x grad_accum x ranks)", where, G, W);
+        return -1;
+    }
+    int R = G / W;
+    if (B != GT_INT_AUTO) {
+        if (R % B != 0 || (accum_set && A != R / B)) {
+            gt_config_where(cfg, "train", R % B != 0 ? "global_batch" : "grad_accum", where, sizeof where);
+            if (R % B != 0)
+                snprintf(err, err_len, "%s: global_batch %d is not a multiple of micro_batch %d x %d ranks (expected "
+                         "global_batch = micro_batch x grad_accum x ranks)", where, G, B, W);
+            else
+                snprintf(err, err_len, "%s: grad_accum %d disagrees with global_batch %d = micro_batch %d x grad_accum "
+                         "%d x %d ranks (expected grad_accum %d, or leave it out: it follows from global_batch)",
+                         where, A, G, B, R / B, W, R / B);
+            return -1;
+        }
+        shape->micro_batch = B;
+        shape->grad_accum = R / B;
+    } else if (accum_set) {
+        if (R % A != 0) {
+            gt_config_where(cfg, "train", "grad_accum", where, sizeof where);
+            snprintf(err, err_len, "%s: grad_accum %d x %d ranks does not divide global_batch %d (expected "
+                     "global_batch = micro_batch x grad_accum x ranks, or leave grad_accum out)", where, A, W, G);
+            return -1;
+        }
+        shape->micro_batch = R / A;
+        shape->grad_accum = A;
+    } else {
+        *per_rank = R;
+    }
+    return 0;
+}
+
+int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, const gt_calib *calib, gt_plan_choice *c,
+                    char *err, size_t err_len) {
     memset(c, 0, sizeof *c);
     if (gt_policy_parse(cfg->memory.recompute, cfg->model.n_layers, &c->policy, err, err_len) != 0) return -1;
     int stage = cfg->dist.shard == GT_SHARD_AUTO ? -1 : (int)cfg->dist.shard;
     int want_micro = cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? -1 : cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO;
     c->shape = *base;
-    c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0);
+    int per_rank;
+    if (settle_batch(cfg, &c->shape, &per_rank, err, err_len) != 0) return -1;
+    int cudnn = cfg->train.cuda_attention == GT_CUDA_ATTENTION_CUDNN;
+    if (c->shape.micro_batch != base->micro_batch) c->shape = at_batch(base, cudnn, c->shape.micro_batch,
+                                                                       c->shape.grad_accum, base->prefetch);
+    c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0) ||
+                        per_rank > 0 || cfg->dist.prefetch == GT_INT_AUTO;
     c->fits = 1;
     if (c->chosen_by_auto) {
-        c->fits = gt_plan_auto_all(&c->shape, stage, want_micro, &c->policy, cfg->memory.budget, &c->plan,
-                                   &c->predicted) == 0;
+        gt_plan_search s = {stage, want_micro, &c->policy, per_rank, cfg->dist.prefetch == GT_INT_AUTO ? -1 : c->shape.prefetch,
+                            cfg->memory.budget, calib, cudnn};
+        gt_plan_option best;
+        c->fits = gt_plan_auto_all(&c->shape, &s, &best, c->top, &c->n_top) == 0;
+        c->shape = best.shape;
+        c->plan = best.plan;
+        c->time = best.time;
         stage = c->shape.stage;
     }
     c->stage = stage;
@@ -767,4 +938,21 @@ void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *cal
     fprintf(out, "  micro-batches' kernels: matmul %.1f ms, attention %.1f ms, memory-bound %.1f ms\n",
             t.kind_s[GT_COST_MATMUL] * 1e3, t.kind_s[GT_COST_ATTENTION] * 1e3, t.kind_s[GT_COST_MEMORY] * 1e3);
     fprintf(out, "  rates: %s\n", note);
+    if (!c->chosen_by_auto || !c->n_top) return;
+    fprintf(out, "\nthe %d fastest plans that fit%s (auto chose the first):\n", c->n_top, mark);
+    fprintf(out, "  %-2s %-28s %7s %6s %8s %11s %10s  %s\n", "#", "dist.shard / grad_sync", "micro", "accum",
+            "prefetch", "total", "step ms", "recompute");
+    for (int i = 0; i < c->n_top; i++) {
+        const gt_plan_option *o = &c->top[i];
+        char label[48], total[32], desc[256];
+        int st = o->shape.stage;
+        snprintf(label, sizeof label, "ZeRO-%d %s%s", st, gt_shard_stage_name((gt_shard_stage)st),
+                 st < 2 ? "" : o->shape.grad_micro ? " / micro" : " / step");
+        gt_format_bytes(o->est.total_bytes, total, sizeof total);
+        gt_plan_describe(&o->plan, desc, sizeof desc);
+        char depth[8] = "-";
+        if (st == 3) snprintf(depth, sizeof depth, "%d", o->shape.prefetch);
+        fprintf(out, "  %-2d %-28s %7d %6d %8s %11s %10.1f  %s\n", i + 1, label, o->shape.micro_batch,
+                o->shape.grad_accum > 0 ? o->shape.grad_accum : 1, depth, total, o->time.step_s * 1e3, desc);
+    }
 }

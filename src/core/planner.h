@@ -4,7 +4,8 @@
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
- * length, which keep selectively) for the least recompute work that fits memory.budget.
+ * length, which keep selectively) for the least recompute work that fits memory.budget, per ZeRO
+ * stage, grad_sync, micro-batch and prefetch depth, and ranks those by the time model (gt_plan_time).
  *
  * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
  * micro-batch run on a dry backend (ops_dry.h), zero.c's state machine on its hooks, the same byte
@@ -108,42 +109,72 @@ void gt_plan_for_policy(gt_plan *plan, const gt_policy *policy, const gt_mem_sha
  * -1 when nothing fits (then *plan is the smallest-memory plan and est its estimate). */
 int gt_plan_auto(const gt_mem_shape *shape, uint64_t budget_bytes, gt_plan *plan, gt_mem_estimate *est);
 
-/* dist.shard = auto and/or dist.grad_sync = auto and/or memory.recompute = auto, chosen together:
- * among the (stage, grad_sync, plan) that fit `budget_bytes` (everything fits with no budget), the
- * least estimated time of recompute FLOPs plus communication (gt_plan_cost); ties go to the least
- * memory. stage < 0: any of 0..3; grad_micro < 0: either (stage >= 2); policy NULL or auto: the
- * least-recompute plan that fits for each (stage, grad_sync). Writes the choice into *shape and
- * *plan; returns 0, or -1 when nothing fits (then the smallest choice). */
-int gt_plan_auto_all(gt_mem_shape *shape, int stage, int grad_micro, const gt_policy *policy, uint64_t budget_bytes,
-                     gt_plan *plan, gt_mem_estimate *est);
+/* One plan auto weighed: the shape (stage, grad_sync, micro-batch, grad_accum, prefetch), the recompute
+ * plan, its memory and its predicted step. */
+typedef struct gt_plan_option {
+    gt_mem_shape shape;
+    gt_plan plan;
+    gt_mem_estimate est;
+    gt_time_estimate time;
+} gt_plan_option;
 
-/* Seconds a step spends on recompute and communication, from nominal rates: on 2-byte (GPU)
- * activations 400 TFLOP/s and 100 GB/s per rank, on 4-byte (CPU) 100 GFLOP/s and 5 GB/s. A ranking
- * for auto, not a prediction of step time. */
-double gt_plan_cost(const gt_mem_shape *shape, const gt_mem_estimate *est);
+#define GT_PLAN_TOP 5 /* the fastest plans that fit, as `gtrain --plan` lists them */
+
+/* What auto searches; a field not auto is fixed at the base shape's value. */
+typedef struct gt_plan_search {
+    int stage;               /* ZeRO stage 0..3, or -1: any */
+    int grad_micro;          /* stage >= 2: 0 step, 1 micro, or -1: either */
+    const gt_policy *policy; /* NULL or auto: the least recompute that fits, per shape; else this policy */
+    int per_rank;            /* > 0: the micro-batch is any divisor of this many sequences per rank and step,
+                                grad_accum the quotient (train.global_batch / world); 0: the base shape's */
+    int prefetch;            /* ZeRO-3 gathers ahead, or -1: 0, 1 or 2 */
+    uint64_t budget;         /* bytes per rank; 0: everything fits */
+    const gt_calib *calib;   /* the time model's rates */
+    int cudnn;               /* train.cuda_attention = cudnn: its scratch scales with the micro-batch */
+} gt_plan_search;
+
+/* `auto`: among every (micro-batch, prefetch, stage, grad_sync, recompute plan) the search allows,
+ * those that fit `budget` (memory first: the time model prices only what fits), ranked by the time
+ * model's predicted step (gt_plan_time; ties to the least memory). Within one (micro-batch, prefetch,
+ * stage, grad_sync) the recompute plan is the one with the least recompute FLOPs that fits (recompute
+ * only adds work); with recompute auto on 16 blocks or more that search runs first in strides of N/8
+ * blocks, and the GT_PLAN_TOP fastest of that pass are searched again in full (keeping the faster
+ * of the two plans: FLOPs do not price the memory-bound kernels a selective block re-runs) and ranked
+ * again.
+ * *best gets the fastest and top (may be NULL) the fastest GT_PLAN_TOP in order, *n_top how many.
+ * Returns 0, or -1 when nothing fits (then *best is the smallest, *n_top 0). */
+int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_plan_option *best,
+                     gt_plan_option *top, int *n_top);
 
 /* The shape of a run of cfg on `world` ranks of a backend (cuda: 1 for the GPU; act_bytes 2 or 4;
  * keep_probs: the backend keeps attention probabilities), with the stage and grad_sync as configured
- * (auto: stage 0 and step, until gt_plan_resolve chooses). */
+ * (auto: stage 0 and step, micro_batch and prefetch 1, until gt_plan_resolve chooses). */
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world);
 
-/* What a run trains with once dist.shard, dist.grad_sync and memory.recompute are settled: `auto`
- * is resolved here, once, for the trainer, `gtrain --plan` and its report alike. */
+/* What a run trains with once dist.shard, dist.grad_sync, memory.recompute, train.micro_batch (with
+ * train.global_batch, grad_accum) and dist.prefetch are settled: `auto` is resolved here, once, for
+ * the trainer, `gtrain --plan` and its report alike. */
 typedef struct gt_plan_choice {
-    gt_mem_shape shape;        /* the shape trained: stage and grad_micro as chosen */
+    gt_mem_shape shape;        /* the shape trained: stage, grad_micro, micro_batch, grad_accum, prefetch */
     gt_policy policy;          /* memory.recompute as configured (auto stays auto) */
     gt_plan plan;              /* the recompute plan the executor runs */
     gt_mem_estimate predicted; /* the plan's estimate for shape */
     int stage;                 /* ZeRO stage 0..3 */
     int grad_micro;            /* stage >= 2 and gradients reduce-scattered every micro-batch */
-    int chosen_by_auto;        /* one of the three settings was auto (gt_plan_auto_all chose) */
+    int chosen_by_auto;        /* one of the settings was auto (gt_plan_auto_all chose) */
     int fits;                  /* 0: auto found nothing within memory.budget; the smallest choice is given */
+    gt_time_estimate time;     /* chosen_by_auto: the choice's predicted step */
+    gt_plan_option top[GT_PLAN_TOP]; /* chosen_by_auto: the fastest plans that fit, fastest first */
+    int n_top;
 } gt_plan_choice;
 
-/* Resolves cfg's settings for `base` (gt_plan_shape). Returns 0, or -1 when memory.recompute does
- * not parse (err says why; gt_config_load has checked it already). */
-int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, gt_plan_choice *choice, char *err,
-                    size_t err_len);
+/* Resolves cfg's settings for `base` (gt_plan_shape), auto ranked at the rates of `calib`. With
+ * train.global_batch set, grad_accum follows from it on base->world ranks. Returns 0, or -1 (err: one
+ * line naming the file, line and key) when memory.recompute does not parse (gt_config_load has checked
+ * it already), or when global_batch is not a multiple of micro_batch x world, or disagrees with a
+ * grad_accum set beside it. */
+int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, const gt_calib *calib, gt_plan_choice *choice,
+                    char *err, size_t err_len);
 
 /* The `gtrain --plan` report of a resolved choice: model state, every stage and policy's memory,
  * extra FLOPs and fit, and what auto chose. */
@@ -156,8 +187,8 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
 void gt_plan_time(const gt_mem_shape *shape, const gt_plan *plan, const gt_calib *calib, gt_time_estimate *t);
 
 /* The lines `gtrain --plan` prints after the memory report: the predicted step of the choice,
- * tokens/s, MFU, exposed communication and recompute's share, and where the rates come from
- * (calib_note, gt_calib_for_run). */
+ * tokens/s, MFU, exposed communication and recompute's share, where the rates come from
+ * (calib_note, gt_calib_for_run), and when auto chose, the fastest plans that fit. */
 void gt_plan_report_time(FILE *out, const gt_plan_choice *choice, const gt_calib *calib, const char *calib_note);
 
 #endif

@@ -70,7 +70,8 @@ typedef struct gt_run_state {
  * setting cfg->train.grad_accum, with one line saying so. A train.grad_accum given on the command
  * line wins, with a warning that the global batch changes; the config file's is rescaled. When micro_batch x world does not divide the saved global
  * batch: exit 2 with the numbers and the keys that would keep it. Collective over world; returns 0
- * or 2, the same on every rank, and cfg the same on every rank. */
+ * or 2, the same on every rank, and cfg the same on every rank. With train.global_batch set it does
+ * nothing: the config states the global batch, and grad_accum follows from it (gt_plan_resolve). */
 int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world);
 
 /* Checks checkpoint.dir (one rank per node creates it and writes a probe file in it: exit 2 with the path

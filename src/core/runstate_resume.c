@@ -386,6 +386,7 @@ static int decide_grad_accum(const gt_config *cfg, int world, int *grad_accum, c
 }
 
 int gt_runstate_keep_global_batch(gt_config *cfg, MPI_Comm world) {
+    if (cfg->train.global_batch > 0) return 0; /* the config states it: grad_accum follows (gt_plan_resolve) */
     if (gt_config_resume(cfg) == GT_RESUME_NEVER ||
         (gt_config_resume(cfg) == GT_RESUME_AUTO && !cfg->checkpoint.dir[0]))
         return 0;

@@ -298,6 +298,7 @@ typedef struct run {
     double flops_per_step;     /* model FLOPs per rank and step (MFU): 3 forwards' worth, recompute not counted */
     double peak_flops;         /* the MFU's peak per rank (mfu.h); 0 = no MFU */
     gt_time_estimate predicted_time; /* the time model's step (planner.h gt_plan_time), from the calibration */
+    int file_micro_batch;            /* train.micro_batch as configured (GT_INT_AUTO: the planner chose) */
     char predicted_note[1024];       /* where its rates come from (gt_calib_for_run) */
     FILE *metrics;             /* rank 0, log.metrics */
     gt_tb *tb;                 /* rank 0, log.tensorboard */
@@ -370,7 +371,18 @@ static int resolve_plan(run *r) {
     char msg[2048], err[3000];
     gt_mem_shape shape = gt_plan_shape(cfg, r->is_cuda, r->ops->act_bytes, r->ops->can_keep_attention_probs,
                                        r->world);
-    if (gt_plan_resolve(cfg, &shape, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
+    /* rank 0's rates for every rank: auto ranks by them, and every rank must resolve the same plan */
+    gt_calib calib;
+    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
+    MPI_Bcast(&calib, (int)sizeof calib, MPI_BYTE, 0, r->mpi);
+    MPI_Bcast(r->predicted_note, (int)sizeof r->predicted_note, MPI_CHAR, 0, r->mpi);
+    if (gt_plan_resolve(cfg, &shape, &calib, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
+    /* what auto chose (and grad_accum as train.global_batch sets it) is what the run trains with */
+    gt_config *own = (gt_config *)r->cfg;
+    r->file_micro_batch = own->train.micro_batch;
+    own->train.micro_batch = r->choice.shape.micro_batch;
+    own->train.grad_accum = r->choice.shape.grad_accum > 0 ? r->choice.shape.grad_accum : 1;
+    own->dist.prefetch = r->choice.shape.prefetch;
     if (!r->choice.fits) {
         char need[32], have[32];
         gt_format_bytes(r->choice.predicted.total_bytes, need, sizeof need);
@@ -382,8 +394,6 @@ static int resolve_plan(run *r) {
                  cfg->memory.recompute, need);
         return fail_input(r->rank, msg);
     }
-    gt_calib calib;
-    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
     gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
     return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
                                gt_plan_snapshot_bytes(cfg, &r->choice.shape), /* the async save's copy */
@@ -461,10 +471,13 @@ static void print_banner(const run *r) {
     gt_plan_describe(&c->plan, desc, sizeof desc);
     gt_format_bytes(p->params_bytes + p->grads_bytes + p->optim_bytes, params_b, sizeof params_b);
     gt_format_bytes(p->act_peak_bytes, act_b, sizeof act_b);
-    printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens\n",
+    int micro_auto = r->file_micro_batch == GT_INT_AUTO;
+    printf("gtrain: %zu parameters, %s backend, %d rank%s (%s), shard %s%s, global batch %llu x %d tokens "
+           "(micro_batch %d%s x grad_accum %d x %d)\n",
            r->layout.n_params, r->ops->name, r->world, r->world == 1 ? "" : "s", gt_comm_name(r->comm),
            gt_shard_stage_name((gt_shard_stage)c->stage), cfg->dist.shard == GT_SHARD_AUTO ? " (auto)" : "",
-           (unsigned long long)r->G, cfg->train.seq_len);
+           (unsigned long long)r->G, cfg->train.seq_len, cfg->train.micro_batch, micro_auto ? " (auto)" : "",
+           cfg->train.grad_accum, r->world);
     printf("gtrain: recompute %s (%s); predicted per rank: state %s, activations %s\n", cfg->memory.recompute,
            desc, params_b, act_b);
     if (c->stage >= 2)
