@@ -634,7 +634,7 @@ static void to_ini_round_trips(void) {
         "log.every=5", "log.metrics=runs/x/metrics.jsonl",
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
-        "checkpoint.async=false", "checkpoint.max_failed_saves=7",
+        "checkpoint.async=false", "checkpoint.max_failed_saves=7", "checkpoint.mtbf=0.25",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
         "train.peak_tflops=312.5",

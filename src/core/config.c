@@ -148,7 +148,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "data", "separator_role", data.separator_before, separator_role_names),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
-    INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    {"checkpoint", "every", KEY_INT_AUTO, OFF(checkpoint.every), 0, 0, INT_MAX, 0, NULL, RUN}, /* or auto */
     NUM(RUN, "checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
     INT(RUN, "checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
@@ -156,6 +156,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "checkpoint", "takeover", KEY_BOOL, checkpoint.takeover),
     PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
     INT(RUN, "checkpoint", "max_failed_saves", checkpoint.max_failed_saves, 0, INT_MAX),
+    NUM(RUN, "checkpoint", "mtbf", KEY_DOUBLE, checkpoint.mtbf, 0, INFINITY, MIN_OPEN),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -221,6 +222,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.takeover = 0;
     cfg->checkpoint.async = 1;
     cfg->checkpoint.max_failed_saves = 3;
+    cfg->checkpoint.mtbf = 4; /* hours: autosave.h says why */
     cfg->log.every = 1;
 }
 

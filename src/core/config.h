@@ -17,6 +17,7 @@
 #include "pathmax.h" /* GT_PATH_MAX */
 
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
+#define GT_AUTO (-1)            /* the value of an integer key set to auto (checkpoint.every) */
 
 /* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
  * to parse the INI, to print banners and to write the /config text of state files; gt_*_name gives
@@ -117,7 +118,7 @@ typedef struct gt_config {
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */
-        int every;             /* steps; 0 = only at the end and on signals */
+        int every;             /* steps; 0 = only at the end and on signals; GT_AUTO = auto (autosave.h) */
         double every_minutes;  /* also save when this many minutes passed since the last save; 0 = off */
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
@@ -125,6 +126,7 @@ typedef struct gt_config {
         int takeover;          /* 1: take over the claim of a run on another host (runclaim.h) */
         int async;             /* 1: saves are written by a thread per rank while training goes on */
         int max_failed_saves;  /* stop with exit 74 after this many saves in a row failed; 0 = never */
+        double mtbf;           /* hours between faults, the prior of checkpoint.every = auto (autosave.h) */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

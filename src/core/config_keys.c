@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "config.h"
 #include "recompute.h"
 
 /* Whole-string numbers: no trailing text, no empty strings. */
@@ -62,6 +63,12 @@ static int enum_value(const char *const *names, const char *value) {
 static void expect_int(const key_spec *ks, char *out, size_t len) {
     if (ks->max >= INT_MAX) snprintf(out, len, "an integer >= %.0f", ks->min);
     else snprintf(out, len, "an integer in %.0f..%.0f", ks->min, ks->max);
+}
+
+static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
+    char n[96];
+    expect_int(ks, n, sizeof n);
+    snprintf(out, len, "auto or %s", n);
 }
 
 static void expect_number(const key_spec *ks, char *out, size_t len) {
@@ -123,6 +130,20 @@ static int set_int(const key_spec *ks, void *field, const char *value, const cha
     }
     *(int *)field = (int)v;
     return 0;
+}
+
+static int set_int_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
+                        size_t why_len) {
+    if (strcmp(value, "auto") == 0) {
+        *(int *)field = GT_AUTO;
+        return 0;
+    }
+    long long v;
+    if (parse_long(value, &v) != 0) {
+        snprintf(why, why_len, "'%s' is neither auto nor an integer (expected %s)", value, expected);
+        return -1;
+    }
+    return set_int(ks, field, value, expected, why, why_len);
 }
 
 static int set_number(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
@@ -233,6 +254,11 @@ static void write_int(const key_spec *ks, const void *f, char *out, size_t len) 
     snprintf(out, len, "%d", *(const int *)f);
 }
 
+static void write_int_auto(const key_spec *ks, const void *f, char *out, size_t len) {
+    if (*(const int *)f == GT_AUTO) snprintf(out, len, "auto");
+    else write_int(ks, f, out, len);
+}
+
 static void write_float(const key_spec *ks, const void *f, char *out, size_t len) {
     (void)ks;
     shortest_number(*(const float *)f, 1, out, len);
@@ -285,6 +311,7 @@ static const key_kind kinds[] = {
     [KEY_POLICY] = {set_text, write_text, expect_policy, 0},
     [KEY_RESUME] = {set_text, write_text, expect_resume, 0},
     [KEY_BOOL] = {set_bool, write_bool, expect_bool, sizeof(int)},
+    [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
 };
 
 void gt_key_expected(const key_spec *ks, char *out, size_t len) { kinds[ks->type].expect(ks, out, len); }

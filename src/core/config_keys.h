@@ -20,6 +20,7 @@ typedef enum key_type {
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
     KEY_BOOL,    /* int 0 or 1, written true | false */
+    KEY_INT_AUTO, /* int in [min, max], or the word auto: GT_AUTO (config.h) */
 } key_type;
 
 /* Range flags for numbers. */

@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "autosave.h"
 #include "comm.h"
 #include "config.h"
 #include "model.h"
@@ -56,6 +57,8 @@ typedef struct gt_run_state {
     double pending_blocked_ms; /* how long its start blocked the loop (this rank) */
     double save_blocking_ms; /* how long the last gt_runstate_after_step blocked the loop for saves started
                                 or waited for in it (metrics: save_blocking_ms) */
+    double step_seconds;     /* the time of the step gt_runstate_after_step follows (the loop sets it) */
+    gt_autosave autosave;    /* rank 0: checkpoint.every = auto (autosave.h) */
     FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */
     struct gt_tb *tb;        /* rank 0: log.tensorboard, the same record as scalars; NULL = none */
 } gt_run_state;

@@ -116,6 +116,10 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         gt_async_save_reserve(run->writer, mine.end - mine.begin);
     }
     run->last_save_time = MPI_Wtime();
+    if (!rc) /* after the resume: the history is the lineage's, and the interval counts from its step */
+        gt_autosave_begin(&run->autosave, rank_of(run) == 0 && cfg->checkpoint.dir[0] && cfg->checkpoint.every == GT_AUTO,
+                          cfg->checkpoint.dir, run->lineage.run_id, cfg->checkpoint.mtbf, (double)run->file_bytes,
+                          run->first_step - 1);
     if (rc) gt_runstate_free(run);
     return rc;
 }
@@ -204,6 +208,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int has_dir = cfg->checkpoint.dir[0] != '\0';
     int by_steps = has_dir && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
     run->save_blocking_ms = 0;
+    gt_autosave_step(&run->autosave, step == run->first_step, MPI_Wtime(), run->step_seconds);
     test_step_delay();
     if (step >= cfg->train.steps) return 0; /* the last step: gt_runstate_end saves, the run ends with 0 */
     /* one agreement per step: a stop signal on any rank, rank 0's clock for every_minutes, and
@@ -212,13 +217,21 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int mine[3] = {gt_signals_pending(), 0, busy}, all[3] = {0, 0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
+    if (gt_autosave_due(&run->autosave, step)) mine[1] = 1; /* rank 0's choice, agreed like its clock */
     gt_watchdog_enter("stop_agreement", sizeof mine);
     MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_watchdog_leave();
     if (run->pending_step && !all[2]) gt_rs_finish_async(run, PERIODIC_THEN); /* every writer is done: publish */
     int sig = all[0];
     if (!sig) {
-        if (!saves_failing(run) && (by_steps || all[1])) gt_rs_save(run, step, PERIODIC_THEN, 0);
+        int attempted = !saves_failing(run) && (by_steps || all[1]);
+        double started_ms = 0;
+        if (attempted) {
+            gt_rs_save(run, step, PERIODIC_THEN, 0);
+            if (run->pending_step == step) started_ms = run->pending_blocked_ms;
+        }
+        gt_autosave_after_saves(&run->autosave, step, run->save_blocking_ms / 1e3, started_ms / 1e3,
+                                attempted ? step : 0, run->pending_step, run->last_saved_step);
         return saves_failing(run) ? stop_saves_failing(run, step) : 0;
     }
     const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";
@@ -238,6 +251,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
         fflush(stdout);
     }
+    gt_autosave_end(&run->autosave, step); /* a stop that lost nothing: no fault in the history */
     return GT_EXIT_PREEMPTED;
 }
 
@@ -246,9 +260,10 @@ int gt_runstate_end(gt_run_state *run) {
     if (!cfg->checkpoint.dir[0]) return 0;
     gt_rs_wait_async(run, "the run ends", PERIODIC_THEN); /* complete before exit */
     if (run->first_step > cfg->train.steps) return 0;    /* resumed at or past the end: nothing new */
-    if (run->last_saved_step == cfg->train.steps) return 0; /* the periodic save was the last step */
-    if (gt_rs_save(run, cfg->train.steps, last_save_then(run, "exit 1"), 1) == 0) return 0;
-    return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
+    if (run->last_saved_step != cfg->train.steps && gt_rs_save(run, cfg->train.steps, last_save_then(run, "exit 1"), 1) != 0)
+        return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
+    gt_autosave_end(&run->autosave, cfg->train.steps);
+    return 0;
 }
 
 void gt_runstate_settle(gt_run_state *run) {

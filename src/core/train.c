@@ -862,6 +862,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms,
          * and that line before the step's validation line, as readers of the metrics expect */
         r.state.save_blocking_ms = 0;
+        r.state.step_seconds = res.seconds; /* checkpoint.every = auto measures steps */
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         if (r.metrics) write_metrics(r.metrics, &r, &res);
         if (r.tb) write_tensorboard(&r, &res);
