@@ -49,6 +49,7 @@
  * ---------------------------------------------------------------------------------------------- */
 
 _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int (KEY_ENUM)");
+_Static_assert(GT_AUTO == GT_KEY_AUTO, "auto is one value for the config and its key types");
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)

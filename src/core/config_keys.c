@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "bytes.h"
-#include "config.h"
 #include "recompute.h"
 
 /* Whole-string numbers: no trailing text, no empty strings. */
@@ -135,7 +134,7 @@ static int set_int(const key_spec *ks, void *field, const char *value, const cha
 static int set_int_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
                         size_t why_len) {
     if (strcmp(value, "auto") == 0) {
-        *(int *)field = GT_AUTO;
+        *(int *)field = GT_KEY_AUTO;
         return 0;
     }
     long long v;
@@ -255,7 +254,7 @@ static void write_int(const key_spec *ks, const void *f, char *out, size_t len) 
 }
 
 static void write_int_auto(const key_spec *ks, const void *f, char *out, size_t len) {
-    if (*(const int *)f == GT_AUTO) snprintf(out, len, "auto");
+    if (*(const int *)f == GT_KEY_AUTO) snprintf(out, len, "auto");
     else write_int(ks, f, out, len);
 }
 

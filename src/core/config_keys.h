@@ -20,8 +20,10 @@ typedef enum key_type {
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
     KEY_BOOL,    /* int 0 or 1, written true | false */
-    KEY_INT_AUTO, /* int in [min, max], or the word auto: GT_AUTO (config.h) */
+    KEY_INT_AUTO, /* int in [min, max], or the word auto: GT_KEY_AUTO */
 } key_type;
+
+#define GT_KEY_AUTO (-1) /* a KEY_INT_AUTO set to auto (config.h's GT_AUTO, asserted equal there) */
 
 /* Range flags for numbers. */
 #define MIN_OPEN 1 /* min is excluded: x > min */
