@@ -84,6 +84,7 @@
 
 #include "asyncsave.h"
 #include "signals.h"
+#include "startup.h"
 #include "state.h"
 #include "testhooks.h"
 #include "watchdog.h"
@@ -105,7 +106,9 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
 
     int rc = 0;
     if (cfg->checkpoint.dir[0]) rc = gt_rs_check_dir(run);
+    gt_startup_mark("checkpoint.dir checked");
     if (!rc) rc = gt_rs_resume(run); /* also the lineage, and the refusal of a fresh start over another's files */
+    gt_startup_mark("lineage and resume (the state file read and verified)");
     /* after the resume: a run refused there (another lineage's files) leaves the directory as it was */
     if (!rc && cfg->checkpoint.dir[0] && rank_of(run) == 0) gt_rs_remove_stale_temporaries(cfg->checkpoint.dir);
     if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
@@ -114,6 +117,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         if (!opt->sharded) gt_shard_init(&mine, layout->n_params, gt_comm_size(comm), rank_of(run));
         run->writer = gt_async_save_new(opt->ops);
         gt_async_save_reserve(run->writer, mine.end - mine.begin);
+        gt_startup_mark("the asynchronous writer's snapshot buffer");
     }
     run->last_save_time = MPI_Wtime();
     if (!rc) /* after the resume: the history is the lineage's, and the interval counts from its step */
