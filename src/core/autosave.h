@@ -16,7 +16,8 @@
  * opens only its own lineage's record; rank 0 appends a line at each start ("start T STEP"), each
  * measured save ("save T STEP COST_S") and each clean end ("end T STEP": the last step, or a stop on
  * a signal with the state saved), T in seconds of the wall clock. An earlier start of the lineage that
- * has no end line ended in a fault. Observed time: each earlier start's span to its last line, plus
+ * has no end line ended in a fault (a fault before the lineage's first save is in no history: the
+ * next start, with nothing to resume, is a fresh one, a new lineage). Observed time: each earlier start's span to its last line, plus
  * the current start's time so far. With k faults in an observed time T: M = T / k; with none,
  * M = max(prior, T).
  *
