@@ -1510,22 +1510,22 @@ def history_files(d):
 
 def auto_cadence(e):
     """checkpoint.every = auto (src/core/autosave.c): 2 ranks save at the interval rank 0 chose and said in
-    one line (Young's sqrt(2 x cost x MTBF) over the step time, with the prior checkpoint.mtbf = 0.0005 h
-    = 1.8 s), and the lineage's history record DIR/.gtrain-history-RUN_ID holds its start, saves and end;
+    one line (Young's sqrt(2 x cost x MTBF) over the step time, with the prior checkpoint.mtbf = 0.02 h
+    = 72 s, longer than any of these runs so that it stays the prior), and the lineage's history record DIR/.gtrain-history-RUN_ID holds its start, saves and end;
     killed with kill -9 and started again, the run counts that fault from its own history; a fresh run in a
     directory that holds another lineage's history (its state files gone) uses the prior, not that
     history; bad values are exit 2 naming the key."""
-    env = {"GTRAIN_TEST_STEP_DELAY_MS": "100"}
-    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.0005", "checkpoint.keep=0")
-    out, _ = e.run(2, "au", "train.steps=12", *auto, env=env)
+    env = {"GTRAIN_TEST_STEP_DELAY_MS": "300"}
+    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0")
+    out, _ = e.run(2, "au", "train.steps=24", *auto, env=env)
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
-    check(abs(mtbf - 1.8) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior MTBF, 1.8 s: {mtbf} ({why})")
+    check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior MTBF, 72 s: {mtbf} ({why})")
     check(abs(tau - math.sqrt(2 * cost * mtbf)) <= 0.01 * tau, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
     check(n in (max(1, math.floor(tau / step_s)), max(1, math.ceil(tau / step_s))), f"{n} steps = {tau} s / {step_s} s")
     saved = e.steps_saved("au")
-    check(len(saved) >= 3 and saved[0] == max(2, n) and saved[-1] == 12,
+    check(len(saved) >= 3 and saved[0] == max(2, n) and saved[-1] == 24,
           f"saves at the interval chosen, the first at step {max(2, n)} (the choice waits for a second step): {saved}")
-    run_id = h5_attr(e.ck("au", 12), "run_id")
+    run_id = h5_attr(e.ck("au", 24), "run_id")
     hist = history_files(e.ck("au"))
     check(hist == [f".gtrain-history-{run_id}"], f"one history record, named by the run identity {run_id}: {hist}")
     path = os.path.join(e.ck("au"), hist[0])
@@ -1543,14 +1543,14 @@ def auto_cadence(e):
     out, _ = e.run(1, "au", f"train.steps={newest + 3}", *auto, env=env)
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
     check(why.startswith("this run's history: 1 fault in "), f"the kill counted as the one fault: {why}")
-    check(mtbf < 60, f"the MTBF observed (under a minute), not the prior: {mtbf} s")
+    check(abs(mtbf - 72) > 1e-6, f"the MTBF observed, not the prior: {mtbf} s")
 
     # another lineage's history beside a fresh run: never used
     os.makedirs(e.ck("fresh"))
     shutil.copy(path, os.path.join(e.ck("fresh"), hist[0]))
     out, _ = e.run(1, "fresh", "train.steps=6", *auto, env=env)
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
-    check(abs(mtbf - 1.8) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior, not the other lineage's faults: {why}")
+    check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior, not the other lineage's faults: {why}")
     check("(a prior: the state file at 1 GiB/s" in out,
           "the cost's prior too, not the other lineage's last measured save")
     check(len(history_files(e.ck("fresh"))) == 2, "the fresh run writes a record of its own beside the other")
