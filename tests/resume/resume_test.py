@@ -1531,13 +1531,15 @@ def auto_cadence(e):
     path = os.path.join(e.ck("au"), hist[0])
     with open(path) as f:
         words = [line.split()[0] for line in f.read().splitlines()]
-    check(words[:2] == ["gtrain-history", "start"] and words[-1] == "end" and words.count("save") == len(saved) - 1,
-          f"header, start, a line per measured save (not the final one), end: {words}")
+    periodic = len(saved) - 1  # the last one may still be in flight when the run ends: not measured then
+    check(words[:2] == ["gtrain-history", "start"] and words[-1] == "end" and
+          periodic - 1 <= words.count("save") <= periodic,
+          f"header, start, a line per measured periodic save ({periodic}, less one in flight at the end), end: {words}")
 
     # kill -9 after a save of the next start, start again: one fault in the run's own history
     p = e.start(1, "au", "train.steps=400", *auto, env=env)
     before = words.count("save")
-    wait_for(lambda: open(path).read().count("\nsave ") >= before + 2, "two saves of the second start")
+    wait_for(lambda: open(path).read().count("\nsave ") >= before + 1, "a save of the second start")
     kill_group(p)
     newest = e.steps_saved("au")[-1]
     out, _ = e.run(1, "au", f"train.steps={newest + 3}", *auto, env=env)
