@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # goodput.sh — how much of the wall time a run under faults spends on steps it keeps.
 #
-#   bench/goodput.sh [-m MINUTES] [-f MIN:MAX] [-s SEED] [-o WORKDIR] [section.key=value ...]
+#   bench/goodput.sh [-m MINUTES] [-f MIN:MAX] [-a] [-s SEED] [-o WORKDIR] [section.key=value ...]
 #
 # Trains llama100m's shape with a byte vocabulary (configs/llama100m.ini, model.vocab_size=256
 # train.micro_batch=1 train.seq_len=256: about 1.1 GB of state) on 2 CPU ranks through
 # launch/local.sh, in a restart loop: whenever the job ends it is started again and resumes from the
-# newest state file. Every 60-120 s (-f; at random, seeded by -s) one fault is injected, the kinds taken
-# in turn from a shuffled list:
+# newest state file. Every 60-120 s (-f MIN:MAX, or --fault-every MIN-MAX: the fault rate; at random,
+# seeded by -s) one fault is injected, the kinds taken in turn from a shuffled list:
 #   kill     kill -9 of one rank (at random): the launcher ends the job;
 #   stop     SIGSTOP of one rank: the other rank's watchdog ends it, exit 76 (its limit is
 #            max(dist.timeout = 90, 10 x the slowest step): 30 s would do on an idle machine, where a
@@ -22,31 +22,35 @@
 # checkpoint.every_minutes=2 or checkpoint.async=false. The bench's own: checkpoint.every=0 and
 # checkpoint.every_minutes=1 (a save at the first step boundary a minute after the last: steps take
 # 3 s on an idle 2-core machine and 20 s on a loaded one), checkpoint.keep=2, dist.timeout=90,
-# log.every=1. A job that has not ended 400 s after its fault is killed by the bench (the row says
-# "not ended"). WORKDIR (default a new
-# directory under /tmp) holds the corpus, the state files (2 x 1.1 GB), each start's log and
+# log.every=1. -a saves with checkpoint.every=auto instead (and checkpoint.every_minutes=0): the
+# interval from the measured save cost and the fault history (docs/reliability.md); the table then gives
+# the interval in force at each fault and each start's first choice. A job that has not ended 400 s
+# after its fault is killed by the bench (the row says "not ended"). WORKDIR (default a new directory
+# under /tmp) holds the corpus, the state files (2 x 1.1 GB), each start's log and
 # metrics, faults.tsv and a copy of the binary it runs; it is kept. GTRAIN_BIN and GTRAIN_PREP name
 # the binaries (default build/gtrain and build/gtrain-prep of this checkout).
 # bench/goodput_table.py WORKDIR prints the table again from what WORKDIR holds.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-minutes=10 seed=$$ work="" every="60:120"
+minutes=10 seed=$$ work="" every="60:120" auto=0
 usage() { sed -n '4p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
     -m) minutes=$2; shift 2 ;;
     -s) seed=$2; shift 2 ;;
     -f) every=$2; shift 2 ;;
+    --fault-every) every=${2/-/:}; shift 2 ;;
+    -a) auto=1; shift ;;
     -o) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) usage ;;
     *) break ;;
   esac
 done
 [[ $minutes =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "goodput.sh: -m needs minutes, not '$minutes'" >&2; exit 2; }
 [[ $every =~ ^([0-9]+):([0-9]+)$ ]] && ((BASH_REMATCH[1] <= BASH_REMATCH[2])) ||
-  { echo "goodput.sh: -f needs MIN:MAX seconds, not '$every'" >&2; exit 2; }
+  { echo "goodput.sh: -f needs MIN:MAX seconds (--fault-every MIN-MAX), not '$every'" >&2; exit 2; }
 gap_min=${BASH_REMATCH[1]} gap_max=${BASH_REMATCH[2]}
 bin="${GTRAIN_BIN:-$root/build/gtrain}" prep="${GTRAIN_PREP:-$root/build/gtrain-prep}"
 for b in "$bin" "$prep"; do [[ -x $b ]] || { echo "goodput.sh: $b not found: build first" >&2; exit 2; }; done
@@ -59,7 +63,9 @@ cp "$bin" ./gtrain || exit 2 # a private copy: a rebuild during the bench must n
 export GTRAIN_BIN=$work/gtrain
 settings=(model.vocab_size=256 train.micro_batch=1 train.seq_len=256 train.steps=1000000 train.warmup_steps=10
           data.train="$work/corpus.train.bin" checkpoint.dir="$work/ckpt" checkpoint.resume=auto
-          checkpoint.every=0 checkpoint.every_minutes=1 checkpoint.keep=2 dist.timeout=90 log.every=1 "$@")
+          checkpoint.every=0 checkpoint.every_minutes=1 checkpoint.keep=2 dist.timeout=90 log.every=1)
+((auto)) && settings+=(checkpoint.every=auto checkpoint.every_minutes=0)
+settings+=("$@")
 echo "goodput.sh: $minutes min in $work, seed $seed; settings: ${settings[*]}" >&2
 
 now() { date +%s.%N; }

@@ -3,6 +3,10 @@
 # fails where GTRAIN_HF_PYTHON lacks h5py, safetensors, torch or transformers.
 # tests/resume/resume_test.py describes each scenario; state_check is its outside reader of the files.
 
+# checkpoint.every = auto's arithmetic: Young's interval, Daly's bound, the lineage's history record,
+# the key (src/core/autosave.c); the scenario resume_auto_cadence runs it end to end.
+gtrain_add_c_test(test_autosave SOURCES ${GTRAIN_TEST_DIR}/test_autosave.c LABELS unit)
+
 add_executable(state_check ${GTRAIN_TEST_DIR}/resume/state_check.c)
 target_link_libraries(state_check PRIVATE hdf5::hdf5 MPI::MPI_C ${GTRAIN_LIBM})
 
@@ -14,7 +18,8 @@ if(Python3_Interpreter_FOUND)
                    async_equals_sync async_kill_during_write async_missing_rank_file rank_file_incomplete async_sigterm async_full_disk
                    resave_is_atomic save_failure_names_every_rank eio_mid_save
                    lineage_other_run rollback_branch bad_set_aside_twice failed_saves_escalate read_errors
-                   memsnap_kill9 memsnap_torn memsnap_fallbacks memsnap_partner)
+                   memsnap_kill9 memsnap_torn memsnap_fallbacks memsnap_partner
+                   auto_cadence)
     add_test(NAME resume_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py
                      --gtrain $<TARGET_FILE:gtrain> --prep $<TARGET_FILE:gtrain-prep>

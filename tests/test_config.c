@@ -301,7 +301,7 @@ static void out_of_range_values_are_rejected(void) {
         {"train", "beta2", "1.5", "(expected a number in [0, 1))"},
         {"train", "adam_eps", "0", "(expected a number > 0)"},
         {"train", "grad_clip", "-1", "(expected a number >= 0)"},
-        {"train", "micro_batch", "0", "(expected an integer in 1..65536 or auto)"},
+        {"train", "micro_batch", "0", "(expected auto or an integer in 1..65536)"},
         {"train", "warmup_steps", "-1", "(expected an integer >= 0)"},
         {"train", "steps", "99999999999", "(expected an integer >= 1)"},
         {"train", "lr", "inf", "(expected a number > 0)"},
@@ -314,8 +314,8 @@ static void out_of_range_values_are_rejected(void) {
         {"data", "train", "", "must not be empty"},
         {"checkpoint", "resume", "", "must not be empty"},
         {"log", "every", "0", "(expected an integer >= 1)"},
-        {"checkpoint", "memory_every", "soon", "(expected an integer >= 0 or auto)"},
-        {"checkpoint", "memory_every", "-1", "(expected an integer >= 0 or auto)"},
+        {"checkpoint", "memory_every", "soon", "(expected auto or an integer >= 0)"},
+        {"checkpoint", "memory_every", "-1", "(expected auto or an integer >= 0)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gt_config cfg;
@@ -673,6 +673,7 @@ static void to_ini_round_trips(void) {
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
         "checkpoint.async=false", "checkpoint.max_failed_saves=7", "checkpoint.memory_every=3",
+        "checkpoint.mtbf=0.25",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
         "log.trace=runs/x/trace.json", "log.trace_first=3", "log.trace_last=5",

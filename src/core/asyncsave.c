@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -34,6 +35,7 @@ struct gt_async_save {
     const gt_ops *ops;
     float *host;           /* (3 x capacity) fp32: master, exp_avg, exp_avg_sq of the slice */
     int pinned;            /* host came from ops->host_alloc */
+    size_t mapped_bytes;   /* else: host was mapped (this many bytes; 0 = malloc'd) */
     size_t capacity;       /* elements per copy */
     const gt_layout *layout;
     uint64_t begin, count;
@@ -64,9 +66,11 @@ gt_async_save *gt_async_save_new(const gt_ops *ops) {
 
 static void free_host(gt_async_save *s) {
     if (s->pinned) s->ops->host_free(s->host);
+    else if (s->mapped_bytes) munmap(s->host, s->mapped_bytes);
     else free(s->host);
     s->host = NULL;
     s->pinned = 0;
+    s->mapped_bytes = 0;
 }
 
 /* GTRAIN_SAVE_NICE=N (1..19; for bench/state_bench.sh) moves the writer out of the compute threads'
@@ -108,8 +112,10 @@ static void *write_thread(void *arg) {
     return NULL;
 }
 
-/* The host buffer for `count` elements per copy, touched page by page now, so that the first save
- * does not pay the page faults inside the loop (measured: 2.2 s for 2 x 560 MB under load). */
+/* The host buffer for `count` elements per copy, its pages faulted in now, so that the first save
+ * does not pay the page faults inside the loop (measured: 2.2 s for 2 x 560 MB under load): mapped
+ * with MAP_POPULATE (the kernel faults them in in one call, about a third less CPU time than
+ * touching them one by one), else malloc'd and touched page by page. */
 static void reserve(gt_async_save *s, size_t count) {
     if (count <= s->capacity && s->host) return;
     free_host(s);
@@ -122,9 +128,15 @@ static void reserve(gt_async_save *s, size_t count) {
             fprintf(stderr, "gtrain: the asynchronous save's host copy (%.2f GiB) could not be pinned: each save's "
                             "copy from the device runs at pageable speed\n", (double)bytes / (1 << 30));
     }
-    if (!s->host) s->host = malloc(bytes);
-    if (!s->host) abort();
-    memset(s->host, 0xff, bytes); /* not 0: malloc + memset 0 may become calloc, untouched */
+    if (!s->host && bytes >= ((size_t)32 << 20)) { /* a small one is not worth a map of its own */
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p != MAP_FAILED) s->host = p, s->mapped_bytes = bytes;
+    }
+    if (!s->host) {
+        s->host = malloc(bytes);
+        if (!s->host) abort();
+        memset(s->host, 0xff, bytes); /* not 0: malloc + memset 0 may become calloc, untouched */
+    }
 }
 
 void gt_async_save_reserve(gt_async_save *s, size_t count) { reserve(s, count); }

@@ -152,7 +152,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "data", "separator_loss", KEY_BOOL, data.separator_loss),
 
     TEXT(RUN, "checkpoint", "dir", KEY_PATH, checkpoint.dir, 0),
-    INT(RUN, "checkpoint", "every", checkpoint.every, 0, INT_MAX),
+    {"checkpoint", "every", KEY_INT_AUTO, OFF(checkpoint.every), 0, 0, INT_MAX, 0, NULL, RUN}, /* or auto */
     NUM(RUN, "checkpoint", "every_minutes", KEY_DOUBLE, checkpoint.every_minutes, 0, INFINITY, 0),
     INT(RUN, "checkpoint", "keep", checkpoint.keep, 0, INT_MAX),
     TEXT(RUN, "checkpoint", "resume", KEY_RESUME, checkpoint.resume, 1),
@@ -161,6 +161,7 @@ static const key_spec keys[] = {
     PLAIN(RUN, "checkpoint", "async", KEY_BOOL, checkpoint.async),
     INT(RUN, "checkpoint", "max_failed_saves", checkpoint.max_failed_saves, 0, INT_MAX),
     NUM(RUN, "checkpoint", "memory_every", KEY_INT_AUTO, checkpoint.memory_every, 0, INT_MAX, 0),
+    NUM(RUN, "checkpoint", "mtbf", KEY_DOUBLE, checkpoint.mtbf, 0, INFINITY, MIN_OPEN),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -232,6 +233,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.async = 1;
     cfg->checkpoint.max_failed_saves = 3;
     cfg->checkpoint.memory_every = 0;
+    cfg->checkpoint.mtbf = 4; /* hours: autosave.h says why */
     cfg->log.every = 1;
     cfg->log.trace_first = 2; /* step 1 warms up (first touches of memory, threads starting) */
     cfg->log.trace_last = 2;

@@ -16,7 +16,8 @@
 
 #include "pathmax.h" /* GT_PATH_MAX */
 
-#define GT_INT_AUTO (-1) /* an integer key set to auto (train.micro_batch, dist.prefetch): the planner chooses */
+#define GT_INT_AUTO (-1) /* an integer key set to auto (train.micro_batch, dist.prefetch: the planner chooses;
+                          * checkpoint.every, checkpoint.memory_every: autosave.h) */
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 
 /* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
@@ -123,7 +124,7 @@ typedef struct gt_config {
     } data;
     struct {
         char dir[GT_PATH_MAX]; /* "" = no training-state files */
-        int every;             /* steps; 0 = only at the end and on signals */
+        int every;             /* steps; 0 = only at the end and on signals; GT_INT_AUTO = auto (autosave.h) */
         double every_minutes;  /* also save when this many minutes passed since the last save; 0 = off */
         int keep;              /* newest K files kept; 0 = all */
         char resume[GT_PATH_MAX]; /* auto | never | PATH */
@@ -132,6 +133,7 @@ typedef struct gt_config {
         int async;             /* 1: saves are written by a thread per rank while training goes on */
         int max_failed_saves;  /* stop with exit 74 after this many saves in a row failed; 0 = never */
         int memory_every;      /* steps between memory snapshots (memsnap.h); 0 = off; -1 = auto */
+        double mtbf;           /* hours between faults, the prior of checkpoint.every = auto (autosave.h) */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

@@ -65,9 +65,9 @@ static void expect_int(const key_spec *ks, char *out, size_t len) {
 }
 
 static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
-    expect_int(ks, out, len);
-    size_t at = strlen(out);
-    snprintf(out + at, len - at, " or auto");
+    char n[96];
+    expect_int(ks, n, sizeof n);
+    snprintf(out, len, "auto or %s", n);
 }
 
 static void expect_number(const key_spec *ks, char *out, size_t len) {
@@ -136,6 +136,11 @@ static int set_int_auto(const key_spec *ks, void *field, const char *value, cons
     if (strcmp(value, "auto") == 0) {
         *(int *)field = GT_KEY_INT_AUTO;
         return 0;
+    }
+    long long v;
+    if (parse_long(value, &v) != 0) {
+        snprintf(why, why_len, "'%s' is neither auto nor an integer (expected %s)", value, expected);
+        return -1;
     }
     return set_int(ks, field, value, expected, why, why_len);
 }

@@ -21,7 +21,7 @@ typedef enum key_type {
     KEY_POLICY,  /* memory.recompute: checked with gt_policy_parse once n_layers is known */
     KEY_RESUME,  /* auto | never | PATH */
     KEY_BOOL,    /* int 0 or 1, written true | false */
-} key_type;
+    } key_type;
 
 #define GT_KEY_INT_AUTO (-1) /* KEY_INT_AUTO's auto: config.h's GT_INT_AUTO (config.c checks they agree) */
 

@@ -40,6 +40,7 @@
 #include "planner.h"
 #include "trace.h"
 #include "signals.h"
+#include "startup.h"
 #include "testhooks.h"
 #include "train.h"
 
@@ -522,9 +523,12 @@ int main(int argc, char **argv) {
     gt_signals_install();
     test_start_delay();
     restart_with_tuned_env(argv);
+    gt_startup_mark("main (after any restart for the OpenMP spin)");
     MPI_Init(&argc, &argv);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    gt_startup_rank(rank);
+    gt_startup_mark("MPI_Init");
     gt_config cfg;
     char err[8192]; /* room for every model.init mismatch */
     /* first: a node with another build may read the config differently or hang in a collective */
@@ -534,6 +538,7 @@ int main(int argc, char **argv) {
     if (code == 0) code = gt_config_check_files(&cfg, err, sizeof err);
     /* the config and data files may be missing on some nodes only: no rank may go on alone */
     code = gt_agree_on_failure(MPI_COMM_WORLD, code, err, sizeof err);
+    gt_startup_mark("same binary, config and data files checked");
     if (code != 0) {
         if (rank == 0) fprintf(stderr, "gtrain: %s\n", err);
     } else {

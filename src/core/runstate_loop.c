@@ -91,6 +91,7 @@
 #include "asyncsave.h"
 #include "memsnap.h"
 #include "signals.h"
+#include "startup.h"
 #include "state.h"
 #include "testhooks.h"
 #include "watchdog.h"
@@ -113,7 +114,9 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
 
     int rc = 0;
     if (cfg->checkpoint.dir[0]) rc = gt_rs_check_dir(run);
+    gt_startup_mark("checkpoint.dir checked");
     if (!rc) rc = gt_rs_resume(run); /* also the lineage, and the refusal of a fresh start over another's files */
+    gt_startup_mark("lineage and resume (the state file read and verified)");
     /* after the resume: a run refused there (another lineage's files) leaves the directory as it was */
     if (!rc && cfg->checkpoint.dir[0] && rank_of(run) == 0) gt_rs_remove_stale_temporaries(cfg->checkpoint.dir);
     if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */
@@ -122,9 +125,14 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
         if (!opt->sharded) gt_shard_init(&mine, layout->n_params, gt_comm_size(comm), rank_of(run));
         run->writer = gt_async_save_new(opt->ops);
         gt_async_save_reserve(run->writer, mine.end - mine.begin);
+        gt_startup_mark("the asynchronous writer's snapshot buffer");
     }
     if (!rc) gt_rs_memsnap_begin(run); /* the memory snapshots' slots, before step 1 */
     run->last_save_time = MPI_Wtime();
+    if (!rc) /* after the resume: the history is the lineage's, and the interval counts from its step */
+        gt_autosave_begin(&run->autosave, rank_of(run) == 0 && cfg->checkpoint.dir[0] && cfg->checkpoint.every == GT_INT_AUTO,
+                          cfg->checkpoint.dir, run->lineage.run_id, cfg->checkpoint.mtbf, (double)run->file_bytes,
+                          run->first_step - 1);
     if (rc) gt_runstate_free(run);
     return rc;
 }
@@ -213,6 +221,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int has_dir = cfg->checkpoint.dir[0] != '\0';
     int by_steps = has_dir && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
     run->save_blocking_ms = 0;
+    gt_autosave_step(&run->autosave, step == run->first_step, MPI_Wtime(), run->step_seconds);
     test_step_delay();
     if (step >= cfg->train.steps) return 0; /* the last step: gt_runstate_end saves, the run ends with 0 */
     /* one agreement per step: a stop signal on any rank, rank 0's clock for every_minutes, and
@@ -221,13 +230,21 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int mine[3] = {gt_signals_pending(), 0, busy}, all[3] = {0, 0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
+    if (gt_autosave_due(&run->autosave, step)) mine[1] = 1; /* rank 0's choice, agreed like its clock */
     gt_watchdog_enter("stop_agreement", sizeof mine);
     MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_watchdog_leave();
     if (run->pending_step && !all[2]) gt_rs_finish_async(run, PERIODIC_THEN); /* every writer is done: publish */
     int sig = all[0];
     if (!sig) {
-        if (!saves_failing(run) && (by_steps || all[1])) gt_rs_save(run, step, PERIODIC_THEN, 0);
+        int attempted = !saves_failing(run) && (by_steps || all[1]);
+        double started_ms = 0;
+        if (attempted) {
+            gt_rs_save(run, step, PERIODIC_THEN, 0);
+            if (run->pending_step == step) started_ms = run->pending_blocked_ms;
+        }
+        gt_autosave_after_saves(&run->autosave, step, run->save_blocking_ms / 1e3, started_ms / 1e3,
+                                attempted ? step : 0, run->pending_step, run->last_saved_step);
         return saves_failing(run) ? stop_saves_failing(run, step) : 0;
     }
     const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";
@@ -248,6 +265,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
         printf("gtrain: stopped by %s after step %d; the state is saved, exit %d\n", name, step, GT_EXIT_PREEMPTED);
         fflush(stdout);
     }
+    gt_autosave_end(&run->autosave, step); /* a stop that lost nothing: no fault in the history */
     return GT_EXIT_PREEMPTED;
 }
 
@@ -256,9 +274,10 @@ static int end_unsnapped(gt_run_state *run) {
     if (!cfg->checkpoint.dir[0]) return 0;
     gt_rs_wait_async(run, "the run ends", PERIODIC_THEN); /* complete before exit */
     if (run->first_step > cfg->train.steps) return 0;    /* resumed at or past the end: nothing new */
-    if (run->last_saved_step == cfg->train.steps) return 0; /* the periodic save was the last step */
-    if (gt_rs_save(run, cfg->train.steps, last_save_then(run, "exit 1"), 1) == 0) return 0;
-    return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
+    if (run->last_saved_step != cfg->train.steps && gt_rs_save(run, cfg->train.steps, last_save_then(run, "exit 1"), 1) != 0)
+        return saves_failing(run) ? GT_EXIT_SAVES_FAILING : GT_EXIT_FAILURE;
+    gt_autosave_end(&run->autosave, cfg->train.steps);
+    return 0;
 }
 
 /* The final save, then (when it holds) the memory snapshots go: they never outlive the run. */

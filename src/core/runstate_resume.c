@@ -15,6 +15,7 @@
 
 #include "agree.h"
 #include "errmsg.h"
+#include "startup.h"
 #include "state.h"
 #include "testhooks.h"
 #include "exitcodes.h"
@@ -103,9 +104,11 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
     /* every rank reads the same /config, so every rank reaches the same verdict */
     int code = gt_agree_on_failure(run->mpi_comm, compare_config(run, path, &ch, err, err_len), err, err_len);
     if (code) return code;
+    gt_startup_mark("resume: the saved config compared");
     char *saved_config = NULL;
     code = gt_state_read(path, run->opt, info, &saved_config, err, err_len);
     free(saved_config);
+    gt_startup_mark("resume: the slice read and verified (rank files, checksums, finite values)");
     if (!code && test_read_fails_once(rank_of(run))) {
         snprintf(err, err_len, "%s: rank %d: an injected read error (GTRAIN_TEST_READ_FAILS_ONCE)", path, rank_of(run));
         code = GT_STATE_UNREADABLE;
@@ -118,6 +121,7 @@ static int try_load(gt_run_state *run, const char *path, gt_state_info *info, ch
     run->opt->ops->synchronize();
     MPI_Barrier(run->mpi_comm);
     double seconds = MPI_Wtime() - t0;
+    gt_startup_mark("resume: the parameters published (and every rank done reading)");
 
     int world = gt_comm_size(run->comm);
     if (rank_of(run) == 0) {

@@ -438,7 +438,8 @@ static int read_block(reader *r, hid_t dset, hid_t space, const char *object, in
     return 0;
 }
 
-/* Reads this rank's slice of every tensor of one group into dst (device, slice-relative). */
+/* Reads this rank's slice of every tensor of one group into dst (device, slice-relative): through
+ * stage, or straight into dst when stage is NULL (dst in host memory). */
 static int read_group(reader *r, const gt_optim *opt, const char *group_name, float *dst, float *stage,
                       size_t max_elems) {
     const gt_layout *layout = gt_model_layout(opt->model);
@@ -464,10 +465,13 @@ static int read_group(reader *r, const gt_optim *opt, const char *group_name, fl
             hsize_t n = pc->count - a < max_elems ? pc->count - a : max_elems;
             block b[3];
             int nb = gt_st_flat_blocks(t->ndim, dims, pc->start_in_tensor + a, n, b);
+            /* host memory (the CPU backend): straight into the buffer, without a copy through stage;
+             * the same checks of every value either way (read_block) */
+            float *into = stage ? stage : dst + pc->start_in_slice + a;
             for (int i = 0; i < nb && !code; i++)
                 if (gt_st_block_elems(t->ndim, &b[i]))
-                    code = read_block(r, dset, space, object, t->ndim, maps, n_maps, &b[i], stage + b[i].at);
-            if (!code) opt->ops->copy_to_device(dst + pc->start_in_slice + a, stage, n * sizeof(float));
+                    code = read_block(r, dset, space, object, t->ndim, maps, n_maps, &b[i], into + b[i].at);
+            if (!code && stage) opt->ops->copy_to_device(dst + pc->start_in_slice + a, stage, n * sizeof(float));
         }
         free(maps);
         if (space >= 0) H5Sclose(space);
@@ -587,8 +591,12 @@ static int read_all(reader *r, gt_optim *opt, gt_state_info *info, char **config
     size_t max_elems = gt_st_max_io_elems(), largest = 1;
     for (size_t p = 0; p < opt->n_pieces; p++)
         if (opt->pieces[p].count > largest) largest = opt->pieces[p].count;
-    float *stage = malloc((largest < max_elems ? largest : max_elems) * sizeof(float));
-    if (!stage) abort();
+    /* the optimizer's buffers in host memory are read into directly (read_group); a device's through stage */
+    float *stage = NULL;
+    if (strcmp(opt->ops->name, "cpu") != 0) {
+        stage = malloc((largest < max_elems ? largest : max_elems) * sizeof(float));
+        if (!stage) abort();
+    }
     float *buffers[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
     for (int g = 0; g < 3 && !code; g++) code = read_group(r, opt, GROUPS[g], buffers[g], stage, max_elems);
     free(stage);

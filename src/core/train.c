@@ -40,6 +40,7 @@
 #include "runclaim.h"
 #include "runstate.h"
 #include "spike.h"
+#include "startup.h"
 #include "tbevents.h"
 #include "testhooks.h"
 #include "trace.h"
@@ -572,6 +573,7 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     MPI_Comm_size(mpi, &r->world);
     int rc = gt_test_hooks_check(r->rank); /* a stray GTRAIN_TEST_* variable: refused before anything runs */
     if (rc || (rc = gt_runclaim_take(cfg, mpi))) return rc; /* one run per checkpoint.dir, before it is touched */
+    gt_startup_mark("claim of checkpoint.dir");
     rc = choose_backend(cfg, mpi, &r->ops);
     if (rc) return rc;
     r->ops = gt_ops_watched(r->ops); /* the watchdog sees each kernel begin and end: a wedged one is named */
@@ -584,16 +586,20 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
         (rc = open_data(r)))
         return rc;
     gt_trace_run_comm(r->comm);
+    gt_startup_mark("backend, communicator, global batch, plan, data");
     build_model(r);
+    gt_startup_mark("model and optimizer allocated");
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     r->G = (uint64_t)B * A * r->world;
     rc = gt_runstate_begin(&r->state, cfg, r->comm, mpi, r->model, &r->opt, r->G);
     if (rc) return rc;
+    gt_startup_mark("state begun (directory checks, resume, writer's buffer)");
     if (!cfg->model.init[0] && r->state.first_step == 1) init_params(r); /* a resume read them */
     if (cfg->model.init[0]) {
         rc = import_checkpoint(cfg, &r->opt, &r->layout, mpi, r->state.first_step > 1);
         if (rc) return rc;
     }
+    gt_startup_mark("weights (drawn at a fresh start, or model.init)");
     if (r->rank == 0 && cfg->log.metrics[0]) {
         r->metrics = fopen(cfg->log.metrics, r->state.first_step > 1 ? "a" : "w");
         if (!r->metrics) fprintf(stderr, "gtrain: cannot write %s; metrics off\n", cfg->log.metrics);
@@ -615,7 +621,9 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
              ? GT_EXIT_BAD_INPUT : 0;
     if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
                      why);
-    return agree_input(mpi, rc, msg, sizeof msg);
+    rc = agree_input(mpi, rc, msg, sizeof msg);
+    gt_startup_mark("metrics, banner, watchdog");
+    return rc;
 }
 
 static void close_run(run *r) {
@@ -894,6 +902,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_trace_step_begin(step);
         if ((rc = train_step(&r, step, &res))) break;
         gt_trace_step_end(step);
+        if (step == r.state.first_step) gt_startup_mark("first step");
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds, res.mfu);
@@ -902,6 +911,7 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
          * and that line before the step's validation line, as readers of the metrics expect */
         r.state.save_blocking_ms = 0;
         double save_start = gt_trace_clock();
+        r.state.step_seconds = res.seconds; /* checkpoint.every = auto measures steps */
         if (!stop) rc = gt_runstate_after_step(&r.state, step);
         gt_trace_save(step, save_start, r.state.save_blocking_ms);
         if (r.metrics) write_metrics(r.metrics, &r, &res);

@@ -49,6 +49,8 @@ files and changes of world size. Each scenario is one CTest test (label `resume`
                      resumes from it bit-identically; torn, damaged, missing, stale and other runs'
                      snapshots are not used (the files on disk are); the clean end deletes them;
                      a slice restored from a partner's copy; no partner copy -> the files on disk
+  auto_cadence       checkpoint.every = auto: the interval chosen and said, the lineage's history of
+                     faults (a kill -9 counted), another lineage's history never used, bad values exit 2
   (and the scenarios below them: see each function)
 
 Exit status: 0 pass, 1 fail (with the reason), 77 skipped: only a scenario that mounts a tmpfs
@@ -60,6 +62,7 @@ h5dump, h5diff) are a set-up dependency (tools/setup-debian.sh): without them a 
 import fcntl
 import filecmp
 import json
+import math
 import os
 import random
 import re
@@ -1693,6 +1696,78 @@ def memsnap_partner(e):
     check("resumed from " + e.ck("nopart", 4) in out, "resumed from the state file of step 4")
     same_as_ref(e, "nopart", ref)
 
+AUTO_LINE = re.compile(r"checkpoint\.every = auto: a save every (\d+) steps \(([-+.e\d]+) s at ([-+.e\d]+) s a step\): "
+                       r"Young's interval sqrt\(2 x ([-+.e\d]+) s x ([-+.e\d]+) s\); .*MTBF [-+.e\d]+ h \((.*)\)$")
+
+
+def auto_choice(out):
+    """The one start line of checkpoint.every = auto: (steps, interval_s, step_s, cost_s, mtbf_s, why)."""
+    lines = [l for l in gtrain_lines(out) if "checkpoint.every = auto: a save every" in l]
+    check(len(lines) == 1, f"one line with the choice at the start: {lines}")
+    m = AUTO_LINE.search(lines[0])
+    check(m is not None, f"the line gives the numbers: {lines[0]}")
+    print("   ", lines[0], flush=True)
+    return (int(m.group(1)),) + tuple(float(m.group(i)) for i in range(2, 6)) + (m.group(6),)
+
+
+def history_files(d):
+    return sorted(f for f in os.listdir(d) if f.startswith(".gtrain-history-"))
+
+
+def auto_cadence(e):
+    """checkpoint.every = auto (src/core/autosave.c): 2 ranks save at the interval rank 0 chose and said in
+    one line (Young's sqrt(2 x cost x MTBF) over the step time, with the prior checkpoint.mtbf = 0.02 h
+    = 72 s, longer than any of these runs so that it stays the prior), and the lineage's history record DIR/.gtrain-history-RUN_ID holds its start, saves and end;
+    killed with kill -9 and started again, the run counts that fault from its own history; a fresh run in a
+    directory that holds another lineage's history (its state files gone) uses the prior, not that
+    history; bad values are exit 2 naming the key."""
+    env = {"GTRAIN_TEST_STEP_DELAY_MS": "300"}
+    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0")
+    out, _ = e.run(2, "au", "train.steps=24", *auto, env=env)
+    n, tau, step_s, cost, mtbf, why = auto_choice(out)
+    check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior MTBF, 72 s: {mtbf} ({why})")
+    check(abs(tau - math.sqrt(2 * cost * mtbf)) <= 0.01 * tau, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
+    check(n in (max(1, math.floor(tau / step_s)), max(1, math.ceil(tau / step_s))), f"{n} steps = {tau} s / {step_s} s")
+    saved = e.steps_saved("au")
+    check(len(saved) >= 3 and saved[0] == max(2, n) and saved[-1] == 24,
+          f"saves at the interval chosen, the first at step {max(2, n)} (the choice waits for a second step): {saved}")
+    run_id = h5_attr(e.ck("au", 24), "run_id")
+    hist = history_files(e.ck("au"))
+    check(hist == [f".gtrain-history-{run_id}"], f"one history record, named by the run identity {run_id}: {hist}")
+    path = os.path.join(e.ck("au"), hist[0])
+    with open(path) as f:
+        words = [line.split()[0] for line in f.read().splitlines()]
+    periodic = len(saved) - 1  # the last one may still be in flight when the run ends: not measured then
+    check(words[:2] == ["gtrain-history", "start"] and words[-1] == "end" and
+          periodic - 1 <= words.count("save") <= periodic,
+          f"header, start, a line per measured periodic save ({periodic}, less one in flight at the end), end: {words}")
+
+    # kill -9 after a save of the next start, start again: one fault in the run's own history
+    p = e.start(1, "au", "train.steps=400", *auto, env=env)
+    before = words.count("save")
+    wait_for(lambda: open(path).read().count("\nsave ") >= before + 1, "a save of the second start")
+    kill_group(p)
+    newest = e.steps_saved("au")[-1]
+    out, _ = e.run(1, "au", f"train.steps={newest + 3}", *auto, env=env)
+    n, tau, step_s, cost, mtbf, why = auto_choice(out)
+    check(why.startswith("this run's history: 1 fault in "), f"the kill counted as the one fault: {why}")
+    check(abs(mtbf - 72) > 1e-6, f"the MTBF observed, not the prior: {mtbf} s")
+
+    # another lineage's history beside a fresh run: never used
+    os.makedirs(e.ck("fresh"))
+    shutil.copy(path, os.path.join(e.ck("fresh"), hist[0]))
+    out, _ = e.run(1, "fresh", "train.steps=6", *auto, env=env)
+    n, tau, step_s, cost, mtbf, why = auto_choice(out)
+    check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior, not the other lineage's faults: {why}")
+    check("(a prior: the state file at 1 GiB/s" in out,
+          "the cost's prior too, not the other lineage's last measured save")
+    check(len(history_files(e.ck("fresh"))) == 2, "the fresh run writes a record of its own beside the other")
+
+    for bad, msg in (("checkpoint.every=sometimes", "'sometimes' is neither auto nor an integer (expected auto or an "
+                      "integer >= 0)"), ("checkpoint.mtbf=0", "0 is out of range (expected a number > 0)")):
+        out, err = e.run(1, "bad", bad, expect=2)
+        check(f"command line: {bad}: {msg}" in err and not trained_steps(out), f"{bad}: exit 2, one line: {err.strip()}")
+
 
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
@@ -1702,7 +1777,8 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save,
-                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner)}
+                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner,
+                                     auto_cadence)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}
 

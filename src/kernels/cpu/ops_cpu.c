@@ -6,8 +6,10 @@
  * cpu_attention.c and cpu_loss.c (each written once, compiled for both tables: cpu_elem.h),
  * cpu_matmul.c (fp32 OpenBLAS, bf16 oneDNN through cpu_dnnl.c) and cpu_optimizer.c.
  */
+#define _GNU_SOURCE /* MAP_POPULATE */
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cpu_kernels.h"
 
@@ -36,7 +38,15 @@ typedef struct cached_block {
     void *ptr;
     size_t bytes;   /* rounded size */
     int in_use;
+    int mapped;     /* a large block mapped pre-faulted (below): munmap, not free */
 } cached_block;
+
+/* A block this large (the parameters, gradients and optimizer state, the largest activations) is
+ * mapped with MAP_POPULATE: the kernel faults its pages in in one call, which takes about a third
+ * less CPU time than taking the page faults one by one when the buffer is first written (its zeroing
+ * at allocation, or a state file's read): most of a start's allocation time. Its contents are the
+ * same zeros either way. A map that fails falls back to aligned_alloc. */
+#define CPU_POPULATE_BYTES ((size_t)32 << 20)
 
 static cached_block cache[CPU_CACHE_ENTRIES];
 static size_t cache_idle_bytes;
@@ -54,9 +64,16 @@ static void *cpu_alloc(size_t bytes) {
         }
         if (!cache[i].ptr && empty < 0) empty = i;
     }
-    void *p = aligned_alloc(64, rounded);
+    int mapped = 0;
+    void *p = NULL;
+    if (rounded >= CPU_POPULATE_BYTES && empty >= 0) { /* tracked, so that cpu_free knows to unmap it */
+        p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p == MAP_FAILED) p = NULL;
+        mapped = p != NULL;
+    }
+    if (!p) p = aligned_alloc(64, rounded);
     GT_CPU_CHECK(p != NULL, "out of memory allocating %zu bytes", bytes);
-    if (empty >= 0) cache[empty] = (cached_block){p, rounded, 1};
+    if (empty >= 0) cache[empty] = (cached_block){p, rounded, 1, mapped};
     return p;
 }
 
@@ -69,7 +86,8 @@ static void cpu_free(void *ptr) {
             cache[i].in_use = 0;
             cache_idle_bytes += cache[i].bytes;
         } else {
-            free(ptr);
+            if (cache[i].mapped) munmap(ptr, cache[i].bytes);
+            else free(ptr);
             cache[i] = (cached_block){0};
         }
         return;

@@ -1,0 +1,124 @@
+/*
+ * test_autosave.c — checkpoint.every = auto's arithmetic (src/core/autosave.c) on hand-worked numbers:
+ * Young's interval and Daly's bound, the interval in steps, the history record of a lineage (faults,
+ * observed time, the last cost; another lineage's record and a torn line are not used), the MTBF from
+ * the prior and the history, and the key itself (auto, numbers, bad values, the INI round trip).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autosave.h"
+#include "check.h"
+#include "config.h"
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(b) > 1 ? fabs(b) : 1); }
+
+static void interval(void) {
+    /* sqrt(2 x 2 s x 3600 s) = sqrt(14400) = 120 s */
+    CHECK(near(gt_autosave_seconds(2, 3600), 120), "%g", gt_autosave_seconds(2, 3600));
+    /* sqrt(2 x 0.5 s x 14400 s) = 120 s: a quarter of the cost at four times the MTBF */
+    CHECK(near(gt_autosave_seconds(0.5, 14400), 120), "%g", gt_autosave_seconds(0.5, 14400));
+    /* sqrt(2 x 8 s x 100 s) = 40 s */
+    CHECK(near(gt_autosave_seconds(8, 100), 40), "%g", gt_autosave_seconds(8, 100));
+    /* Daly's bound: a save costs 2 x M or more: one save per M */
+    CHECK(near(gt_autosave_seconds(10, 5), 5), "%g", gt_autosave_seconds(10, 5));
+    CHECK(near(gt_autosave_seconds(30, 5), 5), "%g", gt_autosave_seconds(30, 5));
+    /* just under the bound: sqrt(2 x 9.9 x 5) = sqrt(99) */
+    CHECK(near(gt_autosave_seconds(9.9, 5), sqrt(99)), "%g", gt_autosave_seconds(9.9, 5));
+
+    /* steps: 120 s at 3 s a step = 40; at 7 s = 17.14 -> 17; at 80 s = 1.5 -> 2 (nearest); at 300 s:
+     * 0.4 -> at least 1; no step time: 1 */
+    CHECK(gt_autosave_steps(120, 3) == 40, "%d", gt_autosave_steps(120, 3));
+    CHECK(gt_autosave_steps(120, 7) == 17, "%d", gt_autosave_steps(120, 7));
+    CHECK(gt_autosave_steps(120, 80) == 2, "%d", gt_autosave_steps(120, 80));
+    CHECK(gt_autosave_steps(120, 300) == 1, "%d", gt_autosave_steps(120, 300));
+    CHECK(gt_autosave_steps(120, 0) == 1, "%d", gt_autosave_steps(120, 0));
+}
+
+static void history(void) {
+    /* three earlier starts: the first killed after its save at t = 1200 (a fault, 1000..1200: 200 s),
+     * the second ended cleanly (1300..1500: 200 s), the third killed before any whole line after its
+     * start (0 s, a fault): 2 faults in 400 s; the newest cost 3.0 s */
+    const char *text = "gtrain-history 1 abc123\n"
+                       "start 1000.0 0\n"
+                       "save 1100.0 10 2.0\n"
+                       "save 1200.0 20 2.5\n"
+                       "start 1300.0 20\n"
+                       "save 1400.0 30 3.0\n"
+                       "end 1500.0 40\n"
+                       "start 1600.0 40\n"
+                       "save 1650.5 4"; /* torn by a kill: no newline, skipped */
+    gt_save_history h;
+    gt_autosave_parse_history(text, "abc123", &h);
+    CHECK(h.starts == 3, "%d", h.starts);
+    CHECK(h.faults == 2, "%d", h.faults);
+    CHECK(near(h.observed_s, 400), "%g", h.observed_s);
+    CHECK(near(h.last_cost_s, 3.0), "%g", h.last_cost_s);
+
+    char why[200];
+    /* 2 faults in 400 s + the current start's 200 s: M = 600 / 2 = 300 s */
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 300), "%s", why);
+    CHECK(strstr(why, "2 faults") != NULL, "%s", why);
+
+    /* another lineage's record (its first line names it): nothing of it is used */
+    gt_autosave_parse_history(text, "other9", &h);
+    CHECK(h.starts == 0 && h.faults == 0 && h.observed_s == 0 && h.last_cost_s < 0, "%d %d %g %g", h.starts,
+          h.faults, h.observed_s, h.last_cost_s);
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 14400), "%s", why);
+    CHECK(strstr(why, "prior") != NULL, "%s", why);
+    /* no header at all: not used either */
+    gt_autosave_parse_history("start 1000.0 0\nstart 1100.0 0\n", "abc123", &h);
+    CHECK(h.starts == 0 && h.faults == 0, "%d %d", h.starts, h.faults);
+
+    /* no fault: the prior while the observed time is shorter, the observed time once it is longer */
+    gt_autosave_parse_history("gtrain-history 1 abc123\nstart 0 0\nend 100 10\n", "abc123", &h);
+    CHECK(h.starts == 1 && h.faults == 0 && near(h.observed_s, 100) && h.last_cost_s < 0, "%d %d %g", h.starts,
+          h.faults, h.observed_s);
+    CHECK(near(gt_autosave_mtbf(3600, &h, 50, why, sizeof why), 3600), "%s", why);
+    CHECK(near(gt_autosave_mtbf(3600, &h, 5000, why, sizeof why), 5100), "%s", why);
+}
+
+static void key(void) {
+    char err[512];
+    gt_config c;
+    char *ov[] = {"checkpoint.every=auto", "checkpoint.mtbf=0.5"};
+    CHECK(gt_config_load(&c, NULL, 2, ov, err, sizeof err) == 0, "%s", err);
+    CHECK(c.checkpoint.every == GT_INT_AUTO && c.checkpoint.mtbf == 0.5, "%d %g", c.checkpoint.every, c.checkpoint.mtbf);
+    char *ini = gt_config_to_ini(&c);
+    CHECK(strstr(ini, "every = auto\n") != NULL, "%s", ini);
+    gt_config back;
+    CHECK(gt_config_load_string(&back, ini, "round-trip", 0, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(back.checkpoint.every == GT_INT_AUTO, "%d", back.checkpoint.every);
+    free(ini);
+    /* numbers are what they were */
+    char *num[] = {"checkpoint.every=7"};
+    CHECK(gt_config_load(&c, NULL, 1, num, err, sizeof err) == 0 && c.checkpoint.every == 7, "%s", err);
+    gt_config def;
+    gt_config_defaults(&def);
+    CHECK(def.checkpoint.every == 0 && def.checkpoint.mtbf == 4, "%d %g", def.checkpoint.every, def.checkpoint.mtbf);
+    /* bad values: exit 2 with the key and what was expected */
+    const char *bad[][2] = {
+        {"checkpoint.every=sometimes", "'sometimes' is neither auto nor an integer (expected auto or an integer >= 0)"},
+        {"checkpoint.every=-1", "-1 is out of range (expected auto or an integer >= 0)"},
+        {"checkpoint.every=Auto", "'Auto' is neither auto nor an integer"},
+        {"checkpoint.mtbf=0", "0 is out of range (expected a number > 0)"},
+        {"checkpoint.mtbf=-2", "-2 is out of range"},
+        {"checkpoint.mtbf=auto", "'auto' is not a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *o[] = {(char *)bad[i][0]};
+        int rc = gt_config_load(&c, NULL, 1, o, err, sizeof err);
+        CHECK(rc == 2 && strstr(err, bad[i][0]) && strstr(err, bad[i][1]), "%s: rc %d: %s", bad[i][0], rc, err);
+    }
+}
+
+int main(void) {
+    interval();
+    history();
+    key();
+    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
+    else printf("PASS\n");
+    return check_failures ? 1 : 0;
+}
