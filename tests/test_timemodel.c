@@ -290,6 +290,7 @@ static void test_dry_spans(void) {
         if (!strcmp(spans[i].cat, "step")) end = spans[i].end_s;
     CHECK(near(end, t.step_s), "the step span ends at the step time: %.9f s, %.9f s", end, t.step_s);
     CHECK(overlaps() == 0, "no two spans of one stream overlap");
+}
 
 /* The tiny model on two ranks, recompute none, prefetch 1; micro_batch searched over the divisors of 4
  * sequences per rank (grad_accum 4, 2, 1). */
