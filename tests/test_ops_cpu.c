@@ -123,24 +123,10 @@ static float *fdelta(const float *after, const double *before, size_t n) {
 
 typedef double (*loss_fn)(void *ctx);
 
-/* central differences of loss(ctx) with respect to each element of x */
-static double *fd_grad(double *x, size_t n, loss_fn loss, void *ctx) {
-    double *g = dvec(n);
-    for (size_t i = 0; i < n; i++) {
-        double keep = x[i];
-        x[i] = keep + FD_H;
-        double lp = loss(ctx);
-        x[i] = keep - FD_H;
-        double lm = loss(ctx);
-        x[i] = keep;
-        g[i] = (lp - lm) / (2 * FD_H);
-    }
-    return g;
-}
-
-/* fd_grad at every stride-th element only (the others 0), and check_close over those elements: for
- * losses whose every evaluation is costly (attention at T 150 is O(T^2) per evaluation, times two per
- * element). A stride odd and prime to the head size still visits every row and every head. */
+/* central differences of loss(ctx) with respect to every stride-th element of x (the others 0); with
+ * check_close_every, over those elements only: for losses whose every evaluation is costly (attention
+ * at T 150 is O(T^2) per evaluation, times two per element). A stride odd and prime to the head size
+ * still visits every row and every head. fd_grad: every element. */
 static double *fd_grad_every(double *x, size_t n, size_t stride, loss_fn loss, void *ctx) {
     double *g = dvec(n);
     for (size_t i = 0; i < n; i += stride) {
@@ -154,6 +140,8 @@ static double *fd_grad_every(double *x, size_t n, size_t stride, loss_fn loss, v
     }
     return g;
 }
+
+static double *fd_grad(double *x, size_t n, loss_fn loss, void *ctx) { return fd_grad_every(x, n, 1, loss, ctx); }
 
 static void check_close_every(const char *name, const float *got, const double *want, size_t n, size_t stride,
                               double tol) {

@@ -103,6 +103,16 @@ static uint64_t host_share(int node_ranks, char *what, size_t what_len) {
     return share;
 }
 
+/* Whether `need` bytes (of which `part` are the copy being checked) exceed this rank's share of the
+ * host's memory; when they do, the two sizes formatted (32 bytes each) and the share's story (512). */
+static int host_short(int node_ranks, uint64_t part, uint64_t need, char *part_s, char *need_s, char *what) {
+    what[0] = 0;
+    if (need <= host_share(node_ranks, what, 512)) return 0;
+    gt_format_bytes(part, part_s, 32);
+    gt_format_bytes(need, need_s, 32);
+    return 1;
+}
+
 /* The smallest limit of this rank (see preflight.h), and in `what` what it is. */
 static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ranks, char *what, size_t what_len) {
     uint64_t limit = NO_LIMIT;
@@ -157,13 +167,9 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
         code = GT_EXIT_BAD_INPUT;
     }
     if (!code && snapshot_bytes) { /* the asynchronous save's copy is host memory on every backend */
-        char hwhat[512] = "";
-        uint64_t share = host_share(node_ranks, hwhat, sizeof hwhat);
-        uint64_t need = snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes);
-        if (need > share) {
-            char snap[32], all[32];
-            gt_format_bytes(snapshot_bytes, snap, sizeof snap);
-            gt_format_bytes(need, all, sizeof all);
+        char snap[32], all[32], hwhat[512];
+        if (host_short(node_ranks, snapshot_bytes, snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes), snap,
+                       all, hwhat)) {
             snprintf(msg, sizeof msg,
                      "%s: [checkpoint] async = true keeps a host copy of each rank's state slice to write it in "
                      "the background: %s per rank, %s with the rest of the rank's host memory, but rank %d on %s "
@@ -174,13 +180,9 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
         }
     }
     if (!code && memsnap_bytes) { /* shared memory is host memory too */
-        char hwhat[512] = "";
-        uint64_t share = host_share(node_ranks, hwhat, sizeof hwhat);
-        uint64_t need = memsnap_bytes + snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes);
-        if (need > share) {
-            char snap[32], all[32];
-            gt_format_bytes(memsnap_bytes, snap, sizeof snap);
-            gt_format_bytes(need, all, sizeof all);
+        char snap[32], all[32], hwhat[512];
+        if (host_short(node_ranks, memsnap_bytes,
+                       memsnap_bytes + snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes), snap, all, hwhat)) {
             snprintf(msg, sizeof msg,
                      "%s: [checkpoint] memory_every keeps memory snapshots of each rank's state slice (2 slots, and "
                      "2 copies of a partner's across nodes) in shared memory: %s per rank, %s with the rest of the "
