@@ -134,6 +134,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "dist", "comm", dist.comm, comm_names),
     ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
     INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
+    NUM(RUN, "dist", "bucket_mb", KEY_DOUBLE, dist.bucket_mb, 0, 1024, 0),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),
     NUM(RUN, "dist", "liveness_timeout", KEY_DOUBLE, dist.liveness_timeout, 0, INFINITY, 0),
 

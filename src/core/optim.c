@@ -90,7 +90,8 @@ gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, dou
         slice = opt->grad_slice; /* reduced micro-batch by micro-batch (zero.c) */
     } else if (opt->sharded) {
         slice = grads + (size_t)rank * opt->shard.slice_len;
-        gt_comm_reduce_scatter_sum(opt->comm, grads, slice, opt->shard.slice_len, GT_DTYPE_F32);
+        if (!opt->reduced_in_backward) /* else reduced bucket by bucket during backward (zero.h) */
+            gt_comm_reduce_scatter_sum(opt->comm, grads, slice, opt->shard.slice_len, GT_DTYPE_F32);
     } else if (world > 1) {
         gt_comm_all_reduce_sum(opt->comm, grads, opt->shard.n, GT_DTYPE_F32);
     }

@@ -46,6 +46,8 @@ typedef struct gt_optim {
                                the step reduces nothing more; NULL: the model's gradient buffer */
     void *param_shard;      /* (shard.slice_len) ZeRO-3 working parameters of the slice: the new
                                values go there and nothing is gathered; NULL: the model's buffer */
+    int reduced_in_backward; /* sharded, grad_sync = step with buckets: the caller reduce-scattered
+                                the buffer bucket by bucket (zero.h); the step reduces nothing */
 } gt_optim;
 
 /* n_padded: the length of the model's parameter and gradient buffers (>= n_params, a multiple of

@@ -20,6 +20,9 @@
  *   - Counts are size_t: the MPI implementation splits large calls into chunks, so more than 2^31
  *     elements work. NCCL takes size_t counts natively.
  *   - Results are deterministic for a fixed world size and backend (no reordering between runs).
+ *     On MPI every reduce-scatter (flat, v, started) sums each element over the ranks in rank order
+ *     0..W-1, whatever the counts: reducing a range in one call or in pieces gives the same bits.
+ *     NCCL sums in its own order.
  *   - A failed MPI/NCCL/CUDA call prints rank, file:line and the library's error string and aborts
  *     the whole job (MPI_Abort(world, 1)); nothing returns an error code, nothing hangs on an error.
  *   - The communicator works on a duplicate of the MPI_Comm it was given (MPI_ERRORS_RETURN set on the
@@ -127,7 +130,8 @@ void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dty
  * complete, without freeing it; call it while computing so transfers advance (MPI on the CPU moves
  * data only inside MPI calls). Accounting: calls and bytes_sent at start; seconds counts the time
  * spent inside start, test and wait, seconds_exposed that inside wait, seconds_total from start to the completion
- * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ireduce_scatter; NCCL: queued on
+ * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ialltoallv (the pieces summed in rank
+ * order at the wait); NCCL: queued on
  * the communicator's stream after the compute already queued (an event), completion by stream query. */
 typedef struct gt_comm_request gt_comm_request;
 gt_comm_request *gt_comm_all_gather_v_start(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);

@@ -10,15 +10,20 @@
  *       all-gather      chunk [off, off+len) of every rank's slice in one MPI_Allgather: the receive
  *                       type is `len` elements resized to an extent of send_count elements, so block r
  *                       lands at recv + r*send_count + off with no copies (MPI_IN_PLACE works too).
- *       reduce-scatter  the W pieces of a chunk are not contiguous in send, so they are packed into a
- *                       staging buffer (W*len elements, at most max_call_elems) and reduced in place.
+ *       reduce-scatter  chunk [off, off+len) of every rank's piece in one MPI_Alltoall (a resized send
+ *                       type reads the pieces in place) into a staging buffer (W*len elements, at most
+ *                       max_call_elems), then summed here in rank order (below).
  *       broadcast       consecutive byte chunks.
  *     Small calls (the common case) are one MPI call on the caller's buffers.
  *   - bf16 travels as MPI_UINT16_T with a user MPI_Op that adds in float and rounds to nearest-even.
  *     The CPU backend trains in fp32; bf16 exists here so the interface is total and a GPU build can
  *     fall back to MPI (slowly) when NCCL is unavailable.
- *   - Determinism: Open MPI picks its algorithm from (world size, message size, op), so a fixed world
- *     size and count reduce in a fixed order.
+ *   - Determinism: every reduce-scatter (flat, v, started) moves the pieces with MPI_Alltoall(v) and
+ *     sums them on the receiving rank in rank order 0..W-1, one add at a time, so each element's sum
+ *     depends on the world size alone, never on the counts or the cut into calls: a gradient reduced
+ *     in buckets gets the bits of the one flat reduction (MPI's reduce-scatter variants promise no
+ *     such thing across counts). The all-reduce (shard none) is Open MPI's: its algorithm follows
+ *     (world size, message size, op), fixed for a fixed world size and count.
  *   - Errors: MPI_ERRORS_RETURN on our duplicate communicator; every call is checked and a failure
  *     aborts the job with rank, file:line and the MPI error string.
  *   - Hangs: every public wrapper tells the watchdog (watchdog.h) which collective it is in; a
@@ -141,44 +146,59 @@ static void mpi_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dty
     }
 }
 
+/* staging of at least `bytes`, grown on demand (reduce-scatter receives) */
+static char *staging(gt_comm *c, size_t bytes) {
+    if (c->staging_bytes < bytes) {
+        free(c->staging);
+        c->staging = malloc(bytes ? bytes : 1);
+        if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", bytes);
+        c->staging_bytes = bytes;
+    }
+    return c->staging;
+}
+
+/* The fixed-order sum of every reduce-scatter on MPI: staging holds W blocks of len elements, block r
+ * rank r's contribution; dst (len) := ((block 0 + block 1) + block 2) + ... in rank order, one add
+ * at a time (bf16: rounded after each add). The order depends on nothing but the rank, so a range
+ * reduced in one call or in several (gradient buckets) gets the same bits. dst must not overlap staging. */
+static void sum_rank_order(void *dst, const void *stage, size_t W, size_t len, gt_dtype dtype) {
+    if (dtype == GT_DTYPE_F32) {
+        const float *s = stage;
+        float *d = dst;
+        memcpy(d, s, len * sizeof *d);
+        for (size_t r = 1; r < W; r++)
+            for (size_t i = 0; i < len; i++) d[i] += s[r * len + i];
+    } else {
+        const uint16_t *s = stage;
+        uint16_t *d = dst;
+        memcpy(d, s, len * sizeof *d);
+        for (size_t r = 1; r < W; r++)
+            for (size_t i = 0; i < len; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(s[r * len + i]));
+    }
+}
+
+/* Every rank sends piece r of each chunk to rank r (one MPI_Alltoall: the send type is `len` elements
+ * resized to an extent of recv_count, so block r is read at send + r*recv_count + off in place), and
+ * sums what it received in rank order (sum_rank_order). MPI's own reduce-scatter promises no
+ * per-element order across counts; this does. In place: our chunk `off` was sent before it is
+ * overwritten, and later chunks read other offsets. */
 static void mpi_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
                                    gt_dtype dtype) {
     size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size;
     const char *s = send;
-    char *own = (char *)s + (size_t)c->rank * recv_count * elem;   /* this rank's slice of send */
-    int in_place = (char *)recv == own;
     MPI_Datatype type = mpi_type(dtype);
-    MPI_Op op = mpi_sum_op(c, dtype);
     size_t chunk = per_rank_chunk(c);
-
-    if (recv_count <= chunk) {
-        if (in_place) {
-            /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our slice. */
-            gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)s, (int)recv_count, type, op,
-                                                     c->world));
-            if (c->rank != 0) memmove(recv, s, recv_count * elem);
-        } else {
-            gt_mpi_check(c, MPI_Reduce_scatter_block(send, recv, (int)recv_count, type, op, c->world));
-        }
-        return;
-    }
-
-    size_t need = W * chunk * elem;
-    if (c->staging_bytes < need) {
-        free(c->staging);
-        c->staging = malloc(need);
-        if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", need);
-        c->staging_bytes = need;
-    }
-    char *stage = c->staging;
+    char *stage = staging(c, W * min_size(chunk, recv_count) * elem);
     for (size_t off = 0; off < recv_count; off += chunk) {
         size_t len = min_size(chunk, recv_count - off);
-        for (size_t r = 0; r < W; r++)
-            memcpy(stage + r * len * elem, s + (r * recv_count + off) * elem, len * elem);
-        gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op, c->world));
-        /* In place, recv+off is our slice's chunk `off`, already packed; later chunks read other
-         * offsets, so overwriting it is safe. */
-        memcpy((char *)recv + off * elem, stage, len * elem);
+        MPI_Datatype piece, strided;
+        gt_mpi_check(c, MPI_Type_contiguous((int)len, type, &piece));
+        gt_mpi_check(c, MPI_Type_create_resized(piece, 0, (MPI_Aint)(recv_count * elem), &strided));
+        gt_mpi_check(c, MPI_Type_commit(&strided));
+        gt_mpi_check(c, MPI_Alltoall(s + off * elem, 1, strided, stage, (int)len, type, c->world));
+        gt_mpi_check(c, MPI_Type_free(&strided));
+        gt_mpi_check(c, MPI_Type_free(&piece));
+        sum_rank_order((char *)recv + off * elem, stage, W, len, dtype);
     }
 }
 
@@ -216,21 +236,29 @@ static void int_counts(const gt_comm *c, const size_t *counts, const size_t *dis
     }
 }
 
+/* The alltoallv arguments of a v reduce-scatter: block r of send (counts[r] at displs[r]) goes to rank
+ * r; from every rank we receive our block's counts[rank] elements, rank r's at r*counts[rank]. */
+static void v_alltoall_ints(const gt_comm *c, const size_t *counts, const size_t *displs, int *ic) {
+    int W = c->size, own = (int)counts[c->rank];
+    for (int r = 0; r < W; r++) {
+        ic[r] = (int)counts[r];
+        ic[W + r] = (int)displs[r];
+        ic[2 * W + r] = own;
+        ic[3 * W + r] = r * own;
+    }
+}
+
+/* As mpi_reduce_scatter_sum: the pieces travel (MPI_Alltoallv) and are summed in rank order here. */
 static void mpi_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                      const size_t *displs, gt_dtype dtype) {
-    int *ic = malloc((size_t)c->size * sizeof *ic);
+    int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
     if (!ic) gt_comm_abort(c, "out of memory");
-    int_counts(c, counts, NULL, ic, NULL);
-    size_t elem = gt_dtype_bytes(dtype);
-    char *own = (char *)send + displs[c->rank] * elem;
-    if ((char *)recv == own) {
-        /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our block. */
-        gt_mpi_check(c, MPI_Reduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
-                                           c->world));
-        if (displs[c->rank]) memmove(recv, send, counts[c->rank] * elem);
-    } else {
-        gt_mpi_check(c, MPI_Reduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world));
-    }
+    v_alltoall_ints(c, counts, displs, ic);
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
+    char *stage = staging(c, W * own * elem);
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Alltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world));
+    if (own) sum_rank_order(recv, stage, W, own, dtype);
     free(ic);
 }
 
@@ -243,13 +271,14 @@ static void mpi_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const 
     free(ic);
 }
 
-/* A started MPI v-collective: its int arrays live until the wait; an in-place reduce-scatter moves
- * its result (left at the buffer's start by MPI_IN_PLACE) into place once complete. */
+/* A started MPI v-collective: its int arrays live until the wait; a reduce-scatter's received pieces
+ * (stage, W x len) are summed into sum_to in rank order once complete. */
 typedef struct {
     MPI_Request req;
     int *ints;
-    char *move_to, *move_from;
-    size_t move_bytes;
+    char *stage, *sum_to;
+    size_t W, len;
+    gt_dtype dtype;
 } mpi_pending;
 
 static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
@@ -267,24 +296,20 @@ static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts,
 static void *mpi_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                             const size_t *displs, gt_dtype dtype) {
     mpi_pending *p = calloc(1, sizeof *p);
-    int *ic = malloc((size_t)c->size * sizeof *ic);
-    if (!p || !ic) gt_comm_abort(c, "out of memory");
-    int_counts(c, counts, NULL, ic, NULL);
+    int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
+    size_t stage_bytes = W * own * elem;
+    char *stage = malloc(stage_bytes > 0 ? stage_bytes : 1);
+    if (!p || !ic || !stage) gt_comm_abort(c, "out of memory");
+    v_alltoall_ints(c, counts, displs, ic);
     p->ints = ic;
-    size_t elem = gt_dtype_bytes(dtype);
-    char *own = (char *)send + displs[c->rank] * elem;
-    if ((char *)recv == own) {
-        gt_mpi_check(c, MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
-                                            c->world, &p->req));
-        if (displs[c->rank]) {
-            p->move_to = recv;
-            p->move_from = (char *)send;
-            p->move_bytes = counts[c->rank] * elem;
-        }
-    } else {
-        gt_mpi_check(c, MPI_Ireduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world,
-                                            &p->req));
-    }
+    p->stage = stage;
+    p->sum_to = recv;
+    p->W = W;
+    p->len = own;
+    p->dtype = dtype;
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Ialltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world, &p->req));
     return p;
 }
 
@@ -299,7 +324,8 @@ static int mpi_test(gt_comm *c, void *handle) {
 static void mpi_wait(gt_comm *c, void *handle) {
     mpi_pending *p = handle;
     if (p->req != MPI_REQUEST_NULL) gt_mpi_check(c, MPI_Wait(&p->req, MPI_STATUS_IGNORE));
-    if (p->move_bytes) memmove(p->move_to, p->move_from, p->move_bytes);
+    if (p->len) sum_rank_order(p->sum_to, p->stage, p->W, p->len, p->dtype);
+    free(p->stage);
     free(p->ints);
     free(p);
 }

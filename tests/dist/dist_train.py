@@ -172,7 +172,7 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
 
 
 def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
-                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32"):
+                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", bucket_mb=0):
     m = model or MODEL
     text = f"""; written by tests/dist/dist_train.py: {name}
 [model]
@@ -208,6 +208,7 @@ recompute = {recompute}
 shard = {shard}
 grad_sync = {sync}
 prefetch = {prefetch}
+bucket_mb = {bucket_mb}
 comm = mpi
 
 [data]
@@ -384,6 +385,72 @@ def cmd_resume(a):
     check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), half + 1)
 
 
+def bucket_plan(m, world, mb):
+    """[(u_lo, u_hi)] of the gradient buckets (src/core/zero.c gt_zero_set_buckets): from the head unit
+    down, consecutive units until at least mb MiB of fp32 gradients."""
+    us, want = units(m), int(mb * 1024 * 1024)
+    out, hi = [], len(us)
+    while hi > 0:
+        lo = hi - 1
+        size = us[lo][1] * 4
+        while lo > 0 and size < want:
+            lo -= 1
+            size += us[lo][1] * 4
+        out.append((lo, hi))
+        hi = lo
+    return out
+
+
+def cmd_buckets(a):
+    """The same run (BUCKET_STEPS steps, grad_sync = step) with dist.bucket_mb = 0 and = --bucket-mb: the
+    losses, grad norms and final weights must be EQUAL (bit for bit: every MPI reduce-scatter sums in
+    rank order, so the cut into buckets changes nothing); the bucketed run reduces the expected buckets,
+    those above block 0 started before block 0's backward ended, and sends the same bytes."""
+    check_shape(a)
+    m, steps = model_of(a), 6
+    plan = bucket_plan(m, a.world, a.bucket_mb)
+    early = sum(1 for lo, hi in plan if lo >= 2)
+    runs = {}
+    for tag, mb in (("flat", 0), ("bucket", a.bucket_mb)):
+        name = f"{a.name}_{tag}"
+        shutil.rmtree(os.path.join(a.work, name + ".state"), ignore_errors=True)
+        os.makedirs(os.path.join(a.work, name + ".state"))
+        if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
+            os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
+        ini = write_config(a.work, name, a.accum, a.shard, a.recompute, "step", steps=steps, keep=1, model=m,
+                           prefetch=a.prefetch, bucket_mb=mb)
+        launch(a, ini)
+        lines = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
+        if [x["step"] for x in lines] != list(range(1, steps + 1)):
+            fail(f"{name}: metrics steps {[x['step'] for x in lines]}, expected 1..{steps}")
+        runs[tag] = lines
+    for f, b in zip(runs["flat"], runs["bucket"]):
+        st = f["step"]
+        if f["buckets"] != 0:
+            fail(f"step {st}: the unbucketed run reduced {f['buckets']} buckets")
+        if (b["buckets"], b["buckets_early"]) != (len(plan), early):
+            fail(f"step {st}: {b['buckets']} buckets, {b['buckets_early']} started before block 0's backward "
+                 f"ended; expected {len(plan)} ({plan}) and {early}")
+        if b["calls"]["reduce_scatter"] != 0 or b["calls"]["reduce_scatter_v"] != f["calls"]["reduce_scatter_v"] + len(plan):
+            fail(f"step {st}: calls {b['calls']} (bucketed) vs {f['calls']}: expected the reduce-scatter cut "
+                 f"into {len(plan)}")
+        if b["comm_bytes"] != f["comm_bytes"]:
+            fail(f"step {st}: comm_bytes {b['comm_bytes']} bucketed vs {f['comm_bytes']}")
+        for key in ("loss", "grad_norm"):
+            if b[key] != f[key]:
+                fail(f"step {st}: {key} {b[key]!r} bucketed vs {f[key]!r} unbucketed: not bit for bit")
+    fs, bs = newest_state(a.work, a.name + "_flat"), newest_state(a.work, a.name + "_bucket")
+    h5diff = shutil.which("h5diff")
+    if not fs or not bs or not h5diff:
+        fail(f"final states {fs}, {bs}; h5diff {h5diff}")
+    cmd = [h5diff, fs, bs, "/model", "/model"]  # no tolerance: equal
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("final weights differ (bucketed vs unbucketed): " + " ".join(cmd) + "\n" + (r.stdout + r.stderr)[-3000:])
+    print(f"buckets: {len(plan)} per step ({plan}), {early} started before block 0's backward ended; "
+          f"losses, grad norms and final weights equal over {steps} steps")
+
+
 def newest_state(work, name):
     files = sorted(glob.glob(os.path.join(work, name + ".state", "step_*.h5")))
     return files[-1] if files else None
@@ -476,8 +543,10 @@ def main():
     s.add_argument("--work", required=True)
     s.add_argument("--prep", required=True)
     s.add_argument("--fallback-text", required=True)
-    for nm in ("run", "expect-fail", "resume"):
+    for nm in ("run", "expect-fail", "resume", "buckets"):
         s = sub.add_parser(nm)
+        if nm == "buckets":
+            s.add_argument("--bucket-mb", type=float, required=True)
         s.add_argument("--recompute", default="none")
         s.add_argument("--sync", default="auto")
         s.add_argument("--prefetch", type=int, default=1)
@@ -503,10 +572,10 @@ def main():
     s.add_argument("names", nargs="+")
     a = p.parse_args(argv)
     a.cmd = cmd
-    if a.what in ("run", "expect-fail", "resume") and not cmd:
+    if a.what in ("run", "expect-fail", "resume", "buckets") and not cmd:
         p.error("the mpiexec ... gtrain command goes after --")
     {"prep": cmd_prep, "run": cmd_run, "compare": cmd_compare, "expect-fail": cmd_expect_fail,
-     "resume": cmd_resume}[a.what](a)
+     "resume": cmd_resume, "buckets": cmd_buckets}[a.what](a)
 
 
 if __name__ == "__main__":
