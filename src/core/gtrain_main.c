@@ -504,7 +504,8 @@ int main(int argc, char **argv) {
     gt_signals_install();
     test_start_delay();
     restart_with_tuned_env(argv);
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE; /* MULTIPLE for the progress thread (comm.h); checked there */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_config cfg;

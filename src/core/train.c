@@ -351,6 +351,10 @@ static int open_communicator(run *r) {
             return fail_input(r->rank, msg);
         }
         r->comm = gt_comm_create_mpi(r->mpi);
+        /* started collectives (buckets, ZeRO-2/3) advance while the compute thread computes */
+        if (r->world > 1 && cfg->dist.progress_us > 0 &&
+            !gt_comm_progress_start(r->comm, cfg->dist.progress_us, why, sizeof why) && r->rank == 0)
+            printf("gtrain: note: no progress thread (%s): started collectives advance between kernels only\n", why);
     }
     return 0;
 }

@@ -140,6 +140,18 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *comm, const void *s
 int gt_comm_test(gt_comm *comm, gt_comm_request *req);
 void gt_comm_wait(gt_comm *comm, gt_comm_request *req);
 
+/* Progress for started requests on MPI (the CPU backend): MPI moves a non-blocking collective's data
+ * only inside MPI calls, and the compute thread makes them only between kernels (gt_comm_test), which
+ * can be a long matrix product apart. This starts a thread that, while any request is in flight,
+ * calls MPI_Iprobe on a communicator of its own every interval_us microseconds (sleeping between
+ * calls, so it costs no core while idle): the library's progress engine then runs the transfers
+ * while the compute thread computes. Needs MPI initialised with MPI_THREAD_MULTIPLE. Collective
+ * (it duplicates the communicator). Returns 1 when the thread runs; 0 and a reason when it cannot
+ * (not MPI, one rank, the thread level, interval_us <= 0). Stopped by gt_comm_destroy. */
+int gt_comm_progress_start(gt_comm *comm, long interval_us, char *why, size_t why_len);
+/* MPI_Iprobe calls the progress thread has made (tests, measurements). */
+unsigned long long gt_comm_progress_polls(const gt_comm *comm);
+
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);
 

@@ -31,6 +31,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -381,8 +382,58 @@ int gt_comm_local_rank(const gt_comm *c) { return c->local_rank; }
 int gt_comm_local_size(const gt_comm *c) { return c->local_size; }
 const char *gt_comm_name(const gt_comm *c) { return c->name; }
 
+/* The progress thread: between sleeps, while a request is in flight, one MPI_Iprobe on a communicator
+ * nothing is sent on; Open MPI runs its progress engine (the started collectives' schedules and the
+ * transports' copies) inside it. */
+static void *progress_main(void *arg) {
+    gt_comm *c = arg;
+    struct timespec ts = {c->progress_us / 1000000, (c->progress_us % 1000000) * 1000};
+    while (!atomic_load_explicit(&c->progress_stop, memory_order_relaxed)) {
+        if (atomic_load_explicit(&c->in_flight, memory_order_relaxed) > 0) {
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->progress_comm, &flag, MPI_STATUS_IGNORE);
+            atomic_fetch_add_explicit(&c->progress_polls, 1, memory_order_relaxed);
+        }
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int gt_comm_progress_start(gt_comm *c, long interval_us, char *why, size_t why_len) {
+    int level = MPI_THREAD_SINGLE;
+    const char *no = NULL;
+    if (c->ops != &mpi_ops) no = "not the MPI backend (NCCL progresses on the GPU; one rank has nothing in flight)";
+    else if (c->size < 2) no = "one rank: nothing is ever in flight";
+    else if (interval_us <= 0) no = "off";
+    else if (MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_MULTIPLE)
+        no = "MPI was not initialised with MPI_THREAD_MULTIPLE";
+    if (no || c->progress_on) {
+        if (why && why_len) snprintf(why, why_len, "%s", no ? no : "already running");
+        return c->progress_on;
+    }
+    gt_mpi_check(c, MPI_Comm_dup(c->world, &c->progress_comm));
+    c->progress_us = interval_us;
+    atomic_store(&c->progress_stop, 0);
+    if (pthread_create(&c->progress_thread, NULL, progress_main, c) != 0) {
+        gt_mpi_check(c, MPI_Comm_free(&c->progress_comm));
+        if (why && why_len) snprintf(why, why_len, "pthread_create failed");
+        return 0;
+    }
+    c->progress_on = 1;
+    if (why && why_len) why[0] = '\0';
+    return 1;
+}
+
+unsigned long long gt_comm_progress_polls(const gt_comm *c) { return atomic_load(&c->progress_polls); }
+
 void gt_comm_destroy(gt_comm *c) {
     if (!c) return;
+    if (c->progress_on) {
+        atomic_store(&c->progress_stop, 1);
+        pthread_join(c->progress_thread, NULL);
+        gt_mpi_check(c, MPI_Comm_free(&c->progress_comm));
+        c->progress_on = 0;
+    }
     c->ops->destroy(c);
     gt_comm_free_common(c);
     free(c);
@@ -513,6 +564,7 @@ gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t 
     r->seq = gt_watchdog_started("all_gather_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
+    if (r->handle) atomic_fetch_add(&c->in_flight, 1);
     c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
     c->stats.calls_all_gather_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
@@ -530,6 +582,7 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send
     r->seq = gt_watchdog_started("reduce_scatter_v", total * elem);
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
+    if (r->handle) atomic_fetch_add(&c->in_flight, 1);
     c->stats.seconds += MPI_Wtime() - t0;
     c->stats.calls_reduce_scatter_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
@@ -556,6 +609,7 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
     double t0 = MPI_Wtime();
     if (r->handle) c->ops->wait(c, r->handle);
     double t1 = MPI_Wtime();
+    if (r->handle) atomic_fetch_sub(&c->in_flight, 1);
     /* the compute thread waits here; a request seen complete by a test adds only this call's time to
      * the total, so that seconds_exposed <= seconds <= seconds_total holds */
     if (r->done) account_blocking(c, t1 - t0);
