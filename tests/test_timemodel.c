@@ -80,8 +80,29 @@ static void test_hand_schedule(void) {
     s1.world = 1;
     gt_time_simulate(&t1, &s1, &c, &t);
     CHECK(near(t.step_s, 12e-3 + 20e-3) && t.comm_s == 0, "one rank: no collectives, step %.6f s", t.step_s);
+    /* ZeRO-1 with gradient buckets of 4 MB: a micro-batch of compute 1 ms, a unit's 4 MB of gradients
+     * done, 2 ms, another 4 MB done (the embedding's bucket, started at the end). Micro-batch 1 starts no
+     * bucket (0..3 ms); in micro-batch 2 the first bucket's reduce-scatter (1 + 2 ms) runs 4..7 beside
+     * the compute 4..6, the second 7..10, which the step waits for: 10 ms, then the scalar 1, the
+     * all-gather 3 and the optimizer 20, and no reduce-scatter of its own: 34 ms. Unbucketed: 6 ms of
+     * compute, then the 8 MB reduce-scatter 5 ms: 35 ms. */
+    gt_time_trace t2;
+    memset(&t2, 0, sizeof t2);
+    gt_time_trace_push(&t2, GT_TEV_COMPUTE, 1e-3, 0);
+    gt_time_trace_push(&t2, GT_TEV_GRAD_DONE, 0, 4e6);
+    gt_time_trace_push(&t2, GT_TEV_COMPUTE, 2e-3, 0);
+    gt_time_trace_push(&t2, GT_TEV_GRAD_DONE, 0, 4e6);
+    gt_time_step s2 = {2, 1, 0, 2, 0, 2, 2000000, 1000000, 100, 0, 4e6};
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 34e-3), "ZeRO-1 with buckets: step %.6f s, by hand 0.034", t.step_s);
+    CHECK(near(t.exposed_comm_s, 4e-3 + 4e-3), "ZeRO-1 with buckets: exposed %.6f s, by hand 0.008",
+          t.exposed_comm_s);
+    s2.bucket_bytes = 0;
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 35e-3), "ZeRO-1 without buckets: step %.6f s, by hand 0.035", t.step_s);
     gt_time_trace_free(&tr);
     gt_time_trace_free(&t1);
+    gt_time_trace_free(&t2);
 }
 
 /* The tiny model's dry schedule at 1 TFLOP/s matmuls and free everything else: the matmul time is the

@@ -580,7 +580,7 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 cfg->train.micro_batch, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, cfg->dist.prefetch,
-                          cfg->data.document_mask || cfg->data.reset_positions};
+                          cfg->data.document_mask || cfg->data.reset_positions, cfg->dist.bucket_mb};
     return shape;
 }
 
@@ -612,7 +612,7 @@ typedef struct time_rec {
     gt_time_trace tr;
     const gt_calib *calib;
     gt_unit_hooks inner;
-    int stage3, micro, n_units;
+    int stage3, micro, buckets, n_units;
     int *pref, *gref;       /* per unit: params / grads calls open */
     double *unit_elems;
     double e;
@@ -642,7 +642,8 @@ static float *rec_grads(void *ctx, int u) {
 }
 static void rec_grads_done(void *ctx, int u) {
     time_rec *r = ctx;
-    if (--r->gref[u] == 0 && r->micro) gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
+    if (--r->gref[u] == 0 && (r->micro || r->buckets))
+        gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
     r->inner.grads_done(r->inner.ctx, u);
 }
 /* The executor announces its order of acquisitions from a dry twin run first (model.c,
@@ -672,6 +673,7 @@ static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_ca
     r->calib = calib;
     r->stage3 = sh->stage == 3;
     r->micro = sh->stage >= 2 && sh->grad_micro;
+    r->buckets = !r->micro && sh->stage >= 1 && sh->world > 1 && sh->bucket_mb > 0; /* zero.h's buckets */
     r->e = sh->act_bytes;
     r->n_units = gt_model_n_units(&sh->model);
     r->pref = calloc((size_t)r->n_units, sizeof *r->pref);
@@ -711,7 +713,8 @@ void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *c
     uint64_t slice = sh->stage >= 1 ? (P + W - 1) / W : P;
     gt_time_step st = {(int)W, sh->stage, sh->stage >= 2 && sh->grad_micro, sh->grad_accum, sh->prefetch,
                        sh->act_bytes, sharded ? slice * W : P, slice,
-                       (double)sh->micro_batch * sh->seq_len, 3.0 * est.forward_flops};
+                       (double)sh->micro_batch * sh->seq_len, 3.0 * est.forward_flops,
+                       sharded && !(sh->stage >= 2 && sh->grad_micro) ? sh->bucket_mb * 1048576.0 : 0};
     gt_time_simulate(&run.tr, &st, calib, t);
     double A = sh->grad_accum > 0 ? sh->grad_accum : 1, extra = run.tr.compute_s - base.tr.compute_s;
     t->recompute_s = extra > 0 ? A * extra : 0;

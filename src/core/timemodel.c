@@ -57,6 +57,8 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     if (!g_bytes || !g_done) abort();
     for (int i = 0, k = 0; i < tr->n; i++)
         if (tr->ev[i].kind == GT_TEV_GATHER) g_bytes[k++] = tr->ev[i].bytes;
+    int buckets = !st->grad_micro && st->stage >= 1 && st->bucket_bytes > 0;
+    double pending = 0; /* gradient bytes of the bucket being filled */
     for (int m = 0; m < A; m++) {
         int issued = 0, next = 0;
         for (int i = 0; i < tr->n; i++) {
@@ -78,6 +80,14 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 break;
             }
             case GT_TEV_GRAD_DONE: {
+                if (!st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
+                    if (!buckets || m != A - 1 || (pending += e->bytes) < st->bucket_bytes) break;
+                    double d = gt_time_collective(c, W, 'r', pending);
+                    comm = max2(comm, t) + d;
+                    busy_comm += d;
+                    pending = 0;
+                    break;
+                }
                 double d = gt_time_collective(c, W, 'r', e->bytes);
                 comm = max2(comm, t) + d;
                 busy_comm += d;
@@ -91,12 +101,18 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     }
     free(g_bytes);
     free(g_done);
+    if (buckets && pending > 0) { /* the embedding's bucket, started at the end of the backward */
+        double d = gt_time_collective(c, W, 'r', pending);
+        comm = max2(comm, t) + d;
+        busy_comm += d;
+    }
     /* the step after the last micro-batch, in the code's order, nothing overlapping */
     t = max2(t, comm);
     double e = st->act_bytes > 0 ? st->act_bytes : 4, step_comm = 0;
     if (W > 1) {
         if (st->stage == 0) step_comm += gt_time_collective(c, W, 'a', (double)st->n_pad * 4);
-        else if (st->stage == 1 || !st->grad_micro) step_comm += gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
+        else if ((st->stage == 1 || !st->grad_micro) && !buckets)
+            step_comm += gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
         step_comm += c->coll_latency_s; /* the clipping norm's scalar all-reduce */
         if (st->stage == 1 || st->stage == 2) step_comm += gt_time_collective(c, W, 'g', (double)st->n_pad * e);
     }
