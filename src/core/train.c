@@ -610,6 +610,9 @@ static void close_run(run *r) {
     gt_layout_free(&r->layout);
     gt_data_close(r->val_data);
     gt_data_close(r->train_data);
+    if (r->comm && gt_comm_progress_polls(r->comm) && r->rank == 0)
+        printf("gtrain: progress thread (dist.progress_us = %d): %llu calls into MPI, %.3f s of CPU on rank 0\n",
+               r->cfg->dist.progress_us, gt_comm_progress_polls(r->comm), gt_comm_progress_cpu_seconds(r->comm));
     gt_comm_destroy(r->comm);
     free((gt_config *)r->cfg);
     gt_runclaim_release(); /* last: the final save is complete */

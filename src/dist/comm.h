@@ -149,8 +149,10 @@ void gt_comm_wait(gt_comm *comm, gt_comm_request *req);
  * (it duplicates the communicator). Returns 1 when the thread runs; 0 and a reason when it cannot
  * (not MPI, one rank, the thread level, interval_us <= 0). Stopped by gt_comm_destroy. */
 int gt_comm_progress_start(gt_comm *comm, long interval_us, char *why, size_t why_len);
-/* MPI_Iprobe calls the progress thread has made (tests, measurements). */
+/* MPI_Iprobe calls the progress thread has made, and its CPU time so far (on a loaded machine: what it
+ * took from the compute; the transfers' copies it ran are in it). 0 without the thread. */
 unsigned long long gt_comm_progress_polls(const gt_comm *comm);
+double gt_comm_progress_cpu_seconds(const gt_comm *comm);
 
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);

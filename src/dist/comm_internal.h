@@ -55,6 +55,7 @@ struct gt_comm {
     atomic_int in_flight;      /* started requests not yet waited for */
     atomic_int progress_stop;
     atomic_ullong progress_polls;
+    atomic_ullong progress_cpu_ns; /* the thread's own CPU time so far (CLOCK_THREAD_CPUTIME_ID) */
     int progress_on;
     long progress_us;
     pthread_t progress_thread;

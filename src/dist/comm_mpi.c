@@ -393,6 +393,10 @@ static void *progress_main(void *arg) {
             int flag = 0;
             MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->progress_comm, &flag, MPI_STATUS_IGNORE);
             atomic_fetch_add_explicit(&c->progress_polls, 1, memory_order_relaxed);
+            struct timespec cpu;
+            if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+                atomic_store_explicit(&c->progress_cpu_ns, (unsigned long long)cpu.tv_sec * 1000000000ull +
+                                      (unsigned long long)cpu.tv_nsec, memory_order_relaxed);
         }
         nanosleep(&ts, NULL);
     }
@@ -425,6 +429,7 @@ int gt_comm_progress_start(gt_comm *c, long interval_us, char *why, size_t why_l
 }
 
 unsigned long long gt_comm_progress_polls(const gt_comm *c) { return atomic_load(&c->progress_polls); }
+double gt_comm_progress_cpu_seconds(const gt_comm *c) { return (double)atomic_load(&c->progress_cpu_ns) * 1e-9; }
 
 void gt_comm_destroy(gt_comm *c) {
     if (!c) return;
