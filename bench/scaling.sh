@@ -25,9 +25,12 @@
 # per rank and step), WARMUP=1, MEASURE=3 (steps measured), BUCKET_MB=25 (overlap on: gradient buckets),
 # PREFETCH=1 (overlap on, ZeRO-3), PROGRESS_US=1000 (overlap on: the MPI progress thread),
 # DATA=token file (default: made from /usr/share/common-licenses with gtrain-prep).
-# Overlap off is dist.bucket_mb = 0, dist.prefetch = 0 and dist.progress_us = 0: one reduction after
-# the backward, every ZeRO-3 gather when needed, started requests advanced between kernels only (a
-# ZeRO-2/3 micro reduction still starts when its unit's backward ends; it has no blocking form).
+# Overlap off is dist.bucket_mb = 0, dist.prefetch = 0, dist.progress_us = 0 and
+# dist.overlap_param_gather = false: one reduction after the backward, one gather of the new weights
+# before the next step, every ZeRO-3 gather when needed, started requests advanced between kernels only
+# (a ZeRO-2/3 micro reduction still starts when its unit's backward ends; it has no blocking form).
+# Overlap on: buckets, the weights' gather waited for per unit in the next forward (ZeRO-1/2),
+# prefetch, the progress thread.
 #
 # The cluster (not with --local or --dry-run) needs root and what tests/cluster/cluster.sh needs; this
 # script brings it up and takes it down again (also on an error).
@@ -93,10 +96,11 @@ ROWS=("z1_off optimizer step off" "z1_on optimizer step on"
       "z3_off parameters step off" "z3_on parameters step on")
 
 args_of() { # NAME SHARD SYNC OVERLAP [ACCUM] -> the gtrain arguments (NAME empty: no metrics file)
-  local name=$1 shard=$2 sync=$3 overlap=$4 accum=${5:-$ACCUM} b=0 p=0 u=0
-  [[ $overlap == on ]] && b=$BUCKET_MB p=$PREFETCH u=$PROGRESS_US
+  local name=$1 shard=$2 sync=$3 overlap=$4 accum=${5:-$ACCUM} b=0 p=0 u=0 g=false
+  [[ $overlap == on ]] && b=$BUCKET_MB p=$PREFETCH u=$PROGRESS_US g=true
   echo "$CONFIG $SHAPE train.micro_batch=$MICRO train.grad_accum=$accum train.steps=$STEPS train.warmup_steps=1" \
-       "dist.shard=$shard dist.grad_sync=$sync dist.bucket_mb=$b dist.prefetch=$p dist.progress_us=$u dist.comm=mpi" \
+       "dist.shard=$shard dist.grad_sync=$sync dist.bucket_mb=$b dist.prefetch=$p dist.progress_us=$u" \
+       "dist.overlap_param_gather=$g dist.comm=mpi" \
        "data.train=$DATA data.val= data.val_every=0 checkpoint.dir= log.every=1" \
        "${name:+log.metrics=$OUT/$name.metrics.jsonl}"
 }

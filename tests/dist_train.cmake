@@ -112,10 +112,12 @@ set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
 # EQUAL losses, grad norms and final weights (every MPI reduce-scatter sums in rank order; W = 4, since at
 # W = 2 any order gives a + b), the expected number of buckets, those above block 0 started before its
 # backward ended, and the same bytes. w2_a2: only the last micro-batch's backward starts buckets; w4_p3:
-# ZeRO-3 with buckets of several units; tied: the head's use of the embedding keeps its bucket open.
+# ZeRO-3 with buckets of several units; tied: the head's use of the embedding keeps its bucket open;
+# gather: also dist.overlap_param_gather (the weights' gather per unit, waited for in the next forward).
 foreach(run "buckets_w4_opt 4 1 optimizer --bucket-mb 0.05" "buckets_w2_a2 2 2 optimizer --bucket-mb 0.05"
             "buckets_w4_param 4 1 parameters --bucket-mb 0.3 --recompute full"
-            "buckets_w4_tied 4 1 gradients --bucket-mb 0.05 --tied")
+            "buckets_w4_tied 4 1 gradients --bucket-mb 0.05 --tied"
+            "buckets_w4_gather 4 1 optimizer --bucket-mb 0.05 --param-gather")
   gtrain_dist_run("${run}" buckets FIXTURES_REQUIRED dist_train_data)
 endforeach()
 

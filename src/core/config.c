@@ -136,6 +136,7 @@ static const key_spec keys[] = {
     INT(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
     NUM(RUN, "dist", "bucket_mb", KEY_DOUBLE, dist.bucket_mb, 0, 1024, 0),
     INT(RUN, "dist", "progress_us", dist.progress_us, 0, 1000000),
+    PLAIN(RUN, "dist", "overlap_param_gather", KEY_BOOL, dist.overlap_param_gather),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),
     NUM(RUN, "dist", "liveness_timeout", KEY_DOUBLE, dist.liveness_timeout, 0, INFINITY, 0),
 

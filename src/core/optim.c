@@ -119,13 +119,21 @@ gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, dou
                    t->decay ? (float)cfg->train.weight_decay : 0.0f, opt->t);
     }
 
-    /* 4. new working parameters of the slice, then everyone's */
-    gt_optim_publish_params(opt);
+    /* 4. new working parameters of the slice, then everyone's (started only: the next forward waits) */
+    if (opt->gather_start) {
+        char *params = gt_model_params(model);
+        size_t eb = (size_t)ops->act_bytes;
+        if (count) ops->to_working(params + opt->shard.begin * eb, opt->master, count);
+        opt->gather_start(opt->gather_ctx);
+    } else {
+        gt_optim_publish_params(opt);
+    }
     return GT_STEP_APPLIED;
 }
 
 void gt_optim_publish_params(gt_optim *opt) {
     const gt_ops *ops = opt->ops;
+    if (opt->gather_finish) opt->gather_finish(opt->gather_ctx); /* nothing may still write the buffer */
     char *params = gt_model_params(opt->model);
     size_t eb = (size_t)ops->act_bytes, count = gt_shard_count(&opt->shard);
     if (opt->param_shard) { /* ZeRO-3: the shard is all this rank holds; units are gathered on use */

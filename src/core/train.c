@@ -422,11 +422,14 @@ static void build_model(run *r) {
     /* grad_sync = step with buckets: the flat reduce-scatter is cut into buckets started during the
      * last micro-batch's backward (zero.h); nothing to reduce on one rank or with shard none */
     int buckets = stage >= 1 && !grad_micro && r->world > 1 && cfg->dist.bucket_mb > 0;
-    if (stage >= 2 || buckets) {
+    /* ZeRO-1/2 with the working weights' gather waited for unit by unit in the next forward */
+    int gathers = (stage == 1 || stage == 2) && r->world > 1 && cfg->dist.overlap_param_gather;
+    if (stage >= 2 || buckets || gathers) {
         gt_zero_init(&r->zero, ops, &r->mem, r->comm, &r->layout, stage, grad_micro, cfg->dist.prefetch);
         if (buckets)
             gt_zero_set_buckets(&r->zero, gt_model_grads(r->model), r->n_padded,
                                 (size_t)(cfg->dist.bucket_mb * 1024.0 * 1024.0));
+        if (gathers) gt_zero_set_param_gathers(&r->zero, gt_model_params(r->model));
         gt_unit_hooks hooks;
         gt_zero_hooks(&r->zero, &hooks);
         gt_model_set_unit_hooks(r->model, &hooks);
@@ -435,6 +438,11 @@ static void build_model(run *r) {
     r->opt.grad_slice = r->zero.grad_slice;
     r->opt.param_shard = r->zero.param_shard;
     r->opt.reduced_in_backward = r->zero.n_buckets > 0;
+    if (gathers) {
+        r->opt.gather_start = gt_zero_params_start;
+        r->opt.gather_finish = gt_zero_params_finish;
+        r->opt.gather_ctx = &r->zero;
+    }
 }
 
 /* The random initial weights of a fresh start (train.seed), this rank's slice, then published. Not

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void finish_gather(gt_zero *z, int u);
+static gt_dtype working_dtype(const gt_zero *z);
+
 /* What a real and a dry zero share: the settings and the units' ranges of the flat vector. */
 static void setup(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
     memset(z, 0, sizeof *z);
@@ -143,8 +146,36 @@ static void bucket_grads_done(void *ctx, int u) {
     if (--b->left == 0 && b->u_lo > 0) start_bucket(z, b);
 }
 
+void gt_zero_set_param_gathers(gt_zero *z, void *params) { z->flat_params = params; }
+
+void gt_zero_params_start(void *ctx) {
+    gt_zero *z = ctx;
+    gt_zero_params_finish(z); /* a step skipped its forward (never in train.c): the old ones first */
+    for (int u = 0; u < z->n_units; u++) { /* forward order: the embedding first */
+        gt_zero_unit *U = &z->units[u];
+        U->gather_req = gt_comm_all_gather_v_start(z->comm, z->flat_params + U->offset * z->eb, U->counts,
+                                                   working_dtype(z));
+    }
+    z->params_in_flight = 1;
+}
+
+void gt_zero_params_finish(void *ctx) {
+    gt_zero *z = ctx;
+    if (!z->params_in_flight) return;
+    for (int u = 0; u < z->n_units; u++) finish_gather(z, u); /* in the order started */
+    z->params_in_flight = 0;
+}
+
+/* ZeRO-1/2 parameter gathers: the flat buffer's view of the unit, once its gather has arrived. */
+static void *flat_unit_params(void *ctx, int u) {
+    gt_zero *z = ctx;
+    finish_gather(z, u);
+    return z->flat_params + z->units[u].offset * z->eb;
+}
+
 void gt_zero_free(gt_zero *z) {
     if (!z->units) return;
+    if (!z->dry) gt_zero_params_finish(z);
     for (int i = 0; i < z->n_buckets; i++) free(z->buckets[i].counts);
     free(z->buckets);
     free(z->unit_bucket);
@@ -329,11 +360,13 @@ void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
         h->grads_done = unit_grads_done;
         h->micro_end = hook_micro_end;
     }
+    if (z->stage < 3 && z->flat_params) h->params = flat_unit_params;
     if (z->n_buckets) {
         h->grads = bucket_grads;
         h->grads_done = bucket_grads_done;
     }
-    if ((z->stage == 3 || z->grad_micro || z->n_buckets) && !z->dry) h->progress = hook_progress; /* dry: nothing in flight */
+    if ((z->stage == 3 || z->grad_micro || z->n_buckets || z->flat_params) && !z->dry)
+        h->progress = hook_progress; /* dry: nothing in flight */
 }
 
 void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {

@@ -99,6 +99,9 @@ typedef struct gt_zero {
     int *unit_bucket;       /* (n_units) the bucket of each unit */
     uint64_t bucket_starts, bucket_early;  /* since creation: bucket reductions started, and those
                                               started before block 0's backward ended */
+    /* ZeRO-1/2 parameter gathers in the next forward (gt_zero_set_param_gathers) */
+    char *flat_params;
+    int params_in_flight;
     /* dry run (the planner): no memory, no communication, only the byte counts below */
     int dry;
     uint64_t dry_cur[2], dry_peak[2];  /* [0] gathered parameters, [1] gradient accumulators */
@@ -131,8 +134,20 @@ void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucke
 void gt_zero_buckets_arm(gt_zero *z);
 void gt_zero_buckets_finish(gt_zero *z);
 
+/* ZeRO-1/2 (dist.overlap_param_gather, world > 1): the all-gather of the new working parameters is
+ * started unit by unit in forward order (gt_zero_params_start, in place on the flat buffer `params`:
+ * each rank's piece of each unit, the v-form) and each unit's is waited for when the executor first
+ * needs the unit's parameters (the next forward, or an evaluation), so the gather overlaps the
+ * next step's forward, as Megatron-LM's --overlap-param-gather does. gt_zero_params_finish waits
+ * for whatever is still in flight (before any other write of the buffer, and at gt_zero_free).
+ * Call before gt_zero_hooks. */
+void gt_zero_set_param_gathers(gt_zero *z, void *params);
+void gt_zero_params_start(void *z);
+void gt_zero_params_finish(void *z);
+
 /* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients with
- * grad_micro (accumulators) or buckets (the flat buffer, counted while armed). */
+ * grad_micro (accumulators) or buckets (the flat buffer, counted while armed); ZeRO-1/2 parameters
+ * with the parameter gathers (the flat buffer, once its unit's gather is waited for). */
 void gt_zero_hooks(gt_zero *z, gt_unit_hooks *hooks);
 
 #endif

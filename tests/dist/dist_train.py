@@ -172,7 +172,8 @@ def expected(m, world, accum, shard, sync, recompute, prefetch=1, rank=0, precis
 
 
 def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
-                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", bucket_mb=0):
+                 resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", bucket_mb=0,
+                 param_gather=False):
     m = model or MODEL
     text = f"""; written by tests/dist/dist_train.py: {name}
 [model]
@@ -209,6 +210,7 @@ shard = {shard}
 grad_sync = {sync}
 prefetch = {prefetch}
 bucket_mb = {bucket_mb}
+overlap_param_gather = {"true" if param_gather else "false"}
 comm = mpi
 
 [data]
@@ -402,10 +404,12 @@ def bucket_plan(m, world, mb):
 
 
 def cmd_buckets(a):
-    """The same run (BUCKET_STEPS steps, grad_sync = step) with dist.bucket_mb = 0 and = --bucket-mb: the
-    losses, grad norms and final weights must be EQUAL (bit for bit: every MPI reduce-scatter sums in
-    rank order, so the cut into buckets changes nothing); the bucketed run reduces the expected buckets,
-    those above block 0 started before block 0's backward ended, and sends the same bytes."""
+    """The same run (6 steps, grad_sync = step) with dist.bucket_mb = 0 and = --bucket-mb (and with
+    --param-gather also dist.overlap_param_gather = true): the losses, grad norms and final weights must
+    be EQUAL (bit for bit: every MPI reduce-scatter sums in rank order, so the cut into buckets changes
+    nothing; a gather copies); the bucketed run reduces the expected buckets, those above block 0
+    started before block 0's backward ended, and sends the same bytes (with --param-gather: the
+    weights' gather as one all_gather_v per unit, by the v-formula of comm.h)."""
     check_shape(a)
     m, steps = model_of(a), 6
     plan = bucket_plan(m, a.world, a.bucket_mb)
@@ -418,7 +422,7 @@ def cmd_buckets(a):
         if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
             os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
         ini = write_config(a.work, name, a.accum, a.shard, a.recompute, "step", steps=steps, keep=1, model=m,
-                           prefetch=a.prefetch, bucket_mb=mb)
+                           prefetch=a.prefetch, bucket_mb=mb, param_gather=a.param_gather and tag == "bucket")
         launch(a, ini)
         lines = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
         if [x["step"] for x in lines] != list(range(1, steps + 1)):
@@ -434,8 +438,17 @@ def cmd_buckets(a):
         if b["calls"]["reduce_scatter"] != 0 or b["calls"]["reduce_scatter_v"] != f["calls"]["reduce_scatter_v"] + len(plan):
             fail(f"step {st}: calls {b['calls']} (bucketed) vs {f['calls']}: expected the reduce-scatter cut "
                  f"into {len(plan)}")
-        if b["comm_bytes"] != f["comm_bytes"]:
-            fail(f"step {st}: comm_bytes {b['comm_bytes']} bucketed vs {f['comm_bytes']}")
+        want_bytes, want_ag, want_agv = f["comm_bytes"], f["calls"]["all_gather"], f["calls"]["all_gather_v"]
+        if a.param_gather:  # rank 0's view: every unit's block but its successor's (rank 1's) own
+            n, us = n_params(m), units(m)
+            sl, sls = slices(n, a.world)
+            want_bytes += sum((size - overlap(off, off + size, *sls[1 % a.world])) * 4 for off, size in us)
+            want_bytes -= (a.world - 1) * sl * 4
+            want_ag, want_agv = 0, want_agv + len(us)
+        if b["comm_bytes"] != want_bytes:
+            fail(f"step {st}: comm_bytes {b['comm_bytes']} bucketed, expected {want_bytes} (unbucketed {f['comm_bytes']})")
+        if (b["calls"]["all_gather"], b["calls"]["all_gather_v"]) != (want_ag, want_agv):
+            fail(f"step {st}: calls {b['calls']}: expected all_gather {want_ag}, all_gather_v {want_agv}")
         for key in ("loss", "grad_norm"):
             if b[key] != f[key]:
                 fail(f"step {st}: {key} {b[key]!r} bucketed vs {f[key]!r} unbucketed: not bit for bit")
@@ -547,6 +560,7 @@ def main():
         s = sub.add_parser(nm)
         if nm == "buckets":
             s.add_argument("--bucket-mb", type=float, required=True)
+            s.add_argument("--param-gather", action="store_true", help="also dist.overlap_param_gather = true")
         s.add_argument("--recompute", default="none")
         s.add_argument("--sync", default="auto")
         s.add_argument("--prefetch", type=int, default=1)
