@@ -6,6 +6,8 @@
  *     pieces) played twice on two ranks gives the step time worked out by hand, with prefetch 1 and 0;
  *   - the executor's dry schedule of the tiny model is priced at a matmul-only rate to the model's
  *     matmul FLOPs (forward and backward, 3 x), and recompute full costs more than none;
+ *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule) shorten the step by what their
+ *     reduce-scatters overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused.
  */
 #include "check.h"
@@ -133,6 +135,23 @@ static void test_dry_schedule(void) {
     gt_plan_time(&sh, &pf, &c, &tf);
     CHECK(tf.recompute_s > 0 && near(tf.step_s, t.step_s + tf.recompute_s),
           "recompute full: step %.9f s = none %.9f + recompute %.9f", tf.step_s, t.step_s, tf.recompute_s);
+
+    /* ZeRO-1 on 2 ranks, collectives without latency: gradient buckets of about a block move the same
+     * bytes as the one reduce-scatter (the same communication time) but start during the backward,
+     * so the step is shorter */
+    c.coll_latency_s = 0;
+    cfg.dist.bucket_mb = 0;
+    gt_mem_shape s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_time_estimate flat, bucketed;
+    gt_plan_time(&s2, &plan, &c, &flat);
+    cfg.dist.bucket_mb = 0.01;
+    s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_plan_time(&s2, &plan, &c, &bucketed);
+    CHECK(flat.comm_s > 0 && near(bucketed.comm_s, flat.comm_s), "buckets: communication %.9f s, one reduction %.9f s",
+          bucketed.comm_s, flat.comm_s);
+    CHECK(bucketed.step_s < flat.step_s && bucketed.exposed_comm_s < flat.exposed_comm_s,
+          "buckets: step %.9f s (exposed %.9f) not below one reduction's %.9f s (exposed %.9f)", bucketed.step_s,
+          bucketed.exposed_comm_s, flat.step_s, flat.exposed_comm_s);
 }
 
 static void test_file(void) {
