@@ -6,8 +6,8 @@
  *     pieces) played twice on two ranks gives the step time worked out by hand, with prefetch 1 and 0;
  *   - the executor's dry schedule of the tiny model is priced at a matmul-only rate to the model's
  *     matmul FLOPs (forward and backward, 3 x), and recompute full costs more than none;
- *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule) shorten the step by what their
- *     reduce-scatters overlap, moving the same bytes;
+ *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule), and the weights' gather in the
+ *     next forward, shorten the step by what they overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused.
  */
 #include "check.h"
@@ -152,6 +152,15 @@ static void test_dry_schedule(void) {
     CHECK(bucketed.step_s < flat.step_s && bucketed.exposed_comm_s < flat.exposed_comm_s,
           "buckets: step %.9f s (exposed %.9f) not below one reduction's %.9f s (exposed %.9f)", bucketed.step_s,
           bucketed.exposed_comm_s, flat.step_s, flat.exposed_comm_s);
+    /* and the weights' gather waited for per unit in the next forward: the same bytes again, less exposed */
+    cfg.dist.overlap_param_gather = 1;
+    s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_time_estimate gathered;
+    gt_plan_time(&s2, &plan, &c, &gathered);
+    CHECK(near(gathered.comm_s, flat.comm_s), "gather in the forward: communication %.9f s, one gather %.9f s",
+          gathered.comm_s, flat.comm_s);
+    CHECK(gathered.step_s < bucketed.step_s, "gather in the forward: step %.9f s not below %.9f s", gathered.step_s,
+          bucketed.step_s);
 }
 
 static void test_file(void) {

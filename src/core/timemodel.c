@@ -69,6 +69,18 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 busy_compute += e->seconds;
                 break;
             case GT_TEV_GATHER: {
+                if (st->param_gather && st->stage < 3) { /* the previous step's gathers, issued at 0 */
+                    int k = next++;
+                    if (m > 0) break;
+                    for (; issued <= k && issued < n_g; issued++) {
+                        double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
+                        comm += d;
+                        busy_comm += d;
+                        g_done[issued] = comm;
+                    }
+                    t = max2(t, g_done[k]);
+                    break;
+                }
                 int k = next++;
                 for (; issued <= k + depth && issued < n_g; issued++) {
                     double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
@@ -114,7 +126,8 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
         else if ((st->stage == 1 || !st->grad_micro) && !buckets)
             step_comm += gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
         step_comm += c->coll_latency_s; /* the clipping norm's scalar all-reduce */
-        if (st->stage == 1 || st->stage == 2) step_comm += gt_time_collective(c, W, 'g', (double)st->n_pad * e);
+        if ((st->stage == 1 || st->stage == 2) && !st->param_gather)
+            step_comm += gt_time_collective(c, W, 'g', (double)st->n_pad * e);
     }
     double opt = (double)st->slice * 4 / c->mem_bytes_per_s          /* sum of squares */
                  + (double)st->slice * 28 / c->optim_bytes_per_s     /* AdamW */

@@ -20,6 +20,10 @@
  *     bucket_bytes each), a bucket's reduce-scatter starts when its last unit is done, the rest
  *     (the embedding's bucket) at the end of the backward, and the step waits for them instead of
  *     running its own reduce-scatter;
+ *   - the weights' gather in the next forward (ZeRO-1/2, param_gather): the previous step's per-unit
+ *     gathers run back to back on the communication stream from the start of the step (the steady
+ *     state), and the first micro-batch's forward waits for each unit's at its gather mark; the step
+ *     then runs no all-gather of its own;
  *   - after the last micro-batch: the gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1, and
  *     2/3 with grad_sync step, without buckets), the clipping norm's sum of squares and its scalar all-reduce, AdamW
  *     over the rank's slice, the conversion to working parameters, and ZeRO-1/2's all-gather of them;
@@ -69,6 +73,8 @@ typedef struct gt_time_step {
     double model_flops;        /* one micro-batch's model FLOPs, forward and backward (3 x forward) */
     double bucket_bytes;       /* grad_sync step, sharded: dist.bucket_mb in bytes (0: one reduction after
                                   the micro-batches) */
+    int param_gather;          /* ZeRO-1/2 with dist.overlap_param_gather: the trace's gather marks are
+                                  the forward's first use of each unit */
 } gt_time_step;
 
 typedef struct gt_time_estimate {
