@@ -19,6 +19,8 @@
 #                             weights (/model of the state file each run saves at its end) within 1e-5
 #                             absolute (h5diff -d)
 #   dist_train_tied_*         the same for a tied-embedding model (ZeRO-1 reference, ZeRO-3, ZeRO-2)
+#   dist_train_buckets_*      dist.bucket_mb > 0 against 0 (grad_sync = step): equal bit for bit, buckets
+#                             started during the last micro-batch's backward
 
 add_executable(test_dist_step ${GTRAIN_TEST_DIR}/test_dist_step.c)
 target_link_libraries(test_dist_step PRIVATE gtrain_core)
@@ -105,6 +107,19 @@ add_test(NAME dist_train_compare
                  --ref w1_a4 ${_dt_names} resume_w2_opt resume_w1_none)
 set_tests_properties(dist_train_compare PROPERTIES LABELS mpi TIMEOUT 120
                      FIXTURES_REQUIRED "dist_train_runs;dist_train_data;dist_train_resumed")
+
+# Gradient buckets (dist.bucket_mb, grad_sync = step): the same 6 steps unbucketed and bucketed must give
+# EQUAL losses, grad norms and final weights (every MPI reduce-scatter sums in rank order; W = 4, since at
+# W = 2 any order gives a + b), the expected number of buckets, those above block 0 started before its
+# backward ended, and the same bytes. w2_a2: only the last micro-batch's backward starts buckets; w4_p3:
+# ZeRO-3 with buckets of several units; tied: the head's use of the embedding keeps its bucket open;
+# gather: also dist.overlap_param_gather (the weights' gather per unit, waited for in the next forward).
+foreach(run "buckets_w4_opt 4 1 optimizer --bucket-mb 0.05" "buckets_w2_a2 2 2 optimizer --bucket-mb 0.05"
+            "buckets_w4_param 4 1 parameters --bucket-mb 0.3 --recompute full"
+            "buckets_w4_tied 4 1 gradients --bucket-mb 0.05 --tied"
+            "buckets_w4_gather 4 1 optimizer --bucket-mb 0.05 --param-gather")
+  gtrain_dist_run("${run}" buckets FIXTURES_REQUIRED dist_train_data)
+endforeach()
 
 # Tied embeddings: the head uses the embedding unit (gathered again for the head, one gradient
 # accumulator from the head's backward to the embedding's): ZeRO-3 and ZeRO-2 against ZeRO-1.

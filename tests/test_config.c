@@ -665,7 +665,7 @@ static void to_ini_round_trips(void) {
         "train.lr=0.1", "train.min_lr=0.03", "train.warmup_steps=7", "train.lr_schedule=linear",
         "train.weight_decay=0.01", "train.beta1=0.8", "train.beta2=0.999", "train.adam_eps=1e-7",
         "train.grad_clip=0", "train.seed=18446744073709551615", "train.precision=fp32", "train.device=cpu",
-        "memory.recompute=uniform:3", "memory.budget=1000001", "dist.shard=gradients", "dist.comm=mpi", "dist.grad_sync=micro", "dist.prefetch=auto", "dist.timeout=12.5", "dist.liveness_timeout=2.5",
+        "memory.recompute=uniform:3", "memory.budget=1000001", "dist.shard=gradients", "dist.comm=mpi", "dist.grad_sync=micro", "dist.prefetch=auto", "dist.bucket_mb=2.5", "dist.progress_us=250", "dist.overlap_param_gather=true", "dist.timeout=12.5", "dist.liveness_timeout=2.5",
         "data.train=a b/train.bin", "data.val=", "data.val_every=0", "data.val_batches=9",
         "data.loss_mask=on",
         "checkpoint.dir=runs/x", "checkpoint.every=10", "checkpoint.keep=0", "checkpoint.resume=runs/x/s.h5",

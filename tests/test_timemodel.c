@@ -10,6 +10,8 @@
  *     hand-built schedule's spans at the hand-computed times, the step's span equal to the step time,
  *     no two spans of one stream overlapping; on the tiny model's dry schedule one op span per op call
  *     of a dry micro-batch, per micro-batch;
+ *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule), and the weights' gather in the
+ *     next forward, shorten the step by what they overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused;
  *   - auto (gt_plan_auto_all) ranks by the time model: with collectives of a second each on two
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
@@ -97,8 +99,29 @@ static void test_hand_schedule(void) {
     s1.world = 1;
     gt_time_simulate(&t1, &s1, &c, &t);
     CHECK(near(t.step_s, 12e-3 + 20e-3) && t.comm_s == 0, "one rank: no collectives, step %.6f s", t.step_s);
+    /* ZeRO-1 with gradient buckets of 4 MB: a micro-batch of compute 1 ms, a unit's 4 MB of gradients
+     * done, 2 ms, another 4 MB done (the embedding's bucket, started at the end). Micro-batch 1 starts no
+     * bucket (0..3 ms); in micro-batch 2 the first bucket's reduce-scatter (1 + 2 ms) runs 4..7 beside
+     * the compute 4..6, the second 7..10, which the step waits for: 10 ms, then the scalar 1, the
+     * all-gather 3 and the optimizer 20, and no reduce-scatter of its own: 34 ms. Unbucketed: 6 ms of
+     * compute, then the 8 MB reduce-scatter 5 ms: 35 ms. */
+    gt_time_trace t2;
+    memset(&t2, 0, sizeof t2);
+    gt_time_trace_push(&t2, GT_TEV_COMPUTE, 1e-3, 0);
+    gt_time_trace_push(&t2, GT_TEV_GRAD_DONE, 0, 4e6);
+    gt_time_trace_push(&t2, GT_TEV_COMPUTE, 2e-3, 0);
+    gt_time_trace_push(&t2, GT_TEV_GRAD_DONE, 0, 4e6);
+    gt_time_step s2 = {2, 1, 0, 2, 0, 2, 2000000, 1000000, 100, 0, 4e6};
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 34e-3), "ZeRO-1 with buckets: step %.6f s, by hand 0.034", t.step_s);
+    CHECK(near(t.exposed_comm_s, 4e-3 + 4e-3), "ZeRO-1 with buckets: exposed %.6f s, by hand 0.008",
+          t.exposed_comm_s);
+    s2.bucket_bytes = 0;
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 35e-3), "ZeRO-1 without buckets: step %.6f s, by hand 0.035", t.step_s);
     gt_time_trace_free(&tr);
     gt_time_trace_free(&t1);
+    gt_time_trace_free(&t2);
 }
 
 /* The tiny model's dry schedule at 1 TFLOP/s matmuls and free everything else: the matmul time is the
@@ -129,6 +152,32 @@ static void test_dry_schedule(void) {
     gt_plan_time(&sh, &pf, &c, &tf);
     CHECK(tf.recompute_s > 0 && near(tf.step_s, t.step_s + tf.recompute_s),
           "recompute full: step %.9f s = none %.9f + recompute %.9f", tf.step_s, t.step_s, tf.recompute_s);
+
+    /* ZeRO-1 on 2 ranks, collectives without latency: gradient buckets of about a block move the same
+     * bytes as the one reduce-scatter (the same communication time) but start during the backward,
+     * so the step is shorter */
+    c.coll_latency_s = 0;
+    cfg.dist.bucket_mb = 0;
+    gt_mem_shape s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_time_estimate flat, bucketed;
+    gt_plan_time(&s2, &plan, &c, &flat);
+    cfg.dist.bucket_mb = 0.01;
+    s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_plan_time(&s2, &plan, &c, &bucketed);
+    CHECK(flat.comm_s > 0 && near(bucketed.comm_s, flat.comm_s), "buckets: communication %.9f s, one reduction %.9f s",
+          bucketed.comm_s, flat.comm_s);
+    CHECK(bucketed.step_s < flat.step_s && bucketed.exposed_comm_s < flat.exposed_comm_s,
+          "buckets: step %.9f s (exposed %.9f) not below one reduction's %.9f s (exposed %.9f)", bucketed.step_s,
+          bucketed.exposed_comm_s, flat.step_s, flat.exposed_comm_s);
+    /* and the weights' gather waited for per unit in the next forward: the same bytes again, less exposed */
+    cfg.dist.overlap_param_gather = 1;
+    s2 = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    gt_time_estimate gathered;
+    gt_plan_time(&s2, &plan, &c, &gathered);
+    CHECK(near(gathered.comm_s, flat.comm_s), "gather in the forward: communication %.9f s, one gather %.9f s",
+          gathered.comm_s, flat.comm_s);
+    CHECK(gathered.step_s < bucketed.step_s, "gather in the forward: step %.9f s not below %.9f s", gathered.step_s,
+          bucketed.step_s);
 }
 
 static void test_file(void) {

@@ -137,6 +137,9 @@ static const key_spec keys[] = {
     ENUM(RUN, "dist", "comm", dist.comm, comm_names),
     ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
     INT_AUTO(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
+    NUM(RUN, "dist", "bucket_mb", KEY_DOUBLE, dist.bucket_mb, 0, 1024, 0),
+    INT(RUN, "dist", "progress_us", dist.progress_us, 0, 1000000),
+    PLAIN(RUN, "dist", "overlap_param_gather", KEY_BOOL, dist.overlap_param_gather),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),
     NUM(RUN, "dist", "liveness_timeout", KEY_DOUBLE, dist.liveness_timeout, 0, INFINITY, 0),
 
@@ -212,6 +215,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->dist.comm = GT_COMM_AUTO;
     cfg->dist.grad_sync = GT_GRAD_SYNC_AUTO;
     cfg->dist.prefetch = 1;
+    cfg->dist.progress_us = 1000;
     cfg->dist.timeout = 600; /* a floor: src/dist/watchdog.h */
     cfg->dist.liveness_timeout = 5; /* a stopped, dead or wedged rank (watchdog.h) */
     snprintf(cfg->data.train, sizeof cfg->data.train, "data/fortunes.train.bin");

@@ -107,6 +107,10 @@ typedef struct gt_config {
         gt_grad_sync grad_sync; /* when ZeRO-2/3 reduce gradients (zero.h) */
         int prefetch;          /* ZeRO-3: unit gathers in flight ahead of use (0..8); GT_INT_AUTO: the
                                   planner chooses */
+        int progress_us;       /* MPI: the progress thread's interval in microseconds (0 = none) */
+        int overlap_param_gather; /* ZeRO-1/2: the new weights' all-gather waited for per unit in the next forward */
+        double bucket_mb;      /* grad_sync = step: MiB of gradients per bucket reduced during the last
+                                * backward (0 = one reduction after it) */
         double timeout;        /* seconds before the watchdog ends a hang (floor; 0 = off) */
         double liveness_timeout; /* seconds: a rank stopped, dead or wedged is named (0 = off) */
     } dist;

@@ -524,7 +524,8 @@ int main(int argc, char **argv) {
     test_start_delay();
     restart_with_tuned_env(argv);
     gt_startup_mark("main (after any restart for the OpenMP spin)");
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE; /* MULTIPLE for the progress thread (comm.h); checked there */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_startup_rank(rank);

@@ -90,7 +90,8 @@ gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, dou
         slice = opt->grad_slice; /* reduced micro-batch by micro-batch (zero.c) */
     } else if (opt->sharded) {
         slice = grads + (size_t)rank * opt->shard.slice_len;
-        gt_comm_reduce_scatter_sum(opt->comm, grads, slice, opt->shard.slice_len, GT_DTYPE_F32);
+        if (!opt->reduced_in_backward) /* else reduced bucket by bucket during backward (zero.h) */
+            gt_comm_reduce_scatter_sum(opt->comm, grads, slice, opt->shard.slice_len, GT_DTYPE_F32);
     } else if (world > 1) {
         gt_comm_all_reduce_sum(opt->comm, grads, opt->shard.n, GT_DTYPE_F32);
     }
@@ -118,13 +119,21 @@ gt_step_outcome gt_optim_step(gt_optim *opt, const gt_config *cfg, int step, dou
                    t->decay ? (float)cfg->train.weight_decay : 0.0f, opt->t);
     }
 
-    /* 4. new working parameters of the slice, then everyone's */
-    gt_optim_publish_params(opt);
+    /* 4. new working parameters of the slice, then everyone's (started only: the next forward waits) */
+    if (opt->gather_start) {
+        char *params = gt_model_params(model);
+        size_t eb = (size_t)ops->act_bytes;
+        if (count) ops->to_working(params + opt->shard.begin * eb, opt->master, count);
+        opt->gather_start(opt->gather_ctx);
+    } else {
+        gt_optim_publish_params(opt);
+    }
     return GT_STEP_APPLIED;
 }
 
 void gt_optim_publish_params(gt_optim *opt) {
     const gt_ops *ops = opt->ops;
+    if (opt->gather_finish) opt->gather_finish(opt->gather_ctx); /* nothing may still write the buffer */
     char *params = gt_model_params(opt->model);
     size_t eb = (size_t)ops->act_bytes, count = gt_shard_count(&opt->shard);
     if (opt->param_shard) { /* ZeRO-3: the shard is all this rank holds; units are gathered on use */

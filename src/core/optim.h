@@ -46,6 +46,14 @@ typedef struct gt_optim {
                                the step reduces nothing more; NULL: the model's gradient buffer */
     void *param_shard;      /* (shard.slice_len) ZeRO-3 working parameters of the slice: the new
                                values go there and nothing is gathered; NULL: the model's buffer */
+    int reduced_in_backward; /* sharded, grad_sync = step with buckets: the caller reduce-scattered
+                                the buffer bucket by bucket (zero.h); the step reduces nothing */
+    /* ZeRO-1/2 with dist.overlap_param_gather (zero.h): the step writes this rank's new working
+     * parameters and calls gather_start, which starts their all-gather unit by unit (the next forward
+     * waits per unit); gt_optim_publish_params calls gather_finish first. NULL: one blocking gather. */
+    void (*gather_start)(void *ctx);
+    void (*gather_finish)(void *ctx);
+    void *gather_ctx;
 } gt_optim;
 
 /* n_padded: the length of the model's parameter and gradient buffers (>= n_params, a multiple of

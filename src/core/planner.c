@@ -722,7 +722,8 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 B, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, depth,
-                          cfg->data.document_mask || cfg->data.reset_positions};
+                          cfg->data.document_mask || cfg->data.reset_positions, cfg->dist.bucket_mb,
+                          cfg->dist.overlap_param_gather};
     return shape;
 }
 
@@ -816,7 +817,7 @@ typedef struct time_rec {
     gt_time_trace tr;
     const gt_calib *calib;
     gt_unit_hooks inner;
-    int stage3, micro, n_units;
+    int stage3, micro, buckets, pgather, n_units;
     int *pref, *gref;       /* per unit: params / grads calls open */
     double *unit_elems;
     double e;
@@ -832,6 +833,10 @@ static void rec_cost(void *ctx, const gt_op_cost *cost) {
 static void *rec_params(void *ctx, int u) {
     time_rec *r = ctx;
     if (r->stage3 && r->pref[u]++ == 0) gt_time_trace_push(&r->tr, GT_TEV_GATHER, 0, r->unit_elems[u] * r->e);
+    if (r->pgather && !r->pref[u]) { /* the forward's first use of the unit: its gather's wait (zero.h) */
+        r->pref[u] = 1;
+        gt_time_trace_push(&r->tr, GT_TEV_GATHER, 0, r->unit_elems[u] * r->e);
+    }
     return r->inner.params(r->inner.ctx, u);
 }
 static void rec_params_done(void *ctx, int u) {
@@ -846,7 +851,8 @@ static float *rec_grads(void *ctx, int u) {
 }
 static void rec_grads_done(void *ctx, int u) {
     time_rec *r = ctx;
-    if (--r->gref[u] == 0 && r->micro) gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
+    if (--r->gref[u] == 0 && (r->micro || r->buckets))
+        gt_time_trace_push(&r->tr, GT_TEV_GRAD_DONE, 0, r->unit_elems[u] * 4);
     r->inner.grads_done(r->inner.ctx, u);
 }
 /* The executor announces its order of acquisitions from a dry twin run first (model.c,
@@ -855,6 +861,7 @@ static void rec_grads_done(void *ctx, int u) {
 static void rec_schedule(void *ctx, const int *units, int n) {
     time_rec *r = ctx;
     r->tr.n = 0;
+    if (r->pgather) memset(r->pref, 0, (size_t)r->n_units * sizeof *r->pref); /* the twin's uses, not ours */
     r->tr.compute_s = r->tr.flops = 0;
     memset(r->tr.kind_s, 0, sizeof r->tr.kind_s);
     if (r->inner.schedule) r->inner.schedule(r->inner.ctx, units, n);
@@ -876,6 +883,8 @@ static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_ca
     r->calib = calib;
     r->stage3 = sh->stage == 3;
     r->micro = sh->stage >= 2 && sh->grad_micro;
+    r->buckets = !r->micro && sh->stage >= 1 && sh->world > 1 && sh->bucket_mb > 0; /* zero.h's buckets */
+    r->pgather = (sh->stage == 1 || sh->stage == 2) && sh->world > 1 && sh->overlap_param_gather;
     r->e = sh->act_bytes;
     r->n_units = gt_model_n_units(&sh->model);
     r->pref = calloc((size_t)r->n_units, sizeof *r->pref);
@@ -915,7 +924,9 @@ void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *c
     uint64_t slice = sh->stage >= 1 ? (P + W - 1) / W : P;
     gt_time_step st = {(int)W, sh->stage, sh->stage >= 2 && sh->grad_micro, sh->grad_accum, sh->prefetch,
                        sh->act_bytes, sharded ? slice * W : P, slice,
-                       (double)sh->micro_batch * sh->seq_len, 3.0 * est.forward_flops};
+                       (double)sh->micro_batch * sh->seq_len, 3.0 * est.forward_flops,
+                       sharded && !(sh->stage >= 2 && sh->grad_micro) ? sh->bucket_mb * 1048576.0 : 0,
+                       sharded && sh->stage <= 2 && sh->overlap_param_gather};
     gt_time_simulate(&run.tr, &st, calib, t);
     double A = sh->grad_accum > 0 ? sh->grad_accum : 1, extra = run.tr.compute_s - base.tr.compute_s;
     t->recompute_s = extra > 0 ? A * extra : 0;

@@ -38,6 +38,8 @@ typedef struct gt_mem_shape {
     int prefetch;             /* ZeRO-3 gathers in flight ahead of use (dist.prefetch) */
     int documents;            /* data.document_mask or data.reset_positions: an int32 document start per
                                  token of the micro-batch (model.h gt_model_set_documents) */
+    double bucket_mb;         /* grad_sync step: gradient bucket size (dist.bucket_mb; the time model) */
+    int overlap_param_gather; /* ZeRO-1/2: the weights' gather in the next forward (the time model) */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {

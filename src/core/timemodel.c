@@ -81,6 +81,8 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     if (!g_bytes || !g_done) abort();
     for (int i = 0, k = 0; i < tr->n; i++)
         if (tr->ev[i].kind == GT_TEV_GATHER) g_bytes[k++] = tr->ev[i].bytes;
+    int buckets = !st->grad_micro && st->stage >= 1 && st->bucket_bytes > 0;
+    double pending = 0; /* gradient bytes of the bucket being filled */
     for (int m = 0; m < A; m++) {
         int issued = 0, next = 0;
         double m_start = t;
@@ -93,6 +95,18 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 busy_compute += e->seconds;
                 break;
             case GT_TEV_GATHER: {
+                if (st->param_gather && st->stage < 3) { /* the previous step's gathers, issued at 0 */
+                    int k = next++;
+                    if (m > 0) break;
+                    for (; issued <= k && issued < n_g; issued++) {
+                        double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
+                        comm += d;
+                        busy_comm += d;
+                        g_done[issued] = comm;
+                    }
+                    t = max2(t, g_done[k]);
+                    break;
+                }
                 int k = next++;
                 for (; issued <= k + depth && issued < n_g; issued++) {
                     double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
@@ -107,6 +121,14 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 break;
             }
             case GT_TEV_GRAD_DONE: {
+                if (!st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
+                    if (!buckets || m != A - 1 || (pending += e->bytes) < st->bucket_bytes) break;
+                    double d = gt_time_collective(c, W, 'r', pending);
+                    comm = max2(comm, t) + d;
+                    busy_comm += d;
+                    pending = 0;
+                    break;
+                }
                 double d = gt_time_collective(c, W, 'r', e->bytes);
                 if (g_span_fn && W > 1)
                     span(1, "reduce_scatter_v", "collective", max2(comm, t), max2(comm, t) + d, 0, e->bytes, m);
@@ -124,15 +146,20 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     }
     free(g_bytes);
     free(g_done);
+    if (buckets && pending > 0) { /* the embedding's bucket, started at the end of the backward */
+        double d = gt_time_collective(c, W, 'r', pending);
+        comm = max2(comm, t) + d;
+        busy_comm += d;
+    }
     /* the step after the last micro-batch, in the code's order, nothing overlapping */
     t = max2(t, comm);
     double e = st->act_bytes > 0 ? st->act_bytes : 4, step_comm = 0;
     double reduce = 0, norm = 0, gather = 0; /* the step's collectives, in the code's order */
     if (W > 1) {
         if (st->stage == 0) reduce = gt_time_collective(c, W, 'a', (double)st->n_pad * 4);
-        else if (st->stage == 1 || !st->grad_micro) reduce = gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
+        else if ((st->stage == 1 || !st->grad_micro) && !buckets) reduce = gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
         norm = c->coll_latency_s; /* the clipping norm's scalar all-reduce */
-        if (st->stage == 1 || st->stage == 2) gather = gt_time_collective(c, W, 'g', (double)st->n_pad * e);
+        if ((st->stage == 1 || st->stage == 2) && !st->param_gather) gather = gt_time_collective(c, W, 'g', (double)st->n_pad * e);
         step_comm += reduce;
         step_comm += norm;
         step_comm += gather;

@@ -15,8 +15,17 @@
  *     for the gather of the unit it needs;
  *   - a unit's reduce-scatter starts when its gradients are done (and the stream is free); the end
  *     of a micro-batch waits for them (model.h: micro_end finishes the micro-batch's reductions);
+ *   - gradient buckets (grad_sync step, bucket_bytes > 0; zero.h): in the last micro-batch the
+ *     units' gradient marks are grouped as zero.c groups them (from the head down, at least
+ *     bucket_bytes each), a bucket's reduce-scatter starts when its last unit is done, the rest
+ *     (the embedding's bucket) at the end of the backward, and the step waits for them instead of
+ *     running its own reduce-scatter;
+ *   - the weights' gather in the next forward (ZeRO-1/2, param_gather): the previous step's per-unit
+ *     gathers run back to back on the communication stream from the start of the step (the steady
+ *     state), and the first micro-batch's forward waits for each unit's at its gather mark; the step
+ *     then runs no all-gather of its own;
  *   - after the last micro-batch: the gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1, and
- *     2/3 with grad_sync step), the clipping norm's sum of squares and its scalar all-reduce, AdamW
+ *     2/3 with grad_sync step, without buckets), the clipping norm's sum of squares and its scalar all-reduce, AdamW
  *     over the rank's slice, the conversion to working parameters, and ZeRO-1/2's all-gather of them;
  *     none of it overlaps anything (the code runs it in order).
  * A collective of S bytes on W ranks takes alpha + f (W-1)/W S / beta (the ring model of comm.h: f = 2
@@ -33,7 +42,8 @@
 typedef enum gt_tev_kind {
     GT_TEV_COMPUTE,    /* seconds of kernels on the compute stream */
     GT_TEV_GATHER,     /* compute needs a unit gathered: bytes of the whole unit (ZeRO-3) */
-    GT_TEV_GRAD_DONE,  /* a unit's gradients are complete: bytes of its fp32 gradients (grad_sync micro) */
+    GT_TEV_GRAD_DONE,  /* a unit's gradients are complete: bytes of its fp32 gradients (grad_sync micro,
+                          and grad_sync step with buckets) */
     GT_TEV_MICRO_END,  /* the micro-batch's reductions are waited for */
 } gt_tev_kind;
 
@@ -66,6 +76,10 @@ typedef struct gt_time_step {
     uint64_t slice;            /* this rank's slice of them (n_pad at ZeRO-0) */
     double tokens_per_micro;   /* micro_batch x seq_len on one rank */
     double model_flops;        /* one micro-batch's model FLOPs, forward and backward (3 x forward) */
+    double bucket_bytes;       /* grad_sync step, sharded: dist.bucket_mb in bytes (0: one reduction after
+                                  the micro-batches) */
+    int param_gather;          /* ZeRO-1/2 with dist.overlap_param_gather: the trace's gather marks are
+                                  the forward's first use of each unit */
 } gt_time_step;
 
 typedef struct gt_time_estimate {

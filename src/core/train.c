@@ -318,6 +318,8 @@ typedef struct step_result {
     uint64_t tokens;            /* tokens seen after this step */
     int recomputed;             /* block forwards re-run in backward */
     uint64_t unit_gathers;      /* ZeRO-3 unit gathers */
+    uint64_t buckets, buckets_early; /* gradient buckets reduced; of them started before block 0's
+                                        backward ended */
     uint64_t act_peak_bytes, mem_peak_bytes, params_peak_bytes, grads_peak_bytes;
     gt_comm_stats comm;
     int64_t skipped_steps;      /* so far, this one included */
@@ -352,6 +354,10 @@ static int open_communicator(run *r) {
             return fail_input(r->rank, msg);
         }
         r->comm = gt_comm_create_mpi(r->mpi);
+        /* started collectives (buckets, ZeRO-2/3) advance while the compute thread computes */
+        if (r->world > 1 && cfg->dist.progress_us > 0 &&
+            !gt_comm_progress_start(r->comm, cfg->dist.progress_us, why, sizeof why) && r->rank == 0)
+            printf("gtrain: note: no progress thread (%s): started collectives advance between kernels only\n", why);
     }
     return 0;
 }
@@ -437,8 +443,17 @@ static void build_model(run *r) {
                                        grad_micro ? 0 : r->n_padded);
     gt_model_set_documents(r->model, cfg->data.document_mask, cfg->data.reset_positions, cfg->data.separator,
                            cfg->data.separator_before);
-    if (stage >= 2) {
+    /* grad_sync = step with buckets: the flat reduce-scatter is cut into buckets started during the
+     * last micro-batch's backward (zero.h); nothing to reduce on one rank or with shard none */
+    int buckets = stage >= 1 && !grad_micro && r->world > 1 && cfg->dist.bucket_mb > 0;
+    /* ZeRO-1/2 with the working weights' gather waited for unit by unit in the next forward */
+    int gathers = (stage == 1 || stage == 2) && r->world > 1 && cfg->dist.overlap_param_gather;
+    if (stage >= 2 || buckets || gathers) {
         gt_zero_init(&r->zero, ops, &r->mem, r->comm, &r->layout, stage, grad_micro, cfg->dist.prefetch);
+        if (buckets)
+            gt_zero_set_buckets(&r->zero, gt_model_grads(r->model), r->n_padded,
+                                (size_t)(cfg->dist.bucket_mb * 1024.0 * 1024.0));
+        if (gathers) gt_zero_set_param_gathers(&r->zero, gt_model_params(r->model));
         gt_unit_hooks hooks;
         gt_zero_hooks(&r->zero, &hooks);
         gt_model_set_unit_hooks(r->model, &hooks);
@@ -446,6 +461,12 @@ static void build_model(run *r) {
     gt_optim_init(&r->opt, ops, &r->mem, r->comm, r->model, stage >= 1, NULL);
     r->opt.grad_slice = r->zero.grad_slice;
     r->opt.param_shard = r->zero.param_shard;
+    r->opt.reduced_in_backward = r->zero.n_buckets > 0;
+    if (gathers) {
+        r->opt.gather_start = gt_zero_params_start;
+        r->opt.gather_finish = gt_zero_params_finish;
+        r->opt.gather_ctx = &r->zero;
+    }
 }
 
 /* The random initial weights of a fresh start (train.seed), this rank's slice, then published. Not
@@ -640,6 +661,9 @@ static void close_run(run *r) {
     gt_layout_free(&r->layout);
     gt_data_close(r->val_data);
     gt_data_close(r->train_data);
+    if (r->comm && gt_comm_progress_polls(r->comm) && r->rank == 0)
+        printf("gtrain: progress thread (dist.progress_us = %d): %llu calls into MPI, %.3f s of CPU on rank 0\n",
+               r->cfg->dist.progress_us, gt_comm_progress_polls(r->comm), gt_comm_progress_cpu_seconds(r->comm));
     gt_comm_destroy(r->comm);
     free((gt_config *)r->cfg);
     gt_runclaim_release(); /* last: the final save is complete */
@@ -655,6 +679,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
     double loss_sum = 0.0;
     *bad_micro = -1;
     for (int m = 0; m < A; m++) {
+        if (m == A - 1) gt_zero_buckets_arm(&r->zero); /* the last backward starts the buckets */
         uint64_t micro_index = (uint64_t)r->rank * A + m; /* within the global batch */
         uint64_t first = r->state.first_sample + (uint64_t)(step - r->state.first_step) * r->G + micro_index * B;
         gt_trace_micro_begin(m);
@@ -667,6 +692,7 @@ static double run_micro_batches(run *r, int step, int *recomputed, int *bad_micr
         if (!isfinite(micro_loss) && *bad_micro < 0) *bad_micro = m;
         loss_sum += micro_loss;
     }
+    gt_zero_buckets_finish(&r->zero); /* the embedding's bucket, then every bucket waited for */
     return loss_sum;
 }
 
@@ -732,7 +758,7 @@ static int train_step(run *r, int step, step_result *res) {
     gt_comm_stats_reset(r->comm);
     if (r->choice.grad_micro) r->ops->zero(r->zero.grad_slice, r->zero.shard.slice_len * sizeof(float));
     else r->ops->zero(gt_model_grads(r->model), r->n_padded * sizeof(float));
-    uint64_t gathers0 = r->zero.gathers;
+    uint64_t gathers0 = r->zero.gathers, buckets0 = r->zero.bucket_starts, early0 = r->zero.bucket_early;
     int bad_micro;
     double tokens = (double)r->G * cfg->train.seq_len, counted = tokens;
     if (gt_data_counts_targets(r->train_data)) {
@@ -764,6 +790,8 @@ static int train_step(run *r, int step, step_result *res) {
     res->tok_per_s = tokens / res->seconds;
     res->mfu = r->peak_flops > 0 ? r->flops_per_step / res->seconds / r->peak_flops : NAN;
     res->unit_gathers = r->zero.gathers - gathers0;
+    res->buckets = r->zero.bucket_starts - buckets0;
+    res->buckets_early = r->zero.bucket_early - early0;
     res->act_peak_bytes = r->mem.peak[GT_MEM_ACT];
     res->mem_peak_bytes = r->mem.total_peak;
     res->params_peak_bytes = r->mem.peak[GT_MEM_PARAMS];
@@ -791,12 +819,14 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
             "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
             "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"comm_total_ms\":%.3f,"
             "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
+            "\"buckets\":%llu,\"buckets_early\":%llu,"
             "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
             "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
             (unsigned long long)res->act_peak_bytes, (unsigned long long)res->mem_peak_bytes, res->recomputed,
             (unsigned long long)gt_optim_bytes(&r->opt), (unsigned long long)st->bytes_sent, st->seconds * 1e3,
             st->seconds_exposed * 1e3, st->seconds_total * 1e3, (unsigned long long)res->params_peak_bytes,
             (unsigned long long)res->grads_peak_bytes, (unsigned long long)res->unit_gathers,
+            (unsigned long long)res->buckets, (unsigned long long)res->buckets_early,
             (unsigned long long)st->calls_all_reduce, (unsigned long long)st->calls_reduce_scatter,
             (unsigned long long)st->calls_all_gather, (unsigned long long)st->calls_reduce_scatter_v,
             (unsigned long long)st->calls_all_gather_v, (unsigned long long)st->calls_scalar,

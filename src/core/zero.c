@@ -1,5 +1,6 @@
 /*
- * zero.c — ZeRO-2/3 unit gathers and per-unit gradient reductions (see zero.h).
+ * zero.c — ZeRO-2/3 unit gathers and per-unit gradient reductions, and the gradient buckets of
+ * grad_sync = step (see zero.h).
  *
  * Everything here is collective in the executor's order: every rank runs the same plan over the
  * same units, so the all_gather_v / reduce_scatter_v calls line up across ranks.
@@ -12,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void finish_gather(gt_zero *z, int u);
+static gt_dtype working_dtype(const gt_zero *z);
 
 /* What a real and a dry zero share: the settings and the units' ranges of the flat vector. */
 static void setup(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {
@@ -63,8 +67,118 @@ void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, con
     }
 }
 
+void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucket_bytes) {
+    int W = gt_comm_size(z->comm), rank = gt_comm_rank(z->comm);
+    size_t L = n_padded / (size_t)W;
+    z->flat_grads = grads;
+    z->n_padded = n_padded;
+    z->buckets = calloc((size_t)z->n_units, sizeof *z->buckets);
+    z->unit_bucket = calloc((size_t)z->n_units, sizeof *z->unit_bucket);
+    if (!z->buckets || !z->unit_bucket) abort();
+    z->n_buckets = 0;
+    for (int hi = z->n_units; hi > 0;) { /* from the head down: the order backward finishes them */
+        int lo = hi - 1;
+        size_t bytes = z->units[lo].numel * sizeof(float);
+        while (lo > 0 && bytes < bucket_bytes) bytes += z->units[--lo].numel * sizeof(float);
+        gt_zero_bucket *b = &z->buckets[z->n_buckets];
+        b->u_lo = lo;
+        b->u_hi = hi;
+        b->b0 = z->units[lo].offset;
+        b->b1 = hi == z->n_units ? n_padded : z->units[hi - 1].offset + z->units[hi - 1].numel;
+        b->counts = calloc((size_t)W, sizeof *b->counts);
+        if (!b->counts) abort();
+        for (int r = 0; r < W; r++) {
+            size_t s0 = (size_t)r * L, s1 = s0 + L;
+            size_t a = b->b0 > s0 ? b->b0 : s0, e = b->b1 < s1 ? b->b1 : s1;
+            b->counts[r] = e > a ? e - a : 0;
+            if (r < rank) b->own_start += b->counts[r];
+        }
+        for (int u = lo; u < hi; u++) z->unit_bucket[u] = z->n_buckets;
+        z->n_buckets++;
+        hi = lo;
+    }
+}
+
+static void start_bucket(gt_zero *z, gt_zero_bucket *b) {
+    b->started = 1;
+    z->bucket_starts++;
+    if (!z->block0_done) z->bucket_early++;
+    float *send = z->flat_grads + b->b0;
+    b->req = gt_comm_reduce_scatter_v_sum_start(z->comm, send, send + b->own_start, b->counts, GT_DTYPE_F32);
+}
+
+void gt_zero_buckets_arm(gt_zero *z) {
+    for (int i = 0; i < z->n_buckets; i++) {
+        gt_zero_bucket *b = &z->buckets[i];
+        b->left = b->u_hi - b->u_lo;
+        b->started = 0;
+        b->req = NULL;
+    }
+    for (int u = 0; u < z->n_units; u++) z->units[u].grad_refs = 0;
+    z->block0_done = 0;
+    z->armed = z->n_buckets > 0;
+}
+
+void gt_zero_buckets_finish(gt_zero *z) {
+    if (!z->armed) return;
+    for (int i = 0; i < z->n_buckets; i++) /* the embedding's bucket (the last), or any not complete */
+        if (!z->buckets[i].started) start_bucket(z, &z->buckets[i]);
+    for (int i = 0; i < z->n_buckets; i++) { /* started in this order on every rank */
+        gt_comm_wait(z->comm, z->buckets[i].req);
+        z->buckets[i].req = NULL;
+    }
+    z->armed = 0;
+}
+
+/* Buckets: the flat buffer's view of the unit; while armed, its final release counts down its bucket,
+ * which starts when none is left (but the embedding's bucket: gt_zero_buckets_finish). */
+static float *bucket_grads(void *ctx, int u) {
+    gt_zero *z = ctx;
+    if (z->armed) z->units[u].grad_refs++;
+    return z->flat_grads + z->units[u].offset;
+}
+
+static void bucket_grads_done(void *ctx, int u) {
+    gt_zero *z = ctx;
+    if (!z->armed || --z->units[u].grad_refs > 0) return;
+    if (u == 1) z->block0_done = 1; /* block 0's backward has ended: its bucket's start is not early */
+    gt_zero_bucket *b = &z->buckets[z->unit_bucket[u]];
+    if (--b->left == 0 && b->u_lo > 0) start_bucket(z, b);
+}
+
+void gt_zero_set_param_gathers(gt_zero *z, void *params) { z->flat_params = params; }
+
+void gt_zero_params_start(void *ctx) {
+    gt_zero *z = ctx;
+    gt_zero_params_finish(z); /* a step skipped its forward (never in train.c): the old ones first */
+    for (int u = 0; u < z->n_units; u++) { /* forward order: the embedding first */
+        gt_zero_unit *U = &z->units[u];
+        U->gather_req = gt_comm_all_gather_v_start(z->comm, z->flat_params + U->offset * z->eb, U->counts,
+                                                   working_dtype(z));
+    }
+    z->params_in_flight = 1;
+}
+
+void gt_zero_params_finish(void *ctx) {
+    gt_zero *z = ctx;
+    if (!z->params_in_flight) return;
+    for (int u = 0; u < z->n_units; u++) finish_gather(z, u); /* in the order started */
+    z->params_in_flight = 0;
+}
+
+/* ZeRO-1/2 parameter gathers: the flat buffer's view of the unit, once its gather has arrived. */
+static void *flat_unit_params(void *ctx, int u) {
+    gt_zero *z = ctx;
+    finish_gather(z, u);
+    return z->flat_params + z->units[u].offset * z->eb;
+}
+
 void gt_zero_free(gt_zero *z) {
     if (!z->units) return;
+    if (!z->dry) gt_zero_params_finish(z);
+    for (int i = 0; i < z->n_buckets; i++) free(z->buckets[i].counts);
+    free(z->buckets);
+    free(z->unit_bucket);
     for (int u = 0; u < z->n_units; u++) free(z->units[u].counts);
     free(z->units);
     free(z->sched);
@@ -229,6 +343,8 @@ static void hook_progress(void *ctx) {
         if (z->units[u].gather_req) gt_comm_test(z->comm, z->units[u].gather_req);
         if (z->units[u].reduce_req) gt_comm_test(z->comm, z->units[u].reduce_req);
     }
+    for (int i = 0; i < z->n_buckets; i++)
+        if (z->buckets[i].req) gt_comm_test(z->comm, z->buckets[i].req);
 }
 
 void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
@@ -244,7 +360,13 @@ void gt_zero_hooks(gt_zero *z, gt_unit_hooks *h) {
         h->grads_done = unit_grads_done;
         h->micro_end = hook_micro_end;
     }
-    if ((z->stage == 3 || z->grad_micro) && !z->dry) h->progress = hook_progress; /* dry: nothing in flight */
+    if (z->stage < 3 && z->flat_params) h->params = flat_unit_params;
+    if (z->n_buckets) {
+        h->grads = bucket_grads;
+        h->grads_done = bucket_grads_done;
+    }
+    if ((z->stage == 3 || z->grad_micro || z->n_buckets || z->flat_params) && !z->dry)
+        h->progress = hook_progress; /* dry: nothing in flight */
 }
 
 void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes) {

@@ -61,6 +61,18 @@ typedef struct gt_zero_unit {
     int grad_refs;
 } gt_zero_unit;
 
+/* A gradient bucket (grad_sync = step, dist.bucket_mb > 0): consecutive units [u_lo, u_hi) and the
+ * range [b0, b1) of the padded flat gradient buffer they cover (the top bucket also the padding). */
+typedef struct gt_zero_bucket {
+    int u_lo, u_hi;
+    size_t b0, b1;
+    size_t *counts;         /* (world) elements of [b0, b1) in each rank's padded slice */
+    size_t own_start;       /* this rank's block, relative to b0 */
+    int left;               /* units whose gradients are not final yet (armed step) */
+    int started;
+    gt_comm_request *req;
+} gt_zero_bucket;
+
 typedef struct gt_zero {
     const gt_ops *ops;
     gt_mem *mem;
@@ -78,6 +90,18 @@ typedef struct gt_zero {
     int ahead;              /* units gathered ahead of use and not acquired yet */
     int pending;            /* the unit whose reduce-scatter is in flight, or -1 */
     uint64_t gathers, reductions;   /* collectives started since creation (tests) */
+    /* gradient buckets (gt_zero_set_buckets): the flat gradient buffer reduced bucket by bucket
+     * during the last micro-batch's backward, as each bucket's gradients become final */
+    float *flat_grads;
+    size_t n_padded;
+    int n_buckets, armed, block0_done;
+    gt_zero_bucket *buckets;
+    int *unit_bucket;       /* (n_units) the bucket of each unit */
+    uint64_t bucket_starts, bucket_early;  /* since creation: bucket reductions started, and those
+                                              started before block 0's backward ended */
+    /* ZeRO-1/2 parameter gathers in the next forward (gt_zero_set_param_gathers) */
+    char *flat_params;
+    int params_in_flight;
     /* dry run (the planner): no memory, no communication, only the byte counts below */
     int dry;
     uint64_t dry_cur[2], dry_peak[2];  /* [0] gathered parameters, [1] gradient accumulators */
@@ -95,8 +119,35 @@ void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, con
 void gt_zero_init_dry(gt_zero *z, const gt_layout *layout, int stage, int grad_micro, int depth, int act_bytes);
 void gt_zero_free(gt_zero *z);
 
-/* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients only
- * with grad_micro. */
+/* Gradient buckets for grad_sync = step at stages 1-3 (world > 1): the units, from the last (the
+ * head) down, are cut into buckets of at least bucket_bytes of fp32 gradients each (consecutive
+ * units; a unit is never split). The top bucket also covers the padding up to n_padded, so the
+ * buckets tile the padded flat buffer `grads` (what gt_optim_step would reduce-scatter at once).
+ * Call before gt_zero_hooks. */
+void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucket_bytes);
+/* Before the step's last micro-batch: its backward starts each bucket's reduce-scatter (in place,
+ * gt_comm_reduce_scatter_v_sum_start) once the gradients of all its units are final; the bucket
+ * holding the embedding (the last to become final) waits for gt_zero_buckets_finish, which starts
+ * what is left and waits for every bucket, in the order started. Afterwards this rank's padded
+ * slice of `grads` holds the summed gradient: on MPI bit for bit what the flat reduce-scatter gives
+ * (comm.h: rank-order sums). */
+void gt_zero_buckets_arm(gt_zero *z);
+void gt_zero_buckets_finish(gt_zero *z);
+
+/* ZeRO-1/2 (dist.overlap_param_gather, world > 1): the all-gather of the new working parameters is
+ * started unit by unit in forward order (gt_zero_params_start, in place on the flat buffer `params`:
+ * each rank's piece of each unit, the v-form) and each unit's is waited for when the executor first
+ * needs the unit's parameters (the next forward, or an evaluation), so the gather overlaps the
+ * next step's forward, as Megatron-LM's --overlap-param-gather does. gt_zero_params_finish waits
+ * for whatever is still in flight (before any other write of the buffer, and at gt_zero_free).
+ * Call before gt_zero_hooks. */
+void gt_zero_set_param_gathers(gt_zero *z, void *params);
+void gt_zero_params_start(void *z);
+void gt_zero_params_finish(void *z);
+
+/* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients with
+ * grad_micro (accumulators) or buckets (the flat buffer, counted while armed); ZeRO-1/2 parameters
+ * with the parameter gathers (the flat buffer, once its unit's gather is waited for). */
 void gt_zero_hooks(gt_zero *z, gt_unit_hooks *hooks);
 
 #endif

@@ -20,6 +20,9 @@
  *   - Counts are size_t: the MPI implementation splits large calls into chunks, so more than 2^31
  *     elements work. NCCL takes size_t counts natively.
  *   - Results are deterministic for a fixed world size and backend (no reordering between runs).
+ *     On MPI every reduce-scatter (flat, v, started) sums each element over the ranks in rank order
+ *     0..W-1, whatever the counts: reducing a range in one call or in pieces gives the same bits.
+ *     NCCL sums in its own order.
  *   - A failed MPI/NCCL/CUDA call prints rank, file:line and the library's error string and aborts
  *     the whole job (MPI_Abort(world, 1)); nothing returns an error code, nothing hangs on an error.
  *   - The communicator works on a duplicate of the MPI_Comm it was given (MPI_ERRORS_RETURN set on the
@@ -127,7 +130,8 @@ void gt_comm_all_gather_v(gt_comm *comm, void *buf, const size_t *counts, gt_dty
  * complete, without freeing it; call it while computing so transfers advance (MPI on the CPU moves
  * data only inside MPI calls). Accounting: calls and bytes_sent at start; seconds counts the time
  * spent inside start, test and wait, seconds_exposed that inside wait, seconds_total from start to the completion
- * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ireduce_scatter; NCCL: queued on
+ * first observed (by test or wait). MPI: MPI_Iallgatherv / MPI_Ialltoallv (the pieces summed in rank
+ * order at the wait); NCCL: queued on
  * the communicator's stream after the compute already queued (an event), completion by stream query. */
 typedef struct gt_comm_request gt_comm_request;
 gt_comm_request *gt_comm_all_gather_v_start(gt_comm *comm, void *buf, const size_t *counts, gt_dtype dtype);
@@ -135,6 +139,20 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *comm, const void *s
                                                     const size_t *counts, gt_dtype dtype);
 int gt_comm_test(gt_comm *comm, gt_comm_request *req);
 void gt_comm_wait(gt_comm *comm, gt_comm_request *req);
+
+/* Progress for started requests on MPI (the CPU backend): MPI moves a non-blocking collective's data
+ * only inside MPI calls, and the compute thread makes them only between kernels (gt_comm_test), which
+ * can be a long matrix product apart. This starts a thread that, while any request is in flight,
+ * calls MPI_Iprobe on a communicator of its own every interval_us microseconds (sleeping between
+ * calls, so it costs no core while idle): the library's progress engine then runs the transfers
+ * while the compute thread computes. Needs MPI initialised with MPI_THREAD_MULTIPLE. Collective
+ * (it duplicates the communicator). Returns 1 when the thread runs; 0 and a reason when it cannot
+ * (not MPI, one rank, the thread level, interval_us <= 0). Stopped by gt_comm_destroy. */
+int gt_comm_progress_start(gt_comm *comm, long interval_us, char *why, size_t why_len);
+/* MPI_Iprobe calls the progress thread has made, and its CPU time so far (on a loaded machine: what it
+ * took from the compute; the transfers' copies it ran are in it). 0 without the thread. */
+unsigned long long gt_comm_progress_polls(const gt_comm *comm);
+double gt_comm_progress_cpu_seconds(const gt_comm *comm);
 
 /* buf (bytes) := root's buf. */
 void gt_comm_broadcast(gt_comm *comm, void *buf, size_t bytes, int root);

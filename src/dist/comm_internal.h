@@ -7,6 +7,9 @@
 #ifndef GT_COMM_INTERNAL_H
 #define GT_COMM_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "comm.h"
 
 typedef struct {
@@ -48,8 +51,17 @@ struct gt_comm {
     /* MPI backend */
     size_t max_call_elems;     /* chunking limit, see gt_comm_set_max_call_elems */
     MPI_Op op_bf16_sum;        /* user op on MPI_UINT16_T holding bf16 bits */
-    void *staging;             /* chunked reduce-scatter packing buffer, grown on demand */
+    void *staging;             /* reduce-scatter receive buffer, grown on demand */
     size_t staging_bytes;
+    /* progress thread (gt_comm_progress_start): drives MPI's progress engine while requests are in flight */
+    atomic_int in_flight;      /* started requests not yet waited for */
+    atomic_int progress_stop;
+    atomic_ullong progress_polls;
+    atomic_ullong progress_cpu_ns; /* the thread's own CPU time so far (CLOCK_THREAD_CPUTIME_ID) */
+    int progress_on;
+    long progress_us;
+    pthread_t progress_thread;
+    MPI_Comm progress_comm;    /* a duplicate of world no message is ever sent on */
 };
 
 /* Print "[rank R] file:line: what failed: <MPI error string>" and MPI_Abort(world, 1). */

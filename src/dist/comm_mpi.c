@@ -10,15 +10,20 @@
  *       all-gather      chunk [off, off+len) of every rank's slice in one MPI_Allgather: the receive
  *                       type is `len` elements resized to an extent of send_count elements, so block r
  *                       lands at recv + r*send_count + off with no copies (MPI_IN_PLACE works too).
- *       reduce-scatter  the W pieces of a chunk are not contiguous in send, so they are packed into a
- *                       staging buffer (W*len elements, at most max_call_elems) and reduced in place.
+ *       reduce-scatter  chunk [off, off+len) of every rank's piece in one MPI_Alltoall (a resized send
+ *                       type reads the pieces in place) into a staging buffer (W*len elements, at most
+ *                       max_call_elems), then summed here in rank order (below).
  *       broadcast       consecutive byte chunks.
  *     Small calls (the common case) are one MPI call on the caller's buffers.
  *   - bf16 travels as MPI_UINT16_T with a user MPI_Op that adds in float and rounds to nearest-even.
  *     The CPU backend trains in fp32; bf16 exists here so the interface is total and a GPU build can
  *     fall back to MPI (slowly) when NCCL is unavailable.
- *   - Determinism: Open MPI picks its algorithm from (world size, message size, op), so a fixed world
- *     size and count reduce in a fixed order.
+ *   - Determinism: every reduce-scatter (flat, v, started) moves the pieces with MPI_Alltoall(v) and
+ *     sums them on the receiving rank in rank order 0..W-1, one add at a time, so each element's sum
+ *     depends on the world size alone, never on the counts or the cut into calls: a gradient reduced
+ *     in buckets gets the bits of the one flat reduction (MPI's reduce-scatter variants promise no
+ *     such thing across counts). The all-reduce (shard none) is Open MPI's: its algorithm follows
+ *     (world size, message size, op), fixed for a fixed world size and count.
  *   - Errors: MPI_ERRORS_RETURN on our duplicate communicator; every call is checked and a failure
  *     aborts the job with rank, file:line and the MPI error string.
  *   - Hangs: every public wrapper tells the watchdog (watchdog.h) which collective it is in; a
@@ -26,6 +31,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,44 +147,59 @@ static void mpi_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dty
     }
 }
 
+/* staging of at least `bytes`, grown on demand (reduce-scatter receives) */
+static char *staging(gt_comm *c, size_t bytes) {
+    if (c->staging_bytes < bytes) {
+        free(c->staging);
+        c->staging = malloc(bytes ? bytes : 1);
+        if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", bytes);
+        c->staging_bytes = bytes;
+    }
+    return c->staging;
+}
+
+/* The fixed-order sum of every reduce-scatter on MPI: staging holds W blocks of len elements, block r
+ * rank r's contribution; dst (len) := ((block 0 + block 1) + block 2) + ... in rank order, one add
+ * at a time (bf16: rounded after each add). The order depends on nothing but the rank, so a range
+ * reduced in one call or in several (gradient buckets) gets the same bits. dst must not overlap staging. */
+static void sum_rank_order(void *dst, const void *stage, size_t W, size_t len, gt_dtype dtype) {
+    if (dtype == GT_DTYPE_F32) {
+        const float *s = stage;
+        float *d = dst;
+        memcpy(d, s, len * sizeof *d);
+        for (size_t r = 1; r < W; r++)
+            for (size_t i = 0; i < len; i++) d[i] += s[r * len + i];
+    } else {
+        const uint16_t *s = stage;
+        uint16_t *d = dst;
+        memcpy(d, s, len * sizeof *d);
+        for (size_t r = 1; r < W; r++)
+            for (size_t i = 0; i < len; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(s[r * len + i]));
+    }
+}
+
+/* Every rank sends piece r of each chunk to rank r (one MPI_Alltoall: the send type is `len` elements
+ * resized to an extent of recv_count, so block r is read at send + r*recv_count + off in place), and
+ * sums what it received in rank order (sum_rank_order). MPI's own reduce-scatter promises no
+ * per-element order across counts; this does. In place: our chunk `off` was sent before it is
+ * overwritten, and later chunks read other offsets. */
 static void mpi_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, size_t recv_count,
                                    gt_dtype dtype) {
     size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size;
     const char *s = send;
-    char *own = (char *)s + (size_t)c->rank * recv_count * elem;   /* this rank's slice of send */
-    int in_place = (char *)recv == own;
     MPI_Datatype type = mpi_type(dtype);
-    MPI_Op op = mpi_sum_op(c, dtype);
     size_t chunk = per_rank_chunk(c);
-
-    if (recv_count <= chunk) {
-        if (in_place) {
-            /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our slice. */
-            gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)s, (int)recv_count, type, op,
-                                                     c->world));
-            if (c->rank != 0) memmove(recv, s, recv_count * elem);
-        } else {
-            gt_mpi_check(c, MPI_Reduce_scatter_block(send, recv, (int)recv_count, type, op, c->world));
-        }
-        return;
-    }
-
-    size_t need = W * chunk * elem;
-    if (c->staging_bytes < need) {
-        free(c->staging);
-        c->staging = malloc(need);
-        if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", need);
-        c->staging_bytes = need;
-    }
-    char *stage = c->staging;
+    char *stage = staging(c, W * min_size(chunk, recv_count) * elem);
     for (size_t off = 0; off < recv_count; off += chunk) {
         size_t len = min_size(chunk, recv_count - off);
-        for (size_t r = 0; r < W; r++)
-            memcpy(stage + r * len * elem, s + (r * recv_count + off) * elem, len * elem);
-        gt_mpi_check(c, MPI_Reduce_scatter_block(MPI_IN_PLACE, stage, (int)len, type, op, c->world));
-        /* In place, recv+off is our slice's chunk `off`, already packed; later chunks read other
-         * offsets, so overwriting it is safe. */
-        memcpy((char *)recv + off * elem, stage, len * elem);
+        MPI_Datatype piece, strided;
+        gt_mpi_check(c, MPI_Type_contiguous((int)len, type, &piece));
+        gt_mpi_check(c, MPI_Type_create_resized(piece, 0, (MPI_Aint)(recv_count * elem), &strided));
+        gt_mpi_check(c, MPI_Type_commit(&strided));
+        gt_mpi_check(c, MPI_Alltoall(s + off * elem, 1, strided, stage, (int)len, type, c->world));
+        gt_mpi_check(c, MPI_Type_free(&strided));
+        gt_mpi_check(c, MPI_Type_free(&piece));
+        sum_rank_order((char *)recv + off * elem, stage, W, len, dtype);
     }
 }
 
@@ -216,21 +237,29 @@ static void int_counts(const gt_comm *c, const size_t *counts, const size_t *dis
     }
 }
 
+/* The alltoallv arguments of a v reduce-scatter: block r of send (counts[r] at displs[r]) goes to rank
+ * r; from every rank we receive our block's counts[rank] elements, rank r's at r*counts[rank]. */
+static void v_alltoall_ints(const gt_comm *c, const size_t *counts, const size_t *displs, int *ic) {
+    int W = c->size, own = (int)counts[c->rank];
+    for (int r = 0; r < W; r++) {
+        ic[r] = (int)counts[r];
+        ic[W + r] = (int)displs[r];
+        ic[2 * W + r] = own;
+        ic[3 * W + r] = r * own;
+    }
+}
+
+/* As mpi_reduce_scatter_sum: the pieces travel (MPI_Alltoallv) and are summed in rank order here. */
 static void mpi_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                      const size_t *displs, gt_dtype dtype) {
-    int *ic = malloc((size_t)c->size * sizeof *ic);
+    int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
     if (!ic) gt_comm_abort(c, "out of memory");
-    int_counts(c, counts, NULL, ic, NULL);
-    size_t elem = gt_dtype_bytes(dtype);
-    char *own = (char *)send + displs[c->rank] * elem;
-    if ((char *)recv == own) {
-        /* MPI_IN_PLACE leaves the result at the start of the buffer; move it to our block. */
-        gt_mpi_check(c, MPI_Reduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
-                                           c->world));
-        if (displs[c->rank]) memmove(recv, send, counts[c->rank] * elem);
-    } else {
-        gt_mpi_check(c, MPI_Reduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world));
-    }
+    v_alltoall_ints(c, counts, displs, ic);
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
+    char *stage = staging(c, W * own * elem);
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Alltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world));
+    if (own) sum_rank_order(recv, stage, W, own, dtype);
     free(ic);
 }
 
@@ -243,13 +272,14 @@ static void mpi_all_gather_v(gt_comm *c, void *buf, const size_t *counts, const 
     free(ic);
 }
 
-/* A started MPI v-collective: its int arrays live until the wait; an in-place reduce-scatter moves
- * its result (left at the buffer's start by MPI_IN_PLACE) into place once complete. */
+/* A started MPI v-collective: its int arrays live until the wait; a reduce-scatter's received pieces
+ * (stage, W x len) are summed into sum_to in rank order once complete. */
 typedef struct {
     MPI_Request req;
     int *ints;
-    char *move_to, *move_from;
-    size_t move_bytes;
+    char *stage, *sum_to;
+    size_t W, len;
+    gt_dtype dtype;
 } mpi_pending;
 
 static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts, const size_t *displs,
@@ -267,24 +297,20 @@ static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts,
 static void *mpi_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                             const size_t *displs, gt_dtype dtype) {
     mpi_pending *p = calloc(1, sizeof *p);
-    int *ic = malloc((size_t)c->size * sizeof *ic);
-    if (!p || !ic) gt_comm_abort(c, "out of memory");
-    int_counts(c, counts, NULL, ic, NULL);
+    int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
+    size_t stage_bytes = W * own * elem;
+    char *stage = malloc(stage_bytes > 0 ? stage_bytes : 1);
+    if (!p || !ic || !stage) gt_comm_abort(c, "out of memory");
+    v_alltoall_ints(c, counts, displs, ic);
     p->ints = ic;
-    size_t elem = gt_dtype_bytes(dtype);
-    char *own = (char *)send + displs[c->rank] * elem;
-    if ((char *)recv == own) {
-        gt_mpi_check(c, MPI_Ireduce_scatter(MPI_IN_PLACE, (void *)send, ic, mpi_type(dtype), mpi_sum_op(c, dtype),
-                                            c->world, &p->req));
-        if (displs[c->rank]) {
-            p->move_to = recv;
-            p->move_from = (char *)send;
-            p->move_bytes = counts[c->rank] * elem;
-        }
-    } else {
-        gt_mpi_check(c, MPI_Ireduce_scatter(send, recv, ic, mpi_type(dtype), mpi_sum_op(c, dtype), c->world,
-                                            &p->req));
-    }
+    p->stage = stage;
+    p->sum_to = recv;
+    p->W = W;
+    p->len = own;
+    p->dtype = dtype;
+    MPI_Datatype type = mpi_type(dtype);
+    gt_mpi_check(c, MPI_Ialltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world, &p->req));
     return p;
 }
 
@@ -299,7 +325,8 @@ static int mpi_test(gt_comm *c, void *handle) {
 static void mpi_wait(gt_comm *c, void *handle) {
     mpi_pending *p = handle;
     if (p->req != MPI_REQUEST_NULL) gt_mpi_check(c, MPI_Wait(&p->req, MPI_STATUS_IGNORE));
-    if (p->move_bytes) memmove(p->move_to, p->move_from, p->move_bytes);
+    if (p->len) sum_rank_order(p->sum_to, p->stage, p->W, p->len, p->dtype);
+    free(p->stage);
     free(p->ints);
     free(p);
 }
@@ -355,8 +382,63 @@ int gt_comm_local_rank(const gt_comm *c) { return c->local_rank; }
 int gt_comm_local_size(const gt_comm *c) { return c->local_size; }
 const char *gt_comm_name(const gt_comm *c) { return c->name; }
 
+/* The progress thread: between sleeps, while a request is in flight, one MPI_Iprobe on a communicator
+ * nothing is sent on; Open MPI runs its progress engine (the started collectives' schedules and the
+ * transports' copies) inside it. */
+static void *progress_main(void *arg) {
+    gt_comm *c = arg;
+    struct timespec ts = {c->progress_us / 1000000, (c->progress_us % 1000000) * 1000};
+    while (!atomic_load_explicit(&c->progress_stop, memory_order_relaxed)) {
+        if (atomic_load_explicit(&c->in_flight, memory_order_relaxed) > 0) {
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->progress_comm, &flag, MPI_STATUS_IGNORE);
+            atomic_fetch_add_explicit(&c->progress_polls, 1, memory_order_relaxed);
+            struct timespec cpu;
+            if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+                atomic_store_explicit(&c->progress_cpu_ns, (unsigned long long)cpu.tv_sec * 1000000000ull +
+                                      (unsigned long long)cpu.tv_nsec, memory_order_relaxed);
+        }
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int gt_comm_progress_start(gt_comm *c, long interval_us, char *why, size_t why_len) {
+    int level = MPI_THREAD_SINGLE;
+    const char *no = NULL;
+    if (c->ops != &mpi_ops) no = "not the MPI backend (NCCL progresses on the GPU; one rank has nothing in flight)";
+    else if (c->size < 2) no = "one rank: nothing is ever in flight";
+    else if (interval_us <= 0) no = "off";
+    else if (MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_MULTIPLE)
+        no = "MPI was not initialised with MPI_THREAD_MULTIPLE";
+    if (no || c->progress_on) {
+        if (why && why_len) snprintf(why, why_len, "%s", no ? no : "already running");
+        return c->progress_on;
+    }
+    gt_mpi_check(c, MPI_Comm_dup(c->world, &c->progress_comm));
+    c->progress_us = interval_us;
+    atomic_store(&c->progress_stop, 0);
+    if (pthread_create(&c->progress_thread, NULL, progress_main, c) != 0) {
+        gt_mpi_check(c, MPI_Comm_free(&c->progress_comm));
+        if (why && why_len) snprintf(why, why_len, "pthread_create failed");
+        return 0;
+    }
+    c->progress_on = 1;
+    if (why && why_len) why[0] = '\0';
+    return 1;
+}
+
+unsigned long long gt_comm_progress_polls(const gt_comm *c) { return atomic_load(&c->progress_polls); }
+double gt_comm_progress_cpu_seconds(const gt_comm *c) { return (double)atomic_load(&c->progress_cpu_ns) * 1e-9; }
+
 void gt_comm_destroy(gt_comm *c) {
     if (!c) return;
+    if (c->progress_on) {
+        atomic_store(&c->progress_stop, 1);
+        pthread_join(c->progress_thread, NULL);
+        gt_mpi_check(c, MPI_Comm_free(&c->progress_comm));
+        c->progress_on = 0;
+    }
     c->ops->destroy(c);
     gt_comm_free_common(c);
     free(c);
@@ -505,6 +587,7 @@ gt_comm_request *gt_comm_all_gather_v_start(gt_comm *c, void *buf, const size_t 
     r->bytes = total * elem;
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->all_gather_v_start(c, buf, counts, displs, dtype);
+    if (r->handle) atomic_fetch_add(&c->in_flight, 1);
     c->stats.seconds += MPI_Wtime() - t0; /* seconds_total counts from r->t_start at completion */
     c->stats.calls_all_gather_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[(c->rank + 1) % c->size]) * elem;
@@ -523,6 +606,7 @@ gt_comm_request *gt_comm_reduce_scatter_v_sum_start(gt_comm *c, const void *send
     r->bytes = total * elem;
     double t0 = MPI_Wtime();
     if (total > 0) r->handle = c->ops->reduce_scatter_v_sum_start(c, send, recv, counts, displs, dtype);
+    if (r->handle) atomic_fetch_add(&c->in_flight, 1);
     c->stats.seconds += MPI_Wtime() - t0;
     c->stats.calls_reduce_scatter_v++;
     c->stats.bytes_sent += (uint64_t)(total - counts[c->rank]) * elem;
@@ -550,6 +634,7 @@ void gt_comm_wait(gt_comm *c, gt_comm_request *r) {
     double t0 = MPI_Wtime();
     if (r->handle) c->ops->wait(c, r->handle);
     double t1 = MPI_Wtime();
+    if (r->handle) atomic_fetch_sub(&c->in_flight, 1);
     /* the compute thread waits here; a request seen complete by a test adds only this call's time to
      * the total, so that seconds_exposed <= seconds <= seconds_total holds */
     if (r->done) account_blocking(c, t1 - t0);

@@ -3,7 +3,7 @@
  * (relaxed atomics: a torn view costs at most a second of staleness in a message); the watchdog
  * thread reads it, publishes it as one text line per rank, and on a timeout reads the others'
  * lines, writes the verdict and _exits. The flight recorder's ring is written by the training
- * thread itself, into memory mapped from a file. _exit, not MPI_Abort: MPI was started single-threaded, and
+ * thread itself, into memory mapped from a file. _exit, not MPI_Abort: this thread makes no MPI call, and
  * the launcher ends the remaining ranks when one exits non-zero (mpirun returns that rank's code).
  */
 #define _GNU_SOURCE /* gethostname, O_CLOEXEC */

@@ -185,7 +185,8 @@ SEPMASK_TRAIN = "data/sepmask.train.bin"
 
 def write_config(work, name, accum, shard, recompute="none", sync="auto", steps=None, every=0, keep=1,
                  resume="never", state_dir=None, model=None, prefetch=1, precision="fp32", docs=False, masked=False,
-                 no_sep_loss=False, sep_masked=False):
+                 no_sep_loss=False, sep_masked=False, bucket_mb=0,
+                 param_gather=False):
     m = model or MODEL
     data_keys = ((DOCS if docs else "") + ("loss_mask = on\n" if masked or sep_masked else "") +
                  (NO_SEP_LOSS if no_sep_loss else ""))
@@ -224,6 +225,8 @@ recompute = {recompute}
 shard = {shard}
 grad_sync = {sync}
 prefetch = {prefetch}
+bucket_mb = {bucket_mb}
+overlap_param_gather = {"true" if param_gather else "false"}
 comm = mpi
 
 [data]
@@ -424,6 +427,83 @@ def cmd_resume(a):
     check_metrics(a, r, read_metrics(os.path.join(a.work, name + ".metrics.jsonl")), half + 1)
 
 
+def bucket_plan(m, world, mb):
+    """[(u_lo, u_hi)] of the gradient buckets (src/core/zero.c gt_zero_set_buckets): from the head unit
+    down, consecutive units until at least mb MiB of fp32 gradients."""
+    us, want = units(m), int(mb * 1024 * 1024)
+    out, hi = [], len(us)
+    while hi > 0:
+        lo = hi - 1
+        size = us[lo][1] * 4
+        while lo > 0 and size < want:
+            lo -= 1
+            size += us[lo][1] * 4
+        out.append((lo, hi))
+        hi = lo
+    return out
+
+
+def cmd_buckets(a):
+    """The same run (6 steps, grad_sync = step) with dist.bucket_mb = 0 and = --bucket-mb (and with
+    --param-gather also dist.overlap_param_gather = true): the losses, grad norms and final weights must
+    be EQUAL (bit for bit: every MPI reduce-scatter sums in rank order, so the cut into buckets changes
+    nothing; a gather copies); the bucketed run reduces the expected buckets, those above block 0
+    started before block 0's backward ended, and sends the same bytes (with --param-gather: the
+    weights' gather as one all_gather_v per unit, by the v-formula of comm.h)."""
+    check_shape(a)
+    m, steps = model_of(a), 6
+    plan = bucket_plan(m, a.world, a.bucket_mb)
+    early = sum(1 for lo, hi in plan if lo >= 2)
+    runs = {}
+    for tag, mb in (("flat", 0), ("bucket", a.bucket_mb)):
+        name = f"{a.name}_{tag}"
+        shutil.rmtree(os.path.join(a.work, name + ".state"), ignore_errors=True)
+        os.makedirs(os.path.join(a.work, name + ".state"))
+        if os.path.exists(os.path.join(a.work, name + ".metrics.jsonl")):
+            os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
+        ini = write_config(a.work, name, a.accum, a.shard, a.recompute, "step", steps=steps, keep=1, model=m,
+                           prefetch=a.prefetch, bucket_mb=mb, param_gather=a.param_gather and tag == "bucket")
+        launch(a, ini)
+        lines = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
+        if [x["step"] for x in lines] != list(range(1, steps + 1)):
+            fail(f"{name}: metrics steps {[x['step'] for x in lines]}, expected 1..{steps}")
+        runs[tag] = lines
+    for f, b in zip(runs["flat"], runs["bucket"]):
+        st = f["step"]
+        if f["buckets"] != 0:
+            fail(f"step {st}: the unbucketed run reduced {f['buckets']} buckets")
+        if (b["buckets"], b["buckets_early"]) != (len(plan), early):
+            fail(f"step {st}: {b['buckets']} buckets, {b['buckets_early']} started before block 0's backward "
+                 f"ended; expected {len(plan)} ({plan}) and {early}")
+        if b["calls"]["reduce_scatter"] != 0 or b["calls"]["reduce_scatter_v"] != f["calls"]["reduce_scatter_v"] + len(plan):
+            fail(f"step {st}: calls {b['calls']} (bucketed) vs {f['calls']}: expected the reduce-scatter cut "
+                 f"into {len(plan)}")
+        want_bytes, want_ag, want_agv = f["comm_bytes"], f["calls"]["all_gather"], f["calls"]["all_gather_v"]
+        if a.param_gather:  # rank 0's view: every unit's block but its successor's (rank 1's) own
+            n, us = n_params(m), units(m)
+            sl, sls = slices(n, a.world)
+            want_bytes += sum((size - overlap(off, off + size, *sls[1 % a.world])) * 4 for off, size in us)
+            want_bytes -= (a.world - 1) * sl * 4
+            want_ag, want_agv = 0, want_agv + len(us)
+        if b["comm_bytes"] != want_bytes:
+            fail(f"step {st}: comm_bytes {b['comm_bytes']} bucketed, expected {want_bytes} (unbucketed {f['comm_bytes']})")
+        if (b["calls"]["all_gather"], b["calls"]["all_gather_v"]) != (want_ag, want_agv):
+            fail(f"step {st}: calls {b['calls']}: expected all_gather {want_ag}, all_gather_v {want_agv}")
+        for key in ("loss", "grad_norm"):
+            if b[key] != f[key]:
+                fail(f"step {st}: {key} {b[key]!r} bucketed vs {f[key]!r} unbucketed: not bit for bit")
+    fs, bs = newest_state(a.work, a.name + "_flat"), newest_state(a.work, a.name + "_bucket")
+    h5diff = shutil.which("h5diff")
+    if not fs or not bs or not h5diff:
+        fail(f"final states {fs}, {bs}; h5diff {h5diff}")
+    cmd = [h5diff, fs, bs, "/model", "/model"]  # no tolerance: equal
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("final weights differ (bucketed vs unbucketed): " + " ".join(cmd) + "\n" + (r.stdout + r.stderr)[-3000:])
+    print(f"buckets: {len(plan)} per step ({plan}), {early} started before block 0's backward ended; "
+          f"losses, grad norms and final weights equal over {steps} steps")
+
+
 def newest_state(work, name):
     files = sorted(glob.glob(os.path.join(work, name + ".state", "step_*.h5")))
     return files[-1] if files else None
@@ -516,8 +596,11 @@ def main():
     s.add_argument("--work", required=True)
     s.add_argument("--prep", required=True)
     s.add_argument("--fallback-text", required=True)
-    for nm in ("run", "expect-fail", "resume"):
+    for nm in ("run", "expect-fail", "resume", "buckets"):
         s = sub.add_parser(nm)
+        if nm == "buckets":
+            s.add_argument("--bucket-mb", type=float, required=True)
+            s.add_argument("--param-gather", action="store_true", help="also dist.overlap_param_gather = true")
         s.add_argument("--recompute", default="none")
         s.add_argument("--sync", default="auto")
         s.add_argument("--prefetch", type=int, default=1)
@@ -547,10 +630,10 @@ def main():
     s.add_argument("names", nargs="+")
     a = p.parse_args(argv)
     a.cmd = cmd
-    if a.what in ("run", "expect-fail", "resume") and not cmd:
+    if a.what in ("run", "expect-fail", "resume", "buckets") and not cmd:
         p.error("the mpiexec ... gtrain command goes after --")
     {"prep": cmd_prep, "run": cmd_run, "compare": cmd_compare, "expect-fail": cmd_expect_fail,
-     "resume": cmd_resume}[a.what](a)
+     "resume": cmd_resume, "buckets": cmd_buckets}[a.what](a)
 
 
 if __name__ == "__main__":
