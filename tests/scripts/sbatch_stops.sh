@@ -17,6 +17,9 @@
 #                      again and stops
 #   stop-then-killed   forwarded, but the ranks die of it (exit 138): requeued, the newest file kept
 #   saves-failing      exit 74: one line naming the storage, scontrol requeuehold, not run again
+#   own-pmix-fence     SLURM_PMIX_FENCE=tree set by the submitter: the runs get it unchanged
+# Every run of every case must see SLURM_PMIX_FENCE=ring (the submitter's own value in own-pmix-fence):
+# the fences of MPI_Init are then barriers of all nodes (why: launch/gtrain.sbatch).
 # About 10 s.
 set -uo pipefail
 script=$1 work=$2
@@ -30,6 +33,7 @@ n=$(($(cat "$FAKE_DIR/runs" 2>/dev/null || echo 0) + 1))
 echo "$n" >"$FAKE_DIR/runs"
 code=$(sed -n "${n}p" "$FAKE_DIR/codes")
 echo "srun run $n started (then: $code)" >>"$FAKE_DIR/log"
+echo "srun run $n: SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE-unset}" >>"$FAKE_DIR/fence"
 stopped() {
   if [[ $code == miss ]]; then
     echo "srun run $n: missed a SIGUSR1" >>"$FAKE_DIR/log"
@@ -91,7 +95,8 @@ case_() {
   tr ' ' '\n' <<<"$codes" >"$dir/codes"
   : >"$dir/job.out"
   : >"$dir/log"
-  env -u SLURM_RESTART_COUNT PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
+  : >"$dir/fence"
+  env -u SLURM_RESTART_COUNT -u SLURM_PMIX_FENCE ${own_fence:+SLURM_PMIX_FENCE=$own_fence} PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
     SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
     SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun \
     bash -c 'export FAKE_SBATCH_PID=$$; exec bash "$0" "$@"' "$script" run.ini checkpoint.dir=ck >"$dir/out" 2>&1 &
@@ -108,6 +113,8 @@ case_() {
   grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
   # a stop that came while no step ran: no step is started after it
   sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
+  grep -v "SLURM_PMIX_FENCE=${own_fence:-ring}\$" "$dir/fence" | grep -q . &&
+    why="$why; a run did not get SLURM_PMIX_FENCE=${own_fence:-ring} ($(paste -sd ';' "$dir/fence"))"
   [[ $name == saves-failing ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again after exit 74"
   [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
     why="$why; no line naming the storage and scontrol release"
@@ -120,7 +127,7 @@ case_() {
 
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
-                             stop-then-killed saves-failing)
+                             stop-then-killed saves-failing own-pmix-fence)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -131,6 +138,7 @@ for c in "${cases[@]}"; do
     stop-missed-once) case_ "$c" "" "miss" "requeue 4242" ;;
     stop-then-killed) case_ "$c" "" "die" "requeue 4242" ;;
     saves-failing) case_ "$c" "" "74 0" "requeuehold 4242" ;;
+    own-pmix-fence) own_fence=tree case_ "$c" "" "75" "requeue 4242" ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
