@@ -56,6 +56,20 @@ node_name() { echo "$prefix-n$1"; }
 node_addr() { echo "$subnet.$((11 + $1))"; }
 
 # ---------------------------------------------------------------- down
+# stop_pids PID...: SIGTERM to each, up to 5 s for all of them to end, then SIGKILL to those left
+stop_pids() {
+  local pid left
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null; done
+  for _ in $(seq 1 25); do
+    left=""
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left+=" $pid"; done
+    [[ -z "$left" ]] && return 0
+    sleep 0.2
+  done
+  for pid in $left; do kill -KILL "$pid" 2>/dev/null; done
+  return 0
+}
+
 down() {
   local n=0 i ns pid
   [[ -f "$dir/nodes" ]] && n=$(cat "$dir/nodes")
@@ -64,25 +78,25 @@ down() {
     SLURM_CONF=$dir/slurm.conf timeout 10 nsenter --net=/run/netns/$ctl_ns scancel --quiet --user=root \
       >/dev/null 2>&1 || true
   fi
-  # the recorded daemons (slurmd, slurmctld, munged), newest first
+  # the recorded daemons: every slurmd and slurmctld at once, then munged (recorded first), which
+  # they may still ask while they end; each gets 5 s after SIGTERM, then SIGKILL
   if [[ -f "$dir/pids" ]]; then
-    tac "$dir/pids" | while read -r pid; do
-      kill -TERM "$pid" 2>/dev/null || continue
-      for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -KILL "$pid" 2>/dev/null
-    done
+    stop_pids $(tail -n +2 "$dir/pids")
+    stop_pids $(head -n 1 "$dir/pids")
     rm -f "$dir/pids"
   fi
-  # whatever else still runs inside our namespaces (slurmstepd, ranks of a killed job), by pid
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-"); do
-    for sig in TERM KILL; do
-      pids=$(ip netns pids "$ns" 2>/dev/null)
-      [[ -z "$pids" ]] && break
-      for pid in $pids; do kill -"$sig" "$pid" 2>/dev/null; done
-      for _ in $(seq 1 25); do [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break; sleep 0.2; done
-    done
-    ip netns del "$ns" 2>/dev/null || note "could not delete network namespace $ns"
+  # whatever else still runs inside our namespaces (slurmstepd, ranks of a killed job), by pid, in
+  # all of them at once
+  local spaces
+  spaces=$(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-")
+  ns_pids() { for ns in $spaces; do ip netns pids "$ns" 2>/dev/null; done; }
+  for sig in TERM KILL; do
+    pids=$(ns_pids)
+    [[ -z "$pids" ]] && break
+    for pid in $pids; do kill -"$sig" "$pid" 2>/dev/null; done
+    for _ in $(seq 1 25); do [[ -z "$(ns_pids)" ]] && break; sleep 0.2; done
   done
+  for ns in $spaces; do ip netns del "$ns" 2>/dev/null || note "could not delete network namespace $ns"; done
   rm -f "$dir/nodes" "$dir/env"
   return 0
 }

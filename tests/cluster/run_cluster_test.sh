@@ -58,9 +58,16 @@ work=$3
 steps=20
 
 note() { echo "[cluster-test $(date +%T)] $*"; }
+# die WHY: the failure, the last lines of every job's log but the latest, and the latest one whole
+# (its step lines left out): the job the failing case ran
 die() {
   echo "FAILED: $*"
-  for f in "$work"/job-*.out; do [[ -s "$f" ]] && { echo "----- $f"; grep -v '^step' "$f" | tail -n 30; }; done
+  local f latest
+  latest=$(ls -t "$work"/job-*.out 2>/dev/null | head -n 1)
+  for f in "$work"/job-*.out; do
+    [[ -s "$f" && "$f" != "$latest" ]] && { echo "----- $f (last 30 lines)"; grep -av '^step' "$f" | tail -n 30; }
+  done
+  [[ -s "$latest" ]] && { echo "----- $latest (the latest job, whole)"; grep -av '^step' "$latest"; }
   exit 1
 }
 # node_visible PATH: true when the nodes can read PATH as it is (not under /tmp, no space in it)
@@ -503,7 +510,7 @@ grep -q "re-run 1 of 2 on 1 node(s): gtc-n0 (gone from the allocation or not res
 ((newest >= 10)) || die "the re-run did not resume from step 10 or later ('$newest')"
 grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the re-run did not keep the global batch (grad_accum 1 -> 2)"
 (($(losses "$work/lost/metrics.jsonl" | wc -l) == lost_steps)) || die "the node-loss job did not log all $lost_steps steps"
-t_end=$(($(when "$out" "gtrain exited with 137") - t_kill))
+t_end=$(($(when "$out" "gtrain exited with \(76\|137\)") - t_kill)) # 76: the liveness limit (on here) ended it first
 note "node death -> step end: $t_end s (SlurmdTimeout 20 s); -> the re-run's first step (step $((newest + 1))," \
      "from step_$(printf %08d "$newest").h5, 1 rank on gtc-n0, grad_accum 1 -> 2): $t_first s; job COMPLETED"
 

@@ -24,6 +24,9 @@
 #   lost-no-rerun      node2 down, srun's 137 with GTRAIN_RETRIES=0: requeued at the full size
 #   refused-shrink     node2 down after a save; the re-run on node1 exits 2 (the smaller world cannot
 #                      keep the global batch): requeued at the full size, not ended
+#   own-pmix-fence     SLURM_PMIX_FENCE=tree set by the submitter: the runs get it unchanged
+# Every run of every case must see SLURM_PMIX_FENCE=ring (the submitter's own value in own-pmix-fence):
+# the fences of MPI_Init are then barriers of all nodes (why: launch/gtrain.sbatch).
 # About 10 s.
 set -uo pipefail
 script=$1 work=$2
@@ -41,6 +44,7 @@ if [[ $code == *+saved ]]; then
   echo "gtrain: saved ck/step_00000004.h5 (step 4)" >>"$FAKE_DIR/job.out"
   code=${code%+saved}
 fi
+echo "srun run $n: SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE-unset}" >>"$FAKE_DIR/fence"
 stopped() {
   if [[ $code == miss ]]; then
     echo "srun run $n: missed a SIGUSR1" >>"$FAKE_DIR/log"
@@ -105,7 +109,8 @@ case_() {
   tr ' ' '\n' <<<"$codes" >"$dir/codes"
   : >"$dir/job.out"
   : >"$dir/log"
-  env -u SLURM_RESTART_COUNT PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
+  : >"$dir/fence"
+  env -u SLURM_RESTART_COUNT -u SLURM_PMIX_FENCE ${own_fence:+SLURM_PMIX_FENCE=$own_fence} PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
     SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
     SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun "$@" \
     bash -c 'export FAKE_SBATCH_PID=$$; exec bash "$0" "$@"' "$script" run.ini checkpoint.dir=ck >"$dir/out" 2>&1 &
@@ -122,6 +127,8 @@ case_() {
   grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
   # a stop that came while no step ran: no step is started after it
   sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
+  grep -v "SLURM_PMIX_FENCE=${own_fence:-ring}\$" "$dir/fence" | grep -q . &&
+    why="$why; a run did not get SLURM_PMIX_FENCE=${own_fence:-ring} ($(paste -sd ';' "$dir/fence"))"
   [[ $name == saves-failing || $name == *-no-rerun ]] && grep -q "srun run 2" "$dir/log" && why="$why; run again"
   [[ $name == refused-shrink ]] && ! grep -q "srun run 2 started (then: 2) .*--nodelist=node1 " "$dir/log" &&
     why="$why; not re-run on node1 alone"
@@ -138,7 +145,8 @@ case_() {
 
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
-                             stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink)
+                             stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink
+                             own-pmix-fence)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -152,6 +160,7 @@ for c in "${cases[@]}"; do
     hang-no-rerun) case_ "$c" "" "76" "requeue 4242" GTRAIN_RETRIES=0 ;;
     lost-no-rerun) case_ "$c" "" "137" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
     refused-shrink) case_ "$c" "" "137+saved 2" "requeue 4242" FAKE_DOWN=node2 ;;
+    own-pmix-fence) own_fence=tree case_ "$c" "" "75" "requeue 4242" ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
