@@ -158,7 +158,8 @@ def claim_files(ck):
 
 def second_run_refused(config, work):
     ck = os.path.join(work, "dup")
-    first = start(config, ck, "train.steps=12")
+    # 1.5 s after each step: the first run is still training through the second run and the --plan below
+    first = start(config, ck, "train.steps=12", delay_ms=1500)
     wait_for(lambda: read_claim(ck) is not None, "the first run's claim", first)
     claim = read_claim(ck)
     check(claim["pid"] == str(first.pid) and claim["host"] == HOST and len(claim["token"]) == 32,
@@ -176,7 +177,9 @@ def second_run_refused(config, work):
     check(not trained_steps(out), "the second run trained no step")
     plan = subprocess.run([ARGS.gtrain, "--plan", config, f"checkpoint.dir={ck}"], env=environ(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
-    check(plan.returncode == 0 and read_claim(ck)["pid"] == str(first.pid),
+    check(first.poll() is None, "the first run is still training after gtrain --plan")
+    claim = read_claim(ck)
+    check(plan.returncode == 0 and claim is not None and claim["pid"] == str(first.pid),
           "gtrain --plan on the directory in use neither refuses nor claims")
     out1, _ = first.communicate(timeout=240)
     check(first.returncode == 0 and len(trained_steps(out1)) == 12, f"the first run ends 0 ({first.returncode})")
