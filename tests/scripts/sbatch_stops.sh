@@ -67,7 +67,9 @@ cat >"$work/bin/scontrol" <<'EOF'
 #!/usr/bin/env bash
 . "$FAKE_DIR/../stop_at.sh" "scontrol $1 $2"
 case "$1 ${2:-}" in
-  "show job") echo "JobId=$SLURM_JOB_ID JobState=RUNNING NodeList=node1,node2 StdOut=$FAKE_DIR/job.out StdErr=$FAKE_DIR/job.out" ;;
+  "show job") # as scontrol prints it: StdErr= and StdOut= on lines of their own (FAKE_DIR may hold spaces)
+    printf 'JobId=%s JobName=gtrain\n   JobState=RUNNING Reason=None\n   NodeList=node1,node2\n   StdErr=%s\n   StdIn=/dev/null\n   StdOut=%s\n' \
+      "$SLURM_JOB_ID" "$FAKE_DIR/job.out" "$FAKE_DIR/job.out" ;;
   "show hostnames") tr ',' '\n' <<<"$3" ;;
   "show hostlist") echo "$3" ;;
   requeue* | requeuehold*) echo "scontrol $*" >>"$FAKE_DIR/log" ;;
