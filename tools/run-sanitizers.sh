@@ -19,9 +19,7 @@ echo "run-sanitizers: built in $((SECONDS - start)) s"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 set +e
-# Two tests at a time (RUN_SERIAL ones alone): many of these wait (for a watchdog limit, a stop, a child)
-# more than they compute, and the sanitizers look for memory errors, not for timings.
-(cd build-asan && ctest --output-on-failure --timeout 1500 -j 2 -L 'unit|mpi' "$@") 2>&1 | tee build-asan/ctest-output.txt
+(cd build-asan && ctest --output-on-failure --timeout 1500 -L 'unit|mpi' "$@") 2>&1 | tee build-asan/ctest-output.txt
 rc=${PIPESTATUS[0]}
 set -e
 bash tools/ctest-skipped.sh build-asan/ctest-output.txt build-asan
