@@ -214,13 +214,21 @@ await_full_size_requeue() {
 # (dist.timeout=10) ends the step with 76, and with no re-run left the script requeues the job at
 # once. Its next start (both nodes again: the stopped rank was killed with the step) resumes from the
 # newest state file and completes.
+# (steps paused 0.4 s: the rank is stopped only once step 5's state file is published, which an
+# asynchronous save does at a step boundary after its writers end, and before the run's last step)
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=400 \
       sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-spent.out" "$sbatch_script" \
       "$config" "${common[@]}" train.steps=12 dist.timeout=10 checkpoint.dir="$work/spent" checkpoint.every=5 \
       log.metrics="$work/spent/metrics.jsonl") || die "sbatch for the spent job failed"
 job=${job%%;*}
 out="$work/job-spent.out"
 at_step "$work/spent" 7
+deadline=$((SECONDS + 60))
+until [[ -n $(newest_state "$work/spent") ]]; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the spent job published no state file by step 7 + 60 s"; }
+  sleep 0.2
+done
 stop_rank gtc-node1 "$work/spent"
 t_stop=$(date +%s)
 requeued 1
