@@ -192,6 +192,77 @@ static void fetch_copies(gt_run_state *run, const gt_memsnap_id *ward_id, const 
     gt_memsnap_unmap(map, have);
 }
 
+/* The candidate steps: those rank 0 has (itself or through its partner), newest first; their count. */
+static int candidates(const gt_run_state *run, const int64_t *all, int64_t cand[4]) {
+    int nc = 0;
+    for (int k = 0; k < 2; k++) cand[nc++] = all[k];
+    if (run->memsnap_partner[0] >= 0)
+        for (int k = 2; k < 4; k++) cand[nc++] = all[4 * run->memsnap_partner[0] + k];
+    for (int a = 0; a < nc; a++) /* descending */
+        for (int b = a + 1; b < nc; b++)
+            if (cand[b] > cand[a]) {
+                int64_t t = cand[a];
+                cand[a] = cand[b], cand[b] = t;
+            }
+    return nc;
+}
+
+/* Whether step S cannot be resumed from: a rank that has it neither itself nor through its partner's
+ * copy (own_why: why this rank's own slots did not verify), not newer than the newest state file, or
+ * not before train.steps; the first reason goes into verdict (if it is still empty). need[r]: rank r must fetch S from its partner; *fetched: how many. */
+static int unusable(const gt_run_state *run, const int64_t *all, int64_t S, int64_t newest_file, const char *own_why,
+                    int *need, int *fetched, char *verdict, size_t len) {
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    *fetched = 0;
+    for (int r = 0; r < world; r++) {
+        need[r] = !own_has(all, r, S);
+        *fetched += need[r];
+        if (need[r] && !copy_has(run, all, r, S)) {
+            if (!verdict[0]) {
+                const char *w = rank == r ? own_why : "";
+                snprintf(verdict, len, "rank %d has no snapshot of step %lld%s%s%s", r, (long long)S,
+                         run->memsnap_partner[r] >= 0 ? ", nor its partner a copy" : "", w[0] ? ": " : "", w);
+            }
+            return 1;
+        }
+    }
+    if (S <= newest_file) {
+        if (!verdict[0])
+            snprintf(verdict, len, "the snapshot of step %lld is not newer than the newest state file (step %lld)",
+                     (long long)S, (long long)newest_file);
+        return 1;
+    }
+    if (S >= run->cfg->train.steps) {
+        if (!verdict[0])
+            snprintf(verdict, len, "the snapshot of step %lld is not before train.steps = %d", (long long)S,
+                     run->cfg->train.steps);
+        return 1;
+    }
+    return 0;
+}
+
+/* Rank 0's line after a resume from the memory snapshot of step S. */
+static void say_resumed(const gt_run_state *run, int64_t S, int64_t newest_file, const int *need, int fetched,
+                        uint64_t bytes, double seconds) {
+    char newest[GT_PATH_MAX + 96], from[1024] = "";
+    if (newest_file) {
+        char path[GT_PATH_MAX + 64];
+        gt_rs_state_path(path, sizeof path, run->cfg->checkpoint.dir, newest_file, 0);
+        snprintf(newest, sizeof newest, "the newest state file, %s", path);
+    } else {
+        snprintf(newest, sizeof newest, "any state file");
+    }
+    for (int r = 0; r < gt_comm_size(run->comm); r++)
+        if (need[r])
+            gt_appendf(from, sizeof from, "%s%d", from[0] ? "," : fetched == 1 ? "; the slice of rank "
+                                                                                : "; the slices of ranks ", r);
+    if (from[0]) gt_appendf(from, sizeof from, fetched == 1 ? " from its partner's copy" : " from their partners' copies");
+    printf("gtrain: resumed from the memory snapshot of step %lld (every rank's slice in %s verified%s, "
+           "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(), from,
+           (double)bytes / 1e9, seconds, newest);
+    fflush(stdout);
+}
+
 int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_info *info) {
     const gt_config *cfg = run->cfg;
     int rank = rank_of(run), world = gt_comm_size(run->comm);
@@ -239,49 +310,16 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         return 0;
     }
 
-    /* the candidates: the steps rank 0 has (itself or through its partner), newest first */
     int64_t cand[4];
-    int nc = 0;
-    for (int k = 0; k < 2; k++) cand[nc++] = all[k];
-    if (run->memsnap_partner[0] >= 0)
-        for (int k = 2; k < 4; k++) cand[nc++] = all[4 * run->memsnap_partner[0] + k];
-    for (int a = 0; a < nc; a++) /* descending */
-        for (int b = a + 1; b < nc; b++)
-            if (cand[b] > cand[a]) {
-                int64_t t = cand[a];
-                cand[a] = cand[b], cand[b] = t;
-            }
+    int nc = candidates(run, all, cand);
     char verdict[4800] = "";
     int resumed = 0;
     for (int c = 0; c < nc && !resumed; c++) {
         int64_t S = cand[c];
         if (S <= 0 || (c > 0 && S == cand[c - 1])) continue;
-        int everyone = 1, fetched = 0;
-        for (int r = 0; r < world && everyone; r++) {
-            need[r] = !own_has(all, r, S);
-            fetched += need[r];
-            if (need[r] && !copy_has(run, all, r, S)) {
-                everyone = 0;
-                if (!verdict[0]) {
-                    const char *w = rank == r ? (why[0][0] ? why[0] : why[1][0] ? why[1] : "") : "";
-                    snprintf(verdict, sizeof verdict, "rank %d has no snapshot of step %lld%s%s%s", r, (long long)S,
-                             run->memsnap_partner[r] >= 0 ? ", nor its partner a copy" : "", w[0] ? ": " : "", w);
-                }
-            }
-        }
-        if (!everyone) continue;
-        if (S <= head.newest_file) {
-            if (!verdict[0])
-                snprintf(verdict, sizeof verdict, "the snapshot of step %lld is not newer than the newest state file "
-                         "(step %lld)", (long long)S, (long long)head.newest_file);
+        int fetched = 0;
+        if (unusable(run, all, S, head.newest_file, why[0][0] ? why[0] : why[1], need, &fetched, verdict, sizeof verdict))
             continue;
-        }
-        if (S >= cfg->train.steps) {
-            if (!verdict[0])
-                snprintf(verdict, sizeof verdict, "the snapshot of step %lld is not before train.steps = %d",
-                         (long long)S, cfg->train.steps);
-            continue;
-        }
         double t0 = MPI_Wtime();
         void *image = NULL;
         uint64_t image_size = 0;
@@ -332,28 +370,7 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         *info = got;
         run->memsnap_kept = need[rank] ? -1 : slot;
         resumed = 1;
-        if (rank == 0) {
-            char newest[GT_PATH_MAX + 96], from[1024] = "";
-            if (head.newest_file) {
-                char path[GT_PATH_MAX + 64];
-                gt_rs_state_path(path, sizeof path, cfg->checkpoint.dir, head.newest_file, 0);
-                snprintf(newest, sizeof newest, "the newest state file, %s", path);
-            } else {
-                snprintf(newest, sizeof newest, "any state file");
-            }
-            int fetched_ranks = 0;
-            for (int r = 0; r < world; r++) fetched_ranks += need[r];
-            for (int r = 0; r < world; r++)
-                if (need[r])
-                    gt_appendf(from, sizeof from, "%s%d", from[0] ? "," : fetched_ranks == 1 ? "; the slice of rank "
-                                                                                           : "; the slices of ranks ", r);
-            if (from[0]) gt_appendf(from, sizeof from, fetched_ranks == 1 ? " from its partner's copy"
-                                                                           : " from their partners' copies");
-            printf("gtrain: resumed from the memory snapshot of step %lld (every rank's slice in %s verified%s, "
-                   "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(), from,
-                   (double)(12 * id.count) / 1e9, seconds, newest);
-            fflush(stdout);
-        }
+        if (rank == 0) say_resumed(run, S, head.newest_file, need, fetched, 12 * id.count, seconds);
     }
     if (!resumed && rank == 0) {
         if (!verdict[0]) snprintf(verdict, sizeof verdict, "%s", why[0][0] ? why[0] : why[1][0] ? why[1] : "none verifies");
