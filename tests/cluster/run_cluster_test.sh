@@ -182,17 +182,21 @@ requeued() {
 }
 # newest_state DIR: the step of the newest state file in DIR
 newest_state() { ls "$1" 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1; }
-# kill_node_at_step I DIR N: once the run of DIR has logged step N and published a state file (the
+# at_step_with_state DIR N: until the run of DIR has logged step N and published a state file (the
 # cases resume from it; an asynchronous save is published at a step boundary after its writers end,
-# which on a loaded machine can be steps later), every process of gtc-nI (its slurmd and its rank) is
-# killed; t_kill is when
-kill_node_at_step() {
-  at_step "$2" "$3"
+# which on a loaded machine can be steps later); 60 s after step N at most
+at_step_with_state() {
+  at_step "$1" "$2"
   local deadline=$((SECONDS + 60))
-  until [[ -n $(newest_state "$2") ]]; do
-    ((SECONDS < deadline)) || { scancel "$job"; die "the run of $2 published no state file by step $3 + 60 s"; }
+  until [[ -n $(newest_state "$1") ]]; do
+    ((SECONDS < deadline)) || { scancel "$job"; die "the run of $1 published no state file by step $2 + 60 s"; }
     sleep 0.2
   done
+}
+# kill_node_at_step I DIR N: after at_step_with_state DIR N, every process of gtc-nI (its slurmd and its
+# rank) is killed; t_kill is when
+kill_node_at_step() {
+  at_step_with_state "$2" "$3"
   t_kill=$(date +%s)
   bash "$cluster" kill-node "$1"
   note "killed every process of gtc-n$1 at step $(grep -c '"loss"' "$2/metrics.jsonl")"
@@ -223,12 +227,7 @@ job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WA
       log.metrics="$work/spent/metrics.jsonl") || die "sbatch for the spent job failed"
 job=${job%%;*}
 out="$work/job-spent.out"
-at_step "$work/spent" 7
-deadline=$((SECONDS + 60))
-until [[ -n $(newest_state "$work/spent") ]]; do
-  ((SECONDS < deadline)) || { scancel "$job"; die "the spent job published no state file by step 7 + 60 s"; }
-  sleep 0.2
-done
+at_step_with_state "$work/spent" 7
 stop_rank gtc-node1 "$work/spent"
 t_stop=$(date +%s)
 requeued 1
