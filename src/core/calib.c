@@ -260,6 +260,27 @@ void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *e
                   path[0] ? path : "(no HOME)");
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
+    int n_new = c->n_gemm;
+    for (int i = 0; i < previous->n_gemm && c->n_gemm < GT_CALIB_MAX_GEMMS; i++) {
+        const gt_calib_gemm *g = &previous->gemm[i];
+        int measured_now = 0;
+        for (int k = 0; k < n_new; k++) measured_now |= c->gemm[k].ic == g->ic && c->gemm[k].oc == g->oc;
+        if (!measured_now) c->gemm[c->n_gemm++] = *g;
+    }
+    if (c->n_gemm == n_new) return;
+    double rates[GT_CALIB_MAX_GEMMS];
+    for (int i = 0; i < c->n_gemm; i++) rates[i] = c->gemm[i].fwd_flops_per_s;
+    qsort(rates, (size_t)c->n_gemm, sizeof rates[0], cmp_double);
+    c->matmul_flops_per_s = c->n_gemm % 2 ? rates[c->n_gemm / 2]
+                                          : 0.5 * (rates[c->n_gemm / 2 - 1] + rates[c->n_gemm / 2]);
+}
+
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward) {
     const gt_calib_gemm *best = NULL;
     for (int i = 0; i < c->n_gemm; i++) {

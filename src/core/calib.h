@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#define GT_CALIB_MAX_GEMMS 64
+#define GT_CALIB_MAX_GEMMS 256
 
 typedef struct gt_calib_gemm {
     int n, ic, oc;           /* out (n, oc) = inp (n, ic) @ W^T, as matmul_forward */
@@ -64,6 +64,13 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err,
 
 /* Writes *c as JSON to path (through path.tmp and a rename), making its directory. 0 or -1 (err). */
 int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len);
+
+/* Keeps what an earlier calibration of the same key measured and this one did not: the GEMM shapes
+ * (ic, oc) of another model (the newer measurement of a shape replaces the older), so calibrating
+ * for several configs builds one file that prices them all; the shape-free fallback rate is then
+ * the median over every entry. The other rates are this calibration's. A GEMM table already full
+ * keeps the newer entries. */
+void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
 
 /* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
  * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").

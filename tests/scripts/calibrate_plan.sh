@@ -26,6 +26,17 @@ r = d["rates"]
 assert len({(g["ic"], g["oc"]) for g in r["gemm"]}) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
 assert all(r[k] > 0 for k in ("matmul_flops_per_s", "attention_forward_flops_per_s", "memory_bytes_per_s", "optimizer_bytes_per_s"))
 PY
+# a second config's shapes join the file; the first's stay (another ffn_dim: gate/up and down differ)
+"$gtrain" --calibrate "$cfg" model.ffn_dim=160 >"$work/calibrate2.out" 2>&1 || fail "--calibrate 2: $(cat "$work/calibrate2.out")"
+grep -q '^gtrain: kept [0-9]* matrix shapes of the earlier calibration' "$work/calibrate2.out" ||
+    fail "second calibration: $(grep kept "$work/calibrate2.out" || tail -2 "$work/calibrate2.out")"
+python3 - "$file" <<'PY' || fail "the merged file's content"
+import json, sys
+g = json.load(open(sys.argv[1]))["rates"]["gemm"]
+shapes = {(e["ic"], e["oc"]) for e in g}
+assert len(shapes) == 7 and (128, 160) in shapes and (160, 128) in shapes and (128, 352) in shapes and (352, 128) in shapes, sorted(shapes)
+assert len(g) == len({(e["n"], e["ic"], e["oc"]) for e in g}), "an entry twice"
+PY
 "$gtrain" --plan "$cfg" >"$work/after.out"
 grep -q '^predicted step: [0-9.]* ms, [0-9]* tokens/s' "$work/after.out" || fail "--plan after: $(tail -4 "$work/after.out")"
 grep -qF "calibrated: $file" "$work/after.out" || fail "the file not named: $(tail -1 "$work/after.out")"
