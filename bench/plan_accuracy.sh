@@ -56,7 +56,6 @@ dropout = 0
 [train]
 seq_len = $SEQ
 micro_batch = 1
-grad_accum = 1
 steps = $STEPS
 warmup_steps = 1
 seed = 1
@@ -79,6 +78,12 @@ launch() { # ranks, command...
     [[ "$(id -u)" == 0 ]] && root_flag=(--allow-run-as-root)
     if [[ "$n" == 1 ]]; then "$@"; else mpirun "${root_flag[@]}" --oversubscribe -np "$n" "$@"; fi
 }
+budget_between() { # config, overrides... -> MiB half-way between the policy table's none and full totals
+    "$gtrain" --plan "$@" memory.recompute=none memory.budget=0 2>/dev/null | python3 -c '
+import re, sys
+t = dict(re.findall(r"^  (none|full) +[0-9.]+ [KMG]?i?B +([0-9.]+) MiB", sys.stdin.read(), re.M))
+print("%.2f" % ((float(t["none"]) + float(t["full"])) / 2))'
+}
 if [[ -n "${ACC_CALIBRATE:-}" ]]; then
     for key in $(for row in $GRID; do IFS=: read -r sh st pol mb n prec <<<"$row"; echo "$sh:$n:$prec"; done | sort -u); do
         IFS=: read -r sh n prec <<<"$key"
@@ -97,7 +102,9 @@ for row in $GRID; do
     shard=(none optimizer gradients parameters)
     args=("train.micro_batch=$mb" "train.grad_accum=$acc" "dist.shard=${shard[$st]}" "memory.recompute=$pol"
           "train.precision=$prec" "memory.budget=0")
-    [[ "$pol" == auto ]] && args[5]="memory.budget=64MiB"
+    if [[ "$pol" == auto ]]; then # a budget half-way between recompute none's total and full's: none does not fit
+        args[5]="memory.budget=$(budget_between --world "$n" "$work/$sh.ini" "${args[@]}")MiB"
+    fi
     "$gtrain" --plan --world "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true
     launch "$n" "$gtrain" "$work/$sh.ini" "${args[@]}" "log.metrics=$work/$i.jsonl" >"$work/$i.out" 2>&1 || {
         echo "| $sh | $st | $pol | $mb x $acc | $n | $prec | - | - | gtrain failed: $work/$i.out | |"; continue; }
@@ -115,5 +122,42 @@ err = (pred - meas) / meas * 100 if ms and m else float("nan")
 print("| %s | %s | %s | %s | %s | %s | %.1f | %.1f | %+.0f%% | %s |" % (*sys.argv[3:9], pred, meas, err, rates))
 PY
 done
+# auto's choice under a budget that rules out the obvious plan (the largest micro-batch without
+# recompute), against every plan of a small grid that fits the same budget, all measured
+median_ms() { python3 -c '
+import json, statistics, sys
+ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()][1:]
+print("%.1f" % statistics.median(ms))' "$1"; }
+CH_PREC="${ACC_CHOICE_PRECISION:-fp32}"
+base=("dist.shard=optimizer" "train.precision=$CH_PREC")
+B=$(budget_between "$work/m.ini" "${base[@]}" train.micro_batch=8 train.grad_accum=1)
+echo
+echo "auto under memory.budget = $B MiB (shape m, 1 rank, ZeRO-1, $CH_PREC, global batch $GLOBAL; micro-batch 8 without recompute does not fit):"
+echo
+echo "| plan | fits | predicted ms | measured ms |"
+echo "|---|---|---|---|"
+best_ms= best=
+for mb in 1 2 4 8; do
+    for pol in none selective sqrt full; do
+        a=("${base[@]}" "train.micro_batch=$mb" "train.grad_accum=$((GLOBAL / mb))" "memory.recompute=$pol" "memory.budget=${B}MiB")
+        "$gtrain" --plan "$work/m.ini" "${a[@]}" >"$work/c.$mb.$pol.plan" 2>&1 || true
+        fits=$(awk -v p="$pol" '$1 == p && ($NF == "yes" || $NF == "no") {print $NF; exit}' "$work/c.$mb.$pol.plan")
+        pred=$(sed -n 's/^predicted step[^:]*: \([0-9.]*\) ms.*/\1/p' "$work/c.$mb.$pol.plan")
+        if [[ "$fits" != yes ]]; then echo "| micro $mb, $pol | no | ${pred:--} | - |"; continue; fi
+        "$gtrain" "$work/m.ini" "${a[@]}" "log.metrics=$work/c.$mb.$pol.jsonl" >"$work/c.$mb.$pol.out" 2>&1 ||
+            { echo "| micro $mb, $pol | yes | $pred | failed: $work/c.$mb.$pol.out |"; continue; }
+        ms=$(median_ms "$work/c.$mb.$pol.jsonl")
+        echo "| micro $mb, $pol | yes | $pred | $ms |"
+        if [[ -z "$best_ms" ]] || (($(echo "$ms < $best_ms" | bc))); then best_ms=$ms best="micro $mb, $pol"; fi
+    done
+done
+a=("${base[@]}" "train.micro_batch=auto" "train.global_batch=$GLOBAL" "memory.recompute=auto" "memory.budget=${B}MiB")
+"$gtrain" --plan "$work/m.ini" "${a[@]}" >"$work/c.auto.plan" 2>&1 || true
+"$gtrain" "$work/m.ini" "${a[@]}" "log.metrics=$work/c.auto.jsonl" >"$work/c.auto.out" 2>&1 || echo "auto run failed: $work/c.auto.out"
+auto_ms=$(median_ms "$work/c.auto.jsonl" 2>/dev/null || echo nan)
+chose=$(grep -m1 '^micro-batch' "$work/c.auto.plan"; grep -m1 '^auto:' "$work/c.auto.plan")
+echo "| auto: $(echo "$chose" | tr '\n' ' ') | yes | $(sed -n 's/^predicted step[^:]*: \([0-9.]*\) ms.*/\1/p' "$work/c.auto.plan") | $auto_ms |"
+echo
+echo "fastest measured that fits: $best ($best_ms ms); auto's plan measured $auto_ms ms: $(python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print('%+.1f%%' % ((a-b)/b*100))" "$auto_ms" "$best_ms")"
 echo
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); work dir $work"
