@@ -24,7 +24,8 @@
 # traffic is a real share of the step), MICRO=1 (sequences per micro-batch), ACCUM=2 (micro-batches
 # per rank and step), WARMUP=1, MEASURE=3 (steps measured), BUCKET_MB=25 (overlap on: gradient buckets),
 # PREFETCH=1 (overlap on, ZeRO-3), PROGRESS_US=1000 (overlap on: the MPI progress thread),
-# DATA=token file (default: made from /usr/share/common-licenses with gtrain-prep).
+# DATA=token file (default: made from /usr/share/common-licenses with gtrain-prep), ONLY=z1_on,z3_on
+# (the rows to run, by name: z1, z2s, z2m, z3 with _off or _on; default all eight).
 # Overlap off is dist.bucket_mb = 0, dist.prefetch = 0, dist.progress_us = 0 and
 # dist.overlap_param_gather = false: one reduction after the backward, one gather of the new weights
 # before the next step, every ZeRO-3 gather when needed, started requests advanced between kernels only
@@ -94,6 +95,13 @@ ROWS=("z1_off optimizer step off" "z1_on optimizer step on"
       "z2s_off gradients step off" "z2s_on gradients step on"
       "z2m_off gradients micro off" "z2m_on gradients micro on"
       "z3_off parameters step off" "z3_on parameters step on")
+
+if [[ -n ${ONLY:-} ]]; then
+  kept=()
+  for row in "${ROWS[@]}"; do [[ ,$ONLY, == *,${row%% *},* ]] && kept+=("$row"); done
+  ((${#kept[@]})) || { echo "scaling.sh: ONLY=$ONLY names no row (expected z1_off, z1_on, z2s_off, ... z3_on)" >&2; exit 2; }
+  ROWS=("${kept[@]}")
+fi
 
 args_of() { # NAME SHARD SYNC OVERLAP [ACCUM] -> the gtrain arguments (NAME empty: no metrics file)
   local name=$1 shard=$2 sync=$3 overlap=$4 accum=${5:-$ACCUM} b=0 p=0 u=0 g=false
