@@ -22,6 +22,10 @@
  *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
  *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
  *     least recompute FLOPs that fit, then the least memory, then the first), over a sweep of budgets;
+ *   - auto's recompute plan is the fastest that fits, not the least FLOPs: under rates where a
+ *     selective block costs about a recomputed one, and where it costs nothing, auto's pick is as fast
+ *     as the fastest plan of the family priced one by one, over a sweep of budgets where the
+ *     least-FLOPs plan is at times slower;
  *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
  *     the inconsistent cases are one line naming the file, line and key.
  */
@@ -480,6 +484,95 @@ static void test_bounded_search_is_exhaustive(void) {
     CHECK(differ == 0, "the bounded search differs from trying every plan at %d budgets", differ);
 }
 
+/* The recompute plan chosen by the time model, not by FLOPs. The tiny model at 8 blocks, under three
+ * sets of rates that FLOPs do not see. On one rank (no communication: a plan's step is the schedule's
+ * compute): (a) matrix products and attention cheap, the memory-bound kernels slow, so a selective
+ * block, which re-runs two norms and the SwiGLU product (model.c), costs nearly what a recomputed
+ * block does while FLOPs charge it only a QK^T; (b) the memory-bound kernels free and the matrix
+ * products slow, so a selective block costs nothing while FLOPs charge it a QK^T. (c) ZeRO-3 on two
+ * ranks with slow collectives: a recompute segment of several blocks costs the compute of the same
+ * blocks one per segment, less their down-projections, but changes when the gathers of the backward
+ * can run, which only the full simulation sees (planner.c prices its few least costly plans so). Over a sweep of
+ * budgets, every plan of the search's family that fits is priced by gt_plan_time one by one; auto
+ * (gt_plan_auto_all, recompute auto) must pick a plan as fast as the fastest of them, and under (a)
+ * the least-FLOPs plan (gt_plan_auto) is slower than that at some budgets (so the sweep tests
+ * something; under (b) both keep selective blocks before recomputed ones and agree). */
+static void test_recompute_by_time(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.n_layers = 8;
+    gt_mem_shape sh = gt_plan_shape(&cfg, 0, 4, 1, 1);
+    sh.grad_accum = 1;
+    int N = 8, n_plans = 0;
+    static gt_plan plans[1024];
+    static gt_mem_estimate ests[1024];
+    for (int n_rec = 0; n_rec <= N; n_rec++)
+        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K++)
+            for (int n_sel = 0; n_sel <= N - n_rec; n_sel++) {
+                family_plan(&plans[n_plans], N, n_rec, K, n_sel);
+                if (n_rec == N) gt_plan_keep_tail(&plans[n_plans], &sh, &ests[n_plans]);
+                else gt_plan_estimate(&sh, &plans[n_plans], &ests[n_plans]);
+                n_plans++;
+            }
+    int flops_slower[3] = {0, 0, 0};
+    for (int r = 0; r < 3; r++) {
+        gt_calib c = flat_calib();
+        if (r == 0) {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e15;
+            c.mem_bytes_per_s = 1e8;
+        } else if (r == 1) {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e9;
+            c.mem_bytes_per_s = 1e30;
+        } else {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e10;
+            c.mem_bytes_per_s = 1e9;
+            c.coll_bytes_per_s = 3e6;
+            c.coll_latency_s = 1e-4;
+            sh.world = 2, sh.stage = 3, sh.grad_micro = 1, sh.prefetch = 1;
+            for (int i = 0; i < n_plans; i++) gt_plan_estimate(&sh, &plans[i], &ests[i]);
+        }
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int i = 0; i < n_plans; i++) {
+            if (ests[i].total_bytes < lo) lo = ests[i].total_bytes;
+            if (ests[i].total_bytes > hi) hi = ests[i].total_bytes;
+        }
+        static double step[1024];
+        for (int i = 0; i < n_plans; i++) {
+            gt_time_estimate t;
+            gt_plan_time(&sh, &plans[i], &c, &t);
+            step[i] = t.step_s;
+        }
+        for (int k = 0; k <= 40; k++) {
+            uint64_t budget = lo + (hi - lo) * (uint64_t)k / 40;
+            int want = -1;
+            for (int i = 0; i < n_plans; i++)
+                if (ests[i].total_bytes <= budget && (want < 0 || step[i] < step[want])) want = i;
+            gt_plan_search s = {sh.stage, sh.grad_micro, NULL, 0, 1, budget, &c, 0};
+            gt_plan_option best;
+            CHECK(want >= 0 && gt_plan_auto_all(&sh, &s, &best, NULL, NULL) == 0, "rates %d, budget %llu fits", r,
+                  (unsigned long long)budget);
+            if (want < 0) continue;
+            char a[256], b[256];
+            gt_plan_describe(&best.plan, a, sizeof a);
+            gt_plan_describe(&plans[want], b, sizeof b);
+            CHECK(best.est.total_bytes <= budget && best.time.step_s <= step[want] * (1 + 1e-9),
+                  "rates %d, budget %llu: auto %s %.9f s; the fastest that fits, priced one by one: %s %.9f s", r,
+                  (unsigned long long)budget, a, best.time.step_s, b, step[want]);
+            gt_plan least;
+            gt_mem_estimate est;
+            gt_plan_auto(&sh, budget, &least, &est);
+            gt_time_estimate tl;
+            gt_plan_time(&sh, &least, &c, &tl);
+            if (tl.step_s > step[want] * (1 + 1e-6)) flops_slower[r]++;
+        }
+    }
+    /* (b) agrees with FLOPs on this model (both keep selective before recompute): it checks the choice
+     * is still the fastest; (a) and (c) that the choice is not the least FLOPs' */
+    CHECK(flops_slower[0] > 0 && flops_slower[2] > 0, "the least-FLOPs plan is slower than the fastest at %d, %d, %d "
+          "budgets of 41 under rates (a), (b), (c) (expected some under (a) and (c))", flops_slower[0], flops_slower[1],
+          flops_slower[2]);
+}
+
 /* dist.prefetch = auto: the depth (0, 1 or 2) of the fastest ZeRO-3 step, which with gathers that
  * can hide behind compute is not 0 */
 static void test_prefetch_auto(void) {
@@ -602,6 +695,7 @@ int main(void) {
     test_file();
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();
+    test_recompute_by_time();
     test_coarse_then_full();
     test_prefetch_auto();
     test_global_batch();

@@ -4,7 +4,7 @@
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
- * length, which keep selectively) for the least recompute work that fits memory.budget, per ZeRO
+ * length, which keep selectively) for the fastest predicted step that fits memory.budget, per ZeRO
  * stage, grad_sync, micro-batch and prefetch depth, and ranks those by the time model (gt_plan_time).
  *
  * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
@@ -138,11 +138,12 @@ typedef struct gt_plan_search {
 /* `auto`: among every (micro-batch, prefetch, stage, grad_sync, recompute plan) the search allows,
  * those that fit `budget` (memory first: the time model prices only what fits), ranked by the time
  * model's predicted step (gt_plan_time; ties to the least memory). Within one (micro-batch, prefetch,
- * stage, grad_sync) the recompute plan is the one with the least recompute FLOPs that fits (recompute
- * only adds work); with recompute auto on 16 blocks or more that search runs first in strides of N/8
- * blocks, and the GT_PLAN_TOP fastest of that pass are searched again in full (keeping the faster
- * of the two plans: FLOPs do not price the memory-bound kernels a selective block re-runs) and ranked
- * again.
+ * stage, grad_sync) the recompute plans that fit are ranked by their recompute time at the search's
+ * rates (each block kind's compute on the dry schedule: a recomputed block, a selective one, a
+ * segment's saved down-projection), and the 4 least costly are priced in full (gt_plan_time, with
+ * the communication recompute can expose) and the fastest kept; with recompute auto on 16 blocks or
+ * more that search runs first in strides of N/8 blocks, and the GT_PLAN_TOP fastest of that pass are
+ * searched again in full (keeping the faster of the two plans) and ranked again.
  * *best gets the fastest and top (may be NULL) the fastest GT_PLAN_TOP in order, *n_top how many.
  * Returns 0, or -1 when nothing fits (then *best is the smallest, *n_top 0). */
 int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_plan_option *best,
