@@ -18,6 +18,9 @@
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
  *     what fits;
  *   - dist.prefetch = auto takes the depth of the fastest ZeRO-3 step, priced one by one;
+ *   - dist.bucket_mb = auto: buckets hurt (latency-bound) and help (compute to hide) by hand; the
+ *     sizes tried; the pick is the fastest size priced one by one, 0 at a second per collective and
+ *     under grad_sync micro; the key reads and writes auto;
  *   - on 16 blocks with recompute auto (a coarse pass, then its five fastest in full), the pick is at
  *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
  *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
@@ -645,6 +648,108 @@ static void test_coarse_then_full(void) {
     CHECK(best.est.recompute_flops > 0, "the budget is one that needs recompute");
 }
 
+/* dist.bucket_mb = auto. By hand first (gt_time_simulate, ZeRO-1 on two ranks, one micro-batch): three
+ * units' 1 MB of fp32 gradients done at 0, 0.1 and 0.2 ms (0.1 ms of compute between them), buckets of
+ * 1 MB, n_pad 750000 (3 MB of gradients, 1.5 MB of bf16 weights), slice 375000. With 1 ms per
+ * collective and 1 GB/s, a bucket's reduce-scatter takes 1 + 0.5 ms: 0..1.5, 1.5..3, 3..4.5, the step
+ * waits to 4.5 ms; then the norm's scalar 1 ms, the weights' all-gather 1 + 0.75 ms, the optimizer
+ * 1.5 + 3.75 + 2.25 = 7.5 ms: 14.75 ms. One reduction: 0.2 ms of compute, 1 + 1.5 ms, then the same:
+ * 12.95 ms. Buckets hurt here (two more latencies than the 0.2 ms they hide), so the default stays 0.
+ * Without latency: buckets 0..0.5, 0.5..1, 1..1.5, then 0.75 + 7.5: 9.75 ms; one reduction 0.2 + 1.5
+ * + 0.75 + 7.5 = 9.95 ms: buckets help by the compute they hide. Then the search: the sizes tried on
+ * the tiny model (a block is 184576 parameters, 738304 bytes of fp32 gradients = 0.7041015625 MiB),
+ * the size auto picks on two ranks of ZeRO-1 is the fastest of those priced one by one, not 0 without
+ * latency and 0 at a second per collective, and 0 where buckets do not apply (grad_sync micro); and
+ * through the config: bucket_mb = auto reads and writes back as auto, and resolves to a size. */
+static void test_bucket_auto(void) {
+    gt_time_trace tr;
+    memset(&tr, 0, sizeof tr);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_time_trace_push(&tr, GT_TEV_COMPUTE, 0.1e-3, 0);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_time_trace_push(&tr, GT_TEV_COMPUTE, 0.1e-3, 0);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_calib c = flat_calib();
+    gt_time_step st = {2, 1, 0, 1, 0, 2, 750000, 375000, 100, 0, 1e6};
+    gt_time_estimate t;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 14.75e-3), "1 ms latency, buckets of 1 MB: step %.6f s, by hand 0.01475", t.step_s);
+    st.bucket_bytes = 0;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 12.95e-3), "1 ms latency, one reduction: step %.6f s, by hand 0.01295", t.step_s);
+    c.coll_latency_s = 0;
+    st.bucket_bytes = 1e6;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 9.75e-3), "no latency, buckets of 1 MB: step %.6f s, by hand 0.00975", t.step_s);
+    st.bucket_bytes = 0;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 9.95e-3), "no latency, one reduction: step %.6f s, by hand 0.00995", t.step_s);
+    gt_time_trace_free(&tr);
+
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&cfg.model, mib);
+    const double want[] = {0, 0.7041015625, 1, 1.408203125, 2.81640625, 4, 16, 64};
+    int same = n == 8;
+    for (int i = 0; same && i < n; i++) same = mib[i] == want[i];
+    CHECK(same, "the sizes tried: %d of them, %g %g %g ... (by hand 0, 0.7041015625, 1, 1.408203125, 2.81640625, "
+          "4, 16, 64)", n, mib[0], n > 1 ? mib[1] : -1, n > 2 ? mib[2] : -1);
+
+    gt_mem_shape base = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    base.stage = 1, base.grad_micro = 0, base.grad_accum = 1;
+    gt_policy none = {GT_POLICY_NONE, 0};
+    for (int lat = 0; lat < 2; lat++) {
+        gt_calib cl = flat_calib();
+        cl.coll_latency_s = lat ? 1 : 0;
+        gt_plan plan;
+        gt_mem_estimate est;
+        gt_plan_for_policy(&plan, &none, &base, &est);
+        double fastest = -1, at_zero = 0;
+        int fi = 0;
+        for (int i = 0; i < n; i++) {
+            gt_mem_shape sb = base;
+            sb.bucket_mb = mib[i];
+            gt_plan_time(&sb, &plan, &cl, &t);
+            if (i == 0) at_zero = t.step_s;
+            if (fastest < 0 || t.step_s < fastest * (1 - 1e-9)) fastest = t.step_s, fi = i;
+        }
+        gt_plan_search s = {1, -1, &none, 0, 1, 0, &cl, 0, 1};
+        gt_plan_option best;
+        CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0, "ZeRO-1 fits");
+        CHECK(best.shape.bucket_mb == mib[fi] && near(best.time.step_s, fastest),
+              "latency %d s: auto's bucket %g MiB, %.9f s; priced one by one %g MiB, %.9f s (0 MiB: %.9f s)", lat,
+              best.shape.bucket_mb, best.time.step_s, mib[fi], fastest, at_zero);
+        if (lat == 0)
+            CHECK(best.shape.bucket_mb > 0 && best.time.step_s < at_zero, "without latency buckets help: %g MiB %.9f s, "
+                  "0 MiB %.9f s", best.shape.bucket_mb, best.time.step_s, at_zero);
+        else
+            CHECK(best.shape.bucket_mb == 0, "a second per collective: one reduction, not %g MiB", best.shape.bucket_mb);
+    }
+    gt_calib c0 = flat_calib();
+    c0.coll_latency_s = 0;
+    gt_mem_shape b3 = base;
+    b3.stage = 3, b3.grad_micro = 1;
+    gt_plan_search s3 = {3, 1, &none, 0, 1, 0, &c0, 0, 1};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&b3, &s3, &best, NULL, NULL) == 0 && best.shape.bucket_mb == 0,
+          "grad_sync micro: no buckets, %g MiB", best.shape.bucket_mb);
+
+    static gt_plan_choice ch;
+    char err[1024] = "";
+    gt_config lc;
+    CHECK(gt_config_load_string(&lc, "[dist]\nshard = optimizer\nbucket_mb = auto\n", "b.ini", 0, NULL, err,
+                                sizeof err) == 0 && lc.dist.bucket_mb == GT_DOUBLE_AUTO, "bucket_mb = auto: %s", err);
+    char *ini = gt_config_to_ini(&lc);
+    CHECK(ini && strstr(ini, "\nbucket_mb = auto\n"), "written back as auto");
+    free(ini);
+    gt_mem_shape lb = gt_plan_shape(&lc, 0, 4, 1, 2);
+    CHECK(lb.bucket_mb == 0, "the shape before the search: %g MiB", lb.bucket_mb);
+    CHECK(gt_plan_resolve(&lc, &lb, &c0, &ch, err, sizeof err) == 0 && ch.bucket_auto && ch.chosen_by_auto &&
+              ch.shape.bucket_mb > 0,
+          "resolved without latency: %g MiB (%s)", ch.shape.bucket_mb, err);
+}
+
 /* gt_plan_resolve's batch: err for the config text `ini` (at file "gb.ini") on `world` ranks. */
 static int resolve_batch(const char *ini, int world, gt_plan_choice *c, char *err, size_t len) {
     gt_config cfg;
@@ -698,6 +803,7 @@ int main(void) {
     test_recompute_by_time();
     test_coarse_then_full();
     test_prefetch_auto();
+    test_bucket_auto();
     test_global_batch();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");

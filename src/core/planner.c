@@ -661,6 +661,24 @@ static void report_choice(FILE *out, const gt_config *cfg, const gt_plan_choice 
         fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
                 gt_shard_stage_name((gt_shard_stage)c->stage), desc, b1);
     }
+    if (!c->bucket_auto) return;
+    const gt_mem_shape *sh = &c->shape;
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&sh->model, mib);
+    char tried[256] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof tried; i++)
+        at += snprintf(tried + at, sizeof tried - (size_t)at, "%s%.3g", i ? ", " : "", mib[i]);
+    char v[32];
+    for (int digits = 6; digits <= 17; digits++) { /* the shortest text that reads back as the size */
+        snprintf(v, sizeof v, "%.*g", digits, sh->bucket_mb);
+        if (strtod(v, NULL) == sh->bucket_mb) break;
+    }
+    if (sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1)
+        fprintf(out, "  dist.bucket_mb auto: %s MiB (%s) at the least predicted step time (of %s MiB)\n", v,
+                sh->bucket_mb > 0 ? "gradient buckets reduced during the last backward" : "one reduction after the backward",
+                tried);
+    else
+        fprintf(out, "  dist.bucket_mb auto: 0 (buckets need grad_sync = step, a sharded stage and more than one rank)\n");
 }
 
 void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choice) {
@@ -718,6 +736,50 @@ static int option_plan(gt_plan_option *o, const gt_plan_search *s, int min_strid
     return 1;
 }
 
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+int gt_plan_bucket_sizes(const gt_model_config *m, double *mib) {
+    uint64_t Ue, Ub, Uh;
+    gt_unit_sizes(m, &Ue, &Ub, &Uh);
+    double block = (double)Ub * 4 / 1048576.0;
+    double all[] = {1, 4, 16, 64, block, 2 * block, 4 * block};
+    qsort(all, sizeof all / sizeof all[0], sizeof all[0], cmp_double);
+    int n = 0;
+    mib[n++] = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i] > 0 && all[i] <= 1024 && all[i] != mib[n - 1] && n < GT_PLAN_BUCKET_SIZES) mib[n++] = all[i];
+    return n;
+}
+
+/* dist.bucket_mb = auto: where buckets apply to the option (zero.h: grad_sync step, a sharded stage,
+ * more than one rank), its step priced at each size of gt_plan_bucket_sizes and the fastest kept (on a
+ * tie, to a part in 1e9, the first: 0, one reduction); elsewhere 0. The recompute plan stays the one
+ * chosen at the option's own size: a bucket's size changes no tracked memory. */
+static void option_bucket(gt_plan_option *o, const gt_plan_search *s) {
+    gt_mem_shape *sh = &o->shape;
+    int applies = sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1;
+    if (!applies) {
+        if (sh->bucket_mb != 0) sh->bucket_mb = 0, gt_plan_time(sh, &o->plan, s->calib, &o->time);
+        return;
+    }
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&sh->model, mib);
+    gt_mem_shape best = *sh;
+    gt_time_estimate best_t;
+    for (int i = 0; i < n; i++) {
+        gt_mem_shape t = *sh;
+        t.bucket_mb = mib[i];
+        gt_time_estimate tt;
+        gt_plan_time(&t, &o->plan, s->calib, &tt);
+        if (i == 0 || best_t.step_s - tt.step_s > 1e-9 * best_t.step_s) best = t, best_t = tt;
+    }
+    o->shape = best;
+    o->time = best_t;
+}
+
 int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_option *best, gt_plan_option *top,
                      int *n_top) {
     int N = base->model.n_layers;
@@ -750,6 +812,7 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_
                     int fits = option_plan(&o, s, coarse);
                     if (!have_small || o.est.total_bytes < small.est.total_bytes) small = o, have_small = 1;
                     if (!fits) continue; /* the time model prices only what fits */
+                    if (s->bucket_auto) option_bucket(&o, s);
                     offer(list, &n, GT_PLAN_TOP, &o);
                 }
             }
@@ -768,7 +831,9 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_
             o = list[i];
             /* the full search's plan, unless the coarse one is predicted faster (the full search
              * prices only its own PRICED least costly plans in full) */
-            if (!option_plan(&o, s, 1) || !option_before(&o, &list[i])) o = list[i];
+            if (!option_plan(&o, s, 1)) o = list[i];
+            else if (s->bucket_auto) option_bucket(&o, s);
+            if (!option_before(&o, &list[i])) o = list[i];
             offer(fine, &n_fine, GT_PLAN_TOP, &o);
         }
         memcpy(list, fine, sizeof fine);
@@ -789,7 +854,8 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 B, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, depth,
-                          cfg->data.document_mask || cfg->data.reset_positions, cfg->dist.bucket_mb,
+                          cfg->data.document_mask || cfg->data.reset_positions,
+                          cfg->dist.bucket_mb > 0 ? cfg->dist.bucket_mb : 0, /* auto: 0 until gt_plan_resolve */
                           cfg->dist.overlap_param_gather};
     return shape;
 }
@@ -856,12 +922,13 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, const gt_cal
     int cudnn = cfg->train.cuda_attention == GT_CUDA_ATTENTION_CUDNN;
     if (c->shape.micro_batch != base->micro_batch) c->shape = at_batch(base, cudnn, c->shape.micro_batch,
                                                                        c->shape.grad_accum, base->prefetch);
+    c->bucket_auto = cfg->dist.bucket_mb == GT_DOUBLE_AUTO;
     c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0) ||
-                        per_rank > 0 || cfg->dist.prefetch == GT_INT_AUTO;
+                        per_rank > 0 || cfg->dist.prefetch == GT_INT_AUTO || c->bucket_auto;
     c->fits = 1;
     if (c->chosen_by_auto) {
         gt_plan_search s = {stage, want_micro, &c->policy, per_rank, cfg->dist.prefetch == GT_INT_AUTO ? -1 : c->shape.prefetch,
-                            cfg->memory.budget, calib, cudnn};
+                            cfg->memory.budget, calib, cudnn, c->bucket_auto};
         gt_plan_option best;
         c->fits = gt_plan_auto_all(&c->shape, &s, &best, c->top, &c->n_top) == 0;
         c->shape = best.shape;
@@ -1011,6 +1078,15 @@ void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *c
     gt_time_trace_free(&base.tr);
 }
 
+/* dist.bucket_mb as the search left it, right-aligned in 11 columns: "-" where buckets do not apply */
+static void bucket_text(const gt_mem_shape *sh, char *out, size_t len) {
+    int applies = sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1;
+    char v[16];
+    if (applies) snprintf(v, sizeof v, "%.4g", sh->bucket_mb);
+    else snprintf(v, sizeof v, "-");
+    snprintf(out, len, "%11s", v);
+}
+
 void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *calib, const char *note) {
     gt_time_estimate t;
     gt_plan_time(&c->shape, &c->plan, calib, &t);
@@ -1027,8 +1103,8 @@ void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *cal
     fprintf(out, "  rates: %s\n", note);
     if (!c->chosen_by_auto || !c->n_top) return;
     fprintf(out, "\nthe %d fastest plans that fit%s (auto chose the first):\n", c->n_top, mark);
-    fprintf(out, "  %-2s %-28s %7s %6s %8s %11s %10s  %s\n", "#", "dist.shard / grad_sync", "micro", "accum",
-            "prefetch", "total", "step ms", "recompute");
+    fprintf(out, "  %-2s %-28s %7s %6s %8s %s%11s %10s  %s\n", "#", "dist.shard / grad_sync", "micro", "accum",
+            "prefetch", c->bucket_auto ? " bucket MiB" : "", "total", "step ms", "recompute");
     for (int i = 0; i < c->n_top; i++) {
         const gt_plan_option *o = &c->top[i];
         char label[48], total[32], desc[256];
@@ -1037,9 +1113,10 @@ void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *cal
                  st < 2 ? "" : o->shape.grad_micro ? " / micro" : " / step");
         gt_format_bytes(o->est.total_bytes, total, sizeof total);
         gt_plan_describe(&o->plan, desc, sizeof desc);
-        char depth[8] = "-";
+        char depth[8] = "-", bucket[24] = "";
         if (st == 3) snprintf(depth, sizeof depth, "%d", o->shape.prefetch);
-        fprintf(out, "  %-2d %-28s %7d %6d %8s %11s %10.1f  %s\n", i + 1, label, o->shape.micro_batch,
-                o->shape.grad_accum > 0 ? o->shape.grad_accum : 1, depth, total, o->time.step_s * 1e3, desc);
+        if (c->bucket_auto) bucket_text(&o->shape, bucket, sizeof bucket);
+        fprintf(out, "  %-2d %-28s %7d %6d %8s %s%11s %10.1f  %s\n", i + 1, label, o->shape.micro_batch,
+                o->shape.grad_accum > 0 ? o->shape.grad_accum : 1, depth, bucket, total, o->time.step_s * 1e3, desc);
     }
 }

@@ -133,7 +133,16 @@ typedef struct gt_plan_search {
     uint64_t budget;         /* bytes per rank; 0: everything fits */
     const gt_calib *calib;   /* the time model's rates */
     int cudnn;               /* train.cuda_attention = cudnn: its scratch scales with the micro-batch */
+    int bucket_auto;         /* dist.bucket_mb = auto: each option where buckets apply takes the size of
+                                gt_plan_bucket_sizes with the fastest step (0 on a tie) */
 } gt_plan_search;
+
+/* dist.bucket_mb = auto: the sizes (MiB) the search tries where gradient buckets apply (grad_sync
+ * step, ZeRO-1 and above, more than one rank): 0 (one reduction after the backward) first, then 1, 4,
+ * 16, 64 MiB and one, two and four blocks' fp32 gradients, ascending, each once, at most 1024. Returns
+ * how many (at most GT_PLAN_BUCKET_SIZES). */
+#define GT_PLAN_BUCKET_SIZES 8
+int gt_plan_bucket_sizes(const gt_model_config *m, double *mib);
 
 /* `auto`: among every (micro-batch, prefetch, stage, grad_sync, recompute plan) the search allows,
  * those that fit `budget` (memory first: the time model prices only what fits), ranked by the time
@@ -155,7 +164,7 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world);
 
 /* What a run trains with once dist.shard, dist.grad_sync, memory.recompute, train.micro_batch (with
- * train.global_batch, grad_accum) and dist.prefetch are settled: `auto` is resolved here, once, for
+ * train.global_batch, grad_accum), dist.prefetch and dist.bucket_mb are settled: `auto` is resolved here, once, for
  * the trainer, `gtrain --plan` and its report alike. */
 typedef struct gt_plan_choice {
     gt_mem_shape shape;        /* the shape trained: stage, grad_micro, micro_batch, grad_accum, prefetch */
@@ -169,6 +178,7 @@ typedef struct gt_plan_choice {
     gt_time_estimate time;     /* chosen_by_auto: the choice's predicted step */
     gt_plan_option top[GT_PLAN_TOP]; /* chosen_by_auto: the fastest plans that fit, fastest first */
     int n_top;
+    int bucket_auto;           /* dist.bucket_mb = auto: shape.bucket_mb is the search's choice */
 } gt_plan_choice;
 
 /* Resolves cfg's settings for `base` (gt_plan_shape), auto ranked at the rates of `calib`. With
