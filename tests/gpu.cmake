@@ -146,6 +146,12 @@ if(GTRAIN_HAVE_CUDA)
                    $<TARGET_FILE:gtrain-prep> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/trainer_emulated)
   set_tests_properties(trainer_on_emulated_cuda PROPERTIES LABELS unit TIMEOUT 300
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+  # tests/gpu/run.sh's model phase (gtrain --calibrate on the CUDA backend, a run reading the file,
+  # predicted_step_ms beside the measured step) on the emulated CUDA backend at a small shape
+  add_test(NAME gpu_run_model_phase_emulated
+           COMMAND bash ${GTRAIN_TEST_DIR}/scripts/gpu_run_model.sh ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gtrain_emulated>
+                   $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/gpu_run_model_emulated cuda ONLY_PASS)
+  set_tests_properties(gpu_run_model_phase_emulated PROPERTIES LABELS unit TIMEOUT 300)
 endif()
 
 # The GPU check script's CPU-side logic, here where there is no GPU: every phase says SKIP, the
@@ -155,6 +161,12 @@ add_test(NAME gpu_run_script_skips_cleanly_without_gpu
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/gpu_run_dry.sh ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/gpu_run_dry)
 set_tests_properties(gpu_run_script_skips_cleanly_without_gpu PROPERTIES LABELS unit TIMEOUT 120)
+# The model phase's path (calibrate, run, predicted beside measured, recorded in summary.json and
+# results.tar.gz; FAIL when the metrics lack predicted_step_ms) with gtrain on the CPU backend
+add_test(NAME gpu_run_model_phase_cpu
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/gpu_run_model.sh ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gtrain>
+                 $<TARGET_FILE:gtrain-prep> ${CMAKE_CURRENT_BINARY_DIR}/gpu_run_model_cpu cpu)
+set_tests_properties(gpu_run_model_phase_cpu PROPERTIES LABELS unit TIMEOUT 300)
 find_program(GTRAIN_SHELLCHECK shellcheck)
 if(GTRAIN_SHELLCHECK)
   add_test(NAME gpu_scripts_pass_shellcheck

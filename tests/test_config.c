@@ -316,6 +316,8 @@ static void out_of_range_values_are_rejected(void) {
         {"log", "every", "0", "(expected an integer >= 1)"},
         {"checkpoint", "memory_every", "soon", "(expected auto or an integer >= 0)"},
         {"checkpoint", "memory_every", "-1", "(expected auto or an integer >= 0)"},
+        {"dist", "bucket_mb", "soon", "(expected auto or a number in [0, 1024])"},
+        {"dist", "bucket_mb", "-1", "(expected auto or a number in [0, 1024])"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gt_config cfg;

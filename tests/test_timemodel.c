@@ -18,10 +18,17 @@
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
  *     what fits;
  *   - dist.prefetch = auto takes the depth of the fastest ZeRO-3 step, priced one by one;
+ *   - dist.bucket_mb = auto: buckets hurt (latency-bound) and help (compute to hide) by hand; the
+ *     sizes tried; the pick is the fastest size priced one by one, 0 at a second per collective and
+ *     under grad_sync micro; the key reads and writes auto;
  *   - on 16 blocks with recompute auto (a coarse pass, then its five fastest in full), the pick is at
  *     least as fast as the fastest of every (stage, micro-batch) searched in full one by one;
  *   - the recompute search, bounded by FLOPs, picks what trying every plan of its family picks (the
  *     least recompute FLOPs that fit, then the least memory, then the first), over a sweep of budgets;
+ *   - auto's recompute plan is the fastest that fits, not the least FLOPs: under rates where a
+ *     selective block costs about a recomputed one, and where it costs nothing, auto's pick is as fast
+ *     as the fastest plan of the family priced one by one, over a sweep of budgets where the
+ *     least-FLOPs plan is at times slower;
  *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
  *     the inconsistent cases are one line naming the file, line and key.
  */
@@ -480,6 +487,95 @@ static void test_bounded_search_is_exhaustive(void) {
     CHECK(differ == 0, "the bounded search differs from trying every plan at %d budgets", differ);
 }
 
+/* The recompute plan chosen by the time model, not by FLOPs. The tiny model at 8 blocks, under three
+ * sets of rates that FLOPs do not see. On one rank (no communication: a plan's step is the schedule's
+ * compute): (a) matrix products and attention cheap, the memory-bound kernels slow, so a selective
+ * block, which re-runs two norms and the SwiGLU product (model.c), costs nearly what a recomputed
+ * block does while FLOPs charge it only a QK^T; (b) the memory-bound kernels free and the matrix
+ * products slow, so a selective block costs nothing while FLOPs charge it a QK^T. (c) ZeRO-3 on two
+ * ranks with slow collectives: a recompute segment of several blocks costs the compute of the same
+ * blocks one per segment, less their down-projections, but changes when the gathers of the backward
+ * can run, which only the full simulation sees (planner.c prices its few least costly plans so). Over a sweep of
+ * budgets, every plan of the search's family that fits is priced by gt_plan_time one by one; auto
+ * (gt_plan_auto_all, recompute auto) must pick a plan as fast as the fastest of them, and under (a)
+ * the least-FLOPs plan (gt_plan_auto) is slower than that at some budgets (so the sweep tests
+ * something; under (b) both keep selective blocks before recomputed ones and agree). */
+static void test_recompute_by_time(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.n_layers = 8;
+    gt_mem_shape sh = gt_plan_shape(&cfg, 0, 4, 1, 1);
+    sh.grad_accum = 1;
+    int N = 8, n_plans = 0;
+    static gt_plan plans[1024];
+    static gt_mem_estimate ests[1024];
+    for (int n_rec = 0; n_rec <= N; n_rec++)
+        for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K++)
+            for (int n_sel = 0; n_sel <= N - n_rec; n_sel++) {
+                family_plan(&plans[n_plans], N, n_rec, K, n_sel);
+                if (n_rec == N) gt_plan_keep_tail(&plans[n_plans], &sh, &ests[n_plans]);
+                else gt_plan_estimate(&sh, &plans[n_plans], &ests[n_plans]);
+                n_plans++;
+            }
+    int flops_slower[3] = {0, 0, 0};
+    for (int r = 0; r < 3; r++) {
+        gt_calib c = flat_calib();
+        if (r == 0) {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e15;
+            c.mem_bytes_per_s = 1e8;
+        } else if (r == 1) {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e9;
+            c.mem_bytes_per_s = 1e30;
+        } else {
+            c.matmul_flops_per_s = c.attn_fwd_flops_per_s = c.attn_bwd_flops_per_s = 1e10;
+            c.mem_bytes_per_s = 1e9;
+            c.coll_bytes_per_s = 3e6;
+            c.coll_latency_s = 1e-4;
+            sh.world = 2, sh.stage = 3, sh.grad_micro = 1, sh.prefetch = 1;
+            for (int i = 0; i < n_plans; i++) gt_plan_estimate(&sh, &plans[i], &ests[i]);
+        }
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int i = 0; i < n_plans; i++) {
+            if (ests[i].total_bytes < lo) lo = ests[i].total_bytes;
+            if (ests[i].total_bytes > hi) hi = ests[i].total_bytes;
+        }
+        static double step[1024];
+        for (int i = 0; i < n_plans; i++) {
+            gt_time_estimate t;
+            gt_plan_time(&sh, &plans[i], &c, &t);
+            step[i] = t.step_s;
+        }
+        for (int k = 0; k <= 40; k++) {
+            uint64_t budget = lo + (hi - lo) * (uint64_t)k / 40;
+            int want = -1;
+            for (int i = 0; i < n_plans; i++)
+                if (ests[i].total_bytes <= budget && (want < 0 || step[i] < step[want])) want = i;
+            gt_plan_search s = {sh.stage, sh.grad_micro, NULL, 0, 1, budget, &c, 0};
+            gt_plan_option best;
+            CHECK(want >= 0 && gt_plan_auto_all(&sh, &s, &best, NULL, NULL) == 0, "rates %d, budget %llu fits", r,
+                  (unsigned long long)budget);
+            if (want < 0) continue;
+            char a[256], b[256];
+            gt_plan_describe(&best.plan, a, sizeof a);
+            gt_plan_describe(&plans[want], b, sizeof b);
+            CHECK(best.est.total_bytes <= budget && best.time.step_s <= step[want] * (1 + 1e-9),
+                  "rates %d, budget %llu: auto %s %.9f s; the fastest that fits, priced one by one: %s %.9f s", r,
+                  (unsigned long long)budget, a, best.time.step_s, b, step[want]);
+            gt_plan least;
+            gt_mem_estimate est;
+            gt_plan_auto(&sh, budget, &least, &est);
+            gt_time_estimate tl;
+            gt_plan_time(&sh, &least, &c, &tl);
+            if (tl.step_s > step[want] * (1 + 1e-6)) flops_slower[r]++;
+        }
+    }
+    /* (b) agrees with FLOPs on this model (both keep selective before recompute): it checks the choice
+     * is still the fastest; (a) and (c) that the choice is not the least FLOPs' */
+    CHECK(flops_slower[0] > 0 && flops_slower[2] > 0, "the least-FLOPs plan is slower than the fastest at %d, %d, %d "
+          "budgets of 41 under rates (a), (b), (c) (expected some under (a) and (c))", flops_slower[0], flops_slower[1],
+          flops_slower[2]);
+}
+
 /* dist.prefetch = auto: the depth (0, 1 or 2) of the fastest ZeRO-3 step, which with gathers that
  * can hide behind compute is not 0 */
 static void test_prefetch_auto(void) {
@@ -552,6 +648,108 @@ static void test_coarse_then_full(void) {
     CHECK(best.est.recompute_flops > 0, "the budget is one that needs recompute");
 }
 
+/* dist.bucket_mb = auto. By hand first (gt_time_simulate, ZeRO-1 on two ranks, one micro-batch): three
+ * units' 1 MB of fp32 gradients done at 0, 0.1 and 0.2 ms (0.1 ms of compute between them), buckets of
+ * 1 MB, n_pad 750000 (3 MB of gradients, 1.5 MB of bf16 weights), slice 375000. With 1 ms per
+ * collective and 1 GB/s, a bucket's reduce-scatter takes 1 + 0.5 ms: 0..1.5, 1.5..3, 3..4.5, the step
+ * waits to 4.5 ms; then the norm's scalar 1 ms, the weights' all-gather 1 + 0.75 ms, the optimizer
+ * 1.5 + 3.75 + 2.25 = 7.5 ms: 14.75 ms. One reduction: 0.2 ms of compute, 1 + 1.5 ms, then the same:
+ * 12.95 ms. Buckets hurt here (two more latencies than the 0.2 ms they hide), so the default stays 0.
+ * Without latency: buckets 0..0.5, 0.5..1, 1..1.5, then 0.75 + 7.5: 9.75 ms; one reduction 0.2 + 1.5
+ * + 0.75 + 7.5 = 9.95 ms: buckets help by the compute they hide. Then the search: the sizes tried on
+ * the tiny model (a block is 184576 parameters, 738304 bytes of fp32 gradients = 0.7041015625 MiB),
+ * the size auto picks on two ranks of ZeRO-1 is the fastest of those priced one by one, not 0 without
+ * latency and 0 at a second per collective, and 0 where buckets do not apply (grad_sync micro); and
+ * through the config: bucket_mb = auto reads and writes back as auto, and resolves to a size. */
+static void test_bucket_auto(void) {
+    gt_time_trace tr;
+    memset(&tr, 0, sizeof tr);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_time_trace_push(&tr, GT_TEV_COMPUTE, 0.1e-3, 0);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_time_trace_push(&tr, GT_TEV_COMPUTE, 0.1e-3, 0);
+    gt_time_trace_push(&tr, GT_TEV_GRAD_DONE, 0, 1e6);
+    gt_calib c = flat_calib();
+    gt_time_step st = {2, 1, 0, 1, 0, 2, 750000, 375000, 100, 0, 1e6};
+    gt_time_estimate t;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 14.75e-3), "1 ms latency, buckets of 1 MB: step %.6f s, by hand 0.01475", t.step_s);
+    st.bucket_bytes = 0;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 12.95e-3), "1 ms latency, one reduction: step %.6f s, by hand 0.01295", t.step_s);
+    c.coll_latency_s = 0;
+    st.bucket_bytes = 1e6;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 9.75e-3), "no latency, buckets of 1 MB: step %.6f s, by hand 0.00975", t.step_s);
+    st.bucket_bytes = 0;
+    gt_time_simulate(&tr, &st, &c, &t);
+    CHECK(near(t.step_s, 9.95e-3), "no latency, one reduction: step %.6f s, by hand 0.00995", t.step_s);
+    gt_time_trace_free(&tr);
+
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&cfg.model, mib);
+    const double want[] = {0, 0.7041015625, 1, 1.408203125, 2.81640625, 4, 16, 64};
+    int same = n == 8;
+    for (int i = 0; same && i < n; i++) same = mib[i] == want[i];
+    CHECK(same, "the sizes tried: %d of them, %g %g %g ... (by hand 0, 0.7041015625, 1, 1.408203125, 2.81640625, "
+          "4, 16, 64)", n, mib[0], n > 1 ? mib[1] : -1, n > 2 ? mib[2] : -1);
+
+    gt_mem_shape base = gt_plan_shape(&cfg, 0, 4, 1, 2);
+    base.stage = 1, base.grad_micro = 0, base.grad_accum = 1;
+    gt_policy none = {GT_POLICY_NONE, 0};
+    for (int lat = 0; lat < 2; lat++) {
+        gt_calib cl = flat_calib();
+        cl.coll_latency_s = lat ? 1 : 0;
+        gt_plan plan;
+        gt_mem_estimate est;
+        gt_plan_for_policy(&plan, &none, &base, &est);
+        double fastest = -1, at_zero = 0;
+        int fi = 0;
+        for (int i = 0; i < n; i++) {
+            gt_mem_shape sb = base;
+            sb.bucket_mb = mib[i];
+            gt_plan_time(&sb, &plan, &cl, &t);
+            if (i == 0) at_zero = t.step_s;
+            if (fastest < 0 || t.step_s < fastest * (1 - 1e-9)) fastest = t.step_s, fi = i;
+        }
+        gt_plan_search s = {1, -1, &none, 0, 1, 0, &cl, 0, 1};
+        gt_plan_option best;
+        CHECK(gt_plan_auto_all(&base, &s, &best, NULL, NULL) == 0, "ZeRO-1 fits");
+        CHECK(best.shape.bucket_mb == mib[fi] && near(best.time.step_s, fastest),
+              "latency %d s: auto's bucket %g MiB, %.9f s; priced one by one %g MiB, %.9f s (0 MiB: %.9f s)", lat,
+              best.shape.bucket_mb, best.time.step_s, mib[fi], fastest, at_zero);
+        if (lat == 0)
+            CHECK(best.shape.bucket_mb > 0 && best.time.step_s < at_zero, "without latency buckets help: %g MiB %.9f s, "
+                  "0 MiB %.9f s", best.shape.bucket_mb, best.time.step_s, at_zero);
+        else
+            CHECK(best.shape.bucket_mb == 0, "a second per collective: one reduction, not %g MiB", best.shape.bucket_mb);
+    }
+    gt_calib c0 = flat_calib();
+    c0.coll_latency_s = 0;
+    gt_mem_shape b3 = base;
+    b3.stage = 3, b3.grad_micro = 1;
+    gt_plan_search s3 = {3, 1, &none, 0, 1, 0, &c0, 0, 1};
+    gt_plan_option best;
+    CHECK(gt_plan_auto_all(&b3, &s3, &best, NULL, NULL) == 0 && best.shape.bucket_mb == 0,
+          "grad_sync micro: no buckets, %g MiB", best.shape.bucket_mb);
+
+    static gt_plan_choice ch;
+    char err[1024] = "";
+    gt_config lc;
+    CHECK(gt_config_load_string(&lc, "[dist]\nshard = optimizer\nbucket_mb = auto\n", "b.ini", 0, NULL, err,
+                                sizeof err) == 0 && lc.dist.bucket_mb == GT_DOUBLE_AUTO, "bucket_mb = auto: %s", err);
+    char *ini = gt_config_to_ini(&lc);
+    CHECK(ini && strstr(ini, "\nbucket_mb = auto\n"), "written back as auto");
+    free(ini);
+    gt_mem_shape lb = gt_plan_shape(&lc, 0, 4, 1, 2);
+    CHECK(lb.bucket_mb == 0, "the shape before the search: %g MiB", lb.bucket_mb);
+    CHECK(gt_plan_resolve(&lc, &lb, &c0, &ch, err, sizeof err) == 0 && ch.bucket_auto && ch.chosen_by_auto &&
+              ch.shape.bucket_mb > 0,
+          "resolved without latency: %g MiB (%s)", ch.shape.bucket_mb, err);
+}
+
 /* gt_plan_resolve's batch: err for the config text `ini` (at file "gb.ini") on `world` ranks. */
 static int resolve_batch(const char *ini, int world, gt_plan_choice *c, char *err, size_t len) {
     gt_config cfg;
@@ -602,8 +800,10 @@ int main(void) {
     test_file();
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();
+    test_recompute_by_time();
     test_coarse_then_full();
     test_prefetch_auto();
+    test_bucket_auto();
     test_global_batch();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");

@@ -5,7 +5,8 @@
 #                                       FLOPs at the rate; the spans of --plan --trace (times by hand,
 #                                       one per op call of the dry micro-batch, none overlapping on a
 #                                       stream); the calibration file round-trips and another key is
-#                                       refused
+#                                       refused; auto's recompute plan is the fastest that fits, not
+#                                       the least FLOPs; dist.bucket_mb = auto by hand and searched
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
 #                                       writes the keyed file, --plan then reads it; a broken file is
 #                                       named and not used (tests/scripts/calibrate_plan.sh)
@@ -29,3 +30,12 @@ add_test(NAME plan_global_batch_needs_world
                  -DRC=2 "-DEXPECT=^gtrain: command line: train.global_batch=8: global_batch 8 is not a multiple of the 3 ranks [^\n]*\n$"
                  -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
 set_tests_properties(plan_global_batch_needs_world PROPERTIES LABELS unit)
+# dist.bucket_mb = auto in a run (planner.c option_bucket, train.c resolve_plan):
+#   bucket_auto_run                     two ranks of ZeRO-1 calibrate, then train 2 steps with the
+#                                       collective latency set to 0 (a size > 0 chosen, printed, and the
+#                                       step reduces in buckets) and to a second (0 chosen, no bucket)
+#                                       (tests/scripts/bucket_auto_run.sh)
+add_test(NAME bucket_auto_run
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/bucket_auto_run.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/bucket_auto_run)
+set_tests_properties(bucket_auto_run PROPERTIES LABELS mpi TIMEOUT 300)

@@ -68,7 +68,7 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     if (gpu) {
         /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
          * HBM3e 4.8 TB/s (H200; H100 3.35 TB/s); NVLink 4 900 GB/s total (450 GB/s per direction).
-         * Collective latency: a few microseconds, the order NCCL's own tests report within a node. */
+         * Collective latency: 10 us, an assumption (neither a datasheet figure nor a measurement). */
         double peak = bf16 ? 989e12 : 67e12;
         c->matmul_flops_per_s = peak;
         c->attn_fwd_flops_per_s = peak;

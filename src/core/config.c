@@ -50,6 +50,7 @@
 
 _Static_assert(sizeof(gt_shard_stage) == sizeof(int), "enum fields are stored as int (KEY_ENUM)");
 _Static_assert(GT_KEY_INT_AUTO == GT_INT_AUTO, "an integer key's auto is one value");
+_Static_assert(GT_KEY_DOUBLE_AUTO == GT_DOUBLE_AUTO, "a number key's auto is one value");
 
 #define OFF(field) offsetof(gt_config, field)
 #define STR(field) OFF(field), sizeof(((gt_config *)0)->field)
@@ -137,7 +138,7 @@ static const key_spec keys[] = {
     ENUM(RUN, "dist", "comm", dist.comm, comm_names),
     ENUM(RUN, "dist", "grad_sync", dist.grad_sync, grad_sync_names),
     INT_AUTO(RUN, "dist", "prefetch", dist.prefetch, 0, 8),
-    NUM(RUN, "dist", "bucket_mb", KEY_DOUBLE, dist.bucket_mb, 0, 1024, 0),
+    NUM(RUN, "dist", "bucket_mb", KEY_DOUBLE_AUTO, dist.bucket_mb, 0, 1024, 0), /* or auto */
     INT(RUN, "dist", "progress_us", dist.progress_us, 0, 1000000),
     PLAIN(RUN, "dist", "overlap_param_gather", KEY_BOOL, dist.overlap_param_gather),
     NUM(RUN, "dist", "timeout", KEY_DOUBLE, dist.timeout, 0, INFINITY, 0),

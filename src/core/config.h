@@ -18,6 +18,7 @@
 
 #define GT_INT_AUTO (-1) /* an integer key set to auto (train.micro_batch, dist.prefetch: the planner chooses;
                           * checkpoint.every, checkpoint.memory_every: autosave.h) */
+#define GT_DOUBLE_AUTO (-1.0) /* a number key set to auto (dist.bucket_mb: the planner chooses) */
 #define GT_CONFIG_MAX_KEYS 128 /* room for config.c's key table (checked there) */
 
 /* The choice-valued settings, as the loader leaves them. Each has one name table in config.c, used
@@ -110,7 +111,8 @@ typedef struct gt_config {
         int progress_us;       /* MPI: the progress thread's interval in microseconds (0 = none) */
         int overlap_param_gather; /* ZeRO-1/2: the new weights' all-gather waited for per unit in the next forward */
         double bucket_mb;      /* grad_sync = step: MiB of gradients per bucket reduced during the last
-                                * backward (0 = one reduction after it) */
+                                * backward (0 = one reduction after it); GT_DOUBLE_AUTO: the planner
+                                * chooses */
         double timeout;        /* seconds before the watchdog ends a hang (floor; 0 = off) */
         double liveness_timeout; /* seconds: a rank stopped, dead or wedged is named (0 = off) */
     } dist;

@@ -70,6 +70,14 @@ static void expect_int_auto(const key_spec *ks, char *out, size_t len) {
     snprintf(out, len, "auto or %s", n);
 }
 
+static void expect_number(const key_spec *ks, char *out, size_t len);
+
+static void expect_double_auto(const key_spec *ks, char *out, size_t len) {
+    char n[96];
+    expect_number(ks, n, sizeof n);
+    snprintf(out, len, "auto or %s", n);
+}
+
 static void expect_number(const key_spec *ks, char *out, size_t len) {
     if (isinf(ks->max))
         snprintf(out, len, "a number %s %g", (ks->flags & MIN_OPEN) ? ">" : ">=", ks->min);
@@ -161,6 +169,20 @@ static int set_number(const key_spec *ks, void *field, const char *value, const 
     if (ks->type == KEY_FLOAT) *(float *)field = (float)v;
     else *(double *)field = v;
     return 0;
+}
+
+static int set_double_auto(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
+                           size_t why_len) {
+    if (strcmp(value, "auto") == 0) {
+        *(double *)field = GT_KEY_DOUBLE_AUTO;
+        return 0;
+    }
+    double v;
+    if (parse_double(value, &v) != 0) {
+        snprintf(why, why_len, "'%s' is neither auto nor a number (expected %s)", value, expected);
+        return -1;
+    }
+    return set_number(ks, field, value, expected, why, why_len);
 }
 
 static int set_u64(const key_spec *ks, void *field, const char *value, const char *expected, char *why,
@@ -268,6 +290,11 @@ static void write_double(const key_spec *ks, const void *f, char *out, size_t le
     shortest_number(*(const double *)f, 0, out, len);
 }
 
+static void write_double_auto(const key_spec *ks, const void *f, char *out, size_t len) {
+    if (*(const double *)f == GT_KEY_DOUBLE_AUTO) snprintf(out, len, "auto");
+    else write_double(ks, f, out, len);
+}
+
 static void write_u64(const key_spec *ks, const void *f, char *out, size_t len) {
     (void)ks;
     snprintf(out, len, "%llu", (unsigned long long)*(const uint64_t *)f);
@@ -304,6 +331,7 @@ static const key_kind kinds[] = {
     [KEY_INT_AUTO] = {set_int_auto, write_int_auto, expect_int_auto, sizeof(int)},
     [KEY_FLOAT] = {set_number, write_float, expect_number, sizeof(float)},
     [KEY_DOUBLE] = {set_number, write_double, expect_number, sizeof(double)},
+    [KEY_DOUBLE_AUTO] = {set_double_auto, write_double_auto, expect_double_auto, sizeof(double)},
     [KEY_U64] = {set_u64, write_u64, expect_u64, sizeof(uint64_t)},
     [KEY_BYTES] = {set_bytes, write_bytes, expect_bytes, sizeof(uint64_t)},
     [KEY_ENUM] = {set_enum, write_enum, expect_enum, sizeof(int)},

@@ -14,6 +14,7 @@ typedef enum key_type {
     KEY_INT_AUTO,/* int in [min, max], or auto (stored as GT_KEY_INT_AUTO) */
     KEY_FLOAT,   /* float, range below */
     KEY_DOUBLE,  /* double, range below */
+    KEY_DOUBLE_AUTO, /* double in the range below, or auto (stored as GT_KEY_DOUBLE_AUTO) */
     KEY_U64,     /* uint64_t, any value (seed) */
     KEY_BYTES,   /* uint64_t byte size through gt_parse_bytes */
     KEY_ENUM,    /* an enum field (stored as int), one of `names` (config.c's name tables) */
@@ -24,6 +25,7 @@ typedef enum key_type {
     } key_type;
 
 #define GT_KEY_INT_AUTO (-1) /* KEY_INT_AUTO's auto: config.h's GT_INT_AUTO (config.c checks they agree) */
+#define GT_KEY_DOUBLE_AUTO (-1.0) /* KEY_DOUBLE_AUTO's auto: config.h's GT_DOUBLE_AUTO (the ranges exclude it) */
 
 /* Range flags for numbers. */
 #define MIN_OPEN 1 /* min is excluded: x > min */

@@ -321,27 +321,84 @@ static int next_count(int v, int stride, int last) {
     return v + stride < last ? v + stride : last;
 }
 
-/* A plan of the search (shaped_plan's counts), its recompute FLOPs and its place in the enumeration. */
+/* A plan of the search (shaped_plan's counts), its recompute cost (recompute_weights) and its place in
+ * the enumeration. */
 typedef struct plan_cand {
-    double flops;
+    double key;
     int n_rec, K, n_sel, order;
 } plan_cand;
 
 static int cand_cmp(const void *pa, const void *pb) {
     const plan_cand *a = pa, *b = pb;
-    if (a->flops != b->flops) return a->flops < b->flops ? -1 : 1;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
     return (a->order > b->order) - (a->order < b->order);
 }
 
-/* gt_plan_auto with every count moving in steps of at least min_stride (1: gt_plan_auto's own search).
- * Bounded: a plan's recompute FLOPs need no dry run (plan_recompute_flops), so the plans are tried in
- * order of FLOPs and the search stops at the first FLOPs above those of a plan that fits; only the
- * plans that recompute every block (whose tail gt_plan_keep_tail may keep, lowering their FLOPs) are
- * all tried. The choice is the exhaustive search's: the least FLOPs that fit, then the least memory,
- * then the first in the enumeration; with nothing fitting, every plan is tried and the smallest given. */
-static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, gt_plan *best, gt_mem_estimate *best_est) {
+static double record_compute_s(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib);
+
+/* What one block's recompute costs, in plan_recompute_flops' three parts (a recomputed block, a
+ * selective one, less a segment's last block's down-projection). Without rates: the FLOPs
+ * (forward_flops). With rates: the seconds the time model gives them on the executor's dry schedule
+ * of this shape, each over the same schedule at recompute none: every block recomputed one per
+ * segment (N x (block - down)) and in one segment (N x block - down), and every block selective (the
+ * norms and SwiGLU it re-runs, at the memory-bound rate: FLOPs would charge it a QK^T instead). */
+static void recompute_weights(const gt_mem_shape *sh, const gt_calib *calib, double *block, double *sel,
+                              double *down) {
+    double head;
+    forward_flops(sh, block, &head, sel, down);
+    if (!calib) return;
     int N = sh->model.n_layers;
-    int found = 0, best_order = 0, small_order = 0;
+    gt_plan p;
+    gt_policy pn = {GT_POLICY_NONE, 0};
+    gt_plan_from_policy(&p, &pn, N);
+    double c0 = record_compute_s(sh, &p, calib);
+    shaped_plan(&p, N, N, 1, 0);
+    double one_each = record_compute_s(sh, &p, calib) - c0;
+    shaped_plan(&p, N, N, N, 0);
+    double one_seg = record_compute_s(sh, &p, calib) - c0;
+    shaped_plan(&p, N, 0, 1, N);
+    double all_sel = record_compute_s(sh, &p, calib) - c0;
+    *down = N > 1 ? (one_seg - one_each) / (N - 1) : 0;
+    *block = (one_seg + *down) / N;
+    *sel = all_sel / N;
+}
+
+/* The fitting plans the search keeps with rates: the PRICED least costly, each then priced in full. */
+#define PRICED 4
+typedef struct kept_plan {
+    gt_plan plan;
+    gt_mem_estimate est;
+    double key;
+    int order;
+} kept_plan;
+
+/* a before b: the lesser cost, then the lesser memory, then the enumeration's first */
+static int kept_before(double key, const gt_mem_estimate *est, int order, const kept_plan *b) {
+    if (key != b->key) return key < b->key;
+    if (est->total_bytes != b->est.total_bytes) return est->total_bytes < b->est.total_bytes;
+    return order < b->order;
+}
+
+/* gt_plan_auto with every count moving in steps of at least min_stride (1: gt_plan_auto's own search),
+ * and with `calib` (may be NULL) the cost a plan's recompute is ranked by.
+ *
+ * Without calib the cost is the recompute FLOPs. With calib it is the time model's: each part of
+ * recompute_weights in seconds, so a plan's cost is its recompute time on the compute stream; the
+ * PRICED least costly plans that fit are then priced in full (gt_plan_time: the step with its
+ * communication, which recompute can expose or hide) and the fastest is chosen (*best_time, may be
+ * NULL, gets its prediction).
+ *
+ * Bounded: a plan's cost needs no dry run once the weights are known, so the plans are tried in
+ * order of cost and the search stops at the first cost above that of the last plan kept; only the
+ * plans that recompute every block (whose tail gt_plan_keep_tail may keep, lowering their cost) are
+ * all tried. Without calib the choice is the exhaustive search's: the least FLOPs that fit, then the
+ * least memory, then the first in the enumeration; with nothing fitting, every plan is tried and the
+ * smallest given. */
+static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, const gt_calib *calib, gt_plan *best,
+                     gt_mem_estimate *best_est, gt_time_estimate *best_time) {
+    int N = sh->model.n_layers;
+    int small_order = 0, n_kept = 0, cap_kept = calib ? PRICED : 1;
+    kept_plan kept[PRICED];
     gt_plan plan;
     gt_mem_estimate est;
     gt_mem_estimate smallest_est;
@@ -354,8 +411,8 @@ static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, gt
     size_t n_c = 0, cap = 1024;
     plan_cand *c = malloc(cap * sizeof *c);
     if (!c) abort();
-    double block, head, scores, down;
-    forward_flops(sh, &block, &head, &scores, &down);
+    double w_block, w_sel, w_down;
+    recompute_weights(sh, calib, &w_block, &w_sel, &w_down);
     int order = 0;
     for (int n_rec = 0; n_rec <= N; n_rec = next_count(n_rec, stride, N)) {
         for (int K = 1; K <= (n_rec > 0 ? n_rec : 1); K += stride) {
@@ -366,17 +423,17 @@ static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, gt
                     if (!c) abort();
                 }
                 shaped_plan(&plan, N, n_rec, K, n_sel);
-                c[n_c++] = (plan_cand){plan_recompute_flops(&plan, block, scores, down), n_rec, K, n_sel, order++};
+                c[n_c++] = (plan_cand){plan_recompute_flops(&plan, w_block, w_sel, w_down), n_rec, K, n_sel, order++};
             }
         }
     }
     qsort(c, n_c, sizeof *c, cand_cmp);
-    /* the plans that recompute every block first, all of them; then the rest in order of FLOPs */
+    /* the plans that recompute every block first, all of them; then the rest in order of cost */
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < n_c; i++) {
             int tail = c[i].n_rec == N;
             if (tail != (pass == 0)) continue;
-            if (!tail && found && c[i].flops > best_est->recompute_flops) break;
+            if (!tail && n_kept == cap_kept && c[i].key > kept[n_kept - 1].key) break;
             shaped_plan(&plan, N, c[i].n_rec, c[i].K, c[i].n_sel);
             if (tail) gt_plan_keep_tail(&plan, sh, &est); /* only then is the tail recomputed */
             else gt_plan_estimate(sh, &plan, &est);
@@ -388,29 +445,38 @@ static int plan_auto(const gt_mem_shape *sh, uint64_t budget, int min_stride, gt
                 have_smallest = 1;
             }
             if (est.total_bytes > budget) continue;
-            /* least recompute first; among equals, the least memory; then the enumeration's first */
-            if (!found || est.recompute_flops < best_est->recompute_flops ||
-                (est.recompute_flops == best_est->recompute_flops &&
-                 (est.total_bytes < best_est->total_bytes ||
-                  (est.total_bytes == best_est->total_bytes && c[i].order < best_order)))) {
-                *best = plan;
-                *best_est = est;
-                best_order = c[i].order;
-                found = 1;
-            }
+            /* the tail kept lowers a plan's cost: the plan's own, not its candidate's */
+            double key = tail ? plan_recompute_flops(&plan, w_block, w_sel, w_down) : c[i].key;
+            int at = n_kept;
+            while (at > 0 && kept_before(key, &est, c[i].order, &kept[at - 1])) at--;
+            if (at >= cap_kept) continue;
+            for (int k = n_kept < cap_kept ? n_kept : cap_kept - 1; k > at; k--) kept[k] = kept[k - 1];
+            kept[at] = (kept_plan){plan, est, key, c[i].order};
+            if (n_kept < cap_kept) n_kept++;
         }
     }
     free(c);
-    if (!found) {
+    if (!n_kept) {
         *best = smallest;
         *best_est = smallest_est;
         return -1;
     }
+    int pick = 0;
+    if (calib) { /* the fastest predicted step of those kept; on a tie (to a part in 1e9) the first */
+        gt_time_estimate t, fastest;
+        for (int k = 0; k < n_kept; k++) {
+            gt_plan_time(sh, &kept[k].plan, calib, &t);
+            if (k == 0 || fastest.step_s - t.step_s > 1e-9 * fastest.step_s) fastest = t, pick = k;
+        }
+        if (best_time) *best_time = fastest;
+    }
+    *best = kept[pick].plan;
+    *best_est = kept[pick].est;
     return 0;
 }
 
 int gt_plan_auto(const gt_mem_shape *sh, uint64_t budget, gt_plan *best, gt_mem_estimate *best_est) {
-    return plan_auto(sh, budget, 1, best, best_est);
+    return plan_auto(sh, budget, 1, NULL, best, best_est, NULL);
 }
 
 /* shape at ZeRO stage st (0..3) with grad_sync micro (mi = 1) or step */
@@ -595,6 +661,24 @@ static void report_choice(FILE *out, const gt_config *cfg, const gt_plan_choice 
         fprintf(out, "\nauto: nothing fits the budget %s; the smallest (dist.shard %s, %s) needs %s\n", b5,
                 gt_shard_stage_name((gt_shard_stage)c->stage), desc, b1);
     }
+    if (!c->bucket_auto) return;
+    const gt_mem_shape *sh = &c->shape;
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&sh->model, mib);
+    char tried[256] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof tried; i++)
+        at += snprintf(tried + at, sizeof tried - (size_t)at, "%s%.3g", i ? ", " : "", mib[i]);
+    char v[32];
+    for (int digits = 6; digits <= 17; digits++) { /* the shortest text that reads back as the size */
+        snprintf(v, sizeof v, "%.*g", digits, sh->bucket_mb);
+        if (strtod(v, NULL) == sh->bucket_mb) break;
+    }
+    if (sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1)
+        fprintf(out, "  dist.bucket_mb auto: %s MiB (%s) at the least predicted step time (of %s MiB)\n", v,
+                sh->bucket_mb > 0 ? "gradient buckets reduced during the last backward" : "one reduction after the backward",
+                tried);
+    else
+        fprintf(out, "  dist.bucket_mb auto: 0 (buckets need grad_sync = step, a sharded stage and more than one rank)\n");
 }
 
 void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choice) {
@@ -640,13 +724,60 @@ static void offer(gt_plan_option *list, int *n, int cap, const gt_plan_option *o
 }
 
 /* The recompute plan of one (micro-batch, prefetch, stage, grad_sync): the fixed policy's, or with
- * auto the least recompute that fits (searched in strides of min_stride blocks). 1 when it fits. */
+ * auto the fastest of the least costly that fit (plan_auto, at the search's rates; counts in strides
+ * of min_stride blocks). 1 when it fits, and then o->time is its predicted step. */
 static int option_plan(gt_plan_option *o, const gt_plan_search *s, int min_stride) {
     uint64_t budget = s->budget ? s->budget : UINT64_MAX;
     if (!s->policy || s->policy->kind == GT_POLICY_AUTO)
-        return plan_auto(&o->shape, budget, min_stride, &o->plan, &o->est) == 0;
+        return plan_auto(&o->shape, budget, min_stride, s->calib, &o->plan, &o->est, &o->time) == 0;
     gt_plan_for_policy(&o->plan, s->policy, &o->shape, &o->est);
-    return o->est.total_bytes <= budget;
+    if (o->est.total_bytes > budget) return 0;
+    gt_plan_time(&o->shape, &o->plan, s->calib, &o->time);
+    return 1;
+}
+
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+int gt_plan_bucket_sizes(const gt_model_config *m, double *mib) {
+    uint64_t Ue, Ub, Uh;
+    gt_unit_sizes(m, &Ue, &Ub, &Uh);
+    double block = (double)Ub * 4 / 1048576.0;
+    double all[] = {1, 4, 16, 64, block, 2 * block, 4 * block};
+    qsort(all, sizeof all / sizeof all[0], sizeof all[0], cmp_double);
+    int n = 0;
+    mib[n++] = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i] > 0 && all[i] <= 1024 && all[i] != mib[n - 1] && n < GT_PLAN_BUCKET_SIZES) mib[n++] = all[i];
+    return n;
+}
+
+/* dist.bucket_mb = auto: where buckets apply to the option (zero.h: grad_sync step, a sharded stage,
+ * more than one rank), its step priced at each size of gt_plan_bucket_sizes and the fastest kept (on a
+ * tie, to a part in 1e9, the first: 0, one reduction); elsewhere 0. The recompute plan stays the one
+ * chosen at the option's own size: a bucket's size changes no tracked memory. */
+static void option_bucket(gt_plan_option *o, const gt_plan_search *s) {
+    gt_mem_shape *sh = &o->shape;
+    int applies = sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1;
+    if (!applies) {
+        if (sh->bucket_mb != 0) sh->bucket_mb = 0, gt_plan_time(sh, &o->plan, s->calib, &o->time);
+        return;
+    }
+    double mib[GT_PLAN_BUCKET_SIZES];
+    int n = gt_plan_bucket_sizes(&sh->model, mib);
+    gt_mem_shape best = *sh;
+    gt_time_estimate best_t;
+    for (int i = 0; i < n; i++) {
+        gt_mem_shape t = *sh;
+        t.bucket_mb = mib[i];
+        gt_time_estimate tt;
+        gt_plan_time(&t, &o->plan, s->calib, &tt);
+        if (i == 0 || best_t.step_s - tt.step_s > 1e-9 * best_t.step_s) best = t, best_t = tt;
+    }
+    o->shape = best;
+    o->time = best_t;
 }
 
 int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_option *best, gt_plan_option *top,
@@ -681,7 +812,7 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_
                     int fits = option_plan(&o, s, coarse);
                     if (!have_small || o.est.total_bytes < small.est.total_bytes) small = o, have_small = 1;
                     if (!fits) continue; /* the time model prices only what fits */
-                    gt_plan_time(&o.shape, &o.plan, s->calib, &o.time);
+                    if (s->bucket_auto) option_bucket(&o, s);
                     offer(list, &n, GT_PLAN_TOP, &o);
                 }
             }
@@ -698,9 +829,10 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *s, gt_plan_
         int n_fine = 0;
         for (int i = 0; i < n; i++) {
             o = list[i];
-            /* the full search's plan (fewer recompute FLOPs, but FLOPs do not price the memory-bound
-             * kernels a selective block re-runs), unless the coarse one is predicted faster */
-            if (option_plan(&o, s, 1)) gt_plan_time(&o.shape, &o.plan, s->calib, &o.time);
+            /* the full search's plan, unless the coarse one is predicted faster (the full search
+             * prices only its own PRICED least costly plans in full) */
+            if (!option_plan(&o, s, 1)) o = list[i];
+            else if (s->bucket_auto) option_bucket(&o, s);
             if (!option_before(&o, &list[i])) o = list[i];
             offer(fine, &n_fine, GT_PLAN_TOP, &o);
         }
@@ -722,7 +854,8 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
                           gt_plan_library_bytes(cuda, world, cfg->dist.comm, cfg->train.cuda_attention, &cfg->model,
                                                 B, cfg->train.seq_len),
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, depth,
-                          cfg->data.document_mask || cfg->data.reset_positions, cfg->dist.bucket_mb,
+                          cfg->data.document_mask || cfg->data.reset_positions,
+                          cfg->dist.bucket_mb > 0 ? cfg->dist.bucket_mb : 0, /* auto: 0 until gt_plan_resolve */
                           cfg->dist.overlap_param_gather};
     return shape;
 }
@@ -789,12 +922,13 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, const gt_cal
     int cudnn = cfg->train.cuda_attention == GT_CUDA_ATTENTION_CUDNN;
     if (c->shape.micro_batch != base->micro_batch) c->shape = at_batch(base, cudnn, c->shape.micro_batch,
                                                                        c->shape.grad_accum, base->prefetch);
+    c->bucket_auto = cfg->dist.bucket_mb == GT_DOUBLE_AUTO;
     c->chosen_by_auto = stage < 0 || c->policy.kind == GT_POLICY_AUTO || (stage >= 2 && want_micro < 0) ||
-                        per_rank > 0 || cfg->dist.prefetch == GT_INT_AUTO;
+                        per_rank > 0 || cfg->dist.prefetch == GT_INT_AUTO || c->bucket_auto;
     c->fits = 1;
     if (c->chosen_by_auto) {
         gt_plan_search s = {stage, want_micro, &c->policy, per_rank, cfg->dist.prefetch == GT_INT_AUTO ? -1 : c->shape.prefetch,
-                            cfg->memory.budget, calib, cudnn};
+                            cfg->memory.budget, calib, cudnn, c->bucket_auto};
         gt_plan_option best;
         c->fits = gt_plan_auto_all(&c->shape, &s, &best, c->top, &c->n_top) == 0;
         c->shape = best.shape;
@@ -910,6 +1044,15 @@ static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_ca
     free(r->unit_elems);
 }
 
+/* The compute seconds of one micro-batch of `plan` on the dry schedule. */
+static double record_compute_s(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib) {
+    time_rec r;
+    time_record(sh, plan, calib, &r);
+    double sec = r.tr.compute_s;
+    gt_time_trace_free(&r.tr);
+    return sec;
+}
+
 void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib, gt_time_estimate *t) {
     time_rec run, base;
     time_record(sh, plan, calib, &run);
@@ -935,6 +1078,15 @@ void gt_plan_time(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *c
     gt_time_trace_free(&base.tr);
 }
 
+/* dist.bucket_mb as the search left it, right-aligned in 11 columns: "-" where buckets do not apply */
+static void bucket_text(const gt_mem_shape *sh, char *out, size_t len) {
+    int applies = sh->stage >= 1 && !(sh->stage >= 2 && sh->grad_micro) && sh->world > 1;
+    char v[16];
+    if (applies) snprintf(v, sizeof v, "%.4g", sh->bucket_mb);
+    else snprintf(v, sizeof v, "-");
+    snprintf(out, len, "%11s", v);
+}
+
 void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *calib, const char *note) {
     gt_time_estimate t;
     gt_plan_time(&c->shape, &c->plan, calib, &t);
@@ -951,8 +1103,8 @@ void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *cal
     fprintf(out, "  rates: %s\n", note);
     if (!c->chosen_by_auto || !c->n_top) return;
     fprintf(out, "\nthe %d fastest plans that fit%s (auto chose the first):\n", c->n_top, mark);
-    fprintf(out, "  %-2s %-28s %7s %6s %8s %11s %10s  %s\n", "#", "dist.shard / grad_sync", "micro", "accum",
-            "prefetch", "total", "step ms", "recompute");
+    fprintf(out, "  %-2s %-28s %7s %6s %8s %s%11s %10s  %s\n", "#", "dist.shard / grad_sync", "micro", "accum",
+            "prefetch", c->bucket_auto ? " bucket MiB" : "", "total", "step ms", "recompute");
     for (int i = 0; i < c->n_top; i++) {
         const gt_plan_option *o = &c->top[i];
         char label[48], total[32], desc[256];
@@ -961,9 +1113,10 @@ void gt_plan_report_time(FILE *out, const gt_plan_choice *c, const gt_calib *cal
                  st < 2 ? "" : o->shape.grad_micro ? " / micro" : " / step");
         gt_format_bytes(o->est.total_bytes, total, sizeof total);
         gt_plan_describe(&o->plan, desc, sizeof desc);
-        char depth[8] = "-";
+        char depth[8] = "-", bucket[24] = "";
         if (st == 3) snprintf(depth, sizeof depth, "%d", o->shape.prefetch);
-        fprintf(out, "  %-2d %-28s %7d %6d %8s %11s %10.1f  %s\n", i + 1, label, o->shape.micro_batch,
-                o->shape.grad_accum > 0 ? o->shape.grad_accum : 1, depth, total, o->time.step_s * 1e3, desc);
+        if (c->bucket_auto) bucket_text(&o->shape, bucket, sizeof bucket);
+        fprintf(out, "  %-2d %-28s %7d %6d %8s %s%11s %10.1f  %s\n", i + 1, label, o->shape.micro_batch,
+                o->shape.grad_accum > 0 ? o->shape.grad_accum : 1, depth, bucket, total, o->time.step_s * 1e3, desc);
     }
 }

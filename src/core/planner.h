@@ -4,7 +4,7 @@
  * Predicts, per rank, the bytes of model state (working parameters, gradients, optimizer state as
  * sharded), the activation high-water mark of one micro-batch under a plan, and the extra forward
  * FLOPs of the plan. `auto` searches every plan shape (which blocks recompute, in segments of which
- * length, which keep selectively) for the least recompute work that fits memory.budget, per ZeRO
+ * length, which keep selectively) for the fastest predicted step that fits memory.budget, per ZeRO
  * stage, grad_sync, micro-batch and prefetch depth, and ranks those by the time model (gt_plan_time).
  *
  * The activation figure and ZeRO's gather and accumulator peaks are the executor's own: model.c's
@@ -133,16 +133,26 @@ typedef struct gt_plan_search {
     uint64_t budget;         /* bytes per rank; 0: everything fits */
     const gt_calib *calib;   /* the time model's rates */
     int cudnn;               /* train.cuda_attention = cudnn: its scratch scales with the micro-batch */
+    int bucket_auto;         /* dist.bucket_mb = auto: each option where buckets apply takes the size of
+                                gt_plan_bucket_sizes with the fastest step (0 on a tie) */
 } gt_plan_search;
+
+/* dist.bucket_mb = auto: the sizes (MiB) the search tries where gradient buckets apply (grad_sync
+ * step, ZeRO-1 and above, more than one rank): 0 (one reduction after the backward) first, then 1, 4,
+ * 16, 64 MiB and one, two and four blocks' fp32 gradients, ascending, each once, at most 1024. Returns
+ * how many (at most GT_PLAN_BUCKET_SIZES). */
+#define GT_PLAN_BUCKET_SIZES 8
+int gt_plan_bucket_sizes(const gt_model_config *m, double *mib);
 
 /* `auto`: among every (micro-batch, prefetch, stage, grad_sync, recompute plan) the search allows,
  * those that fit `budget` (memory first: the time model prices only what fits), ranked by the time
  * model's predicted step (gt_plan_time; ties to the least memory). Within one (micro-batch, prefetch,
- * stage, grad_sync) the recompute plan is the one with the least recompute FLOPs that fits (recompute
- * only adds work); with recompute auto on 16 blocks or more that search runs first in strides of N/8
- * blocks, and the GT_PLAN_TOP fastest of that pass are searched again in full (keeping the faster
- * of the two plans: FLOPs do not price the memory-bound kernels a selective block re-runs) and ranked
- * again.
+ * stage, grad_sync) the recompute plans that fit are ranked by their recompute time at the search's
+ * rates (each block kind's compute on the dry schedule: a recomputed block, a selective one, a
+ * segment's saved down-projection), and the 4 least costly are priced in full (gt_plan_time, with
+ * the communication recompute can expose) and the fastest kept; with recompute auto on 16 blocks or
+ * more that search runs first in strides of N/8 blocks, and the GT_PLAN_TOP fastest of that pass are
+ * searched again in full (keeping the faster of the two plans) and ranked again.
  * *best gets the fastest and top (may be NULL) the fastest GT_PLAN_TOP in order, *n_top how many.
  * Returns 0, or -1 when nothing fits (then *best is the smallest, *n_top 0). */
 int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_plan_option *best,
@@ -154,7 +164,7 @@ int gt_plan_auto_all(const gt_mem_shape *base, const gt_plan_search *search, gt_
 gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int keep_probs, int world);
 
 /* What a run trains with once dist.shard, dist.grad_sync, memory.recompute, train.micro_batch (with
- * train.global_batch, grad_accum) and dist.prefetch are settled: `auto` is resolved here, once, for
+ * train.global_batch, grad_accum), dist.prefetch and dist.bucket_mb are settled: `auto` is resolved here, once, for
  * the trainer, `gtrain --plan` and its report alike. */
 typedef struct gt_plan_choice {
     gt_mem_shape shape;        /* the shape trained: stage, grad_micro, micro_batch, grad_accum, prefetch */
@@ -168,6 +178,7 @@ typedef struct gt_plan_choice {
     gt_time_estimate time;     /* chosen_by_auto: the choice's predicted step */
     gt_plan_option top[GT_PLAN_TOP]; /* chosen_by_auto: the fastest plans that fit, fastest first */
     int n_top;
+    int bucket_auto;           /* dist.bucket_mb = auto: shape.bucket_mb is the search's choice */
 } gt_plan_choice;
 
 /* Resolves cfg's settings for `base` (gt_plan_shape), auto ranked at the rates of `calib`. With

@@ -390,6 +390,7 @@ static int resolve_plan(run *r) {
     own->train.micro_batch = r->choice.shape.micro_batch;
     own->train.grad_accum = r->choice.shape.grad_accum > 0 ? r->choice.shape.grad_accum : 1;
     own->dist.prefetch = r->choice.shape.prefetch;
+    own->dist.bucket_mb = r->choice.shape.bucket_mb; /* auto: the search's size (0 where buckets do not apply) */
     if (!r->choice.fits) {
         char need[32], have[32];
         gt_format_bytes(r->choice.predicted.total_bytes, need, sizeof need);
@@ -507,6 +508,9 @@ static void print_banner(const run *r) {
                "grads_peak_bytes %llu\n", c->stage, c->grad_micro ? "micro" : "step",
                cfg->dist.grad_sync == GT_GRAD_SYNC_AUTO ? " (auto)" : "",
                (unsigned long long)p->params_bytes, (unsigned long long)p->grads_bytes);
+    if (c->bucket_auto)
+        printf("gtrain: dist.bucket_mb %.17g (auto: the size of the least predicted step; 0: one reduction after the "
+               "backward)\n", cfg->dist.bucket_mb);
     printf("gtrain: predicted step%s %.1f ms, %.0f tokens/s; rates: %s\n",
            r->predicted_time.measured ? "" : " (from defaults, not measured)", r->predicted_time.step_s * 1e3,
            r->predicted_time.tokens_per_s, r->predicted_note);

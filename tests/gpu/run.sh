@@ -13,12 +13,17 @@
 #                   repeats and recompute policies, the local and the NCCL communicator give the same
 #                   losses, GTRAIN_CUDA_SYNC=1 runs, the mma and cudnn attentions track the
 #                   default, ZeRO-2 and ZeRO-3 (NCCL) give ZeRO-1's losses bit for bit
-#   4. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
+#   4. model        the time model against the device: gtrain --calibrate on the CUDA backend at the 1B
+#                   shape (seq 2048, micro-batch 4, bf16), then 8 steps of that shape reading the file:
+#                   predicted_step_ms (metrics) beside the median measured step_ms of steps 3..8, and
+#                   the error. A large error is a measurement, not a failure; FAIL only when the
+#                   calibration fails, the run does not read it, or the prediction is missing
+#   5. bench-ops    bench_ops_cuda: per-op timings at the 1B and 7B shapes beside their rooflines
 #                   (attention: default, mma, cudnn)
-#   5. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective,
+#   6. bench-train  gtrain at the 1B shape (seq 2048, micro-batch 4): recompute none, full, selective,
 #                   and none with the mma and cudnn attentions: tokens/s, step ms, MFU, peak memory
-#   6. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
-#   7. sanitize     compute-sanitizer (when the machine has it and it supports the device: on gVisor
+#   7. bench-torch  PyTorch LlamaForCausalLM (sdpa, bf16 autocast) at the same shape, when torch is there
+#   8. sanitize     compute-sanitizer (when the machine has it and it supports the device: on gVisor
 #                   machines it refuses the device, which is a SKIP): memcheck over test_ops_cuda's small
 #                   shapes, then racecheck over its attention checks (kernels that never ran before;
 #                   gtrain's own: the cudnn checks are left out, GT_TEST_NO_CUDNN=1). Last, because the
@@ -29,23 +34,28 @@
 # nvidia.cudnn package, its lib/ folder (and the folder of a libnvrtc beside it, which cuDNN's
 # runtime-compiled engines load) is appended to LD_LIBRARY_PATH; without it the cudnn checks skip.
 #
-# Files under $OUT (else ./gpu-out): summary.json (one object per phase: status, seconds, key numbers),
-# log.txt (what was printed, with times) and results.tar.gz (every log, table and metrics file).
+# Files under $OUT (else ./gpu-out): summary.json (one object per phase: status, seconds, key numbers;
+# and "model": the model phase's predicted and measured step, when it ran), log.txt (what was printed,
+# with times) and results.tar.gz (every log, table and metrics file; the calibration file).
 #
 # Environment:
 #   GTRAIN_BUNDLE  a runtime tarball made by tools/bundle-runtime.sh (default .bundle/gtrain-runtime.tar.gz
 #                  when it exists): unpacked to a temporary folder, its env.sh sourced, its binaries used
 #   BUILD_DIR      otherwise, a build folder holding gtrain, gtrain-prep and tests/ (default build)
 #   RUN_BUDGET     seconds for the whole run (default 520)
-#   PHASES         the phases to run, space separated (default: all seven)
+#   PHASES         the phases to run, space separated (default: all eight)
 #   GPU_RUN_FORCE  1: run the phases even when nvidia-smi sees no GPU (they then fail or skip on their own)
+#   GPU_MODEL_SMALL 1: the model phase at a small shape (configs/tiny.ini, seq 32, micro-batch 1, 6 steps)
+#                  instead of the 1B one: how its path is tested without a GPU, on the CUDA emulation
+#                  (gtrain_emulated) or with GPU_MODEL_DEVICE=cpu
+#   GPU_MODEL_DEVICE the model phase's train.device (default cuda; cpu runs it in fp32)
 # Exit status: 0 when no phase failed (skips included), 1 otherwise.
 set -u
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 T_START=$(date +%s)
 RUN_BUDGET="${RUN_BUDGET:-520}"
-PHASES="${PHASES:-ops comm trainer bench-ops bench-train bench-torch sanitize}"
+PHASES="${PHASES:-ops comm trainer model bench-ops bench-train bench-torch sanitize}"
 OUT_DIR="${OUT:-./gpu-out}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
@@ -359,7 +369,89 @@ PY
     phase_line trainer "$status" $(($(date +%s) - t0)) "$key"
 }
 
-# ---------------------------------------------------------------- 4. per-op benchmark
+# ---------------------------------------------------------------- 4. the time model against the device
+
+phase_model() {
+    local t0 lim rc status key
+    t0=$(date +%s)
+    lim=$(limit_for 120)
+    [ "$lim" -gt 0 ] || { phase_line model SKIP 0 "out of time"; return; }
+    if [ ! -x "$GTRAIN" ] || [ ! -x "$PREP" ]; then phase_line model FAIL 0 "missing $GTRAIN or $PREP"; return; fi
+    [ "$HAVE_PY" = 1 ] || { phase_line model SKIP 0 "no python3 to read the metrics"; return; }
+    prepare_corpus || { phase_line model FAIL $(($(date +%s) - t0)) "gtrain-prep failed (prep.log)"; return; }
+    local deadline=$((t0 + lim)) cal="$WORK/calibration.json" config args
+    if [ "${GPU_MODEL_SMALL:-0}" = 1 ]; then
+        config="$ROOT/configs/tiny.ini"
+        args="train.seq_len=32 train.micro_batch=1 train.steps=6"
+    else
+        config="$ROOT/configs/llama1b.ini"
+        args="train.seq_len=2048 train.micro_batch=4 train.steps=8"
+    fi
+    local device=${GPU_MODEL_DEVICE:-cuda} precision=bf16
+    [ "$device" = cuda ] || precision=fp32 # a CPU without bf16 instructions runs it too
+    args="$args train.grad_accum=1 train.warmup_steps=1 data.val_every=0 train.device=$device train.precision=$precision"
+    # the rates at the run's own shapes, on one rank (its collectives keep their defaults: a one-rank
+    # step has none); at most half the phase's time
+    # shellcheck disable=SC2086
+    (cd "$WORK" && run_timed $((lim / 2)) "$RES/calibrate.log" "$GTRAIN" --calibrate --out "$cal" "$config" $args)
+    rc=$?
+    if [ $rc -ne 0 ] || [ ! -s "$cal" ]; then
+        phase_line model FAIL $(($(date +%s) - t0)) "gtrain --calibrate: exit $rc ($(tail -n 1 "$RES/calibrate.log"))"
+        return
+    fi
+    cp "$cal" "$RES/calibration.json"
+    local rest=$((deadline - $(date +%s)))
+    [ "$rest" -ge 10 ] || { phase_line model SKIP $(($(date +%s) - t0)) "calibrated, no time left for the run"; return; }
+    # shellcheck disable=SC2086
+    GT_ENV="GTRAIN_CALIBRATION=$cal" gt "$rest" model-run "$config" $args
+    rc=$?
+    key=$(python3 - "$RES" "$cal" "$rc" <<'PY'
+import json, os, statistics, sys
+res, cal, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    rows = [json.loads(l) for l in open(os.path.join(res, "model-run.jsonl")) if '"loss"' in l]
+except OSError:
+    rows = []
+try:
+    log = open(os.path.join(res, "model-run.log")).read()
+except OSError:
+    log = ""
+rates = [l for l in log.splitlines() if l.startswith("gtrain: predicted step")]
+read_it = bool(rates) and ("calibrated: " + cal) in rates[0]
+pred = [r.get("predicted_step_ms") for r in rows]
+measured = [r["step_ms"] for r in rows[2:]] or [r["step_ms"] for r in rows[1:]]  # first steps: warm-up
+out = {"predicted_step_ms": pred[0] if pred else None, "measured_step_ms": None, "error": None,
+       "steps_measured": len(measured), "calibrated": read_it, "exit": rc}
+bad = []
+if rc != 0:
+    bad.append(f"the run exited {rc} (model-run.log)")
+if not rows:
+    bad.append("no steps in the metrics")
+elif not all(isinstance(p, (int, float)) and p > 0 for p in pred):
+    bad.append(f"predicted_step_ms missing from the metrics ({pred[0]!r} at step 1)")
+if not read_it:
+    bad.append("the run did not read the calibration: " + (rates[0] if rates else "no 'predicted step' line"))
+if measured and out["predicted_step_ms"]:
+    m = statistics.median(measured)
+    out["measured_step_ms"] = m
+    out["error"] = (out["predicted_step_ms"] - m) / m
+json.dump(out, open(os.path.join(res, "model.json"), "w"))
+text = "predicted {} ms, measured {} ms (median of {} steps), error {}".format(
+    f"{out['predicted_step_ms']:.1f}" if out["predicted_step_ms"] else "?",
+    f"{out['measured_step_ms']:.1f}" if out["measured_step_ms"] else "?", len(measured),
+    f"{100 * out['error']:+.1f}%" if out["error"] is not None else "?")
+text += "; rates " + ("calibrated on this device" if read_it else "NOT the calibration's")
+print(("BAD " + "; ".join(bad) + "; " if bad else "OK ") + text)
+PY
+)
+    [ -f "$RES/model.json" ] && cp "$RES/model.json" "$WORK/model.json"
+    grep -E "^  |^gtrain: calibrating" "$RES/calibrate.log" >> "$LOG"
+    status=FAIL
+    case "$key" in OK*) status=PASS ;; esac
+    phase_line model "$status" $(($(date +%s) - t0)) "${key#* }"
+}
+
+# ---------------------------------------------------------------- 5. per-op benchmark
 
 phase_bench_ops() {
     local t0 lim rc status key
@@ -398,7 +490,7 @@ PY
     phase_line bench-ops "$status" $(($(date +%s) - t0)) "$key"
 }
 
-# ---------------------------------------------------------------- 5. trainer benchmark, 1B shape
+# ---------------------------------------------------------------- 6. trainer benchmark, 1B shape
 
 phase_bench_train() {
     local t0 lim status key
@@ -456,7 +548,7 @@ PY
     phase_line bench-train "$status" $(($(date +%s) - t0)) "${key#* }"
 }
 
-# ---------------------------------------------------------------- 6. PyTorch at the same shape
+# ---------------------------------------------------------------- 7. PyTorch at the same shape
 
 phase_bench_torch() {
     local t0 lim rc key
@@ -495,7 +587,7 @@ PY
     phase_line bench-torch PASS $(($(date +%s) - t0)) "$key"
 }
 
-# ---------------------------------------------------------------- 7. compute-sanitizer (run last)
+# ---------------------------------------------------------------- 8. compute-sanitizer (run last)
 
 phase_sanitize() {
     local t0 lim san rc1 rc2 key status
@@ -544,7 +636,7 @@ phase_sanitize() {
 
 # ---------------------------------------------------------------- run, then pack up
 
-for p in ops comm trainer bench-ops bench-train bench-torch sanitize; do
+for p in ops comm trainer model bench-ops bench-train bench-torch sanitize; do
     wants "$p" || continue
     if [ -n "$skip_all_reason" ]; then
         phase_line "$p" SKIP 0 "$skip_all_reason"
@@ -554,6 +646,7 @@ for p in ops comm trainer bench-ops bench-train bench-torch sanitize; do
     ops) phase_ops ;;
     comm) phase_comm ;;
     trainer) phase_trainer ;;
+    model) phase_model ;;
     sanitize) phase_sanitize ;;
     bench-ops) phase_bench_ops ;;
     bench-train) phase_bench_train ;;
@@ -573,7 +666,10 @@ json_str() { printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' | tr -d '\00
         printf '{"phase": "%s", "status": "%s", "seconds": %s, "key": "%s"}' "$name" "$status" "${secs:-0}" \
             "$(json_str "$text")"
     done < "$PHASE_LINES"
-    printf ']}\n'
+    printf ']'
+    # the model phase's numbers (one JSON object python3 wrote), when it ran
+    if [ -s "$WORK/model.json" ]; then printf ', "model": %s' "$(tr -d '\n' < "$WORK/model.json")"; fi
+    printf '}\n'
 } > "$OUT_DIR/summary.json"
 
 cp "$PHASE_LINES" "$RES/phases.tsv"
