@@ -59,6 +59,8 @@ typedef struct gt_run_state {
                                 or waited for in it (metrics: save_blocking_ms) */
     /* checkpoint.memory_every: this rank's memory snapshot (memsnap.h, runstate_memsnap.c) */
     struct gt_memsnap *memsnap; /* the writer; NULL when off */
+    int memsnap_due;         /* checkpoint.memory_every = auto: the step boundary agreed on a snapshot after it */
+    int memsnap_resumed;     /* this start resumed from memory snapshots */
     int memsnap_kept;        /* the slot the run resumed from (0, 1), kept until the next refresh; -1: none */
     int *memsnap_partner;    /* (world) each rank's partner, keeping a copy of its snapshot on the next node; -1 */
     uint64_t *memsnap_ranges; /* (2 x world) every rank's flat range (begin, count) */

@@ -1769,6 +1769,74 @@ def auto_cadence(e):
         check(f"command line: {bad}: {msg}" in err and not trained_steps(out), f"{bad}: exit 2, one line: {err.strip()}")
 
 
+SNAP_AUTO_LINE = re.compile(r"checkpoint\.memory_every = auto: (now )?a memory snapshot every (\d+) steps \(([-+.e\d]+) s "
+                            r"at ([-+.e\d]+) s a step\): Young's interval sqrt\(2 x ([-+.e\d]+) s x ([-+.e\d]+) s\); "
+                            r"refresh cost ([-+.e\d]+) s \((.*?)\), MTBF ([-+.e\d]+) h \((.*)\)")
+
+
+def memsnap_steps(e, name):
+    """The steps rank 0 refreshed its memory snapshot at, from the metrics file (memsnap_step lines)."""
+    with open(os.path.join(e.rundir(name), "metrics.jsonl")) as f:
+        return [rec["memsnap_step"] for rec in map(json.loads, f) if "memsnap_step" in rec]
+
+
+def memsnap_auto(e):
+    """checkpoint.memory_every = auto, the default: rank 0 chooses the memory snapshots' interval as
+    checkpoint.every = auto chooses the saves' (Young's sqrt(2 x refresh cost x MTBF) over the step
+    time; the prior checkpoint.mtbf small, 0.04 h = 144 s, so that it is a few steps) and says it in
+    one line with its numbers; 2 ranks, each its own node (partner copies: a refresh is collective),
+    refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
+    followed from there; the history record gains a snap line; the clean end deletes the slots."""
+    env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
+    steps = 24
+    out, _ = e.run(2, "sa", f"train.steps={steps}", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                   "checkpoint.mtbf=0.04", env=env)
+    lines = [l for l in out.splitlines() if l.startswith("step ") or "= auto: a memory snapshot every" in l or
+             "= auto: now a memory snapshot every" in l]
+    choices = [l for l in lines if not l.startswith("step ")]
+    check(len(choices) >= 1 and "now" not in choices[0], f"the first choice in one line: {choices}")
+    print("   ", "\n    ".join(choices), flush=True)
+    # walk the output: the first choice after step 2 (the start's first step is its warm-up), a change
+    # after the step whose refresh measured it; a refresh when the steps since the last one reach it
+    every, since, expected, step = 0, 0, [], 0
+    for line in lines:
+        if line.startswith("step "):
+            step = int(line.split()[1].split("/")[0])
+            if every and step < steps and step - since >= every:
+                expected.append(step)
+                since = step
+            continue
+        m = SNAP_AUTO_LINE.search(line)
+        check(m is not None, f"the line gives the numbers: {line}")
+        n, tau, step_s, cost, mtbf = int(m.group(2)), *(float(m.group(i)) for i in (3, 4, 5, 6))
+        check(abs(mtbf - 144) < 1e-9 and "prior checkpoint.mtbf" in m.group(10), f"the prior MTBF, 144 s: {line}")
+        check(abs(tau - math.sqrt(2 * cost * mtbf)) <= 0.01 * tau + 1e-3, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
+        check(n in (max(1, math.floor(tau / step_s)), max(1, math.ceil(tau / step_s))), f"{n} steps = {tau} s / {step_s} s")
+        if not every:  # the first: said at step 2, before its refresh
+            check(step == 2 and "a prior: the slot at 1 GiB/s" in m.group(8), f"the first choice at step 2, on the prior: {line}")
+            every = n
+            if step - since >= every:
+                expected.append(step)
+                since = step
+        else:
+            check(m.group(1) == "now " and "measured: the mean of" in m.group(8), f"a change, measured: {line}")
+            every = n
+    got = memsnap_steps(e, "sa")
+    check(got == expected and len(got) >= 2, f"refreshes at the steps the chosen interval gives: {got}, expected {expected}")
+    check(every > 1 or len(choices) > 1, f"an interval of more than one step was chosen at some point: {choices}")
+    hist = [f for f in os.listdir(e.ck("sa")) if f.startswith(".gtrain-history-")]
+    with open(os.path.join(e.ck("sa"), hist[0])) as f:
+        words = [line.split()[0] for line in f.read().splitlines()]
+    check(words[:2] == ["gtrain-history", "start"] and words.count("snap") == 1 and words[-1] == "end",
+          f"the history: header, start, one snap line (one a minute at most), end: {words}")
+    check(snap_files(e, "sa") == [], f"the clean end deleted the slots: {snap_files(e, 'sa')}")
+
+    # a number is a number: every 3 steps, no choice line
+    out, _ = e.run(2, "n3", "train.steps=10", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                   "checkpoint.memory_every=3", env=env)
+    check("memory_every = auto" not in out and memsnap_steps(e, "n3") == [3, 6, 9], f"memory_every = 3: {memsnap_steps(e, 'n3')}")
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
@@ -1777,7 +1845,7 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save,
-                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner,
+                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner, memsnap_auto,
                                      auto_cadence)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}
