@@ -185,9 +185,9 @@ static int memsnap_auto_off(const gt_ops *ops, MPI_Comm comm, int rank, const ch
     off = gt_agree_on_failure(comm, off, line, sizeof line) != 0;
     if (off && rank == 0) {
         fprintf(stderr, "gtrain: warning: memory snapshots are off for this run (checkpoint.memory_every = auto: %s); "
-                "the state files on disk remain (to keep snapshots, give the shared memory room, e.g. a larger "
-                "/dev/shm or GTRAIN_SHM_DIR on a larger tmpfs, or set checkpoint.memory_every = N, which refuses to "
-                "start when they do not fit)\n", line);
+                "the state files on disk remain (to have them: room for the slots in shared memory, a larger /dev/shm "
+                "or GTRAIN_SHM_DIR on a larger tmpfs, and in host memory, fewer ranks per node; checkpoint.memory_every "
+                "= 0 turns them off without this line)\n", line);
         fflush(stderr);
     }
     return off;

@@ -1786,7 +1786,9 @@ def memsnap_auto(e):
     time; the prior checkpoint.mtbf small, 0.04 h = 144 s, so that it is a few steps) and says it in
     one line with its numbers; 2 ranks, each its own node (partner copies: a refresh is collective),
     refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
-    followed from there; the history record gains a snap line; the clean end deletes the slots."""
+    followed from there; the history record gains a snap line; the clean end deletes the slots. A
+    shared-memory directory too small for the slots turns auto off with one warning, and the run trains
+    on; a number (3) refreshes every 3 steps."""
     env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
     steps = 24
     out, _ = e.run(2, "sa", f"train.steps={steps}", "checkpoint.every=0", "checkpoint.every_minutes=0",
@@ -1830,6 +1832,18 @@ def memsnap_auto(e):
     check(words[:2] == ["gtrain-history", "start"] and words.count("snap") == 1 and words[-1] == "end",
           f"the history: header, start, one snap line (one a minute at most), end: {words}")
     check(snap_files(e, "sa") == [], f"the clean end deleted the slots: {snap_files(e, 'sa')}")
+
+    # a shared-memory directory too small for the slots (a test hook says it has 1000 bytes free):
+    # auto turns them off with one warning that says why and how to have them, and the run trains on
+    small = dict(env, GTRAIN_TEST_SHM_FREE="1000")
+    out, err = e.run(2, "small", "train.steps=6", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                     "checkpoint.mtbf=0.04", env=small)
+    warn = [l for l in err.splitlines() if "memory snapshots are off" in l]
+    check(len(warn) == 1 and "checkpoint.memory_every = auto: rank " in warn[0] and "has 1000 B free" in warn[0] and
+          "to have them: room for the slots" in warn[0], f"one warning naming the free space and the way to have them: {warn}")
+    check(len(trained_steps(out)) == 6 and e.steps_saved("small") == [6], f"the run trained on: {trained_steps(out)}")
+    check("a memory snapshot every" not in out and memsnap_steps(e, "small") == [] and snap_files(e, "small") == [],
+          "no snapshot, no slot, no choice line")
 
     # a number is a number: every 3 steps, no choice line
     out, _ = e.run(2, "n3", "train.steps=10", "checkpoint.every=0", "checkpoint.every_minutes=0",
