@@ -23,7 +23,8 @@
  *             refreshes at the same steps); a restart counts a step as held by a rank when its own
  *             slot or its partner's copy has it, and a rank without its own fetches the copy.
  *   delete    at the run's clean end and after a stop signal's save, each rank deletes its two
- *             slots; a run that ends with an error keeps them for its restart. A start that does not
+ *             slots (also those it resumed from when it keeps none of its own); a run that ends with
+ *             an error keeps them for its restart. A start that does not
  *             resume from memory empties its slots (nothing of an earlier life of the lineage is
  *             used later); one that does keeps the slot it resumed from until the next refresh.
  */
@@ -381,8 +382,8 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     return resumed;
 }
 
-/* A start without snapshots that resumed from one: this rank's slots and copies of the lineage go
- * (nothing would delete them later). */
+/* A start without snapshots of its own (memory_every = 0, or auto without room) that resumed from
+ * one: at its clean end this rank's slots and copies of the lineage go too (no writer deletes them). */
 static void remove_resumed(gt_run_state *run) {
     int rank = rank_of(run), ward = ward_of(run, rank);
     gt_memsnap_id id;
@@ -402,7 +403,6 @@ double gt_rs_memsnap_slot_bytes(const gt_run_state *run) {
 
 void gt_rs_memsnap_begin(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
-    if (cfg->checkpoint.dir[0] && cfg->checkpoint.memory_every == 0 && run->memsnap_resumed) remove_resumed(run);
     if (!cfg->checkpoint.dir[0] || cfg->checkpoint.memory_every == 0) return;
     topology(run);
     int rank = rank_of(run), ward = ward_of(run, rank);
@@ -510,6 +510,7 @@ void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
 }
 
 void gt_rs_memsnap_finish(gt_run_state *run) {
+    if (!run->memsnap && run->memsnap_resumed) remove_resumed(run);
     gt_memsnap_remove(run->memsnap);
     run->memsnap = NULL;
 }

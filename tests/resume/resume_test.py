@@ -1322,8 +1322,9 @@ LINEAGE = ".gtrain-lineage"
 
 
 def state_files(d):
-    """The names in a checkpoint directory but the lineage record."""
-    return sorted(f for f in os.listdir(d) if f != LINEAGE)
+    """The names in a checkpoint directory but the lineage record and the lineages' history records
+    (checkpoint.every = auto and memory_every = auto, the default, keep one: src/core/autosave.h)."""
+    return sorted(f for f in os.listdir(d) if f != LINEAGE and not f.startswith(".gtrain-history-"))
 
 
 def lineage_other_run(e):
@@ -1788,11 +1789,13 @@ def memsnap_auto(e):
     refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
     followed from there; the history record gains a snap line; the clean end deletes the slots. A
     shared-memory directory too small for the slots turns auto off with one warning, and the run trains
-    on; a number (3) refreshes every 3 steps."""
+    on; a start that resumed from memory but keeps no snapshots deletes the slots at its clean end; a
+    number (3) refreshes every 3 steps."""
     env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
     steps = 24
+    # dist.timeout = 20 s: ranks that disagreed on a refresh would hang in its partner copy; named soon
     out, _ = e.run(2, "sa", f"train.steps={steps}", "checkpoint.every=0", "checkpoint.every_minutes=0",
-                   "checkpoint.mtbf=0.04", env=env)
+                   "checkpoint.mtbf=0.04", "dist.timeout=20", env=env)
     lines = [l for l in out.splitlines() if l.startswith("step ") or "= auto: a memory snapshot every" in l or
              "= auto: now a memory snapshot every" in l]
     choices = [l for l in lines if not l.startswith("step ")]
@@ -1844,6 +1847,14 @@ def memsnap_auto(e):
     check(len(trained_steps(out)) == 6 and e.steps_saved("small") == [6], f"the run trained on: {trained_steps(out)}")
     check("a memory snapshot every" not in out and memsnap_steps(e, "small") == [] and snap_files(e, "small") == [],
           "no snapshot, no slot, no choice line")
+
+    # resumed from memory by a start that keeps no snapshots of its own (memory_every = 0 now): its
+    # clean end deletes the slots it resumed from, as a writer's would
+    killed_after(e, "off", 6)
+    check(snap_files(e, "off") != [], "the killed run left its slots for the restart")
+    out, _ = e.run(2, "off", *MEM, "checkpoint.memory_every=0", env=shm_env(e))
+    check("resumed from the memory snapshot of step" in out, "the restart resumed from memory")
+    check(snap_files(e, "off") == [], f"its clean end deleted them: {snap_files(e, 'off')}")
 
     # a number is a number: every 3 steps, no choice line
     out, _ = e.run(2, "n3", "train.steps=10", "checkpoint.every=0", "checkpoint.every_minutes=0",
