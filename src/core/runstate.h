@@ -101,8 +101,10 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
 int gt_runstate_after_step(gt_run_state *run, int step);
 
 /* After step `step` and its metrics line, when the run goes on: this rank's memory snapshot
- * (checkpoint.memory_every, runstate_memsnap.c) when one is due. Per rank, no collective: after the
- * metrics line, so that a restart from the snapshot never misses a step's line. */
+ * (checkpoint.memory_every, runstate_memsnap.c) when one is due: at a multiple of a number, or under
+ * auto when the step boundary agreed on it (so every rank refreshes at the same steps). No collective
+ * but the partner copy: after the metrics line, so that a restart from the snapshot never misses a
+ * step's line. */
 void gt_runstate_snapshot(gt_run_state *run, int step);
 
 /* After the last step: the final save. Returns 0, or 1 when it failed (the message names the

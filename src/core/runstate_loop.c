@@ -66,8 +66,9 @@
  *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
  *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
- *   the last step in memory  every checkpoint.memory_every steps each rank refreshes its memory
- *                        snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
+ *   the last step in memory  every checkpoint.memory_every steps (auto, the default: the interval
+ *                        that pays, autosave.h, agreed in the step boundary's all-reduce) each rank
+ *                        refreshes its memory snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
  *                        takes the newest step every rank holds and verifies when it is newer than
  *                        the newest state file; the clean end deletes them (runstate_memsnap.c).
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
