@@ -1723,7 +1723,10 @@ def auto_cadence(e):
     directory that holds another lineage's history (its state files gone) uses the prior, not that
     history; bad values are exit 2 naming the key."""
     env = {"GTRAIN_TEST_STEP_DELAY_MS": "300"}
-    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0")
+    # about the state files' cadence: no memory snapshots (at this MTBF they would be taken every few
+    # steps, and a restart from one could leave the last run too few steps for a choice)
+    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0",
+            "checkpoint.memory_every=0")
     out, _ = e.run(2, "au", "train.steps=24", *auto, env=env)
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
     check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior MTBF, 72 s: {mtbf} ({why})")
