@@ -2,12 +2,16 @@
  * test_autosave.c — checkpoint.every = auto's arithmetic (src/core/autosave.c) on hand-worked numbers:
  * Young's interval and Daly's bound, the interval in steps, the history record of a lineage (faults,
  * observed time, the last cost; another lineage's record and a torn line are not used), the MTBF from
- * the prior and the history, and the key itself (auto, numbers, bad values, the INI round trip).
+ * the prior and the history, and the key itself (auto, numbers, bad values, the INI round trip); and
+ * checkpoint.memory_every = auto's choice through the same code: its prior cost from the slot's
+ * bytes, the interval from the step time, a measured refresh that moves it, Daly's bound, the
+ * refresh kept out of the step time, a file save restarting its count, its history lines.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "autosave.h"
 #include "check.h"
@@ -80,6 +84,83 @@ static void history(void) {
     CHECK(near(gt_autosave_mtbf(3600, &h, 5000, why, sizeof why), 5100), "%s", why);
 }
 
+static int near_rel(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
+
+static void memory_every_auto(void) {
+    char dir[] = "/tmp/test_autosave_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    gt_autosave a;
+    /* rank 0, memory_every = auto only; MTBF prior 0.5 h = 1800 s; a slot of 0.05 GiB: the prior cost
+     * 0.05 GiB at 1 GiB/s = 0.05 s */
+    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 0);
+    CHECK(a.on && a.snap.on && !a.save.on, "%d %d %d", a.on, a.snap.on, a.save.on);
+    CHECK(near(a.snap.prior_cost_s, 0.05), "%g", a.snap.prior_cost_s);
+    CHECK(!gt_autosave_due(&a, 100), "checkpoint.every is not auto here");
+    /* step 1 (the warm-up, 1.5 s by its own time), step 2 by the period: 10.5 - 10.0 = 0.5 s */
+    gt_autosave_step(&a, 1, 10.0, 1.5);
+    CHECK(!gt_autosave_snap_due(&a, 1) && a.snap.every == 0, "no choice before a step past the warm-up");
+    gt_autosave_step(&a, 0, 10.5, 0.4);
+    /* sqrt(2 x 0.05 s x 1800 s) = sqrt(180) = 13.416 s; / 0.5 s = 26.8 -> 27 steps */
+    CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 27, "%d", a.snap.every);
+    CHECK(!gt_autosave_snap_due(&a, 26) && gt_autosave_snap_due(&a, 27), "due at step 27, counted from the start");
+    /* the refresh of step 27 blocked 0.2 s: the measured cost, sqrt(2 x 0.2 x 1800) = sqrt(720) = 26.83 s,
+     * / 0.5 s = 53.7 -> 54 steps (moved by more than a quarter: the new interval) */
+    gt_autosave_snapped(&a, 27, 0.2);
+    CHECK(a.snap.every == 54 && a.snap.since == 27, "%d %d", a.snap.every, a.snap.since);
+    CHECK(!gt_autosave_snap_due(&a, 80) && gt_autosave_snap_due(&a, 81), "due 54 steps after step 27");
+    /* the refresh is not the next step's time: a period of 0.7 s less its 0.2 s is a step of 0.5 s */
+    gt_autosave_step(&a, 0, 11.2, 0.4);
+    CHECK(a.steps == 2 && near(a.step_sum_s / a.steps, 0.5), "%d %g", a.steps, a.step_sum_s / a.steps);
+    /* a second refresh of 0.25 s: the mean 0.225 s, sqrt(2 x 0.225 x 1800) = sqrt(810) = 28.46 s -> 57
+     * steps, less than a quarter from 54: kept */
+    gt_autosave_snapped(&a, 81, 0.25);
+    CHECK(a.snap.every == 54 && a.snap.costs == 2 && near(a.snap.cost_sum_s, 0.45), "%d %d", a.snap.every, a.snap.costs);
+    /* a state file saved at step 100 restarts the count */
+    gt_autosave_after_saves(&a, 100, 0.01, 0, 100, 0, 100);
+    CHECK(a.snap.since == 100 && !gt_autosave_snap_due(&a, 153) && gt_autosave_snap_due(&a, 154), "%d", a.snap.since);
+    gt_autosave_end(&a, 200);
+    /* the history: its header, the start, one snap line (the first refresh; the next within the minute
+     * is not written), the end */
+    char path[4300], text[1024] = "";
+    snprintf(path, sizeof path, "%s/.gtrain-history-abc123", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "%s", path);
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    CHECK(strncmp(text, "gtrain-history 1 abc123\nstart ", 30) == 0 && strstr(text, "\nsnap ") &&
+          strstr(text, " 27 0.200000\n") && !strstr(text, " 81 0.250000") && strstr(text, "\nend "), "%s", text);
+    /* the next start reads the snap line: its prior cost is the last measured refresh */
+    gt_save_history h;
+    gt_autosave_parse_history(text, "abc123", &h);
+    CHECK(near(h.last_snap_cost_s, 0.2) && h.last_cost_s < 0 && h.faults == 0, "%g %g", h.last_snap_cost_s, h.last_cost_s);
+    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 200);
+    CHECK(near(a.snap.prior_cost_s, 0.2) && a.snap.from_history && a.snap.since == 200, "%g", a.snap.prior_cost_s);
+    unlink(path);
+
+    /* Daly's bound: a slot of 4000 GiB, a prior of 4000 s >= 2 x 1800 s: one snapshot per MTBF, 1800 s
+     * / 0.5 s = 3600 steps */
+    gt_autosave_begin(&a, 1, dir, "def456", 0.5, 0, 1e9, 1, 4000.0 * (double)(1u << 30), 0);
+    gt_autosave_step(&a, 1, 10.0, 1.5);
+    gt_autosave_step(&a, 0, 10.5, 0.4);
+    CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 3600, "%d", a.snap.every);
+    snprintf(path, sizeof path, "%s/.gtrain-history-def456", dir);
+    unlink(path);
+    /* not rank 0, or neither key auto: off, no history */
+    gt_autosave_begin(&a, 0, dir, "ghi789", 0.5, 1, 1e9, 1, 1e6, 0);
+    CHECK(!a.on && !gt_autosave_snap_due(&a, 1000), "off on other ranks");
+    gt_autosave_begin(&a, 1, dir, "ghi789", 0.5, 0, 1e9, 0, 1e6, 0);
+    CHECK(!a.on, "off without auto");
+    snprintf(path, sizeof path, "%s/.gtrain-history-ghi789", dir);
+    CHECK(access(path, F_OK) != 0, "no history written when off");
+    /* the prior at 1 GiB/s as stated; the default of the key is auto */
+    CHECK(near_rel(GT_AUTOSAVE_REFRESH_BYTES_PER_S, 1073741824.0, 1e-12), "%g", GT_AUTOSAVE_REFRESH_BYTES_PER_S);
+    gt_config def;
+    gt_config_defaults(&def);
+    CHECK(def.checkpoint.memory_every == GT_INT_AUTO, "%d", def.checkpoint.memory_every);
+    rmdir(dir);
+}
+
 static void key(void) {
     char err[512];
     gt_config c;
@@ -117,6 +198,7 @@ static void key(void) {
 int main(void) {
     interval();
     history();
+    memory_every_auto();
     key();
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
     else printf("PASS\n");

@@ -1,6 +1,6 @@
 /*
- * autosave.h — checkpoint.every = auto: the save interval that pays, from the cost of a save and the
- * rate of faults (Young 1974, "A first order approximation to the optimum checkpoint interval";
+ * autosave.h — checkpoint.every = auto and checkpoint.memory_every = auto: the save (and memory
+ * snapshot) interval that pays, from the cost of a save (a refresh) and the rate of faults (Young 1974, "A first order approximation to the optimum checkpoint interval";
  * Daly 2006, "A higher order estimate of the optimum checkpoint interval for restart dumps").
  *
  * A run that saves every tau seconds loses C per save (C: the time the step loop loses to one save)
@@ -28,6 +28,13 @@
  * with no save in flight. The mean over the saves measured in this start; before one is measured,
  * the last cost the history holds; before any, the state file's bytes at 1 GiB/s (a prior, replaced
  * at the first measured save).
+ *
+ * checkpoint.memory_every = auto chooses the memory snapshots' interval the same way, with the same
+ * M and step time: C is the time a refresh blocks the step loop (rank 0's copy into its slot, its
+ * checksum and the partner copy), measured at each refresh; before the first, the history's last
+ * measured refresh ("snap T STEP COST_S" lines, one a minute at most), else the slot's bytes at
+ * GT_AUTOSAVE_REFRESH_BYTES_PER_S (a stated prior: no early refresh is taken to measure it). A step
+ * that tries a state file save takes no snapshot, and the snapshots' count starts again from it.
  */
 #ifndef GT_AUTOSAVE_H
 #define GT_AUTOSAVE_H
@@ -46,6 +53,7 @@ typedef struct gt_save_history {
     int faults;          /* of them, those without an end line */
     double observed_s;   /* the sum of their spans (start to the last line) */
     double last_cost_s;  /* the cost of the newest save line; < 0 when none */
+    double last_snap_cost_s; /* the cost of the newest snap line (a memory snapshot's refresh); < 0 when none */
 } gt_save_history;
 
 /* Parses a history record's text; a line that does not parse (a torn last line) is skipped.
@@ -57,48 +65,80 @@ void gt_autosave_parse_history(const char *text, const char *run_id, gt_save_his
  * 0.25 h"). */
 double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, char *why, size_t len);
 
-/* Rank 0's state for checkpoint.every = auto (runstate_loop.c drives it). */
+/* One interval that pays: the saves' (checkpoint.every) or the memory snapshots'
+ * (checkpoint.memory_every), each from its own measured cost and the same MTBF and step time. */
+typedef struct gt_auto_interval {
+    int on;                 /* its key is auto (and rank 0 has a checkpoint.dir) */
+    const char *key;        /* "checkpoint.every", "checkpoint.memory_every" */
+    const char *what;       /* "a save", "a memory snapshot": what is taken every N steps */
+    const char *noun;       /* "save", "refresh": what is measured */
+    const char *nouns;      /* the plural */
+    const char *word;       /* its history lines' first word: "save", "snap" */
+    const char *prior_why;  /* where the cost comes from before one is measured and none is in the history */
+    double prior_cost_s;    /* that prior, or the history's last measured cost */
+    int from_history;       /* prior_cost_s is the history's */
+    double cost_sum_s;      /* measured in this start */
+    int costs;
+    int every;              /* the chosen interval in steps; 0 before the choice */
+    int since;              /* the step it counts from: the last one taken, or the start's */
+} gt_auto_interval;
+
+/* Rank 0's state for checkpoint.every = auto and checkpoint.memory_every = auto (runstate_loop.c and
+ * runstate_memsnap.c drive it): the history, the step time, and the two intervals. */
 typedef struct gt_autosave {
-    int on;                 /* checkpoint.every = auto with a checkpoint.dir, on rank 0 */
+    int on;                 /* either interval is auto, with a checkpoint.dir, on rank 0 */
     char path[4200];        /* DIR/.gtrain-history-RUN_ID */
     double prior_s;         /* checkpoint.mtbf in seconds */
     double started;         /* the wall clock at this start */
     gt_save_history history;
-    double cost_sum_s;      /* the saves measured in this start */
-    int costs;
-    double prior_cost_s;    /* before one is measured */
     double step_sum_s;      /* steps with no save in flight (not a start's first) */
     int steps;
     double first_step_s;    /* the start's first step, until another is measured */
-    int every;              /* the chosen interval in steps; 0 before the choice */
-    int since;              /* the step of the last save, or the start's */
     double last_mark_s;     /* the clock at the last boundary; 0 = none yet */
-    double last_blocked_s;  /* what that boundary blocked for saves */
+    double last_blocked_s;  /* what that boundary blocked for saves and the refresh after it */
+    gt_auto_interval save;  /* checkpoint.every */
+    gt_auto_interval snap;  /* checkpoint.memory_every */
     int measuring;          /* the step of the asynchronous save being measured; 0 = none */
     double lost_s;          /* what it has cost so far */
+    double last_snap_line_s; /* the wall clock of the history's last snap line; 0 = none yet */
 } gt_autosave;
 
-/* Opens the history of run_id in dir and appends this start's line. rank0_on: 1 on rank 0 when
- * checkpoint.every = auto and a dir is set, else it stays off. file_bytes: the planned state file. */
-void gt_autosave_begin(gt_autosave *a, int rank0_on, const char *dir, const char *run_id, double prior_hours,
-                       double file_bytes, int start_step);
+/* The memory-copy rate a refresh's cost is estimated at before one is measured: the slot's bytes at
+ * 1 GiB/s (a copy into shared memory and its checksum on one core, with room to spare: the first
+ * measured refresh replaces it). */
+#define GT_AUTOSAVE_REFRESH_BYTES_PER_S ((double)(1u << 30))
+
+/* Opens the history of run_id in dir and appends this start's line. rank0: 1 on rank 0 when a dir
+ * is set; files_auto: checkpoint.every = auto (file_bytes: the planned state file); memory_auto:
+ * checkpoint.memory_every = auto with its slots open (slot_bytes: one slot). Neither: it stays off. */
+void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *run_id, double prior_hours,
+                       int files_auto, double file_bytes, int memory_auto, double slot_bytes, int start_step);
 
 /* At each step boundary (rank 0), first: now_s a monotonic clock, compute_s the step's own time (used
  * for a start's first step). A step's time is the loop's period between two boundaries, less the
- * saves' blocking at the earlier one; a step during which a save was written adds what it took
- * beyond the mean of the others to that save's cost. */
+ * saves' blocking at the earlier one and the refresh after it; a step during which a save was
+ * written adds what it took beyond the mean of the others to that save's cost. */
 void gt_autosave_step(gt_autosave *a, int first_of_start, double now_s, double compute_s);
 
 /* Is a save due after `step`? Makes the first choice (one line) when there is none yet. */
 int gt_autosave_due(gt_autosave *a, int step);
 
+/* Is a memory snapshot due after `step`? The same for checkpoint.memory_every = auto. Rank 0's
+ * answer: the step boundary's all-reduce makes it every rank's. */
+int gt_autosave_snap_due(gt_autosave *a, int step);
+
 /* After the saving part of a step boundary: blocked_s the loop blocked for saves there, started_s
  * the part of it that started a new asynchronous save; attempted_step the step of a save tried there
  * (0: none); pending_step the save in flight after it (0: none); last_saved_step the newest saved.
  * Completed measurements go into the cost, the history gets a line, and a changed interval is said
- * in one line. */
+ * in one line. A save tried at a step also restarts the memory snapshots' count. */
 void gt_autosave_after_saves(gt_autosave *a, int step, double blocked_s, double started_s, int attempted_step,
                              int pending_step, int last_saved_step);
+
+/* After the memory snapshot of `step` (every rank took it): blocked_s the loop blocked for it (this
+ * rank's refresh and the partner copy). Not part of the next step's time; under memory_every = auto
+ * its cost, onto the history (a line a minute at most), and a changed interval said in one line. */
+void gt_autosave_snapped(gt_autosave *a, int step, double blocked_s);
 
 /* The run ends cleanly or stops with its state saved: the history's end line. */
 void gt_autosave_end(gt_autosave *a, int step);

@@ -237,7 +237,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.takeover = 0;
     cfg->checkpoint.async = 1;
     cfg->checkpoint.max_failed_saves = 3;
-    cfg->checkpoint.memory_every = 0;
+    cfg->checkpoint.memory_every = GT_INT_AUTO; /* autosave.h: the interval that pays */
     cfg->checkpoint.mtbf = 4; /* hours: autosave.h says why */
     cfg->log.every = 1;
     cfg->log.trace_first = 2; /* step 1 warms up (first touches of memory, threads starting) */

@@ -38,6 +38,7 @@
 #include "mfu.h"
 #include "ops.h"
 #include "planner.h"
+#include "preflight.h"
 #include "trace.h"
 #include "signals.h"
 #include "startup.h"
@@ -279,6 +280,13 @@ static int run_plan(int argc, char **argv) {
         fprintf(stderr, "gtrain: %s\n", err);
         return GT_EXIT_BAD_INPUT;
     }
+    /* checkpoint.memory_every = auto: off when the slots do not fit on this machine, as the run decides
+     * it before step 1 (the world's ranks on this node) */
+    uint64_t memsnap = gt_plan_memsnap_bytes(&cfg, &choice.shape, 0);
+    if (memsnap && cfg.checkpoint.memory_every == GT_INT_AUTO)
+        (void)gt_preflight_memsnap_fits(world, memsnap,
+                                        gt_plan_snapshot_bytes(&cfg, &choice.shape) + (gpu ? 0 : choice.predicted.total_bytes),
+                                        choice.memsnap_off, sizeof choice.memsnap_off);
     printf("(%s backend assumed: %s activations%s)\n", gpu ? "cuda" : "cpu", bf16 ? "bf16" : "fp32",
            !gpu && cfg.train.precision == GT_PRECISION_AUTO ? ", which precision = auto takes on this CPU" : "");
     gt_plan_report(stdout, &cfg, &choice);

@@ -559,8 +559,14 @@ static void report_snapshot(FILE *out, const gt_config *cfg, const gt_mem_shape 
 }
 
 /* The memory snapshots' slots (gt_plan_memsnap_bytes): node-local shared memory beside every total. */
-static void report_memsnap(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
+static void report_memsnap(FILE *out, const gt_config *cfg, const gt_plan_choice *choice) {
+    const gt_mem_shape *shape = &choice->shape;
     uint64_t bytes = gt_plan_memsnap_bytes(cfg, shape, 0), with_copies = gt_plan_memsnap_bytes(cfg, shape, 1);
+    if (bytes && choice->memsnap_off[0]) {
+        fprintf(out, "memory snapshots per rank: none (checkpoint.memory_every = auto turns them off on this machine: "
+                     "%s)\n", choice->memsnap_off);
+        return;
+    }
     if (!bytes) {
         fprintf(out, "memory snapshots per rank: none (%s)\n",
                 cfg->checkpoint.dir[0] ? "checkpoint.memory_every = 0" : "no checkpoint.dir");
@@ -687,7 +693,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
     report_header(out, cfg, shape);
     report_state_by_world(out, cfg, shape);
     report_snapshot(out, cfg, shape);
-    report_memsnap(out, cfg, shape);
+    report_memsnap(out, cfg, choice);
     report_stages(out, shape, &choice->policy, cfg->memory.budget);
     report_policies(out, shape, cfg->memory.budget);
     report_choice(out, cfg, choice);

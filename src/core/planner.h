@@ -179,6 +179,8 @@ typedef struct gt_plan_choice {
     gt_plan_option top[GT_PLAN_TOP]; /* chosen_by_auto: the fastest plans that fit, fastest first */
     int n_top;
     int bucket_auto;           /* dist.bucket_mb = auto: shape.bucket_mb is the search's choice */
+    char memsnap_off[1024];    /* checkpoint.memory_every = auto and the slots do not fit here: why (the
+                                * report shows none); empty otherwise. gtrain --plan sets it. */
 } gt_plan_choice;
 
 /* Resolves cfg's settings for `base` (gt_plan_shape), auto ranked at the rates of `calib`. With

@@ -10,14 +10,17 @@
 
 #include "preflight.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "agree.h"
 #include "bytes.h"
 #include "exitcodes.h"
+#include "memsnap.h"
 #include "testhooks.h"
 
 #define NO_LIMIT UINT64_MAX
@@ -136,8 +139,64 @@ static uint64_t rank_limit(const gt_config *cfg, const gt_ops *ops, int node_ran
     return limit;
 }
 
+/* The free bytes of the shared-memory file system of the slots (statvfs; GTRAIN_TEST_SHM_FREE: that
+ * many), or 0 with why when it cannot be read (no such directory). */
+static uint64_t shm_free(const char *dir, char *why, size_t len) {
+    const gt_test_hooks *h = gt_test_hooks_get();
+    if (h->has_shm_free) return h->shm_free;
+    struct statvfs st;
+    if (statvfs(dir, &st) != 0) {
+        snprintf(why, len, "%s: %s", dir, strerror(errno));
+        return 0;
+    }
+    return (uint64_t)st.f_bavail * st.f_frsize;
+}
+
+int gt_preflight_memsnap_fits(int node_ranks, uint64_t memsnap_bytes, uint64_t beside_bytes, char *why, size_t len) {
+    char need[32], have[32], hwhat[512];
+    const char *dir = gt_memsnap_dir();
+    why[0] = '\0';
+    uint64_t node_need = memsnap_bytes * (uint64_t)(node_ranks > 0 ? node_ranks : 1);
+    uint64_t free_bytes = shm_free(dir, why, len);
+    if (why[0]) return 0;
+    if (node_need > free_bytes) {
+        gt_format_bytes(node_need, need, sizeof need);
+        gt_format_bytes(free_bytes, have, sizeof have);
+        snprintf(why, len, "the slots of the node's %d rank%s need %s of shared memory and %s has %s free", node_ranks,
+                 node_ranks == 1 ? "" : "s", need, dir, have);
+        return 0;
+    }
+    if (host_short(node_ranks, memsnap_bytes, memsnap_bytes + beside_bytes, have, need, hwhat)) {
+        snprintf(why, len, "the slots need %s per rank, %s with the rest of the rank's host memory, which can have %s",
+                 have, need, hwhat);
+        return 0;
+    }
+    return 1;
+}
+
+/* checkpoint.memory_every = auto (collective, after the other checks agreed): 1 on every rank when
+ * the slots do not fit on some rank's node, rank 0 having said so in one warning line. */
+static int memsnap_auto_off(const gt_ops *ops, MPI_Comm comm, int rank, const char *host, int node_ranks,
+                            const gt_mem_estimate *plan, uint64_t snapshot_bytes, uint64_t memsnap_bytes) {
+    char why[1024], line[1400] = "";
+    int off = !gt_preflight_memsnap_fits(node_ranks, memsnap_bytes,
+                                         snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes), why, sizeof why);
+    if (off) snprintf(line, sizeof line, "rank %d on %s: %s", rank, host, why);
+    off = gt_agree_on_failure(comm, off, line, sizeof line) != 0;
+    if (off && rank == 0) {
+        fprintf(stderr, "gtrain: warning: memory snapshots are off for this run (checkpoint.memory_every = auto: %s); "
+                "the state files on disk remain (to have them: room for the slots in shared memory, a larger /dev/shm "
+                "or GTRAIN_SHM_DIR on a larger tmpfs, and in host memory, fewer ranks per node; checkpoint.memory_every "
+                "= 0 turns them off without this line)\n", line);
+        fflush(stderr);
+    }
+    return off;
+}
+
 int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, const gt_mem_estimate *plan,
-                        uint64_t snapshot_bytes, uint64_t memsnap_bytes) {
+                        uint64_t snapshot_bytes, uint64_t memsnap_bytes, int *memsnap_off) {
+    *memsnap_off = 0;
+    int memsnap_auto = cfg->checkpoint.memory_every == GT_INT_AUTO;
     int rank;
     MPI_Comm_rank(comm, &rank);
     int node_ranks;
@@ -179,7 +238,7 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
             code = GT_EXIT_BAD_INPUT;
         }
     }
-    if (!code && memsnap_bytes) { /* shared memory is host memory too */
+    if (!code && memsnap_bytes && !memsnap_auto) { /* shared memory is host memory too */
         char snap[32], all[32], hwhat[512];
         if (host_short(node_ranks, memsnap_bytes,
                        memsnap_bytes + snapshot_bytes + (ops->memory_available ? 0 : plan->total_bytes), snap, all, hwhat)) {
@@ -197,5 +256,7 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
         fprintf(stderr, "gtrain: %s\n", msg);
         fflush(stderr);
     }
+    if (!code && memsnap_bytes && memsnap_auto) /* auto: off when they do not fit, not a refusal */
+        *memsnap_off = memsnap_auto_off(ops, comm, rank, host, node_ranks, plan, snapshot_bytes, memsnap_bytes);
     return code;
 }

@@ -59,6 +59,8 @@ typedef struct gt_run_state {
                                 or waited for in it (metrics: save_blocking_ms) */
     /* checkpoint.memory_every: this rank's memory snapshot (memsnap.h, runstate_memsnap.c) */
     struct gt_memsnap *memsnap; /* the writer; NULL when off */
+    int memsnap_due;         /* checkpoint.memory_every = auto: the step boundary agreed on a snapshot after it */
+    int memsnap_resumed;     /* this start resumed from memory snapshots */
     int memsnap_kept;        /* the slot the run resumed from (0, 1), kept until the next refresh; -1: none */
     int *memsnap_partner;    /* (world) each rank's partner, keeping a copy of its snapshot on the next node; -1 */
     uint64_t *memsnap_ranges; /* (2 x world) every rank's flat range (begin, count) */
@@ -99,8 +101,10 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
 int gt_runstate_after_step(gt_run_state *run, int step);
 
 /* After step `step` and its metrics line, when the run goes on: this rank's memory snapshot
- * (checkpoint.memory_every, runstate_memsnap.c) when one is due. Per rank, no collective: after the
- * metrics line, so that a restart from the snapshot never misses a step's line. */
+ * (checkpoint.memory_every, runstate_memsnap.c) when one is due: at a multiple of a number, or under
+ * auto when the step boundary agreed on it (so every rank refreshes at the same steps). No collective
+ * but the partner copy: after the metrics line, so that a restart from the snapshot never misses a
+ * step's line. */
 void gt_runstate_snapshot(gt_run_state *run, int step);
 
 /* After the last step: the final save. Returns 0, or 1 when it failed (the message names the

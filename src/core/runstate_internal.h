@@ -67,6 +67,8 @@ void gt_rs_save_info(const gt_run_state *run, int step, gt_state_info *out);
 int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_info *info);
 /* After the resume: the writer (when memory_every is not 0). Collective. */
 void gt_rs_memsnap_begin(gt_run_state *run);
+/* The bytes of one of this rank's slots (0 without snapshots). */
+double gt_rs_memsnap_slot_bytes(const gt_run_state *run);
 /* After step `step` (not the last): refreshes the snapshot when it is due. Per rank. */
 void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due);
 /* The run ended cleanly (or stopped with its state saved): the slots are deleted. Per rank. */

@@ -66,8 +66,9 @@
  *                        A failed final save, or a failed save on a stop signal, is exit 1 (74
  *                        when it is the max_failed_saves-th in a row) (75 would tell a batch script to requeue a run
  *                        whose state was not saved); the message names the newest file there is.
- *   the last step in memory  every checkpoint.memory_every steps each rank refreshes its memory
- *                        snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
+ *   the last step in memory  every checkpoint.memory_every steps (auto, the default: the interval
+ *                        that pays, autosave.h, agreed in the step boundary's all-reduce) each rank
+ *                        refreshes its memory snapshot in node-local shared memory (memsnap.h); checkpoint.resume = auto
  *                        takes the newest step every rank holds and verifies when it is newer than
  *                        the newest state file; the clean end deletes them (runstate_memsnap.c).
  *   stopping             SIGTERM/SIGUSR1 set a flag (signals.c); after each step the ranks agree on
@@ -130,8 +131,9 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     if (!rc) gt_rs_memsnap_begin(run); /* the memory snapshots' slots, before step 1 */
     run->last_save_time = MPI_Wtime();
     if (!rc) /* after the resume: the history is the lineage's, and the interval counts from its step */
-        gt_autosave_begin(&run->autosave, rank_of(run) == 0 && cfg->checkpoint.dir[0] && cfg->checkpoint.every == GT_INT_AUTO,
-                          cfg->checkpoint.dir, run->lineage.run_id, cfg->checkpoint.mtbf, (double)run->file_bytes,
+        gt_autosave_begin(&run->autosave, rank_of(run) == 0, cfg->checkpoint.dir, run->lineage.run_id, cfg->checkpoint.mtbf,
+                          cfg->checkpoint.every == GT_INT_AUTO, (double)run->file_bytes,
+                          cfg->checkpoint.memory_every == GT_INT_AUTO && run->memsnap, gt_rs_memsnap_slot_bytes(run),
                           run->first_step - 1);
     if (rc) gt_runstate_free(run);
     return rc;
@@ -221,18 +223,20 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
     int has_dir = cfg->checkpoint.dir[0] != '\0';
     int by_steps = has_dir && cfg->checkpoint.every > 0 && step % cfg->checkpoint.every == 0;
     run->save_blocking_ms = 0;
+    run->memsnap_due = 0;
     gt_autosave_step(&run->autosave, step == run->first_step, MPI_Wtime(), run->step_seconds);
     test_step_delay();
     if (step >= cfg->train.steps) return 0; /* the last step: gt_runstate_end saves, the run ends with 0 */
-    /* one agreement per step: a stop signal on any rank, rank 0's clock for every_minutes, and
-     * whether any rank's background save is still being written */
+    /* one agreement per step: a stop signal on any rank, rank 0's clock for every_minutes, whether
+     * any rank's background save is still being written, and rank 0's memory_every = auto choice */
     int busy = run->pending_step && !gt_async_save_finished(run->writer);
-    int mine[3] = {gt_signals_pending(), 0, busy}, all[3] = {0, 0, 0};
+    int mine[4] = {gt_signals_pending(), 0, busy, 0}, all[4] = {0, 0, 0, 0};
     if (has_dir && cfg->checkpoint.every_minutes > 0 && rank_of(run) == 0)
         mine[1] = MPI_Wtime() - run->last_save_time >= cfg->checkpoint.every_minutes * 60.0;
     if (gt_autosave_due(&run->autosave, step)) mine[1] = 1; /* rank 0's choice, agreed like its clock */
+    if (gt_autosave_snap_due(&run->autosave, step)) mine[3] = 1; /* every rank refreshes, or none */
     gt_watchdog_enter("stop_agreement", sizeof mine);
-    MPI_Allreduce(mine, all, 3, MPI_INT, MPI_MAX, run->mpi_comm);
+    MPI_Allreduce(mine, all, 4, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_watchdog_leave();
     if (run->pending_step && !all[2]) gt_rs_finish_async(run, PERIODIC_THEN); /* every writer is done: publish */
     int sig = all[0];
@@ -245,6 +249,7 @@ int gt_runstate_after_step(gt_run_state *run, int step) {
         }
         gt_autosave_after_saves(&run->autosave, step, run->save_blocking_ms / 1e3, started_ms / 1e3,
                                 attempted ? step : 0, run->pending_step, run->last_saved_step);
+        run->memsnap_due = all[3] && !attempted; /* a step that saves a state file takes no snapshot */
         return saves_failing(run) ? stop_saves_failing(run, step) : 0;
     }
     const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1";

@@ -3,9 +3,12 @@
  * when each rank refreshes its snapshot (memsnap.h), which step a restart resumes from memory and
  * when it uses the files on disk instead, and when the snapshots are deleted.
  *
- *   refresh   every checkpoint.memory_every steps (auto: every AUTO_EVERY steps), after the step's
- *             metrics line, on every rank (no collective but the partner copy below): not at a step that saves a state file by
- *             checkpoint.every, nor at the last step (the final save follows).
+ *   refresh   every checkpoint.memory_every steps, after the step's metrics line, on every rank (no
+ *             collective but the partner copy below): not at a step that saves a state file by
+ *             checkpoint.every, nor at the last step (the final save follows). auto (the default):
+ *             the interval that pays (autosave.h: Young/Daly from the measured refresh and the fault
+ *             rate), chosen by rank 0 and agreed in the step boundary's all-reduce
+ *             (run->memsnap_due), so that every rank refreshes at the same steps.
  *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: each rank reads
  *             the headers of its two slots of that lineage, world size, rank and slice; the ranks
  *             gather them and take the newest step that every rank holds and that is newer than the
@@ -20,7 +23,8 @@
  *             refreshes at the same steps); a restart counts a step as held by a rank when its own
  *             slot or its partner's copy has it, and a rank without its own fetches the copy.
  *   delete    at the run's clean end and after a stop signal's save, each rank deletes its two
- *             slots; a run that ends with an error keeps them for its restart. A start that does not
+ *             slots (also those it resumed from when it keeps none of its own); a run that ends with
+ *             an error keeps them for its restart. A start that does not
  *             resume from memory empties its slots (nothing of an earlier life of the lineage is
  *             used later); one that does keeps the slot it resumed from until the next refresh.
  */
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agree.h"
 #include "config.h"
@@ -42,13 +47,6 @@
 #define COPY_TAG 7301                    /* the partner copies' messages on run->mpi_comm */
 #define CHUNK ((uint64_t)1 << 30)        /* bytes per message */
 
-/* checkpoint.memory_every = auto: a fixed interval until the time model chooses it from the
- * measured cost of a refresh and the fault rate (docs/reliability.md). */
-#define AUTO_EVERY 5
-
-static int memory_every(const gt_config *cfg) {
-    return cfg->checkpoint.memory_every < 0 ? AUTO_EVERY : cfg->checkpoint.memory_every;
-}
 
 /* The partners (collective, once): rank r's partner is the rank of the same index among its node's
  * ranks on the next node (nodes in the order of their first rank; GTRAIN_TEST_RANK_IS_NODE makes every
@@ -369,6 +367,7 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         double seconds = MPI_Wtime() - t0;
         *info = got;
         run->memsnap_kept = need[rank] ? -1 : slot;
+        run->memsnap_resumed = 1;
         resumed = 1;
         if (rank == 0) say_resumed(run, S, head.newest_file, need, fetched, 12 * id.count, seconds);
     }
@@ -381,6 +380,25 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     free(all);
     free(need);
     return resumed;
+}
+
+/* A start without snapshots of its own (memory_every = 0, or auto without room) that resumed from
+ * one: at its clean end this rank's slots and copies of the lineage go too (no writer deletes them). */
+static void remove_resumed(gt_run_state *run) {
+    int rank = rank_of(run), ward = ward_of(run, rank);
+    gt_memsnap_id id;
+    char path[4200];
+    for (int s = 0; s < 4; s++) {
+        if (s >= 2 && ward < 0) break;
+        rank_id(run, run->lineage.run_id, run->lineage.branch, s < 2 ? rank : ward, &id);
+        gt_memsnap_path(path, sizeof path, &id, s);
+        unlink(path);
+    }
+}
+
+double gt_rs_memsnap_slot_bytes(const gt_run_state *run) {
+    if (!run->memsnap) return 0;
+    return (double)gt_memsnap_slot_bytes(run->opt->shard.end - run->opt->shard.begin, strlen(run->config_text));
 }
 
 void gt_rs_memsnap_begin(gt_run_state *run) {
@@ -410,8 +428,12 @@ void gt_rs_memsnap_begin(gt_run_state *run) {
         char partners[128];
         if (p >= 0) snprintf(partners, sizeof partners, "; each rank's also kept by a partner on the next node (rank 0's by rank %d)", p);
         else snprintf(partners, sizeof partners, "; no partner copies (one node)");
-        printf("gtrain: memory snapshots every %d steps%s in %s: 2 slots of %.3f GB per rank%s\n", memory_every(cfg),
-               cfg->checkpoint.memory_every < 0 ? " (auto)" : "", gt_memsnap_dir(),
+        char every[128];
+        if (cfg->checkpoint.memory_every < 0)
+            snprintf(every, sizeof every, "(checkpoint.memory_every = auto: the interval follows the first steps)");
+        else
+            snprintf(every, sizeof every, "every %d steps", cfg->checkpoint.memory_every);
+        printf("gtrain: memory snapshots %s in %s: 2 slots of %.3f GB per rank%s\n", every, gt_memsnap_dir(),
                (double)gt_memsnap_slot_bytes(id.count, strlen(run->config_text)) / 1e9, partners);
         fflush(stdout);
     }
@@ -460,7 +482,10 @@ static void exchange(gt_run_state *run, int ok) {
 }
 
 void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
-    if (!run->memsnap || file_save_due || step >= run->cfg->train.steps || step % memory_every(run->cfg) != 0) return;
+    int every = run->cfg->checkpoint.memory_every;
+    int due = every < 0 ? run->memsnap_due /* auto: agreed at the step boundary */
+                        : every > 0 && !file_save_due && step % every == 0;
+    if (!run->memsnap || !due || step >= run->cfg->train.steps) return;
     gt_state_info info;
     gt_rs_save_info(run, step, &info);
     char err[4600];
@@ -474,6 +499,7 @@ void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
     double t1 = MPI_Wtime();
     exchange(run, ok);
     double t2 = MPI_Wtime();
+    gt_autosave_snapped(&run->autosave, step, t2 - t0); /* rank 0: the refresh's cost (memory_every = auto) */
     if (run->metrics) { /* rank 0: what a refresh costs the loop (its own slot; the partner copy) */
         fprintf(run->metrics, "{\"memsnap_step\":%d,\"memsnap_ms\":%.3f,\"memsnap_copy_ms\":%.3f,\"memsnap_bytes\":%llu}\n",
                 step, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
@@ -484,6 +510,7 @@ void gt_rs_memsnap_after_step(gt_run_state *run, int step, int file_save_due) {
 }
 
 void gt_rs_memsnap_finish(gt_run_state *run) {
+    if (!run->memsnap && run->memsnap_resumed) remove_resumed(run);
     gt_memsnap_remove(run->memsnap);
     run->memsnap = NULL;
 }

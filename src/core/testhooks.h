@@ -85,6 +85,10 @@ typedef struct gt_test_hooks {
     /* GTRAIN_TEST_MEM_AVAILABLE=BYTES: the memory preflight sees a node with this much (preflight.c). */
     int has_mem_available;
     uint64_t mem_available;
+    /* GTRAIN_TEST_SHM_FREE=BYTES: the shared-memory directory of the memory snapshots has this much
+     * free, for checkpoint.memory_every = auto's check (preflight.c). */
+    int has_shm_free;
+    uint64_t shm_free;
     /* Not a variable: unit tests set it directly (gt_test_hooks_for_tests) to make the loss head's
      * chunks this many bytes (model.c's gt_head_rows; 0: the built-in size). */
     uint64_t head_chunk_bytes;

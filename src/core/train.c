@@ -403,9 +403,12 @@ static int resolve_plan(run *r) {
         return fail_input(r->rank, msg);
     }
     gt_plan_time(&r->choice.shape, &r->choice.plan, &calib, &r->predicted_time);
-    return gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
-                               gt_plan_snapshot_bytes(cfg, &r->choice.shape), /* the async save's copy */
-                               gt_plan_memsnap_bytes(cfg, &r->choice.shape, spans_nodes(r->mpi)));
+    int memsnap_off = 0;
+    int rc = gt_preflight_memory(cfg, r->ops, r->mpi, &r->choice.predicted,
+                                 gt_plan_snapshot_bytes(cfg, &r->choice.shape), /* the async save's copy */
+                                 gt_plan_memsnap_bytes(cfg, &r->choice.shape, spans_nodes(r->mpi)), &memsnap_off);
+    if (memsnap_off) own->checkpoint.memory_every = 0; /* auto, and they do not fit: off (one warning said so) */
+    return rc;
 }
 
 /* Each rank opens the data files itself: they may be missing or different on some nodes. */

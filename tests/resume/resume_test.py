@@ -1322,8 +1322,9 @@ LINEAGE = ".gtrain-lineage"
 
 
 def state_files(d):
-    """The names in a checkpoint directory but the lineage record."""
-    return sorted(f for f in os.listdir(d) if f != LINEAGE)
+    """The names in a checkpoint directory but the lineage record and the lineages' history records
+    (checkpoint.every = auto and memory_every = auto, the default, keep one: src/core/autosave.h)."""
+    return sorted(f for f in os.listdir(d) if f != LINEAGE and not f.startswith(".gtrain-history-"))
 
 
 def lineage_other_run(e):
@@ -1722,7 +1723,10 @@ def auto_cadence(e):
     directory that holds another lineage's history (its state files gone) uses the prior, not that
     history; bad values are exit 2 naming the key."""
     env = {"GTRAIN_TEST_STEP_DELAY_MS": "300"}
-    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0")
+    # about the state files' cadence: no memory snapshots (at this MTBF they would be taken every few
+    # steps, and a restart from one could leave the last run too few steps for a choice)
+    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.mtbf=0.02", "checkpoint.keep=0",
+            "checkpoint.memory_every=0")
     out, _ = e.run(2, "au", "train.steps=24", *auto, env=env)
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
     check(abs(mtbf - 72) < 1e-9 and "prior checkpoint.mtbf" in why, f"the prior MTBF, 72 s: {mtbf} ({why})")
@@ -1769,6 +1773,98 @@ def auto_cadence(e):
         check(f"command line: {bad}: {msg}" in err and not trained_steps(out), f"{bad}: exit 2, one line: {err.strip()}")
 
 
+SNAP_AUTO_LINE = re.compile(r"checkpoint\.memory_every = auto: (now )?a memory snapshot every (\d+) steps \(([-+.e\d]+) s "
+                            r"at ([-+.e\d]+) s a step\): Young's interval sqrt\(2 x ([-+.e\d]+) s x ([-+.e\d]+) s\); "
+                            r"refresh cost ([-+.e\d]+) s \((.*?)\), MTBF ([-+.e\d]+) h \((.*)\)")
+
+
+def memsnap_steps(e, name):
+    """The steps rank 0 refreshed its memory snapshot at, from the metrics file (memsnap_step lines)."""
+    with open(os.path.join(e.rundir(name), "metrics.jsonl")) as f:
+        return [rec["memsnap_step"] for rec in map(json.loads, f) if "memsnap_step" in rec]
+
+
+def memsnap_auto(e):
+    """checkpoint.memory_every = auto, the default: rank 0 chooses the memory snapshots' interval as
+    checkpoint.every = auto chooses the saves' (Young's sqrt(2 x refresh cost x MTBF) over the step
+    time; the prior checkpoint.mtbf small, 0.04 h = 144 s, so that it is a few steps) and says it in
+    one line with its numbers; 2 ranks, each its own node (partner copies: a refresh is collective),
+    refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
+    followed from there; the history record gains a snap line; the clean end deletes the slots. A
+    shared-memory directory too small for the slots turns auto off with one warning, and the run trains
+    on; a start that resumed from memory but keeps no snapshots deletes the slots at its clean end; a
+    number (3) refreshes every 3 steps."""
+    env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
+    steps = 24
+    # dist.timeout = 20 s: ranks that disagreed on a refresh would hang in its partner copy; named soon
+    out, _ = e.run(2, "sa", f"train.steps={steps}", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                   "checkpoint.mtbf=0.04", "dist.timeout=20", env=env)
+    lines = [l for l in out.splitlines() if l.startswith("step ") or "= auto: a memory snapshot every" in l or
+             "= auto: now a memory snapshot every" in l]
+    choices = [l for l in lines if not l.startswith("step ")]
+    check(len(choices) >= 1 and "now" not in choices[0], f"the first choice in one line: {choices}")
+    print("   ", "\n    ".join(choices), flush=True)
+    # walk the output: the first choice after step 2 (the start's first step is its warm-up), a change
+    # after the step whose refresh measured it; a refresh when the steps since the last one reach it
+    every, since, expected, step = 0, 0, [], 0
+    for line in lines:
+        if line.startswith("step "):
+            step = int(line.split()[1].split("/")[0])
+            if every and step < steps and step - since >= every:
+                expected.append(step)
+                since = step
+            continue
+        m = SNAP_AUTO_LINE.search(line)
+        check(m is not None, f"the line gives the numbers: {line}")
+        n, tau, step_s, cost, mtbf = int(m.group(2)), *(float(m.group(i)) for i in (3, 4, 5, 6))
+        check(abs(mtbf - 144) < 1e-9 and "prior checkpoint.mtbf" in m.group(10), f"the prior MTBF, 144 s: {line}")
+        check(abs(tau - math.sqrt(2 * cost * mtbf)) <= 0.01 * tau + 1e-3, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
+        check(n in (max(1, math.floor(tau / step_s)), max(1, math.ceil(tau / step_s))), f"{n} steps = {tau} s / {step_s} s")
+        if not every:  # the first: said at step 2, before its refresh
+            check(step == 2 and "a prior: the slot at 1 GiB/s" in m.group(8), f"the first choice at step 2, on the prior: {line}")
+            every = n
+            if step - since >= every:
+                expected.append(step)
+                since = step
+        else:
+            check(m.group(1) == "now " and "measured: the mean of" in m.group(8), f"a change, measured: {line}")
+            every = n
+    got = memsnap_steps(e, "sa")
+    check(got == expected and len(got) >= 2, f"refreshes at the steps the chosen interval gives: {got}, expected {expected}")
+    check(every > 1 or len(choices) > 1, f"an interval of more than one step was chosen at some point: {choices}")
+    hist = [f for f in os.listdir(e.ck("sa")) if f.startswith(".gtrain-history-")]
+    with open(os.path.join(e.ck("sa"), hist[0])) as f:
+        words = [line.split()[0] for line in f.read().splitlines()]
+    check(words[:2] == ["gtrain-history", "start"] and words.count("snap") == 1 and words[-1] == "end",
+          f"the history: header, start, one snap line (one a minute at most), end: {words}")
+    check(snap_files(e, "sa") == [], f"the clean end deleted the slots: {snap_files(e, 'sa')}")
+
+    # a shared-memory directory too small for the slots (a test hook says it has 1000 bytes free):
+    # auto turns them off with one warning that says why and how to have them, and the run trains on
+    small = dict(env, GTRAIN_TEST_SHM_FREE="1000")
+    out, err = e.run(2, "small", "train.steps=6", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                     "checkpoint.mtbf=0.04", env=small)
+    warn = [l for l in err.splitlines() if "memory snapshots are off" in l]
+    check(len(warn) == 1 and "checkpoint.memory_every = auto: rank " in warn[0] and "has 1000 B free" in warn[0] and
+          "to have them: room for the slots" in warn[0], f"one warning naming the free space and the way to have them: {warn}")
+    check(len(trained_steps(out)) == 6 and e.steps_saved("small") == [6], f"the run trained on: {trained_steps(out)}")
+    check("a memory snapshot every" not in out and memsnap_steps(e, "small") == [] and snap_files(e, "small") == [],
+          "no snapshot, no slot, no choice line")
+
+    # resumed from memory by a start that keeps no snapshots of its own (memory_every = 0 now): its
+    # clean end deletes the slots it resumed from, as a writer's would
+    killed_after(e, "off", 6)
+    check(snap_files(e, "off") != [], "the killed run left its slots for the restart")
+    out, _ = e.run(2, "off", *MEM, "checkpoint.memory_every=0", env=shm_env(e))
+    check("resumed from the memory snapshot of step" in out, "the restart resumed from memory")
+    check(snap_files(e, "off") == [], f"its clean end deleted them: {snap_files(e, 'off')}")
+
+    # a number is a number: every 3 steps, no choice line
+    out, _ = e.run(2, "n3", "train.steps=10", "checkpoint.every=0", "checkpoint.every_minutes=0",
+                   "checkpoint.memory_every=3", env=env)
+    check("memory_every = auto" not in out and memsnap_steps(e, "n3") == [3, 6, 9], f"memory_every = 3: {memsnap_steps(e, 'n3')}")
+
+
 SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, global_batch_kept, corrupt_fallback, shape_mismatch, sigterm,
                                      bad_files_never_count_toward_keep, unusable_dir, dir_not_shared, full_disk, nonfinite,
                                      model_change, time_cadence, memory_preflight, save_is_durable,
@@ -1777,7 +1873,7 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save,
-                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner,
+                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner, memsnap_auto,
                                      auto_cadence)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}

@@ -5,7 +5,9 @@
 # way out, while checkpoint.async = false trains; with room for both, async trains too. `--plan` shows
 # the same copy (12 bytes x ceil(P / world) per rank). The memory snapshots' slots
 # (checkpoint.memory_every: 2 x 12 bytes per element of the slice, in shared memory) are counted
-# beside them the same way, and --plan shows them.
+# beside them the same way, and --plan shows them. Under checkpoint.memory_every = auto (the default)
+# slots that do not fit are no refusal: the run trains without them after one warning, and --plan,
+# deciding the same way, shows none.
 #   async_snapshot_memory.sh GTRAIN GTRAIN_PREP CONFIG WORKDIR
 set -euo pipefail
 gtrain=$1 prep=$2 config=$3 work=$4
@@ -39,9 +41,10 @@ lines=$(grep -c '\[checkpoint\] async = true keeps a host copy' out.txt || true)
 grep -q 'expected checkpoint.async = false' out.txt || fail "the line does not name the way out"
 ! grep -q '^step ' out.txt || fail "a refused run trained"
 refused=$(grep -oE 'in the background: [0-9.]+ [KMG]iB per rank' out.txt | awk '{print $4, $5}')
-# room for both
-run $((bytes * 150 / 100))
+# room for both (memory_every = 0: the memory snapshots' own cases follow)
+run $((bytes * 150 / 100)) checkpoint.memory_every=0
 ((rc == 0)) || fail "checkpoint.async=true with room for plan and copy: exit $rc"
+! grep -q 'memory snapshots' out.txt || fail "memory_every = 0 speaks of memory snapshots"
 # --plan shows the same copy (one formula, planner.c's gt_plan_snapshot_bytes): at world 1 what the
 # check refused, at world 2 12 bytes x ceil(P / 2); none without checkpoint.dir or with async = false
 plan_copy() { # WORLD overrides...: the copy --plan prints
@@ -61,7 +64,8 @@ want = 12 * -(-p // 2)
 have = float(v) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[u]
 sys.exit(abs(have - want) > 0.01 * want)
 PY
-[[ $(plan_copy 1 checkpoint.dir=ck checkpoint.async=false) == "none" ]] || fail "--plan with async = false shows a copy"
+[[ $(plan_copy 1 checkpoint.dir=ck checkpoint.async=false checkpoint.memory_every=0) == "none" ]] ||
+  fail "--plan with async = false shows a copy"
 # the memory snapshots: room for the plan and the copy (150%) but not for 2 slots more
 run $((bytes * 150 / 100)) checkpoint.memory_every=1
 ((rc == 2)) || fail "checkpoint.memory_every=1 without room for its slots: exit $rc, expected 2"
@@ -78,7 +82,29 @@ plan_snaps() {
 }
 got3=$(plan_snaps checkpoint.dir=ck checkpoint.memory_every=1)
 [[ -n $got3 && $got3 == "$snaps" ]] || fail "--plan shows memory snapshots of '$got3' per rank, the memory check refused '$snaps'"
-[[ $(plan_snaps checkpoint.dir=ck) == "none" ]] || fail "--plan with memory_every = 0 shows snapshots"
+[[ $(plan_snaps checkpoint.dir=ck checkpoint.memory_every=0) == "none" ]] || fail "--plan with memory_every = 0 shows snapshots"
+# auto (the default) with room: the same slots as a number, in --plan and in the run
+[[ $(plan_snaps checkpoint.dir=ck) == "$snaps" ]] || fail "--plan under auto with room: '$(plan_snaps checkpoint.dir=ck)', expected '$snaps'"
+run $((bytes * 250 / 100))
+((rc == 0)) || fail "memory_every = auto with room: exit $rc"
+grep -q 'memory snapshots (checkpoint.memory_every = auto' out.txt || fail "auto with room: no memory snapshots"
+! grep -q 'memory snapshots are off' out.txt || fail "auto with room: turned off"
+# auto without room in host memory (room for plan and copy only): no refusal, one warning, trained
+run $((bytes * 150 / 100))
+((rc == 0)) || fail "memory_every = auto without room for its slots: exit $rc, expected 0 (off, not refused)"
+lines=$(grep -c 'memory snapshots are off for this run (checkpoint.memory_every = auto: rank 0 on .*host memory' out.txt || true)
+((lines == 1)) || fail "expected one warning naming host memory, got $lines"
+grep -q '^step 1' out.txt || fail "auto without room did not train"
+[[ -z $(ls shm) ]] || fail "auto turned off left slots: $(ls shm)"
+# auto without room in the shared-memory directory (a test hook: 1000 bytes free): off in the run and
+# in --plan alike
+GTRAIN_TEST_SHM_FREE=1000 run $((bytes * 250 / 100))
+((rc == 0)) || fail "memory_every = auto with a full shared-memory directory: exit $rc"
+grep -q 'memory snapshots are off for this run (checkpoint.memory_every = auto: .*has 1000 B free' out.txt ||
+  fail "no warning naming the shared memory's free space"
+GTRAIN_TEST_SHM_FREE=1000 "$gtrain" --plan "$config" --world 1 checkpoint.dir=ck 2>/dev/null >out.txt || fail "--plan: exit $?"
+grep -q '^memory snapshots per rank: none (checkpoint.memory_every = auto turns them off on this machine: .*has 1000 B free' out.txt ||
+  fail "--plan under auto does not turn them off as the run does: $(grep '^memory snapshots' out.txt)"
 echo "memory snapshots: the check and --plan agree on $snaps per rank at world 1"
 echo "the memory check and --plan agree: $refused per rank at world 1, $got2 at world 2 ($params parameters)"
 echo ok
