@@ -119,6 +119,8 @@ while :; do
   fi
   to_first=$(since "$t_launch")
   resumed=$(grep -o 'resumed from .* (step [0-9]*)' "run_$attempt.log" | grep -o '[0-9]*)$' | tr -d ')')
+  [[ -n $resumed ]] || # a memory snapshot's resume line names its step differently
+    resumed=$(grep -o 'resumed from the memory snapshot of step [0-9]*' "run_$attempt.log" | grep -o '[0-9]*$')
   ((attempt == 1)) && first_start=$to_first
   if [[ -n $pending ]]; then # the fault that ended the previous start
     IFS=$'\t' read -r fn fkind fat frank fstep fdetect frc <<<"$pending"

@@ -42,9 +42,10 @@ static void interval(void) {
 }
 
 static void history(void) {
-    /* three earlier starts: the first killed after its save at t = 1200 (a fault, 1000..1200: 200 s),
-     * the second ended cleanly (1300..1500: 200 s), the third killed before any whole line after its
-     * start (0 s, a fault): 2 faults in 400 s; the newest cost 3.0 s */
+    /* three earlier starts: the first killed after its save at t = 1200 (a fault: it spans to the next
+     * start, 1000..1300: 300 s), the second ended cleanly (1300..1500: 200 s), the third killed before
+     * any whole line after its start (a fault; 0 s so far, its span runs to the start that reads the
+     * record): 2 faults in 500 s; the newest cost 3.0 s */
     const char *text = "gtrain-history 1 abc123\n"
                        "start 1000.0 0\n"
                        "save 1100.0 10 2.0\n"
@@ -58,12 +59,16 @@ static void history(void) {
     gt_autosave_parse_history(text, "abc123", &h);
     CHECK(h.starts == 3, "%d", h.starts);
     CHECK(h.faults == 2, "%d", h.faults);
-    CHECK(near(h.observed_s, 400), "%g", h.observed_s);
+    CHECK(near(h.observed_s, 500), "%g", h.observed_s);
     CHECK(near(h.last_cost_s, 3.0), "%g", h.last_cost_s);
+    CHECK(near(h.unended_last_s, 1600), "%g", h.unended_last_s);
+    /* the start reading it began at 1700: the third start spans 1600..1700 */
+    gt_autosave_history_until(&h, 1700);
+    CHECK(near(h.observed_s, 600) && h.unended_last_s == 0, "%g %g", h.observed_s, h.unended_last_s);
 
     char why[200];
-    /* 2 faults in 400 s + the current start's 200 s: M = 600 / 2 = 300 s */
-    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 300), "%s", why);
+    /* 2 faults in 600 s + the current start's 200 s: M = 800 / 2 = 400 s */
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 400), "%s", why);
     CHECK(strstr(why, "2 faults") != NULL, "%s", why);
 
     /* another lineage's record (its first line names it): nothing of it is used */

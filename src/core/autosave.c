@@ -54,7 +54,7 @@ void gt_autosave_parse_history(const char *text, const char *run_id, gt_save_his
         }
         if (sscanf(line, "%15s %lf %lld", word, &t, &step) != 3 || !isfinite(t)) continue;
         if (strcmp(word, "start") == 0) {
-            if (open) out->observed_s += last - first, out->faults += !clean;
+            if (open) out->observed_s += (clean ? last : fmax(t, last)) - first, out->faults += !clean;
             out->starts++;
             open = 1, clean = 0, first = last = t;
         } else if (open && (strcmp(word, "save") == 0 || strcmp(word, "snap") == 0) &&
@@ -67,6 +67,12 @@ void gt_autosave_parse_history(const char *text, const char *run_id, gt_save_his
         }
     }
     if (open) out->observed_s += last - first, out->faults += !clean;
+    if (open && !clean) out->unended_last_s = last;
+}
+
+void gt_autosave_history_until(gt_save_history *h, double now_s) {
+    if (h->unended_last_s > 0 && now_s > h->unended_last_s) h->observed_s += now_s - h->unended_last_s;
+    h->unended_last_s = 0;
 }
 
 double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, char *why, size_t len) {
@@ -133,13 +139,14 @@ void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *r
         gt_autosave_parse_history(text, run_id, &a->history);
         free(text);
     }
+    a->started = wall_now();
+    gt_autosave_history_until(&a->history, a->started);
     interval_init(&a->save, files_auto, "checkpoint.every", "a save", "save", "saves", "save",
                   "a prior: the state file at 1 GiB/s, until a save is measured", file_bytes / (double)(1u << 30),
                   a->history.last_cost_s, start_step);
     interval_init(&a->snap, memory_auto, "checkpoint.memory_every", "a memory snapshot", "refresh", "refreshes", "snap",
                   "a prior: the slot at 1 GiB/s, until a refresh is measured",
                   slot_bytes / GT_AUTOSAVE_REFRESH_BYTES_PER_S, a->history.last_snap_cost_s, start_step);
-    a->started = wall_now();
     char line[128];
     if (!exists) {
         snprintf(line, sizeof line, "gtrain-history 1 %s\n", run_id);

@@ -51,7 +51,11 @@ int gt_autosave_steps(double interval_s, double step_s);
 typedef struct gt_save_history {
     int starts;          /* earlier starts recorded */
     int faults;          /* of them, those without an end line */
-    double observed_s;   /* the sum of their spans (start to the last line) */
+    double observed_s;   /* the sum of their spans: a clean start's to its end line, a faulted start's to
+                          * the next start (the fault lies in between; finding it and restarting are
+                          * part of the time between faults) */
+    double unended_last_s; /* the newest start had no end: its last line's time (its span then runs to
+                            * the start reading the record: gt_autosave_history_until); else 0 */
     double last_cost_s;  /* the cost of the newest save line; < 0 when none */
     double last_snap_cost_s; /* the cost of the newest snap line (a memory snapshot's refresh); < 0 when none */
 } gt_save_history;
@@ -59,6 +63,9 @@ typedef struct gt_save_history {
 /* Parses a history record's text; a line that does not parse (a torn last line) is skipped.
  * A record whose first line names another run identity than run_id is not used (all zero). */
 void gt_autosave_parse_history(const char *text, const char *run_id, gt_save_history *out);
+
+/* The start reading the record began at now_s: a newest start without an end spans to it. */
+void gt_autosave_history_until(gt_save_history *h, double now_s);
 
 /* M in seconds from the prior and the history, with current_s = the current start's time so far;
  * why gets how it was found ("the prior checkpoint.mtbf = 4 h" or "this run's history: 3 faults in
