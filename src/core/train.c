@@ -510,8 +510,11 @@ static void print_banner(const run *r) {
                (unsigned long long)p->params_bytes, (unsigned long long)p->grads_bytes);
     if (p->staging_bytes) /* the most of any rank, and this rank's (rank 0's metrics report it) */
         printf("gtrain: predicted reduce-scatter staging per rank (MPI, host memory): comm_staging_bytes %llu, "
-               "rank 0 %llu; in the total_bytes %llu the memory check counts\n", (unsigned long long)p->staging_bytes,
-               (unsigned long long)gt_plan_staging_bytes(&c->shape, 0), (unsigned long long)p->total_bytes);
+               "rank 0 %llu; in the total_bytes %llu the memory check counts, beside the other_bytes %llu of state, "
+               "activations and workspace\n", (unsigned long long)p->staging_bytes,
+               (unsigned long long)gt_plan_staging_bytes(&c->shape, 0), (unsigned long long)p->total_bytes,
+               (unsigned long long)(p->params_bytes + p->grads_bytes + p->optim_bytes + p->workspace_bytes +
+                                    p->act_peak_bytes + p->library_bytes));
     printf("gtrain: predicted step%s %.1f ms, %.0f tokens/s; rates: %s\n",
            r->predicted_time.measured ? "" : " (from defaults, not measured)", r->predicted_time.step_s * 1e3,
            r->predicted_time.tokens_per_s, r->predicted_note);

@@ -560,21 +560,25 @@ def cmd_buckets(a):
 
 
 def check_staging_budget(a, name, stdout, want):
-    """The memory check before step 1 counts the staging: memory.budget half the staging below the
-    predicted total (which gtrain printed) must stop the run with exit 2, naming the staging."""
+    """The memory check before step 1 counts the staging: the predicted total gtrain printed is the
+    staging plus the rest (state, activations, workspace: other_bytes, summed apart), and a
+    memory.budget of the rest plus half the staging must stop the run with exit 2, naming the staging."""
     pred = [ln for ln in stdout.splitlines() if "predicted reduce-scatter staging per rank" in ln]
-    if not pred or "total_bytes" not in pred[0]:
-        fail(f"{name}: no predicted total beside the staging in the output")
+    if not pred or "total_bytes" not in pred[0] or "other_bytes" not in pred[0]:
+        fail(f"{name}: no predicted total and other bytes beside the staging in the output")
     words = pred[0].replace(",", "").replace(";", "").split()
-    total = int(words[words.index("total_bytes") + 1])
-    budget = total - want // 2
+    total, other = int(words[words.index("total_bytes") + 1]), int(words[words.index("other_bytes") + 1])
+    if total != other + want:
+        fail(f"{name}: the predicted total {total} is not the staging {want} + the rest {other}")
+    budget = other + want // 2
     cmd = a.cmd + [name + ".ini", f"memory.budget={budget}"]
     print("+ (cd " + a.work + " && " + " ".join(cmd) + ")", flush=True)
     r = subprocess.run(cmd, cwd=a.work, capture_output=True, text=True)
     if r.returncode != 2 or "reduce-scatter staging" not in r.stderr:
         fail(f"{name}: memory.budget={budget} (the predicted total {total} less half the staging {want}): exit "
              f"{r.returncode}, expected 2 from the memory check naming the staging\n{r.stdout}{r.stderr}")
-    print(f"{name}: memory.budget {budget} = total {total} - staging {want} / 2: refused before step 1 (exit 2)")
+    print(f"{name}: total {total} = staging {want} + the rest {other}; memory.budget {budget} = the rest + half the "
+          f"staging: refused before step 1 (exit 2)")
 
 
 def newest_state(work, name):
