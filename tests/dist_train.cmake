@@ -13,14 +13,17 @@
 #                             recompute full / selective / uniform:3 and grad_sync micro / step; each
 #                             checks its metrics per step against the formulas of tests/dist/dist_train.py
 #                             (optim_bytes, comm_bytes, collective calls, unit gathers, params and grads
-#                             peaks, which also equal the planner's printed prediction)
+#                             peaks, which also equal the planner's printed prediction, and MPI's
+#                             reduce-scatter staging, comm_staging_bytes, equal to it too)
 #   dist_train_resume_*       the ZeRO-3 W = 4 run's state at step 10 resumed at W = 2 ZeRO-1 and W = 1 none
 #   dist_train_compare        losses and grad norms step by step within 1e-5 relative of w1_a4; the final
 #                             weights (/model of the state file each run saves at its end) within 1e-5
 #                             absolute (h5diff -d)
 #   dist_train_tied_*         the same for a tied-embedding model (ZeRO-1 reference, ZeRO-3, ZeRO-2)
 #   dist_train_buckets_*      dist.bucket_mb > 0 against 0 (grad_sync = step): equal bit for bit, buckets
-#                             started during the last micro-batch's backward
+#                             started during the last micro-batch's backward; the staging of at most two
+#                             buckets in flight as predicted, and a memory.budget below the total with it
+#                             refused before step 1
 
 add_executable(test_dist_step ${GTRAIN_TEST_DIR}/test_dist_step.c)
 target_link_libraries(test_dist_step PRIVATE gtrain_core)

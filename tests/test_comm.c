@@ -258,6 +258,56 @@ static void check_v_collectives(gt_comm *c, const mem_ops *m) {
     free(h);
 }
 
+/* The MPI reduce-scatters' host staging (comm.h), on a communicator of its own (nothing staged yet):
+ * a blocking one stages W x min(chunk, count) elements, the chunk at most GT_COMM_MPI_STAGING_BYTES of
+ * staging, kept; a started one W x counts[rank] more from its start to its wait; the peak since
+ * gt_comm_stats_reset. A reduction longer than one chunk sums right. 0 everywhere on one rank. */
+static void check_staging(void) {
+    gt_comm *c = gt_comm_create_mpi(MPI_COMM_WORLD);
+    size_t W = (size_t)world, chunk = GT_COMM_MPI_STAGING_BYTES / 4 / W, n = chunk + 3;
+    CHECK(gt_comm_staging_held_bytes(c) == 0 && gt_comm_staging_peak_bytes(c) == 0, "staging before any call");
+    float *send = malloc(W * n * sizeof *send), *recv = malloc(n * sizeof *recv);
+    if (!send || !recv) abort();
+    for (size_t i = 0; i < W * n; i++) send[i] = (float)(rank + 1) * (float)(i % 7 + 1);
+    gt_comm_reduce_scatter_sum(c, send, recv, 4, GT_DTYPE_F32);
+    uint64_t small = W > 1 ? W * 4 * 4 : 0;
+    CHECK(gt_comm_staging_held_bytes(c) == small && gt_comm_mpi_staging_bytes(world, 4, 4) == small,
+          "staging of a 4-element reduce-scatter: held %llu, predicted %zu, want %llu",
+          (unsigned long long)gt_comm_staging_held_bytes(c), gt_comm_mpi_staging_bytes(world, 4, 4),
+          (unsigned long long)small);
+    gt_comm_reduce_scatter_sum(c, send, recv, n, GT_DTYPE_F32);
+    uint64_t big = W > 1 ? W * chunk * 4 : 0;
+    CHECK(gt_comm_staging_held_bytes(c) == big && gt_comm_staging_peak_bytes(c) == big &&
+              gt_comm_mpi_staging_bytes(world, n, 4) == big && big <= GT_COMM_MPI_STAGING_BYTES,
+          "staging of a %zu-element reduce-scatter: held %llu, peak %llu, predicted %zu, want %llu (<= %zu)", n,
+          (unsigned long long)gt_comm_staging_held_bytes(c), (unsigned long long)gt_comm_staging_peak_bytes(c),
+          gt_comm_mpi_staging_bytes(world, n, 4), (unsigned long long)big, (size_t)GT_COMM_MPI_STAGING_BYTES);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) { /* element rank*n + i of every rank's send: (r+1) x v, summed */
+        float v = (float)(((size_t)rank * n + i) % 7 + 1), want = 0;
+        for (size_t r = 0; r < W; r++) want += (float)(r + 1) * v;
+        bad += recv[i] != want;
+    }
+    CHECK(!bad, "%d of %zu elements wrong after a reduce-scatter longer than one staging chunk", bad, n);
+    size_t counts[64];
+    for (size_t r = 0; r < W && r < 64; r++) counts[r] = 5 + r;
+    gt_comm_stats_reset(c);
+    gt_comm_request *q = gt_comm_reduce_scatter_v_sum_start(c, send, recv, counts, GT_DTYPE_F32);
+    uint64_t own = W > 1 ? W * counts[rank] * 4 : 0;
+    CHECK(gt_comm_staging_held_bytes(c) == big + own, "staging while a v reduce-scatter is in flight: %llu, want %llu",
+          (unsigned long long)gt_comm_staging_held_bytes(c), (unsigned long long)(big + own));
+    gt_comm_wait(c, q);
+    CHECK(gt_comm_staging_held_bytes(c) == big && gt_comm_staging_peak_bytes(c) == big + own,
+          "staging after the wait: held %llu, peak %llu; want %llu, %llu", (unsigned long long)gt_comm_staging_held_bytes(c),
+          (unsigned long long)gt_comm_staging_peak_bytes(c), (unsigned long long)big, (unsigned long long)(big + own));
+    gt_comm_stats_reset(c);
+    CHECK(gt_comm_staging_peak_bytes(c) == big, "the peak after a reset: %llu, want the held %llu",
+          (unsigned long long)gt_comm_staging_peak_bytes(c), (unsigned long long)big);
+    free(send);
+    free(recv);
+    gt_comm_destroy(c);
+}
+
 static void check_collectives(gt_comm *c, const mem_ops *m, size_t max_count) {
     gt_dtype dts[2] = {GT_DTYPE_F32, GT_DTYPE_BF16};
     for (int d = 0; d < 2; d++)
@@ -368,8 +418,10 @@ int main(int argc, char **argv) {
         gt_comm_set_max_call_elems(c, limits[k]);
         f0 = check_failures;
         check_collectives(c, &host_mem, limits[k] == 1 ? 1000 : (size_t)-1);
+        check_v_collectives(c, &host_mem);
         char what[160];
-        snprintf(what, sizeof what, "mpi: the same with at most %zu element(s) per MPI call (chunked path)", limits[k]);
+        snprintf(what, sizeof what, "mpi: the same and the v forms with at most %zu element(s) per MPI call (chunked "
+                 "path)", limits[k]);
         report(what, f0);
     }
     gt_comm_set_max_call_elems(c, GT_COMM_MPI_MAX_CALL_ELEMS);
@@ -378,6 +430,11 @@ int main(int argc, char **argv) {
     check_v_collectives(c, &host_mem);
     report("mpi: reduce_scatter_v (+in place) / all_gather_v, f32 and bf16, uneven and zero counts; their "
            "bytes_sent", f0);
+
+    f0 = check_failures;
+    check_staging();
+    report("mpi: reduce-scatter staging: chunks of at most GT_COMM_MPI_STAGING_BYTES, kept; a started one's until "
+           "its wait; the peak since a reset", f0);
 
     f0 = check_failures;
     check_stats_and_scalars(c, &host_mem);

@@ -256,6 +256,65 @@ uint64_t gt_plan_memsnap_bytes(const gt_config *cfg, const gt_mem_shape *sh, int
     return (copies ? 4 : 2) * (4096 + 12 * count + config_len);
 }
 
+/* |[a0, a1) ∩ [b0, b1)| */
+static uint64_t overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) {
+    uint64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* Bucket staging (gt_zero_bucket_staging_peak) of the last shape asked: auto asks again for every plan. */
+static struct {
+    int valid, world, rank;
+    double bucket_mb;
+    gt_model_config model;
+    uint64_t bytes;
+} g_bucket_staging;
+
+static uint64_t bucket_staging(const gt_mem_shape *sh, int rank, uint64_t n_pad) {
+    if (g_bucket_staging.valid && g_bucket_staging.world == sh->world && g_bucket_staging.rank == rank &&
+        g_bucket_staging.bucket_mb == sh->bucket_mb &&
+        memcmp(&g_bucket_staging.model, &sh->model, offsetof(gt_model_config, init)) == 0)
+        return g_bucket_staging.bytes;
+    uint64_t Ue, Ub, Uh;
+    gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
+    int n = sh->model.n_layers + 2;
+    size_t *numel = malloc((size_t)n * sizeof *numel);
+    if (!numel) abort();
+    for (int u = 0; u < n; u++) numel[u] = u == 0 ? Ue : u == n - 1 ? Uh : Ub;
+    /* the bucket size as train.c hands it to gt_zero_set_buckets */
+    uint64_t bytes = gt_zero_bucket_staging_peak(numel, n, n_pad, sh->world, rank,
+                                                 (size_t)(sh->bucket_mb * 1024.0 * 1024.0));
+    free(numel);
+    g_bucket_staging.valid = 1;
+    g_bucket_staging.world = sh->world;
+    g_bucket_staging.rank = rank;
+    g_bucket_staging.bucket_mb = sh->bucket_mb;
+    g_bucket_staging.model = sh->model;
+    g_bucket_staging.bytes = bytes;
+    return bytes;
+}
+
+uint64_t gt_plan_staging_bytes(const gt_mem_shape *sh, int rank) {
+    uint64_t W = (uint64_t)(sh->world > 0 ? sh->world : 1);
+    if (!sh->host_comm || W < 2 || sh->stage < 1) return 0; /* shard none: an all-reduce, no staging */
+    uint64_t P = gt_model_param_count(&sh->model), slice = (P + W - 1) / W;
+    if (!(sh->stage >= 2 && sh->grad_micro))
+        return sh->bucket_mb > 0 ? bucket_staging(sh, rank, slice * W) : gt_comm_mpi_staging_bytes((int)W, slice, 4);
+    /* the units back to back (model.h): the embedding, the blocks, the final norm with the head */
+    uint64_t Ue, Ub, Uh, N = (uint64_t)sh->model.n_layers, most = 0;
+    gt_unit_sizes(&sh->model, &Ue, &Ub, &Uh);
+    for (uint64_t u = 0; u < N + 2; u++) {
+        uint64_t u0 = u == 0 ? 0 : Ue + (u - 1) * Ub, u1 = u == 0 ? Ue : u <= N ? u0 + Ub : u0 + Uh;
+        /* rank r's slice of [0, P) (shard.h); only the ranks the unit meets, or the one asked */
+        uint64_t r_lo = rank >= 0 ? (uint64_t)rank : u0 / slice, r_hi = rank >= 0 ? (uint64_t)rank : (u1 - 1) / slice;
+        for (uint64_t r = r_lo; r <= r_hi && u1 > u0; r++) {
+            uint64_t piece = overlap(u0, u1, r * slice, (r + 1) * slice < P ? (r + 1) * slice : P);
+            if (piece > most) most = piece;
+        }
+    }
+    return W * most * 4;
+}
+
 void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estimate *est) {
     memset(est, 0, sizeof *est);
     int stage = sh->stage;
@@ -267,8 +326,9 @@ void gt_plan_estimate(const gt_mem_shape *sh, const gt_plan *plan, gt_mem_estima
     est->workspace_bytes = (sh->documents ? 3 : 2) * (uint64_t)sh->micro_batch * (uint64_t)sh->seq_len * 4 +
                            (uint64_t)sh->model.max_seq_len * (uint64_t)(sh->model.dim / sh->model.n_heads) * 4;
     est->library_bytes = sh->library_bytes;
+    est->staging_bytes = gt_plan_staging_bytes(sh, -1);
     est->total_bytes = est->params_bytes + est->grads_bytes + est->optim_bytes + est->workspace_bytes +
-                       est->act_peak_bytes + est->library_bytes;
+                       est->act_peak_bytes + est->library_bytes + est->staging_bytes;
     double block, head, scores, down;
     forward_flops(sh, &block, &head, &scores, &down);
     est->forward_flops = block * sh->model.n_layers + head;
@@ -543,6 +603,28 @@ static void report_state_by_world(FILE *out, const gt_config *cfg, const gt_mem_
             cudnn ? ", cuDNN attention backward scratch " : "", b6);
 }
 
+/* The MPI reduce-scatters' host staging (gt_plan_staging_bytes): in every total. */
+static void report_staging(FILE *out, const gt_mem_shape *shape) {
+    uint64_t bytes = gt_plan_staging_bytes(shape, -1);
+    if (!bytes) {
+        fprintf(out, "reduce-scatter staging per rank: none (%s)\n",
+                !shape->host_comm ? "the GPU's collectives: NCCL's buffers are in the libraries' share"
+                : shape->world < 2 ? "one rank" : "shard none: an all-reduce");
+        return;
+    }
+    char b[32], c[32], why[160];
+    gt_format_bytes(bytes, b, sizeof b);
+    gt_format_bytes(GT_COMM_MPI_STAGING_BYTES, c, sizeof c);
+    if (shape->stage >= 2 && shape->grad_micro)
+        snprintf(why, sizeof why, "grad_sync micro: the largest unit's, one unit in flight");
+    else if (shape->bucket_mb > 0)
+        snprintf(why, sizeof why, "the %d gradient buckets in flight at once that hold the most", GT_ZERO_BUCKETS_IN_FLIGHT);
+    else
+        snprintf(why, sizeof why, "the step's reduce-scatter, in chunks of at most %s", c);
+    fprintf(out, "reduce-scatter staging per rank at world %d: %s (host memory, where MPI sums the ranks' pieces in "
+                 "rank order; %s), in every total below\n", shape->world, b, why);
+}
+
 /* The asynchronous save's host copy (gt_plan_snapshot_bytes): host memory beside every total. */
 static void report_snapshot(FILE *out, const gt_config *cfg, const gt_mem_shape *shape) {
     uint64_t bytes = gt_plan_snapshot_bytes(cfg, shape);
@@ -692,6 +774,7 @@ void gt_plan_report(FILE *out, const gt_config *cfg, const gt_plan_choice *choic
     const gt_mem_shape *shape = &choice->shape;
     report_header(out, cfg, shape);
     report_state_by_world(out, cfg, shape);
+    report_staging(out, shape);
     report_snapshot(out, cfg, shape);
     report_memsnap(out, cfg, choice);
     report_stages(out, shape, &choice->policy, cfg->memory.budget);
@@ -862,7 +945,7 @@ gt_mem_shape gt_plan_shape(const gt_config *cfg, int cuda, int act_bytes, int ke
                           stage, cfg->dist.grad_sync == GT_GRAD_SYNC_MICRO, cfg->train.grad_accum, depth,
                           cfg->data.document_mask || cfg->data.reset_positions,
                           cfg->dist.bucket_mb > 0 ? cfg->dist.bucket_mb : 0, /* auto: 0 until gt_plan_resolve */
-                          cfg->dist.overlap_param_gather};
+                          cfg->dist.overlap_param_gather, !cuda};
     return shape;
 }
 

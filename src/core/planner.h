@@ -40,6 +40,8 @@ typedef struct gt_mem_shape {
                                  token of the micro-batch (model.h gt_model_set_documents) */
     double bucket_mb;         /* grad_sync step: gradient bucket size (dist.bucket_mb; the time model) */
     int overlap_param_gather; /* ZeRO-1/2: the weights' gather in the next forward (the time model) */
+    int host_comm;            /* the collectives run on MPI over host memory (the CPU backend): its
+                                 reduce-scatters' staging is counted (staging_bytes) */
 } gt_mem_shape;
 
 typedef struct gt_mem_estimate {
@@ -50,6 +52,8 @@ typedef struct gt_mem_estimate {
     uint64_t act_peak_bytes;    /* activation high-water mark of one micro-batch */
     uint64_t library_bytes;     /* cuBLASLt, NCCL and cuDNN scratch (shape.library_bytes); not in the tracked
                                    mem_peak_bytes, which counts gtrain's own buffers only */
+    uint64_t staging_bytes;     /* the MPI reduce-scatters' host staging at its peak (gt_plan_staging_bytes;
+                                   the metrics' comm_staging_bytes), not in mem_peak_bytes either */
     uint64_t total_bytes;       /* sum of the above */
     /* ZeRO-2/3 parts of params_bytes and grads_bytes (0 otherwise): */
     uint64_t gather_bytes;      /* high-water mark of gathered units (ZeRO-3) */
@@ -92,6 +96,19 @@ uint64_t gt_plan_snapshot_bytes(const gt_config *cfg, const gt_mem_shape *shape)
  * shared memory is host memory: --plan prints it and the memory check before step 1 counts it, both
  * from here. */
 uint64_t gt_plan_memsnap_bytes(const gt_config *cfg, const gt_mem_shape *shape, int copies);
+
+/* The host staging of the MPI reduce-scatters (comm.h) of `rank` (-1: the most of any rank) at its peak,
+ * when shape->host_comm and world > 1 (else 0; NCCL's buffers are in library_bytes):
+ *   - one reduce-scatter of the padded gradient at the step (ZeRO-1, ZeRO-2/3 with grad_sync = step,
+ *     no buckets): its chunked staging, W x min(chunk, slice) x 4 bytes, at most
+ *     GT_COMM_MPI_STAGING_BYTES, kept from step 1 on (gt_comm_mpi_staging_bytes);
+ *   - gradient buckets (dist.bucket_mb): each bucket's W x (its elements in the rank's slice) x 4 from
+ *     its start to its wait, at most GT_ZERO_BUCKETS_IN_FLIGHT of them at once
+ *     (gt_zero_bucket_staging_peak);
+ *   - grad_sync = micro: one unit's reduce-scatter in flight at a time (zero.h), the largest unit's
+ *     W x (its elements in the rank's slice) x 4.
+ * Every rank's figure is a function of the shape alone; the estimate takes the most of any rank. */
+uint64_t gt_plan_staging_bytes(const gt_mem_shape *shape, int rank);
 
 void gt_plan_estimate(const gt_mem_shape *shape, const gt_plan *plan, gt_mem_estimate *est);
 

@@ -210,19 +210,24 @@ int gt_preflight_memory(const gt_config *cfg, const gt_ops *ops, MPI_Comm comm, 
     int code = 0;
     char msg[2048] = "";
     if (plan->total_bytes > limit) {
-        char total[32], params[32], grads[32], optim[32], act[32], work[32];
+        char total[32], params[32], grads[32], optim[32], act[32], work[32], stage[64] = "";
         gt_format_bytes(plan->total_bytes, total, sizeof total);
         gt_format_bytes(plan->params_bytes, params, sizeof params);
         gt_format_bytes(plan->grads_bytes, grads, sizeof grads);
         gt_format_bytes(plan->optim_bytes, optim, sizeof optim);
         gt_format_bytes(plan->act_peak_bytes, act, sizeof act);
         gt_format_bytes(plan->workspace_bytes, work, sizeof work);
+        if (plan->staging_bytes) { /* the MPI reduce-scatters' host staging (planner.h) */
+            char b[32];
+            gt_format_bytes(plan->staging_bytes, b, sizeof b);
+            snprintf(stage, sizeof stage, ", reduce-scatter staging %s", b);
+        }
         snprintf(msg, sizeof msg,
                  "%s: the memory plan needs %s per rank (params %s, grads %s, optimizer %s, activations %s with "
-                 "memory.recompute = %s, workspace %s) but rank %d on %s can have %s (expected a smaller "
+                 "memory.recompute = %s, workspace %s%s) but rank %d on %s can have %s (expected a smaller "
                  "train.micro_batch or train.seq_len, more memory.recompute, or more ranks; gtrain --plan shows "
                  "the options)",
-                 cfg->path, total, params, grads, optim, act, cfg->memory.recompute, work, rank, host, what);
+                 cfg->path, total, params, grads, optim, act, cfg->memory.recompute, work, stage, rank, host, what);
         code = GT_EXIT_BAD_INPUT;
     }
     if (!code && snapshot_bytes) { /* the asynchronous save's copy is host memory on every backend */

@@ -2,6 +2,7 @@
  * timemodel.c — the two-stream simulation of a step (see timemodel.h).
  */
 #include "timemodel.h"
+#include "zero.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,9 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
         if (tr->ev[i].kind == GT_TEV_GATHER) g_bytes[k++] = tr->ev[i].bytes;
     int buckets = !st->grad_micro && st->stage >= 1 && st->bucket_bytes > 0;
     double pending = 0; /* gradient bytes of the bucket being filled */
+    /* the ends of the last GT_ZERO_BUCKETS_IN_FLIGHT buckets started: a start waits for the oldest (zero.h) */
+    double b_done[GT_ZERO_BUCKETS_IN_FLIGHT] = {0};
+    int n_b = 0;
     for (int m = 0; m < A; m++) {
         int issued = 0, next = 0;
         double m_start = t;
@@ -124,7 +128,9 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
                 if (!st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
                     if (!buckets || m != A - 1 || (pending += e->bytes) < st->bucket_bytes) break;
                     double d = gt_time_collective(c, W, 'r', pending);
+                    t = max2(t, b_done[n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
                     comm = max2(comm, t) + d;
+                    b_done[n_b++ % GT_ZERO_BUCKETS_IN_FLIGHT] = comm;
                     busy_comm += d;
                     pending = 0;
                     break;
@@ -148,6 +154,7 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
     free(g_done);
     if (buckets && pending > 0) { /* the embedding's bucket, started at the end of the backward */
         double d = gt_time_collective(c, W, 'r', pending);
+        t = max2(t, b_done[n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
         comm = max2(comm, t) + d;
         busy_comm += d;
     }

@@ -321,6 +321,7 @@ typedef struct step_result {
     uint64_t buckets, buckets_early; /* gradient buckets reduced; of them started before block 0's
                                         backward ended */
     uint64_t act_peak_bytes, mem_peak_bytes, params_peak_bytes, grads_peak_bytes;
+    uint64_t staging_peak_bytes; /* the MPI reduce-scatters' host staging (comm.h), most held in the step */
     gt_comm_stats comm;
     int64_t skipped_steps;      /* so far, this one included */
 } step_result;
@@ -514,6 +515,13 @@ static void print_banner(const run *r) {
     if (c->bucket_auto)
         printf("gtrain: dist.bucket_mb %.17g (auto: the size of the least predicted step; 0: one reduction after the "
                "backward)\n", cfg->dist.bucket_mb);
+    if (p->staging_bytes) /* the most of any rank, and this rank's (rank 0's metrics report it) */
+        printf("gtrain: predicted reduce-scatter staging per rank (MPI, host memory): comm_staging_bytes %llu, "
+               "rank 0 %llu; in the total_bytes %llu the memory check counts, beside the other_bytes %llu of state, "
+               "activations and workspace\n", (unsigned long long)p->staging_bytes,
+               (unsigned long long)gt_plan_staging_bytes(&c->shape, 0), (unsigned long long)p->total_bytes,
+               (unsigned long long)(p->params_bytes + p->grads_bytes + p->optim_bytes + p->workspace_bytes +
+                                    p->act_peak_bytes + p->library_bytes));
     printf("gtrain: predicted step%s %.1f ms, %.0f tokens/s; rates: %s\n",
            r->predicted_time.measured ? "" : " (from defaults, not measured)", r->predicted_time.step_s * 1e3,
            r->predicted_time.tokens_per_s, r->predicted_note);
@@ -803,6 +811,7 @@ static int train_step(run *r, int step, step_result *res) {
     res->mem_peak_bytes = r->mem.total_peak;
     res->params_peak_bytes = r->mem.peak[GT_MEM_PARAMS];
     res->grads_peak_bytes = r->mem.peak[GT_MEM_GRADS];
+    res->staging_peak_bytes = gt_comm_staging_peak_bytes(r->comm);
     res->skipped_steps = r->state.skipped_steps;
     return 0;
 }
@@ -825,14 +834,15 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
     fprintf(f,
             "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
             "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"comm_total_ms\":%.3f,"
-            "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"unit_gathers\":%llu,"
+            "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"comm_staging_bytes\":%llu,\"unit_gathers\":%llu,"
             "\"buckets\":%llu,\"buckets_early\":%llu,"
             "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
             "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
             (unsigned long long)res->act_peak_bytes, (unsigned long long)res->mem_peak_bytes, res->recomputed,
             (unsigned long long)gt_optim_bytes(&r->opt), (unsigned long long)st->bytes_sent, st->seconds * 1e3,
             st->seconds_exposed * 1e3, st->seconds_total * 1e3, (unsigned long long)res->params_peak_bytes,
-            (unsigned long long)res->grads_peak_bytes, (unsigned long long)res->unit_gathers,
+            (unsigned long long)res->grads_peak_bytes, (unsigned long long)res->staging_peak_bytes,
+            (unsigned long long)res->unit_gathers,
             (unsigned long long)res->buckets, (unsigned long long)res->buckets_early,
             (unsigned long long)st->calls_all_reduce, (unsigned long long)st->calls_reduce_scatter,
             (unsigned long long)st->calls_all_gather, (unsigned long long)st->calls_reduce_scatter_v,

@@ -67,6 +67,46 @@ void gt_zero_init(gt_zero *z, const gt_ops *ops, gt_mem *mem, gt_comm *comm, con
     }
 }
 
+int gt_zero_bucket_cut(const size_t *numel, int n_units, size_t bucket_bytes, int *u_lo) {
+    int n = 0;
+    for (int hi = n_units; hi > 0;) { /* from the head down: the order backward finishes them */
+        int lo = hi - 1;
+        size_t bytes = numel[lo] * sizeof(float);
+        while (lo > 0 && bytes < bucket_bytes) bytes += numel[--lo] * sizeof(float);
+        u_lo[n++] = lo;
+        hi = lo;
+    }
+    return n;
+}
+
+uint64_t gt_zero_bucket_staging_peak(const size_t *numel, int n_units, size_t n_padded, int world, int rank,
+                                     size_t bucket_bytes) {
+    if (world < 2 || n_units < 1) return 0;
+    int *lo = malloc((size_t)n_units * sizeof *lo);
+    size_t *off = malloc(((size_t)n_units + 1) * sizeof *off);
+    if (!lo || !off) abort();
+    int n = gt_zero_bucket_cut(numel, n_units, bucket_bytes, lo);
+    off[0] = 0; /* the units back to back */
+    for (int u = 0; u < n_units; u++) off[u + 1] = off[u] + numel[u];
+    size_t L = n_padded / (size_t)world;
+    uint64_t most = 0;
+    for (int r = rank >= 0 ? rank : 0; r < (rank >= 0 ? rank + 1 : world); r++) {
+        size_t s0 = (size_t)r * L, s1 = s0 + L;
+        uint64_t window[GT_ZERO_BUCKETS_IN_FLIGHT] = {0}, held = 0;
+        for (int i = 0; i < n; i++) { /* started in this order; the top bucket also covers the padding */
+            size_t a0 = off[lo[i]], a1 = i == 0 ? n_padded : off[lo[i - 1]];
+            size_t a = a0 > s0 ? a0 : s0, e = a1 < s1 ? a1 : s1;
+            uint64_t bytes = (uint64_t)world * (e > a ? e - a : 0) * sizeof(float);
+            held = held - window[i % GT_ZERO_BUCKETS_IN_FLIGHT] + bytes; /* the oldest waited for first */
+            window[i % GT_ZERO_BUCKETS_IN_FLIGHT] = bytes;
+            if (held > most) most = held;
+        }
+    }
+    free(lo);
+    free(off);
+    return most;
+}
+
 void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucket_bytes) {
     int W = gt_comm_size(z->comm), rank = gt_comm_rank(z->comm);
     size_t L = n_padded / (size_t)W;
@@ -74,12 +114,15 @@ void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucke
     z->n_padded = n_padded;
     z->buckets = calloc((size_t)z->n_units, sizeof *z->buckets);
     z->unit_bucket = calloc((size_t)z->n_units, sizeof *z->unit_bucket);
-    if (!z->buckets || !z->unit_bucket) abort();
+    z->bucket_order = calloc((size_t)z->n_units, sizeof *z->bucket_order);
+    size_t *numel = malloc((size_t)z->n_units * sizeof *numel);
+    int *cut = malloc((size_t)z->n_units * sizeof *cut);
+    if (!z->buckets || !z->unit_bucket || !z->bucket_order || !numel || !cut) abort();
+    for (int u = 0; u < z->n_units; u++) numel[u] = z->units[u].numel;
+    int n_cut = gt_zero_bucket_cut(numel, z->n_units, bucket_bytes, cut);
     z->n_buckets = 0;
-    for (int hi = z->n_units; hi > 0;) { /* from the head down: the order backward finishes them */
-        int lo = hi - 1;
-        size_t bytes = z->units[lo].numel * sizeof(float);
-        while (lo > 0 && bytes < bucket_bytes) bytes += z->units[--lo].numel * sizeof(float);
+    for (int hi = z->n_units; z->n_buckets < n_cut;) {
+        int lo = cut[z->n_buckets];
         gt_zero_bucket *b = &z->buckets[z->n_buckets];
         b->u_lo = lo;
         b->u_hi = hi;
@@ -97,9 +140,21 @@ void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucke
         z->n_buckets++;
         hi = lo;
     }
+    free(numel);
+    free(cut);
 }
 
+/* The oldest bucket in flight: waited for (its staging freed), in the order started. */
+static void wait_oldest_bucket(gt_zero *z) {
+    gt_zero_bucket *b = &z->buckets[z->bucket_order[z->n_waited++]];
+    gt_comm_wait(z->comm, b->req);
+    b->req = NULL;
+}
+
+/* At most GT_ZERO_BUCKETS_IN_FLIGHT buckets in flight: the oldest is waited for before another starts. */
 static void start_bucket(gt_zero *z, gt_zero_bucket *b) {
+    while (z->n_started - z->n_waited >= GT_ZERO_BUCKETS_IN_FLIGHT) wait_oldest_bucket(z);
+    z->bucket_order[z->n_started++] = (int)(b - z->buckets);
     b->started = 1;
     z->bucket_starts++;
     if (!z->block0_done) z->bucket_early++;
@@ -116,6 +171,7 @@ void gt_zero_buckets_arm(gt_zero *z) {
     }
     for (int u = 0; u < z->n_units; u++) z->units[u].grad_refs = 0;
     z->block0_done = 0;
+    z->n_started = z->n_waited = 0;
     z->armed = z->n_buckets > 0;
 }
 
@@ -123,10 +179,7 @@ void gt_zero_buckets_finish(gt_zero *z) {
     if (!z->armed) return;
     for (int i = 0; i < z->n_buckets; i++) /* the embedding's bucket (the last), or any not complete */
         if (!z->buckets[i].started) start_bucket(z, &z->buckets[i]);
-    for (int i = 0; i < z->n_buckets; i++) { /* started in this order on every rank */
-        gt_comm_wait(z->comm, z->buckets[i].req);
-        z->buckets[i].req = NULL;
-    }
+    while (z->n_waited < z->n_started) wait_oldest_bucket(z); /* in the order started, on every rank */
     z->armed = 0;
 }
 
@@ -179,6 +232,7 @@ void gt_zero_free(gt_zero *z) {
     for (int i = 0; i < z->n_buckets; i++) free(z->buckets[i].counts);
     free(z->buckets);
     free(z->unit_bucket);
+    free(z->bucket_order);
     for (int u = 0; u < z->n_units; u++) free(z->units[u].counts);
     free(z->units);
     free(z->sched);

@@ -97,6 +97,8 @@ typedef struct gt_zero {
     int n_buckets, armed, block0_done;
     gt_zero_bucket *buckets;
     int *unit_bucket;       /* (n_units) the bucket of each unit */
+    int *bucket_order;      /* (n_units) the buckets in the order started this step ... */
+    int n_started, n_waited; /* ... how many started, and how many of those waited for */
     uint64_t bucket_starts, bucket_early;  /* since creation: bucket reductions started, and those
                                               started before block 0's backward ended */
     /* ZeRO-1/2 parameter gathers in the next forward (gt_zero_set_param_gathers) */
@@ -125,10 +127,29 @@ void gt_zero_free(gt_zero *z);
  * buckets tile the padded flat buffer `grads` (what gt_optim_step would reduce-scatter at once).
  * Call before gt_zero_hooks. */
 void gt_zero_set_buckets(gt_zero *z, float *grads, size_t n_padded, size_t bucket_bytes);
+
+/* The cut of gt_zero_set_buckets from the units' sizes (numel, n_units): u_lo[i] (n_units room) the
+ * first unit of bucket i, the buckets from the head down (bucket i ends where bucket i-1 starts, the
+ * first at the top). Returns the number of buckets. */
+int gt_zero_bucket_cut(const size_t *numel, int n_units, size_t bucket_bytes, int *u_lo);
+
+/* Buckets in flight at once: starting another waits for the oldest first (in the order started), so
+ * the MPI staging of the in-flight reduce-scatters (comm.h: W x a bucket's elements in the rank's
+ * slice, each) stays that of two buckets instead of growing to the whole gradient's over the backward.
+ * Bucket i's transfer still has the backward of bucket i+1's units to hide behind. */
+#define GT_ZERO_BUCKETS_IN_FLIGHT 2
+
+/* The most staging bytes `rank`'s bucket reduce-scatters hold at once on MPI (rank -1: the most of any
+ * rank), for units of these sizes back to back on `world` ranks (n_padded: the padded flat length):
+ * the window of the GT_ZERO_BUCKETS_IN_FLIGHT started last, W x 4 bytes per element of their buckets in
+ * the rank's padded slice. The planner's staging_bytes (planner.h); the metrics' comm_staging_bytes. */
+uint64_t gt_zero_bucket_staging_peak(const size_t *numel, int n_units, size_t n_padded, int world, int rank,
+                                     size_t bucket_bytes);
 /* Before the step's last micro-batch: its backward starts each bucket's reduce-scatter (in place,
  * gt_comm_reduce_scatter_v_sum_start) once the gradients of all its units are final; the bucket
  * holding the embedding (the last to become final) waits for gt_zero_buckets_finish, which starts
- * what is left and waits for every bucket, in the order started. Afterwards this rank's padded
+ * what is left and waits for every bucket, in the order started (at most GT_ZERO_BUCKETS_IN_FLIGHT
+ * in flight: a start waits for the oldest first). Afterwards this rank's padded
  * slice of `grads` holds the summed gradient: on MPI bit for bit what the flat reduce-scatter gives
  * (comm.h: rank-order sums). */
 void gt_zero_buckets_arm(gt_zero *z);

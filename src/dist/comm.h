@@ -185,7 +185,24 @@ typedef void gt_comm_span_fn(void *ctx, int kind, const char *name, double t0, d
 void gt_comm_set_span_fn(gt_comm *comm, gt_comm_span_fn *fn, void *ctx);
 
 void gt_comm_stats_get(const gt_comm *comm, gt_comm_stats *out);
+/* Also starts a new window of the staging's high-water mark (below): it drops to what is held now. */
 void gt_comm_stats_reset(gt_comm *comm);
+
+/* The host staging of the MPI reduce-scatters (comm_mpi.c): each receives the W pieces of its block
+ * (rank r's contribution to this rank's elements) into a staging buffer and sums them there in rank
+ * order. A blocking one (flat or v) goes in chunks of at most GT_COMM_MPI_STAGING_BYTES of staging,
+ * W x min(per-rank chunk, this rank's count) elements, in one buffer kept from its first use to
+ * gt_comm_destroy (gt_comm_mpi_staging_bytes: its size); a started one holds its own W x counts[rank]
+ * elements from its start to its wait. Host memory outside gtrain's tracked buffers (memtrack.h): the
+ * planner predicts it (staging_bytes, planner.h) and the metrics report the peak (comm_staging_bytes).
+ * Bytes requested, held now and the most held since gt_comm_stats_reset; 0 on NCCL and the local
+ * communicator (NCCL keeps buffers of its own on the device). */
+#define GT_COMM_MPI_STAGING_BYTES ((size_t)16 << 20)
+uint64_t gt_comm_staging_held_bytes(const gt_comm *comm);
+uint64_t gt_comm_staging_peak_bytes(const gt_comm *comm);
+/* The buffer a blocking MPI reduce-scatter of recv_count elements of elem bytes per rank stages into on
+ * `world` ranks (default chunking); 0 on one rank or for 0 elements. */
+size_t gt_comm_mpi_staging_bytes(int world, size_t recv_count, size_t elem);
 
 /* For tests: the most elements one MPI call may move in total (all-reduce: count; reduce-scatter and
  * all-gather: W times the per-rank chunk; broadcast: bytes). Default GT_COMM_MPI_MAX_CALL_ELEMS;

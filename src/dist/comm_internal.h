@@ -51,8 +51,10 @@ struct gt_comm {
     /* MPI backend */
     size_t max_call_elems;     /* chunking limit, see gt_comm_set_max_call_elems */
     MPI_Op op_bf16_sum;        /* user op on MPI_UINT16_T holding bf16 bits */
-    void *staging;             /* reduce-scatter receive buffer, grown on demand */
+    void *staging;             /* blocking reduce-scatters' receive buffer, grown on demand */
     size_t staging_bytes;
+    uint64_t staging_held;     /* staging held now: that buffer and the started reduce-scatters' own */
+    uint64_t staging_peak;     /* its high-water mark since gt_comm_stats_reset */
     /* progress thread (gt_comm_progress_start): drives MPI's progress engine while requests are in flight */
     atomic_int in_flight;      /* started requests not yet waited for */
     atomic_int progress_stop;

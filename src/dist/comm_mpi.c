@@ -11,8 +11,13 @@
  *                       type is `len` elements resized to an extent of send_count elements, so block r
  *                       lands at recv + r*send_count + off with no copies (MPI_IN_PLACE works too).
  *       reduce-scatter  chunk [off, off+len) of every rank's piece in one MPI_Alltoall (a resized send
- *                       type reads the pieces in place) into a staging buffer (W*len elements, at most
- *                       max_call_elems), then summed here in rank order (below).
+ *                       type reads the pieces in place) into a staging buffer of W*len elements, then
+ *                       summed here in rank order (below). len is the staging chunk: W*len at most
+ *                       max_call_elems and at most GT_COMM_MPI_STAGING_BYTES of staging (comm.h), so
+ *                       the buffer, kept from the first reduce-scatter to gt_comm_destroy, stays small
+ *                       whatever the gradient's size. The v form (blocking) goes in the same chunks of
+ *                       every rank's block; a started one stages its whole W x counts[rank] elements
+ *                       from its start to its wait (one request, nothing to cut it at).
  *       broadcast       consecutive byte chunks.
  *     Small calls (the common case) are one MPI call on the caller's buffers.
  *   - bf16 travels as MPI_UINT16_T with a user MPI_Op that adds in float and rounds to nearest-even.
@@ -91,11 +96,14 @@ void gt_comm_init_common(gt_comm *c, MPI_Comm world, const char *name) {
     c->op_bf16_sum = MPI_OP_NULL;
     c->staging = NULL;
     c->staging_bytes = 0;
+    c->staging_held = c->staging_peak = 0;
 }
 
 void gt_comm_free_common(gt_comm *c) {
     free(c->staging);
     c->staging = NULL;
+    c->staging_held -= c->staging_bytes;
+    c->staging_bytes = 0;
     gt_mpi_check(c, MPI_Comm_free(&c->world));
 }
 
@@ -138,6 +146,28 @@ static size_t per_rank_chunk(const gt_comm *c) {
     return chunk ? chunk : 1;
 }
 
+/* Per-rank chunk of a blocking reduce-scatter: also W*chunk*elem <= GT_COMM_MPI_STAGING_BYTES (the
+ * staging it receives into), at least 1. */
+static size_t staging_chunk(size_t max_call_elems, size_t W, size_t elem) {
+    size_t limit = GT_COMM_MPI_STAGING_BYTES / elem;
+    if (max_call_elems < limit) limit = max_call_elems;
+    size_t chunk = limit / W;
+    return chunk ? chunk : 1;
+}
+
+size_t gt_comm_mpi_staging_bytes(int world, size_t recv_count, size_t elem) {
+    if (world < 2 || recv_count == 0) return 0;
+    size_t chunk = staging_chunk(GT_COMM_MPI_MAX_CALL_ELEMS, (size_t)world, elem);
+    return (size_t)world * (chunk < recv_count ? chunk : recv_count) * elem;
+}
+
+/* Staging held (bytes requested) and its high-water mark: gt_comm_staging_peak_bytes. */
+static void staging_count(gt_comm *c, size_t add, size_t sub) {
+    c->staging_held += add;
+    c->staging_held -= sub;
+    if (c->staging_held > c->staging_peak) c->staging_peak = c->staging_held;
+}
+
 static void mpi_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dtype) {
     size_t elem = gt_dtype_bytes(dtype);
     for (size_t off = 0; off < count; off += c->max_call_elems) {
@@ -151,9 +181,11 @@ static void mpi_all_reduce_sum(gt_comm *c, void *buf, size_t count, gt_dtype dty
 static char *staging(gt_comm *c, size_t bytes) {
     if (c->staging_bytes < bytes) {
         free(c->staging);
+        staging_count(c, 0, c->staging_bytes);
         c->staging = malloc(bytes ? bytes : 1);
         if (!c->staging) gt_comm_abort(c, "out of memory for %zu bytes of reduce-scatter staging", bytes);
         c->staging_bytes = bytes;
+        staging_count(c, bytes, 0);
     }
     return c->staging;
 }
@@ -187,8 +219,12 @@ static void mpi_reduce_scatter_sum(gt_comm *c, const void *send, void *recv, siz
                                    gt_dtype dtype) {
     size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size;
     const char *s = send;
+    if (W == 1) { /* our own piece is the sum: no staging */
+        if (recv != send) memmove(recv, send, recv_count * elem);
+        return;
+    }
     MPI_Datatype type = mpi_type(dtype);
-    size_t chunk = per_rank_chunk(c);
+    size_t chunk = staging_chunk(c->max_call_elems, W, elem);
     char *stage = staging(c, W * min_size(chunk, recv_count) * elem);
     for (size_t off = 0; off < recv_count; off += chunk) {
         size_t len = min_size(chunk, recv_count - off);
@@ -249,17 +285,34 @@ static void v_alltoall_ints(const gt_comm *c, const size_t *counts, const size_t
     }
 }
 
-/* As mpi_reduce_scatter_sum: the pieces travel (MPI_Alltoallv) and are summed in rank order here. */
+/* As mpi_reduce_scatter_sum: the pieces travel (MPI_Alltoallv) and are summed in rank order here, in
+ * the chunks of the flat form: call k moves elements [k*chunk, (k+1)*chunk) of every rank's block (as
+ * many calls on every rank: the largest block's), so the staging is W x min(chunk, own) elements. In
+ * place as there: our block's chunk k was sent before it is overwritten. */
 static void mpi_reduce_scatter_v_sum(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                      const size_t *displs, gt_dtype dtype) {
-    int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank], most = 0;
+    if (W == 1) { /* our own block is the sum: no staging */
+        memmove(recv, (const char *)send + displs[0] * elem, own * elem);
+        return;
+    }
+    int *ic = malloc(4 * W * sizeof *ic);
     if (!ic) gt_comm_abort(c, "out of memory");
-    v_alltoall_ints(c, counts, displs, ic);
-    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
-    char *stage = staging(c, W * own * elem);
+    for (size_t r = 0; r < W; r++) most = counts[r] > most ? counts[r] : most;
+    size_t chunk = staging_chunk(c->max_call_elems, W, elem);
+    char *stage = staging(c, W * min_size(chunk, own) * elem);
     MPI_Datatype type = mpi_type(dtype);
-    gt_mpi_check(c, MPI_Alltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world));
-    if (own) sum_rank_order(recv, stage, W, own, dtype);
+    for (size_t off = 0; off < most; off += chunk) {
+        size_t len = own > off ? min_size(chunk, own - off) : 0;
+        for (size_t r = 0; r < W; r++) {
+            ic[r] = (int)(counts[r] > off ? min_size(chunk, counts[r] - off) : 0);
+            ic[W + r] = (int)(displs[r] + (counts[r] > off ? off : 0));
+            ic[2 * W + r] = (int)len;
+            ic[3 * W + r] = (int)(r * len);
+        }
+        gt_mpi_check(c, MPI_Alltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world));
+        if (len) sum_rank_order((char *)recv + off * elem, stage, W, len, dtype);
+    }
     free(ic);
 }
 
@@ -296,9 +349,16 @@ static void *mpi_all_gather_v_start(gt_comm *c, void *buf, const size_t *counts,
 
 static void *mpi_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *recv, const size_t *counts,
                                             const size_t *displs, gt_dtype dtype) {
+    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
+    if (W == 1) { /* our own block is the sum, complete at once: no staging, nothing in flight */
+        mpi_pending *p = calloc(1, sizeof *p);
+        if (!p) gt_comm_abort(c, "out of memory");
+        memmove(recv, (const char *)send + displs[0] * elem, own * elem);
+        p->req = MPI_REQUEST_NULL;
+        return p;
+    }
     mpi_pending *p = calloc(1, sizeof *p);
     int *ic = malloc(4 * (size_t)c->size * sizeof *ic);
-    size_t elem = gt_dtype_bytes(dtype), W = (size_t)c->size, own = counts[c->rank];
     size_t stage_bytes = W * own * elem;
     char *stage = malloc(stage_bytes > 0 ? stage_bytes : 1);
     if (!p || !ic || !stage) gt_comm_abort(c, "out of memory");
@@ -309,6 +369,7 @@ static void *mpi_reduce_scatter_v_sum_start(gt_comm *c, const void *send, void *
     p->W = W;
     p->len = own;
     p->dtype = dtype;
+    staging_count(c, stage_bytes, 0); /* held to the wait */
     MPI_Datatype type = mpi_type(dtype);
     gt_mpi_check(c, MPI_Ialltoallv(send, ic, ic + W, type, stage, ic + 2 * W, ic + 3 * W, type, c->world, &p->req));
     return p;
@@ -326,6 +387,7 @@ static void mpi_wait(gt_comm *c, void *handle) {
     mpi_pending *p = handle;
     if (p->req != MPI_REQUEST_NULL) gt_mpi_check(c, MPI_Wait(&p->req, MPI_STATUS_IGNORE));
     if (p->len) sum_rank_order(p->sum_to, p->stage, p->W, p->len, p->dtype);
+    if (p->stage) staging_count(c, 0, p->W * p->len * gt_dtype_bytes(p->dtype));
     free(p->stage);
     free(p->ints);
     free(p);
@@ -691,4 +753,9 @@ int gt_comm_all_reduce_int_max(gt_comm *c, int x) {
 }
 
 void gt_comm_stats_get(const gt_comm *c, gt_comm_stats *out) { *out = c->stats; }
-void gt_comm_stats_reset(gt_comm *c) { memset(&c->stats, 0, sizeof c->stats); }
+void gt_comm_stats_reset(gt_comm *c) {
+    memset(&c->stats, 0, sizeof c->stats);
+    c->staging_peak = c->staging_held;
+}
+uint64_t gt_comm_staging_held_bytes(const gt_comm *c) { return c->staging_held; }
+uint64_t gt_comm_staging_peak_bytes(const gt_comm *c) { return c->staging_peak; }

@@ -20,6 +20,8 @@
 #      single-node `mpirun` run's, bit for bit;
 #      and the same with GTRAIN_LAUNCHER=mpirun (Open MPI starting its daemons through srun); with
 #      --ntasks-per-node=2, 2 ranks on each node equal a 4-rank one-node mpirun run;
+#   3d. job 3c's 2 x 2 ranks with gradient buckets (dist.bucket_mb = 0.5: 5 buckets, 3 of them started
+#      before block 0's backward ended, every step): losses and weights equal the unbucketed job's;
 #   4a. its step-10 state file resumed on two nodes ends bit-identical to the uninterrupted job;
 #   4. the state file those two nodes wrote at step 10 resumes on one node with one rank: grad_accum
 #      1 -> 2 keeps the global batch, and the losses of steps 11..20 follow job 3's within 1e-5;
@@ -374,6 +376,25 @@ diff <(losses "$work/ref4/metrics.jsonl") <(losses "$work/four/metrics.jsonl") >
 h5diff -r "$work/ref4/step_00000006.h5" "$work/four/step_00000006.h5" /model /model >/dev/null ||
   die "/model of 2 nodes x 2 ranks differs from the 4-rank one-node run"
 note "2 nodes x 2 ranks: 2 ranks on each node, losses and weights equal a 4-rank one-node mpirun run's"
+
+# ---------------------------------------------------------------- 3d. gradient buckets across the nodes
+# Job four again with dist.bucket_mb = 0.5: ZeRO-1's reduce-scatter cut into 5 buckets (the head with
+# block 3, blocks 2, 1, 0, the embedding; src/core/zero.c), started during the backward, their pieces
+# crossing the link. At 4 ranks the summation order matters (at 2 any order gives a + b): the losses
+# and /model must equal job four's unbucketed ones bit for bit, and every step must have started
+# buckets before block 0's backward ended (buckets_early: the 3 above block 0's).
+OMPI_MCA_mpi_yield_when_idle=1 run_job buckets --nodes=2 --ntasks-per-node=2 -- "${common[@]}" "${short[@]}" \
+  dist.bucket_mb=0.5 checkpoint.dir="$work/buckets" log.metrics="$work/buckets/metrics.jsonl"
+[[ $state == COMPLETED ]] || die "job buckets ended $state"
+diff <(losses "$work/four/metrics.jsonl") <(losses "$work/buckets/metrics.jsonl") >"$work/loss-buckets.diff" ||
+  { head "$work/loss-buckets.diff"; die "the bucketed losses across 2 nodes x 2 ranks differ from the unbucketed job's"; }
+(($(losses "$work/buckets/metrics.jsonl" | wc -l) == 6)) || die "job buckets did not log 6 steps"
+h5diff -r "$work/four/step_00000006.h5" "$work/buckets/step_00000006.h5" /model /model >/dev/null ||
+  die "/model of the bucketed job differs from the unbucketed job's"
+bad=$(grep '"loss"' "$work/buckets/metrics.jsonl" | grep -cv '"buckets":5,"buckets_early":3,')
+((bad == 0)) || die "$bad step(s) of the bucketed job without 5 buckets, 3 started before block 0's backward ended"
+note "dist.bucket_mb = 0.5 on 2 nodes x 2 ranks: 5 buckets a step, 3 started before block 0's backward ended;" \
+     "losses and /model equal the unbucketed job's bit for bit"
 
 # ---------------------------------------------------------------- 4a. two nodes' state file on two nodes
 mkdir -p "$work/again"

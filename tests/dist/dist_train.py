@@ -84,6 +84,55 @@ def micro_acc_peak(us, tied, N):
     return max(Uh + Ub, 2 * Ub if N >= 2 else 0, Ub + Ue)
 
 
+# MPI's reduce-scatter staging (src/dist/comm.h): a blocking one in chunks of at most STAGING_BYTES,
+# W x min(chunk, slice) x 4 bytes kept from step 1 on; a started one W x (its elements in the rank's
+# slice) x 4 from start to wait; at most BUCKETS_IN_FLIGHT gradient buckets in flight (src/core/zero.h)
+STAGING_BYTES, MAX_CALL_ELEMS, BUCKETS_IN_FLIGHT = 16 << 20, 1 << 26, 2
+
+
+def staging(m, world, shard, micro, bucket_mb, rank):
+    """comm_staging_bytes of rank `rank` (None: the most of any rank, what the planner predicts)."""
+    stage = {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3}[shard]
+    if world < 2 or stage == 0:
+        return 0
+    if rank is None:
+        return max(staging(m, world, shard, micro, bucket_mb, r) for r in range(world))
+    n, us, W = n_params(m), units(m), world
+    sl, sls = slices(n, world)
+    if micro:  # one unit in flight at a time
+        return max(W * overlap(off, off + size, *sls[rank]) * 4 for off, size in us)
+    if bucket_mb > 0:  # each bucket's range of the padded buffer against the padded slice [r sl, (r+1) sl)
+        held = []
+        most = 0
+        for lo, hi in bucket_plan(m, world, bucket_mb):
+            b1 = sl * W if hi == len(us) else us[hi - 1][0] + us[hi - 1][1]
+            held = held[-(BUCKETS_IN_FLIGHT - 1):] + [W * overlap(us[lo][0], b1, rank * sl, (rank + 1) * sl) * 4]
+            most = max(most, sum(held))
+        return most
+    chunk = max(1, min(MAX_CALL_ELEMS, STAGING_BYTES // 4) // W)
+    return W * min(chunk, sl) * 4
+
+
+def check_staging(name, stdout, lines, m, world, shard, micro, bucket_mb):
+    """Every step's comm_staging_bytes (rank 0's) is the formula's, and so is the prediction gtrain
+    printed (the most of any rank, and rank 0's): the planner counts the staging to the byte."""
+    want0, want = staging(m, world, shard, micro, bucket_mb, 0), staging(m, world, shard, micro, bucket_mb, None)
+    pred = [ln for ln in stdout.splitlines() if "predicted reduce-scatter staging per rank" in ln]
+    if want and not pred:
+        fail(f"{name}: gtrain printed no predicted reduce-scatter staging (the formula says {want})")
+    if pred:
+        words = pred[0].replace(",", "").replace(";", "").split()
+        i = words.index("comm_staging_bytes")  # "comm_staging_bytes N rank 0 M"
+        got, got0 = int(words[i + 1]), int(words[i + 4])
+        if (got, got0) != (want, want0):
+            fail(f"{name}: predicted staging {got} (rank 0 {got0}), the formula says {want} (rank 0 {want0})")
+    for x in lines:
+        if x.get("comm_staging_bytes") != want0:
+            fail(f"{name} step {x['step']}: comm_staging_bytes {x.get('comm_staging_bytes')}, expected {want0} "
+                 f"(world {world}, shard {shard}, micro {micro}, bucket_mb {bucket_mb})")
+    return want0, want
+
+
 def grad_micro_of(m, shard, sync, accum, world):
     """dist.grad_sync as the run resolved it: `sync` is the configured mode, or with auto the one the
     trainer printed (resolved_sync: the planner's choice, by its time model; test_timemodel tests that
@@ -361,7 +410,9 @@ def check_metrics(a, r, lines, first_step):
         if "comm_ms" not in x or x["comm_ms"] < 0 or x.get("comm_total_ms", -1) < x["comm_ms"]:
             fail(f"{name} step {x['step']}: comm_ms {x.get('comm_ms')} / comm_total_ms {x.get('comm_total_ms')}")
         check_exposed(a, x)
-    print(f"{name}: {len(lines)} steps, per step optim_bytes {want['optim_bytes']}, comm_bytes {want['comm_bytes']}, "
+    st0, _ = check_staging(name, r.stdout, lines, m, a.world, a.shard,
+                           grad_micro_of(m, a.shard, sync, a.accum, a.world), 0)
+    print(f"{name}: {len(lines)} steps, comm_staging_bytes {st0}, per step optim_bytes {want['optim_bytes']}, comm_bytes {want['comm_bytes']}, "
           f"calls {want['calls']}, unit gathers {want['unit_gathers']}, params peak {want['params_peak_bytes']}, "
           f"grads peak {want['grads_peak_bytes']}: ok; final loss {lines[-1]['loss']:.7f}")
 
@@ -454,7 +505,7 @@ def cmd_buckets(a):
     m, steps = model_of(a), 6
     plan = bucket_plan(m, a.world, a.bucket_mb)
     early = sum(1 for lo, hi in plan if lo >= 2)
-    runs = {}
+    runs, staged, totals = {}, {}, {}
     for tag, mb in (("flat", 0), ("bucket", a.bucket_mb)):
         name = f"{a.name}_{tag}"
         shutil.rmtree(os.path.join(a.work, name + ".state"), ignore_errors=True)
@@ -463,11 +514,13 @@ def cmd_buckets(a):
             os.remove(os.path.join(a.work, name + ".metrics.jsonl"))
         ini = write_config(a.work, name, a.accum, a.shard, a.recompute, "step", steps=steps, keep=1, model=m,
                            prefetch=a.prefetch, bucket_mb=mb, param_gather=a.param_gather and tag == "bucket")
-        launch(a, ini)
+        r = launch(a, ini)
         lines = read_metrics(os.path.join(a.work, name + ".metrics.jsonl"))
         if [x["step"] for x in lines] != list(range(1, steps + 1)):
             fail(f"{name}: metrics steps {[x['step'] for x in lines]}, expected 1..{steps}")
         runs[tag] = lines
+        staged[tag] = check_staging(name, r.stdout, lines, m, a.world, a.shard, False, mb)
+        totals[tag] = r.stdout
     for f, b in zip(runs["flat"], runs["bucket"]):
         st = f["step"]
         if f["buckets"] != 0:
@@ -500,8 +553,32 @@ def cmd_buckets(a):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         fail("final weights differ (bucketed vs unbucketed): " + " ".join(cmd) + "\n" + (r.stdout + r.stderr)[-3000:])
+    check_staging_budget(a, f"{a.name}_bucket", totals["bucket"], staged["bucket"][1])
     print(f"buckets: {len(plan)} per step ({plan}), {early} started before block 0's backward ended; "
-          f"losses, grad norms and final weights equal over {steps} steps")
+          f"losses, grad norms and final weights equal over {steps} steps; comm_staging_bytes "
+          f"{staged['flat'][0]} unbucketed, {staged['bucket'][0]} bucketed (rank 0)")
+
+
+def check_staging_budget(a, name, stdout, want):
+    """The memory check before step 1 counts the staging: the predicted total gtrain printed is the
+    staging plus the rest (state, activations, workspace: other_bytes, summed apart), and a
+    memory.budget of the rest plus half the staging must stop the run with exit 2, naming the staging."""
+    pred = [ln for ln in stdout.splitlines() if "predicted reduce-scatter staging per rank" in ln]
+    if not pred or "total_bytes" not in pred[0] or "other_bytes" not in pred[0]:
+        fail(f"{name}: no predicted total and other bytes beside the staging in the output")
+    words = pred[0].replace(",", "").replace(";", "").split()
+    total, other = int(words[words.index("total_bytes") + 1]), int(words[words.index("other_bytes") + 1])
+    if total != other + want:
+        fail(f"{name}: the predicted total {total} is not the staging {want} + the rest {other}")
+    budget = other + want // 2
+    cmd = a.cmd + [name + ".ini", f"memory.budget={budget}"]
+    print("+ (cd " + a.work + " && " + " ".join(cmd) + ")", flush=True)
+    r = subprocess.run(cmd, cwd=a.work, capture_output=True, text=True)
+    if r.returncode != 2 or "reduce-scatter staging" not in r.stderr:
+        fail(f"{name}: memory.budget={budget} (the predicted total {total} less half the staging {want}): exit "
+             f"{r.returncode}, expected 2 from the memory check naming the staging\n{r.stdout}{r.stderr}")
+    print(f"{name}: total {total} = staging {want} + the rest {other}; memory.budget {budget} = the rest + half the "
+          f"staging: refused before step 1 (exit 2)")
 
 
 def newest_state(work, name):
