@@ -10,6 +10,7 @@
 #include "calibrate.h"
 #include "comm.h"
 #include "model.h"
+#include "ops_dry.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static double median(double *v, int n);
 /* Seconds per call of fn: one warm-up, then calls until MIN_SECONDS (at least MIN_REPS); the median
  * call, so that a burst of load from other processes during a few calls does not set the rate. */
 typedef void (*bench_fn)(const gt_ops *ops, void **b, const int *d);
-static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
+static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, double min_seconds) {
     fn(ops, b, d);
     ops->synchronize();
     double times[MAX_REPS], t0 = now_s();
@@ -40,8 +41,11 @@ static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
         fn(ops, b, d);
         ops->synchronize();
         times[reps++] = now_s() - s;
-    } while ((now_s() - t0 < MIN_SECONDS || reps < MIN_REPS) && reps < MAX_REPS);
+    } while ((now_s() - t0 < min_seconds || reps < MIN_REPS) && reps < MAX_REPS);
     return median(times, reps);
+}
+static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
+    return bench_for(ops, fn, b, d, MIN_SECONDS);
 }
 
 static void mm_fwd(const gt_ops *o, void **b, const int *d) { o->matmul_forward(b[2], b[0], b[1], d[0], d[1], d[2]); }
@@ -62,6 +66,53 @@ static void res_fwd(const gt_ops *o, void **b, const int *d) {
 static void adamw(const gt_ops *o, void **b, const int *d) {
     o->adamw((float *)b[0], (float *)b[1], (float *)b[2], (const float *)b[3], (size_t)d[0], 1e-4f, 0.9f, 0.95f, 1e-8f,
              0.1f, 1);
+}
+
+/* The memory-bound kernels, each called as the model calls it. d: rows n, C, F, V, T, NH, HD; b[0..4]
+ * activations (and the embedding table), b[5] fp32 rows (rstd, losses), b[6] tokens (all 0: a valid
+ * id), b[7] the rope table. rope: n rows as n / T sequences of T (or one of n). */
+#define ROWS_B(d) ((d)[0] >= (d)[4] ? (d)[0] / (d)[4] : 1)
+#define ROWS_T(d) ((d)[0] >= (d)[4] ? (d)[4] : (d)[0])
+static void k_emb_fwd(const gt_ops *o, void **b, const int *d) { o->embedding_forward(b[0], b[6], b[1], d[0], d[1], d[3]); }
+static void k_emb_bwd(const gt_ops *o, void **b, const int *d) {
+    o->embedding_backward(b[1], b[0], b[6], d[0], d[1], d[3]);
+}
+static void k_norm_fwd(const gt_ops *o, void **b, const int *d) {
+    o->rmsnorm_forward(b[0], b[5], b[1], b[2], d[0], d[1], 1e-5f);
+}
+static void k_norm_apply(const gt_ops *o, void **b, const int *d) { o->rmsnorm_apply(b[0], b[5], b[1], b[2], d[0], d[1]); }
+static void k_norm_bwd(const gt_ops *o, void **b, const int *d) {
+    o->rmsnorm_backward(b[0], b[3], b[1], b[2], b[4], b[5], d[0], d[1]);
+}
+static void k_rope_fwd(const gt_ops *o, void **b, const int *d) {
+    o->rope_forward(b[0], b[1], b[7], NULL, ROWS_B(d), ROWS_T(d), d[5], d[6]);
+}
+static void k_rope_bwd(const gt_ops *o, void **b, const int *d) {
+    o->rope_backward(b[0], b[1], b[7], NULL, ROWS_B(d), ROWS_T(d), d[5], d[6]);
+}
+static void k_swiglu_fwd(const gt_ops *o, void **b, const int *d) { o->swiglu_forward(b[0], b[1], b[2], (size_t)d[0] * d[2]); }
+static void k_swiglu_bwd(const gt_ops *o, void **b, const int *d) {
+    o->swiglu_backward(b[0], b[3], b[4], b[1], b[2], (size_t)d[0] * d[2]);
+}
+static void k_residual(const gt_ops *o, void **b, const int *d) {
+    o->residual_forward(b[0], b[1], b[2], (size_t)d[0] * d[1], 0.0f, no_key);
+}
+static void k_dropout_bwd(const gt_ops *o, void **b, const int *d) {
+    o->dropout_backward(b[0], b[1], (size_t)d[0] * d[1], 0.0f, no_key);
+}
+static void k_ce_fwd(const gt_ops *o, void **b, const int *d) { o->crossentropy_forward(b[5], b[3], b[0], b[6], d[0], d[3]); }
+static void k_ce_bwd(const gt_ops *o, void **b, const int *d) {
+    o->crossentropy_backward(b[0], b[3], b[6], d[0], d[3], 1.0f / (float)d[0]);
+}
+/* the step's own: d[0] elements of the rank's slice */
+static void k_sumsq(const gt_ops *o, void **b, const int *d) { (void)o->sumsq(b[0], (size_t)d[0]); }
+static void k_to_working(const gt_ops *o, void **b, const int *d) { o->to_working(b[1], b[0], (size_t)d[0]); }
+
+/* The bytes the dry backend counts for one call (ops_dry.c, the formulas the time model prices with) */
+static double g_dry_bytes;
+static void keep_bytes(void *ctx, const gt_op_cost *cost) {
+    (void)ctx;
+    g_dry_bytes = cost->bytes;
 }
 
 static void *buf(const gt_ops *o, size_t bytes) {
@@ -171,6 +222,65 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         for (int k = 0; k < 3; k++) ops->free(b[k]);
         c->mem_bytes_per_s = 3.0 * n * (double)e / t;
         if (log) fprintf(log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, c->mem_bytes_per_s / 1e9);
+    }
+    /* each memory-bound kernel at the rows of the micro-batch and of micro-batches of 1, 2, 4 and 8
+     * sequences (capped at 16 M elements per tensor on the CPU, 64 M on the GPU), and the step's sum
+     * of squares and conversion to working parameters over the slices of 1, 2, 4 and 8 ranks */
+    {
+        static const struct { const char *op; int width; bench_fn fn; } ks[] = {
+            {"embedding_forward", 0, k_emb_fwd}, {"embedding_backward", 0, k_emb_bwd},
+            {"rmsnorm_forward", 0, k_norm_fwd},  {"rmsnorm_apply", 0, k_norm_apply},
+            {"rmsnorm_backward", 0, k_norm_bwd}, {"rope_forward", 1, k_rope_fwd},
+            {"rope_backward", 1, k_rope_bwd},    {"swiglu_forward", 2, k_swiglu_fwd},
+            {"swiglu_backward", 2, k_swiglu_bwd}, {"residual_forward", 0, k_residual},
+            {"dropout_backward", 0, k_dropout_bwd}, {"crossentropy_forward", 3, k_ce_fwd},
+            {"crossentropy_backward", 3, k_ce_bwd}, {"sumsq", 4, k_sumsq},
+            {"to_working", 4, k_to_working}};
+        uint64_t P = gt_model_param_count(m);
+        size_t cap = gpu ? (size_t)64 << 20 : (size_t)16 << 20;
+        int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
+        gt_ops dry;
+        gt_ops_dry_init(&dry, ops->act_bytes, 0);
+        gt_ops_dry_set_cost(keep_bytes, NULL);
+        c->n_kernel = 0;
+        for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+            int widths[5] = {C, NH * HD, F, V, 1};
+            int W = widths[ks[k].width];
+            int sizes[5] = {N, T, 2 * T, 4 * T, 8 * T};
+            if (ks[k].width == 4) {
+                int slices[5] = {Pc, Pc / 2, Pc / 4, Pc / 8, Pc};
+                memcpy(sizes, slices, sizeof sizes);
+            }
+            if (log) fprintf(log, "  %s:", ks[k].op);
+            int done[5], n_done = 0;
+            for (int si = 0; si < 5 && c->n_kernel < GT_CALIB_MAX_KERNELS; si++) {
+                int n = sizes[si];
+                if ((size_t)n * W > cap) n = (int)(cap / W);
+                if (n < 1) n = 1;
+                int dup = 0;
+                for (int j = 0; j < n_done; j++) dup |= done[j] == n;
+                if (dup) continue;
+                done[n_done++] = n;
+                size_t el = (size_t)n * W > (size_t)V * C ? (size_t)n * W : (size_t)V * C;
+                void *b[8];
+                for (int j = 0; j < 6; j++) b[j] = buf(ops, el * 4);
+                b[6] = buf(ops, (size_t)n * 4);
+                b[7] = buf(ops, (size_t)T * HD * 4);
+                int d[7] = {n, C, F, V, T, NH, HD};
+                double t = bench_for(ops, ks[k].fn, b, d, MIN_SECONDS / 5);
+                g_dry_bytes = 0;
+                ks[k].fn(&dry, b, d); /* the dry table reads no buffer */
+                for (int j = 0; j < 8; j++) ops->free(b[j]);
+                gt_calib_kernel *e = &c->kernel[c->n_kernel];
+                snprintf(e->op, sizeof e->op, "%s", ks[k].op);
+                e->bytes = g_dry_bytes;
+                e->seconds = t;
+                if (e->bytes > 0 && t > 0) c->n_kernel++;
+                if (log) fprintf(log, "%s %.0f KiB %.1f us", n_done > 1 ? ";" : "", e->bytes / 1024, t * 1e6);
+            }
+            if (log) fprintf(log, "\n");
+        }
+        gt_ops_dry_set_cost(NULL, NULL);
     }
     /* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the
      * same) */
