@@ -13,8 +13,8 @@
  *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule), and the weights' gather in the
  *     next forward, shorten the step by what they overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused;
- *   - the memory-bound kernels and the step's sum of squares and conversion are priced from their
- *     own measured sizes (between two, beyond the largest, below the smallest: by hand), an op not
+ *   - the memory-bound kernels, the step's sum of squares and conversion, and attention are priced
+ *     from their own measured sizes (between two, beyond the largest, below the smallest: by hand), an op not
  *     measured at the residual add's bandwidth, and a file without them loads (the older format);
  *   - auto (gt_plan_auto_all) ranks by the time model: with collectives of a second each on two
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
@@ -222,6 +222,7 @@ static void test_file(void) {
  * 500 B: the line through the two smallest (0.005 us per byte) gives 7.5 us (above 10 us x 0.5 = 5);
  * 0 B: 5 us, the fixed cost the line leaves. sumsq measured at one size, 4000 B 2 us: 8000 B 4 us,
  * 1000 B 0.5 us. rope_forward not measured: its bytes at the residual add's 1 GB/s, 1000 B 1 us.
+ * Attention the same way by its FLOPs (below).
  * The step's own kernels too: ZeRO-1 on one rank, 12 ms of micro-batches, slice 1e6 elements of
  * 2-byte working parameters: the sum of squares' 4 MB scaled from sumsq's 4000 B, 2 ms (not 4 MB /
  * 1 GB/s = 4 ms), AdamW 10 ms, to_working's 6 MB at 1 GB/s 6 ms: 30 ms; with sumsq measured at 4 MB
@@ -246,6 +247,18 @@ static void test_memory_kernels(void) {
         CHECK(near(us, want[i].us), "%s of %.0f B: %.6f us, by hand %.1f", want[i].op, want[i].bytes, us, want[i].us);
     }
     CHECK(gt_calib_kernel_seconds(&c, "rope_forward", 1000) == -1, "an op not measured: -1");
+    /* attention by its FLOPs: forward measured at 1 MFLOP 100 us and 4 MFLOP 250 us, so 2 MFLOP is
+     * 100 + 150 / 3 = 150 us; the backward not measured: 2 MFLOP at the single 1 TFLOP/s, 2 us */
+    gt_calib a = flat_calib();
+    a.n_kernel = 2;
+    a.kernel[0] = (gt_calib_kernel){"attention_forward", 4e6, 250e-6};
+    a.kernel[1] = (gt_calib_kernel){"attention_forward", 1e6, 100e-6};
+    gt_op_cost af = {"attention_forward", GT_COST_ATTENTION, 0, 2e6, 0, 0, 0, 0},
+               ab = {"attention_backward", GT_COST_ATTENTION, 1, 2e6, 0, 0, 0, 0};
+    CHECK(near(gt_time_op_seconds(&a, &af) * 1e6, 150), "attention forward of 2 MFLOP: %.6f us, by hand 150",
+          gt_time_op_seconds(&a, &af) * 1e6);
+    CHECK(near(gt_time_op_seconds(&a, &ab) * 1e6, 2), "attention backward of 2 MFLOP: %.6f us, by hand 2",
+          gt_time_op_seconds(&a, &ab) * 1e6);
     gt_time_trace t1;
     memset(&t1, 0, sizeof t1);
     gt_time_trace_push(&t1, GT_TEV_COMPUTE, 12e-3, 0);
@@ -274,7 +287,7 @@ static void test_memory_kernels(void) {
     f.kernel[1] = (gt_calib_kernel){"swiglu_forward", 49152, 9e-6};
     CHECK(gt_calib_save(path, &f, err, sizeof err) == 0, "save: %s", err);
     CHECK(gt_calib_load(path, &key, &back, err, sizeof err) == 0 && back.n_kernel == 2 &&
-              strcmp(back.kernel[1].op, "swiglu_forward") == 0 && back.kernel[1].bytes == 49152 &&
+              strcmp(back.kernel[1].op, "swiglu_forward") == 0 && back.kernel[1].amount == 49152 &&
               back.kernel[1].seconds == 9e-6,
           "kernels round trip: %d (%s)", back.n_kernel, err);
     json_error_t je;

@@ -199,9 +199,9 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *er
             const char *op = jstr(e, "op");
             if (!op) ok = 0;
             copy_str(k->op, sizeof k->op, op);
-            k->bytes = jnum(e, "bytes", &ok);
+            k->amount = jnum(e, "amount", &ok);
             k->seconds = jnum(e, "seconds", &ok);
-            if (k->bytes <= 0 || k->seconds <= 0) ok = 0;
+            if (k->amount <= 0 || k->seconds <= 0) ok = 0;
         }
     }
     json_decref(root);
@@ -238,7 +238,7 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
                                               "backward_flops_per_s", c->gemm[i].bwd_flops_per_s));
     json_t *kernels = json_array();
     for (int i = 0; i < c->n_kernel; i++)
-        json_array_append_new(kernels, json_pack("{s:s,s:f,s:f}", "op", c->kernel[i].op, "bytes", c->kernel[i].bytes,
+        json_array_append_new(kernels, json_pack("{s:s,s:f,s:f}", "op", c->kernel[i].op, "amount", c->kernel[i].amount,
                                                  "seconds", c->kernel[i].seconds));
     json_t *root = json_pack(
         "{s:i,s:s,s:{s:s,s:s,s:s,s:s,s:i,s:s},s:{s:f,s:o,s:f,s:f,s:f,s:o,s:f,s:f,s:f,s:f}}", "format", 1, "source",
@@ -289,28 +289,28 @@ double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward
     return r > 0 ? r : c->matmul_flops_per_s;
 }
 
-double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double bytes) {
-    /* the two measured sizes around `bytes`: lo the largest at or below it, hi the smallest above it;
-     * lo2 the second smallest when `bytes` is below every one */
+double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount) {
+    /* the two measured sizes around `amount`: lo the largest at or below it, hi the smallest above it;
+     * lo2 the second smallest when `amount` is below every one */
     const gt_calib_kernel *lo = NULL, *hi = NULL, *lo2 = NULL;
     for (int i = 0; i < c->n_kernel; i++) {
         const gt_calib_kernel *k = &c->kernel[i];
-        if (strcmp(k->op, op) != 0 || k->bytes <= 0 || k->seconds <= 0) continue;
-        if (k->bytes <= bytes) {
-            if (!lo || k->bytes > lo->bytes) lo = k;
-        } else if (!hi || k->bytes < hi->bytes) {
+        if (strcmp(k->op, op) != 0 || k->amount <= 0 || k->seconds <= 0) continue;
+        if (k->amount <= amount) {
+            if (!lo || k->amount > lo->amount) lo = k;
+        } else if (!hi || k->amount < hi->amount) {
             lo2 = hi;
             hi = k;
-        } else if (!lo2 || k->bytes < lo2->bytes) {
+        } else if (!lo2 || k->amount < lo2->amount) {
             lo2 = k;
         }
     }
     if (!lo && !hi) return -1;
-    if (lo && !hi) return lo->seconds * bytes / lo->bytes; /* beyond the largest (or one size) */
-    if (lo) return lo->seconds + (hi->seconds - lo->seconds) * (bytes - lo->bytes) / (hi->bytes - lo->bytes);
-    double prop = hi->seconds * bytes / hi->bytes; /* below the smallest */
+    if (lo && !hi) return lo->seconds * amount / lo->amount; /* beyond the largest (or one size) */
+    if (lo) return lo->seconds + (hi->seconds - lo->seconds) * (amount - lo->amount) / (hi->amount - lo->amount);
+    double prop = hi->seconds * amount / hi->amount; /* below the smallest */
     if (!lo2) return prop;
-    double line = hi->seconds + (lo2->seconds - hi->seconds) * (bytes - hi->bytes) / (lo2->bytes - hi->bytes);
+    double line = hi->seconds + (lo2->seconds - hi->seconds) * (amount - hi->amount) / (lo2->amount - hi->amount);
     if (line > hi->seconds) line = hi->seconds;
     return line > prop ? line : prop;
 }

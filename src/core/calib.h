@@ -17,13 +17,14 @@
 #define GT_CALIB_MAX_GEMMS 64
 #define GT_CALIB_MAX_KERNELS 160
 
-/* One memory-bound kernel measured at one size: the op (ops.h's name), the bytes the dry backend
- * counts for that call (ops_dry.c) and the median seconds of the call. A kernel's seconds are not its
- * bytes over one bandwidth: a norm, rope, SwiGLU or the loss does other work per byte than a residual
- * add, and a small call is mostly its fixed cost (a parallel region's start and end, a launch). */
+/* One kernel measured at one size: the op (ops.h's name), what the dry backend counts for that call
+ * (ops_dry.c): its bytes for a memory-bound kernel, its FLOPs for attention; and the median seconds
+ * of the call. A kernel's seconds are not its bytes over one bandwidth: a norm, rope, SwiGLU or the
+ * loss does other work per byte than a residual add, and a small call is mostly its fixed cost (a
+ * parallel region's start and end, a launch); attention's rate depends on its batch. */
 typedef struct gt_calib_kernel {
     char op[32];
-    double bytes;
+    double amount;
     double seconds;
 } gt_calib_kernel;
 
@@ -43,12 +44,14 @@ typedef struct gt_calib {
     double matmul_flops_per_s;     /* a GEMM shape not measured: the median of those measured */
     gt_calib_gemm gemm[GT_CALIB_MAX_GEMMS];
     int n_gemm;
-    double attn_fwd_flops_per_s;   /* causal attention, 4 B NH HD T(T+1)/2 FLOPs forward */
+    double attn_fwd_flops_per_s;   /* causal attention at the config's micro-batch (the kernels' list has
+                                      more), 4 B NH HD T(T+1)/2 FLOPs forward */
     double attn_bwd_flops_per_s;   /* 2.5 x the forward's FLOPs backward (ops_dry.c) */
     double mem_bytes_per_s;        /* a memory-bound kernel not measured below: bytes per second of the
                                       residual add */
-    gt_calib_kernel kernel[GT_CALIB_MAX_KERNELS]; /* the memory-bound kernels measured one by one */
-    int n_kernel;                  /* 0 in a file written before they were (all at mem_bytes_per_s) */
+    gt_calib_kernel kernel[GT_CALIB_MAX_KERNELS]; /* the memory-bound kernels and attention, measured one
+                                                     by one at several sizes */
+    int n_kernel;                  /* 0 in a file written before they were (priced at the single rates) */
     double optim_bytes_per_s;      /* AdamW: 28 bytes per element (4 read, 3 written fp32) */
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
@@ -90,11 +93,12 @@ void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *e
  * that (ic, oc) (nearest n), else matmul_flops_per_s. */
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward);
 
-/* Seconds of one call of the memory-bound kernel `op` moving `bytes`, from its measured sizes (b, s):
- * between two of them, the straight line through the two; beyond the largest, its seconds scaled by
- * bytes (large calls run at their bandwidth); below the smallest, the line through the two smallest,
- * at most the smallest's seconds and at least its seconds scaled by bytes (one size measured: scaled
- * by bytes). -1 when `op` was not measured (the caller prices bytes at mem_bytes_per_s). */
-double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double bytes);
+/* Seconds of one call of the kernel `op` of `amount` (bytes, or FLOPs for attention), from its
+ * measured sizes (a, s): between two of them, the straight line through the two; beyond the largest,
+ * its seconds scaled by amount (large calls run at their rate); below the smallest, the line through
+ * the two smallest, at most the smallest's seconds and at least its seconds scaled by amount (one size
+ * measured: scaled by amount). -1 when `op` was not measured (the caller prices at the single rate:
+ * mem_bytes_per_s, or the attention rates). */
+double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount);
 
 #endif

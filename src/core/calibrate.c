@@ -25,13 +25,15 @@ static double now_s(void) {
 #define MIN_SECONDS 0.1
 #define MIN_REPS 2
 #define MAX_REPS 200
+#define KERNEL_REPS 7 /* the kernels' list: the median of at least 7 calls, so that a few calls that
+                         lost their core to another process do not set it */
 
 static double median(double *v, int n);
 
 /* Seconds per call of fn: one warm-up, then calls until MIN_SECONDS (at least MIN_REPS); the median
  * call, so that a burst of load from other processes during a few calls does not set the rate. */
 typedef void (*bench_fn)(const gt_ops *ops, void **b, const int *d);
-static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, double min_seconds) {
+static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, double min_seconds, int min_reps) {
     fn(ops, b, d);
     ops->synchronize();
     double times[MAX_REPS], t0 = now_s();
@@ -41,11 +43,11 @@ static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, 
         fn(ops, b, d);
         ops->synchronize();
         times[reps++] = now_s() - s;
-    } while ((now_s() - t0 < min_seconds || reps < MIN_REPS) && reps < MAX_REPS);
+    } while ((now_s() - t0 < min_seconds || reps < min_reps) && reps < MAX_REPS);
     return median(times, reps);
 }
 static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
-    return bench_for(ops, fn, b, d, MIN_SECONDS);
+    return bench_for(ops, fn, b, d, MIN_SECONDS, MIN_REPS);
 }
 
 static void mm_fwd(const gt_ops *o, void **b, const int *d) { o->matmul_forward(b[2], b[0], b[1], d[0], d[1], d[2]); }
@@ -109,10 +111,34 @@ static void k_sumsq(const gt_ops *o, void **b, const int *d) { (void)o->sumsq(b[
 static void k_to_working(const gt_ops *o, void **b, const int *d) { o->to_working(b[1], b[0], (size_t)d[0]); }
 
 /* The bytes the dry backend counts for one call (ops_dry.c, the formulas the time model prices with) */
-static double g_dry_bytes;
-static void keep_bytes(void *ctx, const gt_op_cost *cost) {
+static double g_dry_amount; /* bytes, or FLOPs for attention (calib.h gt_calib_kernel) */
+static void keep_amount(void *ctx, const gt_op_cost *cost) {
     (void)ctx;
-    g_dry_bytes = cost->bytes;
+    g_dry_amount = cost->kind == GT_COST_ATTENTION ? cost->flops : cost->bytes;
+}
+
+/* A call of more bytes or FLOPs is not faster than a smaller call of the same kernel: each of the
+ * entries first..n_kernel-1 takes the least seconds of it and the larger ones of its op, so
+ * that a small call slowed by another process's load does not price the sizes around it. */
+static void monotone(gt_calib *c, int first) {
+    for (int i = first; i < c->n_kernel; i++)
+        for (int j = first; j < c->n_kernel; j++)
+            if (strcmp(c->kernel[j].op, c->kernel[i].op) == 0 && c->kernel[j].amount >= c->kernel[i].amount &&
+                c->kernel[j].seconds < c->kernel[i].seconds)
+                c->kernel[i].seconds = c->kernel[j].seconds;
+}
+
+/* One entry of the kernels' list: fn measured on `ops`, its amount counted on the dry table `dry` */
+static void add_kernel(gt_calib *c, const char *op, const gt_ops *ops, const gt_ops *dry, bench_fn fn, void **b,
+                       const int *d, double min_seconds, int min_reps) {
+    double t = bench_for(ops, fn, b, d, min_seconds, min_reps);
+    g_dry_amount = 0;
+    fn(dry, b, d); /* the dry table reads no buffer */
+    if (c->n_kernel >= GT_CALIB_MAX_KERNELS || g_dry_amount <= 0 || t <= 0) return;
+    gt_calib_kernel *e = &c->kernel[c->n_kernel++];
+    snprintf(e->op, sizeof e->op, "%s", op);
+    e->amount = g_dry_amount;
+    e->seconds = t;
 }
 
 static void *buf(const gt_ops *o, size_t bytes) {
@@ -197,21 +223,45 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         }
     }
     c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
-    /* attention at the micro-batch's shape */
+    gt_ops dry; /* counts what each kernel measured below does, as the time model counts it */
+    gt_ops_dry_init(&dry, ops->act_bytes, 0);
+    gt_ops_dry_set_cost(keep_amount, NULL);
+    c->n_kernel = 0;
+    int first_attention = c->n_kernel;
+    /* attention at the micro-batch's shape (the single rates), and into the kernels' list at batches
+     * of 1, 2, 4 and 8 sequences too, where a call is at most 2 GFLOPs on the CPU (a batch's rate
+     * depends on it where it is small: the planner prices other micro-batch sizes) */
     {
-        size_t q = (size_t)B * T * NH * HD * e, kv = (size_t)B * T * NKV * HD * e;
-        void *b[9] = {buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q), buf(ops, (size_t)B * NH * T * 4),
-                      buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q)};
-        int d[5] = {B, T, NH, NKV, HD};
-        double flops = 4.0 * B * NH * HD * ((double)T * (T + 1) / 2);
-        double tf = bench(ops, at_fwd, b, d), tb = bench(ops, at_bwd, b, d);
-        for (int k = 0; k < 9; k++) ops->free(b[k]);
-        c->attn_fwd_flops_per_s = flops / tf;
-        c->attn_bwd_flops_per_s = 2.5 * flops / tb;
-        if (log)
-            fprintf(log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", B, T, NH,
-                    NKV, HD, c->attn_fwd_flops_per_s / 1e9, c->attn_bwd_flops_per_s / 1e9);
+        int batches[5] = {B, 1, 2, 4, 8}, done[5], n_done = 0;
+        for (int bi = 0; bi < 5; bi++) {
+            int Bb = batches[bi], dup = 0;
+            for (int j = 0; j < n_done; j++) dup |= done[j] == Bb;
+            double fl = 4.0 * Bb * NH * HD * ((double)T * (T + 1) / 2);
+            if (dup || (bi > 0 && !gpu && fl > 2e9)) continue;
+            done[n_done++] = Bb;
+            size_t q = (size_t)Bb * T * NH * HD * e, kv = (size_t)Bb * T * NKV * HD * e;
+            void *b[9] = {buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q), buf(ops, (size_t)Bb * NH * T * 4),
+                          buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q)};
+            int d[5] = {Bb, T, NH, NKV, HD};
+            int before = c->n_kernel;
+            /* the config's batch as before (a large model's call can take seconds on the CPU) */
+            int reps = bi == 0 ? MIN_REPS : KERNEL_REPS;
+            add_kernel(c, "attention_forward", ops, &dry, at_fwd, b, d, MIN_SECONDS, reps);
+            add_kernel(c, "attention_backward", ops, &dry, at_bwd, b, d, MIN_SECONDS, reps);
+            for (int k = 0; k < 9; k++) ops->free(b[k]);
+            if (c->n_kernel != before + 2) continue;
+            double rf = c->kernel[before].amount / c->kernel[before].seconds,
+                   rb = c->kernel[before + 1].amount / c->kernel[before + 1].seconds;
+            if (bi == 0) {
+                c->attn_fwd_flops_per_s = rf;
+                c->attn_bwd_flops_per_s = rb;
+            }
+            if (log)
+                fprintf(log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", Bb, T,
+                        NH, NKV, HD, rf / 1e9, rb / 1e9);
+        }
     }
+    monotone(c, first_attention);
     /* memory-bound kernels: the residual add over one micro-batch's residual stream, the size the
      * model's elementwise kernels run at (in cache where the model's tensors fit in it) */
     {
@@ -239,10 +289,6 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         uint64_t P = gt_model_param_count(m);
         size_t cap = gpu ? (size_t)64 << 20 : (size_t)16 << 20;
         int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
-        gt_ops dry;
-        gt_ops_dry_init(&dry, ops->act_bytes, 0);
-        gt_ops_dry_set_cost(keep_bytes, NULL);
-        c->n_kernel = 0;
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
             int widths[5] = {C, NH * HD, F, V, 1};
             int W = widths[ks[k].width];
@@ -251,8 +297,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
                 int slices[5] = {Pc, Pc / 2, Pc / 4, Pc / 8, Pc};
                 memcpy(sizes, slices, sizeof sizes);
             }
-            if (log) fprintf(log, "  %s:", ks[k].op);
-            int done[5], n_done = 0;
+            int first = c->n_kernel, done[5], n_done = 0;
             for (int si = 0; si < 5 && c->n_kernel < GT_CALIB_MAX_KERNELS; si++) {
                 int n = sizes[si];
                 if ((size_t)n * W > cap) n = (int)(cap / W);
@@ -267,18 +312,17 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
                 b[6] = buf(ops, (size_t)n * 4);
                 b[7] = buf(ops, (size_t)T * HD * 4);
                 int d[7] = {n, C, F, V, T, NH, HD};
-                double t = bench_for(ops, ks[k].fn, b, d, MIN_SECONDS / 5);
-                g_dry_bytes = 0;
-                ks[k].fn(&dry, b, d); /* the dry table reads no buffer */
+                add_kernel(c, ks[k].op, ops, &dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
                 for (int j = 0; j < 8; j++) ops->free(b[j]);
-                gt_calib_kernel *e = &c->kernel[c->n_kernel];
-                snprintf(e->op, sizeof e->op, "%s", ks[k].op);
-                e->bytes = g_dry_bytes;
-                e->seconds = t;
-                if (e->bytes > 0 && t > 0) c->n_kernel++;
-                if (log) fprintf(log, "%s %.0f KiB %.1f us", n_done > 1 ? ";" : "", e->bytes / 1024, t * 1e6);
             }
-            if (log) fprintf(log, "\n");
+            monotone(c, first);
+            if (log) {
+                fprintf(log, "  %s:", ks[k].op);
+                for (int j = first; j < c->n_kernel; j++)
+                    fprintf(log, "%s %.0f KiB %.1f us", j > first ? ";" : "", c->kernel[j].amount / 1024,
+                            c->kernel[j].seconds * 1e6);
+                fprintf(log, "\n");
+            }
         }
         gt_ops_dry_set_cost(NULL, NULL);
     }

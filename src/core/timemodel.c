@@ -61,7 +61,10 @@ static double memory_seconds(const gt_calib *c, const char *op, double bytes) {
 double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) {
     switch (k->kind) {
     case GT_COST_MATMUL: return k->flops / gt_calib_gemm_rate(c, k->n, k->ic, k->oc, k->backward);
-    case GT_COST_ATTENTION: return k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s);
+    case GT_COST_ATTENTION: { /* its measured batches where the calibration has them, else the one rate */
+        double s = gt_calib_kernel_seconds(c, k->op, k->flops);
+        return s >= 0 ? s : k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s);
+    }
     case GT_COST_OPTIMIZER: return k->bytes / c->optim_bytes_per_s;
     case GT_COST_MEMORY: break;
     }

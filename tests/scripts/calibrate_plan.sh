@@ -32,8 +32,8 @@ want = {"embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_b
         "swiglu_forward", "swiglu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward", "sumsq",
         "to_working"}
 assert want <= ops, want - ops
-assert all(k["bytes"] > 0 and k["seconds"] > 0 for k in ks), ks
-assert all(len({k["bytes"] for k in ks if k["op"] == op}) >= 3 for op in want), ks
+assert all(k["amount"] > 0 and k["seconds"] > 0 for k in ks), ks
+assert all(len({k["amount"] for k in ks if k["op"] == op}) >= 3 for op in want), ks
 PY
 "$gtrain" --plan "$cfg" >"$work/after.out"
 grep -q '^predicted step: [0-9.]* ms, [0-9]* tokens/s' "$work/after.out" || fail "--plan after: $(tail -4 "$work/after.out")"
