@@ -2,9 +2,9 @@
  * calib.h — the rates the time model prices a step with (docs/planner.md, "Calibration").
  *
  * `gtrain --calibrate CONFIG` measures them on the backend at hand: the matrix products at the
- * model's own GEMM shapes (forward and backward apart), the attention kernels, the bytes per second
- * of the memory-bound kernels and of the optimizer, and, under mpirun or srun, each collective's
- * latency and bandwidth. It stores them as JSON in a file named after what they depend on (host,
+ * model's own GEMM shapes (forward and backward apart), the attention kernels and each memory-bound
+ * kernel at several sizes (the kernels' list), the optimizer's bytes per second, and, under mpirun
+ * or srun, each collective's latency and bandwidth. It stores them as JSON in a file named after what they depend on (host,
  * CPU or GPU model, backend, precision, threads): gt_calib_path. `gtrain --plan` and the trainer read
  * that file when its key matches the run's; without one they price with stated defaults
  * (gt_calib_defaults), and every figure printed from them says so.

@@ -1,6 +1,7 @@
 /*
- * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel family the time model
- * prices, at the shapes of the config's model, on the backend at hand, and the collectives between
+ * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel the time model prices, at
+ * the shapes of the config's model (attention and the memory-bound kernels at several sizes), on the
+ * backend at hand, and the collectives between
  * the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
  * (at least twice, after one warm-up call) and keeps the median call, so the whole takes seconds on a
  * small model and about a minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU
