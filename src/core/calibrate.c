@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
     struct timespec ts;
@@ -34,12 +35,37 @@ static double median(double *v, int n);
 /* Seconds per call of fn: one warm-up, then calls until MIN_SECONDS (at least MIN_REPS); the median
  * call, so that a burst of load from other processes during a few calls does not set the rate. */
 typedef void (*bench_fn)(const gt_ops *ops, void **b, const int *d);
+/* Before each call of a kernel that bench_for times, the CPU's caches up to a level are filled with
+ * other data (g_flush bytes written, 0: none), as a step's kernels find them: a kernel's inputs were
+ * written some kernels before (out of the core's L2 by then), the optimizer's state a step before
+ * (out of L3). Repeating a call on the same buffers would time it hot, at the cache's bandwidth. */
+static size_t g_flush;
+static unsigned char *g_scratch;
+static size_t g_scratch_len;
+static void flush_caches(void) {
+    if (!g_flush) return;
+    if (g_scratch_len < g_flush) {
+        free(g_scratch);
+        g_scratch = malloc(g_flush);
+        g_scratch_len = g_scratch ? g_flush : 0;
+        if (!g_scratch) return;
+    }
+    static unsigned char v;
+    memset(g_scratch, ++v, g_flush);
+}
+static size_t cache_bytes(int name, size_t fallback) {
+    long v = sysconf(name);
+    return v > 0 ? (size_t)v : fallback;
+}
+
 static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, double min_seconds, int min_reps) {
+    flush_caches();
     fn(ops, b, d);
     ops->synchronize();
     double times[MAX_REPS], t0 = now_s();
     int reps = 0;
     do {
+        flush_caches();
         double s = now_s();
         fn(ops, b, d);
         ops->synchronize();
@@ -289,6 +315,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
             {"to_working", 4, k_to_working}};
         uint64_t P = gt_model_param_count(m);
         size_t cap = gpu ? (size_t)64 << 20 : (size_t)16 << 20;
+        g_flush = gpu ? 0 : 2 * cache_bytes(_SC_LEVEL2_CACHE_SIZE, (size_t)1 << 20); /* the GPU: its tensors */
         int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
             int widths[5] = {C, NH * HD, F, V, 1};
@@ -326,6 +353,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
             }
         }
         gt_ops_dry_set_cost(NULL, NULL);
+        g_flush = 0;
     }
     /* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the
      * same) */
@@ -334,7 +362,9 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         int n = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
         void *b[4] = {buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4)};
         int d[1] = {n};
+        g_flush = gpu ? 0 : 2 * cache_bytes(_SC_LEVEL3_CACHE_SIZE, (size_t)32 << 20); /* the state of a step ago */
         double t = bench(ops, adamw, b, d);
+        g_flush = 0;
         for (int k = 0; k < 4; k++) ops->free(b[k]);
         c->optim_bytes_per_s = 28.0 * n / t;
         if (log) fprintf(log, "  AdamW (%d elements): %.2f GB/s\n", n, c->optim_bytes_per_s / 1e9);
@@ -352,6 +382,9 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         if (log) fprintf(log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
     }
     if (log) fprintf(log, "  (%.1f s)\n", now_s() - t_start);
+    free(g_scratch);
+    g_scratch = NULL;
+    g_scratch_len = 0;
     c->measured = 1;
     return 0;
 }
