@@ -15,7 +15,8 @@
  *   - a calibration file round-trips, and one of another key is refused;
  *   - the memory-bound kernels, the step's sum of squares and conversion, and attention are priced
  *     from their own measured sizes (between two, beyond the largest, below the smallest: by hand), an op not
- *     measured at the residual add's bandwidth, and a file without them loads (the older format);
+ *     measured at the residual add's bandwidth, and a file without them loads (the older format); a
+ *     second calibration keeps the sizes of the first that it did not measure;
  *   - auto (gt_plan_auto_all) ranks by the time model: with collectives of a second each on two
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
@@ -298,6 +299,19 @@ static void test_memory_kernels(void) {
     CHECK(gt_calib_load(path, &key, &back, err, sizeof err) == 0 && back.n_kernel == 0, "a file without kernels: %s",
           err);
     CHECK(near(mem_op(&back, "swiglu_forward", 2 * back.mem_bytes_per_s), 2), "... prices at the residual add's rate");
+    /* a second model's calibration keeps the first one's sizes it did not measure: swiglu_forward at
+     * 12288 B again (now 4 us) and at 98304 B; the earlier 49152 B entry stays, the earlier 12288 B
+     * one is replaced */
+    gt_calib now = f;
+    now.n_kernel = 2;
+    now.kernel[0] = (gt_calib_kernel){"swiglu_forward", 12288, 4e-6};
+    now.kernel[1] = (gt_calib_kernel){"swiglu_forward", 98304, 16e-6};
+    gt_calib_merge_kernels(&now, &f);
+    CHECK(now.n_kernel == 3 && now.kernel[2].amount == 49152 && now.kernel[0].seconds == 4e-6,
+          "merge: %d entries, the third %.0f B", now.n_kernel, now.n_kernel > 2 ? now.kernel[2].amount : 0);
+    CHECK(near(mem_op(&now, "swiglu_forward", 12288 * 2.5) * 1e6, 4 + (9 - 4) * 0.5),
+          "merged: 30720 B between the new 12288 B and the kept 49152 B: %.6f us, by hand 6.5",
+          mem_op(&now, "swiglu_forward", 12288 * 2.5) * 1e6);
     unlink(path);
     rmdir(dir);
 }

@@ -314,3 +314,14 @@ double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount)
     if (line > hi->seconds) line = hi->seconds;
     return line > prop ? line : prop;
 }
+
+void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous) {
+    int n_new = c->n_kernel;
+    for (int i = 0; i < previous->n_kernel && c->n_kernel < GT_CALIB_MAX_KERNELS; i++) {
+        const gt_calib_kernel *k = &previous->kernel[i];
+        int measured_now = 0;
+        for (int j = 0; j < n_new; j++)
+            measured_now |= strcmp(c->kernel[j].op, k->op) == 0 && c->kernel[j].amount == k->amount;
+        if (!measured_now) c->kernel[c->n_kernel++] = *k;
+    }
+}

@@ -82,6 +82,11 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err,
 /* Writes *c as JSON to path (through path.tmp and a rename), making its directory. 0 or -1 (err). */
 int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len);
 
+/* Keeps the kernels' entries of an earlier calibration of the same key that this one did not measure
+ * (another model's sizes: an entry of the same op and amount is this one's), so that calibrating for
+ * several configs builds one file that prices them all; a full list keeps this one's entries. */
+void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous);
+
 /* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
  * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").
  * threads: the run's OpenMP threads per rank (0: this process's). explicit_path (may be NULL) replaces

@@ -375,6 +375,14 @@ static int run_calibrate(int argc, char **argv) {
              size == 1 ? "" : "s");
     code = 0;
     if (rank == 0) {
+        /* another config's kernel sizes measured earlier into this key's file stay (calib.h) */
+        gt_calib previous;
+        char prev_err[512];
+        int kept = c.n_kernel;
+        if (gt_calib_load(path, &c, &previous, prev_err, sizeof prev_err) == 0) gt_calib_merge_kernels(&c, &previous);
+        if (c.n_kernel > kept)
+            printf("gtrain: kept %d kernel sizes of the earlier calibration in that file (other models')\n",
+                   c.n_kernel - kept);
         if (gt_calib_save(path, &c, err, sizeof err) != 0) {
             fprintf(stderr, "gtrain: %s\n", err);
             code = 1;
