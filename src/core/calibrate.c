@@ -1,8 +1,7 @@
 /*
  * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel the time model prices, at
  * the shapes of the config's model (attention and the memory-bound kernels at several sizes), on the
- * backend at hand, and the collectives between
- * the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
+ * backend at hand, and the collectives between the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
  * (at least twice, after one warm-up call) and keeps the median call, so the whole takes seconds on a
  * small model and about a minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU
  * are measured on fewer rows (the rate of a GEMM with thousands of rows hardly depends on their
@@ -336,12 +335,16 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
                 for (int j = 0; j < n_done; j++) dup |= done[j] == n;
                 if (dup) continue;
                 done[n_done++] = n;
-                size_t el = (size_t)n * W > (size_t)V * C ? (size_t)n * W : (size_t)V * C;
+                /* the embedding's table: as many rows as tokens at most (all tokens are id 0; its
+                 * cost is the rows gathered, not the vocabulary), so a large vocabulary is not allocated */
+                int emb = strncmp(ks[k].op, "embedding", 9) == 0, Vt = emb && n < V ? n : V;
+                size_t el = (size_t)n * W;
+                if (emb && (size_t)Vt * C > el) el = (size_t)Vt * C;
                 void *b[8];
                 for (int j = 0; j < 6; j++) b[j] = buf(ops, el * 4);
                 b[6] = buf(ops, (size_t)n * 4);
                 b[7] = buf(ops, (size_t)T * HD * 4);
-                int d[7] = {n, C, F, V, T, NH, HD};
+                int d[7] = {n, C, F, Vt, T, NH, HD};
                 add_kernel(c, ks[k].op, ops, &dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
                 for (int j = 0; j < 8; j++) ops->free(b[j]);
             }
