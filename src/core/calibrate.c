@@ -318,6 +318,10 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         size_t cap = gpu ? (size_t)64 << 20 : (size_t)16 << 20;
         g_flush = gpu ? 0 : 2 * cache_bytes(_SC_LEVEL2_CACHE_SIZE, (size_t)1 << 20); /* the GPU: its tensors */
         int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
+        /* the sizes of each kernel's calls: n rows (elements for the step's), at most cap elements
+         * per tensor; one set of buffers for them all, of the largest */
+        int rows[sizeof ks / sizeof ks[0]][5], n_rows[sizeof ks / sizeof ks[0]];
+        size_t el_max = 1;
         for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
             int widths[5] = {C, NH * HD, F, V, 1};
             int W = widths[ks[k].width];
@@ -326,27 +330,31 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
                 int slices[5] = {Pc, Pc / 2, Pc / 4, Pc / 8, Pc};
                 memcpy(sizes, slices, sizeof sizes);
             }
-            int first = c->n_kernel, done[5], n_done = 0;
-            for (int si = 0; si < 5 && c->n_kernel < GT_CALIB_MAX_KERNELS; si++) {
+            n_rows[k] = 0;
+            for (int si = 0; si < 5; si++) {
                 int n = sizes[si];
                 if ((size_t)n * W > cap) n = (int)(cap / W);
                 if (n < 1) n = 1;
                 int dup = 0;
-                for (int j = 0; j < n_done; j++) dup |= done[j] == n;
+                for (int j = 0; j < n_rows[k]; j++) dup |= rows[k][j] == n;
                 if (dup) continue;
-                done[n_done++] = n;
-                /* the embedding's table: as many rows as tokens at most (all tokens are id 0; its
-                 * cost is the rows gathered, not the vocabulary), so a large vocabulary is not allocated */
-                int emb = strncmp(ks[k].op, "embedding", 9) == 0, Vt = emb && n < V ? n : V;
-                size_t el = (size_t)n * W;
-                if (emb && (size_t)Vt * C > el) el = (size_t)Vt * C;
-                void *b[8];
-                for (int j = 0; j < 6; j++) b[j] = buf(ops, el * 4);
-                b[6] = buf(ops, (size_t)n * 4);
-                b[7] = buf(ops, (size_t)T * HD * 4);
+                rows[k][n_rows[k]++] = n;
+                if ((size_t)n * W > el_max) el_max = (size_t)n * W;
+            }
+        }
+        void *b[8];
+        for (int j = 0; j < 6; j++) b[j] = buf(ops, el_max * 4);
+        b[6] = buf(ops, el_max * 4); /* tokens: at most el_max rows */
+        b[7] = buf(ops, (size_t)T * HD * 4);
+        for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+            int first = c->n_kernel;
+            for (int si = 0; si < n_rows[k]; si++) {
+                int n = rows[k][si];
+                /* the embedding's table: as many rows as tokens at most (all tokens are id 0; its cost
+                 * is the rows gathered, not the vocabulary), so it fits the buffers of n x C */
+                int Vt = strncmp(ks[k].op, "embedding", 9) == 0 && n < V ? n : V;
                 int d[7] = {n, C, F, Vt, T, NH, HD};
                 add_kernel(c, ks[k].op, ops, &dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
-                for (int j = 0; j < 8; j++) ops->free(b[j]);
             }
             monotone(c, first);
             if (log) {
@@ -357,6 +365,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
                 fprintf(log, "\n");
             }
         }
+        for (int j = 0; j < 8; j++) ops->free(b[j]);
         gt_ops_dry_set_cost(NULL, NULL);
         g_flush = 0;
     }
