@@ -13,6 +13,10 @@
  *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule), and the weights' gather in the
  *     next forward, shorten the step by what they overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused;
+ *   - the memory-bound kernels, the step's sum of squares and conversion, and attention are priced
+ *     from their own measured sizes (between two, beyond the largest, below the smallest: by hand), an op not
+ *     measured at the residual add's bandwidth, and a file without them loads (the older format); a
+ *     second calibration keeps the sizes of the first that it did not measure;
  *   - auto (gt_plan_auto_all) ranks by the time model: with collectives of a second each on two
  *     ranks, the fewest collectives win (ZeRO-0, one micro-batch of 4), and the pick is the fastest of
  *     every option priced one by one; a budget that rules that out changes the pick to the fastest of
@@ -41,6 +45,7 @@
 #include "ops_dry.h"
 #include "timemodel.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +221,105 @@ static void test_file(void) {
     unlink(path);
     snprintf(none, sizeof none, "%s/sub", dir);
     rmdir(none);
+    rmdir(dir);
+}
+
+/* The memory-bound kernels priced from their own measured sizes (calib.c gt_calib_kernel_seconds),
+ * by hand: rmsnorm_forward measured at 1000 B 10 us, 3000 B 20 us, 9000 B 80 us. 2000 B: halfway
+ * between the first two, 15 us; 3000 B: 20 us; 18000 B: beyond the largest, 80 us x 2 = 160 us;
+ * 500 B: the line through the two smallest (0.005 us per byte) gives 7.5 us (above 10 us x 0.5 = 5);
+ * 0 B: 5 us, the fixed cost the line leaves. sumsq measured at one size, 4000 B 2 us: 8000 B 4 us,
+ * 1000 B 0.5 us. rope_forward not measured: its bytes at the residual add's 1 GB/s, 1000 B 1 us.
+ * Attention the same way by its FLOPs (below).
+ * The step's own kernels too: ZeRO-1 on one rank, 12 ms of micro-batches, slice 1e6 elements of
+ * 2-byte working parameters: the sum of squares' 4 MB scaled from sumsq's 4000 B, 2 ms (not 4 MB /
+ * 1 GB/s = 4 ms), AdamW 10 ms, to_working's 6 MB at 1 GB/s 6 ms: 30 ms; with sumsq measured at 4 MB
+ * 1 ms and to_working at 6 MB 2 ms: 12 + 1 + 10 + 2 = 25 ms. A file without the kernels (as
+ * written before they were measured) loads with none, and a file's kernels round-trip. */
+static double mem_op(const gt_calib *c, const char *op, double bytes) {
+    gt_op_cost k = {op, GT_COST_MEMORY, 0, 0, bytes, 0, 0, 0};
+    return gt_time_op_seconds(c, &k);
+}
+static void test_memory_kernels(void) {
+    gt_calib c = flat_calib();
+    const gt_calib_kernel ks[] = {{"rmsnorm_forward", 3000, 20e-6}, {"sumsq", 4000, 2e-6},
+                                  {"rmsnorm_forward", 9000, 80e-6}, {"rmsnorm_forward", 1000, 10e-6}};
+    c.n_kernel = 4;
+    memcpy(c.kernel, ks, sizeof ks);
+    const struct { const char *op; double bytes, us; } want[] = {
+        {"rmsnorm_forward", 2000, 15}, {"rmsnorm_forward", 3000, 20}, {"rmsnorm_forward", 18000, 160},
+        {"rmsnorm_forward", 500, 7.5}, {"rmsnorm_forward", 0, 5},     {"sumsq", 8000, 4},
+        {"sumsq", 1000, 0.5},          {"rope_forward", 1000, 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        double us = mem_op(&c, want[i].op, want[i].bytes) * 1e6;
+        CHECK(near(us, want[i].us), "%s of %.0f B: %.6f us, by hand %.1f", want[i].op, want[i].bytes, us, want[i].us);
+    }
+    CHECK(gt_calib_kernel_seconds(&c, "rope_forward", 1000) == -1, "an op not measured: -1");
+    /* attention by its FLOPs: forward measured at 1 MFLOP 100 us and 4 MFLOP 250 us, so 2 MFLOP is
+     * 100 + 150 / 3 = 150 us; the backward not measured: 2 MFLOP at the single 1 TFLOP/s, 2 us */
+    gt_calib a = flat_calib();
+    a.n_kernel = 2;
+    a.kernel[0] = (gt_calib_kernel){"attention_forward", 4e6, 250e-6};
+    a.kernel[1] = (gt_calib_kernel){"attention_forward", 1e6, 100e-6};
+    gt_op_cost af = {"attention_forward", GT_COST_ATTENTION, 0, 2e6, 0, 0, 0, 0},
+               ab = {"attention_backward", GT_COST_ATTENTION, 1, 2e6, 0, 0, 0, 0};
+    CHECK(near(gt_time_op_seconds(&a, &af) * 1e6, 150), "attention forward of 2 MFLOP: %.6f us, by hand 150",
+          gt_time_op_seconds(&a, &af) * 1e6);
+    CHECK(near(gt_time_op_seconds(&a, &ab) * 1e6, 2), "attention backward of 2 MFLOP: %.6f us, by hand 2",
+          gt_time_op_seconds(&a, &ab) * 1e6);
+    gt_time_trace t1;
+    memset(&t1, 0, sizeof t1);
+    gt_time_trace_push(&t1, GT_TEV_COMPUTE, 12e-3, 0);
+    gt_time_step s1 = {1, 1, 0, 1, 0, 2, 1000000, 1000000, 100, 0};
+    gt_time_estimate t;
+    gt_time_simulate(&t1, &s1, &c, &t);
+    CHECK(near(t.step_s, 30e-3), "sumsq from its 4000 B: step %.6f s, by hand 0.030", t.step_s);
+    c.kernel[c.n_kernel++] = (gt_calib_kernel){"sumsq", 4e6, 1e-3};
+    c.kernel[c.n_kernel++] = (gt_calib_kernel){"to_working", 6e6, 2e-3};
+    gt_time_simulate(&t1, &s1, &c, &t);
+    CHECK(near(t.step_s, 25e-3) && near(t.optimizer_s, 13e-3), "step kernels measured: step %.6f s (optimizer %.6f), "
+          "by hand 0.025 (0.013)", t.step_s, t.optimizer_s);
+    gt_time_trace_free(&t1);
+
+    char dir[] = "/tmp/test_timemodel_k.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[256], err[1024];
+    snprintf(path, sizeof path, "%s/cal.json", dir);
+    gt_calib key, f, back;
+    gt_calib_key(&key, 0, 0);
+    f = key;
+    gt_calib_defaults(&f, 0, 0);
+    f.measured = 1;
+    f.n_kernel = 2;
+    f.kernel[0] = (gt_calib_kernel){"swiglu_forward", 12288, 3.5e-6};
+    f.kernel[1] = (gt_calib_kernel){"swiglu_forward", 49152, 9e-6};
+    CHECK(gt_calib_save(path, &f, err, sizeof err) == 0, "save: %s", err);
+    CHECK(gt_calib_load(path, &key, &back, err, sizeof err) == 0 && back.n_kernel == 2 &&
+              strcmp(back.kernel[1].op, "swiglu_forward") == 0 && back.kernel[1].amount == 49152 &&
+              back.kernel[1].seconds == 9e-6,
+          "kernels round trip: %d (%s)", back.n_kernel, err);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    CHECK(root && json_object_del(json_object_get(root, "rates"), "kernels") == 0 &&
+              json_dump_file(root, path, 0) == 0, "rewrite without kernels");
+    json_decref(root);
+    CHECK(gt_calib_load(path, &key, &back, err, sizeof err) == 0 && back.n_kernel == 0, "a file without kernels: %s",
+          err);
+    CHECK(near(mem_op(&back, "swiglu_forward", 2 * back.mem_bytes_per_s), 2), "... prices at the residual add's rate");
+    /* a second model's calibration keeps the first one's sizes it did not measure: swiglu_forward at
+     * 12288 B again (now 4 us) and at 98304 B; the earlier 49152 B entry stays, the earlier 12288 B
+     * one is replaced */
+    gt_calib now = f;
+    now.n_kernel = 2;
+    now.kernel[0] = (gt_calib_kernel){"swiglu_forward", 12288, 4e-6};
+    now.kernel[1] = (gt_calib_kernel){"swiglu_forward", 98304, 16e-6};
+    gt_calib_merge_kernels(&now, &f);
+    CHECK(now.n_kernel == 3 && now.kernel[2].amount == 49152 && now.kernel[0].seconds == 4e-6,
+          "merge: %d entries, the third %.0f B", now.n_kernel, now.n_kernel > 2 ? now.kernel[2].amount : 0);
+    CHECK(near(mem_op(&now, "swiglu_forward", 12288 * 2.5) * 1e6, 4 + (9 - 4) * 0.5),
+          "merged: 30720 B between the new 12288 B and the kept 49152 B: %.6f us, by hand 6.5",
+          mem_op(&now, "swiglu_forward", 12288 * 2.5) * 1e6);
+    unlink(path);
     rmdir(dir);
 }
 
@@ -798,6 +902,7 @@ int main(void) {
     test_hand_spans();
     test_dry_spans();
     test_file();
+    test_memory_kernels();
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();
     test_recompute_by_time();

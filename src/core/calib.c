@@ -65,6 +65,7 @@ void gt_calib_key(gt_calib *c, int gpu, int bf16) {
 void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     c->measured = 0;
     c->n_gemm = 0;
+    c->n_kernel = 0;
     if (gpu) {
         /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
          * HBM3e 4.8 TB/s (H200; H100 3.35 TB/s); NVLink 4 900 GB/s total (450 GB/s per direction).
@@ -190,6 +191,19 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *er
             m->bwd_flops_per_s = jnum(e, "backward_flops_per_s", &ok);
         }
     }
+    json_t *kr = json_object_get(r, "kernels"); /* absent in files written before kernels were measured */
+    if (json_is_array(kr)) {
+        for (size_t i = 0; i < json_array_size(kr) && c.n_kernel < GT_CALIB_MAX_KERNELS; i++) {
+            json_t *e = json_array_get(kr, i);
+            gt_calib_kernel *k = &c.kernel[c.n_kernel++];
+            const char *op = jstr(e, "op");
+            if (!op) ok = 0;
+            copy_str(k->op, sizeof k->op, op);
+            k->amount = jnum(e, "amount", &ok);
+            k->seconds = jnum(e, "seconds", &ok);
+            if (k->amount <= 0 || k->seconds <= 0) ok = 0;
+        }
+    }
     json_decref(root);
     if (!ok || c.matmul_flops_per_s <= 0 || c.attn_fwd_flops_per_s <= 0 || c.attn_bwd_flops_per_s <= 0 ||
         c.mem_bytes_per_s <= 0 || c.optim_bytes_per_s <= 0 || c.coll_bytes_per_s <= 0 || c.coll_latency_s < 0) {
@@ -222,12 +236,16 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_array_append_new(gemm, json_pack("{s:i,s:i,s:i,s:f,s:f}", "n", c->gemm[i].n, "ic", c->gemm[i].ic, "oc",
                                               c->gemm[i].oc, "forward_flops_per_s", c->gemm[i].fwd_flops_per_s,
                                               "backward_flops_per_s", c->gemm[i].bwd_flops_per_s));
+    json_t *kernels = json_array();
+    for (int i = 0; i < c->n_kernel; i++)
+        json_array_append_new(kernels, json_pack("{s:s,s:f,s:f}", "op", c->kernel[i].op, "amount", c->kernel[i].amount,
+                                                 "seconds", c->kernel[i].seconds));
     json_t *root = json_pack(
-        "{s:i,s:s,s:{s:s,s:s,s:s,s:s,s:i,s:s},s:{s:f,s:o,s:f,s:f,s:f,s:f,s:f,s:f,s:f}}", "format", 1, "source",
+        "{s:i,s:s,s:{s:s,s:s,s:s,s:s,s:i,s:s},s:{s:f,s:o,s:f,s:f,s:f,s:o,s:f,s:f,s:f,s:f}}", "format", 1, "source",
         c->source, "key", "host", c->host, "device", c->device, "backend", c->backend, "precision", c->precision,
         "threads", c->threads, "versions", c->versions, "rates", "matmul_flops_per_s", c->matmul_flops_per_s, "gemm",
         gemm, "attention_forward_flops_per_s", c->attn_fwd_flops_per_s, "attention_backward_flops_per_s",
-        c->attn_bwd_flops_per_s, "memory_bytes_per_s", c->mem_bytes_per_s, "optimizer_bytes_per_s",
+        c->attn_bwd_flops_per_s, "memory_bytes_per_s", c->mem_bytes_per_s, "kernels", kernels, "optimizer_bytes_per_s",
         c->optim_bytes_per_s, "collective_latency_s", c->coll_latency_s, "collective_bytes_per_s",
         c->coll_bytes_per_s, "peak_flops", c->peak_flops);
     if (!root || json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
@@ -290,4 +308,41 @@ double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward
     }
     double r = best ? (backward ? best->bwd_flops_per_s : best->fwd_flops_per_s) : 0;
     return r > 0 ? r : c->matmul_flops_per_s;
+}
+
+double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount) {
+    /* the two measured sizes around `amount`: lo the largest at or below it, hi the smallest above it;
+     * lo2 the second smallest when `amount` is below every one */
+    const gt_calib_kernel *lo = NULL, *hi = NULL, *lo2 = NULL;
+    for (int i = 0; i < c->n_kernel; i++) {
+        const gt_calib_kernel *k = &c->kernel[i];
+        if (strcmp(k->op, op) != 0 || k->amount <= 0 || k->seconds <= 0) continue;
+        if (k->amount <= amount) {
+            if (!lo || k->amount > lo->amount) lo = k;
+        } else if (!hi || k->amount < hi->amount) {
+            lo2 = hi;
+            hi = k;
+        } else if (!lo2 || k->amount < lo2->amount) {
+            lo2 = k;
+        }
+    }
+    if (!lo && !hi) return -1;
+    if (lo && !hi) return lo->seconds * amount / lo->amount; /* beyond the largest (or one size) */
+    if (lo) return lo->seconds + (hi->seconds - lo->seconds) * (amount - lo->amount) / (hi->amount - lo->amount);
+    double prop = hi->seconds * amount / hi->amount; /* below the smallest */
+    if (!lo2) return prop;
+    double line = hi->seconds + (lo2->seconds - hi->seconds) * (amount - hi->amount) / (lo2->amount - hi->amount);
+    if (line > hi->seconds) line = hi->seconds;
+    return line > prop ? line : prop;
+}
+
+void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous) {
+    int n_new = c->n_kernel;
+    for (int i = 0; i < previous->n_kernel && c->n_kernel < GT_CALIB_MAX_KERNELS; i++) {
+        const gt_calib_kernel *k = &previous->kernel[i];
+        int measured_now = 0;
+        for (int j = 0; j < n_new; j++)
+            measured_now |= strcmp(c->kernel[j].op, k->op) == 0 && c->kernel[j].amount == k->amount;
+        if (!measured_now) c->kernel[c->n_kernel++] = *k;
+    }
 }

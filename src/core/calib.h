@@ -2,9 +2,9 @@
  * calib.h — the rates the time model prices a step with (docs/planner.md, "Calibration").
  *
  * `gtrain --calibrate CONFIG` measures them on the backend at hand: the matrix products at the
- * model's own GEMM shapes (forward and backward apart), the attention kernels, the bytes per second
- * of the memory-bound kernels and of the optimizer, and, under mpirun or srun, each collective's
- * latency and bandwidth. It stores them as JSON in a file named after what they depend on (host,
+ * model's own GEMM shapes (forward and backward apart), the attention kernels and each memory-bound
+ * kernel at several sizes (the kernels' list), the optimizer's bytes per second, and, under mpirun
+ * or srun, each collective's latency and bandwidth. It stores them as JSON in a file named after what they depend on (host,
  * CPU or GPU model, backend, precision, threads): gt_calib_path. `gtrain --plan` and the trainer read
  * that file when its key matches the run's; without one they price with stated defaults
  * (gt_calib_defaults), and every figure printed from them says so.
@@ -14,7 +14,18 @@
 
 #include <stddef.h>
 
-#define GT_CALIB_MAX_GEMMS 256
+#define GT_CALIB_MAX_KERNELS 160
+
+/* One kernel measured at one size: the op (ops.h's name), what the dry backend counts for that call
+ * (ops_dry.c): its bytes for a memory-bound kernel, its FLOPs for attention; and the median seconds
+ * of the call. A kernel's seconds are not its bytes over one bandwidth: a norm, rope, SwiGLU or the
+ * loss does other work per byte than a residual add, and a small call is mostly its fixed cost (a
+ * parallel region's start and end, a launch); attention's rate depends on its batch. */
+typedef struct gt_calib_kernel {
+    char op[32];
+    double amount;
+    double seconds;
+} gt_calib_kernel;
 
 typedef struct gt_calib_gemm {
     int n, ic, oc;           /* out (n, oc) = inp (n, ic) @ W^T, as matmul_forward */
@@ -32,9 +43,14 @@ typedef struct gt_calib {
     double matmul_flops_per_s;     /* a GEMM shape not measured: the median of those measured */
     gt_calib_gemm gemm[GT_CALIB_MAX_GEMMS];
     int n_gemm;
-    double attn_fwd_flops_per_s;   /* causal attention, 4 B NH HD T(T+1)/2 FLOPs forward */
+    double attn_fwd_flops_per_s;   /* causal attention at the config's micro-batch (the kernels' list has
+                                      more), 4 B NH HD T(T+1)/2 FLOPs forward */
     double attn_bwd_flops_per_s;   /* 2.5 x the forward's FLOPs backward (ops_dry.c) */
-    double mem_bytes_per_s;        /* elementwise, norm, rope, embedding, loss kernels */
+    double mem_bytes_per_s;        /* a memory-bound kernel not measured below: bytes per second of the
+                                      residual add */
+    gt_calib_kernel kernel[GT_CALIB_MAX_KERNELS]; /* the memory-bound kernels and attention, measured one
+                                                     by one at several sizes */
+    int n_kernel;                  /* 0 in a file written before they were (priced at the single rates) */
     double optim_bytes_per_s;      /* AdamW: 28 bytes per element (4 read, 3 written fp32) */
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
@@ -65,12 +81,10 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err,
 /* Writes *c as JSON to path (through path.tmp and a rename), making its directory. 0 or -1 (err). */
 int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len);
 
-/* Keeps what an earlier calibration of the same key measured and this one did not: the GEMM shapes
- * (ic, oc) of another model (the newer measurement of a shape replaces the older), so calibrating
- * for several configs builds one file that prices them all; the shape-free fallback rate is then
- * the median over every entry. The other rates are this calibration's. A GEMM table already full
- * keeps the newer entries. */
-void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
+/* Keeps the kernels' entries of an earlier calibration of the same key that this one did not measure
+ * (another model's sizes: an entry of the same op and amount is this one's), so that calibrating for
+ * several configs builds one file that prices them all; a full list keeps this one's entries. */
+void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous);
 
 /* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
  * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").
@@ -82,5 +96,13 @@ void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *e
 /* The rate of a GEMM of shape (n, ic, oc), forward (backward = 0) or backward: the measured entry of
  * that (ic, oc) (nearest n), else matmul_flops_per_s. */
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward);
+
+/* Seconds of one call of the kernel `op` of `amount` (bytes, or FLOPs for attention), from its
+ * measured sizes (a, s): between two of them, the straight line through the two; beyond the largest,
+ * its seconds scaled by amount (large calls run at their rate); below the smallest, the line through
+ * the two smallest, at most the smallest's seconds and at least its seconds scaled by amount (one size
+ * measured: scaled by amount). -1 when `op` was not measured (the caller prices at the single rate:
+ * mem_bytes_per_s, or the attention rates). */
+double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount);
 
 #endif

@@ -383,12 +383,21 @@ static int run_calibrate(int argc, char **argv) {
              size == 1 ? "" : "s");
     code = 0;
     if (rank == 0) {
-        /* another config's GEMM shapes measured earlier into this key's file stay (calib.h) */
+        /* another config's GEMM shapes and kernel sizes measured earlier into this key's file stay
+         * (calib.h) */
         gt_calib previous;
         char prev_err[512];
-        int kept = c.n_gemm;
-        if (gt_calib_load(path, &c, &previous, prev_err, sizeof prev_err) == 0) gt_calib_merge_previous(&c, &previous);
-        if (c.n_gemm > kept) printf("gtrain: kept %d matrix shapes of the earlier calibration in that file (other models' GEMMs)\n", c.n_gemm - kept);
+        int kept_gemm = c.n_gemm, kept_kernel = c.n_kernel;
+        if (gt_calib_load(path, &c, &previous, prev_err, sizeof prev_err) == 0) {
+            gt_calib_merge_previous(&c, &previous);
+            gt_calib_merge_kernels(&c, &previous);
+        }
+        if (c.n_gemm > kept_gemm)
+            printf("gtrain: kept %d matrix shapes of the earlier calibration in that file (other models' GEMMs)\n",
+                   c.n_gemm - kept_gemm);
+        if (c.n_kernel > kept_kernel)
+            printf("gtrain: kept %d kernel sizes of the earlier calibration in that file (other models')\n",
+                   c.n_kernel - kept_kernel);
         if (gt_calib_save(path, &c, err, sizeof err) != 0) {
             fprintf(stderr, "gtrain: %s\n", err);
             code = 1;

@@ -52,14 +52,24 @@ void gt_time_trace_free(gt_time_trace *tr) {
     memset(tr, 0, sizeof *tr);
 }
 
+/* A memory-bound kernel: its own measured sizes where the calibration has them, else its bytes at the
+ * residual add's bandwidth */
+static double memory_seconds(const gt_calib *c, const char *op, double bytes) {
+    double s = gt_calib_kernel_seconds(c, op, bytes);
+    return s >= 0 ? s : bytes / c->mem_bytes_per_s;
+}
+
 double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) {
     switch (k->kind) {
     case GT_COST_MATMUL: return k->flops / gt_calib_gemm_rate(c, k->n, k->ic, k->oc, k->backward);
-    case GT_COST_ATTENTION: return k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s);
+    case GT_COST_ATTENTION: { /* its measured batches where the calibration has them, else the one rate */
+        double s = gt_calib_kernel_seconds(c, k->op, k->flops);
+        return s >= 0 ? s : k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s);
+    }
     case GT_COST_OPTIMIZER: return k->bytes / c->optim_bytes_per_s;
     case GT_COST_MEMORY: break;
     }
-    return k->bytes / c->mem_bytes_per_s;
+    return memory_seconds(c, k->op, k->bytes);
 }
 
 double gt_time_collective(const gt_calib *c, int world, char kind, double bytes) {
@@ -171,8 +181,9 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
         step_comm += norm;
         step_comm += gather;
     }
-    double sumsq = (double)st->slice * 4 / c->mem_bytes_per_s, adamw = (double)st->slice * 28 / c->optim_bytes_per_s,
-           to_working = (double)st->slice * (4 + e) / c->mem_bytes_per_s; /* master to working */
+    double sumsq = memory_seconds(c, "sumsq", (double)st->slice * 4),
+           adamw = (double)st->slice * 28 / c->optim_bytes_per_s,
+           to_working = memory_seconds(c, "to_working", (double)st->slice * (4 + e)); /* master to working */
     double opt = sumsq + adamw + to_working;
     if (g_span_fn) {
         double at = t;

@@ -6,8 +6,9 @@ CTest test (tests/metrics.cmake):
              event is a complete ("X") or metadata ("M") event of pid 0 on tid 1 (compute) or 2
              (communication); one "step" whose duration is the printed predicted step (to its 0.1 ms)
              holds both micro-batches, each the same number of ops, every op and wait within the step;
-             no two ops, waits or collectives of one tid overlap; a --trace path that is a directory is
-             exit 2 with one line on stderr
+             no two ops, waits or collectives of one tid overlap; tools/trace_by_kind.py on the
+             prediction against itself gives each kind its calls and milliseconds and a ratio of 1.00;
+             a --trace path that is a directory is exit 2 with one line on stderr
   measured   2 ranks, 4 steps, log.trace_first = 2, log.trace_last = 3, a save at step 3: one file per
              rank (FILE.rankN.json), each valid JSON with pid = its rank; "step" events for steps 2 and 3
              only, every op, wait, collective and micro-batch within the step its args name (and none of
@@ -135,6 +136,25 @@ def plan():
           "matmuls carry their FLOPs")
     bad = overlapping([e for e in x if e["cat"] in ("op", "wait", "collective")])
     check(bad is None, f"no two ops, waits or collectives of one tid overlap ({bad})")
+    # tools/trace_by_kind.py on the prediction against itself: every kind's calls and milliseconds
+    # are the trace's own, each ratio 1.00
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools",
+                        "trace_by_kind.py")
+    t = subprocess.run([sys.executable, tool, path, path], capture_output=True, text=True)
+    check(t.returncode == 0, f"trace_by_kind.py ends 0 ({t.stderr[-300:]})")
+    rows = {}
+    for ln in t.stdout.splitlines():
+        f = ln.rsplit(None, 4)
+        if len(f) == 5 and re.fullmatch(r"[0-9]+", f[1]):
+            rows[f[0]] = (int(f[1]), float(f[2]), float(f[3]), f[4])
+    fwd = [e for e in ops if e["name"] == "matmul_forward"]
+    kind = "matmul_forward %.1f MFLOP" % (fwd[0]["args"]["flops"] / 1e6)
+    n_kind = sum(1 for e in fwd if abs(e["args"]["flops"] - fwd[0]["args"]["flops"]) < 1)
+    ms_kind = sum(e["dur"] for e in fwd if abs(e["args"]["flops"] - fwd[0]["args"]["flops"]) < 1) / 1e3
+    check(kind in rows and rows[kind][0] == n_kind and abs(rows[kind][1] - ms_kind) < 2e-3,
+          f"by kind: {kind} {n_kind} calls, {ms_kind:.3f} ms ({rows.get(kind)})")
+    check(rows and all(r[3] == "1.00" for r in rows.values() if r[1] > 0),
+          f"by kind: the prediction against itself, every ratio 1.00 ({t.stdout[-600:]})")
     os.makedirs(os.path.join(work, "adir"))
     out = run([ARGS.gtrain, "--plan", "--trace", os.path.join(work, "adir"), config])
     lines = out.stderr.strip().splitlines()

@@ -25,6 +25,15 @@ assert d["key"]["threads"] == 1 and d["key"]["backend"] == "cpu", d["key"]
 r = d["rates"]
 assert len({(g["ic"], g["oc"]) for g in r["gemm"]}) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
 assert all(r[k] > 0 for k in ("matmul_flops_per_s", "attention_forward_flops_per_s", "memory_bytes_per_s", "optimizer_bytes_per_s"))
+# every memory-bound kernel of the step, each at several sizes (the rows of 1, 2, 4 and 8 sequences)
+ks = r["kernels"]
+ops = {k["op"] for k in ks}
+want = {"embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
+        "swiglu_forward", "swiglu_backward", "residual_forward", "crossentropy_forward", "crossentropy_backward", "sumsq",
+        "to_working"}
+assert want <= ops, want - ops
+assert all(k["amount"] > 0 and k["seconds"] > 0 for k in ks), ks
+assert all(len({k["amount"] for k in ks if k["op"] == op}) >= 3 for op in want), ks
 PY
 # a second config's shapes join the file; the first's stay (another ffn_dim: gate/up and down differ)
 "$gtrain" --calibrate "$cfg" model.ffn_dim=160 >"$work/calibrate2.out" 2>&1 || fail "--calibrate 2: $(cat "$work/calibrate2.out")"
