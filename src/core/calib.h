@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#define GT_CALIB_MAX_GEMMS 256
 #define GT_CALIB_MAX_KERNELS 160
 
 /* One kernel measured at one size: the op (ops.h's name), what the dry backend counts for that call
