@@ -225,11 +225,11 @@ phase_comm() {
 prepare_corpus() {
     [ -f "$WORK/data/corpus.train.bin" ] && return 0
     mkdir -p "$WORK/data"
-    local texts
-    # shellcheck disable=SC2012
-    texts=$(ls /usr/share/common-licenses/* "$ROOT"/docs/*.md "$ROOT"/README.md "$ROOT"/configs/*.md 2>/dev/null)
-    # shellcheck disable=SC2086
-    "$PREP" --val-fraction 0.05 -o "$WORK/data/corpus" $texts > "$RES/prep.log" 2>&1
+    local texts=() f
+    for f in /usr/share/common-licenses/* "$ROOT"/docs/*.md "$ROOT"/README.md "$ROOT"/configs/*.md; do
+        [ -f "$f" ] && texts+=("$f") # a checkout whose path has a space keeps its file names whole
+    done
+    "$PREP" --val-fraction 0.05 -o "$WORK/data/corpus" "${texts[@]}" > "$RES/prep.log" 2>&1
 }
 
 # gt LIMIT LABEL ARGS...: one gtrain run, metrics in $RES/LABEL.jsonl, output in $RES/LABEL.log;
