@@ -119,11 +119,47 @@ def sync_tree(files, dst):
                 os.remove(os.path.join(base, n))
 
 
-def build(build_dir, log, jobs):
-    p = subprocess.run(["cmake", "--build", build_dir, f"-j{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
+def build(build_dir, log, jobs, targets=None):
+    cmd = ["cmake", "--build", build_dir, f"-j{jobs}"] + (["--target"] + targets if targets else [])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     open(log, "w").write(p.stdout)
     return p.returncode == 0
+
+
+def known_targets(build_dir):
+    p = subprocess.run(["cmake", "--build", build_dir, "--target", "help"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    return set(re.findall(r"^\.\.\. (\S+)", p.stdout, re.M))
+
+
+def targets_of(build_dir, mutant, known):
+    """The build targets the mutant's tests (and the fixtures they require) run: every executable of
+    this build a test's command names, anywhere in an argument (a cmake -DCMD=a|b list too), plus
+    gtrain, gtrain-prep and gtrain-sample, which scripts also find beside each other. None (build everything) when a
+    command names the build directory itself (a script that picks its own binaries from it), or an
+    executable that is not a target of its own name. A target not built stays as the last build left
+    it, and no test of this mutant runs it; the next mutant whose tests do run it builds it first."""
+    p = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"] + mutant.tests,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        tests = json.loads(p.stdout).get("tests", [])
+    except ValueError:
+        return None
+    roots = {os.path.realpath(build_dir), os.path.abspath(build_dir)}
+    want, found = {"gtrain", "gtrain-prep", "gtrain-sample"} & known, False
+    for t in tests:
+        for arg in t.get("command", []):
+            for root, path in ((r, q) for r in roots for q in re.findall(re.escape(r) + r"[^|;=\s]*", arg)):
+                path = path.rstrip("/")
+                if path == root:
+                    return None
+                if os.path.isfile(path) and os.access(path, os.X_OK):
+                    found = True
+                    name = os.path.basename(path)
+                    if name not in known:
+                        return None
+                    want.add(name)
+    return sorted(want) if tests and found else None  # no executable of the build seen: build all
 
 
 def runs_alone(build_dir, mutant):
@@ -234,6 +270,10 @@ def main():
     rows = [None] * len(mutants)
     lock = threading.Lock()
     alone = [runs_alone(builds[0], m) for m in mutants]
+    known = known_targets(builds[0])
+    targets = [targets_of(builds[0], m, known) for m in mutants]
+    print(f"mutants.py: {sum(t is not None for t in targets)} of {len(mutants)} mutants rebuild only the targets "
+          "their tests run", flush=True)
     queue = [i for i in range(len(mutants)) if not alone[i]]
 
     def work(k):
@@ -252,7 +292,7 @@ def main():
             try:
                 with open(target, "w") as f:
                     f.write(text.replace(m.find, m.replace))
-                if not build(builds[k], os.path.join(logs, m.name + ".build.log"), make_jobs):
+                if not build(builds[k], os.path.join(logs, m.name + ".build.log"), make_jobs, targets[i]):
                     verdict, detail = "BUILD FAILED", f"see {logs}/{m.name}.build.log"
                 else:
                     failed, _ = run_tests(builds[k], m, os.path.join(logs, m.name + ".ctest.log"))
