@@ -313,7 +313,7 @@ static void test_memory_kernels(void) {
     now.n_kernel = 2;
     now.kernel[0] = (gt_calib_kernel){"swiglu_forward", 12288, 4e-6};
     now.kernel[1] = (gt_calib_kernel){"swiglu_forward", 98304, 16e-6};
-    gt_calib_merge_kernels(&now, &f);
+    gt_calib_merge_previous(&now, &f);
     CHECK(now.n_kernel == 3 && now.kernel[2].amount == 49152 && now.kernel[0].seconds == 4e-6,
           "merge: %d entries, the third %.0f B", now.n_kernel, now.n_kernel > 2 ? now.kernel[2].amount : 0);
     CHECK(near(mem_op(&now, "swiglu_forward", 12288 * 2.5) * 1e6, 4 + (9 - 4) * 0.5),

@@ -283,7 +283,19 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static void merge_kernels(gt_calib *c, const gt_calib *previous) {
+    int n_new = c->n_kernel;
+    for (int i = 0; i < previous->n_kernel && c->n_kernel < GT_CALIB_MAX_KERNELS; i++) {
+        const gt_calib_kernel *k = &previous->kernel[i];
+        int measured_now = 0;
+        for (int j = 0; j < n_new; j++)
+            measured_now |= strcmp(c->kernel[j].op, k->op) == 0 && c->kernel[j].amount == k->amount;
+        if (!measured_now) c->kernel[c->n_kernel++] = *k;
+    }
+}
+
 void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
+    merge_kernels(c, previous);
     int n_new = c->n_gemm;
     for (int i = 0; i < previous->n_gemm && c->n_gemm < GT_CALIB_MAX_GEMMS; i++) {
         const gt_calib_gemm *g = &previous->gemm[i];
@@ -334,15 +346,4 @@ double gt_calib_kernel_seconds(const gt_calib *c, const char *op, double amount)
     double line = hi->seconds + (lo2->seconds - hi->seconds) * (amount - hi->amount) / (lo2->amount - hi->amount);
     if (line > hi->seconds) line = hi->seconds;
     return line > prop ? line : prop;
-}
-
-void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous) {
-    int n_new = c->n_kernel;
-    for (int i = 0; i < previous->n_kernel && c->n_kernel < GT_CALIB_MAX_KERNELS; i++) {
-        const gt_calib_kernel *k = &previous->kernel[i];
-        int measured_now = 0;
-        for (int j = 0; j < n_new; j++)
-            measured_now |= strcmp(c->kernel[j].op, k->op) == 0 && c->kernel[j].amount == k->amount;
-        if (!measured_now) c->kernel[c->n_kernel++] = *k;
-    }
 }

@@ -82,16 +82,12 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err,
 /* Writes *c as JSON to path (through path.tmp and a rename), making its directory. 0 or -1 (err). */
 int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len);
 
-/* Keeps what an earlier calibration of the same key measured and this one did not: the GEMM shapes
- * (ic, oc) of another model (the newer measurement of a shape replaces the older), so calibrating
- * for several configs builds one file that prices them all; the shape-free fallback rate is then
- * the median over every entry. A GEMM table already full keeps the newer entries. */
+/* Keeps what an earlier calibration of the same key measured and this one did not, so that
+ * calibrating for several configs builds one file that prices them all: the GEMM shapes (ic, oc) of
+ * another model (the newer measurement of a shape replaces the older; the shape-free fallback rate is
+ * then the median over every entry) and the kernels' sizes (an entry of the same op and amount is
+ * this one's). A table already full keeps this calibration's entries. */
 void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
-
-/* Keeps the kernels' entries of an earlier calibration of the same key that this one did not measure
- * (another model's sizes: an entry of the same op and amount is this one's), so that calibrating for
- * several configs builds one file that prices them all; a full list keeps this one's entries. */
-void gt_calib_merge_kernels(gt_calib *c, const gt_calib *previous);
 
 /* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
  * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").

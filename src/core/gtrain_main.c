@@ -388,10 +388,7 @@ static int run_calibrate(int argc, char **argv) {
         gt_calib previous;
         char prev_err[512];
         int kept_gemm = c.n_gemm, kept_kernel = c.n_kernel;
-        if (gt_calib_load(path, &c, &previous, prev_err, sizeof prev_err) == 0) {
-            gt_calib_merge_previous(&c, &previous);
-            gt_calib_merge_kernels(&c, &previous);
-        }
+        if (gt_calib_load(path, &c, &previous, prev_err, sizeof prev_err) == 0) gt_calib_merge_previous(&c, &previous);
         if (c.n_gemm > kept_gemm)
             printf("gtrain: kept %d matrix shapes of the earlier calibration in that file (other models' GEMMs)\n",
                    c.n_gemm - kept_gemm);
