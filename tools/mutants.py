@@ -132,18 +132,25 @@ def known_targets(build_dir):
     return set(re.findall(r"^\.\.\. (\S+)", p.stdout, re.M))
 
 
-def targets_of(build_dir, mutant, known):
-    """The build targets the mutant's tests (and the fixtures they require) run: every executable of
+def selected_tests(build_dir, mutant):
+    """ctest's description of the tests the mutant selects (and the fixtures they require), or None
+    when ctest does not give one."""
+    p = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"] + mutant.tests,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        return json.loads(p.stdout).get("tests", [])
+    except ValueError:
+        return None
+
+
+def targets_of(build_dir, tests, known):
+    """The build targets the selected tests (selected_tests) run: every executable of
     this build a test's command names, anywhere in an argument (a cmake -DCMD=a|b list too), plus
     gtrain, gtrain-prep and gtrain-sample, which scripts also find beside each other. None (build everything) when a
     command names the build directory itself (a script that picks its own binaries from it), or an
     executable that is not a target of its own name. A target not built stays as the last build left
     it, and no test of this mutant runs it; the next mutant whose tests do run it builds it first."""
-    p = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"] + mutant.tests,
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        tests = json.loads(p.stdout).get("tests", [])
-    except ValueError:
+    if tests is None:
         return None
     roots = {os.path.realpath(build_dir), os.path.abspath(build_dir)}
     want, found = {"gtrain", "gtrain-prep", "gtrain-sample"} & known, False
@@ -162,14 +169,10 @@ def targets_of(build_dir, mutant, known):
     return sorted(want) if tests and found else None  # no executable of the build seen: build all
 
 
-def runs_alone(build_dir, mutant):
+def runs_alone(tests):
     """Whether a test the mutant selects is RUN_SERIAL or labelled cluster or slurm (a test cluster, Slurm
     daemons, every core): such a mutant runs while no other does."""
-    p = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"] + mutant.tests,
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        tests = json.loads(p.stdout).get("tests", [])
-    except ValueError:
+    if tests is None:
         return True
     for t in tests:
         props = {q["name"]: q["value"] for q in t.get("properties", [])}
@@ -269,9 +272,10 @@ def main():
 
     rows = [None] * len(mutants)
     lock = threading.Lock()
-    alone = [runs_alone(builds[0], m) for m in mutants]
+    selected = [selected_tests(builds[0], m) for m in mutants]
+    alone = [runs_alone(t) for t in selected]
     known = known_targets(builds[0])
-    targets = [targets_of(builds[0], m, known) for m in mutants]
+    targets = [targets_of(builds[0], t, known) for t in selected]
     print(f"mutants.py: {sum(t is not None for t in targets)} of {len(mutants)} mutants rebuild only the targets "
           "their tests run", flush=True)
     queue = [i for i in range(len(mutants)) if not alone[i]]
