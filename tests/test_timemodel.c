@@ -192,16 +192,21 @@ static void test_dry_schedule(void) {
           bucketed.step_s);
 }
 
+/* This machine's CPU fp32 key, and a calibration of it with the defaults' rates marked measured. */
+static void measured_calib(gt_calib *key, gt_calib *c) {
+    gt_calib_key(key, 0, 0);
+    *c = *key;
+    gt_calib_defaults(c, 0, 0);
+    c->measured = 1;
+}
+
 static void test_file(void) {
     char dir[] = "/tmp/test_timemodel.XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     char path[256], err[1024];
     snprintf(path, sizeof path, "%s/sub/cal.json", dir);
     gt_calib key, c, back;
-    gt_calib_key(&key, 0, 0);
-    c = key;
-    gt_calib_defaults(&c, 0, 0);
-    c.measured = 1;
+    measured_calib(&key, &c);
     c.n_gemm = 1;
     c.gemm[0] = (gt_calib_gemm){1024, 128, 352, 3e9, 2e9};
     c.attn_bwd_flops_per_s = 7e9;
@@ -286,10 +291,7 @@ static void test_memory_kernels(void) {
     char path[256], err[1024];
     snprintf(path, sizeof path, "%s/cal.json", dir);
     gt_calib key, f, back;
-    gt_calib_key(&key, 0, 0);
-    f = key;
-    gt_calib_defaults(&f, 0, 0);
-    f.measured = 1;
+    measured_calib(&key, &f);
     f.n_kernel = 2;
     f.kernel[0] = (gt_calib_kernel){"swiglu_forward", 12288, 3.5e-6};
     f.kernel[1] = (gt_calib_kernel){"swiglu_forward", 49152, 9e-6};
