@@ -5,7 +5,8 @@
 #                                       FLOPs at the rate; the spans of --plan --trace (times by hand,
 #                                       one per op call of the dry micro-batch, none overlapping on a
 #                                       stream); the calibration file round-trips and another key is
-#                                       refused; auto's recompute plan is the fastest that fits, not
+#                                       refused; a run reads the file of its ranks per node, else the
+#                                       nearest count's, saying so; auto's recompute plan is the fastest that fits, not
 #                                       the least FLOPs; dist.bucket_mb = auto by hand and searched
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
 #                                       writes the keyed file, --plan then reads it (a plan of 2 ranks per
