@@ -56,6 +56,18 @@ grep -q "calibrated with" "$work/after.out" && fail "the run's own count of rank
 "$gtrain" --plan --world 2 "$cfg" >"$work/two.out"
 grep -qF "calibrated: $file" "$work/two.out" && grep -q "calibrated with 1 rank per node; this run has 2: compute rates may be optimistic" "$work/two.out" ||
     fail "--world 2 without a 2-rank file: $(tail -1 "$work/two.out")"
+# --ranks-per-node, and the launcher's count, say how many of the world share a host
+for how in "--ranks-per-node 1" "env OMPI_COMM_WORLD_LOCAL_SIZE=1"; do
+    if [[ $how == env* ]]; then $how "$gtrain" --plan --world 2 "$cfg" >"$work/one.out"; else "$gtrain" --plan --world 2 $how "$cfg" >"$work/one.out"; fi
+    grep -qF "calibrated: $file" "$work/one.out" && ! grep -q "calibrated with" "$work/one.out" ||
+        fail "--world 2 with 1 rank per node ($how): $(tail -1 "$work/one.out")"
+done
+set +e
+"$gtrain" --plan --ranks-per-node 0 "$cfg" >"$work/zero.out" 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "^gtrain: --ranks-per-node needs a positive number of ranks$" "$work/zero.out" ||
+    fail "--ranks-per-node 0: exit $rc, $(cat "$work/zero.out")"
 # every line before the time model's is what it was without a calibration
 diff <(sed '/^predicted step/,$d' "$work/before.out") <(sed '/^predicted step/,$d' "$work/after.out") >/dev/null ||
     fail "the memory report changed"
