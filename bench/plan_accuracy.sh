@@ -8,9 +8,10 @@
 # Each row: a model shape, a ZeRO stage, a recompute policy, micro-batch x grad_accum (the global
 # batch held at ACC_GLOBAL sequences per rank), ranks, precision. The trainer runs ACC_STEPS steps;
 # the first is a warm-up and is left out of the median. Calibrate first, on a quiet machine, with the
-# same ranks the rows use (mpirun -np 2 build/gtrain --calibrate CONFIG for the 2-rank rows): the
-# calibration is keyed by threads per rank, so each rank count reads its own file. Rows whose rates
-# came from the defaults are marked.
+# same ranks the rows use (mpirun -np 2 build/gtrain --calibrate CONFIG for the 2-rank rows: both ranks
+# measure each kernel at once): the calibration is keyed by threads per rank and ranks per node, so
+# each rank count reads its own file. Rows whose rates came from the defaults, or from the file of
+# another count of ranks per node, are marked.
 #
 # Knobs (environment): ACC_GRID: rows "shape:stage:policy:micro_batch:ranks:precision" separated by
 # spaces (shape: s (dim 128, 4 blocks) or m (dim 256, 6 blocks)); default: a 24-row grid over both
@@ -105,7 +106,7 @@ for row in $GRID; do
     if [[ "$pol" == auto ]]; then # a budget half-way between recompute none's total and full's: none does not fit
         args[5]="memory.budget=$(budget_between --world "$n" "$work/$sh.ini" "${args[@]}")MiB"
     fi
-    "$gtrain" --plan --world "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true
+    "$gtrain" --plan --world "$n" --ranks-per-node "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true
     launch "$n" "$gtrain" "$work/$sh.ini" "${args[@]}" "log.metrics=$work/$i.jsonl" >"$work/$i.out" 2>&1 || {
         echo "| $sh | $st | $pol | $mb x $acc | $n | $prec | - | - | gtrain failed: $work/$i.out | |"; continue; }
     python3 - "$work/$i.plan" "$work/$i.jsonl" "$sh" "$st" "$pol" "$mb x $acc" "$n" "$prec" <<'PY'
@@ -115,6 +116,9 @@ text = open(plan).read()
 m = re.search(r"predicted step( \(from defaults, not measured\))?: ([0-9.]+) ms", text)
 pred = float(m.group(2)) if m else float("nan")
 rates = "defaults" if (m and m.group(1)) else "calibrated"
+other = re.search(r"calibrated with ([0-9]+) ranks? per node", text)
+if other and rates == "calibrated":
+    rates = "calibrated with %s per node" % other.group(1)
 steps = [json.loads(l) for l in open(jsonl) if l.strip()]
 ms = [s["step_ms"] for s in steps if "step_ms" in s][1:]
 meas = statistics.median(ms) if ms else float("nan")

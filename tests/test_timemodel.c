@@ -13,6 +13,10 @@
  *   - gradient buckets (ZeRO-1, hand-built and from the dry schedule), and the weights' gather in the
  *     next forward, shorten the step by what they overlap, moving the same bytes;
  *   - a calibration file round-trips, and one of another key is refused;
+ *   - the calibration of the run's ranks per node: a run of 2 ranks per node reads the 2-rank file
+ *     (its own name), one of 1 the 1-rank file; without its own, the file of the nearest count (on a
+ *     tie the larger), and the note says so; a named file of another count is used with the note; no
+ *     file of that key at all: the defaults;
  *   - the memory-bound kernels, the step's sum of squares and conversion, and attention are priced
  *     from their own measured sizes (between two, beyond the largest, below the smallest: by hand), an op not
  *     measured at the residual add's bandwidth, and a file without them loads (the older format); a
@@ -245,6 +249,75 @@ static double mem_op(const gt_calib *c, const char *op, double bytes) {
     gt_op_cost k = {op, GT_COST_MEMORY, 0, 0, bytes, 0, 0, 0};
     return gt_time_op_seconds(c, &k);
 }
+/* Saves c, its key's ranks per node set to rpn and its matmul rate to `rate`, into the keyed file */
+static void save_ranks(const gt_calib *c, int rpn, double rate, char *path, size_t len) {
+    gt_calib f = *c;
+    char err[1024];
+    f.ranks_per_node = rpn;
+    f.matmul_flops_per_s = rate;
+    CHECK(gt_calib_path(&f, path, len) == 0, "the path of %d ranks per node", rpn);
+    CHECK(gt_calib_save(path, &f, err, sizeof err) == 0, "save: %s", err);
+}
+
+static void test_ranks_per_node(void) {
+    char dir[] = "/tmp/test_timemodel.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    setenv("XDG_CACHE_HOME", dir, 1);
+    unsetenv("GTRAIN_CALIBRATION");
+    gt_calib key, c, got;
+    measured_calib(&key, &c);
+    c.threads = key.threads = 3; /* the run's threads, given to gt_calib_for_run */
+    char p1[4096], p2[4096], p3[4096], note[8192], err[1024];
+    save_ranks(&c, 1, 1e9, p1, sizeof p1);
+    save_ranks(&c, 2, 2e9, p2, sizeof p2);
+    CHECK(strcmp(p1, p2) != 0 && strstr(p1, "-t3-r1.json") && strstr(p2, "-t3-r2.json"),
+          "one file per count of ranks per node: %s, %s", p1, p2);
+    key.ranks_per_node = 2;
+    CHECK(gt_calib_load(p1, &key, &got, err, sizeof err) == -1 && strstr(err, "ranks per node"),
+          "a 1-rank file refused for a key of 2 ranks per node: %s", err);
+    /* each count reads its own file, and says nothing more */
+    gt_calib_for_run(&got, 0, 0, 3, 2, NULL, note, sizeof note);
+    CHECK(got.matmul_flops_per_s == 2e9 && got.ranks_per_node == 2 && strstr(note, p2) &&
+              !strstr(note, "calibrated with"),
+          "2 ranks per node: the 2-rank file (%.3g FLOP/s): %s", got.matmul_flops_per_s, note);
+    gt_calib_for_run(&got, 0, 0, 3, 1, NULL, note, sizeof note);
+    CHECK(got.matmul_flops_per_s == 1e9 && strstr(note, p1) && !strstr(note, "calibrated with"),
+          "1 rank per node: the 1-rank file (%.3g FLOP/s): %s", got.matmul_flops_per_s, note);
+    /* without the 2-rank file: the 1-rank file, said */
+    unlink(p2);
+    gt_calib_for_run(&got, 0, 0, 3, 2, NULL, note, sizeof note);
+    CHECK(got.measured && got.matmul_flops_per_s == 1e9 && strstr(note, p1) &&
+              strstr(note, "; calibrated with 1 rank per node; this run has 2: compute rates may be optimistic"),
+          "no 2-rank file: the nearest, said (%.3g FLOP/s): %s", got.matmul_flops_per_s, note);
+    /* 1 and 3 are as near to 2: the larger; 4 is nearer to 3 than 1 */
+    save_ranks(&c, 3, 3e9, p3, sizeof p3);
+    gt_calib_for_run(&got, 0, 0, 3, 2, NULL, note, sizeof note);
+    CHECK(got.matmul_flops_per_s == 3e9 && strstr(note, p3) &&
+              strstr(note, "calibrated with 3 ranks per node; this run has 2: compute rates may be pessimistic"),
+          "1 and 3 ranks per node for a run of 2: the 3-rank file (%.3g FLOP/s): %s", got.matmul_flops_per_s, note);
+    char p4[4096];
+    save_ranks(&c, 4, 4e9, p4, sizeof p4);
+    unlink(p3);
+    gt_calib_for_run(&got, 0, 0, 3, 3, NULL, note, sizeof note);
+    CHECK(got.matmul_flops_per_s == 4e9 && strstr(note, "calibrated with 4 ranks per node; this run has 3"),
+          "1 and 4 for a run of 3: the 4-rank file (%.3g FLOP/s): %s", got.matmul_flops_per_s, note);
+    /* a file named by the user, of another count: used, said */
+    gt_calib_for_run(&got, 0, 0, 3, 2, p4, note, sizeof note);
+    CHECK(got.matmul_flops_per_s == 4e9 && strstr(note, "calibrated with 4 ranks per node; this run has 2"),
+          "a named 4-rank file for a run of 2: used, said: %s", note);
+    /* another thread count: no file of that key, the defaults */
+    gt_calib_for_run(&got, 0, 0, 5, 2, NULL, note, sizeof note);
+    CHECK(!got.measured && strstr(note, "no calibration file") && strstr(note, "-t5-r2.json"),
+          "no file of that key: the defaults: %s", note);
+    unlink(p1);
+    unlink(p4);
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/gtrain", dir);
+    rmdir(sub);
+    rmdir(dir);
+    unsetenv("XDG_CACHE_HOME");
+}
+
 static void test_memory_kernels(void) {
     gt_calib c = flat_calib();
     const gt_calib_kernel ks[] = {{"rmsnorm_forward", 3000, 20e-6}, {"sumsq", 4000, 2e-6},
@@ -904,6 +977,7 @@ int main(void) {
     test_hand_spans();
     test_dry_spans();
     test_file();
+    test_ranks_per_node();
     test_memory_kernels();
     test_auto_ranks_by_time();
     test_bounded_search_is_exhaustive();

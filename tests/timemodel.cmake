@@ -5,16 +5,26 @@
 #                                       FLOPs at the rate; the spans of --plan --trace (times by hand,
 #                                       one per op call of the dry micro-batch, none overlapping on a
 #                                       stream); the calibration file round-trips and another key is
-#                                       refused; auto's recompute plan is the fastest that fits, not
+#                                       refused; a run reads the file of its ranks per node, else the
+#                                       nearest count's, saying so; auto's recompute plan is the fastest that fits, not
 #                                       the least FLOPs; dist.bucket_mb = auto by hand and searched
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
-#                                       writes the keyed file, --plan then reads it; a broken file is
-#                                       named and not used (tests/scripts/calibrate_plan.sh)
+#                                       writes the keyed file, --plan then reads it (a plan of 2 ranks per
+#                                       node as the nearest, saying so); a broken file is named and not
+#                                       used (tests/scripts/calibrate_plan.sh)
+#   calibrate_two_ranks                 mpirun -np 2 gtrain --calibrate: both ranks measured each figure,
+#                                       the file is keyed 2 ranks per node, a 2-rank plan and run read it
+#                                       as theirs, a 1-rank plan as the nearest, saying so
+#                                       (tests/scripts/calibrate_ranks.sh)
 gtrain_add_c_test(test_timemodel SOURCES ${GTRAIN_TEST_DIR}/test_timemodel.c LABELS unit)
 add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/calibrate_plan)
 set_tests_properties(cli_calibrate_then_plan_reads_it PROPERTIES LABELS unit TIMEOUT 300)
+add_test(NAME calibrate_two_ranks
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_ranks.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/calibrate_two_ranks)
+set_tests_properties(calibrate_two_ranks PROPERTIES LABELS mpi TIMEOUT 300)
 # auto ranked by the time model on the command line (planner.c gt_plan_auto_all, gt_plan_report_time):
 #   plan_auto_lists_fastest             --plan with micro_batch = auto and a global batch: the header has
 #                                       the chosen micro-batch, and the five fastest plans that fit follow

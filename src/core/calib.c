@@ -5,6 +5,7 @@
 #include "calib.h"
 #include "ops.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
@@ -45,6 +46,7 @@ void gt_calib_key(gt_calib *c, int gpu, int bf16) {
     copy_str(c->backend, sizeof c->backend, gpu ? "cuda" : "cpu");
     copy_str(c->precision, sizeof c->precision, bf16 ? "bf16" : "fp32");
     c->threads = omp_get_max_threads();
+    c->ranks_per_node = 1;
     if (gpu) {
         /* the name is known once a device is selected; --plan touches no GPU and matches any */
         /* declared in comm.h; not included here to keep the core's headers apart */
@@ -66,6 +68,8 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     c->measured = 0;
     c->n_gemm = 0;
     c->n_kernel = 0;
+    c->ranks_measured = 0;
+    c->rank_spread = 1;
     if (gpu) {
         /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
          * HBM3e 4.8 TB/s (H200; H100 3.35 TB/s); NVLink 4 900 GB/s total (450 GB/s per direction).
@@ -96,24 +100,34 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     }
 }
 
+/* The directory of the keyed files: $XDG_CACHE_HOME/gtrain, else ~/.cache/gtrain. 0 or -1 (neither set). */
+static int calib_dir(char *dir, size_t len) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(dir, len, "%s/gtrain", xdg);
+    else if (home && *home) snprintf(dir, len, "%s/.cache/gtrain", home);
+    else return -1;
+    return 0;
+}
+
+/* A key's file name up to its ranks per node: "calibration-HOST-BACKEND-PRECISION-tTHREADS-r" */
+static void name_stem(const gt_calib *k, char *stem, size_t len) {
+    char host[64];
+    copy_str(host, sizeof host, k->host);
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == ' ') *p = '_';
+    snprintf(stem, len, "calibration-%s-%s-%s-t%d-r", host, k->backend, k->precision, k->threads);
+}
+
 int gt_calib_path(const gt_calib *k, char *path, size_t len) {
     const char *env = getenv("GTRAIN_CALIBRATION");
     if (env && *env) {
         copy_str(path, len, env);
         return 0;
     }
-    char dir[4096];
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/gtrain", xdg);
-    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/gtrain", home);
-    else return -1;
-    char host[64];
-    copy_str(host, sizeof host, k->host);
-    for (char *p = host; *p; p++)
-        if (*p == '/' || *p == ' ') *p = '_';
-    if ((size_t)snprintf(path, len, "%s/calibration-%s-%s-%s-t%d.json", dir, host, k->backend, k->precision,
-                         k->threads) >= len)
-        return -1;
+    char dir[4096], stem[256];
+    if (calib_dir(dir, sizeof dir) != 0) return -1;
+    name_stem(k, stem, sizeof stem);
+    if ((size_t)snprintf(path, len, "%s/%s%d.json", dir, stem, k->ranks_per_node) >= len) return -1;
     return 0;
 }
 
@@ -131,7 +145,9 @@ static double jnum(json_t *o, const char *k, int *ok) {
     return json_number_value(v);
 }
 
-int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *err, size_t err_len) {
+/* gt_calib_load, and with any_ranks the file of another count of ranks per node too (the caller
+ * says so) */
+static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_calib *out, char *err, size_t err_len) {
     if (access(path, F_OK) != 0) return 1;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -158,9 +174,12 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *er
         return -1;
     }
     c.threads = (int)jnum(k, "threads", &ok);
+    int has_ranks = 1; /* a file of an older gtrain has none: 0, another count than any run's */
+    c.ranks_per_node = (int)jnum(k, "ranks_per_node", &has_ranks);
     /* the device is matched where the run's key names one (--plan on a GPU does not open the device) */
     const char *diff = strcmp(c.host, key->host) ? "host" : strcmp(c.backend, key->backend) ? "backend"
                        : strcmp(c.precision, key->precision) ? "precision" : c.threads != key->threads ? "threads"
+                       : !any_ranks && c.ranks_per_node != key->ranks_per_node ? "number of ranks per node"
                        : key->device[0] && strcmp(c.device, key->device) ? "device"
                        : strcmp(c.versions, key->versions) ? "versions" : NULL;
     if (diff) {
@@ -179,6 +198,10 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *er
     c.coll_latency_s = jnum(r, "collective_latency_s", &ok);
     c.coll_bytes_per_s = jnum(r, "collective_bytes_per_s", &ok);
     c.peak_flops = jnum(r, "peak_flops", &ok);
+    int has_spread = 1; /* absent in a file of an older gtrain: as one rank's */
+    c.ranks_measured = (int)jnum(r, "ranks_measured", &has_spread);
+    c.rank_spread = jnum(r, "rank_spread", &has_spread);
+    if (!has_spread) c.ranks_measured = 1, c.rank_spread = 1;
     json_t *g = json_object_get(r, "gemm");
     if (json_is_array(g)) {
         for (size_t i = 0; i < json_array_size(g) && c.n_gemm < GT_CALIB_MAX_GEMMS; i++) {
@@ -212,6 +235,10 @@ int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *er
     }
     *out = c;
     return 0;
+}
+
+int gt_calib_load(const char *path, const gt_calib *key, gt_calib *out, char *err, size_t err_len) {
+    return load_file(path, key, 0, out, err, err_len);
 }
 
 static int make_dirs(char *path) {
@@ -248,6 +275,11 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         c->attn_bwd_flops_per_s, "memory_bytes_per_s", c->mem_bytes_per_s, "kernels", kernels, "optimizer_bytes_per_s",
         c->optim_bytes_per_s, "collective_latency_s", c->coll_latency_s, "collective_bytes_per_s",
         c->coll_bytes_per_s, "peak_flops", c->peak_flops);
+    if (root) {
+        json_object_set_new(json_object_get(root, "key"), "ranks_per_node", json_integer(c->ranks_per_node));
+        json_object_set_new(json_object_get(root, "rates"), "ranks_measured", json_integer(c->ranks_measured));
+        json_object_set_new(json_object_get(root, "rates"), "rank_spread", json_real(c->rank_spread));
+    }
     if (!root || json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
         snprintf(err, err_len, "%s: cannot write it: %s", path, strerror(errno));
         json_decref(root);
@@ -258,17 +290,65 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
     return 0;
 }
 
-void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *explicit_path, char *note,
-                      size_t note_len) {
+/* The file of key's directory for the same key measured with the count of ranks per node nearest to
+ * key's (on a tie the larger: its rates are the less optimistic) that loads: 0 with *c and path, or 1
+ * when there is none. */
+static int nearest_ranks(const gt_calib *key, gt_calib *c, char *path, size_t len) {
+    char dir[4096], stem[256], err[512];
+    if (calib_dir(dir, sizeof dir) != 0) return 1;
+    name_stem(key, stem, sizeof stem);
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    size_t sl = strlen(stem);
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, stem, sl) != 0) continue;
+        char *end;
+        long r = strtol(n + sl, &end, 10);
+        if (end == n + sl || r < 1 || r > 1000000 || strcmp(end, ".json") != 0 || r == key->ranks_per_node) continue;
+        int dist = abs((int)r - key->ranks_per_node), best_dist = abs(best - key->ranks_per_node);
+        if (best > 0 && (dist > best_dist || (dist == best_dist && r < best))) continue;
+        char file[4096];
+        gt_calib found;
+        if ((size_t)snprintf(file, sizeof file, "%s/%s", dir, n) >= sizeof file || strlen(file) >= len) continue;
+        if (load_file(file, key, 1, &found, err, sizeof err) != 0 || found.ranks_per_node != (int)r) continue;
+        best = (int)r;
+        *c = found;
+        memcpy(path, file, strlen(file) + 1);
+    }
+    closedir(d);
+    return best > 0 ? 0 : 1;
+}
+
+void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, int ranks_per_node, const char *explicit_path,
+                      char *note, size_t note_len) {
     gt_calib key;
     gt_calib_key(&key, gpu, bf16);
     if (threads > 0) key.threads = threads;
+    if (ranks_per_node > 0) key.ranks_per_node = ranks_per_node;
     char path[4096] = "", err[512] = "";
+    const char *env = getenv("GTRAIN_CALIBRATION");
+    /* a file the user named is used whatever its ranks per node (the note says so); the keyed
+     * directory's own file of the run's count, else that of the nearest count */
+    int named = (explicit_path && *explicit_path) || (env && *env);
     if (explicit_path && *explicit_path) copy_str(path, sizeof path, explicit_path);
     else if (gt_calib_path(&key, path, sizeof path) != 0) path[0] = '\0';
-    int rc = path[0] ? gt_calib_load(path, &key, c, err, sizeof err) : 1;
+    int rc = path[0] ? load_file(path, &key, named, c, err, sizeof err) : 1;
+    if (rc == 1 && !named && path[0]) rc = nearest_ranks(&key, c, path, sizeof path) == 0 ? 0 : 1;
     if (rc == 0) {
-        snprintf(note, note_len, "calibrated: %s (%s)", path, c->source);
+        int n = snprintf(note, note_len, "calibrated: %s (%s)", path, c->source);
+        if (c->ranks_per_node != key.ranks_per_node && n >= 0 && (size_t)n < note_len) {
+            char had[48];
+            if (c->ranks_per_node > 0)
+                snprintf(had, sizeof had, "%d rank%s per node", c->ranks_per_node, c->ranks_per_node == 1 ? "" : "s");
+            else
+                copy_str(had, sizeof had, "an unknown number of ranks per node");
+            snprintf(note + n, note_len - (size_t)n, "; calibrated with %s; this run has %d: compute rates may be %s",
+                     had, key.ranks_per_node,
+                     c->ranks_per_node < key.ranks_per_node ? "optimistic" : "pessimistic");
+        }
         return;
     }
     *c = key;

@@ -38,6 +38,9 @@ typedef struct gt_calib {
     /* what the rates depend on: a file is used only when all of these match the run's */
     char host[64], device[128], backend[16], precision[8], versions[256];
     int threads;
+    int ranks_per_node;            /* the ranks that shared the host while it measured (each running
+                                      the same kernels at the same time): they share its memory
+                                      bandwidth, caches and clocks, so a kernel's rate depends on it */
     /* where the figures come from: 1 measured by --calibrate, 0 the defaults below */
     int measured;
     char source[160];              /* one line: the defaults' sources, or when and where measured */
@@ -56,10 +59,15 @@ typedef struct gt_calib {
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
     double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
+    /* how the ranks' figures compared (calibrate.c): each figure kept is the slowest rank's */
+    int ranks_measured;            /* the fewest ranks that reported a figure for a measurement */
+    double rank_spread;            /* the median over the measurements of slowest / fastest rank (1 on
+                                      one rank) */
 } gt_calib;
 
 /* The run's key: host name, CPU model (or GPU name when gpu), backend "cpu" or "cuda", precision
- * "fp32" or "bf16", the threads OpenMP runs, and the library versions. The rates stay 0. */
+ * "fp32" or "bf16", the threads OpenMP runs, 1 rank per node (the caller sets the run's), and the
+ * library versions. The rates stay 0. */
 void gt_calib_key(gt_calib *c, int gpu, int bf16);
 
 /* Stated defaults for the key's backend. GPU: NVIDIA H100/H200 SXM datasheet figures (989 TFLOP/s
@@ -70,12 +78,12 @@ void gt_calib_key(gt_calib *c, int gpu, int bf16);
 void gt_calib_defaults(gt_calib *c, int gpu, int bf16);
 
 /* The file of a key: $GTRAIN_CALIBRATION when set, else $XDG_CACHE_HOME/gtrain (or
- * ~/.cache/gtrain)/calibration-<host>-<backend>-<precision>-t<threads>.json. 0, or -1 when no
- * directory can be named ($HOME unset). */
+ * ~/.cache/gtrain)/calibration-<host>-<backend>-<precision>-t<threads>-r<ranks per node>.json. 0, or
+ * -1 when no directory can be named ($HOME unset). */
 int gt_calib_path(const gt_calib *key, char *path, size_t len);
 
-/* Reads `path` into *c when its key matches `key` (host, device, backend, precision, threads,
- * versions). 0; 1 when there is no file; -1 when it does not parse or its key differs (err says
+/* Reads `path` into *c when its key matches `key` (host, device, backend, precision, threads, ranks
+ * per node, versions). 0; 1 when there is no file; -1 when it does not parse or its key differs (err says
  * which); *c is then left unchanged. */
 int gt_calib_load(const char *path, const gt_calib *key, gt_calib *c, char *err, size_t err_len);
 
@@ -91,10 +99,14 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
 
 /* The rates for pricing: the file of the run's key when there is one that matches, else the defaults.
  * `note` gets one line saying which ("calibrated: FILE" or "defaults: ... (no calibration file FILE)").
- * threads: the run's OpenMP threads per rank (0: this process's). explicit_path (may be NULL) replaces
- * gt_calib_path. */
-void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, const char *explicit_path, char *note,
-                      size_t note_len);
+ * threads: the run's OpenMP threads per rank (0: this process's); ranks_per_node: the run's ranks on
+ * this host (0: 1). Without the file of that count, the file of the same key measured with the
+ * nearest other count of ranks per node (on a tie the larger) is used, and the note says so
+ * ("calibrated with R ranks per node; this run has N: compute rates may be optimistic"); so does a
+ * named file (explicit_path, or $GTRAIN_CALIBRATION) measured with another count. explicit_path (may
+ * be NULL) replaces gt_calib_path. */
+void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, int ranks_per_node, const char *explicit_path,
+                      char *note, size_t note_len);
 
 /* The rate of a GEMM of shape (n, ic, oc), forward (backward = 0) or backward: the measured entry of
  * that (ic, oc) (nearest n), else matmul_flops_per_s. */

@@ -12,6 +12,7 @@
 #include "model.h"
 #include "ops_dry.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +22,35 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The ranks of the job measure together (docs/planner.md, "Calibration"): before each measurement
+ * every rank waits at a barrier, so that the ranks sharing a host run the same kernel at the same
+ * time, as a step's ranks share its memory bandwidth, caches and clocks; the figure kept is the
+ * slowest rank's (a step waits at each blocking collective for its slowest rank, and a rank slowed by
+ * its neighbours stays the slower one over a run). How far the ranks' figures spread is kept too. */
+#define MAX_SPREADS 1024
+static struct {
+    MPI_Comm world; /* MPI_COMM_NULL: one rank */
+    int size;
+    int min_ranks;  /* the fewest ranks that reported a figure for one measurement (INT_MAX: none compared) */
+    double spread[MAX_SPREADS];
+    int n_spread;
+} g_ranks = {MPI_COMM_NULL, 1, INT_MAX, {0}, 0};
+
+static void together_begin(void) {
+    if (g_ranks.size > 1) MPI_Barrier(g_ranks.world);
+}
+/* The slowest rank's seconds of this rank's t (every rank calls it for the same measurement) */
+static double together_end(double t) {
+    if (g_ranks.size <= 1) return t;
+    double v[2] = {t, -t};
+    int have = t > 0;
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, g_ranks.world);
+    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_SUM, g_ranks.world);
+    if (have < g_ranks.min_ranks) g_ranks.min_ranks = have;
+    if (-v[1] > 0 && g_ranks.n_spread < MAX_SPREADS) g_ranks.spread[g_ranks.n_spread++] = v[0] / -v[1];
+    return v[0];
 }
 
 #define MIN_SECONDS 0.1
@@ -61,6 +91,7 @@ static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, 
     flush_caches();
     fn(ops, b, d);
     ops->synchronize();
+    together_begin();
     double times[MAX_REPS], t0 = now_s();
     int reps = 0;
     do {
@@ -70,7 +101,7 @@ static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, 
         ops->synchronize();
         times[reps++] = now_s() - s;
     } while ((now_s() - t0 < min_seconds || reps < min_reps) && reps < MAX_REPS);
-    return median(times, reps);
+    return together_end(median(times, reps));
 }
 static double bench(const gt_ops *ops, bench_fn fn, void **b, const int *d) {
     return bench_for(ops, fn, b, d, MIN_SECONDS, MIN_REPS);
@@ -210,18 +241,30 @@ static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
     c->coll_bytes_per_s = moved / (best_big - best_small > 1e-9 ? best_big - best_small : best_big);
 }
 
-int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm, gt_calib *c, FILE *log) {
-    const gt_model_config *m = &cfg->model;
-    int B = cfg->train.micro_batch > 0 ? cfg->train.micro_batch : 1, T = cfg->train.seq_len; /* auto: the rows of 1, 2, 4, 8 below */
-    int C = m->dim, F = m->ffn_dim, V = m->vocab_size, NH = m->n_heads, NKV = m->n_kv_heads, HD = C / NH;
-    int N = B * T;
-    size_t e = (size_t)ops->act_bytes;
-    double t_start = now_s();
-    /* the model's GEMM shapes (model.c): q and o (C, C), k and v (C, KVD), gate and up (C, F), down
-     * (F, C), the head (C, V) */
-    int shapes[5][2] = {{C, C}, {C, NKV * HD}, {C, F}, {F, C}, {C, V}};
-    /* rows: the config's micro-batch and the micro-batches of 1, 2, 4 and 8 sequences (a GEMM's rate
-     * depends on its rows where they are few: the planner may price other micro-batch sizes) */
+/* What the measurements of one calibration share: the config's shapes, the backend, the file's rates
+ * being filled, the log, and the dry table that counts each kernel as the time model does */
+typedef struct calib_run {
+    const gt_config *cfg;
+    const gt_model_config *m;
+    const gt_ops *ops;
+    gt_ops dry;
+    int gpu;
+    int B, T, C, F, V, NH, NKV, HD, N; /* micro-batch (1 under auto: the rows of 1, 2, 4, 8 below), sequence,
+                                          widths, heads, rows of the micro-batch */
+    size_t e;                          /* bytes per activation element */
+    gt_calib *c;
+    FILE *log;
+} calib_run;
+
+/* The model's GEMM shapes (model.c): q and o (C, C), k and v (C, KVD), gate and up (C, F), down (F,
+ * C), the head (C, V); at the rows of the config's micro-batch and of the micro-batches of 1, 2, 4 and
+ * 8 sequences (a GEMM's rate depends on its rows where they are few: the planner may price other
+ * micro-batch sizes). The shape-free rate: the median of the forward rates. */
+static void measure_gemms(calib_run *r) {
+    gt_calib *c = r->c;
+    const gt_ops *ops = r->ops;
+    int C = r->C, T = r->T, N = r->N;
+    int shapes[5][2] = {{C, C}, {C, r->NKV * r->HD}, {C, r->F}, {r->F, C}, {C, r->V}};
     int rows[5] = {N, T, 2 * T, 4 * T, 8 * T};
     double fwd_rates[GT_CALIB_MAX_GEMMS];
     c->n_gemm = 0;
@@ -229,12 +272,13 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         int IC = shapes[s][0], OC = shapes[s][1];
         for (int ri = 0; ri < 5 && c->n_gemm < GT_CALIB_MAX_GEMMS; ri++) {
             int n = rows[ri];
-            double cap = gpu ? 1e12 : 2e9;
+            double cap = r->gpu ? 1e12 : 2e9;
             if (2.0 * n * IC * OC > cap) n = (int)(cap / (2.0 * IC * OC));
             if (n < 16) n = 16;
             int dup = 0;
             for (int k = 0; k < c->n_gemm; k++) dup |= c->gemm[k].ic == IC && c->gemm[k].oc == OC && c->gemm[k].n == n;
             if (dup) continue;
+            size_t e = r->e;
             void *b[5] = {buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * e), buf(ops, (size_t)n * OC * e),
                           buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * 4)};
             int d[3] = {n, IC, OC};
@@ -243,162 +287,211 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
             gt_calib_gemm *g = &c->gemm[c->n_gemm];
             *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
             fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
-            if (log)
-                fprintf(log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
+            if (r->log)
+                fprintf(r->log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
                         g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
         }
     }
     c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
-    gt_ops dry; /* counts what each kernel measured below does, as the time model counts it */
-    gt_ops_dry_init(&dry, ops->act_bytes, 0);
-    gt_ops_dry_set_cost(keep_amount, NULL);
-    c->n_kernel = 0;
+}
+
+/* Attention at the micro-batch's shape (the single rates), and into the kernels' list at batches of
+ * 1, 2, 4 and 8 sequences too, where a call is at most 2 GFLOPs on the CPU (a batch's rate depends on
+ * it where it is small: the planner prices other micro-batch sizes) */
+static void measure_attention(calib_run *r) {
+    gt_calib *c = r->c;
+    const gt_ops *ops = r->ops;
+    int T = r->T, NH = r->NH, NKV = r->NKV, HD = r->HD;
+    size_t e = r->e;
     int first_attention = c->n_kernel;
-    /* attention at the micro-batch's shape (the single rates), and into the kernels' list at batches
-     * of 1, 2, 4 and 8 sequences too, where a call is at most 2 GFLOPs on the CPU (a batch's rate
-     * depends on it where it is small: the planner prices other micro-batch sizes) */
-    {
-        int batches[5] = {B, 1, 2, 4, 8}, done[5], n_done = 0;
-        for (int bi = 0; bi < 5; bi++) {
-            int Bb = batches[bi], dup = 0;
-            for (int j = 0; j < n_done; j++) dup |= done[j] == Bb;
-            double fl = 4.0 * Bb * NH * HD * ((double)T * (T + 1) / 2);
-            if (dup || (bi > 0 && !gpu && fl > 2e9)) continue;
-            done[n_done++] = Bb;
-            size_t q = (size_t)Bb * T * NH * HD * e, kv = (size_t)Bb * T * NKV * HD * e;
-            void *b[9] = {buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q), buf(ops, (size_t)Bb * NH * T * 4),
-                          buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q)};
-            int d[5] = {Bb, T, NH, NKV, HD};
-            int before = c->n_kernel;
-            /* the config's batch as before (a large model's call can take seconds on the CPU), the
-             * others as the kernels' list */
-            int reps = bi == 0 ? MIN_REPS : KERNEL_REPS;
-            double secs = bi == 0 ? MIN_SECONDS : MIN_SECONDS / 5;
-            add_kernel(c, "attention_forward", ops, &dry, at_fwd, b, d, secs, reps);
-            add_kernel(c, "attention_backward", ops, &dry, at_bwd, b, d, secs, reps);
-            for (int k = 0; k < 9; k++) ops->free(b[k]);
-            if (c->n_kernel != before + 2) continue;
-            double rf = c->kernel[before].amount / c->kernel[before].seconds,
-                   rb = c->kernel[before + 1].amount / c->kernel[before + 1].seconds;
-            if (bi == 0) {
-                c->attn_fwd_flops_per_s = rf;
-                c->attn_bwd_flops_per_s = rb;
-            }
-            if (log)
-                fprintf(log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", Bb, T,
-                        NH, NKV, HD, rf / 1e9, rb / 1e9);
+    int batches[5] = {r->B, 1, 2, 4, 8}, done[5], n_done = 0;
+    for (int bi = 0; bi < 5; bi++) {
+        int Bb = batches[bi], dup = 0;
+        for (int j = 0; j < n_done; j++) dup |= done[j] == Bb;
+        double fl = 4.0 * Bb * NH * HD * ((double)T * (T + 1) / 2);
+        if (dup || (bi > 0 && !r->gpu && fl > 2e9)) continue;
+        done[n_done++] = Bb;
+        size_t q = (size_t)Bb * T * NH * HD * e, kv = (size_t)Bb * T * NKV * HD * e;
+        void *b[9] = {buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q), buf(ops, (size_t)Bb * NH * T * 4),
+                      buf(ops, q), buf(ops, kv), buf(ops, kv), buf(ops, q)};
+        int d[5] = {Bb, T, NH, NKV, HD};
+        int before = c->n_kernel;
+        /* the config's batch as before (a large model's call can take seconds on the CPU), the others
+         * as the kernels' list */
+        int reps = bi == 0 ? MIN_REPS : KERNEL_REPS;
+        double secs = bi == 0 ? MIN_SECONDS : MIN_SECONDS / 5;
+        add_kernel(c, "attention_forward", ops, &r->dry, at_fwd, b, d, secs, reps);
+        add_kernel(c, "attention_backward", ops, &r->dry, at_bwd, b, d, secs, reps);
+        for (int k = 0; k < 9; k++) ops->free(b[k]);
+        if (c->n_kernel != before + 2) continue;
+        double rf = c->kernel[before].amount / c->kernel[before].seconds,
+               rb = c->kernel[before + 1].amount / c->kernel[before + 1].seconds;
+        if (bi == 0) {
+            c->attn_fwd_flops_per_s = rf;
+            c->attn_bwd_flops_per_s = rb;
         }
+        if (r->log)
+            fprintf(r->log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", Bb, T,
+                    NH, NKV, HD, rf / 1e9, rb / 1e9);
     }
     monotone(c, first_attention);
-    /* memory-bound kernels: the residual add over one micro-batch's residual stream, the size the
-     * model's elementwise kernels run at (in cache where the model's tensors fit in it) */
-    {
-        int n = N * C > 4096 ? N * C : 4096;
-        void *b[3] = {buf(ops, (size_t)n * e), buf(ops, (size_t)n * e), buf(ops, (size_t)n * e)};
-        int d[1] = {n};
-        double t = bench(ops, res_fwd, b, d);
-        for (int k = 0; k < 3; k++) ops->free(b[k]);
-        c->mem_bytes_per_s = 3.0 * n * (double)e / t;
-        if (log) fprintf(log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, c->mem_bytes_per_s / 1e9);
-    }
-    /* each memory-bound kernel at the rows of the micro-batch and of micro-batches of 1, 2, 4 and 8
-     * sequences (capped at 16 M elements per tensor on the CPU, 64 M on the GPU), and the step's sum
-     * of squares and conversion to working parameters over the slices of 1, 2, 4 and 8 ranks */
-    {
-        static const struct { const char *op; int width; bench_fn fn; } ks[] = {
-            {"embedding_forward", 0, k_emb_fwd}, {"embedding_backward", 0, k_emb_bwd},
-            {"rmsnorm_forward", 0, k_norm_fwd},  {"rmsnorm_apply", 0, k_norm_apply},
-            {"rmsnorm_backward", 0, k_norm_bwd}, {"rope_forward", 1, k_rope_fwd},
-            {"rope_backward", 1, k_rope_bwd},    {"swiglu_forward", 2, k_swiglu_fwd},
-            {"swiglu_backward", 2, k_swiglu_bwd}, {"residual_forward", 0, k_residual},
-            {"dropout_backward", 0, k_dropout_bwd}, {"crossentropy_forward", 3, k_ce_fwd},
-            {"crossentropy_backward", 3, k_ce_bwd}, {"sumsq", 4, k_sumsq},
-            {"to_working", 4, k_to_working}};
-        uint64_t P = gt_model_param_count(m);
-        size_t cap = gpu ? (size_t)64 << 20 : (size_t)16 << 20;
-        g_flush = gpu ? 0 : 2 * cache_bytes(_SC_LEVEL2_CACHE_SIZE, (size_t)1 << 20); /* the GPU: its tensors */
-        int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
-        /* the sizes of each kernel's calls: n rows (elements for the step's), at most cap elements
-         * per tensor; one set of buffers for them all, of the largest */
-        int rows[sizeof ks / sizeof ks[0]][5], n_rows[sizeof ks / sizeof ks[0]];
-        size_t el_max = 1;
-        for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
-            int widths[5] = {C, NH * HD, F, V, 1};
-            int W = widths[ks[k].width];
-            int sizes[5] = {N, T, 2 * T, 4 * T, 8 * T};
-            if (ks[k].width == 4) {
-                int slices[5] = {Pc, Pc / 2, Pc / 4, Pc / 8, Pc};
-                memcpy(sizes, slices, sizeof sizes);
-            }
-            n_rows[k] = 0;
-            for (int si = 0; si < 5; si++) {
-                int n = sizes[si];
-                if ((size_t)n * W > cap) n = (int)(cap / W);
-                if (n < 1) n = 1;
-                int dup = 0;
-                for (int j = 0; j < n_rows[k]; j++) dup |= rows[k][j] == n;
-                if (dup) continue;
-                rows[k][n_rows[k]++] = n;
-                if ((size_t)n * W > el_max) el_max = (size_t)n * W;
-            }
+}
+
+/* The residual add over one micro-batch's residual stream, the size the model's elementwise kernels
+ * run at (in cache where the model's tensors fit in it): the rate of a memory-bound kernel not in the
+ * list */
+static void measure_residual(calib_run *r) {
+    const gt_ops *ops = r->ops;
+    size_t e = r->e;
+    int n = r->N * r->C > 4096 ? r->N * r->C : 4096;
+    void *b[3] = {buf(ops, (size_t)n * e), buf(ops, (size_t)n * e), buf(ops, (size_t)n * e)};
+    int d[1] = {n};
+    double t = bench(ops, res_fwd, b, d);
+    for (int k = 0; k < 3; k++) ops->free(b[k]);
+    r->c->mem_bytes_per_s = 3.0 * n * (double)e / t;
+    if (r->log) fprintf(r->log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, r->c->mem_bytes_per_s / 1e9);
+}
+
+/* Each memory-bound kernel at the rows of the micro-batch and of micro-batches of 1, 2, 4 and 8
+ * sequences (capped at 16 M elements per tensor on the CPU, 64 M on the GPU), and the step's sum of
+ * squares and conversion to working parameters over the slices of 1, 2, 4 and 8 ranks */
+static void measure_kernels(calib_run *r) {
+    static const struct { const char *op; int width; bench_fn fn; } ks[] = {
+        {"embedding_forward", 0, k_emb_fwd}, {"embedding_backward", 0, k_emb_bwd},
+        {"rmsnorm_forward", 0, k_norm_fwd},  {"rmsnorm_apply", 0, k_norm_apply},
+        {"rmsnorm_backward", 0, k_norm_bwd}, {"rope_forward", 1, k_rope_fwd},
+        {"rope_backward", 1, k_rope_bwd},    {"swiglu_forward", 2, k_swiglu_fwd},
+        {"swiglu_backward", 2, k_swiglu_bwd}, {"residual_forward", 0, k_residual},
+        {"dropout_backward", 0, k_dropout_bwd}, {"crossentropy_forward", 3, k_ce_fwd},
+        {"crossentropy_backward", 3, k_ce_bwd}, {"sumsq", 4, k_sumsq},
+        {"to_working", 4, k_to_working}};
+    gt_calib *c = r->c;
+    const gt_ops *ops = r->ops;
+    int C = r->C, F = r->F, V = r->V, T = r->T, NH = r->NH, HD = r->HD, N = r->N;
+    uint64_t P = gt_model_param_count(r->m);
+    size_t cap = r->gpu ? (size_t)64 << 20 : (size_t)16 << 20;
+    g_flush = r->gpu ? 0 : 2 * cache_bytes(_SC_LEVEL2_CACHE_SIZE, (size_t)1 << 20); /* the GPU: its tensors */
+    int Pc = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
+    /* the sizes of each kernel's calls: n rows (elements for the step's), at most cap elements per
+     * tensor; one set of buffers for them all, of the largest */
+    int rows[sizeof ks / sizeof ks[0]][5], n_rows[sizeof ks / sizeof ks[0]];
+    size_t el_max = 1;
+    for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+        int widths[5] = {C, NH * HD, F, V, 1};
+        int W = widths[ks[k].width];
+        int sizes[5] = {N, T, 2 * T, 4 * T, 8 * T};
+        if (ks[k].width == 4) {
+            int slices[5] = {Pc, Pc / 2, Pc / 4, Pc / 8, Pc};
+            memcpy(sizes, slices, sizeof sizes);
         }
-        void *b[8];
-        for (int j = 0; j < 6; j++) b[j] = buf(ops, el_max * 4);
-        b[6] = buf(ops, el_max * 4); /* tokens: at most el_max rows */
-        b[7] = buf(ops, (size_t)T * HD * 4);
-        for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
-            int first = c->n_kernel;
-            for (int si = 0; si < n_rows[k]; si++) {
-                int n = rows[k][si];
-                /* the embedding's table: as many rows as tokens at most (all tokens are id 0; its cost
-                 * is the rows gathered, not the vocabulary), so it fits the buffers of n x C */
-                int Vt = strncmp(ks[k].op, "embedding", 9) == 0 && n < V ? n : V;
-                int d[7] = {n, C, F, Vt, T, NH, HD};
-                add_kernel(c, ks[k].op, ops, &dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
-            }
-            monotone(c, first);
-            if (log) {
-                fprintf(log, "  %s:", ks[k].op);
-                for (int j = first; j < c->n_kernel; j++)
-                    fprintf(log, "%s %.0f KiB %.1f us", j > first ? ";" : "", c->kernel[j].amount / 1024,
-                            c->kernel[j].seconds * 1e6);
-                fprintf(log, "\n");
-            }
+        n_rows[k] = 0;
+        for (int si = 0; si < 5; si++) {
+            int n = sizes[si];
+            if ((size_t)n * W > cap) n = (int)(cap / W);
+            if (n < 1) n = 1;
+            int dup = 0;
+            for (int j = 0; j < n_rows[k]; j++) dup |= rows[k][j] == n;
+            if (dup) continue;
+            rows[k][n_rows[k]++] = n;
+            if ((size_t)n * W > el_max) el_max = (size_t)n * W;
         }
-        for (int j = 0; j < 8; j++) ops->free(b[j]);
-        gt_ops_dry_set_cost(NULL, NULL);
-        g_flush = 0;
     }
-    /* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the
-     * same) */
-    {
-        uint64_t P = gt_model_param_count(m);
-        int n = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
-        void *b[4] = {buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4)};
-        int d[1] = {n};
-        g_flush = gpu ? 0 : 2 * cache_bytes(_SC_LEVEL3_CACHE_SIZE, (size_t)32 << 20); /* the state of a step ago */
-        double t = bench(ops, adamw, b, d);
-        g_flush = 0;
-        for (int k = 0; k < 4; k++) ops->free(b[k]);
-        c->optim_bytes_per_s = 28.0 * n / t;
-        if (log) fprintf(log, "  AdamW (%d elements): %.2f GB/s\n", n, c->optim_bytes_per_s / 1e9);
+    void *b[8];
+    for (int j = 0; j < 6; j++) b[j] = buf(ops, el_max * 4);
+    b[6] = buf(ops, el_max * 4); /* tokens: at most el_max rows */
+    b[7] = buf(ops, (size_t)T * HD * 4);
+    for (size_t k = 0; k < sizeof ks / sizeof ks[0]; k++) {
+        int first = c->n_kernel;
+        for (int si = 0; si < n_rows[k]; si++) {
+            int n = rows[k][si];
+            /* the embedding's table: as many rows as tokens at most (all tokens are id 0; its cost is
+             * the rows gathered, not the vocabulary), so it fits the buffers of n x C */
+            int Vt = strncmp(ks[k].op, "embedding", 9) == 0 && n < V ? n : V;
+            int d[7] = {n, C, F, Vt, T, NH, HD};
+            add_kernel(c, ks[k].op, ops, &r->dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
+        }
+        monotone(c, first);
+        if (r->log) {
+            fprintf(r->log, "  %s:", ks[k].op);
+            for (int j = first; j < c->n_kernel; j++)
+                fprintf(r->log, "%s %.0f KiB %.1f us", j > first ? ";" : "", c->kernel[j].amount / 1024,
+                        c->kernel[j].seconds * 1e6);
+            fprintf(r->log, "\n");
+        }
     }
+    for (int j = 0; j < 8; j++) ops->free(b[j]);
+    g_flush = 0;
+}
+
+/* AdamW over the model's parameters (at most 64 M elements: the rate of a longer vector is the same) */
+static void measure_adamw(calib_run *r) {
+    const gt_ops *ops = r->ops;
+    uint64_t P = gt_model_param_count(r->m);
+    int n = P > ((uint64_t)64 << 20) ? 64 << 20 : (int)P;
+    void *b[4] = {buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4), buf(ops, (size_t)n * 4)};
+    int d[1] = {n};
+    g_flush = r->gpu ? 0 : 2 * cache_bytes(_SC_LEVEL3_CACHE_SIZE, (size_t)32 << 20); /* the state of a step ago */
+    double t = bench(ops, adamw, b, d);
+    g_flush = 0;
+    for (int k = 0; k < 4; k++) ops->free(b[k]);
+    r->c->optim_bytes_per_s = 28.0 * n / t;
+    if (r->log) fprintf(r->log, "  AdamW (%d elements): %.2f GB/s\n", n, r->c->optim_bytes_per_s / 1e9);
+}
+
+/* The collectives between the job's ranks (bench_comm); on one rank their defaults stay */
+static void measure_collectives(calib_run *r, gt_comm *comm) {
+    gt_calib *c = r->c;
     if (comm && gt_comm_size(comm) > 1) {
-        bench_comm(comm, ops, gpu, c);
-        if (log)
-            fprintf(log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s\n", gt_comm_size(comm),
-                    gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9);
-    } else {
-        gt_calib d = *c;
-        gt_calib_defaults(&d, gpu, ops->act_bytes == 2);
-        c->coll_latency_s = d.coll_latency_s;
-        c->coll_bytes_per_s = d.coll_bytes_per_s;
-        if (log) fprintf(log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
+        bench_comm(comm, r->ops, r->gpu, c);
+        if (r->log)
+            fprintf(r->log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s\n",
+                    gt_comm_size(comm), gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9);
+        return;
     }
+    gt_calib d = *c;
+    gt_calib_defaults(&d, r->gpu, r->ops->act_bytes == 2);
+    c->coll_latency_s = d.coll_latency_s;
+    c->coll_bytes_per_s = d.coll_bytes_per_s;
+    if (r->log) fprintf(r->log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
+}
+
+int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm, MPI_Comm world, gt_calib *c,
+                 FILE *log) {
+    const gt_model_config *m = &cfg->model;
+    calib_run r = {.cfg = cfg, .m = m, .ops = ops, .gpu = gpu, .c = c, .log = log};
+    r.B = cfg->train.micro_batch > 0 ? cfg->train.micro_batch : 1; /* auto: the rows of 1, 2, 4, 8 */
+    r.T = cfg->train.seq_len;
+    r.C = m->dim, r.F = m->ffn_dim, r.V = m->vocab_size, r.NH = m->n_heads, r.NKV = m->n_kv_heads;
+    r.HD = r.C / r.NH;
+    r.N = r.B * r.T;
+    r.e = (size_t)ops->act_bytes;
+    g_ranks.world = world;
+    g_ranks.size = 1;
+    if (world != MPI_COMM_NULL) MPI_Comm_size(world, &g_ranks.size);
+    g_ranks.min_ranks = INT_MAX;
+    g_ranks.n_spread = 0;
+    double t_start = now_s();
+    measure_gemms(&r);
+    gt_ops_dry_init(&r.dry, ops->act_bytes, 0); /* counts what each kernel measured below does */
+    gt_ops_dry_set_cost(keep_amount, NULL);
+    c->n_kernel = 0;
+    measure_attention(&r);
+    measure_residual(&r);
+    measure_kernels(&r);
+    gt_ops_dry_set_cost(NULL, NULL);
+    measure_adamw(&r);
+    c->ranks_measured = g_ranks.min_ranks == INT_MAX ? 1 : g_ranks.min_ranks; /* none compared: this rank's */
+    c->rank_spread = g_ranks.n_spread ? median(g_ranks.spread, g_ranks.n_spread) : 1;
+    if (log && g_ranks.size > 1)
+        fprintf(log, "  compute measured on %d ranks at once, each figure the slowest rank's (slowest / fastest: "
+                     "median %.3f)\n", c->ranks_measured, c->rank_spread);
+    measure_collectives(&r, comm);
     if (log) fprintf(log, "  (%.1f s)\n", now_s() - t_start);
     free(g_scratch);
     g_scratch = NULL;
     g_scratch_len = 0;
+    g_ranks.world = MPI_COMM_NULL;
+    g_ranks.size = 1;
     c->measured = 1;
     return 0;
 }

@@ -4,6 +4,7 @@
 #ifndef GT_CALIBRATE_H
 #define GT_CALIBRATE_H
 
+#include <mpi.h>
 #include <stdio.h>
 
 #include "calib.h"
@@ -14,7 +15,11 @@ struct gt_comm;
 
 /* Measures the rates of *c (its key set by the caller) on `ops` at cfg's model and micro-batch shapes;
  * with comm on more than one rank (collective: every rank calls it), the collectives too, else their
- * defaults stay. log (may be NULL) gets one line per measurement. 0. */
-int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, struct gt_comm *comm, gt_calib *c, FILE *log);
+ * defaults stay. world (MPI_COMM_NULL: this rank alone): the ranks that measure the compute together,
+ * each measurement started on all at once after a barrier, each figure the slowest rank's
+ * (c->ranks_measured, c->rank_spread say how they compared). log (may be NULL) gets one line per
+ * measurement. 0. */
+int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, struct gt_comm *comm, MPI_Comm world, gt_calib *c,
+                 FILE *log);
 
 #endif

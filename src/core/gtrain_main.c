@@ -2,7 +2,7 @@
  * gtrain_main.c — the `gtrain` command line.
  *
  *   gtrain CONFIG.ini [section.key=value ...]           train
- *   gtrain --plan [--world N] CONFIG.ini [overrides]    print the memory plan and exit
+ *   gtrain --plan [--world N] [--ranks-per-node N] CONFIG.ini [overrides]    print the memory plan and exit
  *          [--trace FILE]                               ... and write the predicted step as a Chrome trace
  *   gtrain --calibrate [--out FILE] [CONFIG.ini]        measure the time model's rates (docs/planner.md)
  *   gtrain --version                                    versions of gtrain and of the libraries
@@ -60,7 +60,7 @@ char *openblas_get_config(void);
 static void usage(FILE *out) {
     fprintf(out,
             "usage: gtrain CONFIG.ini [section.key=value ...]\n"
-            "       gtrain --plan [--world N] [--trace FILE] CONFIG.ini [section.key=value ...]\n"
+            "       gtrain --plan [--world N] [--ranks-per-node N] [--trace FILE] CONFIG.ini [section.key=value ...]\n"
             "       gtrain --show-config CONFIG.ini [section.key=value ...]\n"
             "       gtrain --calibrate [--out FILE] [CONFIG.ini [section.key=value ...]]\n"
             "       gtrain --version\n"
@@ -71,10 +71,13 @@ static void usage(FILE *out) {
             "--plan prints the per-rank memory model (parameters, gradients, optimizer state, the\n"
             "activations of every recompute policy, their extra FLOPs and fit to memory.budget) for a\n"
             "world of N ranks (default: the launcher's, else 1) and exits without training; then the\n"
-            "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's);\n"
+            "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's) of\n"
+            "its ranks per node (--ranks-per-node N, default: the launcher's, else the world's ranks on\n"
+            "this host up to its cores);\n"
             "--trace FILE writes that step as Chrome trace JSON (Perfetto, chrome://tracing open it).\n"
             "--calibrate measures the matmul, attention, memory, optimizer and (under mpirun) collective\n"
-            "rates at the config's shapes and writes the calibration file --plan and training read.\n"
+            "rates at the config's shapes and writes the calibration file --plan and training read;\n"
+            "under mpirun -np N all ranks measure at once, for runs of N ranks per node.\n"
             "--show-config prints the configuration a run would use, every key with the defaults\n"
             "filled in, in the INI form gtrain reads, and exits.\n"
             "\n"
@@ -197,21 +200,39 @@ static int world_from_env(void) {
     return 1;
 }
 
-/* The threads a rank gets (set_threads): OMP_NUM_THREADS, else this host's cores over its ranks, with
- * the world's ranks on this host as far as its cores go. The calibration file is looked up by it. */
-static int plan_threads(int world) {
-    const char *env = getenv("OMP_NUM_THREADS");
-    if (env && atoi(env) > 0) return atoi(env);
+static int host_cores(void) {
     cpu_set_t mine;
     CPU_ZERO(&mine);
     int cores = sched_getaffinity(0, sizeof mine, &mine) == 0 ? CPU_COUNT(&mine) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1) cores = 1;
-    int local = world < cores ? world : cores;
+    return cores < 1 ? 1 : cores;
+}
+
+/* The ranks of a planned run on each node: --ranks-per-node N (given: > 0), else the launcher's count
+ * of this node's ranks (Open MPI, MPICH/Hydra, Slurm's --ntasks-per-node), else the world's ranks on
+ * this host as far as its cores go. The calibration file is looked up by it. */
+static int plan_ranks_per_node(int world, int given) {
+    if (given > 0) return given < world ? given : world;
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) return atoi(v) < world ? atoi(v) : world;
+    }
+    int cores = host_cores();
+    return world < cores ? world : cores;
+}
+
+/* The threads a rank gets (set_threads): OMP_NUM_THREADS, else this host's cores over its ranks on it.
+ * The calibration file is looked up by it. */
+static int plan_threads(int local) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+    int cores = host_cores();
+    if (local < 1) local = 1;
     return cores / local > 0 ? cores / local : 1;
 }
 
 static int run_plan(int argc, char **argv) {
-    int world = world_from_env();
+    int world = world_from_env(), per_node = 0;
     const char *calib_path = NULL, *trace_path = NULL;
     /* --world N may stand anywhere among the arguments; the rest is CONFIG then overrides */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -225,6 +246,13 @@ static int run_plan(int argc, char **argv) {
                 return GT_EXIT_BAD_INPUT;
             }
             world = atoi(argv[++a]);
+        } else if (strcmp(argv[a], "--ranks-per-node") == 0) {
+            if (a + 1 >= argc || atoi(argv[a + 1]) < 1) {
+                fprintf(stderr, "gtrain: --ranks-per-node needs a positive number of ranks\n");
+                free(rest);
+                return GT_EXIT_BAD_INPUT;
+            }
+            per_node = atoi(argv[++a]);
         } else if (strcmp(argv[a], "--calibration") == 0) {
             if (a + 1 >= argc) {
                 fprintf(stderr, "gtrain: --calibration needs a file\n");
@@ -273,7 +301,8 @@ static int run_plan(int argc, char **argv) {
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
     gt_calib calib; /* the rates auto ranks by and the prediction prices with */
     char note[8192];
-    gt_calib_for_run(&calib, gpu, bf16, plan_threads(world), calib_path, note, sizeof note);
+    int local = plan_ranks_per_node(world, per_node);
+    gt_calib_for_run(&calib, gpu, bf16, plan_threads(local), local, calib_path, note, sizeof note);
     if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
     if (gt_plan_resolve(&cfg, &shape, &calib, &choice, err, sizeof err) != 0) {
@@ -307,7 +336,8 @@ static void set_threads(int rank);
 /* gtrain --calibrate [--out FILE] [CONFIG [overrides]]: measures the time model's rates on this
  * machine's backend (the config's, as --plan chooses it) at the config's model shapes (the default
  * model without one), and writes them to FILE or gt_calib_path's file. Runs under mpirun or srun too:
- * every rank measures, rank 0 writes, and the collectives between the ranks are measured. */
+ * every rank measures, all at once (each figure the slowest rank's), rank 0 writes the file of its
+ * node's count of ranks, and the collectives between the ranks are measured. */
 static int run_calibrate(int argc, char **argv) {
     const char *out_path = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -364,6 +394,11 @@ static int run_calibrate(int argc, char **argv) {
     gt_calib c;
     gt_calib_key(&c, gpu, bf16);
     gt_calib_defaults(&c, gpu, bf16);
+    /* the ranks sharing rank 0's host while they measure: the key's ranks per node */
+    int local = 1;
+    gt_node_ranks(MPI_COMM_WORLD, NULL, &local);
+    MPI_Bcast(&local, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    c.ranks_per_node = local;
     char path[4096];
     if (out_path) snprintf(path, sizeof path, "%s", out_path);
     else if (gt_calib_path(&c, path, sizeof path) != 0) {
@@ -372,15 +407,16 @@ static int run_calibrate(int argc, char **argv) {
         return GT_EXIT_BAD_INPUT;
     }
     if (rank == 0)
-        printf("gtrain: calibrating the %s backend (%s, %d threads) on %s for %s\n", c.backend, c.precision, c.threads,
-               c.host, n_rest > 0 ? cfg.path : "the default model");
-    gt_calibrate(&cfg, ops, gpu, comm, &c, rank == 0 ? stdout : NULL);
+        printf("gtrain: calibrating the %s backend (%s, %d threads, %d rank%s per node) on %s for %s\n", c.backend,
+               c.precision, c.threads, c.ranks_per_node, c.ranks_per_node == 1 ? "" : "s", c.host,
+               n_rest > 0 ? cfg.path : "the default model");
+    gt_calibrate(&cfg, ops, gpu, comm, size > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL, &c, rank == 0 ? stdout : NULL);
     if (gpu && c.peak_flops <= 0) c.peak_flops = gt_gpu_peak_flops(gt_cuda_device_name(), bf16, NULL, 0);
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    snprintf(c.source, sizeof c.source, "measured by gtrain --calibrate %s on %d rank%s", when, size,
-             size == 1 ? "" : "s");
+    snprintf(c.source, sizeof c.source, "measured by gtrain --calibrate %s on %d rank%s, %d per node", when, size,
+             size == 1 ? "" : "s", c.ranks_per_node);
     code = 0;
     if (rank == 0) {
         /* another config's GEMM shapes and kernel sizes measured earlier into this key's file stay

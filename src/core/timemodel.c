@@ -80,101 +80,137 @@ double gt_time_collective(const gt_calib *c, int world, char kind, double bytes)
 
 static double max2(double a, double b) { return a > b ? a : b; }
 
-void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_calib *c, gt_time_estimate *out) {
-    memset(out, 0, sizeof *out);
-    int W = st->world > 0 ? st->world : 1, A = st->grad_accum > 0 ? st->grad_accum : 1;
-    int depth = st->prefetch > 0 ? st->prefetch : 0;
-    double t = 0, comm = 0, busy_compute = 0, busy_comm = 0;
-    /* the gathers of one micro-batch, in order: their bytes and finish times */
-    int n_g = 0;
-    for (int i = 0; i < tr->n; i++) n_g += tr->ev[i].kind == GT_TEV_GATHER;
-    double *g_bytes = calloc((size_t)n_g + 1, sizeof *g_bytes), *g_done = calloc((size_t)n_g + 1, sizeof *g_done);
-    if (!g_bytes || !g_done) abort();
-    for (int i = 0, k = 0; i < tr->n; i++)
-        if (tr->ev[i].kind == GT_TEV_GATHER) g_bytes[k++] = tr->ev[i].bytes;
-    int buckets = !st->grad_micro && st->stage >= 1 && st->bucket_bytes > 0;
-    double pending = 0; /* gradient bytes of the bucket being filled */
+/* The simulation's state: the compute stream's time t, the communication stream's comm (the end of its
+ * last collective), what each kept busy, and the queues of one micro-batch's gathers and of the
+ * gradient buckets in flight */
+typedef struct sim {
+    const gt_time_trace *tr;
+    const gt_time_step *st;
+    const gt_calib *c;
+    int W, A, depth, buckets;
+    double t, comm, busy_compute, busy_comm;
+    int n_g;                 /* the gathers of one micro-batch, in order: their bytes and finish times */
+    double *g_bytes, *g_done;
+    int issued, next;        /* this micro-batch's gathers issued, and the next one needed */
+    double pending;          /* gradient bytes of the bucket being filled */
     /* the ends of the last GT_ZERO_BUCKETS_IN_FLIGHT buckets started: a start waits for the oldest (zero.h) */
-    double b_done[GT_ZERO_BUCKETS_IN_FLIGHT] = {0};
-    int n_b = 0;
-    for (int m = 0; m < A; m++) {
-        int issued = 0, next = 0;
-        double m_start = t;
-        for (int i = 0; i < tr->n; i++) {
-            const gt_time_event *e = &tr->ev[i];
-            switch (e->kind) {
-            case GT_TEV_COMPUTE:
-                if (g_span_fn) span(0, e->op ? e->op : "compute", "op", t, t + e->seconds, e->flops, e->bytes, m);
-                t += e->seconds;
-                busy_compute += e->seconds;
-                break;
-            case GT_TEV_GATHER: {
-                if (st->param_gather && st->stage < 3) { /* the previous step's gathers, issued at 0 */
-                    int k = next++;
-                    if (m > 0) break;
-                    for (; issued <= k && issued < n_g; issued++) {
-                        double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
-                        comm += d;
-                        busy_comm += d;
-                        g_done[issued] = comm;
-                    }
-                    t = max2(t, g_done[k]);
-                    break;
-                }
-                int k = next++;
-                for (; issued <= k + depth && issued < n_g; issued++) {
-                    double d = gt_time_collective(c, W, 'g', g_bytes[issued]);
-                    if (g_span_fn && W > 1)
-                        span(1, "all_gather_v", "collective", max2(comm, t), max2(comm, t) + d, 0, g_bytes[issued], m);
-                    comm = max2(comm, t) + d;
-                    busy_comm += d;
-                    g_done[issued] = comm;
-                }
-                if (g_span_fn && g_done[k] > t) span(0, "wait_all_gather_v", "wait", t, g_done[k], 0, 0, m);
-                t = max2(t, g_done[k]);
-                break;
-            }
-            case GT_TEV_GRAD_DONE: {
-                if (!st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
-                    if (!buckets || m != A - 1 || (pending += e->bytes) < st->bucket_bytes) break;
-                    double d = gt_time_collective(c, W, 'r', pending);
-                    t = max2(t, b_done[n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
-                    comm = max2(comm, t) + d;
-                    b_done[n_b++ % GT_ZERO_BUCKETS_IN_FLIGHT] = comm;
-                    busy_comm += d;
-                    pending = 0;
-                    break;
-                }
-                double d = gt_time_collective(c, W, 'r', e->bytes);
-                if (g_span_fn && W > 1)
-                    span(1, "reduce_scatter_v", "collective", max2(comm, t), max2(comm, t) + d, 0, e->bytes, m);
-                comm = max2(comm, t) + d;
-                busy_comm += d;
-                break;
-            }
-            case GT_TEV_MICRO_END:
-                if (g_span_fn && comm > t) span(0, "wait_reduce_scatter_v", "wait", t, comm, 0, 0, m);
-                t = max2(t, comm);
-                break;
-            }
+    double b_done[GT_ZERO_BUCKETS_IN_FLIGHT];
+    int n_b;
+} sim;
+
+static void sim_init(sim *s, const gt_time_trace *tr, const gt_time_step *st, const gt_calib *c) {
+    memset(s, 0, sizeof *s);
+    s->tr = tr, s->st = st, s->c = c;
+    s->W = st->world > 0 ? st->world : 1;
+    s->A = st->grad_accum > 0 ? st->grad_accum : 1;
+    s->depth = st->prefetch > 0 ? st->prefetch : 0;
+    s->buckets = !st->grad_micro && st->stage >= 1 && st->bucket_bytes > 0;
+    for (int i = 0; i < tr->n; i++) s->n_g += tr->ev[i].kind == GT_TEV_GATHER;
+    s->g_bytes = calloc((size_t)s->n_g + 1, sizeof *s->g_bytes);
+    s->g_done = calloc((size_t)s->n_g + 1, sizeof *s->g_done);
+    if (!s->g_bytes || !s->g_done) abort();
+    for (int i = 0, k = 0; i < tr->n; i++)
+        if (tr->ev[i].kind == GT_TEV_GATHER) s->g_bytes[k++] = tr->ev[i].bytes;
+}
+
+/* A unit needed by micro-batch m: its gather (and with prefetch the next depth ones) issued on the
+ * communication stream, compute waits for it; with the previous step's gathers of the working weights
+ * (overlap_param_gather below ZeRO-3) all of them issued at 0 and waited for in the first forward */
+static void sim_gather(sim *s, int m) {
+    const gt_calib *c = s->c;
+    int W = s->W;
+    if (s->st->param_gather && s->st->stage < 3) {
+        int k = s->next++;
+        if (m > 0) return;
+        for (; s->issued <= k && s->issued < s->n_g; s->issued++) {
+            double d = gt_time_collective(c, W, 'g', s->g_bytes[s->issued]);
+            s->comm += d;
+            s->busy_comm += d;
+            s->g_done[s->issued] = s->comm;
         }
-        if (g_span_fn) span(0, "micro_batch", "micro_batch", m_start, t, 0, 0, m);
+        s->t = max2(s->t, s->g_done[k]);
+        return;
     }
-    free(g_bytes);
-    free(g_done);
-    if (buckets && pending > 0) { /* the embedding's bucket, started at the end of the backward */
-        double d = gt_time_collective(c, W, 'r', pending);
-        t = max2(t, b_done[n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
-        comm = max2(comm, t) + d;
-        busy_comm += d;
+    int k = s->next++;
+    for (; s->issued <= k + s->depth && s->issued < s->n_g; s->issued++) {
+        double d = gt_time_collective(c, W, 'g', s->g_bytes[s->issued]);
+        if (g_span_fn && W > 1)
+            span(1, "all_gather_v", "collective", max2(s->comm, s->t), max2(s->comm, s->t) + d, 0,
+                 s->g_bytes[s->issued], m);
+        s->comm = max2(s->comm, s->t) + d;
+        s->busy_comm += d;
+        s->g_done[s->issued] = s->comm;
     }
-    /* the step after the last micro-batch, in the code's order, nothing overlapping */
-    t = max2(t, comm);
+    if (g_span_fn && s->g_done[k] > s->t) span(0, "wait_all_gather_v", "wait", s->t, s->g_done[k], 0, 0, m);
+    s->t = max2(s->t, s->g_done[k]);
+}
+
+/* A unit's gradients complete in micro-batch m: its reduce-scatter under grad_sync = micro; with
+ * buckets, in the last micro-batch, its share of the bucket being filled (started when full, after the
+ * end of the bucket started GT_ZERO_BUCKETS_IN_FLIGHT before it) */
+static void sim_grad_done(sim *s, const gt_time_event *e, int m) {
+    const gt_calib *c = s->c;
+    int W = s->W;
+    if (!s->st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
+        if (!s->buckets || m != s->A - 1 || (s->pending += e->bytes) < s->st->bucket_bytes) return;
+        double d = gt_time_collective(c, W, 'r', s->pending);
+        s->t = max2(s->t, s->b_done[s->n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
+        s->comm = max2(s->comm, s->t) + d;
+        s->b_done[s->n_b++ % GT_ZERO_BUCKETS_IN_FLIGHT] = s->comm;
+        s->busy_comm += d;
+        s->pending = 0;
+        return;
+    }
+    double d = gt_time_collective(c, W, 'r', e->bytes);
+    if (g_span_fn && W > 1)
+        span(1, "reduce_scatter_v", "collective", max2(s->comm, s->t), max2(s->comm, s->t) + d, 0, e->bytes, m);
+    s->comm = max2(s->comm, s->t) + d;
+    s->busy_comm += d;
+}
+
+/* Micro-batch m: the trace's events in order on the two streams */
+static void sim_micro_batch(sim *s, int m) {
+    s->issued = 0, s->next = 0;
+    double m_start = s->t;
+    for (int i = 0; i < s->tr->n; i++) {
+        const gt_time_event *e = &s->tr->ev[i];
+        switch (e->kind) {
+        case GT_TEV_COMPUTE:
+            if (g_span_fn) span(0, e->op ? e->op : "compute", "op", s->t, s->t + e->seconds, e->flops, e->bytes, m);
+            s->t += e->seconds;
+            s->busy_compute += e->seconds;
+            break;
+        case GT_TEV_GATHER: sim_gather(s, m); break;
+        case GT_TEV_GRAD_DONE: sim_grad_done(s, e, m); break;
+        case GT_TEV_MICRO_END: /* the micro-batch's reduce-scatters done */
+            if (g_span_fn && s->comm > s->t) span(0, "wait_reduce_scatter_v", "wait", s->t, s->comm, 0, 0, m);
+            s->t = max2(s->t, s->comm);
+            break;
+        }
+    }
+    if (g_span_fn) span(0, "micro_batch", "micro_batch", m_start, s->t, 0, 0, m);
+}
+
+/* The step after the last micro-batch, in the code's order, nothing overlapping: the embedding's
+ * bucket (started at the end of the backward), the wait for the communication stream, the gradients'
+ * reduction, the clipping norm (sum of squares, scalar all-reduce), AdamW, the conversion to working
+ * parameters, ZeRO-1/2's gather of them. Returns the optimizer's compute (*opt) too. */
+static void sim_step_tail(sim *s, double *opt_out) {
+    const gt_time_step *st = s->st;
+    const gt_calib *c = s->c;
+    int W = s->W;
+    if (s->buckets && s->pending > 0) { /* the embedding's bucket, started at the end of the backward */
+        double d = gt_time_collective(c, W, 'r', s->pending);
+        s->t = max2(s->t, s->b_done[s->n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
+        s->comm = max2(s->comm, s->t) + d;
+        s->busy_comm += d;
+    }
+    s->t = max2(s->t, s->comm);
     double e = st->act_bytes > 0 ? st->act_bytes : 4, step_comm = 0;
     double reduce = 0, norm = 0, gather = 0; /* the step's collectives, in the code's order */
     if (W > 1) {
         if (st->stage == 0) reduce = gt_time_collective(c, W, 'a', (double)st->n_pad * 4);
-        else if ((st->stage == 1 || !st->grad_micro) && !buckets) reduce = gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
+        else if ((st->stage == 1 || !st->grad_micro) && !s->buckets) reduce = gt_time_collective(c, W, 'r', (double)st->n_pad * 4);
         norm = c->coll_latency_s; /* the clipping norm's scalar all-reduce */
         if ((st->stage == 1 || st->stage == 2) && !st->param_gather) gather = gt_time_collective(c, W, 'g', (double)st->n_pad * e);
         step_comm += reduce;
@@ -186,7 +222,7 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
            to_working = memory_seconds(c, "to_working", (double)st->slice * (4 + e)); /* master to working */
     double opt = sumsq + adamw + to_working;
     if (g_span_fn) {
-        double at = t;
+        double at = s->t;
         /* bytes as comm.h's calls count them: all-reduce the buffer, reduce-scatter and all-gather a slice */
         const char *red = st->stage == 0 ? "all_reduce" : "reduce_scatter";
         double red_bytes = (double)st->n_pad * 4 / (st->stage == 0 ? 1 : W);
@@ -208,14 +244,28 @@ void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_
             at += tail[i].s;
         }
     }
-    busy_comm += step_comm;
-    busy_compute += opt;
-    t += step_comm + opt;
+    s->busy_comm += step_comm;
+    s->busy_compute += opt;
+    s->t += step_comm + opt;
+    *opt_out = opt;
+}
+
+void gt_time_simulate(const gt_time_trace *tr, const gt_time_step *st, const gt_calib *c, gt_time_estimate *out) {
+    memset(out, 0, sizeof *out);
+    sim s;
+    sim_init(&s, tr, st, c);
+    for (int m = 0; m < s.A; m++) sim_micro_batch(&s, m);
+    free(s.g_bytes);
+    free(s.g_done);
+    double opt = 0;
+    sim_step_tail(&s, &opt);
+    double t = s.t;
+    int W = s.W, A = s.A;
     out->step_s = t;
     if (g_span_fn) span(0, "step", "step", 0, t, A * st->model_flops, 0, -1);
-    out->compute_s = busy_compute;
-    out->comm_s = busy_comm;
-    out->exposed_comm_s = t - busy_compute > 0 ? t - busy_compute : 0;
+    out->compute_s = s.busy_compute;
+    out->comm_s = s.busy_comm;
+    out->exposed_comm_s = t - s.busy_compute > 0 ? t - s.busy_compute : 0;
     out->optimizer_s = opt;
     out->tokens_per_s = t > 0 ? (double)W * A * st->tokens_per_micro / t : 0;
     out->mfu = c->peak_flops > 0 && t > 0 ? A * st->model_flops / t / c->peak_flops : 0;

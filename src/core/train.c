@@ -381,7 +381,10 @@ static int resolve_plan(run *r) {
                                        r->world);
     /* rank 0's rates for every rank: auto ranks by them, and every rank must resolve the same plan */
     gt_calib calib;
-    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, NULL, r->predicted_note, sizeof r->predicted_note);
+    int local = 1; /* the ranks sharing rank 0's host: the calibration of that count (calib.h) */
+    gt_node_ranks(r->mpi, NULL, &local);
+    gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, local, NULL, r->predicted_note,
+                     sizeof r->predicted_note);
     MPI_Bcast(&calib, (int)sizeof calib, MPI_BYTE, 0, r->mpi);
     MPI_Bcast(r->predicted_note, (int)sizeof r->predicted_note, MPI_CHAR, 0, r->mpi);
     if (gt_plan_resolve(cfg, &shape, &calib, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);

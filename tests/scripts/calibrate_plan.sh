@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gtrain --calibrate writes the calibration file of this machine's key and gtrain --plan reads it:
 # before it, --plan marks its predicted step as coming from the defaults; after it, as calibrated,
-# naming the file; --calibration FILE reads another; a broken file is named and the defaults used.
+# naming the file (its key: 1 rank per node); a plan of 2 ranks per node reads it and says it was
+# measured on 1; --calibration FILE reads another; a broken file is named and the defaults used.
 #   calibrate_plan.sh GTRAIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 gtrain="$1" src="$2" work="$3"
@@ -14,14 +15,15 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 cfg="$src/configs/tiny.ini"
 "$gtrain" --plan "$cfg" >"$work/before.out"
 grep -q '^predicted step (from defaults, not measured): [0-9.]* ms' "$work/before.out" || fail "--plan before: $(tail -4 "$work/before.out")"
-grep -q 'no calibration file .*cache/gtrain/calibration-.*-t1.json' "$work/before.out" || fail "no file named: $(tail -2 "$work/before.out")"
+grep -q 'no calibration file .*cache/gtrain/calibration-.*-t1-r1.json' "$work/before.out" || fail "no file named: $(tail -2 "$work/before.out")"
 "$gtrain" --calibrate "$cfg" train.micro_batch=2 >"$work/calibrate.out" 2>&1 || fail "--calibrate: $(cat "$work/calibrate.out")"
-file="$(ls "$work"/cache/gtrain/calibration-*-t1.json)"
+file="$(ls "$work"/cache/gtrain/calibration-*-t1-r1.json)"
 [[ -f "$file" ]] || fail "no calibration file"
 python3 - "$file" <<'PY' || fail "the file's content"
 import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["key"]["threads"] == 1 and d["key"]["backend"] == "cpu", d["key"]
+assert d["key"]["threads"] == 1 and d["key"]["ranks_per_node"] == 1 and d["key"]["backend"] == "cpu", d["key"]
+assert d["rates"]["ranks_measured"] == 1 and d["rates"]["rank_spread"] == 1, d["rates"]
 r = d["rates"]
 assert len({(g["ic"], g["oc"]) for g in r["gemm"]}) == 5, r["gemm"]  # tiny: q/o, k/v, gate/up, down, head
 assert all(r[k] > 0 for k in ("matmul_flops_per_s", "attention_forward_flops_per_s", "memory_bytes_per_s", "optimizer_bytes_per_s"))
@@ -49,6 +51,23 @@ PY
 "$gtrain" --plan "$cfg" >"$work/after.out"
 grep -q '^predicted step: [0-9.]* ms, [0-9]* tokens/s' "$work/after.out" || fail "--plan after: $(tail -4 "$work/after.out")"
 grep -qF "calibrated: $file" "$work/after.out" || fail "the file not named: $(tail -1 "$work/after.out")"
+grep -q "calibrated with" "$work/after.out" && fail "the run's own count of ranks per node called another: $(tail -1 "$work/after.out")"
+# a plan of 2 ranks per node without their file reads the 1-rank file, and says so
+"$gtrain" --plan --world 2 "$cfg" >"$work/two.out"
+grep -qF "calibrated: $file" "$work/two.out" && grep -q "calibrated with 1 rank per node; this run has 2: compute rates may be optimistic" "$work/two.out" ||
+    fail "--world 2 without a 2-rank file: $(tail -1 "$work/two.out")"
+# --ranks-per-node, and the launcher's count, say how many of the world share a host
+for how in "--ranks-per-node 1" "env OMPI_COMM_WORLD_LOCAL_SIZE=1"; do
+    if [[ $how == env* ]]; then $how "$gtrain" --plan --world 2 "$cfg" >"$work/one.out"; else "$gtrain" --plan --world 2 $how "$cfg" >"$work/one.out"; fi
+    grep -qF "calibrated: $file" "$work/one.out" && ! grep -q "calibrated with" "$work/one.out" ||
+        fail "--world 2 with 1 rank per node ($how): $(tail -1 "$work/one.out")"
+done
+set +e
+"$gtrain" --plan --ranks-per-node 0 "$cfg" >"$work/zero.out" 2>&1
+rc=$?
+set -e
+[[ $rc == 2 ]] && grep -q "^gtrain: --ranks-per-node needs a positive number of ranks$" "$work/zero.out" ||
+    fail "--ranks-per-node 0: exit $rc, $(cat "$work/zero.out")"
 # every line before the time model's is what it was without a calibration
 diff <(sed '/^predicted step/,$d' "$work/before.out") <(sed '/^predicted step/,$d' "$work/after.out") >/dev/null ||
     fail "the memory report changed"

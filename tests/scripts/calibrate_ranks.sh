@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# gtrain --calibrate on two ranks of one host: both ranks measure the compute at once (the file says
+# 2 ranks reported each figure), the key and the file's name say 2 ranks per node, a plan and a run of
+# 2 ranks read that file as their own, and a plan of 1 rank reads it only as the nearest, saying so.
+#   calibrate_ranks.sh GTRAIN GTRAIN_PREP "MPIEXEC;FLAGS..." WORKDIR
+set -euo pipefail
+gtrain=$1 prep=$2 work=$4
+IFS=';' read -ra mpi <<<"$3"
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+"$prep" -o corpus /usr/share/common-licenses/* >/dev/null
+cat >run.ini <<INI
+[model]
+dim = 64
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+ffn_dim = 128
+vocab_size = 256
+max_seq_len = 32
+[train]
+seq_len = 32
+micro_batch = 2
+steps = 1
+warmup_steps = 1
+[data]
+train = corpus.train.bin
+val =
+[checkpoint]
+dir =
+INI
+export XDG_CACHE_HOME=$work/cache OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+unset GTRAIN_CALIBRATION
+fail() { echo "FAIL: $*" >&2; echo "--- output:" >&2; cat out.txt >&2; exit 1; }
+"${mpi[@]}" -np 2 "$gtrain" --calibrate run.ini >out.txt 2>&1 || fail "calibrate: exit $?"
+grep -q '^  compute measured on 2 ranks at once, each figure the slowest rank' out.txt || fail "no line of the ranks' measurement"
+ls cache/gtrain/calibration-*-t1-r1.json >/dev/null 2>&1 && fail "a 1-rank file written"
+file="$(ls "$work"/cache/gtrain/calibration-*-t1-r2.json)" || fail "no file of 2 ranks per node"
+python3 - "$file" <<'PY' || fail "the file's content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["key"]["ranks_per_node"] == 2 and d["key"]["threads"] == 1, d["key"]
+r = d["rates"]
+assert r["ranks_measured"] == 2 and r["rank_spread"] >= 1, (r["ranks_measured"], r["rank_spread"])
+assert "on 2 ranks, 2 per node" in d["source"], d["source"]
+PY
+"$gtrain" --plan --world 2 run.ini >out.txt 2>&1 || fail "--plan --world 2"
+grep -qF "rates: calibrated: $file" out.txt || fail "--plan --world 2 did not read $file"
+grep -q "calibrated with" out.txt && fail "--plan --world 2 calls its own file another count's"
+"$gtrain" --plan run.ini >out.txt 2>&1 || fail "--plan"
+grep -qF "rates: calibrated: $file" out.txt && grep -q "calibrated with 2 ranks per node; this run has 1: compute rates may be pessimistic" out.txt ||
+    fail "--plan on 1 rank: the 2-rank file not read as the nearest, or not said"
+"${mpi[@]}" -np 2 "$gtrain" run.ini >out.txt 2>&1 || fail "run: exit $?"
+grep -q "^gtrain: predicted step.*calibrated: $file" out.txt || fail "the run of 2 ranks did not read $file"
+grep -q "calibrated with" out.txt && fail "the run of 2 ranks calls its own file another count's"
+echo "calibrate_ranks: ok"
