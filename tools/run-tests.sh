@@ -11,8 +11,9 @@ bash tools/setup-debian.sh --slurm
 hf_python=$(bash tools/setup-venv.sh | tail -n 1)
 bash tools/build.sh -DGTRAIN_HF_PYTHON="$hf_python"
 # The ctest output is kept (build/ctest-output.txt) for the summary of skipped tests at the end.
+# -j 2: two tests that mostly wait (tests/light_tests.txt) run side by side; every other one alone.
 set +e
-(cd build && ctest --output-on-failure --timeout 1500 "$@") 2>&1 | tee build/ctest-output.txt
+(cd build && ctest -j 2 --output-on-failure --timeout 1500 "$@") 2>&1 | tee build/ctest-output.txt
 rc=${PIPESTATUS[0]}
 set -e
 skips=0
