@@ -39,6 +39,7 @@
 #include "agree.h"
 #include "config.h"
 #include "memsnap.h"
+#include "startup.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "errmsg.h"
@@ -315,6 +316,7 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, run->mpi_comm);
     int any_found = found;
     MPI_Allreduce(&found, &any_found, 1, MPI_INT, MPI_MAX, run->mpi_comm);
+    gt_startup_mark("resume: the memory snapshots' headers read and gathered");
     if (!any_found) {
         free(all);
         free(need);
@@ -364,9 +366,11 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
             forget_load(run);
             continue;
         }
+        gt_startup_mark("resume: the memory snapshot verified and loaded (every rank)");
         gt_optim_publish_params(run->opt);
         run->opt->ops->synchronize();
         MPI_Barrier(run->mpi_comm);
+        gt_startup_mark("resume: the parameters published (and every rank done loading)");
         double seconds = MPI_Wtime() - t0;
         *info = got;
         run->memsnap_kept = need[rank] ? -1 : slot;

@@ -1682,6 +1682,16 @@ def memsnap_unverified(e):
     out, _ = e.run(2, "file", *MEM, env=shm_env(e))
     check("resumed from " + e.ck("file", 4) in out, "resumed from the state file of step 4 again")
     same_as_ref(e, "file", ref)
+    # the start's one line: its parts add up to its total (src/core/startup.c)
+    lines = [l for l in out.splitlines() if l.startswith("gtrain: start: ")]
+    print("   ", lines[0] if lines else out)
+    m = re.match(r"gtrain: start: ([0-9.]+) s from the process's start to the end of the first step \((.*) s\)$",
+                 lines[0] if len(lines) == 1 else "")
+    parts = dict((k, float(v)) for k, v in re.findall(r"([a-zA-Z_ ]+?) ([0-9.]+)(?:, |$)", m.group(2))) if m else {}
+    check(list(parts) == ["MPI start", "checks and plan", "allocation", "directory and resume",
+                          "save and snapshot buffers", "weights and banner", "first step"]
+          and abs(sum(parts.values()) - float(m.group(1))) <= 0.05,
+          "one line splits the start's time into its parts, which add up to its total")
 
 
 def memsnap_fallbacks(e):
