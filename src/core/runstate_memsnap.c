@@ -12,11 +12,12 @@
  *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: each rank reads
  *             the headers of its two slots of that lineage, world size, rank and slice; the ranks
  *             gather them and take the newest step that every rank holds and that is newer than the
- *             newest state file of the plan (and before train.steps); each rank then verifies its
- *             slot's checksum (rank 0 also that the saved config changes no model key, unless
- *             checkpoint.allow_model_change, and the global batch), and they agree
- *             (gt_agree_on_failure): all load it, or the next older common step is tried, or the
- *             files on disk are used, with one line saying why. A snapshot of another run or branch
+ *             newest state file of the plan (and before train.steps); each rank then loads its slot
+ *             into the optimizer and verifies its checksum in the same pass (rank 0 also that the
+ *             saved config changes no model key, unless checkpoint.allow_model_change, and the
+ *             global batch), and they agree (gt_agree_on_failure): all take it, or the loaded bytes
+ *             are cleared (forget_load) and the next older common step is tried, or the files on
+ *             disk are used, with one line saying why. A snapshot of another run or branch
  *             is never read past its header and never deleted.
  *   partners  across nodes, each rank's partner (the rank of its index on the next node) keeps a
  *             copy of its snapshot, sent over MPI after each refresh (a collective step: every rank
