@@ -18,7 +18,7 @@ if(Python3_Interpreter_FOUND)
                    async_equals_sync async_kill_during_write async_missing_rank_file rank_file_incomplete async_sigterm async_full_disk
                    resave_is_atomic save_failure_names_every_rank eio_mid_save
                    lineage_other_run rollback_branch bad_set_aside_twice failed_saves_escalate read_errors
-                   memsnap_kill9 memsnap_torn memsnap_fallbacks memsnap_partner memsnap_auto
+                   memsnap_kill9 memsnap_torn memsnap_unverified memsnap_fallbacks memsnap_partner memsnap_auto
                    auto_cadence)
     add_test(NAME resume_${scenario}
              COMMAND ${Python3_EXECUTABLE} ${GTRAIN_TEST_DIR}/resume/resume_test.py

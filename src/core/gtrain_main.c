@@ -585,7 +585,7 @@ int main(int argc, char **argv) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     gt_startup_rank(rank);
-    gt_startup_mark("MPI_Init");
+    gt_startup_mark(GT_STARTUP_MPI);
     gt_config cfg;
     char err[8192]; /* room for every model.init mismatch */
     /* first: a node with another build may read the config differently or hang in a collective */

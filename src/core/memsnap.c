@@ -10,11 +10,12 @@
  * The checksum is four interleaved 64-bit multiply-rotate lanes over 8-byte words (a few GB/s on one
  * core), each part hashed in turn and mixed into the next.
  */
-#define _GNU_SOURCE /* fallocate */
+#define _GNU_SOURCE /* fallocate, MAP_POPULATE */
 
 #include "memsnap.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,11 +78,20 @@ uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len) {
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 static inline uint64_t lane(uint64_t acc, uint64_t w) { return rotl(acc + w * P2, 31) * P1; }
 
-uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    uint64_t a = h + P1 + P2, b = h + P2, c = h, d = h - P1;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
+/* The checksum as a stream: begin, blocks of whole 32-byte groups (any number of calls), end with the
+ * rest (under 32 bytes). gt_memsnap_hash is the three at once, so that a reader that checks a slot
+ * while it copies it (verify_load below) computes the same sum as the writer. */
+typedef struct hash_state {
+    uint64_t a, b, c, d, n;
+} hash_state;
+
+static void hash_begin(hash_state *s, uint64_t h) {
+    s->a = h + P1 + P2, s->b = h + P2, s->c = h, s->d = h - P1, s->n = 0;
+}
+
+static void hash_blocks(hash_state *s, const unsigned char *p, size_t n) { /* n: a multiple of 32 */
+    uint64_t a = s->a, b = s->b, c = s->c, d = s->d;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
         uint64_t w[4];
         memcpy(w, p + i, sizeof w);
         a = lane(a, w[0]);
@@ -89,7 +99,12 @@ uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
         c = lane(c, w[2]);
         d = lane(d, w[3]);
     }
-    uint64_t x = rotl(a, 1) + rotl(b, 7) + rotl(c, 12) + rotl(d, 18) + (uint64_t)n;
+    s->a = a, s->b = b, s->c = c, s->d = d, s->n += n;
+}
+
+static uint64_t hash_end(const hash_state *s, const unsigned char *p, size_t n) { /* n < 32 */
+    uint64_t x = rotl(s->a, 1) + rotl(s->b, 7) + rotl(s->c, 12) + rotl(s->d, 18) + (s->n + (uint64_t)n);
+    size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, sizeof w);
@@ -102,6 +117,15 @@ uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
     x *= P3;
     x ^= x >> 32;
     return x;
+}
+
+uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    hash_state s;
+    hash_begin(&s, h);
+    size_t whole = n / 32 * 32;
+    hash_blocks(&s, p, whole);
+    return hash_end(&s, p + whole, n - whole);
 }
 
 /* The checksum of a whole slot image (header + payload + config), the header's field read as 0. */
@@ -178,8 +202,12 @@ int gt_memsnap_peek(const gt_memsnap_id *id, int slot, int64_t *step, char *why,
     return 1;
 }
 
-int gt_memsnap_verify_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
-                            gt_state_info *info, char **config_text, char *why, size_t why_len) {
+/* Bytes copied between two steps of the checksum: small enough that the hash reads them back from
+ * the cache the copy just left them in (one pass over the slot's memory, not two). */
+#define LOAD_CHUNK ((size_t)256 << 10)
+
+int gt_memsnap_verify_load_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
+                                 gt_optim *opt, gt_state_info *info, char **config_text, char *why, size_t why_len) {
     const header *h = image;
     const char *bad = NULL;
     int rc = size >= sizeof(header) ? check_header(h, id, size, &bad) : -1;
@@ -191,25 +219,41 @@ int gt_memsnap_verify_image(const gt_memsnap_id *id, const void *image, uint64_t
         snprintf(why, why_len, "holds step %lld, not %lld", (long long)h->step, (long long)step);
         return -1;
     }
-    if (slot_checksum(image, h) != __atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE)) {
+    uint64_t want = __atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE);
+    header head;
+    memcpy(&head, image, sizeof head);
+    head.checksum = 0;
+    uint64_t x = gt_memsnap_hash(0, &head, sizeof head);
+    /* the payload: each chunk copied into the optimizer, then hashed while it is still in the cache */
+    const unsigned char *payload = (const unsigned char *)image + HEADER_BYTES;
+    size_t group = (size_t)head.count * sizeof(float), total = 3 * group, hashed = 0;
+    unsigned char *dst[3] = {(unsigned char *)opt->master, (unsigned char *)opt->exp_avg,
+                             (unsigned char *)opt->exp_avg_sq};
+    hash_state s;
+    hash_begin(&s, x);
+    for (size_t at = 0; at < total;) {
+        size_t g = at / group, off = at - g * group;
+        size_t len = group - off < LOAD_CHUNK ? group - off : LOAD_CHUNK;
+        opt->ops->copy_to_device(dst[g] + off, payload + at, len);
+        at += len;
+        size_t upto = at / 32 * 32;
+        hash_blocks(&s, payload + hashed, upto - hashed);
+        hashed = upto;
+    }
+    x = hash_end(&s, payload + hashed, total - hashed);
+    opt->ops->synchronize();
+    x = gt_memsnap_hash(x, payload + total, (size_t)head.config_bytes);
+    if (!x) x = 1; /* as slot_checksum */
+    if (x != want) {
         snprintf(why, why_len, "its checksum does not match (a refresh interrupted, or damaged)");
         return -1;
     }
-    *info = h->info;
-    *config_text = malloc((size_t)h->config_bytes + 1);
+    *info = head.info;
+    *config_text = malloc((size_t)head.config_bytes + 1);
     if (!*config_text) abort();
-    memcpy(*config_text, (const char *)image + HEADER_BYTES + h->payload_bytes, (size_t)h->config_bytes);
-    (*config_text)[h->config_bytes] = '\0';
+    memcpy(*config_text, payload + total, (size_t)head.config_bytes);
+    (*config_text)[head.config_bytes] = '\0';
     return 0;
-}
-
-void gt_memsnap_load_image(const void *image, gt_optim *opt) {
-    const header *h = image;
-    const float *payload = (const float *)((const char *)image + HEADER_BYTES);
-    float *dst[3] = {opt->master, opt->exp_avg, opt->exp_avg_sq};
-    for (int g = 0; g < 3; g++)
-        if (h->count) opt->ops->copy_to_device(dst[g], payload + (size_t)g * h->count, (size_t)h->count * sizeof(float));
-    opt->ops->synchronize();
 }
 
 void *gt_memsnap_map(const gt_memsnap_id *id, int slot, uint64_t *size, char *why, size_t why_len) {
@@ -219,7 +263,9 @@ void *gt_memsnap_map(const gt_memsnap_id *id, int slot, uint64_t *size, char *wh
     int rc = open_slot(id, slot, &h, &fd, &st_size, why, why_len);
     if (rc == 0) snprintf(why, why_len, "its slot is gone");
     if (rc != 1) return NULL;
-    void *map = mmap(NULL, (size_t)st_size, PROT_READ, MAP_SHARED, fd, 0);
+    /* MAP_POPULATE: its pages are in memory already (the file system's); mapping them in one call
+     * takes less time than one fault per page as the reader walks them */
+    void *map = mmap(NULL, (size_t)st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         snprintf(why, why_len, "mmap: %s", strerror(errno));
@@ -233,25 +279,16 @@ void gt_memsnap_unmap(void *map, uint64_t size) {
     if (map) munmap(map, (size_t)size);
 }
 
-int gt_memsnap_verify(const gt_memsnap_id *id, int slot, int64_t step, gt_state_info *info, char **config_text,
-                      char *why, size_t why_len) {
+int gt_memsnap_verify_load(const gt_memsnap_id *id, int slot, int64_t step, gt_optim *opt, gt_state_info *info,
+                           char **config_text, char *why, size_t why_len) {
     uint64_t size = 0;
     char path[4200], msg[512];
     gt_memsnap_path(path, sizeof path, id, slot);
     void *map = gt_memsnap_map(id, slot, &size, msg, sizeof msg);
-    int rc = map ? gt_memsnap_verify_image(id, map, size, step, info, config_text, msg, sizeof msg) : -1;
+    int rc = map ? gt_memsnap_verify_load_image(id, map, size, step, opt, info, config_text, msg, sizeof msg) : -1;
     if (rc != 0) snprintf(why, why_len, "%s: %s", path, msg);
     gt_memsnap_unmap(map, size);
     return rc;
-}
-
-int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why, size_t why_len) {
-    uint64_t size = 0;
-    void *map = gt_memsnap_map(id, slot, &size, why, why_len);
-    if (!map) return -1;
-    gt_memsnap_load_image(map, opt);
-    gt_memsnap_unmap(map, size);
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -286,10 +323,26 @@ static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
         snprintf(err, len, "%s: %s", path, strerror(errno));
         return -1;
     }
-    int rc = ftruncate(fd, 0); /* whatever it held is gone before any byte of the new one is there */
-    if (rc == 0) {
-        rc = fallocate(fd, 0, 0, (off_t)bytes);
-        if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) rc = ftruncate(fd, (off_t)bytes);
+    struct stat st;
+    int rc;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == bytes && (uint64_t)st.st_blocks * 512 >= bytes) {
+        /* this slot as an earlier life of the rank left it (its name is its lineage, world and rank),
+         * of this size and its memory reserved: only its header is cleared, the checksum first, which
+         * makes it one never written to any reader (nothing of it is used later: the next refresh
+         * writes it whole, its checksum last); faulting in its size again would cost a tenth of a
+         * second per 0.5 GB for pages it already has */
+        static const unsigned char zeros[HEADER_BYTES];
+        const off_t at = (off_t)offsetof(header, checksum);
+        rc = pwrite(fd, zeros, sizeof(uint64_t), at) == (ssize_t)sizeof(uint64_t) &&
+                     pwrite(fd, zeros, HEADER_BYTES, 0) == (ssize_t)HEADER_BYTES
+                 ? 0
+                 : -1;
+    } else {
+        rc = ftruncate(fd, 0); /* whatever it held is gone before any byte of the new one is there */
+        if (rc == 0) {
+            rc = fallocate(fd, 0, 0, (off_t)bytes);
+            if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) rc = ftruncate(fd, (off_t)bytes);
+        }
     }
     void *map = rc == 0 ? mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (map == MAP_FAILED) {

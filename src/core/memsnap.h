@@ -50,20 +50,19 @@ uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len);
  * there is no such file; -1 when the file is there but not usable as id's (why: one phrase). */
 int gt_memsnap_peek(const gt_memsnap_id *id, int slot, int64_t *step, char *why, size_t why_len);
 
-/* Verifies the slot fully (peek, then the checksum over the header, the payload and the config):
- * 0 with *info and *config_text (malloc'd) when it holds step `step` of id; -1 with why. */
-int gt_memsnap_verify(const gt_memsnap_id *id, int slot, int64_t step, gt_state_info *info, char **config_text,
-                      char *why, size_t why_len);
+/* Verifies slot `slot` of id and loads it into opt in one pass over its memory: the header first
+ * (id's, of step `step`; nothing is copied when it is not), then the payload copied into opt's master
+ * weights and moments (copy_to_device) chunk by chunk, each chunk hashed as it is copied, then the
+ * config; the sum compared last. 0 with *info and *config_text (malloc'd) when the slot holds step
+ * `step` of id whole; -1 with why. After a -1 whose header matched, opt's master weights and moments
+ * hold the slot's bytes, which did not verify: the caller must not use them (zero them, or load
+ * another source over them). */
+int gt_memsnap_verify_load(const gt_memsnap_id *id, int slot, int64_t step, gt_optim *opt, gt_state_info *info,
+                           char **config_text, char *why, size_t why_len);
 
-/* Copies a verified slot's payload into opt's master weights and moments (copy_to_device): 0, or -1
- * with why when the file no longer reads. */
-int gt_memsnap_load(const gt_memsnap_id *id, int slot, gt_optim *opt, char *why, size_t why_len);
-
-/* The same on a slot image in memory (a partner's copy fetched over MPI): verify_image as verify;
- * load_image copies a verified image's payload into opt. */
-int gt_memsnap_verify_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
-                            gt_state_info *info, char **config_text, char *why, size_t why_len);
-void gt_memsnap_load_image(const void *image, gt_optim *opt);
+/* The same on a slot image in memory (a partner's copy fetched over MPI). */
+int gt_memsnap_verify_load_image(const gt_memsnap_id *id, const void *image, uint64_t size, int64_t step,
+                                 gt_optim *opt, gt_state_info *info, char **config_text, char *why, size_t why_len);
 
 /* A slot whose header is id's, mapped read-only whole (*size bytes): to send a partner's copy. NULL
  * with why. gt_memsnap_unmap releases it. */

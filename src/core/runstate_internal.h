@@ -62,8 +62,8 @@ void gt_rs_save_info(const gt_run_state *run, int step, gt_state_info *out);
 /* runstate_memsnap.c: the memory snapshots (checkpoint.memory_every; memsnap.h) */
 /* Collective, after rank 0's plan: resumes from the newest step whose snapshot every rank has and
  * verifies, when it is newer than the newest state file of the plan. 1 (resumed: *info, the
- * optimizer, one line said so), 0 (not: one line said why when there were snapshots of the run), or
- * -1 (a verified snapshot failed to load: exit 3). plan: rank 0's. */
+ * optimizer, one line said so) or 0 (not: one line said why when there were snapshots of the run;
+ * the optimizer's master weights and moments as allocated, zeros). plan: rank 0's. */
 int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_info *info);
 /* After the resume: the writer (when memory_every is not 0). Collective. */
 void gt_rs_memsnap_begin(gt_run_state *run);

@@ -117,7 +117,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
     if (cfg->checkpoint.dir[0]) rc = gt_rs_check_dir(run);
     gt_startup_mark("checkpoint.dir checked");
     if (!rc) rc = gt_rs_resume(run); /* also the lineage, and the refusal of a fresh start over another's files */
-    gt_startup_mark("lineage and resume (the state file read and verified)");
+    gt_startup_mark(GT_STARTUP_RESUMED);
     /* after the resume: a run refused there (another lineage's files) leaves the directory as it was */
     if (!rc && cfg->checkpoint.dir[0] && rank_of(run) == 0) gt_rs_remove_stale_temporaries(cfg->checkpoint.dir);
     if (!rc && cfg->checkpoint.dir[0] && cfg->checkpoint.async) { /* the snapshot buffer, before step 1 */

@@ -12,11 +12,12 @@
  *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: each rank reads
  *             the headers of its two slots of that lineage, world size, rank and slice; the ranks
  *             gather them and take the newest step that every rank holds and that is newer than the
- *             newest state file of the plan (and before train.steps); each rank then verifies its
- *             slot's checksum (rank 0 also that the saved config changes no model key, unless
- *             checkpoint.allow_model_change, and the global batch), and they agree
- *             (gt_agree_on_failure): all load it, or the next older common step is tried, or the
- *             files on disk are used, with one line saying why. A snapshot of another run or branch
+ *             newest state file of the plan (and before train.steps); each rank then loads its slot
+ *             into the optimizer and verifies its checksum in the same pass (rank 0 also that the
+ *             saved config changes no model key, unless checkpoint.allow_model_change, and the
+ *             global batch), and they agree (gt_agree_on_failure): all take it, or the loaded bytes
+ *             are cleared (forget_load) and the next older common step is tried, or the files on
+ *             disk are used, with one line saying why. A snapshot of another run or branch
  *             is never read past its header and never deleted.
  *   partners  across nodes, each rank's partner (the rank of its index on the next node) keeps a
  *             copy of its snapshot, sent over MPI after each refresh (a collective step: every rank
@@ -39,6 +40,7 @@
 #include "agree.h"
 #include "config.h"
 #include "memsnap.h"
+#include "startup.h"
 #include "testhooks.h"
 #include "watchdog.h"
 #include "errmsg.h"
@@ -146,6 +148,19 @@ static int fits_run(const gt_run_state *run, const gt_state_info *info, const ch
         return -1;
     }
     return 0;
+}
+
+/* The optimizer's master weights and moments as a start without a resume has them (zeros): after a
+ * snapshot that was loaded while it was verified and then not taken, the older step, the state file
+ * or a fresh start's draw that comes next finds none of its bytes. */
+static void forget_load(gt_run_state *run) {
+    gt_optim *opt = run->opt;
+    size_t bytes = opt->state_len * sizeof(float); /* as gt_optim_init zeroed them */
+    if (!bytes) return;
+    opt->ops->zero(opt->master, bytes);
+    opt->ops->zero(opt->exp_avg, bytes);
+    opt->ops->zero(opt->exp_avg_sq, bytes);
+    opt->ops->synchronize();
 }
 
 /* all: 4 steps per rank by the headers: its own two slots, then the two copies it keeps of its ward.
@@ -302,6 +317,7 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, run->mpi_comm);
     int any_found = found;
     MPI_Allreduce(&found, &any_found, 1, MPI_INT, MPI_MAX, run->mpi_comm);
+    gt_startup_mark("resume: the memory snapshots' headers read and gathered");
     if (!any_found) {
         free(all);
         free(need);
@@ -327,8 +343,11 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         char *text = NULL;
         gt_state_info got;
         int bad;
+        /* verified and loaded in one pass; a rank whose slice does not verify, or a veto below,
+         * leaves bytes in the optimizer that no rank may train on: forget_load then clears them */
         if (need[rank]) {
-            bad = !image || gt_memsnap_verify_image(&id, image, image_size, S, &got, &text, msg, sizeof msg) != 0;
+            bad = !image || gt_memsnap_verify_load_image(&id, image, image_size, S, run->opt, &got, &text, msg,
+                                                         sizeof msg) != 0;
             if (!image) snprintf(msg, sizeof msg, "its partner could not send its copy");
             else if (bad) {
                 char tmp[4600];
@@ -336,34 +355,23 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
                 snprintf(msg, sizeof msg, "%s", tmp);
             }
         } else {
-            bad = gt_memsnap_verify(&id, slot, S, &got, &text, msg, sizeof msg) != 0;
+            bad = gt_memsnap_verify_load(&id, slot, S, run->opt, &got, &text, msg, sizeof msg) != 0;
         }
+        free(image);
         if (!bad && rank == 0) bad = fits_run(run, &got, text, msg, sizeof msg) != 0;
         free(text);
         char line[4700];
         snprintf(line, sizeof line, "rank %d: %s", rank, msg);
         if (gt_agree_on_failure(run->mpi_comm, bad, line, sizeof line)) {
             snprintf(verdict, sizeof verdict, "step %lld: %s", (long long)S, line);
-            free(image);
+            forget_load(run);
             continue;
         }
-        if (need[rank]) gt_memsnap_load_image(image, run->opt), bad = 0;
-        else bad = gt_memsnap_load(&id, slot, run->opt, msg, sizeof msg) != 0;
-        free(image);
-        snprintf(line, sizeof line, "rank %d: %s", rank, msg);
-        if (gt_agree_on_failure(run->mpi_comm, bad, line, sizeof line)) {
-            if (rank == 0) {
-                fprintf(stderr, "gtrain: the verified memory snapshot of step %lld did not load (%s): the optimizer "
-                        "holds part of it; start again to resume from the files on disk\n", (long long)S, line);
-                fflush(stderr);
-            }
-            free(all);
-            free(need);
-            return -1;
-        }
+        gt_startup_mark("resume: the memory snapshot verified and loaded (every rank)");
         gt_optim_publish_params(run->opt);
         run->opt->ops->synchronize();
         MPI_Barrier(run->mpi_comm);
+        gt_startup_mark("resume: the parameters published (and every rank done loading)");
         double seconds = MPI_Wtime() - t0;
         *info = got;
         run->memsnap_kept = need[rank] ? -1 : slot;

@@ -211,13 +211,9 @@ int gt_rs_resume(gt_run_state *run) {
     memset(&info, 0, sizeof info);
     int code = GT_STATE_OK;
     long long i = 0, candidates = explicit_path ? 1 : n + (plan->from[0] ? 1 : 0);
+    gt_startup_mark("resume: the lineage and the state files listed");
     /* a memory snapshot newer than the newest file (runstate_memsnap.c) comes first */
     int from_memory = explicit_path ? 0 : gt_rs_memsnap_resume(run, plan, &info);
-    if (from_memory < 0) {
-        free(plan->steps);
-        free(plan);
-        return GT_EXIT_BAD_STATE;
-    }
     if (from_memory) fresh = 0;
     if (!fresh && !from_memory) {
         code = GT_STATE_UNREADABLE;

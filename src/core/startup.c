@@ -58,18 +58,27 @@ void gt_startup_rank(int rank) {
     rank_value = rank;
 }
 
+/* The marks of this start, kept whether or not they are printed: the split of gt_startup_split. */
+enum { MAX_MARKS = 32 };
+static struct {
+    const char *phase;
+    double ms;
+} marks[MAX_MARKS];
+static int n_marks;
+
 void gt_startup_mark(const char *phase) {
     if (enabled < 0) {
         const char *v = getenv("GTRAIN_STARTUP_TIMES");
         enabled = v && strcmp(v, "1") == 0;
     }
-    if (!enabled) return;
     static double origin = -2;
     if (origin == -2) {
         origin = process_start_ms();
         if (origin < 0) origin = boot_ms();
     }
     double t = boot_ms() - origin;
+    if (n_marks < MAX_MARKS) marks[n_marks].phase = phase, marks[n_marks++].ms = t;
+    if (!enabled) return;
     char who[32];
     const char *env = getenv("OMPI_COMM_WORLD_RANK");
     if (!env) env = getenv("PMI_RANK");
@@ -81,4 +90,41 @@ void gt_startup_mark(const char *phase) {
     fflush(stderr);
     last_ms = t;
     last_cpu_ms = cpu;
+}
+
+/* The parts of the split: each ends at the mark of that name (the marks between two of them belong
+ * to the later one), in the order a start passes them. */
+static const struct {
+    const char *ends_at, *label;
+} parts[] = {
+    {GT_STARTUP_MPI, "MPI start"},
+    {GT_STARTUP_CHECKED, "checks and plan"},
+    {GT_STARTUP_ALLOCATED, "allocation"},
+    {GT_STARTUP_RESUMED, "directory and resume"},
+    {GT_STARTUP_BUFFERS, "save and snapshot buffers"},
+    {GT_STARTUP_READY, "weights and banner"},
+    {GT_STARTUP_FIRST_STEP, "first step"},
+};
+
+int gt_startup_split(char *out, size_t len) {
+    int at = -1; /* the mark of the first step */
+    for (int i = 0; i < n_marks; i++)
+        if (strcmp(marks[i].phase, GT_STARTUP_FIRST_STEP) == 0) at = i;
+    if (at < 0 || len == 0) return -1;
+    int n = snprintf(out, len, "%.2f s from the process's start to the end of the first step (", marks[at].ms / 1e3);
+    double from = 0;
+    int first = 1;
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+        for (int i = 0; i <= at; i++) {
+            if (strcmp(marks[i].phase, parts[p].ends_at) != 0) continue;
+            if (n >= 0 && (size_t)n < len)
+                n += snprintf(out + n, len - (size_t)n, "%s%s %.2f", first ? "" : ", ", parts[p].label,
+                              (marks[i].ms - from) / 1e3);
+            from = marks[i].ms;
+            first = 0;
+            break;
+        }
+    }
+    if (n >= 0 && (size_t)n < len) snprintf(out + n, len - (size_t)n, " s)");
+    return 0;
 }

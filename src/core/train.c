@@ -625,14 +625,14 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
         (rc = open_data(r)))
         return rc;
     gt_trace_run_comm(r->comm);
-    gt_startup_mark("backend, communicator, global batch, plan, data");
+    gt_startup_mark(GT_STARTUP_CHECKED);
     build_model(r);
-    gt_startup_mark("model and optimizer allocated");
+    gt_startup_mark(GT_STARTUP_ALLOCATED);
     int B = cfg->train.micro_batch, T = cfg->train.seq_len, A = cfg->train.grad_accum;
     r->G = (uint64_t)B * A * r->world;
     rc = gt_runstate_begin(&r->state, cfg, r->comm, mpi, r->model, &r->opt, r->G);
     if (rc) return rc;
-    gt_startup_mark("state begun (directory checks, resume, writer's buffer)");
+    gt_startup_mark(GT_STARTUP_BUFFERS);
     if (!cfg->model.init[0] && r->state.first_step == 1) init_params(r); /* a resume read them */
     if (cfg->model.init[0]) {
         rc = import_checkpoint(cfg, &r->opt, &r->layout, mpi, r->state.first_step > 1);
@@ -661,8 +661,17 @@ static int open_run(run *r, const gt_config *file_cfg, MPI_Comm mpi) {
     if (rc) snprintf(msg, sizeof msg, "%s: [dist] timeout: %s (dist.timeout = 0 runs without the watchdog)", cfg->path,
                      why);
     rc = agree_input(mpi, rc, msg, sizeof msg);
-    gt_startup_mark("metrics, banner, watchdog");
+    gt_startup_mark(GT_STARTUP_READY);
     return rc;
+}
+
+/* Rank 0, after the first step's line: one line with what this start's time went to (startup.h),
+ * so that a restart's cost can be read without GTRAIN_STARTUP_TIMES. */
+static void say_start_split(void) {
+    char split[512];
+    if (gt_startup_split(split, sizeof split) != 0) return;
+    printf("gtrain: start: %s\n", split);
+    fflush(stdout);
 }
 
 static void close_run(run *r) {
@@ -952,10 +961,11 @@ int gt_train(const gt_config *cfg, MPI_Comm world_comm) {
         gt_trace_step_begin(step);
         if ((rc = train_step(&r, step, &res))) break;
         gt_trace_step_end(step);
-        if (step == r.state.first_step) gt_startup_mark("first step");
+        if (step == r.state.first_step) gt_startup_mark(GT_STARTUP_FIRST_STEP);
         gt_watchdog_step_done(step, res.seconds);
         if (r.rank == 0)
             progress_update(&r.progress, step, res.loss, res.lr, res.grad_norm, res.tok_per_s, res.seconds, res.mfu);
+        if (r.rank == 0 && step == r.state.first_step) say_start_split();
         int stop = res.outcome == GT_STEP_APPLIED ? 0 : report_skipped(&r, &res);
         /* save when due, or stop on a signal; before the metrics line, which carries save_blocking_ms,
          * and that line before the step's validation line, as readers of the metrics expect */

@@ -1628,6 +1628,72 @@ def memsnap_torn(e):
     same_as_ref(e, "flip", ref)
 
 
+def slot_is_blank(path):
+    """A slot whose header reads as never written (src/core/memsnap.c: an all-zero magic, checksum 0)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    return head[:8] == bytes(8) and snap_step(path) == 0
+
+
+def memsnap_unverified(e):
+    """A restart verifies each slot while it loads it (one pass): a slot that then fails its checksum
+    leaves nothing behind. No state file (checkpoint.every = 0), snapshots of steps 5 and 6 on both
+    ranks, both of rank 1's damaged (a flipped payload byte): rank 0 loads its own whole, rank 1's fail,
+    the ranks agree on neither, and with no file the start is a fresh one (a new lineage), whose weights
+    and moments must be a fresh start's, not rank 0's loaded step: bit-identical to an uninterrupted
+    run. With a state file (step 4) the start resumes it in the same lineage and keeps its slots (their
+    memory already reserved) but clears them: killed in the middle of its first refresh
+    (GTRAIN_TEST_MEMSNAP_KILL=5:0), rank 0's other slot reads as never written, not as the earlier
+    life's step 5, at the same size; the next start resumes the file again, bit-identical."""
+    nofile = ("checkpoint.every=0", "checkpoint.every_minutes=0")
+    e.run(2, "ref", *MEM, *nofile, env=shm_env(e))
+    ref = e.losses("ref")
+    killed_after(e, "bad", 6, *nofile)
+    check(e.steps_saved("bad") == [], "killed after step 6 with no state file")
+    r1 = [p for p in snap_files(e, "bad") if "-r1." in os.path.basename(p)]
+    check(len(r1) == 2 and min(snap_step(p) for p in snap_files(e, "bad")) >= 5,
+          "both ranks hold two snapshots, of steps 5 and 6")
+    for p in r1:
+        flip_byte(p, 4096 + 1000)
+    out, _ = e.run(2, "bad", *MEM, *nofile, env=shm_env(e))
+    line = next((l for l in out.splitlines() if "are not used" in l), "")
+    print("   ", line)
+    check("its checksum does not match" in line and "rank 1" in line,
+          "rank 1's slots fail their checksums: the snapshots are not used, one line says why")
+    check(re.search(r"^step +1/", out, re.M) is not None, "a fresh start from step 1 (no state file)")
+    same_as_ref(e, "bad", ref)
+    # the same with a state file of step 4: its start keeps the lineage's slots, cleared
+    killed_after(e, "file", 6)
+    check(e.steps_saved("file") == [4], "killed after step 6: the state file of step 4")
+    r0 = [p for p in snap_files(e, "file") if "-r0." in os.path.basename(p)]
+    for p in snap_files(e, "file"):
+        if "-r1." in os.path.basename(p):
+            flip_byte(p, 4096 + 1000)
+    sizes = {p: os.path.getsize(p) for p in r0}
+    p = e.start(2, "file", *MEM, env=shm_env(e, {"GTRAIN_TEST_MEMSNAP_KILL": "5:0"}))
+    ranks = rank_pids(p) or []
+    out, _ = p.communicate(timeout=240)
+    wait_for(lambda: not any(alive(pid) for pid in ranks), "the ranks of the start that kills itself", timeout=60)
+    check("resumed from " + e.ck("file", 4) in out, "resumed from the state file of step 4")
+    blank = [q for q in r0 if slot_is_blank(q)]
+    print("    rank 0's slots after its torn refresh of step 5:", [(os.path.basename(q)[-4:], snap_step(q)) for q in r0])
+    check(len(blank) == 1 and os.path.getsize(blank[0]) == sizes[blank[0]],
+          "rank 0's slot not written since reads as never written (cleared at the start), its size kept")
+    out, _ = e.run(2, "file", *MEM, env=shm_env(e))
+    check("resumed from " + e.ck("file", 4) in out, "resumed from the state file of step 4 again")
+    same_as_ref(e, "file", ref)
+    # the start's one line: its parts add up to its total (src/core/startup.c)
+    lines = [l for l in out.splitlines() if l.startswith("gtrain: start: ")]
+    print("   ", lines[0] if lines else out)
+    m = re.match(r"gtrain: start: ([0-9.]+) s from the process's start to the end of the first step \((.*) s\)$",
+                 lines[0] if len(lines) == 1 else "")
+    parts = dict((k, float(v)) for k, v in re.findall(r"([a-zA-Z_ ]+?) ([0-9.]+)(?:, |$)", m.group(2))) if m else {}
+    check(list(parts) == ["MPI start", "checks and plan", "allocation", "directory and resume",
+                          "save and snapshot buffers", "weights and banner", "first step"]
+          and abs(sum(parts.values()) - float(m.group(1))) <= 0.05,
+          "one line splits the start's time into its parts, which add up to its total")
+
+
 def memsnap_fallbacks(e):
     """No snapshot on rank 1 (its slots deleted, as a rank moved to a node without them): the files
     on disk, with one line naming the rank; a snapshot not newer than the newest state file (every 3
@@ -1875,8 +1941,8 @@ SCENARIOS = {f.__name__: f for f in (kill9_bitwise, kill_during_save, reshard, g
                                      read_errors,
                                      async_missing_rank_file, rank_file_incomplete, async_sigterm, async_full_disk, resave_is_atomic,
                                      save_failure_names_every_rank, eio_mid_save,
-                                     memsnap_kill9, memsnap_torn, memsnap_fallbacks, memsnap_partner, memsnap_auto,
-                                     auto_cadence)}
+                                     memsnap_kill9, memsnap_torn, memsnap_unverified, memsnap_fallbacks, memsnap_partner,
+                                     memsnap_auto, auto_cadence)}
 
 MOUNT_NAMESPACE = {"eio_mid_save"}
 
