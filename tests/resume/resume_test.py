@@ -1898,7 +1898,8 @@ def memsnap_auto(e):
             check(m.group(1) == "now " and "measured: the mean of" in m.group(8), f"a change, measured: {line}")
             every = n
     got = memsnap_steps(e, "sa")
-    check(got == expected and len(got) >= 2, f"refreshes at the steps the chosen interval gives: {got}, expected {expected}")
+    # at least the first: a refresh measured slow (a loaded machine) can move the interval past the run's end
+    check(got == expected and len(got) >= 1, f"refreshes at the steps the chosen interval gives: {got}, expected {expected}")
     check(every > 1 or len(choices) > 1, f"an interval of more than one step was chosen at some point: {choices}")
     hist = [f for f in os.listdir(e.ck("sa")) if f.startswith(".gtrain-history-")]
     with open(os.path.join(e.ck("sa"), hist[0])) as f:
