@@ -4,10 +4,7 @@
 # 2 ranks read that file as their own, and a plan of 1 rank reads it only as the nearest, saying so.
 #   calibrate_ranks.sh GTRAIN GTRAIN_PREP "MPIEXEC;FLAGS..." WORKDIR
 set -euo pipefail
-gtrain=$1 prep=$2 work=$4
-IFS=';' read -ra mpi <<<"$3"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-"$prep" -o corpus /usr/share/common-licenses/* >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/work_and_corpus.sh"
 cat >run.ini <<INI
 [model]
 dim = 64

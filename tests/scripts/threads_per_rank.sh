@@ -5,10 +5,7 @@
 # warmup_steps trains, with a note that the warm-up was shortened.
 #   threads_per_rank.sh GTRAIN GTRAIN_PREP "MPIEXEC;FLAGS..." WORKDIR
 set -euo pipefail
-gtrain=$1 prep=$2 work=$4
-IFS=';' read -ra mpi <<<"$3"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-"$prep" -o corpus /usr/share/common-licenses/* >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/work_and_corpus.sh"
 cat >run.ini <<INI
 [model]
 dim = 16
