@@ -23,11 +23,13 @@
 # file). The kinds: kill (kill -9 of the rank on a node taken at random: the other rank's liveness
 # watchdog names it, exit 76 or srun's 137 with its line), stop (SIGSTOP of it: the same, and srun
 # kills the stopped rank GTRAIN_SRUN_WAIT s later), preempt (SIGTERM to the batch shell, scancel
-# --batch: the ranks save, exit 75) and node (every process of a node killed, cluster.sh kill-node:
-# its rank, slurmd, the batch shell when it is gtc-n0, and its /dev/shm with the snapshots; the step
-# ends once Slurm marks the node DOWN after SlurmdTimeout; as soon as the job has left it the node is
-# started again, cluster.sh start-node, as a spare would be there at once: a real node's reboot or
-# replacement time is not in the figures). The test cluster's Slurm: SlurmdTimeout 20 s
+# --batch: the ranks save, exit 75) and node (every process of the node that does not run the batch
+# shell killed, cluster.sh kill-node: its rank, its slurmd, and its /dev/shm with the snapshots; the
+# step ends once srun gives up on the node's task; once it has and Slurm has marked the node DOWN
+# (SlurmdTimeout) the node is started again, cluster.sh start-node, as a spare would be there at
+# once: a real node's reboot or replacement time is not in the figures). Not the batch shell's node:
+# under --no-kill Slurm 22.05 then removes the node from the job and kills the batch step, and the
+# job stays RUNNING on the other node with no script left to requeue it. The test cluster's Slurm: SlurmdTimeout 20 s
 # (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo cred_expire 10 s (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's
 # default 120 s), which is also how long a requeued job waits before it may start again;
 # GTRAIN_SRUN_WAIT 10 s (gtrain.sbatch's default 60 s). WORKDIR must not be under /tmp (each node has
@@ -313,6 +315,10 @@ while :; do
     next_kind
     if ((cluster)); then
       node=$((RANDOM % 2)) victim=""
+      if [[ $kind == node ]]; then # not the batch shell's node (see the header)
+        batch=$(job_field BatchHost)
+        node=$([[ $batch == gtc-n1 ]] && echo 0 || echo 1)
+      fi
       for try in $node $((1 - node)); do
         victim=$(node_rank "$try")
         [[ -n $victim ]] && { node=$try; break; }
@@ -360,7 +366,14 @@ while :; do
   fi
   detect=$(since "$t_fault")
   if ((cluster)); then
-    if [[ -n $lost ]]; then # the lost node back, as a spare would be (its namespace's processes are gone)
+    if [[ -n $lost ]]; then
+      # the lost node back, as a spare would be, once Slurm has marked it DOWN: a node that answers
+      # again before gets the requeue's kill of the job's earlier start, which slurmctld retries until
+      # the node answers, and which then kills the new start's rank there (the same job id)
+      for _ in $(seq 600); do
+        [[ $(sinfo -h -N -n "gtc-n$lost" -o %t 2>/dev/null) == down* ]] && break
+        sleep 0.2
+      done
       for _ in $(seq 100); do [[ -z $(ip netns pids "gtc-node$lost" 2>/dev/null) ]] && break; sleep 0.1; done
       bash "$cluster_sh" start-node "$lost" || echo "goodput.sh: cluster.sh start-node $lost failed" >&2
       lost=""
