@@ -25,9 +25,11 @@
 # kills the stopped rank GTRAIN_SRUN_WAIT s later), preempt (SIGTERM to the batch shell, scancel
 # --batch: the ranks save, exit 75) and node (every process of the node that does not run the batch
 # shell killed, cluster.sh kill-node: its rank, its slurmd, and its /dev/shm with the snapshots; the
-# step ends once srun gives up on the node's task; once it has and Slurm has marked the node DOWN
-# (SlurmdTimeout) the node is started again, cluster.sh start-node, as a spare would be there at
-# once: a real node's reboot or replacement time is not in the figures). Not the batch shell's node:
+# step ends once srun gives up on the node's task, the batch script requeues the job once Slurm has
+# marked the node DOWN (SlurmdTimeout), and the node is started again (cluster.sh start-node) 70 s
+# after that (GTRAIN_GOODPUT_NODE_AWAY): a node back sooner gets Slurm's retried kill of the job's
+# old step while it runs the new start's rank, which it kills. The job waits for it: the test
+# cluster has no spare node. Not the batch shell's node:
 # under --no-kill Slurm 22.05 then removes the node from the job and kills the batch step, and the
 # job stays RUNNING on the other node with no script left to requeue it. The test cluster's Slurm: SlurmdTimeout 20 s
 # (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo cred_expire 10 s (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's
@@ -173,6 +175,7 @@ if ((cluster)); then
   export GTRAIN_CLUSTER_SLURMD_TIMEOUT=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-20}
   export GTRAIN_CLUSTER_CRED_EXPIRE=${GTRAIN_CLUSTER_CRED_EXPIRE:-10}
   export GTRAIN_SRUN_WAIT=${GTRAIN_SRUN_WAIT:-10}
+  node_away=${GTRAIN_GOODPUT_NODE_AWAY:-70}
   # what the nodes read, copied as the binary is
   cp "$root/configs/llama100m.ini" "$root/launch/gtrain.sbatch" "$work/" || exit 2
   mkdir -p starts
@@ -365,15 +368,18 @@ while :; do
     status=$?
   fi
   detect=$(since "$t_fault")
+  t_launch=$(now) # with -c the next start is the job's own requeue: its wait counts from here
   if ((cluster)); then
     if [[ -n $lost ]]; then
-      # the lost node back, as a spare would be, once Slurm has marked it DOWN: a node that answers
-      # again before gets the requeue's kill of the job's earlier start, which slurmctld retries until
-      # the node answers, and which then kills the new start's rank there (the same job id)
+      # the lost node back once Slurm has marked it DOWN and then $node_away s have passed: slurmctld
+      # sends the kill of the job's old step to the node when it marks it DOWN and, the node being
+      # dead, tries again a minute later; a node back within that minute gets the kill late, when it
+      # already runs the new start's rank of the same job id, and kills that rank
       for _ in $(seq 600); do
         [[ $(sinfo -h -N -n "gtc-n$lost" -o %t 2>/dev/null) == down* ]] && break
         sleep 0.2
       done
+      sleep "$node_away"
       for _ in $(seq 100); do [[ -z $(ip netns pids "gtc-node$lost" 2>/dev/null) ]] && break; sleep 0.1; done
       bash "$cluster_sh" start-node "$lost" || echo "goodput.sh: cluster.sh start-node $lost failed" >&2
       lost=""
@@ -382,7 +388,6 @@ while :; do
     for pid in $(ranks); do kill -9 "$pid" 2>/dev/null; done # nothing of this start may linger
   fi
   step_at=$(last_step "$metrics") # steps finished after the fault, before the job ended, count too
-  t_launch=$(now) # with -c the next start is the job's own requeue
   if ((final)); then
     ((cluster)) && scancel "$job" # it requeued itself after the stop's save
     break
