@@ -25,8 +25,6 @@
 #   refused-shrink     node2 down after a save; the re-run on node1 exits 2 (the smaller world cannot
 #                      keep the global batch): requeued at the full size, not ended
 #   own-pmix-fence     SLURM_PMIX_FENCE=tree set by the submitter: the runs get it unchanged
-#   requeue-after-down the watchdog's 76 with GTRAIN_RETRIES=0 while node2 is "not responding" (its
-#                      next sinfo answers; then DOWN): the requeue waits until sinfo says DOWN
 # Every run of every case must see SLURM_PMIX_FENCE=ring (the submitter's own value in own-pmix-fence):
 # the fences of MPI_Init are then barriers of all nodes (why: launch/gtrain.sbatch).
 # About 10 s.
@@ -88,15 +86,6 @@ cat >"$work/bin/sinfo" <<'EOF'
 . "$FAKE_DIR/../stop_at.sh" sinfo
 node=""
 while (($#)); do [[ $1 == -n ]] && node=$2; shift; done
-if [[ -n ${FAKE_UNRESPONSIVE:-} && $node == "${FAKE_UNRESPONSIVE%%:*}" ]]; then # NODE:N: N answers "not responding", then DOWN
-  n=$(($(cat "$FAKE_DIR/unresponsive" 2>/dev/null || echo 0) + 1))
-  echo "$n" >"$FAKE_DIR/unresponsive"
-  state='mix*'
-  ((n > ${FAKE_UNRESPONSIVE##*:})) && state='down*'
-  echo "sinfo $node: $state" >>"$FAKE_DIR/log"
-  echo "$state"
-  exit 0
-fi
 if [[ -n $node && " ${FAKE_DOWN:-} " == *" $node "* ]]; then echo 'down*'; else echo idle; fi
 EOF
 # sourced by the stand-ins: at the first call of the command named in FAKE_STOP_AT, SIGUSR1 to the
@@ -149,14 +138,6 @@ case_() {
     why="$why; not requeued at the full size"
   [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
     why="$why; no line naming the storage and scontrol release"
-  if [[ $name == requeue-after-down ]]; then # the requeue only after sinfo has said node2 is DOWN
-    local at_requeue at_down
-    at_requeue=$(grep -n '^scontrol requeue' "$dir/log" | head -n 1 | cut -d: -f1)
-    at_down=$(grep -n '^sinfo node2: down' "$dir/log" | head -n 1 | cut -d: -f1)
-    [[ -n $at_requeue && -n $at_down ]] && ((at_requeue > at_down)) || why="$why; requeued before node2 was DOWN"
-    grep -q "waiting before the requeue until Slurm marks node2 DOWN or hears from it again" "$dir/out" ||
-      why="$why; no line saying it waits for node2"
-  fi
   printf '%-18s exit %3d  %s | %s\n' "$name" "$rc" "${why:-ok}" "$(paste -sd ';' "$dir/log")"
   if [[ -n $why ]]; then
     failed=1
@@ -167,7 +148,7 @@ case_() {
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
                              stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink
-                             own-pmix-fence requeue-after-down)
+                             own-pmix-fence)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -182,7 +163,6 @@ for c in "${cases[@]}"; do
     lost-no-rerun) case_ "$c" "" "137" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
     refused-shrink) case_ "$c" "" "137+saved 2" "requeue 4242" FAKE_DOWN=node2 ;;
     own-pmix-fence) own_fence=tree case_ "$c" "" "75" "requeue 4242" ;;
-    requeue-after-down) case_ "$c" "" "76" "requeue 4242" GTRAIN_RETRIES=0 FAKE_UNRESPONSIVE=node2:3 ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
