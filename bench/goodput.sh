@@ -15,30 +15,31 @@
 #   preempt  SIGTERM to the launcher, as a batch system's preemption: the ranks save, exit 75.
 # -k KINDS (a comma list of the kinds above, and node with -c) takes the faults in that order, over
 # and over, instead of shuffled rounds of all of them.
-# -c (--cluster): the same on the 2-node test cluster (tests/cluster/cluster.sh, brought up by the
-# bench and taken down at its end; root, slurm-wlm, munge): one rank per node, started by
-# `sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 launch/gtrain.sbatch` with GTRAIN_RETRIES=0,
-# so that after every fault the job requeues itself at its full size and its next start resumes
-# (the memory snapshots, each rank's with a partner copy on the other node, or the newest state
-# file). The kinds: kill (kill -9 of the rank on a node taken at random: the other rank's liveness
-# watchdog names it, exit 76 or srun's 137 with its line), stop (SIGSTOP of it: the same, and srun
-# kills the stopped rank GTRAIN_SRUN_WAIT s later), preempt (SIGTERM to the batch shell, scancel
-# --batch: the ranks save, exit 75) and node (every process of the node that does not run the batch
-# shell killed, cluster.sh kill-node: its rank, its slurmd, and its /dev/shm with the snapshots; the
-# step ends once srun gives up on the node's task, the batch script requeues the job once Slurm has
-# marked the node DOWN (SlurmdTimeout), and the node is started again (cluster.sh start-node) 70 s
-# after that (GTRAIN_GOODPUT_NODE_AWAY): a node back sooner gets Slurm's retried kill of the job's
-# old step while it runs the new start's rank, which it kills. The job waits for it: the test
-# cluster has no spare node. Not the batch shell's node:
-# under --no-kill Slurm 22.05 then removes the node from the job and kills the batch step, and the
-# job stays RUNNING on the other node with no script left to requeue it. The test cluster's Slurm: SlurmdTimeout 20 s
-# (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo cred_expire 10 s (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's
-# default 120 s), which is also how long a requeued job waits before it may start again;
-# GTRAIN_SRUN_WAIT 10 s (gtrain.sbatch's default 60 s). WORKDIR must not be under /tmp (each node has
-# its own); the default is a new directory under /var/tmp.
+# -c (--cluster): the same on the test cluster (tests/cluster/cluster.sh up 3, brought up by the
+# bench and taken down at its end; root, slurm-wlm, munge): one rank on each of two nodes, started
+# by `sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 launch/gtrain.sbatch` with
+# GTRAIN_RETRIES=0, so that after every fault the job requeues itself at its full size and its next
+# start resumes (the memory snapshots, each rank's with a partner copy on the other node, or the
+# newest state file); the third node is a spare. The kinds: kill (kill -9 of the rank on one of the
+# job's nodes taken at random: the other rank's liveness watchdog names it, exit 76 or srun's 137
+# with its line), stop (SIGSTOP of it: the same, and srun kills the stopped rank GTRAIN_SRUN_WAIT s
+# later), preempt (SIGTERM to the batch shell, scancel --batch: the ranks save, exit 75) and node
+# (every process of the job's node that does not run the batch shell killed, cluster.sh kill-node:
+# its rank, its slurmd, and its /dev/shm with the snapshots; the step ends once srun gives up on the
+# node's task, the job requeues itself and starts again on the node left and the spare). The lost
+# node comes back meanwhile: once Slurm has marked it DOWN (SlurmdTimeout) it is drained, started
+# again (cluster.sh start-node), and takes jobs 70 s later (GTRAIN_GOODPUT_NODE_AWAY): about a
+# minute after a lost node answers again Slurm sends it the kill of the step it ran when it died,
+# which kills a new start's rank there (the same job id). Not the batch shell's node: under
+# --no-kill Slurm 22.05 then removes the node from the job and kills the batch step, and the job
+# stays RUNNING on the other node with no script left to requeue it. The test cluster's Slurm:
+# SlurmdTimeout 20 s (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo cred_expire 10 s
+# (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's default 120 s), which is also how long a requeued job waits
+# before it may start again; GTRAIN_SRUN_WAIT 10 s (gtrain.sbatch's default 60 s). WORKDIR must not
+# be under /tmp (each node has its own); the default is a new directory under /var/tmp.
 # After MINUTES (default 10) the run is stopped by SIGTERM (it saves), and one table is printed:
-# each fault, the time until the job had ended (detection; with -c, until the job's step had ended,
-# or Slurm had requeued the job when the batch shell's node was lost), the time from the restart to
+# each fault, the time until the job had ended (detection; with -c, until the job's step had
+# ended), the time from the restart to
 # the first step finished (with -c: from that end, so the requeue's wait and the scheduling are in
 # it), where that start resumed from (the step, and file, memory, or memory with the ranks whose
 # slices came from their partners' copies), the steps redone; then goodput = steps kept x fault-free step time / wall time,
@@ -169,7 +170,7 @@ next_kind() { # the kinds in turn: as -k gave them, else each round of all of th
 }
 
 # ---------------------------------------------------------------- the test cluster (-c)
-job="" restarts=0 jobs_run=() start_keys=() prev_key=""
+job="" restarts=0 jobs_run=() start_keys=() prev_key="" backs=()
 if ((cluster)); then
   cluster_sh=$root/tests/cluster/cluster.sh
   export GTRAIN_CLUSTER_SLURMD_TIMEOUT=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-20}
@@ -187,10 +188,23 @@ exec "$work/gtrain" "\$@" log.metrics="$work/starts/metrics.\${SLURM_JOB_ID:-0}.
 EOF
   chmod +x gtrain-start
   while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
-  trap 'bash "$cluster_sh" down' EXIT
-  env_lines=$(bash "$cluster_sh" up 2) || { echo "goodput.sh: cluster.sh up 2 failed" >&2; exit 1; }
+  trap 'for p in "${backs[@]}"; do kill "$p" 2>/dev/null; done; bash "$cluster_sh" down' EXIT
+  env_lines=$(bash "$cluster_sh" up 3) || { echo "goodput.sh: cluster.sh up 3 failed" >&2; exit 1; }
   eval "$env_lines"
 fi
+# node_back I: node I, lost, back: once Slurm has marked it DOWN it is drained, its slurmd started
+# again, and $node_away s later it takes jobs again. Drained so long because Slurm, about a minute
+# after a lost node answers again, sends it the kill of the job's step it ran when it died; a new
+# start of the job there by then (the same job id) would lose its rank to it.
+node_back() {
+  for _ in $(seq 600); do [[ $(sinfo -h -N -n "gtc-n$1" -o %t 2>/dev/null) == down* ]] && break; sleep 0.5; done
+  scontrol update NodeName="gtc-n$1" State=DRAIN Reason="goodput.sh: back from a node loss"
+  for _ in $(seq 100); do [[ -z $(ip netns pids "gtc-node$1" 2>/dev/null) ]] && break; sleep 0.1; done
+  bash "$cluster_sh" start-node "$1" || echo "goodput.sh: cluster.sh start-node $1 failed"
+  sleep "$node_away"
+  scontrol update NodeName="gtc-n$1" State=RESUME
+  echo "goodput.sh: $(date +%T) gtc-n$1 takes jobs again"
+}
 job_field() { scontrol show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
 job_out() { echo "$work/job.$job.out"; }
 submit() {
@@ -317,15 +331,15 @@ while :; do
     n=$((n + 1))
     next_kind
     if ((cluster)); then
-      node=$((RANDOM % 2)) victim=""
-      if [[ $kind == node ]]; then # not the batch shell's node (see the header)
-        batch=$(job_field BatchHost)
-        node=$([[ $batch == gtc-n1 ]] && echo 0 || echo 1)
-      fi
-      for try in $node $((1 - node)); do
-        victim=$(node_rank "$try")
-        [[ -n $victim ]] && { node=$try; break; }
-      done
+      # the job's two nodes (of the three), the batch shell's first
+      batch=$(job_field BatchHost)
+      mapfile -t jn < <(scontrol show hostnames "$(job_field NodeList)" 2>/dev/null | sed -n 's/^gtc-n//p')
+      [[ ${jn[1]:-} == "${batch#gtc-n}" ]] && jn=("${jn[1]}" "${jn[0]}")
+      pick=$((RANDOM % 2)) victim=""
+      [[ $kind == node ]] && pick=1 # not the batch shell's node (see the header)
+      node=${jn[pick]:-}
+      victim=$(node_rank "$node")
+      if [[ -z $victim && $kind != node ]]; then node=${jn[1 - pick]:-}; victim=$(node_rank "$node"); fi
       rank=$([[ -n $victim ]] && rank_of "$victim")
       case $kind in
         kill) kill -9 "$victim" ;;
@@ -354,7 +368,7 @@ while :; do
   if alive; then
     rc="not ended after 400 s"
     if ((cluster)); then
-      for i in 0 1; do pid=$(node_rank $i); [[ -n $pid ]] && kill -9 "$pid"; done
+      for i in 0 1 2; do pid=$(node_rank $i); [[ -n $pid ]] && kill -9 "$pid"; done
       for _ in $(seq 600); do alive || break; sleep 0.1; done
     else
       for pid in $(ranks); do kill -9 "$pid" 2>/dev/null; done
@@ -370,18 +384,9 @@ while :; do
   detect=$(since "$t_fault")
   t_launch=$(now) # with -c the next start is the job's own requeue: its wait counts from here
   if ((cluster)); then
-    if [[ -n $lost ]]; then
-      # the lost node back once Slurm has marked it DOWN and then $node_away s have passed: slurmctld
-      # sends the kill of the job's old step to the node when it marks it DOWN and, the node being
-      # dead, tries again a minute later; a node back within that minute gets the kill late, when it
-      # already runs the new start's rank of the same job id, and kills that rank
-      for _ in $(seq 600); do
-        [[ $(sinfo -h -N -n "gtc-n$lost" -o %t 2>/dev/null) == down* ]] && break
-        sleep 0.2
-      done
-      sleep "$node_away"
-      for _ in $(seq 100); do [[ -z $(ip netns pids "gtc-node$lost" 2>/dev/null) ]] && break; sleep 0.1; done
-      bash "$cluster_sh" start-node "$lost" || echo "goodput.sh: cluster.sh start-node $lost failed" >&2
+    if [[ -n $lost ]]; then # the job goes on with the spare; the lost node comes back meanwhile
+      node_back "$lost" >>"$work/node_back.log" 2>&1 &
+      backs+=($!)
       lost=""
     fi
   else
