@@ -4,7 +4,8 @@
     python3 bench/goodput_table.py WORKDIR
 
 WORKDIR holds faults.tsv (one row per fault), summary.txt (wall, kept, final_rc, first_start),
-metrics_K.jsonl and run_K.log of each start K. Goodput = steps kept x fault-free step time / wall
+metrics_K.jsonl and run_K.log of each start K (with goodput.sh -c, the part of the job's output from
+the batch script's "start K" line, and the metrics file that start wrote). Goodput = steps kept x fault-free step time / wall
 time, the fault-free step time being the median step_ms of every step but each start's first (it
 pays for allocation). Where the wall time went is summed from what the logs say happened, each
 second counted once: the steps as they were timed, the saves, the time from a fault to the job's

@@ -10,8 +10,10 @@
 #
 # Each node is a network namespace (`ip netns add gtc-nodeI`) joined to a bridge by a veth pair, with
 # its own address 10.77.0.(11+I) and, through a UTS and a mount namespace of its slurmd, its own host
-# name gtc-nI and its own /tmp (Slurm's PMIx plugin makes per-step directories under /tmp whose names
-# would collide between nodes that share it). The bridge and slurmctld live in one more namespace,
+# name gtc-nI, its own /tmp (Slurm's PMIx plugin makes per-step directories under /tmp whose names
+# would collide between nodes that share it) and its own /dev/shm (each an empty tmpfs of the node's
+# mount namespace, gone when the node's last process ends: what gtrain's memory snapshots and Open
+# MPI leave in a node's shared memory goes with the node, as on a real one). The bridge and slurmctld live in one more namespace,
 # gtc-ctl (10.77.0.1, host name gtc-ctl, the name its SlurmctldHost gives). Every address and link is
 # inside a namespace this script creates: the machine's own network is not touched, and nothing
 # outside the machine is reached. The nodes share the machine's file system, as a cluster shares its
@@ -37,6 +39,8 @@
 # `status` shows each node's qdisc.
 # GTRAIN_CLUSTER_SLURMD_TIMEOUT sets SlurmdTimeout (default 300 s, Slurm's): how long a silent node
 # stays "not responding" before Slurm marks it DOWN and ends its jobs (NODE_FAIL).
+# GTRAIN_CLUSTER_CRED_EXPIRE sets AuthInfo's cred_expire (seconds, at least 5; default Slurm's 120):
+# a job step credential's lifetime, and how long a requeued job waits before it may start again.
 # Needs root, iproute2, util-linux (nsenter, unshare), munge and slurm-wlm (tools/setup-debian.sh
 # --slurm; `--link` also tc). Exit 77 when one of them is missing, 1 when the cluster does not come
 # up, 2 on bad arguments.
@@ -120,11 +124,13 @@ fail_up() {
   exit 1
 }
 
-# start_slurmd I: node I's slurmd in its network namespace, with its host name, its own /tmp and the
-# cluster's /etc/hosts (a fresh UTS and mount namespace each time: they end with their processes)
+# start_slurmd I: node I's slurmd in its network namespace, with its host name, its own /tmp and
+# /dev/shm (each an empty tmpfs) and the cluster's /etc/hosts (a fresh UTS and mount namespace each
+# time: they end with their processes, and the two file systems with them)
 start_slurmd() {
   SLURM_CONF=$dir/slurm.conf nsenter --net=/run/netns/"$(node_ns $1)" unshare --uts --mount --propagation private \
-    sh -c 'hostname "$0"; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount --bind "$1" /etc/hosts &&
+    sh -c 'hostname "$0"; mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+           mount --bind "$1" /etc/hosts &&
            exec slurmd -D -N "$0"' "$(node_name $1)" "$dir/hosts" >>"$dir/slurmd-$(node_name $1).stdout" 2>&1 &
   echo $! >>"$dir/pids"
 }
@@ -137,6 +143,8 @@ up() {
       { note "up N --link RATE: RATE '$link' is not a rate (expected a number and bit, kbit, mbit, gbit, bps, kbps, mbps or gbps: 200mbit)"; exit 2; }
     command -v tc >/dev/null 2>&1 || { note "tc not found (iproute2): --link needs it"; exit 77; }
   fi
+  [[ -z "${GTRAIN_CLUSTER_CRED_EXPIRE:-}" || ( "$GTRAIN_CLUSTER_CRED_EXPIRE" =~ ^[0-9]+$ && $GTRAIN_CLUSTER_CRED_EXPIRE -ge 5 ) ]] ||
+    { note "GTRAIN_CLUSTER_CRED_EXPIRE=$GTRAIN_CLUSTER_CRED_EXPIRE: expected whole seconds, at least 5 (Slurm's minimum)"; exit 2; }
   need
   down
   rm -rf "$dir/state" "$dir/spool" # no job of an earlier cluster comes back with the new one
@@ -190,7 +198,7 @@ SlurmdPort=6818
 KillWait=10
 SlurmdTimeout=${GTRAIN_CLUSTER_SLURMD_TIMEOUT:-300}
 EOF
-    slurm_conf_common "$dir"
+    slurm_conf_common "$dir" | sed "s|^AuthInfo=.*|&${GTRAIN_CLUSTER_CRED_EXPIRE:+,cred_expire=$GTRAIN_CLUSTER_CRED_EXPIRE}|"
     for ((i = 0; i < n; i++)); do
       echo "NodeName=$(node_name $i) NodeAddr=$(node_addr $i) CPUs=$cpus RealMemory=500 State=UNKNOWN"
     done

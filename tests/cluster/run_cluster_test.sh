@@ -138,6 +138,10 @@ run_job() {
     sleep 1
   done
 }
+# from PATTERN FILE: FILE's lines from the first one matching PATTERN on. Its status is always 0: a
+# grep -q or head that stops reading early ends sed by SIGPIPE (when more than a pipe write is left),
+# which under pipefail would fail the pipeline although grep found its line
+from() { sed -n "/$1/,\$p" "$2"; return 0; }
 losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1" | sort -n -k1,1 -u; }
 
 # at_step DIR N: waits (deadline 180 s) until DIR/metrics.jsonl has N steps.
@@ -243,7 +247,7 @@ grep -q "a rank hung and the watchdog ended the job .*: requeueing" "$out" ||
 grep -q ", run 2 on " "$out" && die "a re-run happened with GTRAIN_RETRIES=0"
 grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" "$out" || die "the requeued job did not start again on gtc-n[0-1]"
 [[ -n "$newest" ]] && ((newest >= 5)) || die "no state file of step 5 or later when the job requeued ('$newest')"
-sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+from 'start 2 on ' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
   die "the requeued start did not resume from the newest state file, step $newest"
 (($(losses "$work/spent/metrics.jsonl" | wc -l) == 12)) || die "the spent job did not log all 12 steps"
 note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t_requeue s; the next start" \
@@ -271,8 +275,8 @@ requeued 1
 newest=$(newest_state "$work/gone")
 wait_end 180
 [[ $state == COMPLETED ]] || die "the gone job ended $state, not COMPLETED after gtc-n1 came back"
-sed -n '/start 2 on /,$p' "$out" | grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" || die "the requeued job did not start on gtc-n[0-1]"
-sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+from 'start 2 on ' "$out" | grep -q "start 2 on 2 node(s) (gtc-n\[0-1\]" || die "the requeued job did not start on gtc-n[0-1]"
+from 'start 2 on ' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
   die "the requeued start did not resume from the newest state file, step $newest"
 (($(losses "$work/gone/metrics.jsonl" | wc -l) == 12)) || die "the gone job did not log all 12 steps"
 note "gtc-n1 killed, no re-run left -> exit 137, requeued at full size: $t_requeue s; gtc-n1 started again ->" \
@@ -303,11 +307,11 @@ requeued 1
 newest=$(newest_state "$work/full")
 wait_end 180
 [[ $state == COMPLETED ]] || die "the full-size job ended $state, not COMPLETED after gtc-n2 came back"
-sed -n '/start 2 on /,$p' "$out" | head -n 1 | grep -q "start 2 on 3 node(s) (gtc-n\[0-2\], 3 rank(s)" ||
+from 'start 2 on ' "$out" | head -n 1 | grep -q "start 2 on 3 node(s) (gtc-n\[0-2\], 3 rank(s)" ||
   die "the requeued job did not start again on gtc-n[0-2] with 3 ranks"
-sed -n '/start 2 on /,$p' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
+from 'start 2 on ' "$out" | grep -q "^gtrain: resumed from .*step_$(printf %08d "$newest").h5 (step $newest)" ||
   die "the full-size start did not resume from the newest state file, step $newest"
-sed -n '/start 2 on /,$p' "$out" | grep -q "keeping the global batch" && die "the full-size start rescaled grad_accum"
+from 'start 2 on ' "$out" | grep -q "keeping the global batch" && die "the full-size start rescaled grad_accum"
 (($(losses "$work/full/metrics.jsonl" | wc -l) == 12)) || die "the full-size job did not log all 12 steps"
 note "gtc-n2 killed -> the re-run on 2 nodes refused (24 sequences per step, 16 per round), requeued at full" \
      "size: $t_requeue s; gtc-n2 started again at once -> the job COMPLETED on 3 nodes (resumed from step $newest)" \
@@ -524,7 +528,7 @@ grep -q "no state file yet to keep the global batch from: not run on fewer nodes
 note "a job started on gtc-n1 after its death, before Slurm noticed: one line naming gtc-n1, requeued at full size"
 # the first step of the re-run, timed here (the log's lines carry no time)
 newest=""
-until [[ -n "$newest" ]] && sed -n '/, run 2 on /,$p' "$work/job-lost.out" | grep -aq "^step *$((newest + 1))/"; do
+until [[ -n "$newest" ]] && from ', run 2 on ' "$work/job-lost.out" | grep -aq "^step *$((newest + 1))/"; do
   newest=$(grep -a "^gtrain: resumed from " "$work/job-lost.out" | tail -n 1 | sed -n 's/.*(step \([0-9]*\)).*/\1/p')
   (($(date +%s) - t_kill < 240)) || { scancel "$job"; die "no step of a re-run within 240 s of the node's death"; }
   sleep 0.2
