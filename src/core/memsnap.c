@@ -128,15 +128,25 @@ uint64_t gt_memsnap_hash(uint64_t h, const void *data, size_t n) {
     return hash_end(&s, p + whole, n - whole);
 }
 
-/* The checksum of a whole slot image (header + payload + config), the header's field read as 0. */
+/* The checksum of a whole slot image (header + payload + config), the header's field read as 0: its
+ * first part (the header; *copy gets that header with the field 0), its middle (the payload, here at
+ * once; verify_load_image hashes it as it copies it) and its end (the config text). */
+static uint64_t slot_checksum_head(const unsigned char *base, header *copy) {
+    memcpy(copy, base, sizeof *copy);
+    copy->checksum = 0;
+    return gt_memsnap_hash(0, copy, sizeof *copy);
+}
+
+static uint64_t slot_checksum_end(uint64_t x, const unsigned char *config, const header *h) {
+    x = gt_memsnap_hash(x, config, (size_t)h->config_bytes);
+    return x ? x : 1; /* 0 means "not written" */
+}
+
 static uint64_t slot_checksum(const unsigned char *base, const header *h) {
     header copy;
-    memcpy(&copy, base, sizeof copy);
-    copy.checksum = 0;
-    uint64_t x = gt_memsnap_hash(0, &copy, sizeof copy);
+    uint64_t x = slot_checksum_head(base, &copy);
     x = gt_memsnap_hash(x, base + HEADER_BYTES, (size_t)h->payload_bytes);
-    x = gt_memsnap_hash(x, base + HEADER_BYTES + h->payload_bytes, (size_t)h->config_bytes);
-    return x ? x : 1; /* 0 means "not written" */
+    return slot_checksum_end(x, base + HEADER_BYTES + h->payload_bytes, h);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -221,9 +231,7 @@ int gt_memsnap_verify_load_image(const gt_memsnap_id *id, const void *image, uin
     }
     uint64_t want = __atomic_load_n(&h->checksum, __ATOMIC_ACQUIRE);
     header head;
-    memcpy(&head, image, sizeof head);
-    head.checksum = 0;
-    uint64_t x = gt_memsnap_hash(0, &head, sizeof head);
+    uint64_t x = slot_checksum_head(image, &head);
     /* the payload: each chunk copied into the optimizer, then hashed while it is still in the cache */
     const unsigned char *payload = (const unsigned char *)image + HEADER_BYTES;
     size_t group = (size_t)head.count * sizeof(float), total = 3 * group, hashed = 0;
@@ -242,8 +250,7 @@ int gt_memsnap_verify_load_image(const gt_memsnap_id *id, const void *image, uin
     }
     x = hash_end(&s, payload + hashed, total - hashed);
     opt->ops->synchronize();
-    x = gt_memsnap_hash(x, payload + total, (size_t)head.config_bytes);
-    if (!x) x = 1; /* as slot_checksum */
+    x = slot_checksum_end(x, payload + total, &head);
     if (x != want) {
         snprintf(why, why_len, "its checksum does not match (a refresh interrupted, or damaged)");
         return -1;
