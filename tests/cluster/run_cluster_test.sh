@@ -496,6 +496,65 @@ grep -q "train.grad_accum 1 -> 2 on 1 rank" "$out" || die "the hang re-run did n
 note "rank on gtc-n1 stopped -> step end: $(($(when "$out" "gtrain exited with \(76\|137\)") - t_stop)) s (dist.timeout 10 +" \
      "srun --wait 10); -> re-run without gtc-n1 started: $(($(when "$out" "run 2 on") - t_stop)) s; job COMPLETED"
 
+# ---------------------------------------------------------------- 7b. spares keep the run's size
+# A job on all three nodes with GTRAIN_SPARE_NODES=1: the step runs on gtc-n0 and gtc-n1, and gtc-n2
+# waits. The rank on gtc-n1 is stopped (SIGSTOP) once a state file is out: rank 0's liveness watchdog
+# (dist.liveness_timeout, 5 s) names it, and the script ends the step GTRAIN_VERDICT_WAIT (3) s later,
+# without waiting for srun --wait (its default, 60 s, here), and runs it again on gtc-n0 and the
+# spare gtc-n2: 2 ranks still, grad_accum kept. Then the rank on gtc-n2 is killed (-9): the second
+# re-run takes gtc-n1 back (named before, still up). The losses of all 20 steps equal job two's (the
+# same 2 ranks, uninterrupted) bit for bit.
+kill_rank() { # NODE_NS: kill -9 of the gtrain process of that node's namespace
+  local pid
+  for pid in $(ip netns pids "$1"); do
+    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == gtrain ]] && { kill -9 "$pid"; return 0; }
+  done
+  die "no gtrain process in $1 to kill"
+}
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 GTRAIN_SPARE_NODES=1 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300 \
+      sbatch --parsable --nodes=3 --ntasks-per-node=1 --cpus-per-task=2 -o "$work/job-spare.out" "$sbatch_script" \
+      "$config" "${common[@]}" checkpoint.dir="$work/spare" checkpoint.every=3 log.metrics="$work/spare/metrics.jsonl") ||
+  die "sbatch for the spare job failed"
+job=${job%%;*}
+out="$work/job-spare.out"
+at_step_with_state "$work/spare" 4
+stop_rank gtc-node1 "$work/spare"
+t_stop=$(date +%s)
+deadline=$((SECONDS + 90))
+until grep -q "in place of the nodes left out: gtc-n2 " "$out" 2>/dev/null; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "no re-run with the spare gtc-n2 within 90 s of the stop"; }
+  sleep 0.5
+done
+t_rerun=$(($(when "$out" "run 2 on") - t_stop))
+at_step "$work/spare" 12 # steps redone count twice: a step or more after the re-run's first
+until from ', run 2 on ' "$out" | grep -aq "^step "; do
+  ((SECONDS < deadline)) || { scancel "$job"; die "the re-run on the spare trained no step within 90 s of the stop"; }
+  sleep 0.2
+done
+kill_rank gtc-node2
+note "killed the rank on gtc-n2 (-9) at step $(grep -c '"loss"' "$work/spare/metrics.jsonl")"
+wait_end 240
+[[ $state == COMPLETED ]] || die "the spare job ended $state, not COMPLETED after two re-runs"
+grep -q "spare node(s), waiting: gtc-n2" "$out" || die "the script did not keep gtc-n2 as the spare"
+grep -q "start 1 on 2 node(s) (gtc-n\[0-1\], 2 rank(s)" "$out" || die "the first run was not on gtc-n[0-1] alone"
+grep -aq "^gtrain: watchdog: rank 0 .*not arrived: rank 1 (pid [0-9]* on gtc-n1)" "$out" ||
+  die "the watchdog did not name rank 1 on gtc-n1"
+grep -q "the watchdog named a rank and the step still runs 3 s later: ending it" "$out" ||
+  die "the script did not end the step held by the stopped rank"
+grep -q "re-run 1 of 2 on 2 node(s): gtc-n0,gtc-n2 (.*named by the watchdog: gtc-n1, excluded)" "$out" ||
+  die "the first re-run was not on gtc-n0 and the spare gtc-n2"
+grep -q "in place of the nodes left out: gtc-n2 (spare(s) still waiting: gtc-n1)" "$out" ||
+  die "the first re-run did not say it took the spare gtc-n2 and keeps gtc-n1 as one"
+grep -q "re-run 2 of 2 on 2 node(s): gtc-n0,gtc-n1 (.*named by the watchdog: gtc-n2, excluded)" "$out" ||
+  die "the second re-run did not take gtc-n1 back in place of gtc-n2"
+grep -q "keeping the global batch" "$out" && die "a re-run with a spare rescaled grad_accum"
+diff <(losses "$work/two/metrics.jsonl") <(losses "$work/spare/metrics.jsonl") >"$work/loss-spare.diff" ||
+  { head "$work/loss-spare.diff"; die "the losses of the job with two re-runs on spares differ from job two's"; }
+(($(losses "$work/spare/metrics.jsonl" | wc -l) == steps)) || die "the spare job did not log all $steps steps"
+note "GTRAIN_SPARE_NODES=1: rank on gtc-n1 stopped -> re-run on gtc-n0 + the spare gtc-n2 started $t_rerun s later" \
+     "(liveness 5 s + 3 s); rank on gtc-n2 killed -> re-run on gtc-n0 + gtc-n1; 2 ranks throughout, losses equal job two's"
+
 # ---------------------------------------------------------------- 8. a node lost mid-run (last: gtc-n1 stays down)
 # Every process of gtc-n1 (its slurmd and its rank) is killed at step 12 or later. The job is
 # --no-kill: Slurm takes the node out of the allocation after SlurmdTimeout (20 s here), srun ends

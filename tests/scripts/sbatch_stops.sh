@@ -25,6 +25,12 @@
 #   refused-shrink     node2 down after a save; the re-run on node1 exits 2 (the smaller world cannot
 #                      keep the global batch): requeued at the full size, not ended
 #   own-pmix-fence     SLURM_PMIX_FENCE=tree set by the submitter: the runs get it unchanged
+# Spares and the watchdog's line:
+#   spare-takes-place  GTRAIN_SPARE_NODES=1 of node1..3: run 1 on node1,node2; the watchdog names node2
+#                      (76): run 2 on node1 and the spare node3, node2 waits as a spare; ends 0
+#   spare-none-left    GTRAIN_SPARE_NODES=2 of 2 nodes: exit 2, no run
+#   verdict-ends-step  a run that prints the watchdog's line naming node2 and then never ends: the script
+#                      ends it (SIGTERM) GTRAIN_VERDICT_WAIT (1) s later, and requeues (GTRAIN_RETRIES=0)
 # Every run of every case must see SLURM_PMIX_FENCE=ring (the submitter's own value in own-pmix-fence):
 # the fences of MPI_Init are then barriers of all nodes (why: launch/gtrain.sbatch).
 # About 10 s.
@@ -44,6 +50,10 @@ if [[ $code == *+saved ]]; then
   echo "gtrain: saved ck/step_00000004.h5 (step 4)" >>"$FAKE_DIR/job.out"
   code=${code%+saved}
 fi
+if [[ $code == *+named:* ]]; then # the watchdog's line, naming rank 1 on that host
+  echo "gtrain: watchdog: rank 0 has seen no new record of rank 1 for 5.0 s (limit 5 s, dist.liveness_timeout); not arrived: rank 1 (pid 77 on ${code#*+named:}): no sign of life for 5 s, stopped or dead; exit 76" >>"$FAKE_DIR/job.out"
+  code=${code%%+named:*}
+fi
 echo "srun run $n: SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE-unset}" >>"$FAKE_DIR/fence"
 stopped() {
   if [[ $code == miss ]]; then
@@ -56,6 +66,13 @@ stopped() {
   exit 75
 }
 trap stopped USR1
+if [[ $code == hang ]]; then # a rank that never ends by itself (stopped): only the script's TERM ends it
+  trap 'echo "srun run $n: got TERM" >>"$FAKE_DIR/log"; exit 143' TERM
+  trap 'echo "srun run $n: ignored SIGUSR1" >>"$FAKE_DIR/log"' USR1
+  for _ in $(seq 200); do sleep 0.1; done
+  echo "srun run $n: no TERM came" >>"$FAKE_DIR/log"
+  exit 76
+fi
 if [[ $code == wait || $code == die || $code == miss ]]; then
   for _ in $(seq 200); do sleep 0.1; done
   echo "srun run $n: no stop came" >>"$FAKE_DIR/log"
@@ -68,8 +85,8 @@ cat >"$work/bin/scontrol" <<'EOF'
 . "$FAKE_DIR/../stop_at.sh" "scontrol $1 $2"
 case "$1 ${2:-}" in
   "show job") # as scontrol prints it: StdErr= and StdOut= on lines of their own (FAKE_DIR may hold spaces)
-    printf 'JobId=%s JobName=gtrain\n   JobState=RUNNING Reason=None\n   NodeList=node1,node2\n   StdErr=%s\n   StdIn=/dev/null\n   StdOut=%s\n' \
-      "$SLURM_JOB_ID" "$FAKE_DIR/job.out" "$FAKE_DIR/job.out" ;;
+    printf 'JobId=%s JobName=gtrain\n   JobState=RUNNING Reason=None\n   NodeList=%s\n   StdErr=%s\n   StdIn=/dev/null\n   StdOut=%s\n' \
+      "$SLURM_JOB_ID" "$FAKE_NODES" "$FAKE_DIR/job.out" "$FAKE_DIR/job.out" ;;
   "show hostnames") tr ',' '\n' <<<"$3" ;;
   "show hostlist") echo "$3" ;;
   requeue* | requeuehold*) echo "scontrol $*" >>"$FAKE_DIR/log" ;;
@@ -113,7 +130,7 @@ case_() {
   : >"$dir/log"
   : >"$dir/fence"
   env -u SLURM_RESTART_COUNT -u SLURM_PMIX_FENCE ${own_fence:+SLURM_PMIX_FENCE=$own_fence} PATH="$work/bin:$PATH" FAKE_DIR="$dir" FAKE_STOP_AT="$stop_at" \
-    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
+    SLURM_JOB_ID=4242 FAKE_NODES=node1,node2 SLURM_JOB_NODELIST=node1,node2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 \
     SLURM_NTASKS_PER_NODE=1 GTRAIN_BIN=/bin/true GTRAIN_LAUNCHER=srun "$@" \
     bash -c 'export FAKE_SBATCH_PID=$$; exec bash "$0" "$@"' "$script" run.ini checkpoint.dir=ck >"$dir/out" 2>&1 &
   local pid=$!
@@ -124,8 +141,16 @@ case_() {
   fi
   wait "$pid"
   local rc=$? why=""
-  ((rc == 0)) || why="exit $rc, expected 0"
-  grep -qx "scontrol $expect" "$dir/log" || why="$why; no '$expect'"
+  if [[ $expect == exit2 ]]; then # refused before any run
+    ((rc == 2)) || why="exit $rc, expected 2"
+    grep -q "started" "$dir/log" && why="$why; a run was started"
+  elif [[ $expect == - ]]; then # the job ends by itself: no requeue
+    ((rc == 0)) || why="exit $rc, expected 0"
+    grep -q "^scontrol requeue" "$dir/log" && why="$why; requeued"
+  else
+    ((rc == 0)) || why="exit $rc, expected 0"
+    grep -qx "scontrol $expect" "$dir/log" || why="$why; no '$expect'"
+  fi
   grep -q "no stop came" "$dir/log" && why="$why; a run never got the stop"
   # a stop that came while no step ran: no step is started after it
   sed -n '/^stop sent during/,$p' "$dir/log" | grep -q "started" && why="$why; a run was started after the stop"
@@ -136,6 +161,18 @@ case_() {
     why="$why; not re-run on node1 alone"
   [[ $name == lost-no-rerun || $name == refused-shrink ]] && ! grep -q "requeueing at the full size" "$dir/out" &&
     why="$why; not requeued at the full size"
+  if [[ $name == spare-takes-place ]]; then
+    grep -q "srun run 1 started (then: 76+named:node2) .*--nodelist=node1,node2 " "$dir/log" ||
+      why="$why; run 1 not on node1,node2 alone"
+    grep -q "srun run 2 started (then: 0) .*--nodelist=node1,node3 " "$dir/log" || why="$why; run 2 not on node1,node3"
+    grep -q "in place of the nodes left out: node3 (spare(s) still waiting: node2)" "$dir/out" ||
+      why="$why; no line saying node3 took the place and node2 waits"
+  fi
+  if [[ $name == verdict-ends-step ]]; then
+    grep -q "srun run 1: got TERM" "$dir/log" || why="$why; the held step was not ended"
+    grep -q "the watchdog named a rank and the step still runs 1 s later: ending it" "$dir/out" ||
+      why="$why; no line saying the script ended it"
+  fi
   [[ $expect == requeuehold* ]] && ! grep -q "the job is held; fix the storage, then: scontrol release 4242" "$dir/out" &&
     why="$why; no line naming the storage and scontrol release"
   printf '%-18s exit %3d  %s | %s\n' "$name" "$rc" "${why:-ok}" "$(paste -sd ';' "$dir/log")"
@@ -148,7 +185,7 @@ case_() {
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
                              stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink
-                             own-pmix-fence)
+                             own-pmix-fence spare-takes-place spare-none-left verdict-ends-step)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -163,6 +200,10 @@ for c in "${cases[@]}"; do
     lost-no-rerun) case_ "$c" "" "137" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
     refused-shrink) case_ "$c" "" "137+saved 2" "requeue 4242" FAKE_DOWN=node2 ;;
     own-pmix-fence) own_fence=tree case_ "$c" "" "75" "requeue 4242" ;;
+    spare-takes-place) case_ "$c" "" "76+named:node2 0" - GTRAIN_SPARE_NODES=1 FAKE_NODES=node1,node2,node3 \
+                         SLURM_JOB_NODELIST=node1,node2,node3 SLURM_JOB_NUM_NODES=3 SLURM_NTASKS=3 ;;
+    spare-none-left) case_ "$c" "" "0" exit2 GTRAIN_SPARE_NODES=2 ;;
+    verdict-ends-step) case_ "$c" "" "hang+named:node2" "requeue 4242" GTRAIN_RETRIES=0 GTRAIN_VERDICT_WAIT=1 ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
