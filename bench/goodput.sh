@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # goodput.sh — how much of the wall time a run under faults spends on steps it keeps.
 #
-#   bench/goodput.sh [-c] [-m MINUTES] [-f MIN:MAX] [-k KINDS] [-a] [-s SEED] [-o WORKDIR] [section.key=value ...]
+#   bench/goodput.sh [-c [-p SPARES]] [-m MINUTES] [-f MIN:MAX] [-k KINDS] [-a] [-s SEED] [-o WORKDIR] [section.key=value ...]
 #
 # Trains llama100m's shape with a byte vocabulary (configs/llama100m.ini, model.vocab_size=256
 # train.micro_batch=1 train.seq_len=256: about 1.1 GB of state) on 2 CPU ranks through
@@ -15,28 +15,32 @@
 #   preempt  SIGTERM to the launcher, as a batch system's preemption: the ranks save, exit 75.
 # -k KINDS (a comma list of the kinds above, and node with -c) takes the faults in that order, over
 # and over, instead of shuffled rounds of all of them.
-# -c (--cluster): the same on the test cluster (tests/cluster/cluster.sh up 3, brought up by the
-# bench and taken down at its end; root, slurm-wlm, munge): one rank on each of two nodes, started
-# by `sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 launch/gtrain.sbatch` with
-# GTRAIN_RETRIES=0, so that after every fault the job requeues itself at its full size and its next
-# start resumes (the memory snapshots, each rank's with a partner copy on the other node, or the
-# newest state file); the third node is a spare. The kinds: kill (kill -9 of the rank on one of the
-# job's nodes taken at random: the other rank's liveness watchdog names it, exit 76 or srun's 137
-# with its line), stop (SIGSTOP of it: the same, and srun kills the stopped rank GTRAIN_SRUN_WAIT s
-# later), preempt (SIGTERM to the batch shell, scancel --batch: the ranks save, exit 75) and node
-# (every process of the job's node that does not run the batch shell killed, cluster.sh kill-node:
-# its rank, its slurmd, and its /dev/shm with the snapshots; the step ends once srun gives up on the
-# node's task, the job requeues itself and starts again on the node left and the spare). The lost
-# node comes back meanwhile: once Slurm has marked it DOWN (SlurmdTimeout) it is drained, started
-# again (cluster.sh start-node), and takes jobs 70 s later (GTRAIN_GOODPUT_NODE_AWAY): about a
-# minute after a lost node answers again Slurm sends it the kill of the step it ran when it died,
-# which kills a new start's rank there (the same job id). Not the batch shell's node: under
-# --no-kill Slurm 22.05 then removes the node from the job and kills the batch step, and the job
-# stays RUNNING on the other node with no script left to requeue it. The test cluster's Slurm:
-# SlurmdTimeout 20 s (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo cred_expire 10 s
-# (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's default 120 s), which is also how long a requeued job waits
-# before it may start again; GTRAIN_SRUN_WAIT 10 s (gtrain.sbatch's default 60 s). WORKDIR must not
-# be under /tmp (each node has its own); the default is a new directory under /var/tmp.
+# -c (--cluster): the same on the test cluster (tests/cluster/cluster.sh up 3 + SPARES, brought up by
+# the bench and taken down at its end; root, slurm-wlm, munge): one rank on each of two nodes, started
+# by `sbatch --nodes=2+SPARES --ntasks-per-node=1 --cpus-per-task=1 launch/gtrain.sbatch` with
+# GTRAIN_SPARE_NODES=SPARES (-p, default 1) and GTRAIN_RETRIES=1000: after a rank's or a node's loss
+# the batch script runs the step again inside the allocation, a spare (or a node the watchdog named
+# that still responds) in place of the node it leaves out, and the run resumes from the memory
+# snapshots (each rank's with a partner copy on the other node) or the newest state file; after a
+# preemption the job requeues itself. One node of the cluster stays out of the job, for a requeue
+# while a lost node is away. The kinds: kill (kill -9 of the rank on one of the job's nodes taken at
+# random: the other rank's liveness watchdog names it, exit 76 or srun's 137 with its line), stop
+# (SIGSTOP of it: the same, and the script ends the step GTRAIN_VERDICT_WAIT s after the watchdog's
+# line), preempt (SIGTERM to the batch shell, scancel --batch: the ranks save, exit 75, requeue) and
+# node (every process of a job's node with a rank that does not run the batch shell killed,
+# cluster.sh kill-node: its rank, its slurmd, and its /dev/shm with the snapshots; the watchdog names
+# its rank, the script ends the step and runs it again on the node left and a spare). The lost node
+# comes back meanwhile: once Slurm has marked it DOWN (SlurmdTimeout; it has left the allocation) it
+# is drained, started again (cluster.sh start-node), and takes jobs 70 s later
+# (GTRAIN_GOODPUT_NODE_AWAY): about a minute after a lost node answers again Slurm sends it the kill
+# of the step it ran when it died, which would kill a requeued start's rank there (the same job id).
+# Not the batch shell's node: under --no-kill Slurm 22.05 then removes the node from the job and
+# kills the batch step, and the job stays RUNNING on the other node with no script left to requeue
+# it. The test cluster's Slurm: SlurmdTimeout 20 s (GTRAIN_CLUSTER_SLURMD_TIMEOUT) and AuthInfo
+# cred_expire 10 s (GTRAIN_CLUSTER_CRED_EXPIRE; Slurm's default 120 s), which is also how long a
+# requeued job waits before it may start again; GTRAIN_SRUN_WAIT 10 s (gtrain.sbatch's default 60 s).
+# -p 0 runs without spares: every lost node then shrinks the run to one rank (grad_accum doubled).
+# WORKDIR must not be under /tmp (each node has its own); the default is a new directory under /var/tmp.
 # After MINUTES (default 10) the run is stopped by SIGTERM (it saves), and one table is printed:
 # each fault, the time until the job had ended (detection; with -c, until the job's step had
 # ended), the time from the restart to
@@ -61,7 +65,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-minutes=10 seed=$$ work="" every="60:120" auto=0 cluster=0 kinds_given=""
+minutes=10 seed=$$ work="" every="60:120" auto=0 cluster=0 kinds_given="" spares=1
 usage() { sed -n '4p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -72,12 +76,14 @@ while (($#)); do
     -k) kinds_given=$2; shift 2 ;;
     -a) auto=1; shift ;;
     -c|--cluster) cluster=1; shift ;;
+    -p) spares=$2; shift 2 ;;
     -o) work=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     -*) usage ;;
     *) break ;;
   esac
 done
+[[ $spares =~ ^[0-9]+$ ]] || { echo "goodput.sh: -p needs a number of spare nodes, not '$spares'" >&2; exit 2; }
 [[ $minutes =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "goodput.sh: -m needs minutes, not '$minutes'" >&2; exit 2; }
 [[ $every =~ ^([0-9]+):([0-9]+)$ ]] && ((BASH_REMATCH[1] <= BASH_REMATCH[2])) ||
   { echo "goodput.sh: -f needs MIN:MAX seconds (--fault-every MIN-MAX), not '$every'" >&2; exit 2; }
@@ -180,16 +186,19 @@ if ((cluster)); then
   # what the nodes read, copied as the binary is
   cp "$root/configs/llama100m.ini" "$root/launch/gtrain.sbatch" "$work/" || exit 2
   mkdir -p starts
-  # each start's metrics in a file of its own, named by the job's id and restart count (every start
-  # of a requeued job gets the same arguments)
+  # each start's metrics in a file of its own, named by the job's id, its restart count and the job
+  # step (every start of a requeued job, and every re-run inside one, gets the same arguments); rank 0
+  # marks where the start's lines begin in the job's output
   cat >gtrain-start <<EOF
 #!/bin/sh
-exec "$work/gtrain" "\$@" log.metrics="$work/starts/metrics.\${SLURM_JOB_ID:-0}.\${SLURM_RESTART_COUNT:-0}.jsonl"
+key="\${SLURM_JOB_ID:-0}.\${SLURM_RESTART_COUNT:-0}.\${SLURM_STEP_ID:-0}"
+[ "\${SLURM_PROCID:-0}" = 0 ] && echo "goodput.sh: start \$key"
+exec "$work/gtrain" "\$@" log.metrics="$work/starts/metrics.\$key.jsonl"
 EOF
   chmod +x gtrain-start
   while read -r v; do unset "$v"; done < <(compgen -e | grep '^SLURM_' || true)
   trap 'for p in "${backs[@]}"; do kill "$p" 2>/dev/null; done; bash "$cluster_sh" down' EXIT
-  env_lines=$(bash "$cluster_sh" up 3) || { echo "goodput.sh: cluster.sh up 3 failed" >&2; exit 1; }
+  env_lines=$(bash "$cluster_sh" up $((3 + spares))) || { echo "goodput.sh: cluster.sh up $((3 + spares)) failed" >&2; exit 1; }
   eval "$env_lines"
 fi
 # node_back I: node I, lost, back: once Slurm has marked it DOWN it is drained, its slurmd started
@@ -208,15 +217,15 @@ node_back() {
 job_field() { scontrol show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
 job_out() { echo "$work/job.$job.out"; }
 submit() {
-  job=$(cd "$work" && GTRAIN_BIN="$work/gtrain-start" GTRAIN_RETRIES=0 sbatch --parsable --job-name=goodput --nodes=2 \
+  job=$(cd "$work" && GTRAIN_BIN="$work/gtrain-start" GTRAIN_RETRIES=1000 GTRAIN_SPARE_NODES=$spares sbatch --parsable \
+        --job-name=goodput --nodes=$((2 + spares)) \
         --ntasks-per-node=1 --cpus-per-task=1 -o "$work/job.%j.out" "$work/gtrain.sbatch" "$work/llama100m.ini" \
         "${settings[@]}") || { echo "goodput.sh: sbatch failed" >&2; exit 1; }
   job=${job%%;*} restarts=0
   jobs_run+=("$job")
 }
-start_log() { # the job output's lines of start R+1 (of job J): its run log
-  awk -v want=$(($2 + 1)) '/^gtrain\.sbatch: .* job [0-9]+: start [0-9]+[ ,]/ {
-      n = $0; sub(/.*: start /, "", n); sub(/[ ,].*/, "", n); on = (n == want) } on' "$work/job.$1.out" 2>/dev/null
+start_log() { # J KEY: the job output's lines of the start (or re-run) KEY, from its rank 0's mark on
+  awk -v want="goodput.sh: start $2" '/^goodput\.sh: start / { on = ($0 == want) } on' "$work/job.$1.out" 2>/dev/null
 }
 exits() { # the lines of the job's output that say a step ended
   local n
@@ -255,8 +264,10 @@ while :; do
     if [[ -z $job ]]; then t_launch=$(now); submit; fi
     t_wait=$(now)
     while :; do
-      metrics=starts/metrics.$job.$restarts.jsonl
-      [[ "$job $restarts" != "$prev_key" && $(last_step "$metrics") != 0 ]] && break
+      # the newest start of the job: a requeue's or a re-run's inside the allocation
+      metrics=$(ls -t starts/metrics."$job".*.jsonl 2>/dev/null | head -n 1)
+      key=${metrics#starts/metrics.} key=${key%.jsonl}
+      [[ -n $metrics && $key != "$prev_key" && $(last_step "$metrics") != 0 ]] && break
       if ((++poll % 5 == 0)); then
         r=$(job_field Restarts)
         [[ -n $r && $r != "$restarts" ]] && restarts=$r # a start that ended before its first step
@@ -271,8 +282,9 @@ while :; do
       fi
       sleep 0.2
     done
-    prev_key="$job $restarts"
-    start_keys+=("$prev_key")
+    prev_key=$key
+    start_keys+=("$key")
+    restarts=${key#*.} restarts=${restarts%%.*}
   else
     metrics=metrics_$attempt.jsonl
     t_launch=$(now)
@@ -288,7 +300,7 @@ while :; do
     fi
   fi
   to_first=$(since "$t_launch")
-  this_log() { if ((cluster)); then start_log "$job" "$restarts"; else cat "run_$attempt.log"; fi; }
+  this_log() { if ((cluster)); then start_log "$job" "$prev_key"; else cat "run_$attempt.log"; fi; }
   resumed_from < <(this_log)
   for _ in 1 2 3 4 5 6 7 8 9 10; do # its resume line may reach the log after the step's metrics line
     ((attempt == 1)) || [[ $source != none ]] && break
@@ -331,15 +343,15 @@ while :; do
     n=$((n + 1))
     next_kind
     if ((cluster)); then
-      # the job's two nodes (of the three), the batch shell's first
-      batch=$(job_field BatchHost)
-      mapfile -t jn < <(scontrol show hostnames "$(job_field NodeList)" 2>/dev/null | sed -n 's/^gtc-n//p')
-      [[ ${jn[1]:-} == "${batch#gtc-n}" ]] && jn=("${jn[1]}" "${jn[0]}")
-      pick=$((RANDOM % 2)) victim=""
-      [[ $kind == node ]] && pick=1 # not the batch shell's node (see the header)
-      node=${jn[pick]:-}
-      victim=$(node_rank "$node")
-      if [[ -z $victim && $kind != node ]]; then node=${jn[1 - pick]:-}; victim=$(node_rank "$node"); fi
+      # the job's nodes that run a rank (spares run none), for a node loss not the batch shell's
+      batch=$(job_field BatchHost) jn=()
+      for i in $(scontrol show hostnames "$(job_field NodeList)" 2>/dev/null | sed -n 's/^gtc-n//p'); do
+        [[ -n $(node_rank "$i") ]] || continue
+        [[ $kind == node && gtc-n$i == "$batch" ]] && continue # (see the header)
+        jn+=("$i")
+      done
+      node=${jn[RANDOM % (${#jn[@]} > 0 ? ${#jn[@]} : 1)]:-} victim=""
+      [[ -n $node ]] && victim=$(node_rank "$node")
       rank=$([[ -n $victim ]] && rank_of "$victim")
       case $kind in
         kill) kill -9 "$victim" ;;
@@ -368,7 +380,7 @@ while :; do
   if alive; then
     rc="not ended after 400 s"
     if ((cluster)); then
-      for i in 0 1 2; do pid=$(node_rank $i); [[ -n $pid ]] && kill -9 "$pid"; done
+      for i in $(seq 0 $((2 + spares))); do pid=$(node_rank $i); [[ -n $pid ]] && kill -9 "$pid"; done
       for _ in $(seq 600); do alive || break; sleep 0.1; done
     else
       for pid in $(ranks); do kill -9 "$pid" 2>/dev/null; done
@@ -405,9 +417,8 @@ wall=$(since "$t_start")
 kept=$(newest_saved)
 if ((cluster)); then # each start's metrics and log under the names of the local starts
   for k in "${!start_keys[@]}"; do
-    read -r j r <<<"${start_keys[k]}"
-    ln -f "starts/metrics.$j.$r.jsonl" "metrics_$((k + 1)).jsonl"
-    start_log "$j" "$r" >"run_$((k + 1)).log"
+    ln -f "starts/metrics.${start_keys[k]}.jsonl" "metrics_$((k + 1)).jsonl"
+    start_log "${start_keys[k]%%.*}" "${start_keys[k]}" >"run_$((k + 1)).log"
   done
 fi
 
