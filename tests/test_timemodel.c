@@ -38,10 +38,13 @@
  *     as the fastest plan of the family priced one by one, over a sweep of budgets where the
  *     least-FLOPs plan is at times slower;
  *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
- *     the inconsistent cases are one line naming the file, line and key.
+ *     the inconsistent cases are one line naming the file, line and key;
+ *   - the calibration runs every GEMM of its list once, forward and backward, before it times any
+ *     (on a table that records the calls), as a step has run them all before each of its own.
  */
 #include "check.h"
 #include "calib.h"
+#include "calibrate.h"
 #include "config.h"
 #include "planner.h"
 #include "recompute.h"
@@ -971,6 +974,66 @@ static void test_global_batch(void) {
               -2, "grad_accum 3 into 16: refused at load: %s", err);
 }
 
+/* The calibration's GEMMs are timed in the state a step leaves the BLAS in: every product of the list
+ * (the model's shapes at each row count) runs once, forward and backward, before any is timed
+ * (calibrate.c measure_gemms). On a table that records the products' calls: the first calls are each
+ * case once, forward then backward, no case twice before all have run; then the timed calls. */
+#define MAX_MM_CALLS 20000
+static struct {
+    int n, ic, oc, backward;
+} g_mm[MAX_MM_CALLS];
+static int g_n_mm;
+static void rec_mm(int N, int IC, int OC, int backward) {
+    if (g_n_mm < MAX_MM_CALLS) g_mm[g_n_mm].n = N, g_mm[g_n_mm].ic = IC, g_mm[g_n_mm].oc = OC, g_mm[g_n_mm].backward = backward;
+    g_n_mm++;
+}
+static void rec_mm_fwd(void *out, const void *inp, const void *w, int N, int IC, int OC) {
+    (void)out, (void)inp, (void)w;
+    rec_mm(N, IC, OC, 0);
+}
+static void rec_mm_bwd(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
+                       int acc) {
+    (void)dinp, (void)dw, (void)dout, (void)inp, (void)w, (void)acc;
+    rec_mm(N, IC, OC, 1);
+}
+static void test_calibrate_warm_pass(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    cfg.model.dim = 64, cfg.model.n_heads = 4, cfg.model.n_kv_heads = 2, cfg.model.ffn_dim = 160;
+    cfg.model.vocab_size = 96, cfg.model.n_layers = 2;
+    cfg.train.seq_len = 16, cfg.train.micro_batch = 2;
+    gt_ops ops;
+    gt_ops_dry_init(&ops, 4, 0);
+    ops.matmul_forward = rec_mm_fwd;
+    ops.matmul_backward = rec_mm_bwd;
+    gt_calib c;
+    memset(&c, 0, sizeof c);
+    g_n_mm = 0;
+    CHECK(gt_calibrate(&cfg, &ops, 0, NULL, MPI_COMM_NULL, &c, NULL) == 0, "gt_calibrate on the recording table");
+    gt_ops_dry_set_cost(NULL, NULL);
+    int cases = c.n_gemm; /* (C,C) (C,KVD) (C,F) (F,C) (C,V) at the rows of 2, 1, 2, 4, 8 sequences: 4 each */
+    CHECK(cases == 20, "calibrated %d GEMM cases, expected 5 shapes x 4 row counts", cases);
+    CHECK(g_n_mm > 2 * cases && g_n_mm <= MAX_MM_CALLS, "%d matmul calls", g_n_mm);
+    if (g_n_mm <= 2 * cases || g_n_mm > MAX_MM_CALLS) return;
+    for (int i = 0; i < cases; i++) {
+        CHECK(!g_mm[2 * i].backward && g_mm[2 * i + 1].backward && g_mm[2 * i].n == g_mm[2 * i + 1].n &&
+                  g_mm[2 * i].ic == g_mm[2 * i + 1].ic && g_mm[2 * i].oc == g_mm[2 * i + 1].oc,
+              "warm pass: call %d is a forward followed by the backward of its shape", 2 * i);
+        for (int j = 0; j < i; j++)
+            CHECK(g_mm[2 * j].n != g_mm[2 * i].n || g_mm[2 * j].ic != g_mm[2 * i].ic || g_mm[2 * j].oc != g_mm[2 * i].oc,
+                  "warm pass: case %d (n %d, %d -> %d) runs again before every case ran once", i, g_mm[2 * i].n,
+                  g_mm[2 * i].ic, g_mm[2 * i].oc);
+        int found = 0;
+        for (int k = 0; k < c.n_gemm; k++)
+            found |= c.gemm[k].n == g_mm[2 * i].n && c.gemm[k].ic == g_mm[2 * i].ic && c.gemm[k].oc == g_mm[2 * i].oc;
+        CHECK(found, "warm pass: case n %d, %d -> %d is one the calibration times", g_mm[2 * i].n, g_mm[2 * i].ic,
+              g_mm[2 * i].oc);
+    }
+    /* then the timed calls begin with the first case again */
+    CHECK(g_mm[2 * cases].n == c.gemm[0].n && g_mm[2 * cases].ic == c.gemm[0].ic && g_mm[2 * cases].oc == c.gemm[0].oc,
+          "the timed calls follow the warm pass");
+}
+
 int main(void) {
     test_hand_schedule();
     test_dry_schedule();
@@ -986,6 +1049,7 @@ int main(void) {
     test_prefetch_auto();
     test_bucket_auto();
     test_global_batch();
+    test_calibrate_warm_pass();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");
     return check_failures ? 1 : 0;

@@ -7,7 +7,8 @@
 #                                       stream); the calibration file round-trips and another key is
 #                                       refused; a run reads the file of its ranks per node, else the
 #                                       nearest count's, saying so; auto's recompute plan is the fastest that fits, not
-#                                       the least FLOPs; dist.bucket_mb = auto by hand and searched
+#                                       the least FLOPs; dist.bucket_mb = auto by hand and searched;
+#                                       the calibration runs each GEMM once before timing any
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
 #                                       writes the keyed file, --plan then reads it (a plan of 2 ranks per
 #                                       node as the nearest, saying so); a broken file is named and not

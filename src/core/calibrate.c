@@ -259,38 +259,72 @@ typedef struct calib_run {
 /* The model's GEMM shapes (model.c): q and o (C, C), k and v (C, KVD), gate and up (C, F), down (F,
  * C), the head (C, V); at the rows of the config's micro-batch and of the micro-batches of 1, 2, 4 and
  * 8 sequences (a GEMM's rate depends on its rows where they are few: the planner may price other
- * micro-batch sizes). The shape-free rate: the median of the forward rates. */
+ * micro-batch sizes). The shape-free rate: the median of the forward rates.
+ *
+ * Before any is timed, every product of the list runs once, forward and backward, in the model's
+ * order: a step runs them all, so each of its GEMMs follows the others, and the BLAS's speed at a shape
+ * depends on what ran before it in the process. With Debian 12's OpenBLAS (0.3.21, its Zen kernels,
+ * fp32, one thread) a product of at most ~320 output columns (q, o, k, v at dim 256) ran 3.5x slower
+ * (9.5 against 34 GFLOP/s of CPU time) for as long as the process had not yet run one of 352 or more
+ * output columns on 256 or more rows (gate, up); a step runs those every micro-batch, so the
+ * calibration that timed (C, C) and (C, KVD) first priced them 2 to 3.5x too slow. */
+typedef struct gemm_case {
+    int n, ic, oc;
+} gemm_case;
+
+static void gemm_buffers(calib_run *r, const gemm_case *g, void *b[5]) {
+    size_t e = r->e;
+    b[0] = buf(r->ops, (size_t)g->n * g->ic * e);
+    b[1] = buf(r->ops, (size_t)g->oc * g->ic * e);
+    b[2] = buf(r->ops, (size_t)g->n * g->oc * e);
+    b[3] = buf(r->ops, (size_t)g->n * g->ic * e);
+    b[4] = buf(r->ops, (size_t)g->oc * g->ic * 4);
+}
+
 static void measure_gemms(calib_run *r) {
     gt_calib *c = r->c;
     const gt_ops *ops = r->ops;
     int C = r->C, T = r->T, N = r->N;
     int shapes[5][2] = {{C, C}, {C, r->NKV * r->HD}, {C, r->F}, {r->F, C}, {C, r->V}};
     int rows[5] = {N, T, 2 * T, 4 * T, 8 * T};
-    double fwd_rates[GT_CALIB_MAX_GEMMS];
-    c->n_gemm = 0;
+    gemm_case cases[GT_CALIB_MAX_GEMMS];
+    int n_cases = 0;
     for (int s = 0; s < 5; s++) {
         int IC = shapes[s][0], OC = shapes[s][1];
-        for (int ri = 0; ri < 5 && c->n_gemm < GT_CALIB_MAX_GEMMS; ri++) {
+        for (int ri = 0; ri < 5 && n_cases < GT_CALIB_MAX_GEMMS; ri++) {
             int n = rows[ri];
             double cap = r->gpu ? 1e12 : 2e9;
             if (2.0 * n * IC * OC > cap) n = (int)(cap / (2.0 * IC * OC));
             if (n < 16) n = 16;
             int dup = 0;
-            for (int k = 0; k < c->n_gemm; k++) dup |= c->gemm[k].ic == IC && c->gemm[k].oc == OC && c->gemm[k].n == n;
-            if (dup) continue;
-            size_t e = r->e;
-            void *b[5] = {buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * e), buf(ops, (size_t)n * OC * e),
-                          buf(ops, (size_t)n * IC * e), buf(ops, (size_t)OC * IC * 4)};
-            int d[3] = {n, IC, OC};
-            double tf = bench(ops, mm_fwd, b, d), tb = bench(ops, mm_bwd, b, d);
-            for (int k = 0; k < 5; k++) ops->free(b[k]);
-            gt_calib_gemm *g = &c->gemm[c->n_gemm];
-            *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
-            fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
-            if (r->log)
-                fprintf(r->log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
-                        g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
+            for (int k = 0; k < n_cases; k++) dup |= cases[k].ic == IC && cases[k].oc == OC && cases[k].n == n;
+            if (!dup) cases[n_cases++] = (gemm_case){n, IC, OC};
         }
+    }
+    for (int k = 0; k < n_cases; k++) { /* the warm pass: each product once, as a step has run them */
+        void *b[5];
+        int d[3] = {cases[k].n, cases[k].ic, cases[k].oc};
+        gemm_buffers(r, &cases[k], b);
+        mm_fwd(ops, b, d);
+        mm_bwd(ops, b, d);
+        ops->synchronize();
+        for (int j = 0; j < 5; j++) ops->free(b[j]);
+    }
+    double fwd_rates[GT_CALIB_MAX_GEMMS];
+    c->n_gemm = 0;
+    for (int k = 0; k < n_cases; k++) {
+        int n = cases[k].n, IC = cases[k].ic, OC = cases[k].oc;
+        void *b[5];
+        gemm_buffers(r, &cases[k], b);
+        int d[3] = {n, IC, OC};
+        double tf = bench(ops, mm_fwd, b, d), tb = bench(ops, mm_bwd, b, d);
+        for (int j = 0; j < 5; j++) ops->free(b[j]);
+        gt_calib_gemm *g = &c->gemm[c->n_gemm];
+        *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
+        fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
+        if (r->log)
+            fprintf(r->log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
+                    g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
     }
     c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
 }
