@@ -8,3 +8,10 @@ foreach(group fp32 attention documents bf16)
   add_test(NAME test_ops_cpu_${group} COMMAND test_ops_cpu ${group} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(test_ops_cpu_${group} PROPERTIES LABELS unit SKIP_RETURN_CODE 77)
 endforeach()
+# The bf16 table's matrix products on a CPU without bf16 units: oneDNN held below AVX512-BF16
+# (DNNL_MAX_CPU_ISA) stands in for one, so the widened sgemm path is checked on every machine.
+add_test(NAME test_ops_cpu_bf16_widened
+         COMMAND ${CMAKE_COMMAND} "-DCMD=$<TARGET_FILE:test_ops_cpu>|bf16"
+                 "-DEXPECT=matrix products: OpenBLAS sgemm, the bf16 operands widened" -DREJECT=FAIL
+                 -P ${GTRAIN_TEST_DIR}/scripts/check_run.cmake)
+set_tests_properties(test_ops_cpu_bf16_widened PROPERTIES LABELS "unit;bf16" ENVIRONMENT "DNNL_MAX_CPU_ISA=AVX512_CORE")

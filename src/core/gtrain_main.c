@@ -295,7 +295,7 @@ static int run_plan(int argc, char **argv) {
     char why[512];
     int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32
                    : cfg.train.precision == GT_PRECISION_BF16 ||
-                         (cfg.train.precision == GT_PRECISION_AUTO && gt_ops_cpu_bf16(why, sizeof why));
+                         (cfg.train.precision == GT_PRECISION_AUTO && gt_cpu_bf16_native(why, sizeof why));
     /* whether attention probabilities are kept: the CPU table's own flag; the CUDA backend never keeps them */
     int keep_probs = gpu ? 0 : gt_ops_cpu()->can_keep_attention_probs;
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
@@ -375,7 +375,7 @@ static int run_calibrate(int argc, char **argv) {
     char why[512] = "";
     int bf16 = gpu ? cfg.train.precision != GT_PRECISION_FP32
                    : cfg.train.precision == GT_PRECISION_BF16 ||
-                         (cfg.train.precision == GT_PRECISION_AUTO && gt_ops_cpu_bf16(why, sizeof why));
+                         (cfg.train.precision == GT_PRECISION_AUTO && gt_cpu_bf16_native(why, sizeof why));
     const gt_ops *ops = NULL;
     gt_comm *comm = NULL;
     if (gpu) {
@@ -383,7 +383,7 @@ static int run_calibrate(int argc, char **argv) {
             ops = gt_ops_cuda(bf16, cfg.train.cuda_attention, why, sizeof why);
         if (ops && size > 1) comm = gt_comm_create_nccl(MPI_COMM_WORLD, why, sizeof why);
     } else {
-        ops = bf16 ? gt_ops_cpu_bf16(why, sizeof why) : gt_ops_cpu();
+        ops = bf16 ? gt_ops_cpu_bf16() : gt_ops_cpu();
         if (size > 1) comm = gt_comm_create_mpi(MPI_COMM_WORLD);
     }
     if (!ops) {
@@ -483,10 +483,10 @@ static int print_version(void) {
 #endif
     printf("BLAS: %s\n", openblas_get_config());
     char why[512];
-    if (gt_ops_cpu_bf16(why, sizeof why))
-        printf("CPU bf16: oneDNN on %s (precision = auto takes bf16 on this CPU)\n", gt_cpu_bf16_isa());
+    if (gt_cpu_bf16_native(why, sizeof why))
+        printf("CPU bf16: %s (precision = auto takes bf16 on this CPU)\n", gt_cpu_bf16_isa());
     else
-        printf("CPU bf16: no, %s (precision = auto takes fp32 on this CPU)\n", why);
+        printf("CPU bf16: %s (precision = auto takes fp32 on this CPU)\n", gt_cpu_bf16_isa());
     printf("MPI: %s\n", mpi);
     printf("HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
     printf("%s\n", cuda);

@@ -367,6 +367,8 @@ def launch(a, ini):
     print(r.stderr, file=sys.stderr)
     if r.returncode != 0:
         fail(f"{a.name}: gtrain exited {r.returncode}")
+    if getattr(a, "expect_out", "") and a.expect_out not in r.stdout:
+        fail(f"{a.name}: the output does not say '{a.expect_out}'")
     return r
 
 
@@ -688,6 +690,7 @@ def main():
         s.add_argument("--masked", action="store_true", help="the masked copy of the corpus, loss_mask = on")
         s.add_argument("--no-sep-loss", action="store_true", help="data.separator_loss = false (NO_SEP_LOSS)")
         s.add_argument("--sep-masked", action="store_true", help="the copy masking the separator's targets")
+        s.add_argument("--expect-out", default="", help="text gtrain's output must hold")
         if nm == "resume":
             s.add_argument("--from", dest="source", required=True)
         s.add_argument("--work", required=True)

@@ -5,7 +5,7 @@
  * algorithm is written once over the element type and compiled for fp32 and bf16 (cpu_elem.h); only
  * the products differ:
  * fp32 multiplies with OpenBLAS sgemm (single-threaded: it runs inside our OpenMP loop), bf16 with
- * oneDNN on the CPU's bf16 units (gt_dnnl_gemm_ld, fp32 accumulation).
+ * oneDNN on the CPU's bf16 units, else sgemm on widened copies (gt_dnnl_gemm_ld, fp32 accumulation).
  *
  * A query block is QBLOCK consecutive rows [t0, t1) of one head h (kv head g = h / (NH/NKV)); it
  * sees keys [k0, t1), k0 = 0, or with document masking (doc, ops.h) k0 = doc[t0], the first key of

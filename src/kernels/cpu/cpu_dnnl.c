@@ -1,6 +1,11 @@
 /*
- * cpu_dnnl.c — bf16 matrix products on the CPU through oneDNN (Debian's libdnnl), which runs them on
- * the CPU's bf16 units (AMX tiles, else AVX512-BF16 dot products) with fp32 accumulation.
+ * cpu_dnnl.c — bf16 matrix products on the CPU: through oneDNN (Debian's libdnnl) on the CPU's bf16
+ * units (AMX tiles, else AVX512-BF16 dot products) with fp32 accumulation, or, on a CPU without them
+ * (or a gtrain built without oneDNN), widened: the bf16 operands converted to fp32 block by block and
+ * multiplied by OpenBLAS sgemm. A bf16 x bf16 product is exact in fp32 (8 + 8 significand bits), so the
+ * widened path computes the same thing, bf16 inputs summed in fp32, in another order, at about fp32's
+ * speed. oneDNN's own emulation below AVX512-BF16 runs at a fraction of that, and below AVX512 it has no
+ * bf16 matmul at all.
  *
  * One entry point, gt_dnnl_gemm_ld: C (M, N) [+]= A (M, K) @ B (K, N), A and B bf16 (either may be
  * stored transposed, any leading dimension), C fp32 or bf16 (rounded once from the fp32 sum; with
@@ -16,25 +21,74 @@
  * since memory objects and streams are not to be shared between threads. Either way a run repeats
  * bit for bit at a fixed thread count (the same kernels, the same partition); unlike the fp32 path, a
  * different thread count may choose another partition of K and round differently (docs/precision.md).
- *
- * Without libdnnl (GTRAIN_HAVE_DNNL undefined) only gt_dnnl_available exists and says why.
+ * The widened path inherits sgemm's behaviour: the same sums at any thread count.
  */
 #include <string.h>
 
 #include "cpu_kernels.h"
 
+#include <stdlib.h>
+
+#include <cblas.h>
+
+/* The widened product in blocks of at most WB x WB outputs, so its fp32 copies stay a few MiB whatever
+ * the shape: A's rows of a block, B's columns of it, and for a bf16 C the block's fp32 sums. */
+enum { WB = 512 };
+
+static void widen(float *dst, int rows, int cols, const uint16_t *src, int ld, int trans, int r0, int c0) {
+    /* dst (rows, cols) row-major = the (r0.., c0..) block of the logical matrix src */
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)r * cols + c] = gt_bf16_to_f32(trans ? src[(size_t)(c0 + c) * ld + r0 + r]
+                                                             : src[(size_t)(r0 + r) * ld + c0 + c]);
+}
+
+static void widened_gemm(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb,
+                         int b_trans, void *C, int ldc, int c_f32, int accumulate) {
+    if (K == 0) {   /* an empty sum: C = 0 or C unchanged */
+        for (int i = 0; i < M && !accumulate; i++) memset((char *)C + (size_t)i * ldc * (c_f32 ? 4 : 2), 0,
+                                                          (size_t)N * (c_f32 ? 4 : 2));
+        return;
+    }
+    int mb = M < WB ? M : WB, nb = N < WB ? N : WB;
+    float *a = malloc(sizeof(float) * (size_t)mb * K), *b = malloc(sizeof(float) * (size_t)K * nb),
+          *c = c_f32 ? NULL : malloc(sizeof(float) * (size_t)mb * nb);
+    GT_CPU_CHECK(a && b && (c_f32 || c), "out of memory for a %d x %d x %d widened bf16 product", M, N, K);
+    for (int i0 = 0; i0 < M; i0 += WB) {
+        int m = M - i0 < WB ? M - i0 : WB;
+        widen(a, m, K, A, lda, a_trans, i0, 0);
+        for (int j0 = 0; j0 < N; j0 += WB) {
+            int n = N - j0 < WB ? N - j0 : WB;
+            widen(b, K, n, B, ldb, b_trans, 0, j0);
+            if (c_f32) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, a, K, b, n,
+                            accumulate ? 1.0f : 0.0f, (float *)C + (size_t)i0 * ldc + j0, ldc);
+                continue;
+            }
+            uint16_t *cb = (uint16_t *)C + (size_t)i0 * ldc + j0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, a, K, b, n, 0.0f, c, n);
+            for (int r = 0; r < m; r++)
+                for (int q = 0; q < n; q++) {
+                    float v = c[(size_t)r * n + q];
+                    if (accumulate) v += gt_bf16_to_f32(cb[(size_t)r * ldc + q]);
+                    cb[(size_t)r * ldc + q] = gt_f32_to_bf16(v);
+                }
+        }
+    }
+    free(a), free(b), free(c);
+}
+
 #ifndef GTRAIN_HAVE_DNNL
 
-int gt_dnnl_available(char *why, size_t why_len) {
+int gt_dnnl_native(char *why, size_t why_len) {
     snprintf(why, why_len, "this gtrain was built without oneDNN (install libdnnl-dev: tools/setup-debian.sh)");
     return 0;
 }
 const char *gt_dnnl_isa(void) { return "none"; }
 void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb, int b_trans,
                      void *C, int ldc, int c_f32, int accumulate) {
-    (void)M, (void)N, (void)K, (void)A, (void)lda, (void)a_trans, (void)B, (void)ldb, (void)b_trans, (void)C,
-        (void)ldc, (void)c_f32, (void)accumulate;
-    GT_CPU_CHECK(0, "bf16 matmul without oneDNN");
+    if (M == 0 || N == 0) return;
+    widened_gemm(M, N, K, A, lda, a_trans, B, ldb, b_trans, C, ldc, c_f32, accumulate);
 }
 void gt_dnnl_init(void) {}
 
@@ -68,9 +122,16 @@ typedef struct slot {
 } slot;
 static slot slots[SLOTS];
 static dnnl_engine_t engine;
+static int native = -1;   /* oneDNN runs on bf16 units: set by gt_dnnl_init */
+
+static int has_bf16_units(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    return (isa & bf16) == bf16;   /* the ISA values are nested bit masks */
+}
 
 void gt_dnnl_init(void) {
-    if (!engine) DNNL_OK(dnnl_engine_create(&engine, dnnl_cpu, 0));
+    if (native < 0) native = has_bf16_units();
+    if (native && !engine) DNNL_OK(dnnl_engine_create(&engine, dnnl_cpu, 0));
 }
 
 /* A 2-D bf16/fp32 descriptor of a (rows, cols) operand stored row-major with leading dimension ld, or
@@ -117,14 +178,14 @@ static gemm_entry *make_entry(slot *sl, const gemm_key *k) {
 void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb, int b_trans,
                      void *C, int ldc, int c_f32, int accumulate) {
     if (M == 0 || N == 0) return;
-    if (K == 0) {   /* an empty sum: C = 0 or C unchanged */
-        for (int i = 0; i < M && !accumulate; i++) memset((char *)C + (size_t)i * ldc * (c_f32 ? 4 : 2), 0,
-                                                          (size_t)N * (c_f32 ? 4 : 2));
+    int s = omp_in_parallel() ? 1 + omp_get_thread_num() : 0;
+    if (s == 0) gt_dnnl_init();
+    GT_CPU_CHECK(native >= 0, "gt_dnnl_init was not called before a parallel region");
+    if (K == 0 || !native) {
+        widened_gemm(M, N, K, A, lda, a_trans, B, ldb, b_trans, C, ldc, c_f32, accumulate);
         return;
     }
-    int s = omp_in_parallel() ? 1 + omp_get_thread_num() : 0;
     GT_CPU_CHECK(s < SLOTS, "more than %d OpenMP threads", SLOTS - 1);
-    if (s == 0) gt_dnnl_init();
     slot *sl = &slots[s];
     gemm_key k = {M, N, K, lda, a_trans, ldb, b_trans, ldc, c_f32, accumulate};
     gemm_entry *e = NULL;
@@ -148,10 +209,8 @@ const char *gt_dnnl_isa(void) {
     return "no bf16 instructions";
 }
 
-/* bf16 needs the instructions: oneDNN would otherwise emulate them at a fraction of fp32's speed. */
-int gt_dnnl_available(char *why, size_t why_len) {
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
-    if ((isa & bf16) == bf16) return 1;   /* the ISA values are nested bit masks */
+int gt_dnnl_native(char *why, size_t why_len) {
+    if (has_bf16_units()) return 1;
     snprintf(why, why_len, "this CPU has no bf16 instructions (oneDNN found neither AMX-BF16 nor AVX512-BF16)");
     return 0;
 }

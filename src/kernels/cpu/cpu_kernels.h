@@ -77,9 +77,10 @@ static inline uint16_t gt_f32_to_bf16(float f) {
 
 /* cpu_dnnl.c: C (M, N) = A (M, K) @ B (K, N), or += with accumulate; A, B bf16, stored transposed
  * when a_trans / b_trans (A as (K, M), B as (N, K), row-major); C row-major, fp32 when c_f32 else
- * bf16 rounded once from the fp32 sum. gt_dnnl_available: 1, or 0 and why (no library, no bf16
- * instructions); gt_dnnl_isa: the instruction set oneDNN runs on, for logs. */
-int gt_dnnl_available(char *why, size_t why_len);
+ * bf16 rounded once from the fp32 sum. Through oneDNN on the CPU's bf16 units, else widened to fp32
+ * for OpenBLAS sgemm. gt_dnnl_native: 1 when oneDNN runs on bf16 units, or 0 and why (no library, no
+ * bf16 instructions); gt_dnnl_isa: the instruction set oneDNN runs on, for logs. */
+int gt_dnnl_native(char *why, size_t why_len);
 const char *gt_dnnl_isa(void);
 void gt_dnnl_gemm(int M, int N, int K, const void *A, int a_trans, const void *B, int b_trans, void *C,
                   int c_f32, int accumulate);

@@ -1,7 +1,7 @@
 /*
  * cpu_matmul.c — the matmul family of ops.h on the CPU, the bias-free linear layer: for fp32 tensors
- * three OpenBLAS sgemm calls (gt_cpu_matmul_forward, gt_cpu_matmul_backward); for bf16 ones oneDNN on
- * the working weights as they are (gt_cpu_matmul_forward_bf16, gt_cpu_matmul_backward_bf16, through
+ * three OpenBLAS sgemm calls (gt_cpu_matmul_forward, gt_cpu_matmul_backward); for bf16 ones oneDNN
+ * (or sgemm on widened copies where the CPU has no bf16 units) on the working weights as they are (gt_cpu_matmul_forward_bf16, gt_cpu_matmul_backward_bf16, through
  * cpu_dnnl.c), fp32 accumulation, each output rounded once; the products repeat bit for bit at a
  * fixed thread count (cpu_dnnl.c).
  *

@@ -4,7 +4,7 @@
  *
  * The ops live one file per family (ops.h's table): cpu_pointwise.c, cpu_norm.c, cpu_rope.c,
  * cpu_attention.c and cpu_loss.c (each written once, compiled for both tables: cpu_elem.h),
- * cpu_matmul.c (fp32 OpenBLAS, bf16 oneDNN through cpu_dnnl.c) and cpu_optimizer.c.
+ * cpu_matmul.c (fp32 OpenBLAS, bf16 through cpu_dnnl.c: oneDNN, or widened to sgemm) and cpu_optimizer.c.
  */
 #define _GNU_SOURCE /* MAP_POPULATE */
 #include <math.h>
@@ -136,8 +136,16 @@ static const gt_ops cpu_bf16_ops = {
 
 const gt_ops *gt_ops_cpu(void) { return &cpu_ops; }
 
-const gt_ops *gt_ops_cpu_bf16(char *why, size_t why_len) {
-    return gt_dnnl_available(why, why_len) ? &cpu_bf16_ops : NULL;
-}
+const gt_ops *gt_ops_cpu_bf16(void) { return &cpu_bf16_ops; }
 
-const char *gt_cpu_bf16_isa(void) { return gt_dnnl_isa(); }
+int gt_cpu_bf16_native(char *why, size_t why_len) { return gt_dnnl_native(why, why_len); }
+
+const char *gt_cpu_bf16_isa(void) {
+    char why[256];
+    static char line[320];
+    if (gt_dnnl_native(why, sizeof why))
+        snprintf(line, sizeof line, "oneDNN on %s", gt_dnnl_isa());
+    else
+        snprintf(line, sizeof line, "OpenBLAS sgemm, the bf16 operands widened to fp32 (%s)", why);
+    return line;
+}
