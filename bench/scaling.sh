@@ -7,6 +7,13 @@
 # step_ms), comm_ms and comm_total_ms beside it, bytes sent per rank per step, the last loss.
 # Not a test: the numbers are what the machine gives while it runs.
 #
+# The lone rank runs as a twin by default (BASELINE=twin): two independent one-rank runs at once, one
+# per core, tokens/s per rank their mean. The test cluster's two nodes are namespaces of one machine:
+# their ranks share its cores' caches and memory bandwidth, which a real cluster's nodes do not. A lone
+# rank with its twin beside it took 27-30% longer a step here than one with the other core idle
+# (llama100m's shape, micro-batch 4, no communication at all), a slowdown the 2-node run pays whatever
+# its links do; the twin's figure is the lone rank a 2-node run can be held to. BASELINE=alone runs one.
+#
 #   bench/scaling.sh [options]
 #     --build DIR     the build to run (default build)
 #     --rate RATE     the link rate in tc's units (200mbit, 1gbit, ...); default: what bench/link_rate.py
@@ -21,7 +28,8 @@
 #
 # Environment (optional): CONFIG=configs/llama100m.ini, SHAPE="model.vocab_size=256" (overrides that
 # make the shape: with a small vocabulary the embedding and head stop dominating, so the blocks'
-# traffic is a real share of the step), MICRO=1 (sequences per micro-batch), ACCUM=2 (micro-batches
+# traffic is a real share of the step), MICRO=4 (sequences per micro-batch: with 1, the transfers'
+# own CPU time, on the cores that compute, is a 4x larger share of the step), ACCUM=2 (micro-batches
 # per rank and step), WARMUP=1, MEASURE=3 (steps measured), BUCKET_MB=25 (overlap on: gradient buckets),
 # PREFETCH=1 (overlap on, ZeRO-3), PROGRESS_US=1000 (overlap on: the MPI progress thread),
 # DATA=token file (default: made from /usr/share/common-licenses with gtrain-prep), ONLY=z1_on,z3_on
@@ -64,8 +72,9 @@ if ((!DRY)); then
 fi
 CONFIG=${CONFIG:-configs/llama100m.ini}
 SHAPE=${SHAPE:-model.vocab_size=256}
-MICRO=${MICRO:-1} ACCUM=${ACCUM:-2} WARMUP=${WARMUP:-1} MEASURE=${MEASURE:-3}
-BUCKET_MB=${BUCKET_MB:-25} PREFETCH=${PREFETCH:-1} PROGRESS_US=${PROGRESS_US:-1000}
+MICRO=${MICRO:-4} ACCUM=${ACCUM:-2} WARMUP=${WARMUP:-1} MEASURE=${MEASURE:-3}
+BUCKET_MB=${BUCKET_MB:-25} PREFETCH=${PREFETCH:-1} PROGRESS_US=${PROGRESS_US:-1000} BASELINE=${BASELINE:-twin}
+[[ $BASELINE == twin || $BASELINE == alone ]] || { echo "scaling.sh: BASELINE=$BASELINE: expected twin or alone" >&2; exit 2; }
 for v in MICRO ACCUM WARMUP MEASURE PREFETCH PROGRESS_US; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "scaling.sh: $v=${!v}: expected a whole number" >&2; exit 2; }
 done
@@ -113,12 +122,20 @@ args_of() { # NAME SHARD SYNC OVERLAP [ACCUM] -> the gtrain arguments (NAME empt
        "${name:+log.metrics=$OUT/$name.metrics.jsonl}"
 }
 
-# one rank alone, one thread, the same work per rank (the lone rank's global batch is half the pair's)
+# one rank alone, one thread, the same work per rank (the lone rank's global batch is half the pair's);
+# with BASELINE=twin a second one beside it (.one.b), started at the same moment
 for row in "${ROWS[@]}"; do
   set -- $row
+  twin=
+  if [[ $BASELINE == twin ]]; then
+    # shellcheck disable=SC2046
+    run_cmd env OMP_NUM_THREADS=1 "$GTRAIN" $(args_of "$1.one.b" "$2" "$3" "$4") >"$OUT/$1.one.b.log" 2>&1 &
+    twin=$!
+  fi
   # shellcheck disable=SC2046
   run_cmd env OMP_NUM_THREADS=1 "$GTRAIN" $(args_of "$1.one" "$2" "$3" "$4") >"$OUT/$1.one.log" 2>&1 ||
     { echo "scaling.sh: the one-rank run $1 failed, see $OUT/$1.one.log" >&2; exit 1; }
+  [[ -z $twin ]] || wait "$twin" || { echo "scaling.sh: the twin one-rank run $1 failed, see $OUT/$1.one.b.log" >&2; exit 1; }
 done
 
 if ((!LOCAL)) && [[ -z $RATE ]]; then
@@ -164,10 +181,11 @@ if ((FOUR && !LOCAL)); then # correctness only: 4 nodes against 4 ranks on one h
 fi
 ((DRY)) && exit 0
 
-python3 - "$OUT" "$WARMUP" "$WHERE" "$FOUR" "$LOCAL" "${ROWS[@]}" <<'PY'
+python3 - "$OUT" "$WARMUP" "$WHERE" "$FOUR" "$LOCAL" "$BASELINE" "${ROWS[@]}" <<'PY'
 import json, sys
 out, warmup, where, four, local = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5] == "1"
-rows = [r.split() for r in sys.argv[6:]]
+twin = sys.argv[6] == "twin"
+rows = [r.split() for r in sys.argv[7:]]
 
 def steps(path):
     lines = [json.loads(l) for l in open(path) if l.strip()]
@@ -185,12 +203,15 @@ def figures(path, ranks):
                 comm=mean([l["comm_ms"] for l in meas]), total=mean([l["comm_total_ms"] for l in meas]),
                 bytes=meas[-1]["comm_bytes"], loss=lines[-1]["loss"])
 
-print(f"\n{where}; one rank alone for comparison; means over the steps after {warmup}\n")
+lone = "one rank with its twin beside it (the mean of the two)" if twin else "one rank alone"
+print(f"\n{where}; {lone} for comparison; means over the steps after {warmup}\n")
 print("| shard / grad_sync | overlap | tokens/s per rank (1 rank) | tokens/s per rank (2) | efficiency "
       "| comm_exposed share | comm_exposed_ms | comm_ms | comm_total_ms | step ms | MiB sent per rank per step | last loss |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, shard, sync, overlap in rows:
     one, two = figures(f"{out}/{name}.one.metrics.jsonl", 1), figures(f"{out}/{name}.two.metrics.jsonl", 2)
+    if twin:
+        one["tok_rank"] = (one["tok_rank"] + figures(f"{out}/{name}.one.b.metrics.jsonl", 1)["tok_rank"]) / 2
     label = {"optimizer": "ZeRO-1", "gradients": "ZeRO-2", "parameters": "ZeRO-3"}[shard]
     label += "" if shard == "optimizer" else f" / {sync}"
     print(f"| {label} | {overlap} | {one['tok_rank']:.1f} | {two['tok_rank']:.1f} | {two['tok_rank'] / one['tok_rank']:.0%} "
