@@ -13,6 +13,10 @@ A mutant file (standard library parsing, no patch tool, so a mutant survives cod
     expect: optim_cosine_matches_torch_adamw          (optional: the test expected to catch it, if it is
                                                        not on this branch yet; reported, not required)
     timeout: 300                                      (optional, seconds for the whole ctest run)
+    needs: bf16-units                                 (optional: the catching tests can only tell on a CPU
+                                                       with bf16 instructions, which `gtrain --version`
+                                                       names; elsewhere the mutant is SKIPPED, said so in
+                                                       the table and the count, and not a failure)
     --- find
     <lines that must occur exactly once in file>
     --- replace
@@ -45,7 +49,7 @@ class Mutant:
     def __init__(self, path):
         self.path = path
         self.name = os.path.basename(path)[:-len(".mutant")]
-        self.file = self.tests = self.expect = None
+        self.file = self.tests = self.expect = self.needs = None
         self.timeout = 600
         self.find = self.replace = None
         section, blocks = None, {"find": [], "replace": []}
@@ -68,8 +72,11 @@ class Mutant:
                     self.expect = value
                 elif key == "timeout":
                     self.timeout = int(value)
+                elif key == "needs" and value == "bf16-units":
+                    self.needs = value
                 else:
-                    sys.exit(f"{path}: unknown key '{key}' (expected file, tests, expect, timeout)")
+                    sys.exit(f"{path}: unknown key '{key}: {value}' (expected file, tests, expect, timeout, "
+                             "needs: bf16-units)")
         while blocks["replace"] and blocks["replace"][-1] == "":  # the file's final newline
             blocks["replace"].pop()
         while blocks["find"] and blocks["find"][-1] == "":
@@ -181,6 +188,13 @@ def runs_alone(tests):
     return False
 
 
+def has_bf16_units(build_dir):
+    """Whether this CPU has the bf16 instructions precision = auto takes bf16 on (gtrain --version says)."""
+    p = subprocess.run([os.path.join(build_dir, "gtrain"), "--version"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    return "precision = auto takes bf16 on this CPU" in p.stdout
+
+
 def run_tests(build_dir, mutant, log):
     """(failed test names, ctest's output); a per-test timeout counts as a failure."""
     cmd = ["ctest", "--test-dir", build_dir, "--output-on-failure", "--stop-on-failure",
@@ -275,6 +289,7 @@ def main():
     selected = [selected_tests(builds[0], m) for m in mutants]
     alone = [runs_alone(t) for t in selected]
     known = known_targets(builds[0])
+    bf16_units = has_bf16_units(builds[0])
     targets = [targets_of(builds[0], t, known) for t in selected]
     print(f"mutants.py: {sum(t is not None for t in targets)} of {len(mutants)} mutants rebuild only the targets "
           "their tests run", flush=True)
@@ -290,6 +305,11 @@ def main():
             why = m.anchor(trees[k])
             if why:
                 rows[i] = (m.name, "STALE", why, 0.0)
+                continue
+            if m.needs == "bf16-units" and not bf16_units:
+                rows[i] = (m.name, "SKIPPED", "needs a CPU with bf16 instructions; this one has none", 0.0)
+                with lock:
+                    print(f"  {m.name}: SKIPPED (no bf16 instructions here)", flush=True)
                 continue
             target = os.path.join(trees[k], m.file)
             text = open(target).read()
@@ -328,11 +348,13 @@ def main():
     print("| mutant | file | result | caught by / why | s |")
     print("|---|---|---|---|---|")
     files_of = {m.name: m.file for m in mutants}
-    bad = 0
+    bad = skipped = 0
     for name, verdict, detail, secs in rows:
-        bad += verdict != "caught"
+        bad += verdict not in ("caught", "SKIPPED")
+        skipped += verdict == "SKIPPED"
         print(f"| {name} | {files_of[name]} | {verdict} | {detail} | {secs:.0f} |")
-    print(f"\n{len(rows) - bad} of {len(rows)} mutants caught in {time.time() - t_all:.0f} s ({jobs} at a time)")
+    print(f"\n{len(rows) - bad - skipped} of {len(rows)} mutants caught in {time.time() - t_all:.0f} s ({jobs} at a time)"
+          + (f"; {skipped} skipped: their tests need bf16 instructions, which this CPU lacks" if skipped else ""))
     return 1 if bad else 0
 
 
