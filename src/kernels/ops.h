@@ -307,7 +307,7 @@ const gt_ops *gt_ops_cpu(void);
 /* The CPU backend with bf16 working tensors (the CUDA bf16 table's semantics), on every CPU: matrix
  * products through oneDNN on the CPU's bf16 units (AMX-BF16 or AVX512-BF16), or, where it has none or
  * gtrain was built without oneDNN, with the bf16 operands widened to fp32 for OpenBLAS sgemm (the same
- * sums of bf16 products in fp32, at about fp32's speed). gt_cpu_bf16_native: 1 when the bf16 units are
+ * sums of bf16 products in fp32, their products at about 3/4 of fp32's speed). gt_cpu_bf16_native: 1 when the bf16 units are
  * there (precision = auto takes bf16 only then), else 0 and why. gt_cpu_bf16_isa: how the table's
  * matrix products run, for logs. */
 const gt_ops *gt_ops_cpu_bf16(void);

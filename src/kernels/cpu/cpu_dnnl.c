@@ -3,8 +3,8 @@
  * units (AMX tiles, else AVX512-BF16 dot products) with fp32 accumulation, or, on a CPU without them
  * (or a gtrain built without oneDNN), widened: the bf16 operands converted to fp32 block by block and
  * multiplied by OpenBLAS sgemm. A bf16 x bf16 product is exact in fp32 (8 + 8 significand bits), so the
- * widened path computes the same thing, bf16 inputs summed in fp32, in another order, at about fp32's
- * speed. oneDNN's own emulation below AVX512-BF16 runs at a fraction of that, and below AVX512 it has no
+ * widened path computes the same thing, bf16 inputs summed in fp32, in another order, at about 3/4 of
+ * fp32's speed (the copies; bench/bf16_gemm with DNNL_MAX_CPU_ISA=AVX512_CORE). oneDNN's own emulation below AVX512-BF16 runs at a fraction of that, and below AVX512 it has no
  * bf16 matmul at all.
  *
  * One entry point, gt_dnnl_gemm_ld: C (M, N) [+]= A (M, K) @ B (K, N), A and B bf16 (either may be
@@ -35,12 +35,14 @@
  * the shape: A's rows of a block, B's columns of it, and for a bf16 C the block's fp32 sums. */
 enum { WB = 512 };
 
-static void widen(float *dst, int rows, int cols, const uint16_t *src, int ld, int trans, int r0, int c0) {
-    /* dst (rows, cols) row-major = the (r0.., c0..) block of the logical matrix src */
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            dst[(size_t)r * cols + c] = gt_bf16_to_f32(trans ? src[(size_t)(c0 + c) * ld + r0 + r]
-                                                             : src[(size_t)(r0 + r) * ld + c0 + c]);
+/* dst (rows, cols) row-major = the (r0.., c0..) block of src as it is stored (row-major, leading
+ * dimension ld): contiguous reads and writes; a transposed operand stays transposed, sgemm is told. */
+static void widen(float *dst, int rows, int cols, const uint16_t *src, int ld, int r0, int c0) {
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)(r0 + r) * ld + c0;
+        float *d = dst + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) d[c] = gt_bf16_to_f32(s[c]);
+    }
 }
 
 static void widened_gemm(int M, int N, int K, const void *A, int lda, int a_trans, const void *B, int ldb,
@@ -56,17 +58,25 @@ static void widened_gemm(int M, int N, int K, const void *A, int lda, int a_tran
     GT_CPU_CHECK(a && b && (c_f32 || c), "out of memory for a %d x %d x %d widened bf16 product", M, N, K);
     for (int i0 = 0; i0 < M; i0 += WB) {
         int m = M - i0 < WB ? M - i0 : WB;
-        widen(a, m, K, A, lda, a_trans, i0, 0);
+        /* A's rows i0.. : stored (M, K), or (K, M) when transposed */
+        if (a_trans) widen(a, K, m, A, lda, 0, i0);
+        else widen(a, m, K, A, lda, i0, 0);
+        CBLAS_TRANSPOSE ta = a_trans ? CblasTrans : CblasNoTrans;
+        int la = a_trans ? m : K;
         for (int j0 = 0; j0 < N; j0 += WB) {
             int n = N - j0 < WB ? N - j0 : WB;
-            widen(b, K, n, B, ldb, b_trans, 0, j0);
+            /* B's columns j0.. : stored (K, N), or (N, K) when transposed */
+            if (b_trans) widen(b, n, K, B, ldb, j0, 0);
+            else widen(b, K, n, B, ldb, 0, j0);
+            CBLAS_TRANSPOSE tb = b_trans ? CblasTrans : CblasNoTrans;
+            int lb = b_trans ? K : n;
             if (c_f32) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, a, K, b, n,
+                cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, a, la, b, lb,
                             accumulate ? 1.0f : 0.0f, (float *)C + (size_t)i0 * ldc + j0, ldc);
                 continue;
             }
             uint16_t *cb = (uint16_t *)C + (size_t)i0 * ldc + j0;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, K, 1.0f, a, K, b, n, 0.0f, c, n);
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, a, la, b, lb, 0.0f, c, n);
             for (int r = 0; r < m; r++)
                 for (int q = 0; q < n; q++) {
                     float v = c[(size_t)r * n + q];
