@@ -483,10 +483,8 @@ static int print_version(void) {
 #endif
     printf("BLAS: %s\n", openblas_get_config());
     char why[512];
-    if (gt_cpu_bf16_native(why, sizeof why))
-        printf("CPU bf16: %s (precision = auto takes bf16 on this CPU)\n", gt_cpu_bf16_isa());
-    else
-        printf("CPU bf16: %s (precision = auto takes fp32 on this CPU)\n", gt_cpu_bf16_isa());
+    printf("CPU bf16: %s (precision = auto takes %s on this CPU)\n", gt_cpu_bf16_isa(),
+           gt_cpu_bf16_native(why, sizeof why) ? "bf16" : "fp32");
     printf("MPI: %s\n", mpi);
     printf("HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
     printf("%s\n", cuda);

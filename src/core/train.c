@@ -71,8 +71,8 @@ static int agree_input(MPI_Comm comm, int code, char *msg, size_t msg_len) {
 }
 
 /* The CPU's table for train.precision: bf16 runs on every CPU, through oneDNN on the bf16 units where
- * a rank has them and widened to fp32 for sgemm where it has not (3/4 of fp32's products' speed, bf16's memory).
- * auto takes the faster of the two for the machine: bf16 where every rank has bf16 matrix
+ * a rank has them and widened to fp32 for sgemm where it has not (bf16's memory, its products at about
+ * 3/4 of fp32's speed). auto takes the faster of the two for the machine: bf16 where every rank has bf16 matrix
  * instructions (AMX or AVX512-BF16: 1.7x fp32's tokens/s on tiny and 2.1x on llama100m here,
  * docs/cpu-speed.md), else fp32; either way it says which in one line. */
 static int choose_cpu_precision(const gt_config *cfg, MPI_Comm comm, const gt_ops **ops_out) {

@@ -4,8 +4,8 @@
  * (or a gtrain built without oneDNN), widened: the bf16 operands converted to fp32 block by block and
  * multiplied by OpenBLAS sgemm. A bf16 x bf16 product is exact in fp32 (8 + 8 significand bits), so the
  * widened path computes the same thing, bf16 inputs summed in fp32, in another order, at about 3/4 of
- * fp32's speed (the copies; bench/bf16_gemm with DNNL_MAX_CPU_ISA=AVX512_CORE). oneDNN's own emulation below AVX512-BF16 runs at a fraction of that, and below AVX512 it has no
- * bf16 matmul at all.
+ * fp32's speed (the copies; bench/bf16_gemm with DNNL_MAX_CPU_ISA=AVX512_CORE). oneDNN's own
+ * emulation below AVX512-BF16 runs at a fraction of that, and below AVX512 it has no bf16 matmul.
  *
  * One entry point, gt_dnnl_gemm_ld: C (M, N) [+]= A (M, K) @ B (K, N), A and B bf16 (either may be
  * stored transposed, any leading dimension), C fp32 or bf16 (rounded once from the fp32 sum; with
@@ -212,11 +212,9 @@ void gt_dnnl_gemm_ld(int M, int N, int K, const void *A, int lda, int a_trans, c
 
 
 const char *gt_dnnl_isa(void) {
-    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx,
-             bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
     if ((isa & amx) == amx) return "avx512_core_amx (AMX-BF16 tiles)";
-    if ((isa & bf16) == bf16) return "avx512_core_bf16 (AVX512-BF16)";
-    return "no bf16 instructions";
+    return has_bf16_units() ? "avx512_core_bf16 (AVX512-BF16)" : "no bf16 instructions";
 }
 
 int gt_dnnl_native(char *why, size_t why_len) {
