@@ -318,6 +318,7 @@ typedef struct step_result {
     uint64_t unit_gathers;      /* ZeRO-3 unit gathers */
     uint64_t buckets, buckets_early; /* gradient buckets reduced; of them started before block 0's
                                         backward ended */
+    int param_gathers_max;      /* ZeRO-1/2 working weights' gathers in flight at once, the most */
     uint64_t act_peak_bytes, mem_peak_bytes, params_peak_bytes, grads_peak_bytes;
     uint64_t staging_peak_bytes; /* the MPI reduce-scatters' host staging (comm.h), most held in the step */
     gt_comm_stats comm;
@@ -784,6 +785,7 @@ static int train_step(run *r, int step, step_result *res) {
     if (r->choice.grad_micro) r->ops->zero(r->zero.grad_slice, r->zero.shard.slice_len * sizeof(float));
     else r->ops->zero(gt_model_grads(r->model), r->n_padded * sizeof(float));
     uint64_t gathers0 = r->zero.gathers, buckets0 = r->zero.bucket_starts, early0 = r->zero.bucket_early;
+    gt_zero_params_reset_max(&r->zero);
     int bad_micro;
     double tokens = (double)r->G * cfg->train.seq_len, counted = tokens;
     if (gt_data_counts_targets(r->train_data)) {
@@ -817,6 +819,7 @@ static int train_step(run *r, int step, step_result *res) {
     res->unit_gathers = r->zero.gathers - gathers0;
     res->buckets = r->zero.bucket_starts - buckets0;
     res->buckets_early = r->zero.bucket_early - early0;
+    res->param_gathers_max = r->zero.params_live_max;
     res->act_peak_bytes = r->mem.peak[GT_MEM_ACT];
     res->mem_peak_bytes = r->mem.total_peak;
     res->params_peak_bytes = r->mem.peak[GT_MEM_PARAMS];
@@ -845,7 +848,7 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
             "\"act_peak_bytes\":%llu,\"mem_peak_bytes\":%llu,\"recomputed_blocks\":%d,"
             "\"optim_bytes\":%llu,\"comm_bytes\":%llu,\"comm_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"comm_total_ms\":%.3f,"
             "\"params_peak_bytes\":%llu,\"grads_peak_bytes\":%llu,\"comm_staging_bytes\":%llu,\"unit_gathers\":%llu,"
-            "\"buckets\":%llu,\"buckets_early\":%llu,"
+            "\"buckets\":%llu,\"buckets_early\":%llu,\"param_gathers_in_flight\":%d,"
             "\"calls\":{\"all_reduce\":%llu,\"reduce_scatter\":%llu,\"all_gather\":%llu,"
             "\"reduce_scatter_v\":%llu,\"all_gather_v\":%llu,\"scalar\":%llu},\"skipped_steps\":%lld,",
             (unsigned long long)res->act_peak_bytes, (unsigned long long)res->mem_peak_bytes, res->recomputed,
@@ -853,7 +856,7 @@ static void write_metrics(FILE *f, const run *r, const step_result *res) {
             st->seconds_exposed * 1e3, st->seconds_total * 1e3, (unsigned long long)res->params_peak_bytes,
             (unsigned long long)res->grads_peak_bytes, (unsigned long long)res->staging_peak_bytes,
             (unsigned long long)res->unit_gathers,
-            (unsigned long long)res->buckets, (unsigned long long)res->buckets_early,
+            (unsigned long long)res->buckets, (unsigned long long)res->buckets_early, res->param_gathers_max,
             (unsigned long long)st->calls_all_reduce, (unsigned long long)st->calls_reduce_scatter,
             (unsigned long long)st->calls_all_gather, (unsigned long long)st->calls_reduce_scatter_v,
             (unsigned long long)st->calls_all_gather_v, (unsigned long long)st->calls_scalar,

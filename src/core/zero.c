@@ -201,28 +201,50 @@ static void bucket_grads_done(void *ctx, int u) {
 
 void gt_zero_set_param_gathers(gt_zero *z, void *params) { z->flat_params = params; }
 
+static void params_gather_start(gt_zero *z, int u) {
+    gt_zero_unit *U = &z->units[u];
+    U->gather_req = gt_comm_all_gather_v_start(z->comm, z->flat_params + U->offset * z->eb, U->counts,
+                                               working_dtype(z));
+    if (++z->params_live > z->params_live_max) z->params_live_max = z->params_live;
+}
+
+/* Unit u's gather waited for (the ones before it started first, in order on every rank), then the
+ * next ones started, up to GT_ZERO_PARAM_GATHERS_IN_FLIGHT in flight. */
+static void params_gather_wait(gt_zero *z, int u) {
+    if (!z->params_in_flight) return;
+    while (z->params_next <= u) params_gather_start(z, z->params_next++);
+    gt_zero_unit *U = &z->units[u];
+    if (U->gather_req) {
+        gt_comm_wait(z->comm, U->gather_req);
+        U->gather_req = NULL;
+        z->params_live--;
+    }
+    while (z->params_next < z->n_units && z->params_live < GT_ZERO_PARAM_GATHERS_IN_FLIGHT)
+        params_gather_start(z, z->params_next++);
+}
+
 void gt_zero_params_start(void *ctx) {
     gt_zero *z = ctx;
     gt_zero_params_finish(z); /* a step skipped its forward (never in train.c): the old ones first */
-    for (int u = 0; u < z->n_units; u++) { /* forward order: the embedding first */
-        gt_zero_unit *U = &z->units[u];
-        U->gather_req = gt_comm_all_gather_v_start(z->comm, z->flat_params + U->offset * z->eb, U->counts,
-                                                   working_dtype(z));
-    }
     z->params_in_flight = 1;
+    z->params_next = 0; /* forward order: the embedding first */
+    while (z->params_next < z->n_units && z->params_live < GT_ZERO_PARAM_GATHERS_IN_FLIGHT)
+        params_gather_start(z, z->params_next++);
 }
 
 void gt_zero_params_finish(void *ctx) {
     gt_zero *z = ctx;
     if (!z->params_in_flight) return;
-    for (int u = 0; u < z->n_units; u++) finish_gather(z, u); /* in the order started */
+    for (int u = 0; u < z->n_units; u++) params_gather_wait(z, u); /* in the order started */
     z->params_in_flight = 0;
 }
+
+void gt_zero_params_reset_max(gt_zero *z) { z->params_live_max = z->params_live; }
 
 /* ZeRO-1/2 parameter gathers: the flat buffer's view of the unit, once its gather has arrived. */
 static void *flat_unit_params(void *ctx, int u) {
     gt_zero *z = ctx;
-    finish_gather(z, u);
+    params_gather_wait(z, u);
     return z->flat_params + z->units[u].offset * z->eb;
 }
 

@@ -103,7 +103,10 @@ typedef struct gt_zero {
                                               started before block 0's backward ended */
     /* ZeRO-1/2 parameter gathers in the next forward (gt_zero_set_param_gathers) */
     char *flat_params;
-    int params_in_flight;
+    int params_in_flight;   /* gathers of this round not all waited for */
+    int params_next;        /* the next unit whose gather is not started yet */
+    int params_live, params_live_max; /* started and not waited for: now, and the most at once since
+                                         gt_zero_params_reset_max (tests) */
     /* dry run (the planner): no memory, no communication, only the byte counts below */
     int dry;
     uint64_t dry_cur[2], dry_peak[2];  /* [0] gathered parameters, [1] gradient accumulators */
@@ -155,16 +158,20 @@ uint64_t gt_zero_bucket_staging_peak(const size_t *numel, int n_units, size_t n_
 void gt_zero_buckets_arm(gt_zero *z);
 void gt_zero_buckets_finish(gt_zero *z);
 
-/* ZeRO-1/2 (dist.overlap_param_gather, world > 1): the all-gather of the new working parameters is
- * started unit by unit in forward order (gt_zero_params_start, in place on the flat buffer `params`:
- * each rank's piece of each unit, the v-form) and each unit's is waited for when the executor first
- * needs the unit's parameters (the next forward, or an evaluation), so the gather overlaps the
- * next step's forward, as Megatron-LM's --overlap-param-gather does. gt_zero_params_finish waits
- * for whatever is still in flight (before any other write of the buffer, and at gt_zero_free).
- * Call before gt_zero_hooks. */
+/* ZeRO-1/2 (dist.overlap_param_gather, world > 1): the all-gather of the new working parameters runs
+ * unit by unit in forward order (in place on the flat buffer `params`: each rank's piece of each
+ * unit, the v-form) and each unit's is waited for when the executor first needs the unit's
+ * parameters (the next forward, or an evaluation), so the gather overlaps the next step's forward,
+ * as Megatron-LM's --overlap-param-gather does. At most GT_ZERO_PARAM_GATHERS_IN_FLIGHT are in
+ * flight: gt_zero_params_start starts the first ones, and each wait starts the next. Started all at
+ * once, MPI interleaves them on the link, so the first unit's arrives only with the last: the first
+ * forward would wait for the whole gather. gt_zero_params_finish waits for whatever is left (before
+ * any other write of the buffer, and at gt_zero_free). Call before gt_zero_hooks. */
+#define GT_ZERO_PARAM_GATHERS_IN_FLIGHT 2
 void gt_zero_set_param_gathers(gt_zero *z, void *params);
 void gt_zero_params_start(void *z);
 void gt_zero_params_finish(void *z);
+void gt_zero_params_reset_max(gt_zero *z); /* params_live_max = the gathers in flight now */
 
 /* The hooks model.c calls (gt_model_set_unit_hooks): parameters only for stage 3, gradients with
  * grad_micro (accumulators) or buckets (the flat buffer, counted while armed); ZeRO-1/2 parameters

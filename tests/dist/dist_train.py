@@ -496,6 +496,9 @@ def bucket_plan(m, world, mb):
     return out
 
 
+GATHER_WINDOW = 2  # zero.h: GT_ZERO_PARAM_GATHERS_IN_FLIGHT
+
+
 def cmd_buckets(a):
     """The same run (6 steps, grad_sync = step) with dist.bucket_mb = 0 and = --bucket-mb (and with
     --param-gather also dist.overlap_param_gather = true): the losses, grad norms and final weights must
@@ -534,12 +537,22 @@ def cmd_buckets(a):
             fail(f"step {st}: calls {b['calls']} (bucketed) vs {f['calls']}: expected the reduce-scatter cut "
                  f"into {len(plan)}")
         want_bytes, want_ag, want_agv = f["comm_bytes"], f["calls"]["all_gather"], f["calls"]["all_gather_v"]
+        want_window = 0
         if a.param_gather:  # rank 0's view: every unit's block but its successor's (rank 1's) own
             n, us = n_params(m), units(m)
             sl, sls = slices(n, a.world)
-            want_bytes += sum((size - overlap(off, off + size, *sls[1 % a.world])) * 4 for off, size in us)
+            # a step counts the gathers it starts: the first GATHER_WINDOW at its end, the others in the
+            # next step's forward (one in flight ends, the next starts); step 1 follows a blocking
+            # gather of the initial weights, so it starts only its end's
+            started = us if st > 1 else us[:GATHER_WINDOW]
+            want_bytes += sum((size - overlap(off, off + size, *sls[1 % a.world])) * 4 for off, size in started)
             want_bytes -= (a.world - 1) * sl * 4
-            want_ag, want_agv = 0, want_agv + len(us)
+            want_ag, want_agv = 0, want_agv + len(started)
+            want_window = min(GATHER_WINDOW, len(us))
+        if f["param_gathers_in_flight"] != 0 or b["param_gathers_in_flight"] != want_window:
+            fail(f"step {st}: param_gathers_in_flight {b['param_gathers_in_flight']} (unbucketed "
+                 f"{f['param_gathers_in_flight']}): expected at most {want_window} of the weights' gathers "
+                 f"in flight at once")
         if b["comm_bytes"] != want_bytes:
             fail(f"step {st}: comm_bytes {b['comm_bytes']} bucketed, expected {want_bytes} (unbucketed {f['comm_bytes']})")
         if (b["calls"]["all_gather"], b["calls"]["all_gather_v"]) != (want_ag, want_agv):
