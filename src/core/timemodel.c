@@ -113,34 +113,35 @@ static void sim_init(sim *s, const gt_time_trace *tr, const gt_time_step *st, co
         if (tr->ev[i].kind == GT_TEV_GATHER) s->g_bytes[k++] = tr->ev[i].bytes;
 }
 
+/* Gather number `i` of the micro-batch issued on the communication stream at time `at` */
+static void sim_issue_gather(sim *s, int i, double at, int m) {
+    double d = gt_time_collective(s->c, s->W, 'g', s->g_bytes[i]);
+    double from = max2(s->comm, at);
+    if (g_span_fn && s->W > 1) span(1, "all_gather_v", "collective", from, from + d, 0, s->g_bytes[i], m);
+    s->comm = from + d;
+    s->busy_comm += d;
+    s->g_done[i] = s->comm;
+}
+
 /* A unit needed by micro-batch m: its gather (and with prefetch the next depth ones) issued on the
- * communication stream, compute waits for it; with the previous step's gathers of the working weights
- * (overlap_param_gather below ZeRO-3) all of them issued at 0 and waited for in the first forward */
+ * communication stream, compute waits for it. The previous step's gathers of the working weights
+ * (overlap_param_gather below ZeRO-3) as zero.c runs them: the first GT_ZERO_PARAM_GATHERS_IN_FLIGHT
+ * issued at 0, each wait in the first forward issuing the next */
 static void sim_gather(sim *s, int m) {
-    const gt_calib *c = s->c;
-    int W = s->W;
+    int k = s->next++;
     if (s->st->param_gather && s->st->stage < 3) {
-        int k = s->next++;
         if (m > 0) return;
-        for (; s->issued <= k && s->issued < s->n_g; s->issued++) {
-            double d = gt_time_collective(c, W, 'g', s->g_bytes[s->issued]);
-            s->comm += d;
-            s->busy_comm += d;
-            s->g_done[s->issued] = s->comm;
-        }
+        if (k == 0)
+            for (; s->issued < GT_ZERO_PARAM_GATHERS_IN_FLIGHT && s->issued < s->n_g; s->issued++)
+                sim_issue_gather(s, s->issued, 0, m);
+        for (; s->issued <= k && s->issued < s->n_g; s->issued++) sim_issue_gather(s, s->issued, s->t, m);
+        if (g_span_fn && s->g_done[k] > s->t) span(0, "wait_all_gather_v", "wait", s->t, s->g_done[k], 0, 0, m);
         s->t = max2(s->t, s->g_done[k]);
+        for (; s->issued < k + 1 + GT_ZERO_PARAM_GATHERS_IN_FLIGHT && s->issued < s->n_g; s->issued++)
+            sim_issue_gather(s, s->issued, s->t, m);
         return;
     }
-    int k = s->next++;
-    for (; s->issued <= k + s->depth && s->issued < s->n_g; s->issued++) {
-        double d = gt_time_collective(c, W, 'g', s->g_bytes[s->issued]);
-        if (g_span_fn && W > 1)
-            span(1, "all_gather_v", "collective", max2(s->comm, s->t), max2(s->comm, s->t) + d, 0,
-                 s->g_bytes[s->issued], m);
-        s->comm = max2(s->comm, s->t) + d;
-        s->busy_comm += d;
-        s->g_done[s->issued] = s->comm;
-    }
+    for (; s->issued <= k + s->depth && s->issued < s->n_g; s->issued++) sim_issue_gather(s, s->issued, s->t, m);
     if (g_span_fn && s->g_done[k] > s->t) span(0, "wait_all_gather_v", "wait", s->t, s->g_done[k], 0, 0, m);
     s->t = max2(s->t, s->g_done[k]);
 }
