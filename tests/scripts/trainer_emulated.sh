@@ -45,39 +45,52 @@ run() {
     return $rc
 }
 
-run cpu "" train.device=cpu train.precision=fp32
-run fp32 "" train.device=cuda train.precision=fp32
-run bf16 "" train.device=cuda train.precision=bf16
+# two runs at a time (each one thread; ctest gives this test both cores): `run_bg` starts one, `together`
+# waits for those started since the last
+pids=()
+run_bg() { run "$@" & pids+=($!); }
+together() { for p in "${pids[@]}"; do wait "$p" || fail=1; done; pids=(); }
+run_bg cpu "" train.device=cpu train.precision=fp32
+run_bg fp32 "" train.device=cuda train.precision=fp32
+together
+run_bg bf16 "" train.device=cuda train.precision=bf16
 # the CPU's bf16 table (cpu_matmul.c: oneDNN on bf16 units, else sgemm on widened copies)
 cpu_bf16=1
-run cpu-bf16 "" train.device=cpu train.precision=bf16
+run_bg cpu-bf16 "" train.device=cpu train.precision=bf16
+together
 export cpu_bf16
-run bf16-again "" train.device=cuda train.precision=bf16
-run bf16-full "" train.device=cuda train.precision=bf16 memory.recompute=full
-run bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=selective
-run bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
-run bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
-run bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
+run_bg bf16-again "" train.device=cuda train.precision=bf16
+run_bg bf16-full "" train.device=cuda train.precision=bf16 memory.recompute=full
+together
+run_bg bf16-selective "" train.device=cuda train.precision=bf16 memory.recompute=selective
+run_bg bf16-sync GTRAIN_CUDA_SYNC=1 train.device=cuda train.precision=bf16
+together
+run_bg bf16-zero2 "" train.device=cuda train.precision=bf16 dist.shard=gradients dist.grad_sync=micro
+run_bg bf16-zero3 "" train.device=cuda train.precision=bf16 dist.shard=parameters dist.grad_sync=micro
+together
 # asynchronous saves at steps 3 and 6: the snapshot copied into pinned host memory (cudaHostAlloc), and
 # with pinning refused (GT_EMU_PIN_FAIL=1, a host at its locked-memory limit) into pageable memory
-run bf16-save "" train.device=cuda train.precision=bf16 checkpoint.dir=ck-pinned checkpoint.every=3
-run bf16-save-unpinned GT_EMU_PIN_FAIL=1 train.device=cuda train.precision=bf16 checkpoint.dir=ck-unpinned \
+run_bg bf16-save "" train.device=cuda train.precision=bf16 checkpoint.dir=ck-pinned checkpoint.every=3
+run_bg bf16-save-unpinned GT_EMU_PIN_FAIL=1 train.device=cuda train.precision=bf16 checkpoint.dir=ck-unpinned \
     checkpoint.every=3
+together
 same_state=1 # the tensors (the config's checkpoint.dir differs)
 for group in /model /optim; do
     h5diff -q ck-pinned/step_00000006.h5 ck-unpinned/step_00000006.h5 $group >/dev/null 2>&1 || same_state=0
 done
 export same_state
 # tiny's head size 32, which the mma attention leaves to the default kernels; 3 steps (the test's time)
-run bf16-mma-hd32 "" train.device=cuda train.precision=bf16 train.cuda_attention=mma train.steps=3
+run_bg bf16-mma-hd32 "" train.device=cuda train.precision=bf16 train.cuda_attention=mma train.steps=3
 # the mma attention takes head sizes 64 and 128 (tiny's is 32): two heads of 64, one kv head
 HD64="model.n_heads=2 model.n_kv_heads=1"
 # shellcheck disable=SC2086
-run bf16-hd64 "" train.device=cuda train.precision=bf16 $HD64
+run_bg bf16-hd64 "" train.device=cuda train.precision=bf16 $HD64
+together
 # shellcheck disable=SC2086
-run bf16-hd64-mma "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
+run_bg bf16-hd64-mma "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
 # shellcheck disable=SC2086
-run bf16-hd64-mma-again "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
+run_bg bf16-hd64-mma-again "" train.device=cuda train.precision=bf16 train.cuda_attention=mma $HD64
+together
 
 # dist.comm=nccl: no NCCL in the emulation; it must stop, naming that, before any step
 env OMP_NUM_THREADS=1 "$gtrain" "$src/configs/tiny.ini" train.device=cuda train.steps=1 data.train=corpus.train.bin \
