@@ -213,10 +213,8 @@ static void params_gather_start(gt_zero *z, int u) {
 static void params_gather_wait(gt_zero *z, int u) {
     if (!z->params_in_flight) return;
     while (z->params_next <= u) params_gather_start(z, z->params_next++);
-    gt_zero_unit *U = &z->units[u];
-    if (U->gather_req) {
-        gt_comm_wait(z->comm, U->gather_req);
-        U->gather_req = NULL;
+    if (z->units[u].gather_req) {
+        finish_gather(z, u);
         z->params_live--;
     }
     while (z->params_next < z->n_units && z->params_live < GT_ZERO_PARAM_GATHERS_IN_FLIGHT)
