@@ -23,11 +23,14 @@ set +e
 # - the chat loss-mask test against transformers (about 140 s under the sanitizers, most of it the
 #   reference's side): masked batches at 1, 2 and 4 ranks run in the dist_train_mask_* and
 #   dist_train_sep_* tests;
-# - the plans of the 70B configs (plan_llama70b_fits, config_comments_match_plan: 78 s under the
-#   sanitizers, the same planner code as plan_llama13b_fits and recompute_plan_llama7b on more layers);
+# - plan_llama70b_fits and config_comments_match_plan (every config's quoted --plan lines, the 70B and
+#   405B ones among them): 78 s under the sanitizers, the planner code that plan_llama13b_fits,
+#   recompute_plan_llama7b and the other plan tests run here on fewer layers;
 # - the watchdog's timing variants (slowstop, savestop, slowsave, slowsave1rank, slowasyncsave,
-#   slowrankasyncsave, stopcycles: 159 s, nearly all of it waiting for the limits): the same watchdog
-#   paths as its stop, spin, save, asyncsave, livestop and livespin modes, which run here.
+#   slowrankasyncsave, stopcycles: 159 s, nearly all of it waiting for the limits): the watchdog code
+#   of its stop, spin, save, asyncsave, livestop and livespin modes, which run here, but for the checks
+#   of a slow save's progress, which only the slow* modes reach (they run without the sanitizers in
+#   tools/run-tests.sh).
 skip='^(data_chat_loss_mask_matches_transformers|plan_llama70b_fits|config_comments_match_plan'
 skip+='|watchdog_names_hung_rank_(slowstop|savestop|slowsave|slowsave1rank|slowasyncsave|slowrankasyncsave|stopcycles))$'
 (cd build-asan && ctest --output-on-failure --timeout 1500 -L 'unit|mpi' -E "$skip" "$@") 2>&1 |
