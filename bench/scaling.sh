@@ -81,7 +81,13 @@ done
 ((MICRO >= 1 && ACCUM >= 1 && MEASURE >= 1)) || { echo "scaling.sh: MICRO, ACCUM and MEASURE must be >= 1" >&2; exit 2; }
 STEPS=$((WARMUP + MEASURE))
 OUT=${OUT:-runs/scaling-$(date -u +%Y%m%d-%H%M%S)}
-OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
+OUT=$(realpath -m "$OUT")
+if ((!LOCAL)) && [[ $OUT == /tmp || $OUT == /tmp/* || $OUT == /dev/shm || $OUT == /dev/shm/* ]]; then
+  # the cluster's nodes each mount their own /tmp and /dev/shm: they would not find the corpus
+  echo "scaling.sh: --out $OUT: the test cluster's nodes cannot read /tmp or /dev/shm of this host (expected a directory elsewhere, such as runs/...)" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
 MPIEXEC=${MPIEXEC:-mpiexec}
 
 exec 3>&2 # the commands are echoed here, whatever their own output is redirected to
