@@ -28,8 +28,9 @@
  * file's step ("BRANCH@STEP"), and that branch's past. The directory records the branch being
  * written in DIR/.gtrain-lineage (rank 0, at the start: a temporary file, fsync, rename, fsync of
  * the directory), so that checkpoint.resume = auto (every requeue) continues the branch: its newest
- * file, or the file it started from while it has saved none; never the newer files of the branch a
- * rollback abandoned. Without the record (a directory written before it existed, or copied without
+ * file, or the file it started from while it has saved none (a branch begun fresh that has saved
+ * none begins again under the same identity); never the newer files of the branch a rollback
+ * abandoned. Without the record (a directory written before it existed, or copied without
  * it) auto continues the lineage of the newest file whose attributes read. Files without a run
  * identity (written before it existed) are one legacy lineage ("-"): a run that resumes one gets an
  * identity whose past is them.
@@ -290,8 +291,11 @@ void gt_rs_plan_start(const gt_config *cfg, int rank, start_plan *p) {
         if (!listed) snprintf(p->from, sizeof p->from, "%s", p->lineage.from);
     }
     if (p->n == 0 && !p->from[0]) {
-        gt_rs_fresh_lineage(rank, &p->lineage);
         p->fresh = 1;
+        /* nothing saved yet: a recorded branch that began fresh begins again, in the same run (a fault
+         * before its first save stays in its history, and a memory snapshot of it is its own) */
+        if (p->from_record && !p->lineage.from[0] && !p->lineage.parents[0]) return;
+        gt_rs_fresh_lineage(rank, &p->lineage);
         p->from_record = 0;
     }
 }

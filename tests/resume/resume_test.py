@@ -1638,7 +1638,8 @@ def slot_is_blank(path):
 def memsnap_unverified(e):
     """A restart verifies each slot while it loads it (one pass): a slot that then fails its checksum
     leaves nothing behind. No state file (checkpoint.every = 0), snapshots of steps 5 and 6 on both
-    ranks, both of rank 1's damaged (a flipped payload byte): rank 0 loads its own whole, rank 1's fail,
+    ranks, both of rank 1's damaged (a flipped payload byte, in the weights of one and in the second
+    moments of the other): rank 0 loads its own whole, rank 1's fail,
     the ranks agree on neither, and with no file the start is a fresh one (a new lineage), whose weights
     and moments must be a fresh start's, not rank 0's loaded step: bit-identical to an uninterrupted
     run. With a state file (step 4) the start resumes it in the same lineage and keeps its slots (their
@@ -1653,8 +1654,8 @@ def memsnap_unverified(e):
     r1 = [p for p in snap_files(e, "bad") if "-r1." in os.path.basename(p)]
     check(len(r1) == 2 and min(snap_step(p) for p in snap_files(e, "bad")) >= 5,
           "both ranks hold two snapshots, of steps 5 and 6")
-    for p in r1:
-        flip_byte(p, 4096 + 1000)
+    for i, p in enumerate(r1):  # one in the weights, one in the second moments (the payload's last third)
+        flip_byte(p, 4096 + 1000 if i == 0 else 4096 + (os.path.getsize(p) - 4096) * 5 // 6)
     out, _ = e.run(2, "bad", *MEM, *nofile, env=shm_env(e))
     line = next((l for l in out.splitlines() if "are not used" in l), "")
     print("   ", line)
@@ -1787,7 +1788,9 @@ def auto_cadence(e):
     """checkpoint.every = auto (src/core/autosave.c): 2 ranks save at the interval rank 0 chose and said in
     one line (Young's sqrt(2 x cost x MTBF) over the step time, with the prior checkpoint.mtbf = 0.02 h
     = 72 s, longer than any of these runs so that it stays the prior), and the lineage's history record DIR/.gtrain-history-RUN_ID holds its start, saves and end;
-    killed with kill -9 and started again, the run counts that fault from its own history; a fresh run in a
+    killed with kill -9 and started again, the run counts that fault from its own history, also when
+    the kill came before the lineage's first save (the next start begins again under the record's run
+    identity); a fresh run in a
     directory that holds another lineage's history (its state files gone) uses the prior, not that
     history; bad values are exit 2 naming the key."""
     env = {"GTRAIN_TEST_STEP_DELAY_MS": "300"}
@@ -1824,6 +1827,22 @@ def auto_cadence(e):
     n, tau, step_s, cost, mtbf, why = auto_choice(out)
     check(why.startswith("this run's history: 1 fault in "), f"the kill counted as the one fault: {why}")
     check(abs(mtbf - 72) > 1e-6, f"the MTBF observed, not the prior: {mtbf} s")
+
+    # a kill before the lineage's first save (the prior 4 h: no save for many steps): the next start
+    # begins again from step 1 under the record's run identity, so that its history counts the fault
+    early = ("checkpoint.every=auto", "checkpoint.every_minutes=0", "checkpoint.keep=0", "checkpoint.memory_every=0")
+    metrics = os.path.join(e.rundir("early"), "metrics.jsonl")
+    p = e.start(1, "early", "train.steps=400", *early, env=env)
+    wait_for(lambda: os.path.exists(metrics) and open(metrics).read().count('"loss"') >= 3, "3 steps of the first start")
+    kill_group(p)
+    check(e.steps_saved("early") == [], "killed before its first save")
+    first_id = lineage_of(e, "early")[0]
+    out, _ = e.run(1, "early", "train.steps=4", *early, env=env)
+    n, tau, step_s, cost, mtbf, why = auto_choice(out)
+    check(re.search(r"^step +1/", out, re.M) is not None, "the start begins again at step 1")
+    check(why.startswith("this run's history: 1 fault in "), f"the kill before the first save counted: {why}")
+    check(lineage_of(e, "early")[0] == first_id and h5_attr(e.ck("early", 4), "run_id") == first_id,
+          f"the same run identity {first_id} in the record and in the state file")
 
     # another lineage's history beside a fresh run: never used
     os.makedirs(e.ck("fresh"))
