@@ -1640,7 +1640,7 @@ def memsnap_unverified(e):
     leaves nothing behind. No state file (checkpoint.every = 0), snapshots of steps 5 and 6 on both
     ranks, both of rank 1's damaged (a flipped payload byte, in the weights of one and in the second
     moments of the other): rank 0 loads its own whole, rank 1's fail,
-    the ranks agree on neither, and with no file the start is a fresh one (a new lineage), whose weights
+    the ranks agree on neither, and with no file the start is a fresh one (from step 1), whose weights
     and moments must be a fresh start's, not rank 0's loaded step: bit-identical to an uninterrupted
     run. With a state file (step 4) the start resumes it in the same lineage and keeps its slots (their
     memory already reserved) but clears them: killed in the middle of its first refresh
