@@ -68,14 +68,25 @@ static void history(void) {
 
     char why[200];
     /* 2 faults in 600 s + the current start's 200 s: M = 800 / 2 = 400 s */
-    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 400), "%s", why);
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, 0, why, sizeof why), 400), "%s", why);
     CHECK(strstr(why, "2 faults") != NULL, "%s", why);
+
+    /* a start that resumed from memory snapshots says so: the fault before it needed no state file, so
+     * the files' interval (files_only, while snapshots are taken) counts 1 fault in 800 s, the
+     * snapshots' both (400 s) */
+    gt_autosave_parse_history("gtrain-history 1 abc123\nstart 1000.0 0\nsave 1100.0 10 2.0\nstart 1300.0 10 memory\n"
+                              "end 1500.0 40\nstart 1600.0 40\n", "abc123", &h);
+    CHECK(h.faults == 2 && h.memory_faults == 1, "%d %d", h.faults, h.memory_faults);
+    gt_autosave_history_until(&h, 1700);
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, 1, why, sizeof why), 800), "%s", why);
+    CHECK(strstr(why, "1 fault in") && strstr(why, "besides 1 resumed from memory snapshots"), "%s", why);
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, 0, why, sizeof why), 400), "%s", why);
 
     /* another lineage's record (its first line names it): nothing of it is used */
     gt_autosave_parse_history(text, "other9", &h);
     CHECK(h.starts == 0 && h.faults == 0 && h.observed_s == 0 && h.last_cost_s < 0, "%d %d %g %g", h.starts,
           h.faults, h.observed_s, h.last_cost_s);
-    CHECK(near(gt_autosave_mtbf(14400, &h, 200, why, sizeof why), 14400), "%s", why);
+    CHECK(near(gt_autosave_mtbf(14400, &h, 200, 0, why, sizeof why), 14400), "%s", why);
     CHECK(strstr(why, "prior") != NULL, "%s", why);
     /* no header at all: not used either */
     gt_autosave_parse_history("start 1000.0 0\nstart 1100.0 0\n", "abc123", &h);
@@ -85,8 +96,8 @@ static void history(void) {
     gt_autosave_parse_history("gtrain-history 1 abc123\nstart 0 0\nend 100 10\n", "abc123", &h);
     CHECK(h.starts == 1 && h.faults == 0 && near(h.observed_s, 100) && h.last_cost_s < 0, "%d %d %g", h.starts,
           h.faults, h.observed_s);
-    CHECK(near(gt_autosave_mtbf(3600, &h, 50, why, sizeof why), 3600), "%s", why);
-    CHECK(near(gt_autosave_mtbf(3600, &h, 5000, why, sizeof why), 5100), "%s", why);
+    CHECK(near(gt_autosave_mtbf(3600, &h, 50, 0, why, sizeof why), 3600), "%s", why);
+    CHECK(near(gt_autosave_mtbf(3600, &h, 5000, 0, why, sizeof why), 5100), "%s", why);
 }
 
 static int near_rel(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
@@ -97,7 +108,7 @@ static void memory_every_auto(void) {
     gt_autosave a;
     /* rank 0, memory_every = auto only; MTBF prior 0.5 h = 1800 s; a slot of 0.05 GiB: the prior cost
      * 0.05 GiB at 1 GiB/s = 0.05 s */
-    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 0);
+    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 0, 0, 0);
     CHECK(a.on && a.snap.on && !a.save.on, "%d %d %d", a.on, a.snap.on, a.save.on);
     CHECK(near(a.snap.prior_cost_s, 0.05), "%g", a.snap.prior_cost_s);
     CHECK(!gt_autosave_due(&a, 100), "checkpoint.every is not auto here");
@@ -139,22 +150,31 @@ static void memory_every_auto(void) {
     gt_save_history h;
     gt_autosave_parse_history(text, "abc123", &h);
     CHECK(near(h.last_snap_cost_s, 0.2) && h.last_cost_s < 0 && h.faults == 0, "%g %g", h.last_snap_cost_s, h.last_cost_s);
-    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 200);
+    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 200, 0, 0);
     CHECK(near(a.snap.prior_cost_s, 0.2) && a.snap.from_history && a.snap.since == 200, "%g", a.snap.prior_cost_s);
+    /* that start dies; the next resumes from memory snapshots: the fault is one of them, its line says so */
+    gt_autosave_begin(&a, 1, dir, "abc123", 0.5, 1, 1e9, 1, 0.05 * (double)(1u << 30), 200, 1, 1);
+    CHECK(a.history.faults == 1 && a.history.memory_faults == 1 && a.snapshots, "%d %d", a.history.faults,
+          a.history.memory_faults);
+    f = fopen(path, "r");
+    n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[n] = '\0';
+    if (f) fclose(f);
+    CHECK(n > 8 && strcmp(text + n - 8, " memory\n") == 0, "%s", text);
     unlink(path);
 
     /* Daly's bound: a slot of 4000 GiB, a prior of 4000 s >= 2 x 1800 s: one snapshot per MTBF, 1800 s
      * / 0.5 s = 3600 steps */
-    gt_autosave_begin(&a, 1, dir, "def456", 0.5, 0, 1e9, 1, 4000.0 * (double)(1u << 30), 0);
+    gt_autosave_begin(&a, 1, dir, "def456", 0.5, 0, 1e9, 1, 4000.0 * (double)(1u << 30), 0, 0, 0);
     gt_autosave_step(&a, 1, 10.0, 1.5);
     gt_autosave_step(&a, 0, 10.5, 0.4);
     CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 3600, "%d", a.snap.every);
     snprintf(path, sizeof path, "%s/.gtrain-history-def456", dir);
     unlink(path);
     /* not rank 0, or neither key auto: off, no history */
-    gt_autosave_begin(&a, 0, dir, "ghi789", 0.5, 1, 1e9, 1, 1e6, 0);
+    gt_autosave_begin(&a, 0, dir, "ghi789", 0.5, 1, 1e9, 1, 1e6, 0, 0, 0);
     CHECK(!a.on && !gt_autosave_snap_due(&a, 1000), "off on other ranks");
-    gt_autosave_begin(&a, 1, dir, "ghi789", 0.5, 0, 1e9, 0, 1e6, 0);
+    gt_autosave_begin(&a, 1, dir, "ghi789", 0.5, 0, 1e9, 0, 1e6, 0, 0, 0);
     CHECK(!a.on, "off without auto");
     snprintf(path, sizeof path, "%s/.gtrain-history-ghi789", dir);
     CHECK(access(path, F_OK) != 0, "no history written when off");

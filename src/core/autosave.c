@@ -54,7 +54,13 @@ void gt_autosave_parse_history(const char *text, const char *run_id, gt_save_his
         }
         if (sscanf(line, "%15s %lf %lld", word, &t, &step) != 3 || !isfinite(t)) continue;
         if (strcmp(word, "start") == 0) {
-            if (open) out->observed_s += (clean ? last : fmax(t, last)) - first, out->faults += !clean;
+            char from[16] = "";
+            int from_memory = sscanf(line, "%*s %*f %*d %15s", from) == 1 && strcmp(from, "memory") == 0;
+            if (open) {
+                out->observed_s += (clean ? last : fmax(t, last)) - first;
+                out->faults += !clean;
+                out->memory_faults += !clean && from_memory;
+            }
             out->starts++;
             open = 1, clean = 0, first = last = t;
         } else if (open && (strcmp(word, "save") == 0 || strcmp(word, "snap") == 0) &&
@@ -75,18 +81,25 @@ void gt_autosave_history_until(gt_save_history *h, double now_s) {
     h->unended_last_s = 0;
 }
 
-double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, char *why, size_t len) {
+double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, int files_only, char *why,
+                        size_t len) {
     double observed = h->observed_s + (current_s > 0 ? current_s : 0);
-    if (h->faults > 0) {
-        snprintf(why, len, "this run's history: %d fault%s in %.3g h", h->faults, h->faults == 1 ? "" : "s",
-                 observed / 3600);
-        return observed / h->faults;
+    int faults = files_only ? h->faults - h->memory_faults : h->faults;
+    char besides[96] = "";
+    if (files_only && h->memory_faults)
+        snprintf(besides, sizeof besides, " (besides %d resumed from memory snapshots, which needed no file)",
+                 h->memory_faults);
+    if (faults > 0) {
+        snprintf(why, len, "this run's history: %d fault%s in %.3g h%s", faults, faults == 1 ? "" : "s",
+                 observed / 3600, besides);
+        return observed / faults;
     }
     if (observed > prior_s) {
-        snprintf(why, len, "this run's history: no fault in %.3g h, longer than checkpoint.mtbf", observed / 3600);
+        snprintf(why, len, "this run's history: no fault in %.3g h%s, longer than checkpoint.mtbf", observed / 3600,
+                 besides);
         return observed;
     }
-    snprintf(why, len, "the prior checkpoint.mtbf = %g h; no fault in this run's history", prior_s / 3600);
+    snprintf(why, len, "the prior checkpoint.mtbf = %g h; no fault in this run's history%s", prior_s / 3600, besides);
     return prior_s;
 }
 
@@ -121,7 +134,8 @@ static void interval_init(gt_auto_interval *iv, int on, const char *key, const c
 }
 
 void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *run_id, double prior_hours,
-                       int files_auto, double file_bytes, int memory_auto, double slot_bytes, int start_step) {
+                       int files_auto, double file_bytes, int memory_auto, double slot_bytes, int start_step,
+                       int snapshots, int from_memory) {
     memset(a, 0, sizeof *a);
     a->history.last_cost_s = a->history.last_snap_cost_s = -1;
     if (!rank0 || !dir[0] || (!files_auto && !memory_auto)) return;
@@ -140,6 +154,8 @@ void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *r
         free(text);
     }
     a->started = wall_now();
+    a->snapshots = snapshots;
+    if (a->history.unended_last_s > 0 && from_memory) a->history.memory_faults++; /* the last life's fault */
     gt_autosave_history_until(&a->history, a->started);
     interval_init(&a->save, files_auto, "checkpoint.every", "a save", "save", "saves", "save",
                   "a prior: the state file at 1 GiB/s, until a save is measured", file_bytes / (double)(1u << 30),
@@ -152,7 +168,7 @@ void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *r
         snprintf(line, sizeof line, "gtrain-history 1 %s\n", run_id);
         append_line(a, line);
     }
-    snprintf(line, sizeof line, "start %.3f %d\n", a->started, start_step);
+    snprintf(line, sizeof line, "start %.3f %d%s\n", a->started, start_step, from_memory ? " memory" : "");
     append_line(a, line);
 }
 
@@ -180,8 +196,9 @@ void gt_autosave_step(gt_autosave *a, int first_of_start, double now_s, double c
 
 /* An interval now, in steps, and the line that tells why. */
 static int choose(const gt_autosave *a, const gt_auto_interval *iv, char *why, size_t len) {
-    char mtbf_why[160], cost_why[96];
-    double m = gt_autosave_mtbf(a->prior_s, &a->history, wall_now() - a->started, mtbf_why, sizeof mtbf_why);
+    char mtbf_why[256], cost_why[96];
+    double m = gt_autosave_mtbf(a->prior_s, &a->history, wall_now() - a->started, iv == &a->save && a->snapshots,
+                                mtbf_why, sizeof mtbf_why);
     double c = iv->costs ? iv->cost_sum_s / iv->costs : iv->prior_cost_s;
     if (iv->costs)
         snprintf(cost_why, sizeof cost_why, "measured: the mean of %d %s", iv->costs, iv->costs == 1 ? iv->noun : iv->nouns);

@@ -16,10 +16,12 @@
  * opens only its own lineage's record; rank 0 appends a line at each start ("start T STEP"), each
  * measured save ("save T STEP COST_S") and each clean end ("end T STEP": the last step, or a stop on
  * a signal with the state saved), T in seconds of the wall clock. An earlier start of the lineage that
- * has no end line ended in a fault (a fault before the lineage's first save is in no history: the
- * next start, with nothing to resume, is a fresh one, a new lineage). Observed time: each earlier start's span to its last line, plus
+ * has no end line ended in a fault (also one before the lineage's first save: the next start begins
+ * again under the recorded identity). Observed time: each earlier start's span to its last line, plus
  * the current start's time so far. With k faults in an observed time T: M = T / k; with none,
- * M = max(prior, T).
+ * M = max(prior, T). A start that resumed from memory snapshots says so ("start T STEP memory"):
+ * while snapshots are taken, the state files' k leaves out the faults they resumed (those needed no
+ * file); the snapshots' k counts every fault.
  *
  * C: measured from the run's own saves. A synchronous save blocks the loop for all of it; an
  * asynchronous one blocks it for the copy of the state slice (and for any wait for the writer) and
@@ -51,6 +53,8 @@ int gt_autosave_steps(double interval_s, double step_s);
 typedef struct gt_save_history {
     int starts;          /* earlier starts recorded */
     int faults;          /* of them, those without an end line */
+    int memory_faults;   /* of those faults, the ones the next start resumed from memory snapshots
+                          * (its start line says "memory"): they needed no state file */
     double observed_s;   /* the sum of their spans: a clean start's to its end line, a faulted start's to
                           * the next start (the fault lies in between; finding it and restarting are
                           * part of the time between faults) */
@@ -69,8 +73,10 @@ void gt_autosave_history_until(gt_save_history *h, double now_s);
 
 /* M in seconds from the prior and the history, with current_s = the current start's time so far;
  * why gets how it was found ("the prior checkpoint.mtbf = 4 h" or "this run's history: 3 faults in
- * 0.25 h"). */
-double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, char *why, size_t len);
+ * 0.25 h"). files_only: the faults a memory snapshot resumed are left out (the state files' interval
+ * while snapshots are taken: only the other faults need a file). */
+double gt_autosave_mtbf(double prior_s, const gt_save_history *h, double current_s, int files_only, char *why,
+                        size_t len);
 
 /* One interval that pays: the saves' (checkpoint.every) or the memory snapshots'
  * (checkpoint.memory_every), each from its own measured cost and the same MTBF and step time. */
@@ -108,6 +114,7 @@ typedef struct gt_autosave {
     int measuring;          /* the step of the asynchronous save being measured; 0 = none */
     double lost_s;          /* what it has cost so far */
     double last_snap_line_s; /* the wall clock of the history's last snap line; 0 = none yet */
+    int snapshots;          /* memory snapshots are taken in this start (auto or a number) */
 } gt_autosave;
 
 /* The memory-copy rate a refresh's cost is estimated at before one is measured: the slot's bytes at
@@ -117,9 +124,12 @@ typedef struct gt_autosave {
 
 /* Opens the history of run_id in dir and appends this start's line. rank0: 1 on rank 0 when a dir
  * is set; files_auto: checkpoint.every = auto (file_bytes: the planned state file); memory_auto:
- * checkpoint.memory_every = auto with its slots open (slot_bytes: one slot). Neither: it stays off. */
+ * checkpoint.memory_every = auto with its slots open (slot_bytes: one slot). Neither: it stays off.
+ * snapshots: memory snapshots are taken in this start (then the state files' interval counts only
+ * the faults no snapshot resumed); from_memory: this start resumed from them (its line says so). */
 void gt_autosave_begin(gt_autosave *a, int rank0, const char *dir, const char *run_id, double prior_hours,
-                       int files_auto, double file_bytes, int memory_auto, double slot_bytes, int start_step);
+                       int files_auto, double file_bytes, int memory_auto, double slot_bytes, int start_step,
+                       int snapshots, int from_memory);
 
 /* At each step boundary (rank 0), first: now_s a monotonic clock, compute_s the step's own time (used
  * for a start's first step). A step's time is the loop's period between two boundaries, less the

@@ -1879,8 +1879,9 @@ def memsnap_auto(e):
     refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
     followed from there; the history record gains a snap line; the clean end deletes the slots. A
     shared-memory directory too small for the slots turns auto off with one warning, and the run trains
-    on; a start that resumed from memory but keeps no snapshots deletes the slots at its clean end; a
-    number (3) refreshes every 3 steps."""
+    on; a start that resumed from memory but keeps no snapshots deletes the slots at its clean end; one
+    that resumed from memory with checkpoint.every = auto leaves that fault out of the state files'
+    interval and its history line says where it resumed from; a number (3) refreshes every 3 steps."""
     env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
     steps = 24
     # dist.timeout = 20 s: ranks that disagreed on a refresh would hang in its partner copy; named soon
@@ -1946,6 +1947,21 @@ def memsnap_auto(e):
     out, _ = e.run(2, "off", *MEM, "checkpoint.memory_every=0", env=shm_env(e))
     check("resumed from the memory snapshot of step" in out, "the restart resumed from memory")
     check(snap_files(e, "off") == [], f"its clean end deleted them: {snap_files(e, 'off')}")
+
+    # both intervals auto, killed and resumed from memory: the start line of the history says so, and
+    # the state files' interval leaves that fault out (it needed no file)
+    auto = ("checkpoint.every=auto", "checkpoint.every_minutes=0")
+    killed_after(e, "mf", 6, *auto)
+    out, _ = e.run(2, "mf", *MEM, *auto, env=shm_env(e))
+    check("resumed from the memory snapshot of step" in out, "the restart resumed from memory")
+    line = next((l for l in out.splitlines() if "checkpoint.every = auto: a save every" in l), "")
+    check("no fault in this run's history (besides 1 resumed from memory snapshots" in line,
+          f"the files' interval leaves the fault that memory resumed out: {line}")
+    hist = [f for f in os.listdir(e.ck("mf")) if f.startswith(".gtrain-history-")]
+    with open(os.path.join(e.ck("mf"), hist[0])) as f:
+        starts = [l for l in f.read().splitlines() if l.startswith("start ")]
+    check(len(starts) == 2 and not starts[0].endswith(" memory") and starts[1].endswith(" memory"),
+          f"the second start's line says it resumed from memory: {starts}")
 
     # a number is a number: every 3 steps, no choice line
     out, _ = e.run(2, "n3", "train.steps=10", "checkpoint.every=0", "checkpoint.every_minutes=0",
