@@ -143,7 +143,6 @@ static uint64_t slot_checksum_end(uint64_t x, const unsigned char *config, const
     return x ? x : 1; /* 0 means "not written" */
 }
 
-
 /* ------------------------------------------------------------------------------------------------
  * Reading
  * ---------------------------------------------------------------------------------------------- */
@@ -370,7 +369,7 @@ static int make_slot(gt_memsnap *m, int s, char *err, size_t len) {
     }
 #ifdef MADV_POPULATE_WRITE
     /* its page tables filled in one call: the first refresh into a mapping otherwise takes a fault
-     * per page (0.45 GB on a 2-core VM: 0.11 s here against 0.25-0.35 s more in that refresh), and
+     * per page (0.45 GB on a 2-core VM: 0.10-0.12 s here against 0.23-0.35 s more in that refresh), and
      * memory_every = auto would take that one-off for a refresh's cost. A kernel without it (before
      * Linux 5.14) says EINVAL and the pages are faulted in as they are written. */
     (void)madvise(map, (size_t)bytes, MADV_POPULATE_WRITE);
