@@ -188,21 +188,23 @@ requeued() {
 }
 # newest_state DIR: the step of the newest state file in DIR
 newest_state() { ls "$1" 2>/dev/null | sed -n 's/^step_0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1; }
-# at_step_with_state DIR N: until the run of DIR has logged step N and published a state file (the
-# cases resume from it; an asynchronous save is published at a step boundary after its writers end,
-# which on a loaded machine can be steps later); 60 s after step N at most
+# at_step_with_state DIR N [S]: until the run of DIR has logged step N and published the state file
+# of step S or a later one (any, without S; the cases resume from it; an asynchronous save is
+# published at a step boundary after its writers end, which on a loaded machine can be steps later);
+# 60 s after step N at most
 at_step_with_state() {
   at_step "$1" "$2"
-  local deadline=$((SECONDS + 60))
-  until [[ -n $(newest_state "$1") ]]; do
-    ((SECONDS < deadline)) || { scancel "$job"; die "the run of $1 published no state file by step $2 + 60 s"; }
+  local deadline=$((SECONDS + 60)) s
+  until s=$(newest_state "$1"); [[ -n $s ]] && ((s >= ${3:-0})); do
+    ((SECONDS < deadline)) ||
+      { scancel "$job"; die "the run of $1 published no state file of step ${3:-1} or later by step $2 + 60 s"; }
     sleep 0.2
   done
 }
-# kill_node_at_step I DIR N: after at_step_with_state DIR N, every process of gtc-nI (its slurmd and its
-# rank) is killed; t_kill is when
+# kill_node_at_step I DIR N [S]: after at_step_with_state DIR N S, every process of gtc-nI (its slurmd
+# and its rank) is killed; t_kill is when
 kill_node_at_step() {
-  at_step_with_state "$2" "$3"
+  at_step_with_state "$2" "$3" "${4:-}"
   t_kill=$(date +%s)
   bash "$cluster" kill-node "$1"
   note "killed every process of gtc-n$1 at step $(grep -c '"loss"' "$2/metrics.jsonl")"
@@ -564,12 +566,15 @@ note "GTRAIN_SPARE_NODES=1: rank on gtc-n1 stopped -> re-run on gtc-n0 + the spa
 # SlurmdTimeout, 20 s here, and srun ends the step), and the batch script runs it again on gtc-n0 alone, from the newest state file with one
 # rank and the global batch kept, until the job completes. No one resubmits anything.
 lost_steps=25
-job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
+# (steps paused 0.2 s: the node is killed only once step 10's state file is published, which an
+# asynchronous save does at a step boundary after its writers end, on a loaded machine steps later)
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_REQUEUE=0 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=200 sbatch --parsable \
       --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-lost.out" "$sbatch_script" "$config" "${common[@]}" \
       train.steps=$lost_steps checkpoint.dir="$work/lost" checkpoint.every=5 log.metrics="$work/lost/metrics.jsonl") ||
   die "sbatch for the node-loss job failed"
 job=${job%%;*}
-kill_node_at_step 1 "$work/lost" 12
+kill_node_at_step 1 "$work/lost" 12 10
 # Meanwhile, before Slurm notices, a new job on gtc-n0 and gtc-n1: a node that does not come up for
 # it. srun cannot start its rank there; with no state file yet the script does not shrink (the global
 # batch would change silently) but says which node and requeues the job at its full size.
