@@ -52,7 +52,7 @@ function(gtrain_cli_run name cmd expect)
 endfunction()
 
 gtrain_cli_run(version_names_the_libraries "$<TARGET_FILE:gtrain>|--version"
-  "^gtrain [0-9]+\\.[0-9]+\\.[0-9]+ \\(git [^)]+\\)\nbackends: cpu[^\n]*\nBLAS: OpenBLAS [0-9][^\n]*\nCPU bf16: (oneDNN on [^\n]*takes bf16|no, [^\n]*takes fp32) on this CPU\\)\nMPI: [^\n]*[0-9][^\n]*\nHDF5: [0-9]+\\.[0-9]+\\.[0-9]+\nCUDA: [^\n]*NCCL: [^\n]*\n$")
+  "^gtrain [0-9]+\\.[0-9]+\\.[0-9]+ \\(git [^)]+\\)\nbackends: cpu[^\n]*\nBLAS: OpenBLAS [0-9][^\n]*\nCPU bf16: (oneDNN on [^\n]*takes bf16|OpenBLAS sgemm, the bf16 operands widened to fp32 [^\n]*takes fp32) on this CPU\\)\nMPI: [^\n]*[0-9][^\n]*\nHDF5: [0-9]+\\.[0-9]+\\.[0-9]+\nCUDA: [^\n]*NCCL: [^\n]*\n$")
 gtrain_cli_run(short_run_shortens_the_warmup "$<TARGET_FILE:gtrain>|--plan|../configs/tiny.ini|train.steps=10"
   "gtrain: note: command line: train.steps=10: warmup_steps 20 is more than steps 10: the warm-up is shortened to 10 steps\n")
 gtrain_cli_run(empty_config_warns_defaults_are_used "$<TARGET_FILE:gtrain>|--plan|configs/empty.ini"
