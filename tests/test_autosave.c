@@ -186,6 +186,51 @@ static void memory_every_auto(void) {
     rmdir(dir);
 }
 
+/* checkpoint.memory_share: refreshes at least every cost / share seconds when that is sooner than
+ * Young's interval; the state files' interval never by the share */
+static void memory_share(void) {
+    char dir[] = "/tmp/test_autosave_share_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    gt_autosave a;
+    char path[4300];
+    /* both keys auto; MTBF prior 0.5 h = 1800 s; a slot of 0.05 GiB (prior cost 0.05 s), a state file
+     * of 2^30 bytes (prior cost 1 s); share 0.01 */
+    gt_autosave_begin(&a, 1, dir, "sha001", 0.5, 1, (double)(1u << 30), 1, 0.05 * (double)(1u << 30), 0, 0, 0);
+    a.snap.share = 0.01;
+    gt_autosave_step(&a, 1, 10.0, 1.5);
+    gt_autosave_step(&a, 0, 10.5, 0.4);
+    /* 0.05 s / 0.01 = 5 s, sooner than Young's sqrt(2 x 0.05 x 1800) = 13.4 s: 5 / 0.5 = 10 steps */
+    CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 10, "%d", a.snap.every);
+    CHECK(!gt_autosave_snap_due(&a, 9) && gt_autosave_snap_due(&a, 10), "due at step 10");
+    /* the files keep Young's: sqrt(2 x 1 x 1800) = 60 s / 0.5 s = 120 steps */
+    CHECK(!gt_autosave_due(&a, 2) && a.save.every == 120, "%d", a.save.every);
+    /* a measured refresh of 0.2 s: 20 s by the share (Young's 26.8 s): 40 steps, said as moved */
+    gt_autosave_snapped(&a, 10, 0.2);
+    CHECK(a.snap.every == 40, "%d", a.snap.every);
+    snprintf(path, sizeof path, "%s/.gtrain-history-sha001", dir);
+    unlink(path);
+    /* a short prior, 0.01 h = 36 s: Young's sqrt(2 x 0.05 x 36) = 1.90 s is sooner than the share's 5 s:
+     * 1.90 / 0.5 = 3.8 -> 4 steps */
+    gt_autosave_begin(&a, 1, dir, "sha002", 0.01, 0, 1e9, 1, 0.05 * (double)(1u << 30), 0, 0, 0);
+    a.snap.share = 0.01;
+    gt_autosave_step(&a, 1, 10.0, 1.5);
+    gt_autosave_step(&a, 0, 10.5, 0.4);
+    CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 4, "%d", a.snap.every);
+    snprintf(path, sizeof path, "%s/.gtrain-history-sha002", dir);
+    unlink(path);
+    /* share 0: Young's alone (27 steps, as in memory_every_auto) */
+    gt_autosave_begin(&a, 1, dir, "sha003", 0.5, 0, 1e9, 1, 0.05 * (double)(1u << 30), 0, 0, 0);
+    gt_autosave_step(&a, 1, 10.0, 1.5);
+    gt_autosave_step(&a, 0, 10.5, 0.4);
+    CHECK(!gt_autosave_snap_due(&a, 2) && a.snap.every == 27, "%d", a.snap.every);
+    snprintf(path, sizeof path, "%s/.gtrain-history-sha003", dir);
+    unlink(path);
+    gt_config def;
+    gt_config_defaults(&def);
+    CHECK(def.checkpoint.memory_share == 0.01, "%g", def.checkpoint.memory_share);
+    rmdir(dir);
+}
+
 static void key(void) {
     char err[512];
     gt_config c;
@@ -212,6 +257,8 @@ static void key(void) {
         {"checkpoint.mtbf=0", "0 is out of range (expected a number > 0)"},
         {"checkpoint.mtbf=-2", "-2 is out of range"},
         {"checkpoint.mtbf=auto", "'auto' is not a number"},
+        {"checkpoint.memory_share=1", "1 is out of range (expected a number in [0, 1))"},
+        {"checkpoint.memory_share=-0.1", "-0.1 is out of range"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *o[] = {(char *)bad[i][0]};
@@ -224,6 +271,7 @@ int main(void) {
     interval();
     history();
     memory_every_auto();
+    memory_share();
     key();
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
     else printf("PASS\n");

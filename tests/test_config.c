@@ -675,7 +675,7 @@ static void to_ini_round_trips(void) {
         "train.nonfinite=skip", "checkpoint.every_minutes=2.5", "checkpoint.allow_model_change=true",
         "checkpoint.takeover=true",
         "checkpoint.async=false", "checkpoint.max_failed_saves=7", "checkpoint.memory_every=3",
-        "checkpoint.mtbf=0.25",
+        "checkpoint.mtbf=0.25", "checkpoint.memory_share=0.05",
         "train.spike_zscore=4.5",
         "log.tensorboard=runs/x/tb",
         "log.trace=runs/x/trace.json", "log.trace_first=3", "log.trace_last=5",

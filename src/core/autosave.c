@@ -206,9 +206,15 @@ static int choose(const gt_autosave *a, const gt_auto_interval *iv, char *why, s
         snprintf(cost_why, sizeof cost_why, "this run's last measured %s", iv->noun);
     else
         snprintf(cost_why, sizeof cost_why, "%s", iv->prior_why);
-    double tau = gt_autosave_seconds(c, m), step_s = mean_step(a);
+    double young = gt_autosave_seconds(c, m), step_s = mean_step(a);
+    int shared = iv->share > 0 && c / iv->share < young;
+    double tau = shared ? c / iv->share : young;
     int n = gt_autosave_steps(tau, step_s);
-    if (c >= 2 * m)
+    if (shared)
+        snprintf(why, len, "%d steps (%.3g s at %.3g s a step): checkpoint.memory_share = %.3g of the time on %s, "
+                 "sooner than Young's interval sqrt(2 x %.3g s x %.4g s) = %.3g s; %s cost %.3g s (%s), MTBF %.3g h (%s)",
+                 n, tau, step_s, iv->share, iv->nouns, c, m, young, iv->noun, c, cost_why, m / 3600, mtbf_why);
+    else if (c >= 2 * m)
         snprintf(why, len, "%d steps (%.3g s at %.3g s a step): a %s costs more than half the MTBF, so one per MTBF "
                  "(Daly); %s cost %.3g s (%s), MTBF %.3g h (%s)", n, tau, step_s, iv->noun, iv->noun, c, cost_why,
                  m / 3600, mtbf_why);

@@ -37,6 +37,14 @@
  * measured refresh ("snap T STEP COST_S" lines, one a minute at most), else the slot's bytes at
  * GT_AUTOSAVE_REFRESH_BYTES_PER_S (a stated prior: no early refresh is taken to measure it). A step
  * that tries a state file save takes no snapshot, and the snapshots' count starts again from it.
+ *
+ * A refresh costs a small share of a save (a copy within host memory against a write to a file
+ * system) and its interval is chosen against an MTBF that, before a run's first fault, is only a
+ * prior. When the prior is too long (faults far more frequent than 4 h), Young's interval on it
+ * loses tau / 2 of work per fault, many times the interval that pays. checkpoint.memory_share bounds
+ * that risk at a cost the run states: refreshes are taken at least every C / share seconds, so that
+ * at most that share of the time goes to them (0.01 by default: 1%). The interval is the shorter of
+ * the two; the state files' interval is Young's alone (a save costs too much to take by a share).
  */
 #ifndef GT_AUTOSAVE_H
 #define GT_AUTOSAVE_H
@@ -94,6 +102,8 @@ typedef struct gt_auto_interval {
     int costs;
     int every;              /* the chosen interval in steps; 0 before the choice */
     int since;              /* the step it counts from: the last one taken, or the start's */
+    double share;           /* > 0: taken at least every cost / share seconds (the memory snapshots'
+                             * checkpoint.memory_share, set after gt_autosave_begin); 0: Young's alone */
 } gt_auto_interval;
 
 /* Rank 0's state for checkpoint.every = auto and checkpoint.memory_every = auto (runstate_loop.c and

@@ -166,6 +166,7 @@ static const key_spec keys[] = {
     INT(RUN, "checkpoint", "max_failed_saves", checkpoint.max_failed_saves, 0, INT_MAX),
     NUM(RUN, "checkpoint", "memory_every", KEY_INT_AUTO, checkpoint.memory_every, 0, INT_MAX, 0),
     NUM(RUN, "checkpoint", "mtbf", KEY_DOUBLE, checkpoint.mtbf, 0, INFINITY, MIN_OPEN),
+    NUM(RUN, "checkpoint", "memory_share", KEY_DOUBLE, checkpoint.memory_share, 0, 1, MAX_OPEN),
 
     INT(RUN, "log", "every", log.every, 1, INT_MAX),
     TEXT(RUN, "log", "metrics", KEY_PATH, log.metrics, 0),
@@ -239,6 +240,7 @@ void gt_config_defaults(gt_config *cfg) {
     cfg->checkpoint.max_failed_saves = 3;
     cfg->checkpoint.memory_every = GT_INT_AUTO; /* autosave.h: the interval that pays */
     cfg->checkpoint.mtbf = 4; /* hours: autosave.h says why */
+    cfg->checkpoint.memory_share = 0.01; /* autosave.h says why */
     cfg->log.every = 1;
     cfg->log.trace_first = 2; /* step 1 warms up (first touches of memory, threads starting) */
     cfg->log.trace_last = 2;

@@ -140,6 +140,8 @@ typedef struct gt_config {
         int max_failed_saves;  /* stop with exit 74 after this many saves in a row failed; 0 = never */
         int memory_every;      /* steps between memory snapshots (memsnap.h); 0 = off; -1 = auto */
         double mtbf;           /* hours between faults, the prior of checkpoint.every = auto (autosave.h) */
+        double memory_share;   /* under memory_every = auto, refresh at least this often: at most this share
+                                * of the time on refreshes (autosave.h) */
     } checkpoint;
     struct {
         int every;             /* print a line every N steps */

@@ -135,6 +135,7 @@ int gt_runstate_begin(gt_run_state *run, const gt_config *cfg, gt_comm *comm, MP
                           cfg->checkpoint.every == GT_INT_AUTO, (double)run->file_bytes,
                           cfg->checkpoint.memory_every == GT_INT_AUTO && run->memsnap, gt_rs_memsnap_slot_bytes(run),
                           run->first_step - 1, run->memsnap != NULL, run->memsnap_resumed);
+    if (!rc) run->autosave.snap.share = cfg->checkpoint.memory_share;
     if (rc) gt_runstate_free(run);
     return rc;
 }

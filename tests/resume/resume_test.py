@@ -313,15 +313,16 @@ def h5_attr(path, name):
 # ------------------------------------------------------------------------------------------------ scenarios
 
 def kill9_bitwise(e):
-    e.run(2, "ref", "train.steps=10", "checkpoint.every=3")
+    # the state files alone (no memory snapshots: memsnap_* resume from those)
+    files = ("train.steps=10", "checkpoint.every=3", "checkpoint.memory_every=0")
+    e.run(2, "ref", *files)
     ref = e.losses("ref")
     slow = {"GTRAIN_TEST_STEP_DELAY_MS": "150", "GTRAIN_STATE_MAX_IO_BYTES": "4096"}
-    p = e.start(2, "run", "train.steps=10", "checkpoint.every=3", "checkpoint.keep=2", env=slow)
+    p = e.start(2, "run", *files, "checkpoint.keep=2", env=slow)
     wait_for(lambda: 7 in e.losses("run"), "step 7 of the interrupted run")
     kill_group(p)
     check(e.steps_saved("run") == [3, 6], "killed after step 7: state files of steps 3 and 6 (keep = 2)")
-    out, _ = e.run(2, "run", "train.steps=10", "checkpoint.every=3", "checkpoint.keep=2",
-                   env={"GTRAIN_STATE_MAX_IO_BYTES": "4096"})
+    out, _ = e.run(2, "run", *files, "checkpoint.keep=2", env={"GTRAIN_STATE_MAX_IO_BYTES": "4096"})
     check("resumed from " + e.ck("run", 6) in out, "resumed from the newest file, step 6")
     check(e.steps_saved("run") == [9, 10], "after the end: steps 9 and 10 (keep = 2, older ones deleted)")
     same_state(e.ck("ref", 10), e.ck("run", 10), "final state bit-identical to the uninterrupted run")
@@ -1860,9 +1861,13 @@ def auto_cadence(e):
         check(f"command line: {bad}: {msg}" in err and not trained_steps(out), f"{bad}: exit 2, one line: {err.strip()}")
 
 
-SNAP_AUTO_LINE = re.compile(r"checkpoint\.memory_every = auto: (now )?a memory snapshot every (\d+) steps \(([-+.e\d]+) s "
-                            r"at ([-+.e\d]+) s a step\): Young's interval sqrt\(2 x ([-+.e\d]+) s x ([-+.e\d]+) s\); "
-                            r"refresh cost ([-+.e\d]+) s \((.*?)\), MTBF ([-+.e\d]+) h \((.*)\)")
+NUM = r"[-+.e\d]+"
+SNAP_AUTO_LINE = re.compile(
+    rf"checkpoint\.memory_every = auto: (?P<now>now )?a memory snapshot every (?P<n>\d+) steps \((?P<tau>{NUM}) s "
+    rf"at (?P<step_s>{NUM}) s a step\): (?:Young's interval sqrt\(2 x {NUM} s x (?P<m1>{NUM}) s\)|"
+    rf"checkpoint\.memory_share = (?P<share>{NUM}) of the time on refreshes, sooner than Young's interval "
+    rf"sqrt\(2 x {NUM} s x (?P<m2>{NUM}) s\) = (?P<young>{NUM}) s); "
+    rf"refresh cost (?P<cost>{NUM}) s \((?P<cost_why>.*?)\), MTBF {NUM} h \((?P<mtbf_why>.*)\)")
 
 
 def memsnap_steps(e, name):
@@ -1874,8 +1879,8 @@ def memsnap_steps(e, name):
 def memsnap_auto(e):
     """checkpoint.memory_every = auto, the default: rank 0 chooses the memory snapshots' interval as
     checkpoint.every = auto chooses the saves' (Young's sqrt(2 x refresh cost x MTBF) over the step
-    time; the prior checkpoint.mtbf small, 0.04 h = 144 s, so that it is a few steps) and says it in
-    one line with its numbers; 2 ranks, each its own node (partner copies: a refresh is collective),
+    time; the prior checkpoint.mtbf small, 0.04 h = 144 s, so that it is a few steps), or refresh cost
+    / checkpoint.memory_share when that is sooner, and says it in one line with its numbers; 2 ranks, each its own node (partner copies: a refresh is collective),
     refresh at exactly the steps that interval gives, a changed interval said in a line of its own and
     followed from there; the history record gains a snap line; the clean end deletes the slots. A
     shared-memory directory too small for the slots turns auto off with one warning, and the run trains
@@ -1884,9 +1889,13 @@ def memsnap_auto(e):
     interval and its history line says where it resumed from; a number (3) refreshes every 3 steps."""
     env = shm_env(e, {"GTRAIN_TEST_STEP_DELAY_MS": "100", "GTRAIN_TEST_RANK_IS_NODE": "1"})
     steps = 24
+    # checkpoint.memory_share = 0.002: on the prior cost (the slot, 0.0007 s at 1 GiB/s) cost / share is
+    # sooner than Young's interval (0.34 s against 0.44 s), so the first choice is the share's; a measured
+    # refresh may make either the shorter, and each line must give the shorter of the two.
     # dist.timeout = 20 s: ranks that disagreed on a refresh would hang in its partner copy; named soon
+    share = 0.002
     out, _ = e.run(2, "sa", f"train.steps={steps}", "checkpoint.every=0", "checkpoint.every_minutes=0",
-                   "checkpoint.mtbf=0.04", "dist.timeout=20", env=env)
+                   "checkpoint.mtbf=0.04", f"checkpoint.memory_share={share}", "dist.timeout=20", env=env)
     lines = [l for l in out.splitlines() if l.startswith("step ") or "= auto: a memory snapshot every" in l or
              "= auto: now a memory snapshot every" in l]
     choices = [l for l in lines if not l.startswith("step ")]
@@ -1904,18 +1913,27 @@ def memsnap_auto(e):
             continue
         m = SNAP_AUTO_LINE.search(line)
         check(m is not None, f"the line gives the numbers: {line}")
-        n, tau, step_s, cost, mtbf = int(m.group(2)), *(float(m.group(i)) for i in (3, 4, 5, 6))
-        check(abs(mtbf - 144) < 1e-9 and "prior checkpoint.mtbf" in m.group(10), f"the prior MTBF, 144 s: {line}")
-        check(abs(tau - math.sqrt(2 * cost * mtbf)) <= 0.01 * tau + 1e-3, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
+        n, tau, step_s, cost = int(m["n"]), float(m["tau"]), float(m["step_s"]), float(m["cost"])
+        mtbf = float(m["m1"] or m["m2"])
+        check(abs(mtbf - 144) < 1e-9 and "prior checkpoint.mtbf" in m["mtbf_why"], f"the prior MTBF, 144 s: {line}")
+        young, by_share = math.sqrt(2 * cost * mtbf), cost / share
+        if m["share"]:  # the share's, sooner than Young's
+            check(float(m["share"]) == share and abs(float(m["young"]) - young) <= 0.01 * young + 1e-3 and
+                  by_share < young * 1.01, f"the share's {by_share} s, sooner than Young's {young} s: {line}")
+            check(abs(tau - by_share) <= 0.01 * tau + 1e-3, f"{tau} s = {cost} s / {share}")
+        else:
+            check(young <= by_share * 1.01, f"Young's {young} s, no later than the share's {by_share} s: {line}")
+            check(abs(tau - young) <= 0.01 * tau + 1e-3, f"{tau} s = sqrt(2 x {cost} x {mtbf})")
         check(n in (max(1, math.floor(tau / step_s)), max(1, math.ceil(tau / step_s))), f"{n} steps = {tau} s / {step_s} s")
         if not every:  # the first: said at step 2, before its refresh
-            check(step == 2 and "a prior: the slot at 1 GiB/s" in m.group(8), f"the first choice at step 2, on the prior: {line}")
+            check(step == 2 and "a prior: the slot at 1 GiB/s" in m["cost_why"], f"the first choice at step 2, on the prior: {line}")
+            check(m["share"] is not None, f"on the prior the share's interval is the sooner: {line}")
             every = n
             if step - since >= every:
                 expected.append(step)
                 since = step
         else:
-            check(m.group(1) == "now " and "measured: the mean of" in m.group(8), f"a change, measured: {line}")
+            check(m["now"] == "now " and "measured: the mean of" in m["cost_why"], f"a change, measured: {line}")
             every = n
     got = memsnap_steps(e, "sa")
     # at least the first: a refresh measured slow (a loaded machine) can move the interval past the run's end
