@@ -12,7 +12,8 @@
 #             watchdog ends them, with its one line naming the dead rank and no other.
 # Within 40 s every rank must be gone (the launcher non-zero), exactly one such line naming the dead
 # rank, at most one "gtrain: watchdog:" line, and a run on NRANKS ranks must resume from the newest
-# state file, train two steps and end 0.
+# state file (or from a memory snapshot of a later step, naming that file as the newest), train to
+# step 10 and end 0.
 #   peer_death_in_prefetch.sh MODE NRANKS GTRAIN GTRAIN_PREP WORKDIR MPIEXEC [MPIEXEC FLAGS...]
 set -uo pipefail
 mode=$1 nranks=$2 gtrain=$3 prep=$4 work=$5
@@ -91,6 +92,17 @@ newest=$(find ckpt -name 'step_*.h5' | sort | tail -n 1)
 [[ -n $newest ]] || { echo "FAIL: no state file was written before the death"; failed=1; }
 env -u GTRAIN_TEST_DIE_IN_GATHER "$@" -np "$nranks" "$gtrain" run.ini train.steps=10 >resume.log 2>&1 ||
   { echo "FAIL: the run did not resume"; tail -n 20 resume.log; failed=1; }
-grep -q "resumed from $newest" resume.log || { echo "FAIL: did not resume from $newest"; failed=1; }
+# the newest state file, or (memory snapshots are on by default, their interval timed by the steps)
+# the memory snapshot of a later step, which then names that file as the newest
+newest_step=$(basename "$newest" .h5)
+newest_step=$((10#${newest_step#step_}))
+snap_step=$(sed -n 's/^gtrain: resumed from the memory snapshot of step \([0-9]*\) (every rank.s slice .* verified.*newer than the newest state file, \(.*\)$/\1 \2/p' resume.log)
+if grep -q "^gtrain: resumed from $newest (step $newest_step)" resume.log; then
+  echo "resumed from $newest"
+elif [[ -n $snap_step && ${snap_step#* } == "$newest" ]] && ((${snap_step%% *} > newest_step)); then
+  echo "resumed from the memory snapshot of step ${snap_step%% *}, newer than $newest"
+else
+  echo "FAIL: did not resume from $newest or a newer memory snapshot"; failed=1
+fi
 ((failed)) && { tail -n 20 run.log; exit 1; }
 echo PASS
