@@ -46,7 +46,7 @@
 # ended), the time from the restart to
 # the first step finished (with -c: from that end, so the requeue's wait and the scheduling are in
 # it), where that start resumed from (the step, and file, memory, or memory with the ranks whose
-# slices came from their partners' copies), the steps redone; then goodput = steps kept x fault-free step time / wall time,
+# slices came from another node), the steps redone; then goodput = steps kept x fault-free step time / wall time,
 # where the steps kept are those of the newest state file at the end and the fault-free step time
 # is the median step_ms of every step, and where the wall time went.
 # Extra section.key=value arguments go to every start (after the bench's own), e.g.
@@ -142,19 +142,19 @@ newest_saved() {
   [[ -n $f ]] && { f=${f##*step_}; echo $((10#${f%.h5})); } || echo 0
 }
 # resumed_from: from a start's log on stdin, where it resumed: sets resumed (the step, 0 for none) and
-# source (file, memory, or memory with the ranks whose slices came from their partners' copies)
+# source (file, memory, or memory with the ranks whose slices came from another node)
 resumed_from() {
   local text line ranks_from
   text=$(cat)
   resumed=$(grep -o 'resumed from .* (step [0-9]*)' <<<"$text" | head -n 1 | grep -o '[0-9]*)$' | tr -d ')')
   if [[ -n $resumed ]]; then source=file; return; fi
-  # a memory snapshot's resume line names its step differently, and the ranks fetched from partners
+  # a memory snapshot's resume line names its step differently, and the ranks sent from other nodes
   line=$(grep -o 'resumed from the memory snapshot of step .*' <<<"$text" | head -n 1)
   resumed=$(grep -o '^resumed from the memory snapshot of step [0-9]*' <<<"$line" | grep -o '[0-9]*$')
   if [[ -n $resumed ]]; then
     ranks_from=$(grep -o 'the slices\{0,1\} of ranks\{0,1\} [0-9,]* from' <<<"$line" | grep -o '[0-9][0-9,]*')
     source=memory
-    [[ -n $ranks_from ]] && source="memory, rank ${ranks_from} from partner"
+    [[ -n $ranks_from ]] && source="memory, rank ${ranks_from} from another node"
     return
   fi
   resumed=0 source=none

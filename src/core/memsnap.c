@@ -14,6 +14,7 @@
 
 #include "memsnap.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -61,6 +62,30 @@ void gt_memsnap_path(char *out, size_t len, const gt_memsnap_id *id, int slot) {
     char prefix[96];
     gt_memsnap_prefix(prefix, sizeof prefix, id->run_id, id->branch);
     snprintf(out, len, "%s/%s%d-r%d.%s", gt_memsnap_dir(), prefix, id->world, id->rank, ext[slot & 3]);
+}
+
+int gt_memsnap_scan(const char *run_id, const char *branch,
+                    void (*fn)(void *user, int world, int rank, int slot, const char *name), void *user) {
+    static const char *const ext[4] = {"a", "b", "pa", "pb"};
+    char prefix[96];
+    gt_memsnap_prefix(prefix, sizeof prefix, run_id, branch);
+    size_t plen = strlen(prefix);
+    DIR *d = opendir(gt_memsnap_dir());
+    if (!d) return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        int world, rank, used = 0;
+        char tail[4];
+        /* WORLD-rRANK.EXT and nothing after it */
+        if (sscanf(e->d_name + plen, "%d-r%d.%3[a-z]%n", &world, &rank, tail, &used) != 3 ||
+            e->d_name[plen + used] != '\0' || world < 1 || rank < 0 || rank >= world)
+            continue;
+        for (int slot = 0; slot < 4; slot++)
+            if (strcmp(tail, ext[slot]) == 0) fn(user, world, rank, slot, e->d_name);
+    }
+    closedir(d);
+    return 0;
 }
 
 uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len) {

@@ -42,6 +42,13 @@ void gt_memsnap_path(char *out, size_t len, const gt_memsnap_id *id, int slot);
 /* The file prefix of every slot of a lineage (any world, any rank): "gtrain-snap-RUNID-BRANCH-w". */
 void gt_memsnap_prefix(char *out, size_t len, const char *run_id, const char *branch);
 
+/* Calls fn once for every slot file of the lineage (run_id, branch) in the slots' directory, of any
+ * world size and rank: its world, rank, slot (0-3 as gt_memsnap_path names them) and file name (in
+ * that directory). Names that only start like one are skipped. 0, or -1 when the directory cannot be
+ * read. Nothing is opened: what a file holds is for gt_memsnap_peek to say. */
+int gt_memsnap_scan(const char *run_id, const char *branch,
+                    void (*fn)(void *user, int world, int rank, int slot, const char *name), void *user);
+
 /* Bytes of one slot file for a slice of `count` elements and a config text of config_len bytes. */
 uint64_t gt_memsnap_slot_bytes(uint64_t count, size_t config_len);
 

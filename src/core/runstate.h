@@ -64,6 +64,8 @@ typedef struct gt_run_state {
     int memsnap_kept;        /* the slot the run resumed from (0, 1), kept until the next refresh; -1: none */
     int *memsnap_partner;    /* (world) each rank's partner, keeping a copy of its snapshot on the next node; -1 */
     uint64_t *memsnap_ranges; /* (2 x world) every rank's flat range (begin, count) */
+    int *memsnap_dir;        /* (world) the first rank that sees the same slots' directory as each rank
+                                (its node's, as the files are node-local): it reads and sends them */
     double step_seconds;     /* the time of the step gt_runstate_after_step follows (the loop sets it) */
     gt_autosave autosave;    /* rank 0: checkpoint.every = auto (autosave.h) */
     FILE *metrics;           /* rank 0: log.metrics, for one record per completed save; NULL = none */

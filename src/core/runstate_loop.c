@@ -308,6 +308,7 @@ void gt_runstate_free(gt_run_state *run) {
     gt_memsnap_close(run->memsnap);  /* its snapshots stay for the restart */
     free(run->memsnap_partner);
     free(run->memsnap_ranges);
+    free(run->memsnap_dir);
     free(run->pending_begins);
     free(run->pending_counts);
     if (run->mpi_comm != MPI_COMM_NULL && run->mpi_comm != 0) MPI_Comm_free(&run->mpi_comm);

@@ -9,20 +9,25 @@
  *             the interval that pays (autosave.h: Young/Daly from the measured refresh and the fault
  *             rate), chosen by rank 0 and agreed in the step boundary's all-reduce
  *             (run->memsnap_due), so that every rank refreshes at the same steps.
- *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: each rank reads
- *             the headers of its two slots of that lineage, world size, rank and slice; the ranks
- *             gather them and take the newest step that every rank holds and that is newer than the
- *             newest state file of the plan (and before train.steps); each rank then loads its slot
- *             into the optimizer and verifies its checksum in the same pass (rank 0 also that the
- *             saved config changes no model key, unless checkpoint.allow_model_change, and the
- *             global batch), and they agree (gt_agree_on_failure): all take it, or the loaded bytes
- *             are cleared (forget_load) and the next older common step is tried, or the files on
- *             disk are used, with one line saying why. A snapshot of another run or branch
- *             is never read past its header and never deleted.
+ *   resume    checkpoint.resume = auto with a lineage recorded in checkpoint.dir: the first rank of
+ *             each directory of slots (each node's) lists the lineage's slots and copies there at this
+ *             world size and reads their headers; the ranks gather them and take the newest step of
+ *             which every rank's slice is held somewhere (in its own slots or a copy, on any node of
+ *             the job: the ranks of a restart may land on other nodes, or in another order) and that
+ *             is newer than the newest state file of the plan (and before train.steps); each rank
+ *             then loads its slice, from its own directory when it is there, else sent over MPI by
+ *             the first rank of a directory that holds it, into the optimizer and verifies its
+ *             checksum in the same pass (rank 0 also that the saved config changes no model key,
+ *             unless checkpoint.allow_model_change, and the global batch), and they agree
+ *             (gt_agree_on_failure): all take it, or the loaded bytes are cleared (forget_load) and
+ *             the next older step is tried, or the files on disk are used, with one line saying why.
+ *             A snapshot of another run or branch is never read past its header and never deleted.
  *   partners  across nodes, each rank's partner (the rank of its index on the next node) keeps a
  *             copy of its snapshot, sent over MPI after each refresh (a collective step: every rank
- *             refreshes at the same steps); a restart counts a step as held by a rank when its own
- *             slot or its partner's copy has it, and a rank without its own fetches the copy.
+ *             refreshes at the same steps), so that a node lost takes no slice with it.
+ *   sweep     before the slots open, the first rank of each directory deletes the lineage's files
+ *             there that no rank of this start keeps there (another world size; a slice whose rank,
+ *             or whose partner, now runs elsewhere): a restart on other nodes leaves nothing behind.
  *   delete    at the run's clean end and after a stop signal's save, each rank deletes its two
  *             slots (also those it resumed from when it keeps none of its own); a run that ends with
  *             an error keeps them for its restart. A start that does not
@@ -35,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -53,7 +59,10 @@
 /* The partners (collective, once): rank r's partner is the rank of the same index among its node's
  * ranks on the next node (nodes in the order of their first rank; GTRAIN_TEST_RANK_IS_NODE makes every
  * rank a node), so that a node lost takes no snapshot with it. With one node, or nodes of unequal
- * rank counts, there are none (-1). run->memsnap_ranges: every rank's flat range (begin, count). */
+ * rank counts, there are none (-1). run->memsnap_ranges: every rank's flat range (begin, count).
+ * run->memsnap_dir: the ranks that see the same slots' directory (the same host, and the same
+ * directory there: GTRAIN_SHM_DIR may differ between a host's ranks) have the first of them as theirs;
+ * it alone reads that directory's slots for the others and sends them where they are needed. */
 static void topology(gt_run_state *run) {
     if (run->memsnap_partner) return;
     int rank = rank_of(run), world = gt_comm_size(run->comm);
@@ -64,30 +73,41 @@ static void topology(gt_run_state *run) {
     MPI_Comm_size(node, &size);
     MPI_Bcast(&leader, 1, MPI_INT, 0, node);
     MPI_Comm_free(&node);
+    int host = leader; /* the host's first rank, whatever the test hook makes of nodes */
     if (gt_test_hooks_get()->rank_is_node) leader = rank, local = 0, size = 1;
-    int mine[3] = {leader, local, size};
-    int *all = malloc(3 * (size_t)world * sizeof *all);
+    struct stat st;
+    long long dir_id[2] = {0, 0};
+    if (stat(gt_memsnap_dir(), &st) == 0) dir_id[0] = (long long)st.st_dev, dir_id[1] = (long long)st.st_ino;
+    long long mine[6] = {leader, local, size, host, dir_id[0], dir_id[1]};
+    long long *all = malloc(6 * (size_t)world * sizeof *all);
     run->memsnap_partner = malloc((size_t)world * sizeof(int));
+    run->memsnap_dir = malloc((size_t)world * sizeof(int));
     run->memsnap_ranges = malloc(2 * (size_t)world * sizeof(uint64_t));
-    if (!all || !run->memsnap_partner || !run->memsnap_ranges) abort();
-    MPI_Allgather(mine, 3, MPI_INT, all, 3, MPI_INT, run->mpi_comm);
+    if (!all || !run->memsnap_partner || !run->memsnap_dir || !run->memsnap_ranges) abort();
+    MPI_Allgather(mine, 6, MPI_LONG_LONG, all, 6, MPI_LONG_LONG, run->mpi_comm);
     uint64_t range[2] = {run->opt->shard.begin, run->opt->shard.end - run->opt->shard.begin};
     MPI_Allgather(range, 2, MPI_UINT64_T, run->memsnap_ranges, 2, MPI_UINT64_T, run->mpi_comm);
     int nodes = 0, equal = 1;
     for (int r = 0; r < world; r++) {
         run->memsnap_partner[r] = -1;
-        nodes += all[3 * r] == r; /* a node's leader is its first rank */
-        equal &= all[3 * r + 2] == all[2];
+        nodes += all[6 * r] == r; /* a node's leader is its first rank */
+        equal &= all[6 * r + 2] == all[2];
+        run->memsnap_dir[r] = r;
+        for (int q = 0; q < r; q++)
+            if (all[6 * q + 3] == all[6 * r + 3] && all[6 * q + 4] == all[6 * r + 4] && all[6 * q + 5] == all[6 * r + 5]) {
+                run->memsnap_dir[r] = q;
+                break;
+            }
     }
     if (nodes >= 2 && equal)
         for (int r = 0; r < world; r++) {
             int next = -1; /* the next node's leader, wrapping around */
-            for (int q = all[3 * r] + 1; q < world && next < 0; q++)
-                if (all[3 * q] == q) next = q;
+            for (int q = (int)all[6 * r] + 1; q < world && next < 0; q++)
+                if (all[6 * q] == q) next = q;
             for (int q = 0; q < world && next < 0; q++)
-                if (all[3 * q] == q) next = q;
+                if (all[6 * q] == q) next = q;
             for (int q = 0; q < world; q++)
-                if (all[3 * q] == next && all[3 * q + 1] == all[3 * r + 1]) run->memsnap_partner[r] = q;
+                if (all[6 * q] == next && all[6 * q + 1] == all[6 * r + 1]) run->memsnap_partner[r] = q;
         }
     free(all);
 }
@@ -163,81 +183,167 @@ static void forget_load(gt_run_state *run) {
     opt->ops->synchronize();
 }
 
-/* all: 4 steps per rank by the headers: its own two slots, then the two copies it keeps of its ward.
- * Does rank r have step s itself? Through its partner's copy? */
-static int own_has(const int64_t *all, int r, int64_t s) { return all[4 * r] == s || all[4 * r + 1] == s; }
-static int copy_has(const gt_run_state *run, const int64_t *all, int r, int64_t s) {
-    int p = run->memsnap_partner[r];
-    return p >= 0 && (all[4 * p + 2] == s || all[4 * p + 3] == s);
+/* What the directories hold: every slot file of the lineage at this world size whose header is the
+ * slice's (gt_memsnap_peek), as the rank that reads its directory found it (run->memsnap_dir),
+ * gathered on every rank. A slice's snapshot can be in its rank's own slots or in a partner's copy,
+ * and after a restart whose ranks landed on other nodes (or in another order) on any node of the job. */
+typedef struct held {
+    int64_t step;
+    int32_t reader; /* the rank that reads the file's directory: it loads it there, or sends it */
+    int32_t rank;   /* whose slice */
+    int32_t slot;   /* 0, 1: that rank's own slots; 2, 3: a partner's copies (gt_memsnap_path) */
+    int32_t pad;
+} held;
+
+typedef struct scan_ctx {
+    gt_run_state *run;
+    const char *run_id, *branch;
+    held *h;
+    int n, cap;
+} scan_ctx;
+
+static void scan_held(void *user, int world, int r, int slot, const char *name) {
+    (void)name;
+    scan_ctx *c = user;
+    if (world != gt_comm_size(c->run->comm)) return;
+    gt_memsnap_id id;
+    rank_id(c->run, c->run_id, c->branch, r, &id);
+    int64_t step = 0;
+    char why[4400];
+    if (gt_memsnap_peek(&id, slot, &step, why, sizeof why) != 1 || step <= 0) return;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->h = realloc(c->h, (size_t)c->cap * sizeof *c->h);
+        if (!c->h) abort();
+    }
+    c->h[c->n++] = (held){step, rank_of(c->run), r, slot, 0};
 }
 
-/* Step S from the partner: the holder (whose ward needs it) sends its copy's size and image, the
- * needy rank receives it into *image (malloc'd; *size 0 when the holder could not map it).
- * Collective in the sense that every rank calls it with the same need[]. */
-static void fetch_copies(gt_run_state *run, const gt_memsnap_id *ward_id, const int64_t *all, int64_t S,
-                         const int *need, void **image, uint64_t *size) {
-    int rank = rank_of(run), ward = ward_of(run, rank), partner = run->memsnap_partner[rank];
-    MPI_Request req[2 * MAX_REQ + 2];
+/* Every directory's slots of the lineage, on every rank (collective); *n of them, malloc'd. */
+static held *gather_held(gt_run_state *run, const char *run_id, const char *branch, int *n) {
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    scan_ctx c = {run, run_id, branch, NULL, 0, 0};
+    if (run->memsnap_dir[rank] == rank) gt_memsnap_scan(run_id, branch, scan_held, &c);
+    int *counts = malloc((size_t)world * sizeof *counts), *displs = malloc((size_t)world * sizeof *displs);
+    if (!counts || !displs) abort();
+    int bytes = c.n * (int)sizeof(held), total = 0;
+    MPI_Allgather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, run->mpi_comm);
+    for (int r = 0; r < world; r++) displs[r] = total, total += counts[r];
+    held *all = malloc(total ? (size_t)total : 1);
+    if (!all) abort();
+    MPI_Allgatherv(c.h, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, run->mpi_comm);
+    free(c.h);
+    free(counts);
+    free(displs);
+    *n = total / (int)sizeof(held);
+    return all;
+}
+
+/* Where each rank's slice of step S comes from (every rank computes the same): src[r], the entry of h
+ * it loads: one in its own directory when there is one (its own slots before a copy), else one in
+ * another node's (its reader sends it). Returns the first rank without any, or -1. */
+static int sources(const gt_run_state *run, const held *h, int nh, int64_t S, int *src) {
+    for (int r = 0; r < gt_comm_size(run->comm); r++) {
+        int best = -1, score = 0;
+        for (int i = 0; i < nh; i++) {
+            if (h[i].rank != r || h[i].step != S) continue;
+            int here = h[i].reader == run->memsnap_dir[r];
+            int sc = here ? (h[i].slot < 2 ? 4 : 3) : (h[i].slot < 2 ? 2 : 1);
+            if (sc > score) best = i, score = sc;
+        }
+        src[r] = best;
+        if (best < 0) return r;
+    }
+    return -1;
+}
+
+/* Whether rank r loads its slice from another directory (its src entry's reader sends it). */
+static int sent(const gt_run_state *run, const held *h, const int *src, int r) {
+    return h[src[r]].reader != run->memsnap_dir[r];
+}
+
+/* The slices that come from another node: each reader sends every slice it holds for a rank elsewhere
+ * (its size, then the slot image), and a rank that needs one receives it into *image (malloc'd; *size
+ * 0 when the reader could not map it). Collective in the sense that every rank calls it with the same
+ * h and src. */
+static void fetch_slices(gt_run_state *run, const char *run_id, const char *branch, const held *h, const int *src,
+                         void **image, uint64_t *size) {
+    int rank = rank_of(run), world = gt_comm_size(run->comm);
+    void **maps = calloc((size_t)world, sizeof *maps);
+    uint64_t *have = calloc((size_t)world, sizeof *have), total = 0;
+    if (!maps || !have) abort();
+    int nreq = 0;
+    for (int r = 0; r < world; r++) {
+        if (!sent(run, h, src, r) || h[src[r]].reader != rank) continue;
+        gt_memsnap_id id;
+        char why[4400];
+        rank_id(run, run_id, branch, r, &id);
+        maps[r] = gt_memsnap_map(&id, h[src[r]].slot, &have[r], why, sizeof why);
+        if (!maps[r]) have[r] = 0;
+        nreq += 1 + (int)((have[r] + CHUNK - 1) / CHUNK);
+        total += have[r];
+    }
+    MPI_Request *out = malloc((size_t)(nreq ? nreq : 1) * sizeof *out);
+    if (!out) abort();
     int n = 0;
-    uint64_t have = 0;
-    void *map = NULL;
+    for (int r = 0; r < world; r++) {
+        if (!sent(run, h, src, r) || h[src[r]].reader != rank) continue;
+        MPI_Isend(&have[r], 1, MPI_UINT64_T, r, COPY_TAG, run->mpi_comm, &out[n++]); /* no rank blocks in a send */
+        if (have[r]) post(1, maps[r], have[r], r, run->mpi_comm, out, &n);
+    }
+    MPI_Request in[MAX_REQ];
+    int m = 0;
     *image = NULL;
     *size = 0;
-    if (ward >= 0 && need[ward]) { /* send ward its copy */
-        int slot = all[4 * rank + 2] == S ? 2 : 3;
-        char why[512];
-        map = gt_memsnap_map(ward_id, slot, &have, why, sizeof why);
-        if (!map) have = 0;
-        MPI_Isend(&have, 1, MPI_UINT64_T, ward, COPY_TAG, run->mpi_comm, &req[n++]); /* no rank blocks in a send */
-        if (have) post(1, map, have, ward, run->mpi_comm, req, &n);
-    }
-    if (need[rank] && partner >= 0) {
-        MPI_Recv(size, 1, MPI_UINT64_T, partner, COPY_TAG, run->mpi_comm, MPI_STATUS_IGNORE);
+    if (sent(run, h, src, rank)) {
+        int from = h[src[rank]].reader;
+        MPI_Recv(size, 1, MPI_UINT64_T, from, COPY_TAG, run->mpi_comm, MPI_STATUS_IGNORE);
+        if (*size > (uint64_t)MAX_REQ * CHUNK) abort(); /* 128 GiB of one rank's slice */
         if (*size) {
             *image = malloc((size_t)*size);
             if (!*image) abort();
-            post(0, *image, *size, partner, run->mpi_comm, req, &n);
+            post(0, *image, *size, from, run->mpi_comm, in, &m);
         }
     }
-    gt_watchdog_enter("memsnap_fetch", have + *size);
-    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    gt_watchdog_enter("memsnap_fetch", total + *size);
+    MPI_Waitall(n, out, MPI_STATUSES_IGNORE);
+    MPI_Waitall(m, in, MPI_STATUSES_IGNORE);
     gt_watchdog_leave();
-    gt_memsnap_unmap(map, have);
+    for (int r = 0; r < world; r++) gt_memsnap_unmap(maps[r], have[r]);
+    free(maps);
+    free(have);
+    free(out);
 }
 
-/* The candidate steps: those rank 0 has (itself or through its partner), newest first; their count. */
-static int candidates(const gt_run_state *run, const int64_t *all, int64_t cand[4]) {
+static int by_step_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The candidate steps: those of rank 0's slice anywhere, newest first; their count (cand malloc'd). */
+static int candidates(const held *h, int nh, int64_t **cand) {
+    *cand = malloc((size_t)(nh ? nh : 1) * sizeof **cand);
+    if (!*cand) abort();
     int nc = 0;
-    for (int k = 0; k < 2; k++) cand[nc++] = all[k];
-    if (run->memsnap_partner[0] >= 0)
-        for (int k = 2; k < 4; k++) cand[nc++] = all[4 * run->memsnap_partner[0] + k];
-    for (int a = 0; a < nc; a++) /* descending */
-        for (int b = a + 1; b < nc; b++)
-            if (cand[b] > cand[a]) {
-                int64_t t = cand[a];
-                cand[a] = cand[b], cand[b] = t;
-            }
+    for (int i = 0; i < nh; i++)
+        if (h[i].rank == 0) (*cand)[nc++] = h[i].step;
+    qsort(*cand, (size_t)nc, sizeof **cand, by_step_desc);
     return nc;
 }
 
-/* Whether step S cannot be resumed from: a rank that has it neither itself nor through its partner's
- * copy (own_why: why this rank's own slots did not verify), not newer than the newest state file, or
- * not before train.steps; the first reason goes into verdict (if it is still empty). need[r]: rank r must fetch S from its partner; *fetched: how many. */
-static int unusable(const gt_run_state *run, const int64_t *all, int64_t S, int64_t newest_file, const char *own_why,
-                    int *need, int *fetched, char *verdict, size_t len) {
-    int rank = rank_of(run), world = gt_comm_size(run->comm);
-    *fetched = 0;
-    for (int r = 0; r < world; r++) {
-        need[r] = !own_has(all, r, S);
-        *fetched += need[r];
-        if (need[r] && !copy_has(run, all, r, S)) {
-            if (!verdict[0]) {
-                const char *w = rank == r ? own_why : "";
-                snprintf(verdict, len, "rank %d has no snapshot of step %lld%s%s%s", r, (long long)S,
-                         run->memsnap_partner[r] >= 0 ? ", nor its partner a copy" : "", w[0] ? ": " : "", w);
-            }
-            return 1;
+/* Whether step S cannot be resumed from: a rank whose slice of it no directory of the job holds
+ * (own_why: why this rank's own slots did not read), not newer than the newest state file, or not
+ * before train.steps; the first reason goes into verdict (if it is still empty). src as sources(). */
+static int unusable(const gt_run_state *run, const held *h, int nh, int64_t S, int64_t newest_file,
+                    const char *own_why, int *src, char *verdict, size_t len) {
+    int r = sources(run, h, nh, S, src);
+    if (r >= 0) {
+        if (!verdict[0]) {
+            const char *w = rank_of(run) == r ? own_why : "";
+            snprintf(verdict, len, "rank %d has no snapshot of step %lld on any node of the job%s%s", r, (long long)S,
+                     w[0] ? ": " : "", w);
         }
+        return 1;
     }
     if (S <= newest_file) {
         if (!verdict[0])
@@ -254,10 +360,10 @@ static int unusable(const gt_run_state *run, const int64_t *all, int64_t S, int6
     return 0;
 }
 
-/* Rank 0's line after a resume from the memory snapshot of step S. */
-static void say_resumed(const gt_run_state *run, int64_t S, int64_t newest_file, const int *need, int fetched,
+/* Rank 0's line after a resume from the memory snapshot of step S (src as sources()). */
+static void say_resumed(const gt_run_state *run, int64_t S, int64_t newest_file, const held *h, const int *src,
                         uint64_t bytes, double seconds) {
-    char newest[GT_PATH_MAX + 96], from[1024] = "";
+    char newest[GT_PATH_MAX + 96], from[1024] = "", by[512] = "", copies[512] = "";
     if (newest_file) {
         char path[GT_PATH_MAX + 64];
         gt_rs_state_path(path, sizeof path, run->cfg->checkpoint.dir, newest_file, 0);
@@ -265,13 +371,27 @@ static void say_resumed(const gt_run_state *run, int64_t S, int64_t newest_file,
     } else {
         snprintf(newest, sizeof newest, "any state file");
     }
-    for (int r = 0; r < gt_comm_size(run->comm); r++)
-        if (need[r])
-            gt_appendf(from, sizeof from, "%s%d", from[0] ? "," : fetched == 1 ? "; the slice of rank "
-                                                                                : "; the slices of ranks ", r);
-    if (from[0]) gt_appendf(from, sizeof from, fetched == 1 ? " from its partner's copy" : " from their partners' copies");
+    int n_sent = 0, n_copies = 0;
+    for (int r = 0; r < gt_comm_size(run->comm); r++) {
+        if (sent(run, h, src, r)) {
+            gt_appendf(from, sizeof from, "%s%d", n_sent ? "," : "", r);
+            gt_appendf(by, sizeof by, "%s%d", n_sent ? "," : "", h[src[r]].reader);
+            n_sent++;
+        } else if (h[src[r]].slot >= 2) { /* a partner's copy in the rank's own directory */
+            gt_appendf(copies, sizeof copies, "%s%d", n_copies ? "," : "", r);
+            n_copies++;
+        }
+    }
+    char where[2048] = "";
+    if (n_sent)
+        snprintf(where, sizeof where, n_sent == 1 ? "; the slice of rank %s from another node (sent by rank %s)"
+                                                  : "; the slices of ranks %s from other nodes (sent by ranks %s)",
+                 from, by);
+    if (n_copies)
+        gt_appendf(where, sizeof where, n_copies == 1 ? "; rank %s's from a partner's copy on its node"
+                                                      : "; ranks %s's from partners' copies on their nodes", copies);
     printf("gtrain: resumed from the memory snapshot of step %lld (every rank's slice in %s verified%s, "
-           "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(), from,
+           "%.3f GB per rank copied in %.2f s): newer than %s\n", (long long)S, gt_memsnap_dir(), where,
            (double)bytes / 1e9, seconds, newest);
     fflush(stdout);
 }
@@ -294,64 +414,56 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
     MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, run->mpi_comm);
     if (!head.has) return 0;
     topology(run);
-    int ward = ward_of(run, rank);
-    gt_memsnap_id id, ward_id;
+    gt_memsnap_id id;
     rank_id(run, head.run_id, head.branch, rank, &id);
-    if (ward >= 0) rank_id(run, head.run_id, head.branch, ward, &ward_id);
 
-    /* the headers: this rank's two slots, and the two copies it keeps of its ward (0: none) */
-    int64_t mine[4] = {0, 0, 0, 0};
+    /* why this rank's own slots do not read (for the one line), and every directory's holdings */
     char why[2][4400] = {"", ""};
     int found = 0;
-    for (int s = 0; s < 4; s++) {
-        char other[4400];
-        int rc = s < 2 || ward >= 0 ? gt_memsnap_peek(s < 2 ? &id : &ward_id, s, &mine[s], s < 2 ? why[s] : other,
-                                                       s < 2 ? sizeof why[s] : sizeof other)
-                                    : 0;
-        if (rc != 1) mine[s] = 0;
-        found |= rc != 0;
+    for (int s = 0; s < 2; s++) {
+        int64_t step = 0;
+        found |= gt_memsnap_peek(&id, s, &step, why[s], sizeof why[s]) < 0;
     }
-    int64_t *all = malloc(4 * (size_t)world * sizeof *all);
-    int *need = malloc((size_t)world * sizeof *need);
-    if (!all || !need) abort();
-    MPI_Allgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, run->mpi_comm);
+    int nh = 0;
+    held *h = gather_held(run, head.run_id, head.branch, &nh);
+    found |= nh > 0;
     int any_found = found;
     MPI_Allreduce(&found, &any_found, 1, MPI_INT, MPI_MAX, run->mpi_comm);
     gt_startup_mark("resume: the memory snapshots' headers read and gathered");
     if (!any_found) {
-        free(all);
-        free(need);
+        free(h);
         return 0;
     }
 
-    int64_t cand[4];
-    int nc = candidates(run, all, cand);
+    int *src = malloc((size_t)world * sizeof *src);
+    int64_t *cand = NULL;
+    if (!src) abort();
+    int nc = candidates(h, nh, &cand);
     char verdict[4800] = "";
     int resumed = 0;
     for (int c = 0; c < nc && !resumed; c++) {
         int64_t S = cand[c];
         if (S <= 0 || (c > 0 && S == cand[c - 1])) continue;
-        int fetched = 0;
-        if (unusable(run, all, S, head.newest_file, why[0][0] ? why[0] : why[1], need, &fetched, verdict, sizeof verdict))
+        if (unusable(run, h, nh, S, head.newest_file, why[0][0] ? why[0] : why[1], src, verdict, sizeof verdict))
             continue;
         double t0 = MPI_Wtime();
         void *image = NULL;
         uint64_t image_size = 0;
-        if (fetched) fetch_copies(run, &ward_id, all, S, need, &image, &image_size);
-        int slot = mine[0] == S ? 0 : 1;
+        fetch_slices(run, head.run_id, head.branch, h, src, &image, &image_size);
+        int slot = h[src[rank]].slot, far = sent(run, h, src, rank);
         char msg[4600] = "";
         char *text = NULL;
         gt_state_info got;
         int bad;
         /* verified and loaded in one pass; a rank whose slice does not verify, or a veto below,
          * leaves bytes in the optimizer that no rank may train on: forget_load then clears them */
-        if (need[rank]) {
+        if (far) {
             bad = !image || gt_memsnap_verify_load_image(&id, image, image_size, S, run->opt, &got, &text, msg,
                                                          sizeof msg) != 0;
-            if (!image) snprintf(msg, sizeof msg, "its partner could not send its copy");
+            if (!image) snprintf(msg, sizeof msg, "rank %d could not send its copy", h[src[rank]].reader);
             else if (bad) {
                 char tmp[4600];
-                snprintf(tmp, sizeof tmp, "the copy from its partner rank %d: %s", run->memsnap_partner[rank], msg);
+                snprintf(tmp, sizeof tmp, "the copy sent by rank %d: %s", h[src[rank]].reader, msg);
                 snprintf(msg, sizeof msg, "%s", tmp);
             }
         } else {
@@ -374,10 +486,10 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
         gt_startup_mark("resume: the parameters published (and every rank done loading)");
         double seconds = MPI_Wtime() - t0;
         *info = got;
-        run->memsnap_kept = need[rank] ? -1 : slot;
+        run->memsnap_kept = !far && slot < 2 ? slot : -1; /* its own slot stays until the next refresh */
         run->memsnap_resumed = 1;
         resumed = 1;
-        if (rank == 0) say_resumed(run, S, head.newest_file, need, fetched, 12 * id.count, seconds);
+        if (rank == 0) say_resumed(run, S, head.newest_file, h, src, 12 * id.count, seconds);
     }
     if (!resumed && rank == 0) {
         if (!verdict[0]) snprintf(verdict, sizeof verdict, "%s", why[0][0] ? why[0] : why[1][0] ? why[1] : "none verifies");
@@ -385,8 +497,9 @@ int gt_rs_memsnap_resume(gt_run_state *run, const start_plan *plan, gt_state_inf
                gt_memsnap_dir(), verdict);
         fflush(stdout);
     }
-    free(all);
-    free(need);
+    free(cand);
+    free(src);
+    free(h);
     return resumed;
 }
 
@@ -409,10 +522,51 @@ double gt_rs_memsnap_slot_bytes(const gt_run_state *run) {
     return (double)gt_memsnap_slot_bytes(run->opt->shard.end - run->opt->shard.begin, strlen(run->config_text));
 }
 
+/* The sweep before the slots open: the first rank of each directory deletes every slot file of the
+ * lineage there that no rank of this start keeps in it: of another world size, or (after a restart
+ * whose ranks landed on other nodes, or in another order) a slice whose rank, or whose partner with the
+ * copies, now runs on another node. By then every rank has loaded what it resumed from (the resume's
+ * agreement, a collective, follows every load and every transfer). Slots on a node the job no longer
+ * runs on stay until a start of this run runs there again. */
+typedef struct sweep_ctx {
+    gt_run_state *run;
+    int copies; /* the ranks keep partner copies (snapshots on): those are kept too */
+    int removed;
+} sweep_ctx;
+
+static void sweep_one(void *user, int world, int r, int slot, const char *name) {
+    sweep_ctx *c = user;
+    gt_run_state *run = c->run;
+    int me = rank_of(run);
+    if (world == gt_comm_size(run->comm)) {
+        if (slot < 2 && run->memsnap_dir[r] == me) return; /* a rank here: its own slots */
+        int p = run->memsnap_partner[r];
+        if (slot >= 2 && c->copies && p >= 0 && run->memsnap_dir[p] == me) return; /* the copies a rank here keeps */
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", gt_memsnap_dir(), name);
+    if (unlink(path) == 0) c->removed++;
+}
+
+static void sweep(gt_run_state *run, int copies) { /* collective: rank 0 says how many went */
+    sweep_ctx c = {run, copies, 0};
+    if (run->memsnap_dir[rank_of(run)] == rank_of(run))
+        gt_memsnap_scan(run->lineage.run_id, run->lineage.branch, sweep_one, &c);
+    int removed[2] = {c.removed, c.removed > 0}, sum[2] = {0, 0};
+    MPI_Reduce(removed, sum, 2, MPI_INT, MPI_SUM, 0, run->mpi_comm);
+    if (rank_of(run) == 0 && sum[0]) {
+        printf("gtrain: %d memory snapshot file(s) of this run's earlier starts removed from the shared memory of %d "
+               "node(s): no rank of this start keeps them there\n", sum[0], sum[1]);
+        fflush(stdout);
+    }
+}
+
 void gt_rs_memsnap_begin(gt_run_state *run) {
     const gt_config *cfg = run->cfg;
-    if (!cfg->checkpoint.dir[0] || cfg->checkpoint.memory_every == 0) return;
+    if (!cfg->checkpoint.dir[0]) return;
     topology(run);
+    sweep(run, cfg->checkpoint.memory_every != 0);
+    if (cfg->checkpoint.memory_every == 0) return;
     int rank = rank_of(run), ward = ward_of(run, rank);
     gt_memsnap_id id, ward_id;
     rank_id(run, run->lineage.run_id, run->lineage.branch, rank, &id);

@@ -116,6 +116,7 @@ class Env:
         os.makedirs(work)
         self.config = os.path.join(work, "tiny.ini")
         self.overrides = []  # before each run's own: sync() makes a scenario use the collective writer
+        self.wrapper = []  # a command each rank runs gtrain through (nodes_of makes one)
         self.data = make_corpus(work)
         with open(self.config, "w") as f:
             f.write(CONFIG.format(data=self.data))
@@ -131,7 +132,7 @@ class Env:
     def command(self, np_, name, overrides):
         d = self.rundir(name)
         os.makedirs(d, exist_ok=True)
-        args = [ARGS.gtrain, self.config, f"checkpoint.dir={d}/ck", f"log.metrics={d}/metrics.jsonl"]
+        args = self.wrapper + [ARGS.gtrain, self.config, f"checkpoint.dir={d}/ck", f"log.metrics={d}/metrics.jsonl"]
         args += self.overrides + list(overrides)
         if np_ == 1:
             return args
@@ -242,8 +243,9 @@ def kill_group(p):
     for pid in ranks:
         os.kill(pid, signal.SIGKILL)
     os.killpg(p.pid, signal.SIGKILL)
-    p.communicate()
+    out, _ = p.communicate()
     wait_for(lambda: not any(alive(pid) for pid in ranks), "the killed ranks to exit", timeout=30)
+    return out
 
 
 def state_check(*args):
@@ -1541,10 +1543,10 @@ def digest(path):
 
 
 def killed_after(e, name, step, *overrides, env=None):
-    """A 2-rank run of MEM killed with kill -9 once its step `step` is logged."""
+    """A 2-rank run of MEM killed with kill -9 once its step `step` is logged; its standard output."""
     p = e.start(2, name, *MEM, *overrides, env=shm_env(e, dict({"GTRAIN_TEST_STEP_DELAY_MS": "300"}, **(env or {}))))
     wait_for(lambda: step in e.losses(name), f"step {step} of {name}")
-    kill_group(p)
+    return kill_group(p)
 
 
 def same_as_ref(e, name, ref):
@@ -1733,39 +1735,97 @@ def memsnap_fallbacks(e):
     check(snap_files(e, "term") == [], "the stop's save deleted the run's slots")
 
 
+NODES_WRAPPER = """#!/bin/sh
+# rank R runs on the node that field R+1 of NODE_LAYOUT names: that node's shared memory is the
+# directory NODE_SHM/NODE (gtrain's GTRAIN_SHM_DIR), as every node of a cluster has its own /dev/shm
+[ -n "$NODE_LAYOUT" ] && [ -n "$NODE_SHM" ] || exec "$@"
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
+node=$(echo "$NODE_LAYOUT" | cut -d, -f$((rank + 1)))
+GTRAIN_SHM_DIR="$NODE_SHM/$node"
+export GTRAIN_SHM_DIR
+mkdir -p "$GTRAIN_SHM_DIR" && exec "$@"
+"""
+
+
+def nodes_of(e):
+    """Each rank a node with its own shared memory (GTRAIN_TEST_RANK_IS_NODE, and the directory
+    NODE_SHM/NODE that NODE_LAYOUT names for it, through a wrapper): layout(nodes) -> the env of a run
+    whose rank R runs on nodes[R]; files(node, name) -> the slot files of run `name` on that node."""
+    wrapper = os.path.join(e.work, "nodes.sh")
+    with open(wrapper, "w") as f:
+        f.write(NODES_WRAPPER)
+    os.chmod(wrapper, 0o755)
+    e.wrapper = [wrapper]
+    base = os.path.join(e.work, "nodes")
+
+    def layout(*nodes):
+        return {"GTRAIN_TEST_RANK_IS_NODE": "1", "NODE_LAYOUT": ",".join(nodes), "NODE_SHM": base}
+
+    def files(node, name):
+        run_id, branch = lineage_of(e, name)
+        d = os.path.join(base, node)
+        if not os.path.isdir(d):
+            return []
+        return sorted(n.rsplit("-", 1)[1] for n in os.listdir(d) if n.startswith(f"gtrain-snap-{run_id}-{branch}-w"))
+
+    return layout, files, base
+
+
 def memsnap_partner(e):
-    """Partner copies: each rank a node of its own (GTRAIN_TEST_RANK_IS_NODE), so each rank also keeps
-    a copy of the other's snapshot (.pa/.pb). Rank 1's own slots deleted (its node lost): the restart
-    fetches its slice from rank 0's copy over MPI, says so, and ends bit-identical. Rank 1's slots
-    and its partner's copies both gone: the files on disk, with one line naming rank 1. The clean end
-    deletes the copies too."""
-    nodes = {"GTRAIN_TEST_RANK_IS_NODE": "1"}
+    """Partner copies: each rank a node of its own with its own shared memory (nodes_of), so each rank
+    also keeps a copy of the other's snapshot (.pa/.pb) on the other node. Rank 1's own slots deleted
+    (its node's memory lost): the restart gets its slice from the copy on rank 0's node over MPI, says
+    so, and ends bit-identical. The restart of a job whose ranks landed on other nodes (rank 0 on the
+    node rank 1 had, rank 1 on a new one, as a re-run with a spare in place of a lost node): rank 0
+    loads its slice from the partner copy there and rank 1's own slot is sent to rank 1 from that node;
+    bit-identical, and the files of the earlier life no rank keeps there now are removed before step 1
+    (killed again after step 8: only rank 0's slots and rank 1's copies there). Rank 1's slots and its
+    partner's copies both gone: the files on disk, with one line naming rank 1. The clean end deletes
+    the copies too."""
     e.run(2, "ref", *MEM, env=shm_env(e))
     ref = e.losses("ref")
-    killed_after(e, "part", 6, env=nodes)
-    files = [os.path.basename(p).rsplit("-", 1)[1] for p in snap_files(e, "part")]
-    check(sorted(files) == ["r0.a", "r0.b", "r0.pa", "r0.pb", "r1.a", "r1.b", "r1.pa", "r1.pb"],
-          f"2 slots and 2 partner copies per rank: {sorted(files)}")
-    for p in snap_files(e, "part"):
-        if p.endswith("-r1.a") or p.endswith("-r1.b"):
-            os.unlink(p)
-    out, _ = e.run(2, "part", *MEM, env=shm_env(e, nodes))
-    m = re.search(r"resumed from the memory snapshot of step (\d+) .*the slice of rank 1 from its partner's copy", out)
+    layout, files, base = nodes_of(e)
+    killed_after(e, "part", 6, env=layout("n0", "n1"))
+    check(files("n0", "part") == ["r0.a", "r0.b", "r1.pa", "r1.pb"] and
+          files("n1", "part") == ["r0.pa", "r0.pb", "r1.a", "r1.b"],
+          f"2 slots and 2 partner copies per node: {files('n0', 'part')} {files('n1', 'part')}")
+    run_id, branch = lineage_of(e, "part")
+    for f in ("r1.a", "r1.b"):
+        os.unlink(os.path.join(base, "n1", f"gtrain-snap-{run_id}-{branch}-w2-{f}"))
+    out, _ = e.run(2, "part", *MEM, env=layout("n0", "n1"))
+    m = re.search(r"resumed from the memory snapshot of step (\d+) .*the slice of rank 1 from another node \(sent by rank 0\)",
+                  out)
     print("   ", m.group(0) if m else out)
-    check(m is not None and int(m.group(1)) >= 5, "rank 1's slice came from its partner's copy")
+    check(m is not None and int(m.group(1)) >= 5, "rank 1's slice came from the copy on rank 0's node")
     same_as_ref(e, "part", ref)
-    check(snap_files(e, "part") == [], "the clean end deleted the slots and the copies")
-    killed_after(e, "nopart", 6, env=nodes)
-    for p in snap_files(e, "nopart"):
-        if "-r1." in os.path.basename(p):
-            os.unlink(p)
-    out, _ = e.run(2, "nopart", *MEM, env=shm_env(e, nodes))
+    check(files("n0", "part") == [] and files("n1", "part") == [], "the clean end deleted the slots and the copies")
+
+    killed_after(e, "moved", 6, env=layout("n0", "n1"))
+    out = killed_after(e, "moved", 8, env=layout("n1", "n2"))
+    m = re.search(r"resumed from the memory snapshot of step (\d+) .*the slice of rank 1 from another node \(sent by rank 0\); "
+                  r"rank 0's from a partner's copy on its node", out)
+    print("   ", m.group(0) if m else out)
+    check(m is not None and int(m.group(1)) >= 5, "on other nodes: rank 0 from the copy on its node, rank 1 sent from there")
+    check("4 memory snapshot file(s) of this run's earlier starts removed from the shared memory of 1 node(s)" in out,
+          "the start says that it removed the 4 files no rank keeps on n1")
+    check(files("n1", "moved") == ["r0.a", "r0.b", "r1.pa", "r1.pb"] and files("n2", "moved") == ["r0.pa", "r0.pb", "r1.a", "r1.b"],
+          f"on n1 only rank 0's slots and its copies of rank 1's: {files('n1', 'moved')} {files('n2', 'moved')}")
+    check(files("n0", "moved") == ["r0.a", "r0.b", "r1.pa", "r1.pb"], "the node left out keeps its files (no rank runs there)")
+    e.run(2, "moved", *MEM, env=layout("n1", "n2"))
+    same_as_ref(e, "moved", ref)
+
+    killed_after(e, "nopart", 6, env=layout("n0", "n1"))
+    run_id, branch = lineage_of(e, "nopart")
+    for node, f in (("n1", "r1.a"), ("n1", "r1.b"), ("n0", "r1.pa"), ("n0", "r1.pb")):
+        os.unlink(os.path.join(base, node, f"gtrain-snap-{run_id}-{branch}-w2-{f}"))
+    out, _ = e.run(2, "nopart", *MEM, env=layout("n0", "n1"))
     line = next((l for l in out.splitlines() if "are not used" in l), "")
     print("   ", line)
-    check(re.search(r"rank 1 has no snapshot of step \d+, nor its partner a copy", line) is not None,
+    check(re.search(r"rank 1 has no snapshot of step \d+ on any node of the job", line) is not None,
           "no slot and no copy of rank 1: the line says so")
     check("resumed from " + e.ck("nopart", 4) in out, "resumed from the state file of step 4")
     same_as_ref(e, "nopart", ref)
+    e.wrapper = []
 
 AUTO_LINE = re.compile(r"checkpoint\.every = auto: a save every (\d+) steps \(([-+.e\d]+) s at ([-+.e\d]+) s a step\): "
                        r"Young's interval sqrt\(2 x ([-+.e\d]+) s x ([-+.e\d]+) s\); .*MTBF [-+.e\d]+ h \((.*)\)$")
