@@ -6,8 +6,11 @@
 #   bench/plan_accuracy.sh [BUILD_DIR]            (default: build)
 #
 # Each row: a model shape, a ZeRO stage, a recompute policy, micro-batch x grad_accum (the global
-# batch held at ACC_GLOBAL sequences per rank), ranks, precision. The trainer runs ACC_STEPS steps;
-# the first is a warm-up and is left out of the median. Calibrate first, on a quiet machine, with the
+# batch held at ACC_GLOBAL sequences per rank), ranks, precision. Each row is trained ACC_REPEAT (2)
+# times, in passes over the grid (the second in reverse order), ACC_STEPS steps each; the first
+# ACC_WARMUP (2) steps of each run are left out of the median. The table gives each run's median and
+# the repeat spread between them (what the machine gives the same plan twice: an error below it is
+# not resolved), and a last line the median and worst |error| beside the median and largest spread. Calibrate first, on a quiet machine, with the
 # same ranks the rows use (mpirun -np 2 build/gtrain --calibrate CONFIG for the 2-rank rows: both ranks
 # measure each kernel at once): the calibration is keyed by threads per rank and ranks per node, so
 # each rank count reads its own file. Rows whose rates came from the defaults, or from the file of
@@ -16,7 +19,7 @@
 # Knobs (environment): ACC_GRID: rows "shape:stage:policy:micro_batch:ranks:precision" separated by
 # spaces (shape: s (dim 128, 4 blocks) or m (dim 256, 6 blocks)); default: a 24-row grid over both
 # shapes, ZeRO-1/2/3, recompute none/selective/full/auto, micro-batch 1 to 8, 1 and 2 ranks, fp32 and
-# bf16. ACC_GLOBAL (8) ACC_STEPS (6) ACC_SEQ (128) ACC_CALIBRATE=1 runs --calibrate for each shape,
+# bf16. ACC_GLOBAL (8) ACC_STEPS (10) ACC_SEQ (128) ACC_CALIBRATE=1 runs --calibrate for each shape,
 # precision and rank count first. ACC_WORK (scratch dir; default a new temporary one). Needs python3
 # and, for 2-rank rows, mpirun.
 set -euo pipefail
@@ -29,7 +32,7 @@ for exe in "$gtrain" "$prep"; do
     [[ -x "$exe" ]] || { echo "plan_accuracy: $exe not found (build first)" >&2; exit 2; }
 done
 GLOBAL="${ACC_GLOBAL:-8}"
-STEPS="${ACC_STEPS:-6}"
+STEPS="${ACC_STEPS:-10}"
 SEQ="${ACC_SEQ:-128}"
 DEFAULT_GRID="s:1:none:1:1:fp32 s:1:none:8:1:fp32 s:2:selective:2:1:fp32 s:3:full:4:1:fp32 s:1:auto:8:1:bf16 s:3:none:2:1:bf16
 s:1:none:4:2:fp32 s:2:none:4:2:fp32 s:3:none:4:2:fp32 s:3:full:2:2:fp32 s:2:selective:8:2:bf16 s:1:auto:1:2:fp32
@@ -93,45 +96,90 @@ if [[ -n "${ACC_CALIBRATE:-}" ]]; then
             echo "plan_accuracy: calibration failed, see $work/calib.$sh.$n.$prec.out" >&2
     done
 fi
-echo "| shape | ZeRO | recompute | micro x accum | ranks | precision | predicted ms | measured ms | error | rates |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-i=0
-for row in $GRID; do
-    IFS=: read -r sh st pol mb n prec <<<"$row"
-    i=$((i + 1))
+# Every row runs REPEAT times, in passes over the grid (the second pass in reverse order, so that a
+# row's runs are minutes apart and a drift of the machine's speed does not favour one end of the grid);
+# each run's first WARMUP steps are left out. measured: the median of every kept step of every run;
+# repeat spread: the largest run's median over the smallest's, minus 1: what this machine gives the
+# same plan twice, the floor under any error the table can show.
+REPEAT="${ACC_REPEAT:-2}"
+WARMUP="${ACC_WARMUP:-2}"
+(( STEPS > WARMUP )) || { echo "plan_accuracy: ACC_STEPS ($STEPS) must be more than ACC_WARMUP ($WARMUP)" >&2; exit 2; }
+read -r -d "" -a rows <<<"$GRID" || true # the rows, split at any white space (newlines too)
+row_args() { # row -> args (in the array args), acc, and the row's fields
+    IFS=: read -r sh st pol mb n prec <<<"$1"
     acc=$((GLOBAL / mb)); [[ $acc -ge 1 ]] || acc=1
-    shard=(none optimizer gradients parameters)
+    local shard=(none optimizer gradients parameters)
     args=("train.micro_batch=$mb" "train.grad_accum=$acc" "dist.shard=${shard[$st]}" "memory.recompute=$pol"
           "train.precision=$prec" "memory.budget=0")
     if [[ "$pol" == auto ]]; then # a budget half-way between recompute none's total and full's: none does not fit
         args[5]="memory.budget=$(budget_between --world "$n" "$work/$sh.ini" "${args[@]}")MiB"
     fi
-    "$gtrain" --plan --world "$n" --ranks-per-node "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true
-    launch "$n" "$gtrain" "$work/$sh.ini" "${args[@]}" "log.metrics=$work/$i.jsonl" >"$work/$i.out" 2>&1 || {
-        echo "| $sh | $st | $pol | $mb x $acc | $n | $prec | - | - | gtrain failed: $work/$i.out | |"; continue; }
-    python3 - "$work/$i.plan" "$work/$i.jsonl" "$sh" "$st" "$pol" "$mb x $acc" "$n" "$prec" <<'PY'
-import json, re, statistics, sys
-plan, jsonl = sys.argv[1], sys.argv[2]
-text = open(plan).read()
+}
+for ((pass = 1; pass <= REPEAT; pass++)); do
+    for ((k = 0; k < ${#rows[@]}; k++)); do
+        i=$k; ((pass % 2 == 0)) && i=$((${#rows[@]} - 1 - k))
+        row_args "${rows[$i]}"
+        i=$((i + 1))
+        ((pass == 1)) && { "$gtrain" --plan --world "$n" --ranks-per-node "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true; }
+        launch "$n" "$gtrain" "$work/$sh.ini" "${args[@]}" "log.metrics=$work/$i.$pass.jsonl" >"$work/$i.$pass.out" 2>&1 ||
+            rm -f "$work/$i.$pass.jsonl"
+    done
+done
+echo "| shape | ZeRO | recompute | micro x accum | ranks | precision | predicted ms | measured ms | error | runs' medians (ms) | repeat spread | rates |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+for ((i = 1; i <= ${#rows[@]}; i++)); do
+    row_args "${rows[$((i - 1))]}"
+    python3 - "$work" "$i" "$REPEAT" "$WARMUP" "$sh" "$st" "$pol" "$mb x $acc" "$n" "$prec" <<'PY'
+import json, os, re, statistics, sys
+work, i, repeat, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+fields = sys.argv[5:11]
+text = open(os.path.join(work, i + ".plan")).read()
 m = re.search(r"predicted step( \(from defaults, not measured\))?: ([0-9.]+) ms", text)
 pred = float(m.group(2)) if m else float("nan")
 rates = "defaults" if (m and m.group(1)) else "calibrated"
 other = re.search(r"calibrated with ([0-9]+) ranks? per node", text)
 if other and rates == "calibrated":
     rates = "calibrated with %s per node" % other.group(1)
-steps = [json.loads(l) for l in open(jsonl) if l.strip()]
-ms = [s["step_ms"] for s in steps if "step_ms" in s][1:]
-meas = statistics.median(ms) if ms else float("nan")
-err = (pred - meas) / meas * 100 if ms and m else float("nan")
-print("| %s | %s | %s | %s | %s | %s | %.1f | %.1f | %+.0f%% | %s |" % (*sys.argv[3:9], pred, meas, err, rates))
+kept, medians = [], []
+for p in range(1, repeat + 1):
+    f = os.path.join(work, "%s.%d.jsonl" % (i, p))
+    if not os.path.exists(f):
+        continue
+    ms = [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][warmup:]
+    if ms:
+        kept += ms
+        medians.append(statistics.median(ms))
+if not kept:
+    print("| %s | %s | %s | %s | %s | %s | %.1f | - | gtrain failed: %s/%s.1.out | | | |" % (*fields, pred, work, i))
+    sys.exit(0)
+meas = statistics.median(kept)
+err = (pred - meas) / meas * 100
+spread = (max(medians) / min(medians) - 1) * 100
+print("| %s | %s | %s | %s | %s | %s | %.1f | %.1f | %+.0f%% | %s | %.0f%% | %s |" % (
+    *fields, pred, meas, err, ", ".join("%.1f" % x for x in medians), spread, rates))
 PY
-done
+done | tee "$work/table.md"
+python3 - "$work/table.md" <<'PY'
+import statistics, sys
+errs, spreads = [], []
+for line in open(sys.argv[1]):
+    c = [x.strip() for x in line.strip().strip("|").split("|")]
+    if len(c) >= 11 and c[8].endswith("%") and c[10].endswith("%"):
+        errs.append(abs(float(c[8][:-1])))
+        spreads.append(float(c[10][:-1]))
+if errs:
+    print()
+    print("%d rows: median |error| %.1f%%, worst %.0f%%; median repeat spread %.1f%%, largest %.0f%%; rows whose "
+          "|error| exceeds their repeat spread: %d" % (len(errs), statistics.median(errs), max(errs),
+                                                       statistics.median(spreads), max(spreads),
+                                                       sum(e > s for e, s in zip(errs, spreads))))
+PY
 # auto's choice under a budget that rules out the obvious plan (the largest micro-batch without
 # recompute), against every plan of a small grid that fits the same budget, all measured
 median_ms() { python3 -c '
 import json, statistics, sys
-ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()][1:]
-print("%.1f" % statistics.median(ms))' "$1"; }
+ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()][int(sys.argv[2]):]
+print("%.1f" % statistics.median(ms))' "$1" "$WARMUP"; }
 CH_PREC="${ACC_CHOICE_PRECISION:-fp32}"
 base=("dist.shard=optimizer" "train.precision=$CH_PREC")
 B=$(budget_between "$work/m.ini" "${base[@]}" train.micro_batch=8 train.grad_accum=1)
