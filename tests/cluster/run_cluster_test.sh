@@ -264,13 +264,16 @@ note "GTRAIN_RETRIES=0, rank on gtc-n1 stopped -> watchdog exit 76, requeued: $t
 # watchdog, ends the step (137 when it takes the node out after SlurmdTimeout); the cases below leave
 # the liveness limit on. With no re-run left the script requeues the job at its full size;
 # gtc-n1 is started again (cluster.sh start-node), and the next start resumes and completes.
+# (steps paused 0.3 s, as in the case above: unpaused, the 12 steps can end before the kill when
+# step 5's save is slow to publish)
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_RETRIES=0 GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300 \
       sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-gone.out" "$sbatch_script" \
       "$config" "${common[@]}" train.steps=12 checkpoint.dir="$work/gone" checkpoint.every=5 \
       dist.liveness_timeout=0 log.metrics="$work/gone/metrics.jsonl") || die "sbatch for the gone job failed"
 job=${job%%;*}
 out="$work/job-gone.out"
-kill_node_at_step 1 "$work/gone" 7
+kill_node_at_step 1 "$work/gone" 7 5
 await_full_size_requeue "gtc-n1's death with no re-run left"
 t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
 grep -q "gtrain exited with 137" "$out" && grep -q "no re-run left (GTRAIN_RETRIES=0)" "$out" &&
@@ -292,14 +295,15 @@ note "gtc-n1 killed, no re-run left -> exit 137, requeued at full size: $t_reque
 # On the two nodes left no grad_accum keeps 24 (2 x 8 = 16 does not divide it): the re-run exits 2
 # naming the keys that would, and the script requeues the job at its full size. gtc-n2's slurmd is
 # started again (ReturnToService=2 takes the node back); the job starts on three nodes again and
-# resumes from the newest state file, with its own grad_accum.
-job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 sbatch --parsable \
+# resumes from the newest state file, with its own grad_accum. (steps paused 0.3 s, as above)
+job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=300 sbatch --parsable \
       --nodes=3 --ntasks-per-node=1 -o "$work/job-full.out" "$sbatch_script" "$config" "${common[@]}" \
       train.steps=12 checkpoint.dir="$work/full" checkpoint.every=5 log.metrics="$work/full/metrics.jsonl") ||
   die "sbatch for the full-size job failed"
 job=${job%%;*}
 out="$work/job-full.out"
-kill_node_at_step 2 "$work/full" 7
+kill_node_at_step 2 "$work/full" 7 5
 await_full_size_requeue "gtc-n2's death"
 t_requeue=$(($(when "$out" "requeueing at the full size") - t_kill))
 # gtc-n2 left out as gone (Slurm noticed first) or as named by the liveness watchdog (it did)
@@ -473,8 +477,9 @@ note "another build on gtc-n1: exit 2 at start-up, one line naming rank 1 on gtc
 # The rank on gtc-n1 is stopped (SIGSTOP) at step 12: its node stays up, so only gtrain's watchdog
 # can tell. Rank 0's watchdog names rank 1 on gtc-n1 (its liveness limit, 5 s); the script ends the
 # step 3 s after that line (GTRAIN_VERDICT_WAIT; srun's GTRAIN_SRUN_WAIT=10 s would be later) and
-# re-runs it without gtc-n1.
+# re-runs it without gtc-n1. (steps paused 0.2 s: unpaused, the 25 steps could end before the stop)
 job=$(cd "$work" && GTRAIN_BIN="$bin_dir/gtrain" GTRAIN_SRUN_WAIT=10 OMPI_MCA_mpi_yield_when_idle=1 \
+      GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_STEP_DELAY_MS=200 \
       sbatch --parsable --nodes=2 -w gtc-n0,gtc-n1 --ntasks-per-node=1 -o "$work/job-hang.out" "$sbatch_script" "$config" \
       "${common[@]}" train.steps=25 dist.timeout=10 checkpoint.dir="$work/hang" checkpoint.every=5 \
       log.metrics="$work/hang/metrics.jsonl") || die "sbatch for the hang job failed"
