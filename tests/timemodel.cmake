@@ -13,6 +13,9 @@
 #                                       writes the keyed file, --plan then reads it (a plan of 2 ranks per
 #                                       node as the nearest, saying so); a broken file is named and not
 #                                       used (tests/scripts/calibrate_plan.sh)
+#   calibrate_rounds_median             a round of --calibrate slowed by 15 ms a call (a test hook, as a
+#                                       burst of load) sets no figure of the file: each is the median of
+#                                       3 rounds (tests/scripts/calibrate_rounds.sh)
 #   calibrate_two_ranks                 mpirun -np 2 gtrain --calibrate: both ranks measured each figure,
 #                                       the file is keyed 2 ranks per node, a 2-rank plan and run read it
 #                                       as theirs, a 1-rank plan as the nearest, saying so
@@ -22,6 +25,10 @@ add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/calibrate_plan)
 set_tests_properties(cli_calibrate_then_plan_reads_it PROPERTIES LABELS unit TIMEOUT 300)
+add_test(NAME calibrate_rounds_median
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_rounds.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/calibrate_rounds)
+set_tests_properties(calibrate_rounds_median PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME calibrate_two_ranks
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_ranks.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/calibrate_two_ranks)

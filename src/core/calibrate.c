@@ -1,16 +1,18 @@
 /*
  * calibrate.c — gtrain --calibrate's measurements (calib.h): each kernel the time model prices, at
  * the shapes of the config's model (attention and the memory-bound kernels at several sizes), on the
- * backend at hand, and the collectives between the ranks of the job. Each measurement repeats its call until about a tenth of a second has passed
- * (at least twice, after one warm-up call) and keeps the median call, so the whole takes seconds on a
- * small model and about a minute on a large one; GEMMs larger than a few GFLOPs per call on the CPU
- * are measured on fewer rows (the rate of a GEMM with thousands of rows hardly depends on their
- * number).
+ * backend at hand, and the collectives between the ranks of the job. Each measurement repeats its
+ * call until about a tenth of a second has passed (at least twice, after one warm-up call) and keeps
+ * the median call; the list of them runs in up to three rounds, each figure the median over the
+ * rounds, so the whole takes seconds on a small model and about a minute on a large one; GEMMs
+ * larger than a few GFLOPs per call on the CPU are measured on fewer rows (the rate of a GEMM with
+ * thousands of rows hardly depends on their number).
  */
 #include "calibrate.h"
 #include "comm.h"
 #include "model.h"
 #include "ops_dry.h"
+#include "testhooks.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -87,6 +89,9 @@ static size_t cache_bytes(int name, size_t fallback) {
     return v > 0 ? (size_t)v : fallback;
 }
 
+/* GTRAIN_TEST_CALIB_SLOW_ROUND: seconds added to each timed call of this round (testhooks.h) */
+static double g_test_slow_s;
+
 static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, double min_seconds, int min_reps) {
     flush_caches();
     fn(ops, b, d);
@@ -99,6 +104,7 @@ static double bench_for(const gt_ops *ops, bench_fn fn, void **b, const int *d, 
         double s = now_s();
         fn(ops, b, d);
         ops->synchronize();
+        if (g_test_slow_s > 0) nanosleep(&(struct timespec){0, (long)(g_test_slow_s * 1e9)}, NULL);
         times[reps++] = now_s() - s;
     } while ((now_s() - t0 < min_seconds || reps < min_reps) && reps < MAX_REPS);
     return together_end(median(times, reps));
@@ -322,9 +328,6 @@ static void measure_gemms(calib_run *r) {
         gt_calib_gemm *g = &c->gemm[c->n_gemm];
         *g = (gt_calib_gemm){n, IC, OC, 2.0 * n * IC * OC / tf, 4.0 * n * IC * OC / tb};
         fwd_rates[c->n_gemm++] = g->fwd_flops_per_s;
-        if (r->log)
-            fprintf(r->log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", n, IC, OC,
-                    g->fwd_flops_per_s / 1e9, g->bwd_flops_per_s / 1e9);
     }
     c->matmul_flops_per_s = median(fwd_rates, c->n_gemm);
 }
@@ -364,9 +367,6 @@ static void measure_attention(calib_run *r) {
             c->attn_fwd_flops_per_s = rf;
             c->attn_bwd_flops_per_s = rb;
         }
-        if (r->log)
-            fprintf(r->log, "  attention B %d T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n", Bb, T,
-                    NH, NKV, HD, rf / 1e9, rb / 1e9);
     }
     monotone(c, first_attention);
 }
@@ -383,7 +383,6 @@ static void measure_residual(calib_run *r) {
     double t = bench(ops, res_fwd, b, d);
     for (int k = 0; k < 3; k++) ops->free(b[k]);
     r->c->mem_bytes_per_s = 3.0 * n * (double)e / t;
-    if (r->log) fprintf(r->log, "  memory-bound (residual add, %d elements): %.2f GB/s\n", n, r->c->mem_bytes_per_s / 1e9);
 }
 
 /* Each memory-bound kernel at the rows of the micro-batch and of micro-batches of 1, 2, 4 and 8
@@ -445,13 +444,6 @@ static void measure_kernels(calib_run *r) {
             add_kernel(c, ks[k].op, ops, &r->dry, ks[k].fn, b, d, MIN_SECONDS / 5, KERNEL_REPS);
         }
         monotone(c, first);
-        if (r->log) {
-            fprintf(r->log, "  %s:", ks[k].op);
-            for (int j = first; j < c->n_kernel; j++)
-                fprintf(r->log, "%s %.0f KiB %.1f us", j > first ? ";" : "", c->kernel[j].amount / 1024,
-                        c->kernel[j].seconds * 1e6);
-            fprintf(r->log, "\n");
-        }
     }
     for (int j = 0; j < 8; j++) ops->free(b[j]);
     g_flush = 0;
@@ -469,7 +461,6 @@ static void measure_adamw(calib_run *r) {
     g_flush = 0;
     for (int k = 0; k < 4; k++) ops->free(b[k]);
     r->c->optim_bytes_per_s = 28.0 * n / t;
-    if (r->log) fprintf(r->log, "  AdamW (%d elements): %.2f GB/s\n", n, r->c->optim_bytes_per_s / 1e9);
 }
 
 /* The collectives between the job's ranks (bench_comm); on one rank their defaults stay */
@@ -489,6 +480,109 @@ static void measure_collectives(calib_run *r, gt_comm *comm) {
     if (r->log) fprintf(r->log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
 }
 
+/* The rounds (docs/planner.md, "Calibration"): the whole list of measurements runs up to
+ * MAX_ROUNDS times, one after the other, and each figure kept is its median over the rounds. A burst
+ * of load from another process, a clock that has not ramped up, or a BLAS that has not yet run a
+ * large shape slows the measurements of a second or two: it sets a figure of one round, not the
+ * median of three. A round after the first runs only while the rounds so far leave ROUNDS_SECONDS for
+ * one more (a large model's round can take most of a minute on the CPU). */
+#define MAX_ROUNDS 3
+#define ROUNDS_SECONDS 60.0
+
+static double median_of(const double *v, int n) {
+    double t[MAX_ROUNDS];
+    for (int i = 0; i < n; i++) t[i] = v[i];
+    return median(t, n);
+}
+/* The largest / smallest of v[0..n-1] (1 when one) */
+static double spread_of(const double *v, int n) {
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) {
+        if (v[i] < lo) lo = v[i];
+        if (v[i] > hi) hi = v[i];
+    }
+    return lo > 0 ? hi / lo : 1;
+}
+
+/* Into out (a copy of round[0]), each figure's median over the n rounds, which measured the same list
+ * in the same order (an entry one round lacks, or that lies elsewhere in it, keeps round 0's figure);
+ * *spread gets the median over the figures of their largest / smallest round */
+static void combine_rounds(gt_calib *out, gt_calib *const *round, int n, double *spread) {
+    static double spreads[2 * GT_CALIB_MAX_GEMMS + GT_CALIB_MAX_KERNELS + 8];
+    int ns = 0;
+    double v[MAX_ROUNDS];
+#define COMBINE(field, same)                                                                                   \
+    do {                                                                                                       \
+        int k = 0;                                                                                             \
+        for (int q = 0; q < n; q++)                                                                            \
+            if (same) v[k++] = round[q]->field;                                                                \
+        if (k == n && v[0] > 0) {                                                                              \
+            out->field = median_of(v, k);                                                                      \
+            spreads[ns++] = spread_of(v, k);                                                                   \
+        }                                                                                                      \
+    } while (0)
+    *out = *round[0];
+    for (int i = 0; i < out->n_gemm; i++) {
+#define SAME_GEMM (i < round[q]->n_gemm && round[q]->gemm[i].n == out->gemm[i].n && \
+                   round[q]->gemm[i].ic == out->gemm[i].ic && round[q]->gemm[i].oc == out->gemm[i].oc)
+        COMBINE(gemm[i].fwd_flops_per_s, SAME_GEMM);
+        COMBINE(gemm[i].bwd_flops_per_s, SAME_GEMM);
+#undef SAME_GEMM
+    }
+    for (int i = 0; i < out->n_kernel; i++) {
+        COMBINE(kernel[i].seconds, i < round[q]->n_kernel && strcmp(round[q]->kernel[i].op, out->kernel[i].op) == 0 &&
+                                       round[q]->kernel[i].amount == out->kernel[i].amount);
+    }
+    COMBINE(attn_fwd_flops_per_s, 1);
+    COMBINE(attn_bwd_flops_per_s, 1);
+    COMBINE(mem_bytes_per_s, 1);
+    COMBINE(optim_bytes_per_s, 1);
+#undef COMBINE
+    double fwd[GT_CALIB_MAX_GEMMS];
+    for (int i = 0; i < out->n_gemm; i++) fwd[i] = out->gemm[i].fwd_flops_per_s;
+    if (out->n_gemm) out->matmul_flops_per_s = median(fwd, out->n_gemm);
+    monotone(out, 0); /* each op's larger calls not faster than its smaller ones, over the medians */
+    *spread = ns ? median(spreads, ns) : 1;
+}
+
+/* One line per measurement, from the figures kept */
+static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
+    for (int i = 0; i < c->n_gemm; i++)
+        fprintf(log, "  matmul n %d x %d -> %d: forward %.2f, backward %.2f GFLOP/s\n", c->gemm[i].n, c->gemm[i].ic,
+                c->gemm[i].oc, c->gemm[i].fwd_flops_per_s / 1e9, c->gemm[i].bwd_flops_per_s / 1e9);
+    double per_seq = 4.0 * r->NH * r->HD * ((double)r->T * (r->T + 1) / 2); /* attention's forward FLOPs a sequence */
+    for (int i = 0; i < c->n_kernel; i++) {
+        if (strcmp(c->kernel[i].op, "attention_forward") != 0 || i + 1 >= c->n_kernel ||
+            strcmp(c->kernel[i + 1].op, "attention_backward") != 0)
+            continue;
+        fprintf(log, "  attention B %.0f T %d heads %d/%d HD %d: forward %.2f, backward %.2f GFLOP/s\n",
+                c->kernel[i].amount / per_seq, r->T, r->NH, r->NKV, r->HD,
+                c->kernel[i].amount / c->kernel[i].seconds / 1e9, c->kernel[i + 1].amount / c->kernel[i + 1].seconds / 1e9);
+    }
+    fprintf(log, "  memory-bound (residual add): %.2f GB/s\n", c->mem_bytes_per_s / 1e9);
+    for (int i = 0; i < c->n_kernel; i++) {
+        if (strncmp(c->kernel[i].op, "attention", 9) == 0) continue;
+        if (i == 0 || strcmp(c->kernel[i - 1].op, c->kernel[i].op) != 0) fprintf(log, "  %s:", c->kernel[i].op);
+        else fprintf(log, ";");
+        fprintf(log, " %.0f KiB %.1f us", c->kernel[i].amount / 1024, c->kernel[i].seconds * 1e6);
+        if (i + 1 == c->n_kernel || strcmp(c->kernel[i + 1].op, c->kernel[i].op) != 0) fprintf(log, "\n");
+    }
+    fprintf(log, "  AdamW: %.2f GB/s\n", c->optim_bytes_per_s / 1e9);
+}
+
+/* One round: every compute measurement once, into c */
+static void measure_round(calib_run *r) {
+    measure_gemms(r);
+    gt_ops_dry_init(&r->dry, r->ops->act_bytes, 0); /* counts what each kernel measured below does */
+    gt_ops_dry_set_cost(keep_amount, NULL);
+    r->c->n_kernel = 0;
+    measure_attention(r);
+    measure_residual(r);
+    measure_kernels(r);
+    gt_ops_dry_set_cost(NULL, NULL);
+    measure_adamw(r);
+}
+
 int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm, MPI_Comm world, gt_calib *c,
                  FILE *log) {
     const gt_model_config *m = &cfg->model;
@@ -505,17 +599,34 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     g_ranks.min_ranks = INT_MAX;
     g_ranks.n_spread = 0;
     double t_start = now_s();
-    measure_gemms(&r);
-    gt_ops_dry_init(&r.dry, ops->act_bytes, 0); /* counts what each kernel measured below does */
-    gt_ops_dry_set_cost(keep_amount, NULL);
-    c->n_kernel = 0;
-    measure_attention(&r);
-    measure_residual(&r);
-    measure_kernels(&r);
-    gt_ops_dry_set_cost(NULL, NULL);
-    measure_adamw(&r);
+    gt_calib *round[MAX_ROUNDS] = {0};
+    int n_rounds = 0;
+    while (n_rounds < MAX_ROUNDS) {
+        round[n_rounds] = malloc(sizeof *c);
+        if (!round[n_rounds]) break;
+        *round[n_rounds] = *c;
+        r.c = round[n_rounds];
+        const gt_test_hooks *hooks = gt_test_hooks_get();
+        g_test_slow_s = hooks->calib_slow_round.round == n_rounds + 1 ? hooks->calib_slow_round.ms / 1e3 : 0;
+        measure_round(&r);
+        g_test_slow_s = 0;
+        n_rounds++;
+        /* another round while one more fits in ROUNDS_SECONDS (every rank decides alike: the slowest's time) */
+        double spent = now_s() - t_start;
+        if (g_ranks.size > 1) MPI_Allreduce(MPI_IN_PLACE, &spent, 1, MPI_DOUBLE, MPI_MAX, g_ranks.world);
+        if (spent / n_rounds * (n_rounds + 1) > ROUNDS_SECONDS) break;
+    }
+    double round_spread = 1;
+    if (n_rounds > 0) combine_rounds(c, round, n_rounds, &round_spread);
+    for (int q = 0; q < n_rounds; q++) free(round[q]);
+    r.c = c;
     c->ranks_measured = g_ranks.min_ranks == INT_MAX ? 1 : g_ranks.min_ranks; /* none compared: this rank's */
     c->rank_spread = g_ranks.n_spread ? median(g_ranks.spread, g_ranks.n_spread) : 1;
+    if (log) {
+        print_calib(&r, c, log);
+        fprintf(log, "  each figure the median of %d round%s of the list (largest / smallest round: median %.3f)\n",
+                n_rounds, n_rounds == 1 ? "" : "s", round_spread);
+    }
     if (log && g_ranks.size > 1)
         fprintf(log, "  compute measured on %d ranks at once, each figure the slowest rank's (slowest / fastest: "
                      "median %.3f)\n", c->ranks_measured, c->rank_spread);

@@ -17,8 +17,9 @@ struct gt_comm;
  * with comm on more than one rank (collective: every rank calls it), the collectives too, else their
  * defaults stay. world (MPI_COMM_NULL: this rank alone): the ranks that measure the compute together,
  * each measurement started on all at once after a barrier, each figure the slowest rank's
- * (c->ranks_measured, c->rank_spread say how they compared). log (may be NULL) gets one line per
- * measurement. 0. */
+ * (c->ranks_measured, c->rank_spread say how they compared). The compute's measurements run in up to
+ * three rounds, each figure the median over them. log (may be NULL) gets one line per measurement
+ * (its kept figure) and one on the rounds. 0. */
 int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, struct gt_comm *comm, MPI_Comm world, gt_calib *c,
                  FILE *log);
 

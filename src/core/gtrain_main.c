@@ -369,6 +369,10 @@ static int run_calibrate(int argc, char **argv) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (gt_test_hooks_check(rank) != 0) { /* a stray GTRAIN_TEST_* variable: refused */
+        MPI_Finalize();
+        return GT_EXIT_BAD_INPUT;
+    }
     set_threads(rank);
     int gpu = cfg.train.device == GT_DEVICE_CUDA ||
               (cfg.train.device == GT_DEVICE_AUTO && cfg.train.precision == GT_PRECISION_BF16);

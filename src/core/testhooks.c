@@ -111,6 +111,9 @@ static void parse(gt_test_hooks *h) {
     env = hook("GTRAIN_TEST_MEM_AVAILABLE");
     h->has_mem_available = env != NULL;
     h->mem_available = env ? (uint64_t)strtoull(env, NULL, 10) : 0;
+    env = hook("GTRAIN_TEST_CALIB_SLOW_ROUND");
+    if (!env || sscanf(env, "%d:%lf", &h->calib_slow_round.round, &h->calib_slow_round.ms) != 2)
+        h->calib_slow_round.round = 0;
     env = hook("GTRAIN_TEST_SHM_FREE");
     h->has_shm_free = env != NULL;
     h->shm_free = env ? (uint64_t)strtoull(env, NULL, 10) : 0;

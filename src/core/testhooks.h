@@ -5,7 +5,7 @@
  * travel through sbatch or mpirun into a production job; without it the run refuses to start.
  *
  * Every variable is parsed here, once, into gt_test_hooks; the product reads one field of it where
- * the hook acts (train.c, zero.c, state.c, runstate*.c, memsnap.c, preflight.c, gtrain_main.c), and the two hooks that act on a
+ * the hook acts (train.c, zero.c, state.c, runstate*.c, memsnap.c, preflight.c, calibrate.c, gtrain_main.c), and the two hooks that act on a
  * training step (a NaN, a hang) are carried out by the functions below. Unset, empty, or not enabled:
  * the field is off (0, or as its comment says).
  */
@@ -89,6 +89,13 @@ typedef struct gt_test_hooks {
      * free, for checkpoint.memory_every = auto's check (preflight.c). */
     int has_shm_free;
     uint64_t shm_free;
+    /* GTRAIN_TEST_CALIB_SLOW_ROUND=R:MS: in round R (1, 2 or 3) of gtrain --calibrate, every timed call
+     * takes MS milliseconds longer, as a burst of another process's load would make it (calibrate.c).
+     * round 0: off. */
+    struct {
+        int round;
+        double ms;
+    } calib_slow_round;
     /* Not a variable: unit tests set it directly (gt_test_hooks_for_tests) to make the loss head's
      * chunks this many bytes (model.c's gt_head_rows; 0: the built-in size). */
     uint64_t head_chunk_bytes;
