@@ -199,9 +199,9 @@ def run_tests(build_dir, mutant, log):
     """(failed test names, ctest's output); a per-test timeout counts as a failure."""
     cmd = ["ctest", "--test-dir", build_dir, "--output-on-failure", "--stop-on-failure",
            "--timeout", str(mutant.timeout)] + mutant.tests
-    # GTRAIN_TEST_FAIL_FAST: a test of several runs or cases that honours it stops at its first failure
+    # GTRAIN_MUTANTS_FAIL_FAST: a test of several runs or cases that honours it stops at its first failure
     # (tests/optim/optim_vs_reference.py, tests/scripts/sbatch_stops.sh): a mutant needs one
-    env = dict(os.environ, GTRAIN_TEST_FAIL_FAST="1")
+    env = dict(os.environ, GTRAIN_MUTANTS_FAIL_FAST="1")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                          env=env)
     CHILDREN.append(p)

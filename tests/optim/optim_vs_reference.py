@@ -229,7 +229,7 @@ def main():
                        f"(gtrain {[m['lr'] for m in metrics]})")
         if norm_err > NORM_RTOL:
             bad.append(f"{name}: grad_norm differs from the reference by {norm_err:.2e} relative")
-        if bad and os.environ.get("GTRAIN_TEST_FAIL_FAST"):  # tools/mutants.py: the first failing run is enough
+        if bad and os.environ.get("GTRAIN_MUTANTS_FAIL_FAST"):  # tools/mutants.py: the first failing run is enough
             fail("\n  ".join(bad))
     if bad:
         fail("\n  ".join(bad))

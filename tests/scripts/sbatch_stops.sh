@@ -179,7 +179,7 @@ case_() {
   if [[ -n $why ]]; then
     failed=1
     sed 's/^/    | /' "$dir/out"
-    [[ -n ${GTRAIN_TEST_FAIL_FAST:-} ]] && { echo FAIL; exit 1; } # tools/mutants.py: the first failing case is enough
+    [[ -n ${GTRAIN_MUTANTS_FAIL_FAST:-} ]] && { echo FAIL; exit 1; } # tools/mutants.py: the first failing case is enough
   fi
 }
 
