@@ -16,6 +16,10 @@
 #   calibrate_rounds_median             a round of --calibrate slowed by 15 ms a call (a test hook, as a
 #                                       burst of load) sets no figure of the file: each is the median of
 #                                       3 rounds (tests/scripts/calibrate_rounds.sh)
+#   calibrate_in_step_factor            --calibrate keeps a micro-batch run whole over its kernels one by
+#                                       one (in_step_factor, printed and in the file); --plan's compute
+#                                       doubles with the factor set to 2, the optimizer's does not, a file
+#                                       without the key prices as 1 (tests/scripts/calibrate_in_step.sh)
 #   calibrate_two_ranks                 mpirun -np 2 gtrain --calibrate: both ranks measured each figure,
 #                                       the file is keyed 2 ranks per node, a 2-rank plan and run read it
 #                                       as theirs, a 1-rank plan as the nearest, saying so
@@ -29,6 +33,10 @@ add_test(NAME calibrate_rounds_median
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_rounds.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/calibrate_rounds)
 set_tests_properties(calibrate_rounds_median PROPERTIES LABELS unit TIMEOUT 300)
+add_test(NAME calibrate_in_step_factor
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_in_step.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/calibrate_in_step)
+set_tests_properties(calibrate_in_step_factor PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME calibrate_two_ranks
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_ranks.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/calibrate_two_ranks)

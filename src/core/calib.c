@@ -70,6 +70,7 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     c->n_kernel = 0;
     c->ranks_measured = 0;
     c->rank_spread = 1;
+    c->in_step_factor = 1;
     if (gpu) {
         /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
          * HBM3e 4.8 TB/s (H200; H100 3.35 TB/s); NVLink 4 900 GB/s total (450 GB/s per direction).
@@ -202,6 +203,9 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
     c.ranks_measured = (int)jnum(r, "ranks_measured", &has_spread);
     c.rank_spread = jnum(r, "rank_spread", &has_spread);
     if (!has_spread) c.ranks_measured = 1, c.rank_spread = 1;
+    int has_factor = 1; /* absent in a file of an older gtrain: not measured */
+    c.in_step_factor = jnum(r, "in_step_factor", &has_factor);
+    if (!has_factor || !(c.in_step_factor > 0)) c.in_step_factor = 1;
     json_t *g = json_object_get(r, "gemm");
     if (json_is_array(g)) {
         for (size_t i = 0; i < json_array_size(g) && c.n_gemm < GT_CALIB_MAX_GEMMS; i++) {
@@ -279,6 +283,7 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_object_set_new(json_object_get(root, "key"), "ranks_per_node", json_integer(c->ranks_per_node));
         json_object_set_new(json_object_get(root, "rates"), "ranks_measured", json_integer(c->ranks_measured));
         json_object_set_new(json_object_get(root, "rates"), "rank_spread", json_real(c->rank_spread));
+        json_object_set_new(json_object_get(root, "rates"), "in_step_factor", json_real(c->in_step_factor));
     }
     if (!root || json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
         snprintf(err, err_len, "%s: cannot write it: %s", path, strerror(errno));

@@ -59,6 +59,11 @@ typedef struct gt_calib {
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
     double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
+    double in_step_factor;         /* a micro-batch of the model run whole (forward and backward) over
+                                      the sum of its kernels' seconds above: how much slower kernels
+                                      run one after another in a step than each alone in a loop; the
+                                      time model multiplies the compute kernels' seconds by it. 1: not
+                                      measured (the defaults, a file of an older gtrain) */
     /* how the ranks' figures compared (calibrate.c): each figure kept is the slowest rank's */
     int ranks_measured;            /* the fewest ranks that reported a figure for a measurement */
     double rank_spread;            /* the median over the measurements of slowest / fastest rank (1 on

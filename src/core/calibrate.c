@@ -12,6 +12,8 @@
 #include "comm.h"
 #include "model.h"
 #include "ops_dry.h"
+#include "recompute.h"
+#include "timemodel.h"
 #include "testhooks.h"
 
 #include <limits.h>
@@ -570,6 +572,81 @@ static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
     fprintf(log, "  AdamW: %.2f GB/s\n", c->optim_bytes_per_s / 1e9);
 }
 
+/* The in-step factor (calib.h): one micro-batch of the config's model (at most 2 blocks: the factor
+ * is about kernels in sequence, which two blocks show as well as eighty), forward and backward
+ * without recompute, run whole on the backend (the median of at least 3 calls, 0.3 s), against the
+ * sum of its kernels' seconds from the figures kept (the dry model's calls priced by
+ * gt_time_op_seconds, the factor still 1). Skipped (factor 1, and a line saying so) when that model
+ * would take more than 2 GiB on the CPU, 8 GiB on the GPU. */
+static double g_dry_seconds;
+static const gt_calib *g_dry_calib;
+static void sum_seconds(void *ctx, const gt_op_cost *cost) {
+    (void)ctx;
+    g_dry_seconds += gt_time_op_seconds(g_dry_calib, cost);
+}
+static void measure_in_step(calib_run *r, FILE *log) {
+    gt_calib *c = r->c;
+    c->in_step_factor = 1;
+    gt_model_config mc = *r->m;
+    if (mc.n_layers > 2) mc.n_layers = 2;
+    uint64_t P = gt_model_param_count(&mc);
+    double bytes = (double)P * (r->e + 4) + 24.0 * r->N * ((double)mc.dim + mc.ffn_dim) * r->e; /* weights, grads, a rough stash */
+    double limit = r->gpu ? 8.0 * (1u << 30) : 2.0 * (1u << 30);
+    if (bytes > limit) {
+        if (log) fprintf(log, "  in-step factor: not measured (a micro-batch of 2 blocks would take %.1f GiB): 1\n", bytes / (1u << 30));
+        return;
+    }
+    gt_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.n_blocks = mc.n_layers;
+    for (int i = 0; i < mc.n_layers; i++) plan.seg_start[i] = 1;
+    /* predicted: the dry model's calls of one micro-batch at the rates just measured */
+    gt_model *dry = gt_model_create_dry(&mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
+    g_dry_seconds = 0;
+    g_dry_calib = c;
+    gt_ops_dry_set_cost(sum_seconds, NULL);
+    gt_model_dry_train_micro(dry, &plan, r->B, r->T);
+    gt_ops_dry_set_cost(NULL, NULL);
+    gt_model_destroy(dry);
+    double predicted = g_dry_seconds;
+    /* measured: the same micro-batch on the backend */
+    gt_mem mem;
+    gt_mem_init(&mem, r->ops);
+    gt_model *model = gt_model_create(r->ops, &mem, &mc);
+    float *host = malloc((size_t)P * sizeof *host);
+    int32_t *tok = malloc((size_t)r->N * 2 * sizeof *tok);
+    double t = 0;
+    int ok = model && host && tok;
+    if (ok) {
+        gt_layout_init_params(gt_model_layout(model), host, 1);
+        gt_model_set_params(model, host);
+        for (int i = 0; i < 2 * r->N; i++) tok[i] = (int32_t)((i * 7919u) % (unsigned)mc.vocab_size);
+        float dloss = 1.0f / (float)r->N;
+        int recomputed = 0;
+        gt_model_train_micro(model, &plan, tok, tok + r->N, r->B, r->T, dloss, no_key, &recomputed); /* warm-up */
+        r->ops->synchronize();
+        together_begin();
+        double times[MAX_REPS], t0 = now_s();
+        int reps = 0;
+        do {
+            double s = now_s();
+            gt_model_train_micro(model, &plan, tok, tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
+            r->ops->synchronize();
+            times[reps++] = now_s() - s;
+        } while ((now_s() - t0 < 0.3 || reps < 3) && reps < MAX_REPS);
+        t = median(times, reps);
+    }
+    t = together_end(ok ? t : 0); /* every rank takes part; the slowest's */
+    free(host);
+    free(tok);
+    if (model) gt_model_destroy(model);
+    if (t > 0 && predicted > 0) c->in_step_factor = t / predicted;
+    if (log)
+        fprintf(log, "  in-step factor: a micro-batch (%d x %d tokens, %d block%s) run whole %.2f ms, its kernels one "
+                     "by one %.2f ms: %.3f\n", r->B, r->T, mc.n_layers, mc.n_layers == 1 ? "" : "s", t * 1e3,
+                predicted * 1e3, c->in_step_factor);
+}
+
 /* One round: every compute measurement once, into c */
 static void measure_round(calib_run *r) {
     measure_gemms(r);
@@ -620,10 +697,11 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     if (n_rounds > 0) combine_rounds(c, round, n_rounds, &round_spread);
     for (int q = 0; q < n_rounds; q++) free(round[q]);
     r.c = c;
+    if (log) print_calib(&r, c, log);
+    measure_in_step(&r, log);
     c->ranks_measured = g_ranks.min_ranks == INT_MAX ? 1 : g_ranks.min_ranks; /* none compared: this rank's */
     c->rank_spread = g_ranks.n_spread ? median(g_ranks.spread, g_ranks.n_spread) : 1;
     if (log) {
-        print_calib(&r, c, log);
         fprintf(log, "  each figure the median of %d round%s of the list (largest / smallest round: median %.3f)\n",
                 n_rounds, n_rounds == 1 ? "" : "s", round_spread);
     }

@@ -59,17 +59,20 @@ static double memory_seconds(const gt_calib *c, const char *op, double bytes) {
     return s >= 0 ? s : bytes / c->mem_bytes_per_s;
 }
 
+/* A compute kernel's seconds (the optimizer's aside) in a step: its calibrated seconds alone times
+ * the calibration's in-step factor (calib.h) */
 double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) {
+    double in_step = c->in_step_factor > 0 ? c->in_step_factor : 1;
     switch (k->kind) {
-    case GT_COST_MATMUL: return k->flops / gt_calib_gemm_rate(c, k->n, k->ic, k->oc, k->backward);
+    case GT_COST_MATMUL: return in_step * k->flops / gt_calib_gemm_rate(c, k->n, k->ic, k->oc, k->backward);
     case GT_COST_ATTENTION: { /* its measured batches where the calibration has them, else the one rate */
         double s = gt_calib_kernel_seconds(c, k->op, k->flops);
-        return s >= 0 ? s : k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s);
+        return in_step * (s >= 0 ? s : k->flops / (k->backward ? c->attn_bwd_flops_per_s : c->attn_fwd_flops_per_s));
     }
     case GT_COST_OPTIMIZER: return k->bytes / c->optim_bytes_per_s;
     case GT_COST_MEMORY: break;
     }
-    return memory_seconds(c, k->op, k->bytes);
+    return in_step * memory_seconds(c, k->op, k->bytes);
 }
 
 double gt_time_collective(const gt_calib *c, int world, char kind, double bytes) {
