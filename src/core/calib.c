@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <omp.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +71,7 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
     c->n_kernel = 0;
     c->ranks_measured = 0;
     c->rank_spread = 1;
+    c->n_in_step = 0;
     c->in_step_factor = 1;
     if (gpu) {
         /* NVIDIA H100 / H200 SXM datasheets: dense tensor-core bf16 989 TFLOP/s, fp32 67 TFLOP/s;
@@ -203,9 +205,16 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
     c.ranks_measured = (int)jnum(r, "ranks_measured", &has_spread);
     c.rank_spread = jnum(r, "rank_spread", &has_spread);
     if (!has_spread) c.ranks_measured = 1, c.rank_spread = 1;
-    int has_factor = 1; /* absent in a file of an older gtrain: not measured */
-    c.in_step_factor = jnum(r, "in_step_factor", &has_factor);
-    if (!has_factor || !(c.in_step_factor > 0)) c.in_step_factor = 1;
+    c.in_step_factor = 1; /* chosen per model (gt_calib_select_in_step); absent in an older gtrain's file */
+    c.n_in_step = 0;
+    json_t *is = json_object_get(r, "in_step");
+    for (size_t i = 0; json_is_array(is) && i < json_array_size(is) && c.n_in_step < GT_CALIB_MAX_IN_STEP; i++) {
+        json_t *e = json_array_get(is, i);
+        int eok = 1;
+        gt_calib_in_step f = {(int)jnum(e, "dim", &eok), (int)jnum(e, "ffn_dim", &eok), (int)jnum(e, "n_heads", &eok),
+                              (int)jnum(e, "vocab_size", &eok), (int)jnum(e, "seq_len", &eok), jnum(e, "factor", &eok)};
+        if (eok && f.factor > 0) c.in_step[c.n_in_step++] = f;
+    }
     json_t *g = json_object_get(r, "gemm");
     if (json_is_array(g)) {
         for (size_t i = 0; i < json_array_size(g) && c.n_gemm < GT_CALIB_MAX_GEMMS; i++) {
@@ -283,7 +292,14 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_object_set_new(json_object_get(root, "key"), "ranks_per_node", json_integer(c->ranks_per_node));
         json_object_set_new(json_object_get(root, "rates"), "ranks_measured", json_integer(c->ranks_measured));
         json_object_set_new(json_object_get(root, "rates"), "rank_spread", json_real(c->rank_spread));
-        json_object_set_new(json_object_get(root, "rates"), "in_step_factor", json_real(c->in_step_factor));
+        json_t *is = json_array();
+        for (int i = 0; is && i < c->n_in_step; i++) {
+            const gt_calib_in_step *f = &c->in_step[i];
+            json_array_append_new(is, json_pack("{s:i,s:i,s:i,s:i,s:i,s:f}", "dim", f->dim, "ffn_dim", f->ffn_dim,
+                                                "n_heads", f->n_heads, "vocab_size", f->vocab_size, "seq_len",
+                                                f->seq_len, "factor", f->factor));
+        }
+        json_object_set_new(json_object_get(root, "rates"), "in_step", is);
     }
     if (!root || json_dump_file(root, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) != 0 || rename(tmp, path) != 0) {
         snprintf(err, err_len, "%s: cannot write it: %s", path, strerror(errno));
@@ -379,7 +395,34 @@ static void merge_kernels(gt_calib *c, const gt_calib *previous) {
     }
 }
 
+static int same_in_step_shape(const gt_calib_in_step *a, const gt_calib_in_step *b) {
+    return a->dim == b->dim && a->ffn_dim == b->ffn_dim && a->n_heads == b->n_heads && a->vocab_size == b->vocab_size &&
+           a->seq_len == b->seq_len;
+}
+
+void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len, char *note,
+                             size_t note_len) {
+    gt_calib_in_step want = {dim, ffn_dim, n_heads, vocab_size, seq_len, 0};
+    const gt_calib_in_step *best = NULL;
+    double best_d = 0;
+    for (int i = 0; i < c->n_in_step; i++) {
+        const gt_calib_in_step *f = &c->in_step[i];
+        double d = same_in_step_shape(f, &want) ? -1 : fabs(log((double)f->dim / (dim > 0 ? dim : 1)));
+        if (!best || d < best_d || (d == best_d && f->dim > best->dim)) best = f, best_d = d;
+    }
+    c->in_step_factor = best ? best->factor : 1;
+    if (!note || !note_len) return;
+    if (!best) snprintf(note, note_len, "in-step factor not measured (1)");
+    else if (best_d < 0) snprintf(note, note_len, "in-step factor %.3f (this model)", best->factor);
+    else snprintf(note, note_len, "in-step factor %.3f (measured on dim %d, ffn %d)", best->factor, best->dim, best->ffn_dim);
+}
+
 void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
+    for (int i = 0; i < previous->n_in_step && c->n_in_step < GT_CALIB_MAX_IN_STEP; i++) { /* other models' factors */
+        int measured_now = 0;
+        for (int k = 0; k < c->n_in_step; k++) measured_now |= same_in_step_shape(&c->in_step[k], &previous->in_step[i]);
+        if (!measured_now) c->in_step[c->n_in_step++] = previous->in_step[i];
+    }
     merge_kernels(c, previous);
     int n_new = c->n_gemm;
     for (int i = 0; i < previous->n_gemm && c->n_gemm < GT_CALIB_MAX_GEMMS; i++) {

@@ -16,6 +16,13 @@
 
 #define GT_CALIB_MAX_GEMMS 256
 #define GT_CALIB_MAX_KERNELS 160
+#define GT_CALIB_MAX_IN_STEP 32
+/* The in-step factor of one model shape (calibrate.c): a micro-batch of that model run whole over the
+ * sum of its kernels' calibrated seconds */
+typedef struct gt_calib_in_step {
+    int dim, ffn_dim, n_heads, vocab_size, seq_len;
+    double factor;
+} gt_calib_in_step;
 
 /* One kernel measured at one size: the op (ops.h's name), what the dry backend counts for that call
  * (ops_dry.c): its bytes for a memory-bound kernel, its FLOPs for attention; and the median seconds
@@ -59,11 +66,14 @@ typedef struct gt_calib {
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
     double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
-    double in_step_factor;         /* a micro-batch of the model run whole (forward and backward) over
-                                      the sum of its kernels' seconds above: how much slower kernels
-                                      run one after another in a step than each alone in a loop; the
-                                      time model multiplies the compute kernels' seconds by it. 1: not
-                                      measured (the defaults, a file of an older gtrain) */
+    gt_calib_in_step in_step[GT_CALIB_MAX_IN_STEP]; /* per model shape calibrated into the file */
+    int n_in_step;
+    double in_step_factor;         /* the factor the time model applies: a micro-batch of the model run
+                                      whole (forward and backward) over the sum of its kernels' seconds
+                                      above, how much slower kernels run one after another in a step
+                                      than each alone in a loop; it multiplies the compute kernels'
+                                      seconds. Chosen for the run's model by gt_calib_select_in_step;
+                                      1: not measured (the defaults, a file of an older gtrain) */
     /* how the ranks' figures compared (calibrate.c): each figure kept is the slowest rank's */
     int ranks_measured;            /* the fewest ranks that reported a figure for a measurement */
     double rank_spread;            /* the median over the measurements of slowest / fastest rank (1 on
@@ -113,6 +123,12 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
 void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, int ranks_per_node, const char *explicit_path,
                       char *note, size_t note_len);
 
+/* Sets c->in_step_factor for a model of (dim, ffn_dim, n_heads, vocab_size) at seq_len tokens: the
+ * factor measured on that shape, else the one of the shape of the nearest dim (on a tie the larger),
+ * else 1. `note` (may be NULL) gets a few words saying which: "in-step factor 1.12 (this model)",
+ * "... (measured on dim 256, ffn 704)", "in-step factor not measured (1)". */
+void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len, char *note,
+                             size_t note_len);
 /* The rate of a GEMM of shape (n, ic, oc), forward (backward = 0) or backward: the measured entry of
  * that (ic, oc) (nearest n), else matmul_flops_per_s. */
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward);

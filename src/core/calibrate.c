@@ -574,77 +574,110 @@ static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
 
 /* The in-step factor (calib.h): one micro-batch of the config's model (at most 2 blocks: the factor
  * is about kernels in sequence, which two blocks show as well as eighty), forward and backward
- * without recompute, run whole on the backend (the median of at least 3 calls, 0.3 s), against the
- * sum of its kernels' seconds from the figures kept (the dry model's calls priced by
- * gt_time_op_seconds, the factor still 1). Skipped (factor 1, and a line saying so) when that model
- * would take more than 2 GiB on the CPU, 8 GiB on the GPU. */
+ * without recompute, run whole on the backend in each round (the median of at least 3 calls, 0.15
+ * s), and the median over the rounds against the sum of its kernels' seconds from the figures kept
+ * (the dry model's calls priced by gt_time_op_seconds, the factor still 1). Not run (factor 1, and a
+ * line saying so) when that model would take more than 2 GiB on the CPU, 8 GiB on the GPU. */
+typedef struct in_step_run {
+    gt_model_config mc;
+    gt_plan plan;
+    gt_mem mem;
+    gt_model *model;
+    int32_t *tok;
+    double bytes;     /* what the model would take: its weights, gradients and a rough stash */
+    double whole[MAX_ROUNDS];
+    int n_whole;
+} in_step_run;
 static double g_dry_seconds;
 static const gt_calib *g_dry_calib;
 static void sum_seconds(void *ctx, const gt_op_cost *cost) {
     (void)ctx;
     g_dry_seconds += gt_time_op_seconds(g_dry_calib, cost);
 }
-static void measure_in_step(calib_run *r, FILE *log) {
-    gt_calib *c = r->c;
-    c->in_step_factor = 1;
-    gt_model_config mc = *r->m;
-    if (mc.n_layers > 2) mc.n_layers = 2;
-    uint64_t P = gt_model_param_count(&mc);
-    double bytes = (double)P * (r->e + 4) + 24.0 * r->N * ((double)mc.dim + mc.ffn_dim) * r->e; /* weights, grads, a rough stash */
-    double limit = r->gpu ? 8.0 * (1u << 30) : 2.0 * (1u << 30);
-    if (bytes > limit) {
-        if (log) fprintf(log, "  in-step factor: not measured (a micro-batch of 2 blocks would take %.1f GiB): 1\n", bytes / (1u << 30));
-        return;
-    }
-    gt_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.n_blocks = mc.n_layers;
-    for (int i = 0; i < mc.n_layers; i++) plan.seg_start[i] = 1;
-    /* predicted: the dry model's calls of one micro-batch at the rates just measured */
-    gt_model *dry = gt_model_create_dry(&mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
-    g_dry_seconds = 0;
-    g_dry_calib = c;
-    gt_ops_dry_set_cost(sum_seconds, NULL);
-    gt_model_dry_train_micro(dry, &plan, r->B, r->T);
-    gt_ops_dry_set_cost(NULL, NULL);
-    gt_model_destroy(dry);
-    double predicted = g_dry_seconds;
-    /* measured: the same micro-batch on the backend */
-    gt_mem mem;
-    gt_mem_init(&mem, r->ops);
-    gt_model *model = gt_model_create(r->ops, &mem, &mc);
+static void in_step_begin(calib_run *r, in_step_run *w) {
+    memset(w, 0, sizeof *w);
+    w->mc = *r->m;
+    if (w->mc.n_layers > 2) w->mc.n_layers = 2;
+    uint64_t P = gt_model_param_count(&w->mc);
+    w->bytes = (double)P * (r->e + 4) + 24.0 * r->N * ((double)w->mc.dim + w->mc.ffn_dim) * r->e;
+    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) return;
+    w->plan.n_blocks = w->mc.n_layers;
+    for (int i = 0; i < w->mc.n_layers; i++) w->plan.seg_start[i] = 1;
+    gt_mem_init(&w->mem, r->ops);
+    w->model = gt_model_create(r->ops, &w->mem, &w->mc);
     float *host = malloc((size_t)P * sizeof *host);
-    int32_t *tok = malloc((size_t)r->N * 2 * sizeof *tok);
+    w->tok = malloc((size_t)r->N * 2 * sizeof *w->tok);
+    if (w->model && host && w->tok) {
+        gt_layout_init_params(gt_model_layout(w->model), host, 1);
+        gt_model_set_params(w->model, host);
+        for (int i = 0; i < 2 * r->N; i++) w->tok[i] = (int32_t)((i * 7919u) % (unsigned)w->mc.vocab_size);
+    } else if (w->model) {
+        gt_model_destroy(w->model);
+        w->model = NULL;
+    }
+    free(host);
+}
+/* One round's figure: the micro-batch run whole (every rank at once, the slowest's) */
+static void in_step_round(calib_run *r, in_step_run *w) {
+    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) return; /* every rank alike */
     double t = 0;
-    int ok = model && host && tok;
-    if (ok) {
-        gt_layout_init_params(gt_model_layout(model), host, 1);
-        gt_model_set_params(model, host);
-        for (int i = 0; i < 2 * r->N; i++) tok[i] = (int32_t)((i * 7919u) % (unsigned)mc.vocab_size);
-        float dloss = 1.0f / (float)r->N;
-        int recomputed = 0;
-        gt_model_train_micro(model, &plan, tok, tok + r->N, r->B, r->T, dloss, no_key, &recomputed); /* warm-up */
-        r->ops->synchronize();
-        together_begin();
+    int recomputed = 0;
+    float dloss = 1.0f / (float)r->N;
+    if (w->model) {
+        gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
+        r->ops->synchronize(); /* a warm-up call */
+    }
+    together_begin();
+    if (w->model) {
         double times[MAX_REPS], t0 = now_s();
         int reps = 0;
         do {
             double s = now_s();
-            gt_model_train_micro(model, &plan, tok, tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
+            gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
             r->ops->synchronize();
+            if (g_test_slow_s > 0) nanosleep(&(struct timespec){0, (long)(g_test_slow_s * 1e9)}, NULL);
             times[reps++] = now_s() - s;
-        } while ((now_s() - t0 < 0.3 || reps < 3) && reps < MAX_REPS);
+        } while ((now_s() - t0 < MIN_SECONDS * 1.5 || reps < 3) && reps < MAX_REPS);
         t = median(times, reps);
     }
-    t = together_end(ok ? t : 0); /* every rank takes part; the slowest's */
-    free(host);
-    free(tok);
-    if (model) gt_model_destroy(model);
-    if (t > 0 && predicted > 0) c->in_step_factor = t / predicted;
+    t = together_end(t);
+    if (t > 0) w->whole[w->n_whole++] = t;
+}
+/* The factor into c (its figures combined), one log line; frees the model */
+static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
+    gt_calib *c = r->c;
+    c->in_step_factor = 1;
+    c->n_in_step = 0;
+    if (w->model) gt_model_destroy(w->model);
+    free(w->tok);
+    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) {
+        if (log) fprintf(log, "  in-step factor: not measured (a micro-batch of 2 blocks would take %.1f GiB): 1\n", w->bytes / (1u << 30));
+        return;
+    }
+    gt_model *dry = gt_model_create_dry(&w->mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
+    g_dry_seconds = 0;
+    g_dry_calib = c;
+    gt_ops_dry_set_cost(sum_seconds, NULL);
+    gt_model_dry_train_micro(dry, &w->plan, r->B, r->T);
+    gt_ops_dry_set_cost(NULL, NULL);
+    gt_model_destroy(dry);
+    double predicted = g_dry_seconds, t = w->n_whole ? median(w->whole, w->n_whole) : 0;
+    if (t > 0 && predicted > 0) {
+        c->in_step_factor = t / predicted;
+        c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, c->in_step_factor};
+    }
     if (log)
         fprintf(log, "  in-step factor: a micro-batch (%d x %d tokens, %d block%s) run whole %.2f ms, its kernels one "
-                     "by one %.2f ms: %.3f\n", r->B, r->T, mc.n_layers, mc.n_layers == 1 ? "" : "s", t * 1e3,
+                     "by one %.2f ms: %.3f\n", r->B, r->T, w->mc.n_layers, w->mc.n_layers == 1 ? "" : "s", t * 1e3,
                 predicted * 1e3, c->in_step_factor);
+}
+
+void gt_calib_note_in_step(gt_calib *c, const gt_config *cfg, char *note, size_t note_len) {
+    const gt_model_config *m = &cfg->model;
+    char words[160];
+    gt_calib_select_in_step(c, m->dim, m->ffn_dim, m->n_heads, m->vocab_size, cfg->train.seq_len, words, sizeof words);
+    size_t n = strlen(note);
+    if (c->measured && n + 2 < note_len) snprintf(note + n, note_len - n, "; %s", words);
 }
 
 /* One round: every compute measurement once, into c */
@@ -677,6 +710,8 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     g_ranks.n_spread = 0;
     double t_start = now_s();
     gt_calib *round[MAX_ROUNDS] = {0};
+    in_step_run whole;
+    in_step_begin(&r, &whole);
     int n_rounds = 0;
     while (n_rounds < MAX_ROUNDS) {
         round[n_rounds] = malloc(sizeof *c);
@@ -686,6 +721,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         const gt_test_hooks *hooks = gt_test_hooks_get();
         g_test_slow_s = hooks->calib_slow_round.round == n_rounds + 1 ? hooks->calib_slow_round.ms / 1e3 : 0;
         measure_round(&r);
+        in_step_round(&r, &whole);
         g_test_slow_s = 0;
         n_rounds++;
         /* another round while one more fits in ROUNDS_SECONDS (every rank decides alike: the slowest's time) */
@@ -698,7 +734,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     for (int q = 0; q < n_rounds; q++) free(round[q]);
     r.c = c;
     if (log) print_calib(&r, c, log);
-    measure_in_step(&r, log);
+    in_step_end(&r, &whole, log);
     c->ranks_measured = g_ranks.min_ranks == INT_MAX ? 1 : g_ranks.min_ranks; /* none compared: this rank's */
     c->rank_spread = g_ranks.n_spread ? median(g_ranks.spread, g_ranks.n_spread) : 1;
     if (log) {

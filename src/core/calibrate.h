@@ -23,4 +23,8 @@ struct gt_comm;
 int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, struct gt_comm *comm, MPI_Comm world, gt_calib *c,
                  FILE *log);
 
+/* gt_calib_select_in_step for cfg's model and sequence; when c was measured, appends "; " and its
+ * words to note (the rates' note of gt_calib_for_run) */
+void gt_calib_note_in_step(gt_calib *c, const gt_config *cfg, char *note, size_t note_len);
+
 #endif

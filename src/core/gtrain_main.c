@@ -303,6 +303,7 @@ static int run_plan(int argc, char **argv) {
     char note[8192];
     int local = plan_ranks_per_node(world, per_node);
     gt_calib_for_run(&calib, gpu, bf16, plan_threads(local), local, calib_path, note, sizeof note);
+    gt_calib_note_in_step(&calib, &cfg, note, sizeof note);
     if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
     if (gt_plan_resolve(&cfg, &shape, &calib, &choice, err, sizeof err) != 0) {

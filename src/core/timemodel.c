@@ -59,8 +59,8 @@ static double memory_seconds(const gt_calib *c, const char *op, double bytes) {
     return s >= 0 ? s : bytes / c->mem_bytes_per_s;
 }
 
-/* A compute kernel's seconds (the optimizer's aside) in a step: its calibrated seconds alone times
- * the calibration's in-step factor (calib.h) */
+/* A kernel's seconds in a micro-batch: its calibrated seconds alone times the calibration's in-step
+ * factor (calib.h; the step's own sum of squares, AdamW and conversion are priced below without it) */
 double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) {
     double in_step = c->in_step_factor > 0 ? c->in_step_factor : 1;
     switch (k->kind) {
