@@ -1580,6 +1580,8 @@ def memsnap_kill9(e):
     print("   ", m.group(0) if m else out)
     check(m is not None and 5 <= int(m.group(1)) <= 7, "resumed from the memory snapshot, in one line")
     check("resumed from " + e.ck("run", 4) not in out, "not from the state file of step 4")
+    check("earlier starts removed" not in out,
+          "the same world on the same node keeps every rank's slots: the sweep removes none")
     same_as_ref(e, "run", ref)
     check(snap_files(e, "run") == [], "the clean end deleted the run's slots")
     check({p: digest(p) for p in snap_files(e, "other")} == theirs, "the other run's slots are untouched")
