@@ -3,8 +3,8 @@
  * the shapes of the config's model (attention and the memory-bound kernels at several sizes), on the
  * backend at hand, and the collectives between the ranks of the job. Each measurement repeats its
  * call until about a tenth of a second has passed (at least twice, after one warm-up call) and keeps
- * the median call; the list of them runs in up to three rounds, each figure the median over the
- * rounds, so the whole takes seconds on a small model and about a minute on a large one; GEMMs
+ * the median call; the list of them runs in up to five rounds, each figure its fastest round's, so
+ * the whole takes seconds on a small model and about a minute on a large one; GEMMs
  * larger than a few GFLOPs per call on the CPU are measured on fewer rows (the rate of a GEMM with
  * thousands of rows hardly depends on their number).
  */
@@ -483,18 +483,22 @@ static void measure_collectives(calib_run *r, gt_comm *comm) {
 }
 
 /* The rounds (docs/planner.md, "Calibration"): the whole list of measurements runs up to
- * MAX_ROUNDS times, one after the other, and each figure kept is its median over the rounds. A burst
- * of load from another process, a clock that has not ramped up, or a BLAS that has not yet run a
- * large shape slows the measurements of a second or two: it sets a figure of one round, not the
- * median of three. A round after the first runs only while the rounds so far leave ROUNDS_SECONDS for
- * one more (a large model's round can take most of a minute on the CPU). */
-#define MAX_ROUNDS 3
+ * MAX_ROUNDS times, one after the other, and each figure kept is its fastest round's. A burst of load
+ * from another process, a clock that has not ramped up, a BLAS that has not yet run a large shape, or
+ * a virtual machine's host giving its second core elsewhere for seconds at a time (seen here: the
+ * same two-thread list 1.4-1.6x slower in whole rounds, in one calibration of two) only ever slows a
+ * measurement: the fastest round is the one least disturbed, and a median keeps the slow figures as
+ * soon as half the rounds were slowed. A round after the first runs only while the rounds so far
+ * leave ROUNDS_SECONDS for one more (a large model's round can take most of a minute on the CPU). */
+#define MAX_ROUNDS 5
 #define ROUNDS_SECONDS 60.0
 
-static double median_of(const double *v, int n) {
-    double t[MAX_ROUNDS];
-    for (int i = 0; i < n; i++) t[i] = v[i];
-    return median(t, n);
+/* The fastest of v[0..n-1]: the largest of rates (faster = 1), the smallest of seconds (faster = 0) */
+static double fastest_of(const double *v, int n, int rate) {
+    double f = v[0];
+    for (int i = 1; i < n; i++)
+        if (rate ? v[i] > f : v[i] < f) f = v[i];
+    return f;
 }
 /* The largest / smallest of v[0..n-1] (1 when one) */
 static double spread_of(const double *v, int n) {
@@ -506,20 +510,20 @@ static double spread_of(const double *v, int n) {
     return lo > 0 ? hi / lo : 1;
 }
 
-/* Into out (a copy of round[0]), each figure's median over the n rounds, which measured the same list
+/* Into out (a copy of round[0]), each figure's fastest over the n rounds, which measured the same list
  * in the same order (an entry one round lacks, or that lies elsewhere in it, keeps round 0's figure);
  * *spread gets the median over the figures of their largest / smallest round */
 static void combine_rounds(gt_calib *out, gt_calib *const *round, int n, double *spread) {
     static double spreads[2 * GT_CALIB_MAX_GEMMS + GT_CALIB_MAX_KERNELS + 8];
     int ns = 0;
     double v[MAX_ROUNDS];
-#define COMBINE(field, same)                                                                                   \
+#define COMBINE(field, rate, same)                                                                             \
     do {                                                                                                       \
         int k = 0;                                                                                             \
         for (int q = 0; q < n; q++)                                                                            \
             if (same) v[k++] = round[q]->field;                                                                \
         if (k == n && v[0] > 0) {                                                                              \
-            out->field = median_of(v, k);                                                                      \
+            out->field = fastest_of(v, k, rate);                                                               \
             spreads[ns++] = spread_of(v, k);                                                                   \
         }                                                                                                      \
     } while (0)
@@ -527,23 +531,23 @@ static void combine_rounds(gt_calib *out, gt_calib *const *round, int n, double 
     for (int i = 0; i < out->n_gemm; i++) {
 #define SAME_GEMM (i < round[q]->n_gemm && round[q]->gemm[i].n == out->gemm[i].n && \
                    round[q]->gemm[i].ic == out->gemm[i].ic && round[q]->gemm[i].oc == out->gemm[i].oc)
-        COMBINE(gemm[i].fwd_flops_per_s, SAME_GEMM);
-        COMBINE(gemm[i].bwd_flops_per_s, SAME_GEMM);
+        COMBINE(gemm[i].fwd_flops_per_s, 1, SAME_GEMM);
+        COMBINE(gemm[i].bwd_flops_per_s, 1, SAME_GEMM);
 #undef SAME_GEMM
     }
     for (int i = 0; i < out->n_kernel; i++) {
-        COMBINE(kernel[i].seconds, i < round[q]->n_kernel && strcmp(round[q]->kernel[i].op, out->kernel[i].op) == 0 &&
+        COMBINE(kernel[i].seconds, 0, i < round[q]->n_kernel && strcmp(round[q]->kernel[i].op, out->kernel[i].op) == 0 &&
                                        round[q]->kernel[i].amount == out->kernel[i].amount);
     }
-    COMBINE(attn_fwd_flops_per_s, 1);
-    COMBINE(attn_bwd_flops_per_s, 1);
-    COMBINE(mem_bytes_per_s, 1);
-    COMBINE(optim_bytes_per_s, 1);
+    COMBINE(attn_fwd_flops_per_s, 1, 1);
+    COMBINE(attn_bwd_flops_per_s, 1, 1);
+    COMBINE(mem_bytes_per_s, 1, 1);
+    COMBINE(optim_bytes_per_s, 1, 1);
 #undef COMBINE
     double fwd[GT_CALIB_MAX_GEMMS];
     for (int i = 0; i < out->n_gemm; i++) fwd[i] = out->gemm[i].fwd_flops_per_s;
     if (out->n_gemm) out->matmul_flops_per_s = median(fwd, out->n_gemm);
-    monotone(out, 0); /* each op's larger calls not faster than its smaller ones, over the medians */
+    monotone(out, 0); /* each op's larger calls not faster than its smaller ones, over the figures kept */
     *spread = ns ? median(spreads, ns) : 1;
 }
 
@@ -575,7 +579,8 @@ static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
 /* The in-step factor (calib.h): one micro-batch of the config's model (at most 2 blocks: the factor
  * is about kernels in sequence, which two blocks show as well as eighty), forward and backward
  * without recompute, run whole on the backend in each round (the median of at least 3 calls, 0.15
- * s), and the median over the rounds against the sum of its kernels' seconds from the figures kept
+ * s), and the fastest round's against the sum of its kernels' seconds from the figures kept (each its
+ * fastest round's too)
  * (the dry model's calls priced by gt_time_op_seconds, the factor still 1). Not run (factor 1, and a
  * line saying so) when that model would take more than 2 GiB on the CPU, 8 GiB on the GPU. */
 typedef struct in_step_run {
@@ -661,7 +666,7 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
     gt_model_dry_train_micro(dry, &w->plan, r->B, r->T);
     gt_ops_dry_set_cost(NULL, NULL);
     gt_model_destroy(dry);
-    double predicted = g_dry_seconds, t = w->n_whole ? median(w->whole, w->n_whole) : 0;
+    double predicted = g_dry_seconds, t = w->n_whole ? fastest_of(w->whole, w->n_whole, 0) : 0;
     if (t > 0 && predicted > 0) {
         c->in_step_factor = t / predicted;
         c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, c->in_step_factor};
@@ -719,7 +724,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         *round[n_rounds] = *c;
         r.c = round[n_rounds];
         const gt_test_hooks *hooks = gt_test_hooks_get();
-        g_test_slow_s = hooks->calib_slow_round.round == n_rounds + 1 ? hooks->calib_slow_round.ms / 1e3 : 0;
+        g_test_slow_s = hooks->calib_slow_round.rounds >> n_rounds & 1u ? hooks->calib_slow_round.ms / 1e3 : 0;
         measure_round(&r);
         in_step_round(&r, &whole);
         g_test_slow_s = 0;
@@ -738,7 +743,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     c->ranks_measured = g_ranks.min_ranks == INT_MAX ? 1 : g_ranks.min_ranks; /* none compared: this rank's */
     c->rank_spread = g_ranks.n_spread ? median(g_ranks.spread, g_ranks.n_spread) : 1;
     if (log) {
-        fprintf(log, "  each figure the median of %d round%s of the list (largest / smallest round: median %.3f)\n",
+        fprintf(log, "  each figure the fastest of %d round%s of the list (largest / smallest round: median %.3f)\n",
                 n_rounds, n_rounds == 1 ? "" : "s", round_spread);
     }
     if (log && g_ranks.size > 1)

@@ -112,8 +112,23 @@ static void parse(gt_test_hooks *h) {
     h->has_mem_available = env != NULL;
     h->mem_available = env ? (uint64_t)strtoull(env, NULL, 10) : 0;
     env = hook("GTRAIN_TEST_CALIB_SLOW_ROUND");
-    if (!env || sscanf(env, "%d:%lf", &h->calib_slow_round.round, &h->calib_slow_round.ms) != 2)
-        h->calib_slow_round.round = 0;
+    h->calib_slow_round.rounds = 0;
+    for (const char *c = env; c && *c;) { /* "1,3,5:30" */
+        char *end;
+        long r = strtol(c, &end, 10);
+        if (end == c || r < 1 || r > 31) break;
+        h->calib_slow_round.rounds |= 1u << (r - 1);
+        if (*end == ':') {
+            h->calib_slow_round.ms = strtod(end + 1, NULL);
+            break;
+        }
+        if (*end != ',') {
+            h->calib_slow_round.rounds = 0;
+            break;
+        }
+        c = end + 1;
+    }
+    if (!env || !strchr(env, ':') || h->calib_slow_round.ms <= 0) h->calib_slow_round.rounds = 0;
     env = hook("GTRAIN_TEST_SHM_FREE");
     h->has_shm_free = env != NULL;
     h->shm_free = env ? (uint64_t)strtoull(env, NULL, 10) : 0;

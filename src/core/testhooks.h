@@ -89,11 +89,11 @@ typedef struct gt_test_hooks {
      * free, for checkpoint.memory_every = auto's check (preflight.c). */
     int has_shm_free;
     uint64_t shm_free;
-    /* GTRAIN_TEST_CALIB_SLOW_ROUND=R:MS: in round R (1, 2 or 3) of gtrain --calibrate, every timed call
-     * takes MS milliseconds longer, as a burst of another process's load would make it (calibrate.c).
-     * round 0: off. */
+    /* GTRAIN_TEST_CALIB_SLOW_ROUND=R[,R...]:MS: in rounds R (1 to 5) of gtrain --calibrate, every timed
+     * call takes MS milliseconds longer, as a burst of another process's load would make it
+     * (calibrate.c). rounds: bit R-1 for round R; 0: off. */
     struct {
-        int round;
+        unsigned rounds;
         double ms;
     } calib_slow_round;
     /* Not a variable: unit tests set it directly (gt_test_hooks_for_tests) to make the loss head's
