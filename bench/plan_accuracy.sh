@@ -175,14 +175,45 @@ if errs:
                                                        sum(e > s for e, s in zip(errs, spreads))))
 PY
 # auto's choice under a budget that rules out the obvious plan (the largest micro-batch without
-# recompute), against every plan of a small grid that fits the same budget, all measured
-median_ms() { python3 -c '
-import json, statistics, sys
-ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if l.strip()][int(sys.argv[2]):]
-print("%.1f" % statistics.median(ms))' "$1" "$WARMUP"; }
+# recompute), against every plan of a small grid that fits the same budget, all measured. As the grid
+# above: each plan (auto's own run among them) REPEAT times, in passes (the second in reverse order),
+# its measured time the median of every kept step of its runs.
+median_ms() { python3 - "$WARMUP" "$@" <<'PY'
+import json, os, statistics, sys
+warmup, ms = int(sys.argv[1]), []
+for f in sys.argv[2:]:
+    if os.path.exists(f):
+        ms += [json.loads(l)["step_ms"] for l in open(f) if '"step_ms"' in l][warmup:]
+print("%.1f" % statistics.median(ms) if ms else "nan")
+PY
+}
 CH_PREC="${ACC_CHOICE_PRECISION:-fp32}"
 base=("dist.shard=optimizer" "train.precision=$CH_PREC")
 B=$(budget_between "$work/m.ini" "${base[@]}" train.micro_batch=8 train.grad_accum=1)
+plans=() # "mb.pol" of every plan that fits, then auto
+for mb in 1 2 4 8; do
+    for pol in none selective sqrt full; do
+        a=("${base[@]}" "train.micro_batch=$mb" "train.grad_accum=$((GLOBAL / mb))" "memory.recompute=$pol" "memory.budget=${B}MiB")
+        "$gtrain" --plan "$work/m.ini" "${a[@]}" >"$work/c.$mb.$pol.plan" 2>&1 || true
+        fits=$(awk -v p="$pol" '$1 == p && ($NF == "yes" || $NF == "no") {print $NF; exit}' "$work/c.$mb.$pol.plan")
+        [[ "$fits" == yes ]] && plans+=("$mb.$pol")
+    done
+done
+auto_args=("${base[@]}" "train.micro_batch=auto" "train.global_batch=$GLOBAL" "memory.recompute=auto" "memory.budget=${B}MiB")
+"$gtrain" --plan "$work/m.ini" "${auto_args[@]}" >"$work/c.auto.plan" 2>&1 || true
+plans+=(auto)
+for ((pass = 1; pass <= REPEAT; pass++)); do
+    for ((k = 0; k < ${#plans[@]}; k++)); do
+        i=$k; ((pass % 2 == 0)) && i=$((${#plans[@]} - 1 - k))
+        p="${plans[$i]}"
+        if [[ "$p" == auto ]]; then a=("${auto_args[@]}"); else
+            mb=${p%%.*} pol=${p#*.}
+            a=("${base[@]}" "train.micro_batch=$mb" "train.grad_accum=$((GLOBAL / mb))" "memory.recompute=$pol" "memory.budget=${B}MiB")
+        fi
+        "$gtrain" "$work/m.ini" "${a[@]}" "log.metrics=$work/c.$p.$pass.jsonl" >"$work/c.$p.$pass.out" 2>&1 ||
+            { echo "plan_accuracy: $p failed, see $work/c.$p.$pass.out" >&2; rm -f "$work/c.$p.$pass.jsonl"; }
+    done
+done
 echo
 echo "auto under memory.budget = $B MiB (shape m, 1 rank, ZeRO-1, $CH_PREC, global batch $GLOBAL; micro-batch 8 without recompute does not fit):"
 echo
@@ -191,22 +222,15 @@ echo "|---|---|---|---|"
 best_ms= best=
 for mb in 1 2 4 8; do
     for pol in none selective sqrt full; do
-        a=("${base[@]}" "train.micro_batch=$mb" "train.grad_accum=$((GLOBAL / mb))" "memory.recompute=$pol" "memory.budget=${B}MiB")
-        "$gtrain" --plan "$work/m.ini" "${a[@]}" >"$work/c.$mb.$pol.plan" 2>&1 || true
-        fits=$(awk -v p="$pol" '$1 == p && ($NF == "yes" || $NF == "no") {print $NF; exit}' "$work/c.$mb.$pol.plan")
         pred=$(sed -n 's/^predicted step[^:]*: \([0-9.]*\) ms.*/\1/p' "$work/c.$mb.$pol.plan")
-        if [[ "$fits" != yes ]]; then echo "| micro $mb, $pol | no | ${pred:--} | - |"; continue; fi
-        "$gtrain" "$work/m.ini" "${a[@]}" "log.metrics=$work/c.$mb.$pol.jsonl" >"$work/c.$mb.$pol.out" 2>&1 ||
-            { echo "| micro $mb, $pol | yes | $pred | failed: $work/c.$mb.$pol.out |"; continue; }
-        ms=$(median_ms "$work/c.$mb.$pol.jsonl")
+        if [[ " ${plans[*]} " != *" $mb.$pol "* ]]; then echo "| micro $mb, $pol | no | ${pred:--} | - |"; continue; fi
+        ms=$(median_ms "$work/c.$mb.$pol".*.jsonl)
         echo "| micro $mb, $pol | yes | $pred | $ms |"
+        [[ "$ms" == nan ]] && continue
         if [[ -z "$best_ms" ]] || (($(echo "$ms < $best_ms" | bc))); then best_ms=$ms best="micro $mb, $pol"; fi
     done
 done
-a=("${base[@]}" "train.micro_batch=auto" "train.global_batch=$GLOBAL" "memory.recompute=auto" "memory.budget=${B}MiB")
-"$gtrain" --plan "$work/m.ini" "${a[@]}" >"$work/c.auto.plan" 2>&1 || true
-"$gtrain" "$work/m.ini" "${a[@]}" "log.metrics=$work/c.auto.jsonl" >"$work/c.auto.out" 2>&1 || echo "auto run failed: $work/c.auto.out"
-auto_ms=$(median_ms "$work/c.auto.jsonl" 2>/dev/null || echo nan)
+auto_ms=$(median_ms "$work"/c.auto.*.jsonl)
 chose=$(grep -m1 '^micro-batch' "$work/c.auto.plan"; grep -m1 '^auto:' "$work/c.auto.plan")
 echo "| auto: $(echo "$chose" | tr '\n' ' ') | yes | $(sed -n 's/^predicted step[^:]*: \([0-9.]*\) ms.*/\1/p' "$work/c.auto.plan") | $auto_ms |"
 echo
