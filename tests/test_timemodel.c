@@ -135,6 +135,19 @@ static void test_hand_schedule(void) {
     CHECK(near(t.step_s, 34e-3), "ZeRO-1 with buckets: step %.6f s, by hand 0.034", t.step_s);
     CHECK(near(t.exposed_comm_s, 4e-3 + 4e-3), "ZeRO-1 with buckets: exposed %.6f s, by hand 0.008",
           t.exposed_comm_s);
+    /* The same buckets beside compute that loses 1 ms per MB they move (calib.h, overlap_*): the first
+     * bucket (2 MB moved) still runs 4..7, the compute then loses 2 ms (4..6 becomes 6..8), the second
+     * bucket runs 8..11 and the compute ends at 10: the step waits to 11, then 24 ms: 35 ms, 4 ms more
+     * of compute. At half the bandwidth beside compute as well, the buckets take 5 ms: 4..9, 9..14, the
+     * step 38 ms; the step's own collectives (the scalar, the all-gather) keep the rate alone. */
+    c.overlap_compute_s_per_byte = 1e-9;
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 35e-3), "buckets beside compute that loses 1 ms per MB: step %.6f s, by hand 0.035", t.step_s);
+    CHECK(near(t.compute_s, 6e-3 + 4e-3 + 20e-3), "the compute lost 4 ms: %.6f s, by hand 0.030", t.compute_s);
+    c.overlap_bytes_per_s = 0.5e9;
+    gt_time_simulate(&t2, &s2, &c, &t);
+    CHECK(near(t.step_s, 38e-3), "and at half the bandwidth beside compute: step %.6f s, by hand 0.038", t.step_s);
+    c.overlap_compute_s_per_byte = 0, c.overlap_bytes_per_s = 0;
     s2.bucket_bytes = 0;
     gt_time_simulate(&t2, &s2, &c, &t);
     CHECK(near(t.step_s, 35e-3), "ZeRO-1 without buckets: step %.6f s, by hand 0.035", t.step_s);
@@ -217,10 +230,14 @@ static void test_file(void) {
     c.n_gemm = 1;
     c.gemm[0] = (gt_calib_gemm){1024, 128, 352, 3e9, 2e9};
     c.attn_bwd_flops_per_s = 7e9;
+    c.overlap_bytes_per_s = 2e9, c.overlap_compute_s_per_byte = 3e-10;
     CHECK(gt_calib_save(path, &c, err, sizeof err) == 0, "save: %s", err);
     CHECK(gt_calib_load(path, &key, &back, err, sizeof err) == 0, "load: %s", err);
     CHECK(back.measured && back.n_gemm == 1 && back.gemm[0].oc == 352 && back.attn_bwd_flops_per_s == 7e9,
           "round trip");
+    CHECK(back.overlap_bytes_per_s == 2e9 && back.overlap_compute_s_per_byte == 3e-10,
+          "the collectives beside compute round-trip: %g B/s, %g s/B", back.overlap_bytes_per_s,
+          back.overlap_compute_s_per_byte);
     CHECK(gt_calib_gemm_rate(&back, 512, 128, 352, 1) == 2e9, "the measured shape's backward rate");
     CHECK(gt_calib_gemm_rate(&back, 512, 128, 128, 0) == back.matmul_flops_per_s, "another shape: the median");
     gt_calib other = key;

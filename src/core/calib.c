@@ -200,6 +200,11 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
     c.optim_bytes_per_s = jnum(r, "optimizer_bytes_per_s", &ok);
     c.coll_latency_s = jnum(r, "collective_latency_s", &ok);
     c.coll_bytes_per_s = jnum(r, "collective_bytes_per_s", &ok);
+    int has_overlap = 1; /* absent in a file of an older gtrain, or of one rank: the collectives as alone */
+    c.overlap_bytes_per_s = jnum(r, "overlap_bytes_per_s", &has_overlap);
+    c.overlap_compute_s_per_byte = jnum(r, "overlap_compute_s_per_byte", &has_overlap);
+    if (!has_overlap || c.overlap_bytes_per_s < 0 || c.overlap_compute_s_per_byte < 0)
+        c.overlap_bytes_per_s = 0, c.overlap_compute_s_per_byte = 0;
     c.peak_flops = jnum(r, "peak_flops", &ok);
     int has_spread = 1; /* absent in a file of an older gtrain: as one rank's */
     c.ranks_measured = (int)jnum(r, "ranks_measured", &has_spread);
@@ -292,6 +297,9 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_object_set_new(json_object_get(root, "key"), "ranks_per_node", json_integer(c->ranks_per_node));
         json_object_set_new(json_object_get(root, "rates"), "ranks_measured", json_integer(c->ranks_measured));
         json_object_set_new(json_object_get(root, "rates"), "rank_spread", json_real(c->rank_spread));
+        json_object_set_new(json_object_get(root, "rates"), "overlap_bytes_per_s", json_real(c->overlap_bytes_per_s));
+        json_object_set_new(json_object_get(root, "rates"), "overlap_compute_s_per_byte",
+                            json_real(c->overlap_compute_s_per_byte));
         json_t *is = json_array();
         for (int i = 0; is && i < c->n_in_step; i++) {
             const gt_calib_in_step *f = &c->in_step[i];

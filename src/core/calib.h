@@ -65,6 +65,14 @@ typedef struct gt_calib {
     double optim_bytes_per_s;      /* AdamW: 28 bytes per element (4 read, 3 written fp32) */
     double coll_latency_s;         /* alpha of one collective call */
     double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
+    /* Collectives that run while the compute runs (ZeRO-3's gathers, per-unit reduce-scatters, buckets):
+     * measured by starting them back to back beside a loop of matrix products (calibrate.c). On a CPU the
+     * transfers' copies, the MPI progress thread and the kernel's network stack take cores the compute
+     * needs; on a GPU, NCCL's kernels share the SMs. overlap_bytes_per_s: their bus bandwidth then (0:
+     * as coll_bytes_per_s); overlap_compute_s_per_byte: the compute's seconds lost per byte such a
+     * collective moves (its ring-model bytes, as gt_time_collective counts them; 0: none) */
+    double overlap_bytes_per_s;
+    double overlap_compute_s_per_byte;
     double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
     gt_calib_in_step in_step[GT_CALIB_MAX_IN_STEP]; /* per model shape calibrated into the file */
     int n_in_step;

@@ -223,8 +223,8 @@ static double median(double *v, int n) {
 }
 
 /* The collectives: a one-element all-reduce gives the latency (the median of 20), a 16 MiB (CPU) or
- * 256 MiB (GPU) one the bandwidth (the median of 5), in the ring model's terms (timemodel.h). All ranks
- * take part; the figures are rank 0's. */
+ * 256 MiB (GPU) reduce-scatter and all-gather the bandwidth (the fastest of 5), in the ring model's
+ * terms (timemodel.h). All ranks take part; the figures are rank 0's. */
 static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
     int W = gt_comm_size(comm);
     size_t n = gpu ? (size_t)64 << 20 : (size_t)4 << 20;
@@ -236,13 +236,21 @@ static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
         gt_comm_all_reduce_sum(comm, b, 1, GT_DTYPE_F32);
         small[r] = now_s() - t0;
     }
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < 5; r++) { /* an all-reduce as ZeRO's reduction runs it: a reduce-scatter, an all-gather */
         gt_comm_barrier(comm);
         double t0 = now_s();
-        gt_comm_all_reduce_sum(comm, b, n, GT_DTYPE_F32);
+        size_t part = n / (size_t)W;
+        float *mine = (float *)b + (size_t)gt_comm_rank(comm) * part;
+        gt_comm_reduce_scatter_sum(comm, b, mine, part, GT_DTYPE_F32);
+        gt_comm_all_gather(comm, mine, b, part, GT_DTYPE_F32);
         big[r] = now_s() - t0;
     }
-    double best_small = median(small, 20), best_big = median(big, 5);
+    /* the latency the median call's; the bandwidth the fastest transfer's (a transfer is only ever
+     * slowed, by other traffic or a core taken: on the 2-node test cluster one calibration in three
+     * had its median at 0.07 GB/s on a link whose transfers ran at 0.11) */
+    double best_small = median(small, 20), best_big = big[0];
+    for (int r = 1; r < 5; r++)
+        if (big[r] < best_big) best_big = big[r];
     ops->free(b);
     c->coll_latency_s = best_small;
     double moved = 2.0 * (W - 1) / W * (double)n * 4;
@@ -465,20 +473,97 @@ static void measure_adamw(calib_run *r) {
     r->c->optim_bytes_per_s = 28.0 * n / t;
 }
 
-/* The collectives between the job's ranks (bench_comm); on one rank their defaults stay */
+/* Collectives beside compute (calib.h, overlap_*): the model's gate product (C -> F at the
+ * micro-batch's rows) timed alone for about 0.3 s, then run again while all-gathers of 4 MiB a rank
+ * (64 MiB on the GPU) go back to back on the path the trainer's overlapped collectives take (its
+ * started requests, with the MPI progress thread it starts: dist.progress_us), each started when the
+ * one before it is seen complete, tested between the products. The compute's seconds beyond its calls
+ * alone, over the bytes moved (ring-model bytes), and the bytes moved over the time they took. The
+ * gathers' count is rank 0's (a collective: every rank starts the same ones); each figure is the
+ * slowest rank's. */
+static void bench_overlap(calib_run *r, gt_comm *comm) {
+    const gt_ops *ops = r->ops;
+    gt_calib *c = r->c;
+    int W = gt_comm_size(comm);
+    gemm_case g = {r->N, r->C, r->F};
+    void *b[5];
+    gemm_buffers(r, &g, b);
+    int d[3] = {g.n, g.ic, g.oc};
+    size_t count = (r->gpu ? (size_t)16 << 20 : (size_t)1 << 20), *counts = malloc((size_t)W * sizeof *counts);
+    void *gb = buf(ops, count * (size_t)W * 4);
+    if (!counts) abort();
+    for (int i = 0; i < W; i++) counts[i] = count;
+    double moved = (double)(W - 1) * (double)count * 4; /* one gather's ring-model bytes: f x the whole */
+    mm_fwd(ops, b, d);
+    ops->synchronize();
+    gt_comm_barrier(comm);
+    int calls = 0;
+    double t0 = now_s();
+    do {
+        mm_fwd(ops, b, d);
+        ops->synchronize();
+        calls++;
+    } while (now_s() - t0 < 0.3 || calls < 5);
+    double per_call = (now_s() - t0) / calls;
+    /* as many gathers as take about 0.4 s alone, at least 3 */
+    int n_ag = (int)(0.4 / (c->coll_latency_s + moved / c->coll_bytes_per_s));
+    if (n_ag < 3) n_ag = 3;
+    if (n_ag > 200) n_ag = 200;
+    gt_comm_broadcast(comm, &n_ag, sizeof n_ag, 0);
+    gt_comm_barrier(comm);
+    int started = 0, during = 0;
+    gt_comm_request *req = NULL;
+    double start = now_s(), comm_end = start;
+    while (started < n_ag || req) {
+        if (!req && started < n_ag) {
+            req = gt_comm_all_gather_v_start(comm, gb, counts, GT_DTYPE_F32);
+            started++;
+        }
+        mm_fwd(ops, b, d);
+        ops->synchronize();
+        during++;
+        if (gt_comm_test(comm, req)) {
+            gt_comm_wait(comm, req); /* complete: frees it */
+            req = NULL;
+            comm_end = now_s();
+        }
+    }
+    double wall = now_s() - start;
+    double v[2] = {(wall - during * per_call) / (n_ag * moved), -(n_ag * moved / (comm_end - start))};
+    if (v[0] < 0) v[0] = 0;
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, g_ranks.world); /* the slowest rank's */
+    c->overlap_compute_s_per_byte = v[0];
+    c->overlap_bytes_per_s = -v[1];
+    ops->free(gb);
+    free(counts);
+    for (int j = 0; j < 5; j++) ops->free(b[j]);
+}
+
+/* The collectives between the job's ranks (bench_comm, bench_overlap); on one rank their defaults stay */
 static void measure_collectives(calib_run *r, gt_comm *comm) {
     gt_calib *c = r->c;
     if (comm && gt_comm_size(comm) > 1) {
         bench_comm(comm, r->ops, r->gpu, c);
+        /* the collectives beside compute take the path the trainer's do (train.c): on MPI, with the
+         * progress thread of dist.progress_us, started only now (it stays until the end: the
+         * collectives alone above were measured without it) */
+        char why[256];
+        if (!r->gpu && r->cfg->dist.progress_us > 0 &&
+            !gt_comm_progress_start(comm, r->cfg->dist.progress_us, why, sizeof why) && r->log)
+            fprintf(r->log, "  (no progress thread: %s; the collectives beside compute advance between products only)\n", why);
+        bench_overlap(r, comm);
         if (r->log)
-            fprintf(r->log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s\n",
-                    gt_comm_size(comm), gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9);
+            fprintf(r->log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s; beside compute "
+                            "%.2f GB/s, the compute losing %.2f ms per MB moved\n",
+                    gt_comm_size(comm), gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9,
+                    c->overlap_bytes_per_s / 1e9, c->overlap_compute_s_per_byte * 1e9);
         return;
     }
     gt_calib d = *c;
     gt_calib_defaults(&d, r->gpu, r->ops->act_bytes == 2);
     c->coll_latency_s = d.coll_latency_s;
     c->coll_bytes_per_s = d.coll_bytes_per_s;
+    c->overlap_bytes_per_s = 0, c->overlap_compute_s_per_byte = 0;
     if (r->log) fprintf(r->log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
 }
 

@@ -366,7 +366,8 @@ static int run_calibrate(int argc, char **argv) {
         fprintf(stderr, "gtrain: %s\n", err);
         return GT_EXIT_BAD_INPUT;
     }
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE; /* MULTIPLE for the progress thread, as the trainer (comm.h) */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

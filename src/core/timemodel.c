@@ -116,14 +116,32 @@ static void sim_init(sim *s, const gt_time_trace *tr, const gt_time_step *st, co
         if (tr->ev[i].kind == GT_TEV_GATHER) s->g_bytes[k++] = tr->ev[i].bytes;
 }
 
+/* A collective that runs beside the compute (a gather, a per-unit reduce-scatter, a bucket): its time
+ * at the calibration's bandwidth beside compute, and in *lost the compute's seconds it costs (calib.h,
+ * overlap_*), which the caller adds to the compute stream once the collective is placed (as if the
+ * compute ran throughout it: one exposed while the compute waits costs less than that) */
+static double sim_overlapped(const sim *s, char kind, double bytes, double *lost) {
+    const gt_calib *c = s->c;
+    *lost = 0;
+    if (s->W <= 1) return 0;
+    double moved = (kind == 'a' ? 2.0 : 1.0) * (double)(s->W - 1) / (double)s->W * bytes;
+    *lost = c->overlap_compute_s_per_byte * moved;
+    return c->coll_latency_s + moved / (c->overlap_bytes_per_s > 0 ? c->overlap_bytes_per_s : c->coll_bytes_per_s);
+}
+static void sim_lose(sim *s, double lost) {
+    s->t += lost;
+    s->busy_compute += lost;
+}
+
 /* Gather number `i` of the micro-batch issued on the communication stream at time `at` */
 static void sim_issue_gather(sim *s, int i, double at, int m) {
-    double d = gt_time_collective(s->c, s->W, 'g', s->g_bytes[i]);
+    double lost, d = sim_overlapped(s, 'g', s->g_bytes[i], &lost);
     double from = max2(s->comm, at);
     if (g_span_fn && s->W > 1) span(1, "all_gather_v", "collective", from, from + d, 0, s->g_bytes[i], m);
     s->comm = from + d;
     s->busy_comm += d;
     s->g_done[i] = s->comm;
+    sim_lose(s, lost);
 }
 
 /* A unit needed by micro-batch m: its gather (and with prefetch the next depth ones) issued on the
@@ -153,23 +171,24 @@ static void sim_gather(sim *s, int m) {
  * buckets, in the last micro-batch, its share of the bucket being filled (started when full, after the
  * end of the bucket started GT_ZERO_BUCKETS_IN_FLIGHT before it) */
 static void sim_grad_done(sim *s, const gt_time_event *e, int m) {
-    const gt_calib *c = s->c;
     int W = s->W;
     if (!s->st->grad_micro) { /* buckets: the last micro-batch's backward reduces them */
         if (!s->buckets || m != s->A - 1 || (s->pending += e->bytes) < s->st->bucket_bytes) return;
-        double d = gt_time_collective(c, W, 'r', s->pending);
+        double lost, d = sim_overlapped(s, 'r', s->pending, &lost);
         s->t = max2(s->t, s->b_done[s->n_b % GT_ZERO_BUCKETS_IN_FLIGHT]);
         s->comm = max2(s->comm, s->t) + d;
         s->b_done[s->n_b++ % GT_ZERO_BUCKETS_IN_FLIGHT] = s->comm;
         s->busy_comm += d;
         s->pending = 0;
+        sim_lose(s, lost);
         return;
     }
-    double d = gt_time_collective(c, W, 'r', e->bytes);
+    double lost, d = sim_overlapped(s, 'r', e->bytes, &lost);
     if (g_span_fn && W > 1)
         span(1, "reduce_scatter_v", "collective", max2(s->comm, s->t), max2(s->comm, s->t) + d, 0, e->bytes, m);
     s->comm = max2(s->comm, s->t) + d;
     s->busy_comm += d;
+    sim_lose(s, lost);
 }
 
 /* Micro-batch m: the trace's events in order on the two streams */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gtrain --calibrate on two ranks of one host: both ranks measure the compute at once (the file says
-# 2 ranks reported each figure), the key and the file's name say 2 ranks per node, a plan and a run of
+# 2 ranks reported each figure) and the collectives beside compute (their bandwidth and the compute's
+# loss per byte), the key and the file's name say 2 ranks per node, a plan and a run of
 # 2 ranks read that file as their own, and a plan of 1 rank reads it only as the nearest, saying so.
 #   calibrate_ranks.sh GTRAIN GTRAIN_PREP "MPIEXEC;FLAGS..." WORKDIR
 set -euo pipefail
@@ -39,7 +40,11 @@ assert d["key"]["ranks_per_node"] == 2 and d["key"]["threads"] == 1, d["key"]
 r = d["rates"]
 assert r["ranks_measured"] == 2 and r["rank_spread"] >= 1, (r["ranks_measured"], r["rank_spread"])
 assert "on 2 ranks, 2 per node" in d["source"], d["source"]
+# the collectives beside compute were measured: a bandwidth, and a cost to the compute (>= 0)
+assert r["overlap_bytes_per_s"] > 0 and r["overlap_compute_s_per_byte"] >= 0, (r["overlap_bytes_per_s"], r["overlap_compute_s_per_byte"])
 PY
+grep -q '^  collectives over 2 ranks (mpi): .*; beside compute [0-9.]* GB/s, the compute losing [0-9.]* ms per MB moved$' out.txt ||
+    fail "no line of the collectives beside compute"
 "$gtrain" --plan --world 2 run.ini >out.txt 2>&1 || fail "--plan --world 2"
 grep -qF "rates: calibrated: $file" out.txt || fail "--plan --world 2 did not read $file"
 grep -q "calibrated with" out.txt && fail "--plan --world 2 calls its own file another count's"
