@@ -22,6 +22,16 @@
 # bf16. ACC_GLOBAL (8) ACC_STEPS (10) ACC_SEQ (128) ACC_CALIBRATE=1 runs --calibrate for each shape,
 # precision and rank count first. ACC_WORK (scratch dir; default a new temporary one). Needs python3
 # and, for 2-rank rows, mpirun.
+#
+# ACC_CLUSTER=RATE: the rows on the 2-node test cluster instead (tests/cluster/cluster.sh up 2 --link
+# RATE: one rank per node, one thread each, every node's link shaped to RATE, in tc's units such as
+# 1gbit), brought up and taken down by this script (root). The calibration runs there too (srun over
+# both nodes: its collectives cross the shaped link; the file is keyed by the node's host name and kept
+# in ACC_WORK/cache), and so does --plan (on the first node, --ranks-per-node 1). Its default grid: 10
+# rows of both shapes, ZeRO-1/2/3, every recompute policy, fp32 and bf16, micro-batch 1 to 8; every row
+# must have 2 ranks. ACC_WORK must be on the file system the nodes share (default:
+# runs/plan-accuracy-cluster-DATE under the repository; not /tmp, of which each node has its own).
+# auto's comparison at the end is one-rank, on this host: not run in this mode.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -38,10 +48,33 @@ DEFAULT_GRID="s:1:none:1:1:fp32 s:1:none:8:1:fp32 s:2:selective:2:1:fp32 s:3:ful
 s:1:none:4:2:fp32 s:2:none:4:2:fp32 s:3:none:4:2:fp32 s:3:full:2:2:fp32 s:2:selective:8:2:bf16 s:1:auto:1:2:fp32
 m:1:none:1:1:fp32 m:1:none:8:1:fp32 m:2:selective:4:1:fp32 m:3:full:2:1:fp32 m:1:auto:4:1:bf16 m:3:none:8:1:bf16
 m:1:none:4:2:fp32 m:2:none:2:2:fp32 m:3:none:4:2:fp32 m:3:full:8:2:fp32 m:2:selective:1:2:bf16 m:1:full:2:2:fp32"
+CLUSTER="${ACC_CLUSTER:-}"
+if [[ -n "$CLUSTER" ]]; then
+    [[ "$CLUSTER" =~ ^[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)$ ]] ||
+        { echo "plan_accuracy: ACC_CLUSTER=$CLUSTER: expected a link rate in tc's units (200mbit, 1gbit, ...)" >&2; exit 2; }
+    [[ "$(id -u)" == 0 ]] || { echo "plan_accuracy: ACC_CLUSTER needs root (the test cluster's namespaces and daemons)" >&2; exit 2; }
+    DEFAULT_GRID="m:1:none:4:2:fp32 m:2:none:4:2:fp32 m:3:none:4:2:fp32 m:3:full:2:2:fp32 m:2:selective:8:2:bf16
+m:1:auto:1:2:fp32 m:3:sqrt:8:2:fp32 m:1:none:2:2:bf16 s:1:none:8:2:fp32 s:3:selective:2:2:fp32"
+fi
 GRID="${ACC_GRID:-$DEFAULT_GRID}"
+if [[ -n "$CLUSTER" ]]; then
+    for row in $GRID; do
+        IFS=: read -r _ _ _ _ n _ <<<"$row"
+        [[ "$n" == 2 ]] || { echo "plan_accuracy: ACC_CLUSTER: row $row has $n rank(s): every row runs on the 2 nodes" >&2; exit 2; }
+    done
+fi
 TEXT="${ACC_TEXT:-/usr/share/common-licenses/GPL-3}"
 [[ -r "$TEXT" ]] || TEXT="$root/docs/recompute.md"
-work="${ACC_WORK:-$(mktemp -d -t plan_accuracy.XXXXXX)}"
+if [[ -n "$CLUSTER" ]]; then
+    work="${ACC_WORK:-$root/runs/plan-accuracy-cluster-$(date -u +%Y%m%d-%H%M%S)}"
+    work="$(realpath -m "$work")"
+    case "$work" in /tmp | /tmp/* | /dev/shm | /dev/shm/*)
+        echo "plan_accuracy: ACC_WORK=$work: the test cluster's nodes have their own /tmp and /dev/shm (expected a directory elsewhere, such as runs/...)" >&2
+        exit 2 ;;
+    esac
+else
+    work="${ACC_WORK:-$(mktemp -d -t plan_accuracy.XXXXXX)}"
+fi
 mkdir -p "$work"
 "$prep" --val-fraction 0 -o "$work/text" "$TEXT" >/dev/null
 write_ini() { # shape -> ini
@@ -76,14 +109,30 @@ EOF
 write_ini s
 write_ini m
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$HOME/.cache}"
+RPN=0 # --plan's ranks per node: 0 for the row's ranks (one host)
+if [[ -n "$CLUSTER" ]]; then
+    export XDG_CACHE_HOME="$work/cache" # where the nodes (their own host names) keep their calibrations
+    bash "$root/tests/cluster/cluster.sh" up 2 --link "$CLUSTER" >"$work/cluster.env"
+    trap 'bash "$root/tests/cluster/cluster.sh" down >/dev/null 2>&1' EXIT
+    eval "$(cat "$work/cluster.env")"
+    RPN=1
+fi
 launch() { # ranks, command...
     local n="$1"; shift
     local root_flag=()
     [[ "$(id -u)" == 0 ]] && root_flag=(--allow-run-as-root)
-    if [[ "$n" == 1 ]]; then "$@"; else mpirun "${root_flag[@]}" --oversubscribe -np "$n" "$@"; fi
+    if [[ "$n" == 1 ]]; then "$@"
+    elif [[ -n "$CLUSTER" ]]; then
+        srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --mpi=pmix --export=ALL,OMP_NUM_THREADS=1 "$@"
+    else mpirun "${root_flag[@]}" --oversubscribe -np "$n" "$@"; fi
+}
+plan() { # gtrain --plan ARGS...: here, or on the cluster's first node (whose host name keys its calibration)
+    if [[ -n "$CLUSTER" ]]; then
+        srun --nodes=1 --ntasks=1 --cpus-per-task=1 --export=ALL,OMP_NUM_THREADS=1 "$gtrain" --plan "$@"
+    else "$gtrain" --plan "$@"; fi
 }
 budget_between() { # config, overrides... -> MiB half-way between the policy table's none and full totals
-    "$gtrain" --plan "$@" memory.recompute=none memory.budget=0 2>/dev/null | python3 -c '
+    plan "$@" memory.recompute=none memory.budget=0 2>/dev/null | python3 -c '
 import re, sys
 t = dict(re.findall(r"^  (none|full) +[0-9.]+ [KMG]?i?B +([0-9.]+) MiB", sys.stdin.read(), re.M))
 print("%.2f" % ((float(t["none"]) + float(t["full"])) / 2))'
@@ -120,7 +169,7 @@ for ((pass = 1; pass <= REPEAT; pass++)); do
         i=$k; ((pass % 2 == 0)) && i=$((${#rows[@]} - 1 - k))
         row_args "${rows[$i]}"
         i=$((i + 1))
-        ((pass == 1)) && { "$gtrain" --plan --world "$n" --ranks-per-node "$n" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true; }
+        ((pass == 1)) && { plan --world "$n" --ranks-per-node "$((RPN ? RPN : n))" "$work/$sh.ini" "${args[@]}" >"$work/$i.plan" 2>&1 || true; }
         launch "$n" "$gtrain" "$work/$sh.ini" "${args[@]}" "log.metrics=$work/$i.$pass.jsonl" >"$work/$i.$pass.out" 2>&1 ||
             rm -f "$work/$i.$pass.jsonl"
     done
@@ -174,6 +223,12 @@ if errs:
                                                        statistics.median(spreads), max(spreads),
                                                        sum(e > s for e, s in zip(errs, spreads))))
 PY
+if [[ -n "$CLUSTER" ]]; then
+    echo
+    echo "on the 2-node test cluster, one rank per node and one thread each, links shaped to $CLUSTER (tc tbf)"
+    echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); work dir $work"
+    exit 0
+fi
 # auto's choice under a budget that rules out the obvious plan (the largest micro-batch without
 # recompute), against every plan of a small grid that fits the same budget, all measured. As the grid
 # above: each plan (auto's own run among them) REPEAT times, in passes (the second in reverse order),
