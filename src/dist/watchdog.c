@@ -681,12 +681,27 @@ static void check(const record *me) {
     }
 }
 
+/* The heartbeat's wait is on the monotonic clock: a wait until a wall-clock time sleeps through a step
+ * of that clock (NTP stepping it back, a virtual machine's clock set after a pause) for as long as the
+ * step, and the watchdog with it. The condition's clock is set once, before the thread starts. */
+static int cond_monotonic;
+static void use_monotonic_cond(void) {
+    pthread_condattr_t a;
+    if (cond_monotonic || pthread_condattr_init(&a) != 0) return;
+    if (pthread_condattr_setclock(&a, CLOCK_MONOTONIC) == 0) {
+        pthread_cond_destroy(&stop_cond);
+        cond_monotonic = pthread_cond_init(&stop_cond, &a) == 0;
+        if (!cond_monotonic) pthread_cond_init(&stop_cond, NULL);
+    }
+    pthread_condattr_destroy(&a);
+}
+
 static void *watch(void *arg) {
     (void)arg;
     pthread_mutex_lock(&stop_lock);
     while (!stopping) {
         struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
+        clock_gettime(cond_monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &until);
         long ns = (long)(heartbeat_s * 1e9);
         until.tv_sec += (time_t)(ns / 1000000000L);
         until.tv_nsec += ns % 1000000000L;
@@ -829,6 +844,7 @@ int gt_watchdog_start(MPI_Comm world, const char *ckpt_dir, double timeout, doub
     stopping = 0;
     owner = pthread_self();
     STORE(running, 1);
+    use_monotonic_cond();
     if (pthread_create(&thread, NULL, watch, NULL) != 0) {
         STORE(running, 0);
         snprintf(why, why_len, "cannot start the watchdog thread");
