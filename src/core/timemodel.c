@@ -75,10 +75,14 @@ double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) {
     return in_step * memory_seconds(c, k->op, k->bytes);
 }
 
+/* The ring model's bytes a rank moves in a collective of `bytes` on `world` ranks */
+static double ring_bytes(int world, char kind, double bytes) {
+    return (kind == 'a' ? 2.0 : 1.0) * (double)(world - 1) / (double)world * bytes;
+}
+
 double gt_time_collective(const gt_calib *c, int world, char kind, double bytes) {
     if (world <= 1) return 0;
-    double f = (kind == 'a' ? 2.0 : 1.0) * (double)(world - 1) / (double)world;
-    return c->coll_latency_s + f * bytes / c->coll_bytes_per_s;
+    return c->coll_latency_s + ring_bytes(world, kind, bytes) / c->coll_bytes_per_s;
 }
 
 static double max2(double a, double b) { return a > b ? a : b; }
@@ -124,7 +128,7 @@ static double sim_overlapped(const sim *s, char kind, double bytes, double *lost
     const gt_calib *c = s->c;
     *lost = 0;
     if (s->W <= 1) return 0;
-    double moved = (kind == 'a' ? 2.0 : 1.0) * (double)(s->W - 1) / (double)s->W * bytes;
+    double moved = ring_bytes(s->W, kind, bytes);
     *lost = c->overlap_compute_s_per_byte * moved;
     return c->coll_latency_s + moved / (c->overlap_bytes_per_s > 0 ? c->overlap_bytes_per_s : c->coll_bytes_per_s);
 }
