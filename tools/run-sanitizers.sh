@@ -30,8 +30,13 @@ set +e
 #   slowrankasyncsave, stopcycles: 159 s, nearly all of it waiting for the limits): the watchdog code
 #   of its stop, spin, save, asyncsave, livestop and livespin modes, which run here, but for the checks
 #   of a slow save's progress, which only the slow* modes reach (they run without the sanitizers in
-#   tools/run-tests.sh).
+#   tools/run-tests.sh);
+# - calibrate_rounds_fastest and calibrate_in_step_factor (90 s under the sanitizers, nearly all of it
+#   the calibration's timed calls): the same calibration code runs here in
+#   cli_calibrate_then_plan_reads_it and calibrate_two_ranks (every round, the fastest-round choice,
+#   the in-step factor and the file); only the slowed rounds' hook and the factor's use are theirs.
 skip='^(data_chat_loss_mask_matches_transformers|plan_llama70b_fits|config_comments_match_plan'
+skip+='|calibrate_rounds_fastest|calibrate_in_step_factor'
 skip+='|watchdog_names_hung_rank_(slowstop|savestop|slowsave|slowsave1rank|slowasyncsave|slowrankasyncsave|stopcycles))$'
 (cd build-asan && ctest --output-on-failure --timeout 1500 -L 'unit|mpi' -E "$skip" "$@") 2>&1 |
   tee build-asan/ctest-output.txt
