@@ -253,6 +253,74 @@ static void test_file(void) {
     rmdir(dir);
 }
 
+/* The collectives per link kind (calib.c gt_calib_select_links), by hand: a calibration with, within a
+ * node, 10 us and 8 GB/s, between nodes 40 us and 1 GB/s, and 4 GB/s beside compute measured within a
+ * node. A run of 2 ranks on one node prices within a node; one of 4 ranks, 2 per node, between nodes,
+ * its bandwidth beside compute scaled to 4 x 1 / 8 = 0.5 GB/s, and a 16 MB reduce-scatter takes
+ * 40 us + 12 MB / 1 GB/s. Without the between-nodes pair: the defaults' 50 us and 1.25 GB/s, said so.
+ * One rank: nothing set. The pairs round-trip through the file; a file of an older gtrain (none)
+ * prices its one pair for both kinds. */
+static void test_links(void) {
+    gt_calib key, c, r;
+    measured_calib(&key, &c);
+    c.node_latency_s = 10e-6, c.node_bytes_per_s = 8e9;
+    c.net_latency_s = 40e-6, c.net_bytes_per_s = 1e9;
+    c.coll_latency_s = 40e-6, c.coll_bytes_per_s = 1e9;
+    c.overlap_bytes_per_s = 4e9, c.overlap_between_nodes = 0;
+    char note[512];
+    r = c;
+    snprintf(note, sizeof note, "calibrated: f");
+    gt_calib_select_links(&r, 0, 2, 2, note, sizeof note);
+    CHECK(r.coll_latency_s == 10e-6 && r.coll_bytes_per_s == 8e9 && r.overlap_bytes_per_s == 4e9,
+          "one node: %g s, %g B/s, beside compute %g B/s", r.coll_latency_s, r.coll_bytes_per_s, r.overlap_bytes_per_s);
+    CHECK(strcmp(note, "calibrated: f; collectives within a node: calibrated") == 0, "one node's note: %s", note);
+    r = c;
+    snprintf(note, sizeof note, "calibrated: f");
+    gt_calib_select_links(&r, 0, 4, 2, note, sizeof note);
+    CHECK(r.coll_latency_s == 40e-6 && r.coll_bytes_per_s == 1e9 && near(r.overlap_bytes_per_s, 0.5e9),
+          "two nodes: %g s, %g B/s, beside compute %g B/s", r.coll_latency_s, r.coll_bytes_per_s, r.overlap_bytes_per_s);
+    CHECK(strcmp(note, "calibrated: f; collectives between nodes (2 ranks per node): calibrated (beside compute: "
+                       "scaled from within a node)") == 0,
+          "two nodes' note: %s", note);
+    CHECK(near(gt_time_collective(&r, 4, 'r', 16e6), 40e-6 + 12e6 / 1e9), "two nodes' reduce-scatter: %g s",
+          gt_time_collective(&r, 4, 'r', 16e6));
+    r = c;
+    r.net_latency_s = r.net_bytes_per_s = 0;
+    snprintf(note, sizeof note, "calibrated: f");
+    gt_calib_select_links(&r, 0, 4, 1, note, sizeof note);
+    CHECK(r.coll_latency_s == 50e-6 && r.coll_bytes_per_s == 1.25e9 && near(r.overlap_bytes_per_s, 4e9 * 1.25 / 8),
+          "between nodes not measured: %g s, %g B/s, beside compute %g B/s", r.coll_latency_s, r.coll_bytes_per_s,
+          r.overlap_bytes_per_s);
+    CHECK(strstr(note, "; collectives between nodes (1 rank per node): not calibrated, the defaults' 50 us and 1.25 GB/s"),
+          "not measured, not said: %s", note);
+    r = c;
+    gt_calib_select_links(&r, 0, 1, 1, NULL, 0);
+    CHECK(r.coll_latency_s == 40e-6 && r.coll_bytes_per_s == 1e9, "one rank: set");
+
+    char dir[] = "/tmp/test_timemodel_links.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[256], err[1024];
+    snprintf(path, sizeof path, "%s/cal.json", dir);
+    c.overlap_between_nodes = 1;
+    CHECK(gt_calib_save(path, &c, err, sizeof err) == 0, "save: %s", err);
+    CHECK(gt_calib_load(path, &key, &r, err, sizeof err) == 0, "load: %s", err);
+    CHECK(r.node_latency_s == 10e-6 && r.node_bytes_per_s == 8e9 && r.net_latency_s == 40e-6 &&
+              r.net_bytes_per_s == 1e9 && r.overlap_between_nodes == 1,
+          "the link kinds round-trip");
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr), *rates = json_object_get(root, "rates");
+    const char *keys[] = {"within_node_latency_s", "within_node_bytes_per_s", "between_nodes_latency_s",
+                          "between_nodes_bytes_per_s", "overlap_between_nodes"};
+    for (int i = 0; i < 5; i++) CHECK(json_object_del(rates, keys[i]) == 0, "no key %s in the file", keys[i]);
+    CHECK(json_dump_file(root, path, 0) == 0, "rewrite");
+    json_decref(root);
+    CHECK(gt_calib_load(path, &key, &r, err, sizeof err) == 0, "load the older file: %s", err);
+    CHECK(r.node_latency_s == 40e-6 && r.net_latency_s == 40e-6 && r.node_bytes_per_s == 1e9 && r.net_bytes_per_s == 1e9,
+          "an older file: its one pair for both kinds");
+    unlink(path);
+    rmdir(dir);
+}
+
 /* The memory-bound kernels priced from their own measured sizes (calib.c gt_calib_kernel_seconds),
  * by hand: rmsnorm_forward measured at 1000 B 10 us, 3000 B 20 us, 9000 B 80 us. 2000 B: halfway
  * between the first two, 15 us; 3000 B: 20 us; 18000 B: beyond the largest, 80 us x 2 = 160 us;
@@ -1057,6 +1125,7 @@ int main(void) {
     test_hand_spans();
     test_dry_spans();
     test_file();
+    test_links();
     test_ranks_per_node();
     test_memory_kernels();
     test_auto_ranks_by_time();

@@ -8,7 +8,9 @@
 #                                       refused; a run reads the file of its ranks per node, else the
 #                                       nearest count's, saying so; auto's recompute plan is the fastest that fits, not
 #                                       the least FLOPs; dist.bucket_mb = auto by hand and searched;
-#                                       the calibration runs each GEMM once before timing any
+#                                       the calibration runs each GEMM once before timing any; the
+#                                       collectives priced per link kind (within a node, between nodes
+#                                       when the world spans nodes, the defaults' for a kind not measured)
 #   cli_calibrate_then_plan_reads_it    gtrain --plan says its figures are defaults, gtrain --calibrate
 #                                       writes the keyed file, --plan then reads it (a plan of 2 ranks per
 #                                       node as the nearest, saying so); a broken file is named and not
@@ -22,8 +24,9 @@
 #                                       without the key prices as 1 (tests/scripts/calibrate_in_step.sh)
 #   calibrate_two_ranks                 mpirun -np 2 gtrain --calibrate: both ranks measured each figure,
 #                                       the file is keyed 2 ranks per node, a 2-rank plan and run read it
-#                                       as theirs, a 1-rank plan as the nearest, saying so
-#                                       (tests/scripts/calibrate_ranks.sh)
+#                                       as theirs, a 1-rank plan as the nearest, saying so; the
+#                                       collectives measured within the node, then (each rank a node)
+#                                       between nodes, both kept in the file (tests/scripts/calibrate_ranks.sh)
 gtrain_add_c_test(test_timemodel SOURCES ${GTRAIN_TEST_DIR}/test_timemodel.c LABELS unit)
 add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}

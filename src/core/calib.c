@@ -83,23 +83,30 @@ void gt_calib_defaults(gt_calib *c, int gpu, int bf16) {
         c->attn_bwd_flops_per_s = peak;
         c->mem_bytes_per_s = 4.8e12;
         c->optim_bytes_per_s = 4.8e12;
-        c->coll_latency_s = 10e-6;
-        c->coll_bytes_per_s = 450e9;
+        c->coll_latency_s = c->node_latency_s = 10e-6;
+        c->coll_bytes_per_s = c->node_bytes_per_s = 450e9;
+        /* between nodes: 400 Gb/s InfiniBand NDR per GPU (a DGX H100's eight ConnectX-7), 50 GB/s a
+         * direction; its latency, 20 us, an assumption as above */
+        c->net_latency_s = 20e-6;
+        c->net_bytes_per_s = 50e9;
         c->peak_flops = peak;
         copy_str(c->source, sizeof c->source,
                  "defaults: NVIDIA H200 SXM datasheet peaks (989/67 TFLOP/s bf16/fp32, 4.8 TB/s HBM3e, 450 GB/s "
-                 "NVLink per direction), not measured");
+                 "NVLink per direction, 50 GB/s InfiniBand NDR between nodes), not measured");
     } else {
         c->matmul_flops_per_s = bf16 ? 100e9 : 50e9;
         c->attn_fwd_flops_per_s = 10e9;
         c->attn_bwd_flops_per_s = 10e9;
         c->mem_bytes_per_s = 10e9;
         c->optim_bytes_per_s = 10e9;
-        c->coll_latency_s = 20e-6;
-        c->coll_bytes_per_s = 5e9;
+        c->coll_latency_s = c->node_latency_s = 20e-6;
+        c->coll_bytes_per_s = c->node_bytes_per_s = 5e9;
+        c->net_latency_s = 50e-6; /* 10 Gbit/s Ethernet */
+        c->net_bytes_per_s = 1.25e9;
         c->peak_flops = 0;
         copy_str(c->source, sizeof c->source,
-                 "defaults: CPU guesses (50 GFLOP/s GEMM, 10 GB/s memory, 5 GB/s between ranks), not measured");
+                 "defaults: CPU guesses (50 GFLOP/s GEMM, 10 GB/s memory, 5 GB/s between ranks, 1.25 GB/s between "
+                 "nodes), not measured");
     }
 }
 
@@ -200,6 +207,19 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
     c.optim_bytes_per_s = jnum(r, "optimizer_bytes_per_s", &ok);
     c.coll_latency_s = jnum(r, "collective_latency_s", &ok);
     c.coll_bytes_per_s = jnum(r, "collective_bytes_per_s", &ok);
+    /* per link kind (absent in a file of an older gtrain: its one pair, whatever a run spans; 0: not
+     * measured) */
+    int has_links = 1;
+    c.node_latency_s = jnum(r, "within_node_latency_s", &has_links);
+    c.node_bytes_per_s = jnum(r, "within_node_bytes_per_s", &has_links);
+    c.net_latency_s = jnum(r, "between_nodes_latency_s", &has_links);
+    c.net_bytes_per_s = jnum(r, "between_nodes_bytes_per_s", &has_links);
+    c.overlap_between_nodes = (int)jnum(r, "overlap_between_nodes", &has_links);
+    if (!has_links || c.node_latency_s < 0 || c.node_bytes_per_s < 0 || c.net_latency_s < 0 || c.net_bytes_per_s < 0) {
+        c.node_latency_s = c.net_latency_s = c.coll_latency_s;
+        c.node_bytes_per_s = c.net_bytes_per_s = c.coll_bytes_per_s;
+        c.overlap_between_nodes = 0;
+    }
     int has_overlap = 1; /* absent in a file of an older gtrain, or of one rank: the collectives as alone */
     c.overlap_bytes_per_s = jnum(r, "overlap_bytes_per_s", &has_overlap);
     c.overlap_compute_s_per_byte = jnum(r, "overlap_compute_s_per_byte", &has_overlap);
@@ -300,6 +320,13 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_object_set_new(json_object_get(root, "rates"), "overlap_bytes_per_s", json_real(c->overlap_bytes_per_s));
         json_object_set_new(json_object_get(root, "rates"), "overlap_compute_s_per_byte",
                             json_real(c->overlap_compute_s_per_byte));
+        json_object_set_new(json_object_get(root, "rates"), "overlap_between_nodes",
+                            json_integer(c->overlap_between_nodes));
+        const char *link_keys[] = {"within_node_latency_s", "within_node_bytes_per_s", "between_nodes_latency_s",
+                                   "between_nodes_bytes_per_s"};
+        const double link_vals[] = {c->node_latency_s, c->node_bytes_per_s, c->net_latency_s, c->net_bytes_per_s};
+        for (int i = 0; i < 4; i++)
+            json_object_set_new(json_object_get(root, "rates"), link_keys[i], json_real(link_vals[i]));
         json_t *is = json_array();
         for (int i = 0; is && i < c->n_in_step; i++) {
             const gt_calib_in_step *f = &c->in_step[i];
@@ -432,6 +459,19 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
         if (!measured_now) c->in_step[c->n_in_step++] = previous->in_step[i];
     }
     merge_kernels(c, previous);
+    /* a link kind this calibration did not measure (one node, one rank per node, one rank): the earlier
+     * one's; the pair of the widest kind measured then prices (calib.h) */
+    if (c->node_bytes_per_s <= 0 && previous->node_bytes_per_s > 0)
+        c->node_latency_s = previous->node_latency_s, c->node_bytes_per_s = previous->node_bytes_per_s;
+    if (c->net_bytes_per_s <= 0 && previous->net_bytes_per_s > 0)
+        c->net_latency_s = previous->net_latency_s, c->net_bytes_per_s = previous->net_bytes_per_s;
+    if (c->overlap_bytes_per_s <= 0 && previous->overlap_bytes_per_s > 0) {
+        c->overlap_bytes_per_s = previous->overlap_bytes_per_s;
+        c->overlap_compute_s_per_byte = previous->overlap_compute_s_per_byte;
+        c->overlap_between_nodes = previous->overlap_between_nodes;
+    }
+    if (c->net_bytes_per_s > 0) c->coll_latency_s = c->net_latency_s, c->coll_bytes_per_s = c->net_bytes_per_s;
+    else if (c->node_bytes_per_s > 0) c->coll_latency_s = c->node_latency_s, c->coll_bytes_per_s = c->node_bytes_per_s;
     int n_new = c->n_gemm;
     for (int i = 0; i < previous->n_gemm && c->n_gemm < GT_CALIB_MAX_GEMMS; i++) {
         const gt_calib_gemm *g = &previous->gemm[i];
@@ -445,6 +485,40 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
     qsort(rates, (size_t)c->n_gemm, sizeof rates[0], cmp_double);
     c->matmul_flops_per_s = c->n_gemm % 2 ? rates[c->n_gemm / 2]
                                           : 0.5 * (rates[c->n_gemm / 2 - 1] + rates[c->n_gemm / 2]);
+}
+
+void gt_calib_select_links(gt_calib *c, int gpu, int world, int ranks_per_node, char *note, size_t note_len) {
+    if (world <= 1) return;
+    int net = ranks_per_node > 0 && world > ranks_per_node;
+    double lat = net ? c->net_latency_s : c->node_latency_s, bw = net ? c->net_bytes_per_s : c->node_bytes_per_s;
+    char kind[64], words[256];
+    if (net) snprintf(kind, sizeof kind, "between nodes (%d rank%s per node)", ranks_per_node, ranks_per_node == 1 ? "" : "s");
+    else snprintf(kind, sizeof kind, "within a node");
+    if (bw > 0) {
+        snprintf(words, sizeof words, "; collectives %s: %s", kind, c->measured ? "calibrated" : "the defaults'");
+    } else {
+        gt_calib d;
+        memset(&d, 0, sizeof d);
+        gt_calib_defaults(&d, gpu, 0);
+        lat = net ? d.net_latency_s : d.node_latency_s;
+        bw = net ? d.net_bytes_per_s : d.node_bytes_per_s;
+        snprintf(words, sizeof words, "; collectives %s: not calibrated, the defaults' %.0f us and %.2f GB/s", kind,
+                 lat * 1e6, bw / 1e9);
+    }
+    /* the bandwidth beside compute was measured on one kind: the other's at the same share of its own */
+    double measured_on = c->overlap_between_nodes ? c->net_bytes_per_s : c->node_bytes_per_s;
+    if (c->overlap_bytes_per_s > 0 && c->overlap_between_nodes != net && measured_on > 0) {
+        c->overlap_bytes_per_s *= bw / measured_on;
+        size_t n = strlen(words);
+        snprintf(words + n, sizeof words - n, " (beside compute: scaled from %s)",
+                 c->overlap_between_nodes ? "between nodes" : "within a node");
+    }
+    c->coll_latency_s = lat;
+    c->coll_bytes_per_s = bw;
+    if (note) {
+        size_t n = strlen(note);
+        if (n < note_len) snprintf(note + n, note_len - n, "%s", words);
+    }
 }
 
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward) {

@@ -50,7 +50,7 @@ typedef struct gt_calib {
                                       bandwidth, caches and clocks, so a kernel's rate depends on it */
     /* where the figures come from: 1 measured by --calibrate, 0 the defaults below */
     int measured;
-    char source[160];              /* one line: the defaults' sources, or when and where measured */
+    char source[256];              /* one line: the defaults' sources, or when and where measured */
     double matmul_flops_per_s;     /* a GEMM shape not measured: the median of those measured */
     gt_calib_gemm gemm[GT_CALIB_MAX_GEMMS];
     int n_gemm;
@@ -64,7 +64,15 @@ typedef struct gt_calib {
     int n_kernel;                  /* 0 in a file written before they were (priced at the single rates) */
     double optim_bytes_per_s;      /* AdamW: 28 bytes per element (4 read, 3 written fp32) */
     double coll_latency_s;         /* alpha of one collective call */
-    double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model) */
+    double coll_bytes_per_s;       /* beta: bus bandwidth, bytes a rank sends per second (ring model);
+                                      the pair the time model prices with: gt_calib_select_links sets it
+                                      to the link kind a run's collectives cross (in a file: the widest
+                                      kind measured) */
+    /* The collectives per link kind (calibrate.c): among the ranks of one node (shared memory, NVLink)
+     * and between nodes (one rank per node: the network). 0: that kind was not measured. */
+    double node_latency_s, node_bytes_per_s;
+    double net_latency_s, net_bytes_per_s;
+    int overlap_between_nodes;     /* 1: the overlap pair below was measured on ranks of several nodes */
     /* Collectives that run while the compute runs (ZeRO-3's gathers, per-unit reduce-scatters, buckets):
      * measured by starting them back to back beside a loop of matrix products (calibrate.c). On a CPU the
      * transfers' copies, the MPI progress thread and the kernel's network stack take cores the compute
@@ -95,9 +103,11 @@ void gt_calib_key(gt_calib *c, int gpu, int bf16);
 
 /* Stated defaults for the key's backend. GPU: NVIDIA H100/H200 SXM datasheet figures (989 TFLOP/s
  * dense bf16 tensor cores, 67 TFLOP/s fp32; HBM3e 4.8 TB/s on the H200, 3.35 TB/s on the H100;
- * NVLink 4 900 GB/s total, 450 GB/s per direction), peaks that a real kernel does not reach. CPU:
+ * NVLink 4 900 GB/s total, 450 GB/s per direction; between nodes 400 Gb/s InfiniBand NDR per GPU,
+ * 50 GB/s, as a DGX H100's ConnectX-7 adapters), peaks that a real kernel does not reach. CPU:
  * guesses (50 GFLOP/s fp32 GEMM, 10 GB/s memory-bound, 20 us and 5 GB/s collectives between ranks
- * of one host), not measurements. measured = 0. */
+ * of one host, 50 us and 1.25 GB/s, 10 Gbit/s Ethernet, between hosts), not measurements.
+ * measured = 0. */
 void gt_calib_defaults(gt_calib *c, int gpu, int bf16);
 
 /* The file of a key: $GTRAIN_CALIBRATION when set, else $XDG_CACHE_HOME/gtrain (or
@@ -130,6 +140,15 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
  * be NULL) replaces gt_calib_path. */
 void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, int ranks_per_node, const char *explicit_path,
                       char *note, size_t note_len);
+
+/* Sets the pair the time model prices collectives with (coll_latency_s, coll_bytes_per_s) for a run of
+ * `world` ranks, `ranks_per_node` on each node: the between-nodes figures when the run spans nodes
+ * (world > ranks_per_node: a ring's slowest link is then the network), else the within-node ones; a
+ * kind the file does not have is priced at the defaults' figures for it (gt_calib_defaults). The
+ * bandwidth beside compute, measured on one kind, is scaled to the other by their bandwidths' ratio.
+ * `note` (may be NULL) gets "; collectives between nodes: calibrated" or "...: not calibrated, the
+ * defaults' ..." appended. One rank: nothing to set. */
+void gt_calib_select_links(gt_calib *c, int gpu, int world, int ranks_per_node, char *note, size_t note_len);
 
 /* Sets c->in_step_factor for a model of (dim, ffn_dim, n_heads, vocab_size) at seq_len tokens: the
  * factor measured on that shape, else the one of the shape of the nearest dim (on a tie the larger),

@@ -9,6 +9,7 @@
  * thousands of rows hardly depends on their number).
  */
 #include "calibrate.h"
+#include "agree.h"
 #include "comm.h"
 #include "model.h"
 #include "ops_dry.h"
@@ -222,10 +223,10 @@ static double median(double *v, int n) {
     return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
 }
 
-/* The collectives: a one-element all-reduce gives the latency (the median of 20), a 16 MiB (CPU) or
- * 256 MiB (GPU) reduce-scatter and all-gather the bandwidth (the fastest of 5), in the ring model's
- * terms (timemodel.h). All ranks take part; the figures are rank 0's. */
-static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
+/* The collectives of one communicator: a one-element all-reduce gives the latency (the median of 20),
+ * a 16 MiB (CPU) or 256 MiB (GPU) reduce-scatter and all-gather the bandwidth (the fastest of 5), in
+ * the ring model's terms (timemodel.h). All its ranks take part; the figures are its rank 0's. */
+static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, double *latency_s, double *bytes_per_s) {
     int W = gt_comm_size(comm);
     size_t n = gpu ? (size_t)64 << 20 : (size_t)4 << 20;
     void *b = buf(ops, n * 4);
@@ -252,9 +253,9 @@ static void bench_comm(gt_comm *comm, const gt_ops *ops, int gpu, gt_calib *c) {
     for (int r = 1; r < 5; r++)
         if (big[r] < best_big) best_big = big[r];
     ops->free(b);
-    c->coll_latency_s = best_small;
+    *latency_s = best_small;
     double moved = 2.0 * (W - 1) / W * (double)n * 4;
-    c->coll_bytes_per_s = moved / (best_big - best_small > 1e-9 ? best_big - best_small : best_big);
+    *bytes_per_s = moved / (best_big - best_small > 1e-9 ? best_big - best_small : best_big);
 }
 
 /* What the measurements of one calibration share: the config's shapes, the backend, the file's rates
@@ -539,11 +540,62 @@ static void bench_overlap(calib_run *r, gt_comm *comm) {
     for (int j = 0; j < 5; j++) ops->free(b[j]);
 }
 
-/* The collectives between the job's ranks (bench_comm, bench_overlap); on one rank their defaults stay */
+/* A gt_comm over `sub` (this rank's part of a split; MPI_COMM_NULL: none) on the backend of the job's */
+static gt_comm *sub_comm(MPI_Comm sub, int gpu) {
+    if (sub == MPI_COMM_NULL) return NULL;
+    char why[256];
+    return gpu ? gt_comm_create_nccl(sub, why, sizeof why) : gt_comm_create_mpi(sub);
+}
+
+/* One link kind's pair (bench_comm) on the communicators `mine` of this rank (NULL: this rank takes no
+ * part; several measure at once, as the nodes' own ranks do in a step), the slowest one's kept: the
+ * largest latency, the smallest bandwidth. 0 when no rank measured. Collective over the job. */
+static void bench_link(gt_comm *mine, const gt_ops *ops, int gpu, MPI_Comm world, double *latency_s,
+                       double *bytes_per_s) {
+    double v[2] = {0, -1e300}; /* latency, -bandwidth */
+    if (mine && gt_comm_size(mine) > 1) {
+        double lat, bw;
+        bench_comm(mine, ops, gpu, &lat, &bw);
+        v[0] = lat, v[1] = -bw;
+        if (gt_comm_rank(mine) != 0) v[0] = 0, v[1] = -1e300; /* its rank 0's */
+    }
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world);
+    *latency_s = v[1] > -1e300 ? v[0] : 0;
+    *bytes_per_s = v[1] > -1e300 ? -v[1] : 0;
+}
+
+/* The collectives between the job's ranks, per link kind: among each node's ranks (all nodes with two
+ * or more at once), then between nodes (the first rank of each); then beside compute over the whole
+ * job (bench_overlap). GTRAIN_TEST_RANK_IS_NODE makes every rank a node. On one rank the defaults
+ * stay. */
 static void measure_collectives(calib_run *r, gt_comm *comm) {
     gt_calib *c = r->c;
     if (comm && gt_comm_size(comm) > 1) {
-        bench_comm(comm, r->ops, r->gpu, c);
+        MPI_Comm world = g_ranks.world, node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+        int rank = 0;
+        MPI_Comm_rank(world, &rank);
+        if (gt_test_hooks_get()->rank_is_node) MPI_Comm_split(world, rank, 0, &node);
+        else gt_node_comm(world, &node);
+        int local = 0, sizes[2];
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_size(node, &sizes[0]);
+        sizes[1] = local == 0; /* nodes */
+        MPI_Allreduce(MPI_IN_PLACE, &sizes[0], 1, MPI_INT, MPI_MAX, world);
+        MPI_Allreduce(MPI_IN_PLACE, &sizes[1], 1, MPI_INT, MPI_SUM, world);
+        MPI_Comm_split(world, local == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+        gt_comm *on_node = sizes[0] > 1 ? sub_comm(node, r->gpu) : NULL;
+        gt_comm *between = sizes[1] > 1 ? sub_comm(leaders, r->gpu) : NULL;
+        bench_link(on_node, r->ops, r->gpu, world, &c->node_latency_s, &c->node_bytes_per_s);
+        bench_link(between, r->ops, r->gpu, world, &c->net_latency_s, &c->net_bytes_per_s);
+        if (on_node) gt_comm_destroy(on_node);
+        if (between) gt_comm_destroy(between);
+        MPI_Comm_free(&node);
+        if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
+        /* the pair of the widest kind: what a collective over the whole job crosses (calib.h) */
+        int net = sizes[1] > 1;
+        c->coll_latency_s = net ? c->net_latency_s : c->node_latency_s;
+        c->coll_bytes_per_s = net ? c->net_bytes_per_s : c->node_bytes_per_s;
+        c->overlap_between_nodes = net;
         /* the collectives beside compute take the path the trainer's do (train.c): on MPI, with the
          * progress thread of dist.progress_us, started only now (it stays until the end: the
          * collectives alone above were measured without it) */
@@ -552,18 +604,27 @@ static void measure_collectives(calib_run *r, gt_comm *comm) {
             !gt_comm_progress_start(comm, r->cfg->dist.progress_us, why, sizeof why) && r->log)
             fprintf(r->log, "  (no progress thread: %s; the collectives beside compute advance between products only)\n", why);
         bench_overlap(r, comm);
-        if (r->log)
+        if (r->log) {
+            if (sizes[0] > 1)
+                fprintf(r->log, "  collectives within a node (up to %d ranks, %s): latency %.1f us, bandwidth %.2f GB/s\n",
+                        sizes[0], gt_comm_name(comm), c->node_latency_s * 1e6, c->node_bytes_per_s / 1e9);
+            if (net)
+                fprintf(r->log, "  collectives between nodes (%d nodes, one rank each, %s): latency %.1f us, bandwidth "
+                                "%.2f GB/s\n",
+                        sizes[1], gt_comm_name(comm), c->net_latency_s * 1e6, c->net_bytes_per_s / 1e9);
             fprintf(r->log, "  collectives over %d ranks (%s): latency %.1f us, bandwidth %.2f GB/s; beside compute "
                             "%.2f GB/s, the compute losing %.2f ms per MB moved\n",
                     gt_comm_size(comm), gt_comm_name(comm), c->coll_latency_s * 1e6, c->coll_bytes_per_s / 1e9,
                     c->overlap_bytes_per_s / 1e9, c->overlap_compute_s_per_byte * 1e9);
+        }
         return;
     }
     gt_calib d = *c;
     gt_calib_defaults(&d, r->gpu, r->ops->act_bytes == 2);
     c->coll_latency_s = d.coll_latency_s;
     c->coll_bytes_per_s = d.coll_bytes_per_s;
-    c->overlap_bytes_per_s = 0, c->overlap_compute_s_per_byte = 0;
+    c->node_latency_s = c->node_bytes_per_s = c->net_latency_s = c->net_bytes_per_s = 0; /* not measured */
+    c->overlap_bytes_per_s = 0, c->overlap_compute_s_per_byte = 0, c->overlap_between_nodes = 0;
     if (r->log) fprintf(r->log, "  collectives: one rank, not measured (the defaults stay: run under mpirun to measure)\n");
 }
 

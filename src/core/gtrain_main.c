@@ -73,7 +73,7 @@ static void usage(FILE *out) {
             "world of N ranks (default: the launcher's, else 1) and exits without training; then the\n"
             "predicted step time from the calibration file (--calibration FILE, or docs/planner.md's) of\n"
             "its ranks per node (--ranks-per-node N, default: the launcher's, else the world's ranks on\n"
-            "this host up to its cores);\n"
+            "this host up to its cores, or up to 8 for a GPU plan; a larger world spans nodes);\n"
             "--trace FILE writes that step as Chrome trace JSON (Perfetto, chrome://tracing open it).\n"
             "--calibrate measures the matmul, attention, memory, optimizer and (under mpirun) collective\n"
             "rates at the config's shapes and writes the calibration file --plan and training read;\n"
@@ -209,15 +209,17 @@ static int host_cores(void) {
 
 /* The ranks of a planned run on each node: --ranks-per-node N (given: > 0), else the launcher's count
  * of this node's ranks (Open MPI, MPICH/Hydra, Slurm's --ntasks-per-node), else the world's ranks on
- * this host as far as its cores go. The calibration file is looked up by it. */
-static int plan_ranks_per_node(int world, int given) {
+ * this host as far as its cores go, or for a GPU plan as far as 8 GPUs (an HGX or DGX node's; a plan is
+ * often made on a login node without GPUs). The calibration file is looked up by it, and a world larger
+ * spans nodes (its collectives priced between nodes: gt_calib_select_links). */
+static int plan_ranks_per_node(int world, int given, int gpu) {
     if (given > 0) return given < world ? given : world;
     const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"};
     for (int i = 0; i < 3; i++) {
         const char *v = getenv(vars[i]);
         if (v && atoi(v) > 0) return atoi(v) < world ? atoi(v) : world;
     }
-    int cores = host_cores();
+    int cores = gpu ? 8 : host_cores();
     return world < cores ? world : cores;
 }
 
@@ -301,9 +303,10 @@ static int run_plan(int argc, char **argv) {
     gt_mem_shape shape = gt_plan_shape(&cfg, gpu, bf16 ? 2 : 4, keep_probs, world);
     gt_calib calib; /* the rates auto ranks by and the prediction prices with */
     char note[8192];
-    int local = plan_ranks_per_node(world, per_node);
+    int local = plan_ranks_per_node(world, per_node, gpu);
     gt_calib_for_run(&calib, gpu, bf16, plan_threads(local), local, calib_path, note, sizeof note);
     gt_calib_note_in_step(&calib, &cfg, note, sizeof note);
+    gt_calib_select_links(&calib, gpu, world, local, note, sizeof note);
     if (cfg.train.peak_tflops > 0) calib.peak_flops = cfg.train.peak_tflops * 1e12;
     gt_plan_choice choice; /* auto resolved as the trainer resolves it */
     if (gt_plan_resolve(&cfg, &shape, &calib, &choice, err, sizeof err) != 0) {

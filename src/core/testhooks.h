@@ -74,7 +74,9 @@ typedef struct gt_test_hooks {
     long step_delay_ms;
     /* GTRAIN_TEST_NO_RESERVE=1: no space reservation before a save (runstate_save.c). */
     int no_reserve;
-    /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate_dir.c). */
+    /* GTRAIN_TEST_RANK_IS_NODE (any value): every rank probes checkpoint.dir as a node (runstate_dir.c),
+     * keeps its memory snapshots' partner copies as one (runstate_memsnap.c), and is measured as one by
+     * gtrain --calibrate (its collectives between nodes; calibrate.c). */
     int rank_is_node;
     /* GTRAIN_TEST_MEMSNAP_KILL=STEP:RANK: rank RANK kills itself (SIGKILL) in the middle of writing the
      * memory snapshot of step STEP, its header written and a third of its payload (memsnap.c). step 0: off. */

@@ -386,6 +386,7 @@ static int resolve_plan(run *r) {
     gt_calib_for_run(&calib, r->is_cuda, r->ops->act_bytes == 2, 0, local, NULL, r->predicted_note,
                      sizeof r->predicted_note);
     gt_calib_note_in_step(&calib, cfg, r->predicted_note, sizeof r->predicted_note);
+    gt_calib_select_links(&calib, r->is_cuda, r->world, local, r->predicted_note, sizeof r->predicted_note);
     MPI_Bcast(&calib, (int)sizeof calib, MPI_BYTE, 0, r->mpi);
     MPI_Bcast(r->predicted_note, (int)sizeof r->predicted_note, MPI_CHAR, 0, r->mpi);
     if (gt_plan_resolve(cfg, &shape, &calib, &r->choice, err, sizeof err) != 0) return fail_input(r->rank, err);
