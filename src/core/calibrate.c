@@ -645,6 +645,7 @@ static void measure_collectives(calib_run *r, gt_comm *comm) {
  * soon as half the rounds were slowed. A round after the first runs only while the rounds so far
  * leave ROUNDS_SECONDS for one more (a large model's round can take most of a minute on the CPU). */
 #define MAX_ROUNDS 5
+#define BUSY_ROUND_SPREAD 1.25 /* the median largest / smallest round above which --calibrate warns */
 #define ROUNDS_SECONDS 60.0
 
 /* The fastest of v[0..n-1]: the largest of rates (faster = 1), the smallest of seconds (faster = 0) */
@@ -899,6 +900,13 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
     if (log) {
         fprintf(log, "  each figure the fastest of %d round%s of the list (largest / smallest round: median %.3f)\n",
                 n_rounds, n_rounds == 1 ? "" : "s", round_spread);
+        /* a figure's rounds differ by more than a quiet machine's few per cent: others' load came and
+         * went while it measured (1.3-1.8 on this machine's busy hours, 1.07-1.2 on its quiet ones) */
+        if (round_spread > BUSY_ROUND_SPREAD)
+            fprintf(log, "  warning: the rounds differed by %.2fx: the machine was busy while it measured. Each figure "
+                         "is its fastest round's, so a run in a busier moment will be slower than predicted; "
+                         "calibrate again when it is quiet\n",
+                    round_spread);
     }
     if (log && g_ranks.size > 1)
         fprintf(log, "  compute measured on %d ranks at once, each figure the slowest rank's (slowest / fastest: "

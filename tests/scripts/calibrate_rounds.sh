@@ -4,7 +4,7 @@
 # process's load, or a virtual machine's host taking its second core away for seconds), here three of
 # the five (the first, third and last), set none of the file's figures: each stays within 2x + 4 ms of
 # a clean calibration's, where the first or last round's figure, or the median over the rounds, would
-# be 10 ms longer and their mean 6 ms.
+# be 10 ms longer and their mean 6 ms; and the output warns that the machine was busy.
 #   calibrate_rounds.sh GTRAIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 gtrain="$1" src="$2" work="$3"
@@ -20,6 +20,9 @@ for slow in 1,3,5; do
     >"$work/r$slow.out" 2>&1 || fail "--calibrate with rounds $slow slowed: $(tail -3 "$work/r$slow.out")"
   grep -q "^  each figure the fastest of 5 rounds of the list (largest / smallest round: median [0-9.]*)$" "$work/r$slow.out" ||
     fail "not 5 rounds: $(grep rounds "$work/r$slow.out" || tail -3 "$work/r$slow.out")"
+  # the slowed rounds differ from the others by far more than a quiet machine's: the user is told
+  grep -q "^  warning: the rounds differed by [0-9.]*x: the machine was busy while it measured" "$work/r$slow.out" ||
+    fail "no warning of a busy machine with rounds $slow slowed"
   python3 - "$work/r$slow.json" "$work/clean.json" <<'PY' || fail "rounds $slow's slowed calls set a figure of the file"
 import json, sys
 def calls(path):  # seconds per call of every kernel size and GEMM of the file
