@@ -148,15 +148,31 @@ class Env:
         return env
 
     def run(self, np_, name, *overrides, env=None, expect=0):
-        """Runs gtrain to the end; returns (stdout, stderr)."""
+        """Runs gtrain to the end; returns (stdout, stderr). A run still going after 240 s is reported
+        (tests/scripts/hang_report.sh: where each of its threads waits, and every process of the
+        machine), killed with its ranks, and fails the test."""
         cmd = self.command(np_, name, overrides)
-        p = subprocess.run(cmd, env=self.environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=240)
+        p = subprocess.Popen(cmd, env=self.environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            report = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "hang_report.sh")
+            subprocess.run(["bash", report, str(p.pid)])
+            tree = descendants(p.pid)
+            for pid in [p.pid] + tree:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            out, err = p.communicate()
+            print(out)
+            print(err)
+            fail(f"{' '.join(cmd)}: still running after 240 s (the hang report above)")
         if expect is not None and p.returncode != expect:
-            print(p.stdout)
-            print(p.stderr)
+            print(out)
+            print(err)
             fail(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}")
-        return p.stdout, p.stderr
+        return out, err
 
     def start(self, np_, name, *overrides, env=None):
         """Starts gtrain in its own process group (so that kill -9 reaches every rank)."""
@@ -235,6 +251,23 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def descendants(pid):
+    """Every process under pid (its children, theirs, ...), from /proc."""
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        kids = []
+        try:
+            for task in os.listdir(f"/proc/{q}/task"):
+                with open(f"/proc/{q}/task/{task}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+        except OSError:
+            pass
+        out += kids
+        todo += kids
+    return out
 
 
 def kill_group(p):
