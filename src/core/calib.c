@@ -470,8 +470,7 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
         c->overlap_compute_s_per_byte = previous->overlap_compute_s_per_byte;
         c->overlap_between_nodes = previous->overlap_between_nodes;
     }
-    if (c->net_bytes_per_s > 0) c->coll_latency_s = c->net_latency_s, c->coll_bytes_per_s = c->net_bytes_per_s;
-    else if (c->node_bytes_per_s > 0) c->coll_latency_s = c->node_latency_s, c->coll_bytes_per_s = c->node_bytes_per_s;
+    gt_calib_price_widest(c);
     int n_new = c->n_gemm;
     for (int i = 0; i < previous->n_gemm && c->n_gemm < GT_CALIB_MAX_GEMMS; i++) {
         const gt_calib_gemm *g = &previous->gemm[i];
@@ -485,6 +484,11 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
     qsort(rates, (size_t)c->n_gemm, sizeof rates[0], cmp_double);
     c->matmul_flops_per_s = c->n_gemm % 2 ? rates[c->n_gemm / 2]
                                           : 0.5 * (rates[c->n_gemm / 2 - 1] + rates[c->n_gemm / 2]);
+}
+
+void gt_calib_price_widest(gt_calib *c) {
+    if (c->net_bytes_per_s > 0) c->coll_latency_s = c->net_latency_s, c->coll_bytes_per_s = c->net_bytes_per_s;
+    else if (c->node_bytes_per_s > 0) c->coll_latency_s = c->node_latency_s, c->coll_bytes_per_s = c->node_bytes_per_s;
 }
 
 void gt_calib_select_links(gt_calib *c, int gpu, int world, int ranks_per_node, char *note, size_t note_len) {

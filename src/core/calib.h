@@ -141,6 +141,10 @@ void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous);
 void gt_calib_for_run(gt_calib *c, int gpu, int bf16, int threads, int ranks_per_node, const char *explicit_path,
                       char *note, size_t note_len);
 
+/* Sets coll_latency_s and coll_bytes_per_s to the widest link kind measured (between nodes, else within
+ * a node; neither: unchanged): what a collective over the calibrating job's whole world crossed. */
+void gt_calib_price_widest(gt_calib *c);
+
 /* Sets the pair the time model prices collectives with (coll_latency_s, coll_bytes_per_s) for a run of
  * `world` ranks, `ranks_per_node` on each node: the between-nodes figures when the run spans nodes
  * (world > ranks_per_node: a ring's slowest link is then the network), else the within-node ones; a

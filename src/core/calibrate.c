@@ -599,10 +599,8 @@ static void measure_collectives(calib_run *r, gt_comm *comm) {
         if (between) gt_comm_destroy(between);
         MPI_Comm_free(&node);
         if (leaders != MPI_COMM_NULL) MPI_Comm_free(&leaders);
-        /* the pair of the widest kind: what a collective over the whole job crosses (calib.h) */
         int net = sizes[1] > 1;
-        c->coll_latency_s = net ? c->net_latency_s : c->node_latency_s;
-        c->coll_bytes_per_s = net ? c->net_bytes_per_s : c->node_bytes_per_s;
+        gt_calib_price_widest(c);
         c->overlap_between_nodes = net;
         /* the collectives beside compute take the path the trainer's do (train.c): on MPI, with the
          * progress thread of dist.progress_us, started only now (it stays until the end: the
