@@ -31,6 +31,9 @@
 #   spare-none-left    GTRAIN_SPARE_NODES=2 of 2 nodes: exit 2, no run
 #   verdict-ends-step  a run that prints the watchdog's line naming node2 and then never ends: the script
 #                      ends it (SIGTERM) GTRAIN_VERDICT_WAIT (1) s later, and requeues (GTRAIN_RETRIES=0)
+#   killed-ends-step   GTRAIN_SPARE_NODES=1 of node1..3: run 1 prints srun's line for a rank on node2
+#                      dead of SIGKILL and never ends (no watchdog line yet): the script ends it
+#                      GTRAIN_VERDICT_WAIT (default 1) s later; run 2 on node1 and the spare node3
 # Every run of every case must see SLURM_PMIX_FENCE=ring (the submitter's own value in own-pmix-fence):
 # the fences of MPI_Init are then barriers of all nodes (why: launch/gtrain.sbatch).
 # About 10 s.
@@ -53,6 +56,10 @@ fi
 if [[ $code == *+named:* ]]; then # the watchdog's line, naming rank 1 on that host
   echo "gtrain: watchdog: rank 0 has seen no new record of rank 1 for 5.0 s (limit 5 s, dist.liveness_timeout); not arrived: rank 1 (pid 77 on ${code#*+named:}): no sign of life for 5 s, stopped or dead; exit 76" >>"$FAKE_DIR/job.out"
   code=${code%%+named:*}
+fi
+if [[ $code == *+killed:* ]]; then # srun's line for rank 1, on that host, dead of SIGKILL
+  echo "srun: error: ${code#*+killed:}: task 1: Killed" >>"$FAKE_DIR/job.out"
+  code=${code%%+killed:*}
 fi
 echo "srun run $n: SLURM_PMIX_FENCE=${SLURM_PMIX_FENCE-unset}" >>"$FAKE_DIR/fence"
 stopped() {
@@ -168,6 +175,13 @@ case_() {
     grep -q "in place of the nodes left out: node3 (spare(s) still waiting: node2)" "$dir/out" ||
       why="$why; no line saying node3 took the place and node2 waits"
   fi
+  if [[ $name == killed-ends-step ]]; then
+    grep -q "srun run 1: got TERM" "$dir/log" || why="$why; the held step was not ended"
+    grep -q "srun run 1: no TERM came" "$dir/log" && why="$why; the step was ended only by its own time limit"
+    grep -q "a rank died of a signal and the step still runs 1 s later: ending it" "$dir/out" ||
+      why="$why; no line saying the script ended it"
+    grep -q "srun run 2 started (then: 0) .*--nodelist=node1,node3 " "$dir/log" || why="$why; run 2 not on node1,node3"
+  fi
   if [[ $name == verdict-ends-step ]]; then
     grep -q "srun run 1: got TERM" "$dir/log" || why="$why; the held step was not ended"
     grep -q "the watchdog named a rank and the step still runs 1 s later: ending it" "$dir/out" ||
@@ -186,7 +200,7 @@ case_() {
 cases=("$@")
 ((${#cases[@]})) || cases=(stop-then-75 stop-before-run stop-between-runs stop-in-step-cmd stop-at-launch stop-missed-once
                              stop-then-killed saves-failing hang-no-rerun lost-no-rerun refused-shrink
-                             own-pmix-fence spare-takes-place spare-none-left verdict-ends-step)
+                             own-pmix-fence spare-takes-place spare-none-left verdict-ends-step killed-ends-step)
 for c in "${cases[@]}"; do
   case $c in
     stop-then-75) case_ "$c" "" "wait" "requeue 4242" ;;
@@ -205,6 +219,8 @@ for c in "${cases[@]}"; do
                          SLURM_JOB_NODELIST=node1,node2,node3 SLURM_JOB_NUM_NODES=3 SLURM_NTASKS=3 ;;
     spare-none-left) case_ "$c" "" "0" exit2 GTRAIN_SPARE_NODES=2 ;;
     verdict-ends-step) case_ "$c" "" "hang+named:node2" "requeue 4242" GTRAIN_RETRIES=0 GTRAIN_VERDICT_WAIT=1 ;;
+    killed-ends-step) case_ "$c" "" "hang+killed:node2 0" - GTRAIN_SPARE_NODES=1 FAKE_NODES=node1,node2,node3 \
+                        SLURM_JOB_NODELIST=node1,node2,node3 SLURM_JOB_NUM_NODES=3 SLURM_NTASKS=3 ;;
     *) echo "unknown case $c"; exit 2 ;;
   esac
 done
