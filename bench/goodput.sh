@@ -24,7 +24,7 @@
 # snapshots (each rank's with a partner copy on the other node) or the newest state file; after a
 # preemption the job requeues itself. One node of the cluster stays out of the job, for a requeue
 # while a lost node is away. The kinds: kill (kill -9 of the rank on one of the job's nodes taken at
-# random: the other rank's liveness watchdog names it, exit 76 or srun's 137 with its line), stop
+# random: srun says the rank was killed and the script ends the step GTRAIN_VERDICT_WAIT s later), stop
 # (SIGSTOP of it: the same, and the script ends the step GTRAIN_VERDICT_WAIT s after the watchdog's
 # line), preempt (SIGTERM to the batch shell, scancel --batch: the ranks save, exit 75, requeue) and
 # node (every process of a job's node with a rank that does not run the batch shell killed,

@@ -21,7 +21,9 @@
 # exits 137 after writing gtrain's "saved" line to the job's output, as ranks that saved before their
 # node died):
 #   hang-no-rerun      the watchdog's 76 with GTRAIN_RETRIES=0: requeued, not ended
-#   lost-no-rerun      node2 down, srun's 137 with GTRAIN_RETRIES=0: requeued at the full size
+#   lost-no-rerun      node2 down, srun's 137 with GTRAIN_RETRIES=0 (and its lines: the node's failure,
+#                      then node1's rank killed by srun, which is not a rank dead first): requeued at
+#                      the full size
 #   refused-shrink     node2 down after a save; the re-run on node1 exits 2 (the smaller world cannot
 #                      keep the global batch): requeued at the full size, not ended
 #   own-pmix-fence     SLURM_PMIX_FENCE=tree set by the submitter: the runs get it unchanged
@@ -56,6 +58,10 @@ fi
 if [[ $code == *+named:* ]]; then # the watchdog's line, naming rank 1 on that host
   echo "gtrain: watchdog: rank 0 has seen no new record of rank 1 for 5.0 s (limit 5 s, dist.liveness_timeout); not arrived: rank 1 (pid 77 on ${code#*+named:}): no sign of life for 5 s, stopped or dead; exit 76" >>"$FAKE_DIR/job.out"
   code=${code%%+named:*}
+fi
+if [[ $code == *+nodefail:* ]]; then # srun's lines for a lost node: its failure, then the rank it ends
+  printf 'srun: error: Node failure on %s\nsrun: error: node1: task 0: Killed\n' "${code#*+nodefail:}" >>"$FAKE_DIR/job.out"
+  code=${code%%+nodefail:*}
 fi
 if [[ $code == *+killed:* ]]; then # srun's line for rank 1, on that host, dead of SIGKILL
   echo "srun: error: ${code#*+killed:}: task 1: Killed" >>"$FAKE_DIR/job.out"
@@ -212,7 +218,7 @@ for c in "${cases[@]}"; do
     stop-then-killed) case_ "$c" "" "die" "requeue 4242" ;;
     saves-failing) case_ "$c" "" "74 0" "requeuehold 4242" ;;
     hang-no-rerun) case_ "$c" "" "76" "requeue 4242" GTRAIN_RETRIES=0 ;;
-    lost-no-rerun) case_ "$c" "" "137" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
+    lost-no-rerun) case_ "$c" "" "137+nodefail:node2" "requeue 4242" GTRAIN_RETRIES=0 FAKE_DOWN=node2 ;;
     refused-shrink) case_ "$c" "" "137+saved 2" "requeue 4242" FAKE_DOWN=node2 ;;
     own-pmix-fence) own_fence=tree case_ "$c" "" "75" "requeue 4242" ;;
     spare-takes-place) case_ "$c" "" "76+named:node2 0" - GTRAIN_SPARE_NODES=1 FAKE_NODES=node1,node2,node3 \
