@@ -12,7 +12,9 @@ Each scenario is one CTest test (tests/metrics.cmake):
   live                 the run is killed (SIGKILL) once its metrics file shows 2 steps: the event file
                        already holds every step but the last one the metrics file has (so they were
                        flushed as the run went, not at its end; a few steps' events fit in a stdio
-                       buffer, so a kill later on would find most of them written out anyway)
+                       buffer, so a kill later on would find most of them written out anyway: each
+                       step is followed by a 0.3 s pause, GTRAIN_TEST_STEP_DELAY_MS, so that a test
+                       slowed by a busy machine still kills the run within a step or two)
   ranks_and_errors     2 ranks: one event file (rank 0's); a log.tensorboard below a regular file is
                        exit 2 on both ranks with one line naming the key, before step 1
   mfu_with_peak        train.peak_tflops=0.5 on the CPU: every step line shows mfu, the metrics' mfu
@@ -176,7 +178,7 @@ def read_by_tensorboard():
 def live():
     work = ARGS.work
     config = setup(work, 400)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", GTRAIN_TEST_HOOKS="1", GTRAIN_TEST_STEP_DELAY_MS="300")
     p = subprocess.Popen([ARGS.gtrain, config, "checkpoint.dir=", "data.val_every=0"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, env=env)
     path = os.path.join(work, "metrics.jsonl")
