@@ -27,6 +27,10 @@
 #                                       as theirs, a 1-rank plan as the nearest, saying so; the
 #                                       collectives measured within the node, then (each rank a node)
 #                                       between nodes, both kept in the file (tests/scripts/calibrate_ranks.sh)
+#   pace_against_prediction             the trainer's one pace line: the median of steps 2-6 against the
+#                                       predicted step, said slower with a calibration 20x too fast,
+#                                       faster with one 20x too slow; a 3-step run says it at its last
+#                                       step, a resumed start from its own (tests/scripts/pace_check.sh)
 gtrain_add_c_test(test_timemodel SOURCES ${GTRAIN_TEST_DIR}/test_timemodel.c LABELS unit)
 add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
@@ -44,6 +48,10 @@ add_test(NAME calibrate_two_ranks
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_ranks.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
                  "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/calibrate_two_ranks)
 set_tests_properties(calibrate_two_ranks PROPERTIES LABELS mpi TIMEOUT 300)
+add_test(NAME pace_against_prediction
+         COMMAND bash ${GTRAIN_TEST_DIR}/scripts/pace_check.sh $<TARGET_FILE:gtrain> $<TARGET_FILE:gtrain-prep>
+                 "${MPIEXEC_EXECUTABLE};${GTRAIN_MPIEXEC_FLAGS}" ${CMAKE_CURRENT_BINARY_DIR}/pace_against_prediction)
+set_tests_properties(pace_against_prediction PROPERTIES LABELS unit TIMEOUT 300)
 # auto ranked by the time model on the command line (planner.c gt_plan_auto_all, gt_plan_report_time):
 #   plan_auto_lists_fastest             --plan with micro_batch = auto and a global batch: the header has
 #                                       the chosen micro-batch, and the five fastest plans that fit follow
