@@ -22,10 +22,17 @@ descendants() {
   local child
   for child in $(pgrep -P "$1"); do descendants "$child"; echo "$child"; done
 }
-# the ranks of the mpirun with pid $1 that run gtrain's main (its own name once exec'd)
+# the ranks of the mpirun with pid $1 that run gtrain's main (its own name once exec'd) and catch
+# SIGUSR1 (SigCgt: gtrain installs its stop handlers first thing in main; a signal before that, while
+# the dynamic loader still maps the libraries, ends the process as any program's would: on a busy
+# machine that window outlasted a fixed pause)
 ranks_started() {
-  local n=0 p
-  for p in $(descendants "$1"); do [[ "$(cat /proc/"$p"/comm 2>/dev/null)" == gtrain ]] && n=$((n + 1)); done
+  local n=0 p cgt
+  for p in $(descendants "$1"); do
+    [[ "$(cat /proc/"$p"/comm 2>/dev/null)" == gtrain ]] || continue
+    cgt=$(awk '/^SigCgt:/ {print $2}' /proc/"$p"/status 2>/dev/null)
+    [[ -n $cgt ]] && (((0x$cgt >> 9) & 1)) && n=$((n + 1))
+  done
   echo "$n"
 }
 
