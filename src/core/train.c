@@ -704,6 +704,8 @@ static void check_pace(run *r, int step, double seconds) {
     if (n == 1) snprintf(steps, sizeof steps, "step %d took", step);
     else snprintf(steps, sizeof steps, "steps %d-%d took a median", step - n + 1, step);
     const char *from = r->predicted_time.measured ? "" : ", priced from defaults (no calibration of this machine)";
+    if (r->progress.partial) printf("\r\033[K"); /* a line of its own, not after an in-place progress line */
+    r->progress.partial = 0;
     if (ratio > PACE_OFF)
         printf("gtrain: pace: %s %.3g ms, %.2fx the %.3g ms predicted%s: slower than the time model said. A "
                "machine busier than when it was calibrated, a calibration of other hardware, or steps so short "
