@@ -143,6 +143,9 @@ if [[ -n "${ACC_CALIBRATE:-}" ]]; then
         echo "plan_accuracy: calibrating $sh, $n rank(s), $prec ..." >&2
         launch "$n" "$gtrain" --calibrate "$work/$sh.ini" "train.precision=$prec" >"$work/calib.$sh.$n.$prec.out" 2>&1 ||
             echo "plan_accuracy: calibration failed, see $work/calib.$sh.$n.$prec.out" >&2
+        # how far its rounds were apart (about 1.04 on a quiet machine; --calibrate warns above 1.25)
+        sed -n 's/^  each figure the fastest of \([0-9]*\) rounds\{0,1\} of the list (largest \/ smallest round: median \([0-9.]*\))$/plan_accuracy:   its \1 rounds: largest \/ smallest, median \2/p' \
+            "$work/calib.$sh.$n.$prec.out" >&2
     done
 fi
 # Every row runs REPEAT times, in passes over the grid (the second pass in reverse order, so that a
