@@ -31,7 +31,11 @@
 #                                       predicted step, said slower with a calibration 20x too fast,
 #                                       faster with one 20x too slow; a 3-step run says it at its last
 #                                       step, a resumed start from its own (tests/scripts/pace_check.sh)
+#   test_pace                           unit: the pace line's window (the first step out), its median,
+#                                       its bounds (1.24x within, 1.26x slower, 0.79x faster), a
+#                                       prediction from the defaults, none without one (src/core/pace.c)
 gtrain_add_c_test(test_timemodel SOURCES ${GTRAIN_TEST_DIR}/test_timemodel.c LABELS unit)
+gtrain_add_c_test(test_pace SOURCES ${GTRAIN_TEST_DIR}/test_pace.c LABELS unit)
 add_test(NAME cli_calibrate_then_plan_reads_it
          COMMAND bash ${GTRAIN_TEST_DIR}/scripts/calibrate_plan.sh $<TARGET_FILE:gtrain> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/calibrate_plan)

@@ -35,6 +35,7 @@
 #include "model.h"
 #include "ops_watch.h"
 #include "optim.h"
+#include "pace.h"
 #include "planner.h"
 #include "preflight.h"
 #include "recompute.h"
@@ -305,8 +306,7 @@ typedef struct run {
     int32_t *inputs, *targets; /* one micro-batch of token ids (B, T) */
     progress progress;
     gt_spike_window spikes;    /* train.spike_zscore: the recent applied steps */
-    double pace_s[8];          /* rank 0: the first steps' seconds after the start's first (check_pace) */
-    int pace_n, pace_said;
+    gt_pace pace;              /* rank 0: the pace line's steps (pace.h) */
 } run;
 
 /* What one optimizer step did, as the progress line and the metrics line report it. */
@@ -678,46 +678,15 @@ static void say_start_split(void) {
     fflush(stdout);
 }
 
-/* Rank 0, once a start: the median of the PACE_STEPS steps after its first (the first is its warm-up)
- * against the time model's prediction, one line; out of [1/PACE_OFF, PACE_OFF] of it, the line says
- * the prediction missed and what to do (docs/planner.md, "Predicted against measured"). A run of
- * fewer steps says it at its last. The steps' own time (res.seconds): saves and refreshes after a step
- * are not in it, and the prediction leaves them out too. */
-#define PACE_STEPS 5
-#define PACE_OFF 1.25
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+/* Rank 0: the pace line (pace.h), once a start, on a line of its own (not after an in-place progress line) */
 static void check_pace(run *r, int step, double seconds) {
-    double predicted = r->predicted_time.step_s;
-    if (r->pace_said || step == r->state.first_step || !(predicted > 0)) return;
-    r->pace_s[r->pace_n++] = seconds;
-    if (r->pace_n < PACE_STEPS && step < r->cfg->train.steps) return;
-    r->pace_said = 1;
-    int n = r->pace_n;
-    double v[PACE_STEPS];
-    memcpy(v, r->pace_s, (size_t)n * sizeof *v);
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), ratio = median / predicted;
-    char steps[48];
-    if (n == 1) snprintf(steps, sizeof steps, "step %d took", step);
-    else snprintf(steps, sizeof steps, "steps %d-%d took a median", step - n + 1, step);
-    const char *from = r->predicted_time.measured ? "" : ", priced from defaults (no calibration of this machine)";
-    if (r->progress.partial) printf("\r\033[K"); /* a line of its own, not after an in-place progress line */
+    char line[1024];
+    if (!gt_pace_step(&r->pace, step, r->state.first_step, r->cfg->train.steps, seconds, r->predicted_time.step_s,
+                      r->predicted_time.measured, line, sizeof line))
+        return;
+    if (r->progress.partial) printf("\r\033[K");
     r->progress.partial = 0;
-    if (ratio > PACE_OFF)
-        printf("gtrain: pace: %s %.3g ms, %.2fx the %.3g ms predicted%s: slower than the time model said. A "
-               "machine busier than when it was calibrated, a calibration of other hardware, or steps so short "
-               "that the per-step costs the model leaves out weigh; gtrain --calibrate re-measures\n",
-               steps, median * 1e3, ratio, predicted * 1e3, from);
-    else if (ratio < 1 / PACE_OFF)
-        printf("gtrain: pace: %s %.3g ms, %.2fx the %.3g ms predicted%s: faster than the time model said. A "
-               "calibration taken while the machine was busy, or of slower hardware; gtrain --calibrate "
-               "re-measures\n", steps, median * 1e3, ratio, predicted * 1e3, from);
-    else
-        printf("gtrain: pace: %s %.3g ms, %+.0f%% against the %.3g ms predicted%s\n", steps, median * 1e3,
-               (ratio - 1) * 100, predicted * 1e3, from);
+    printf("gtrain: pace: %s\n", line);
     fflush(stdout);
 }
 
