@@ -192,6 +192,13 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
                        : !any_ranks && c.ranks_per_node != key->ranks_per_node ? "number of ranks per node"
                        : key->device[0] && strcmp(c.device, key->device) ? "device"
                        : strcmp(c.versions, key->versions) ? "versions" : NULL;
+    if (diff && strcmp(diff, "versions") == 0) {
+        /* the libraries' versions, and the BLAS kernels that OpenBLAS (or gtrain, gtrain_main.c) chose */
+        snprintf(err, err_len, "%s: measured with other libraries [%.200s], this run has [%.200s] (run gtrain --calibrate again)",
+                 path, c.versions, key->versions);
+        json_decref(root);
+        return -1;
+    }
     if (diff) {
         snprintf(err, err_len, "%s: measured for another %s (run gtrain --calibrate again)", path, diff);
         json_decref(root);

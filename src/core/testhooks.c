@@ -101,6 +101,7 @@ static void parse(gt_test_hooks *h) {
     h->dir_fsync_eio = (env = hook("GTRAIN_TEST_DIR_FSYNC_EIO")) != NULL && strcmp(env, "1") == 0;
     env = hook("GTRAIN_TEST_START_DELAY_MS");
     h->start_delay_ms = env ? atol(env) : 0;
+    h->blas_generic = (env = hook("GTRAIN_TEST_BLAS_GENERIC")) != NULL && strcmp(env, "1") == 0;
     env = hook("GTRAIN_TEST_STEP_DELAY_MS");
     h->step_delay_ms = env ? atol(env) : 0;
     env = hook("GTRAIN_TEST_NO_RESERVE");

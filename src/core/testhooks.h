@@ -70,6 +70,10 @@ typedef struct gt_test_hooks {
     /* GTRAIN_TEST_START_DELAY_MS=N: a pause of N ms first thing in main, after the stop handlers are
      * installed and before MPI starts (gtrain_main.c). */
     long start_delay_ms;
+    /* GTRAIN_TEST_BLAS_GENERIC=1: the BLAS core OpenBLAS chose counts as a generic one, which gtrain
+     * replaces before it starts (gtrain_main.c), as on CPUs OpenBLAS does not know; by Haswell (AVX2),
+     * so that the core changes on any x86 CPU that runs the tests, whatever OpenBLAS chose there. */
+    int blas_generic;
     /* GTRAIN_TEST_STEP_DELAY_MS=N: a pause of N ms after every step (runstate_loop.c). */
     long step_delay_ms;
     /* GTRAIN_TEST_NO_RESERVE=1: no space reservation before a save (runstate_save.c). */

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gtrain --calibrate writes the calibration file of this machine's key and gtrain --plan reads it:
+# gtrain --calibrate writes the calibration file of this machine's key and gtrain --plan reads it
+# (also where gtrain restarts itself with a better BLAS core than OpenBLAS chose):
 # before it, --plan marks its predicted step as coming from the defaults; after it, as calibrated,
 # naming the file (its key: 1 rank per node); a plan of 2 ranks per node reads it and says it was
 # measured on 1; --calibration FILE reads another; a broken file is named and the defaults used.
@@ -11,6 +12,9 @@ mkdir -p "$work"
 export XDG_CACHE_HOME="$work/cache"
 unset GTRAIN_CALIBRATION
 export OMP_NUM_THREADS=1
+# the BLAS core gtrain swaps in where OpenBLAS chose a generic one (any CPU here, by the hook): the
+# calibration is keyed by the kernels training runs, and --plan must name the same to read it
+export GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_BLAS_GENERIC=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cfg="$src/configs/tiny.ini"
 "$gtrain" --plan "$cfg" >"$work/before.out"
