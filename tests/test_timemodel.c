@@ -1063,7 +1063,7 @@ static void test_global_batch(void) {
  * (the model's shapes at each row count) runs once, forward and backward, before any is timed
  * (calibrate.c measure_gemms). On a table that records the products' calls: the first calls are each
  * case once, forward then backward, no case twice before all have run; then the timed calls. */
-#define MAX_MM_CALLS 80000 /* three rounds of timed calls, and the micro-batch run whole */
+#define MAX_MM_CALLS 240000 /* the rounds of timed calls, and the micro-batches run whole at each size */
 static struct {
     int n, ic, oc, backward;
 } g_mm[MAX_MM_CALLS];

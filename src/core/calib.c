@@ -244,7 +244,10 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
         json_t *e = json_array_get(is, i);
         int eok = 1;
         gt_calib_in_step f = {(int)jnum(e, "dim", &eok), (int)jnum(e, "ffn_dim", &eok), (int)jnum(e, "n_heads", &eok),
-                              (int)jnum(e, "vocab_size", &eok), (int)jnum(e, "seq_len", &eok), jnum(e, "factor", &eok)};
+                              (int)jnum(e, "vocab_size", &eok), (int)jnum(e, "seq_len", &eok), jnum(e, "factor", &eok), 0};
+        int has_b = 1; /* absent in an older gtrain's file: one size, not recorded */
+        f.micro_batch = (int)jnum(e, "micro_batch", &has_b);
+        if (!has_b || f.micro_batch < 0) f.micro_batch = 0;
         if (eok && f.factor > 0) c.in_step[c.n_in_step++] = f;
     }
     json_t *g = json_object_get(r, "gemm");
@@ -337,9 +340,9 @@ int gt_calib_save(const char *path, const gt_calib *c, char *err, size_t err_len
         json_t *is = json_array();
         for (int i = 0; is && i < c->n_in_step; i++) {
             const gt_calib_in_step *f = &c->in_step[i];
-            json_array_append_new(is, json_pack("{s:i,s:i,s:i,s:i,s:i,s:f}", "dim", f->dim, "ffn_dim", f->ffn_dim,
+            json_array_append_new(is, json_pack("{s:i,s:i,s:i,s:i,s:i,s:f,s:i}", "dim", f->dim, "ffn_dim", f->ffn_dim,
                                                 "n_heads", f->n_heads, "vocab_size", f->vocab_size, "seq_len",
-                                                f->seq_len, "factor", f->factor));
+                                                f->seq_len, "factor", f->factor, "micro_batch", f->micro_batch));
         }
         json_object_set_new(json_object_get(root, "rates"), "in_step", is);
     }
@@ -442,9 +445,9 @@ static int same_in_step_shape(const gt_calib_in_step *a, const gt_calib_in_step 
            a->seq_len == b->seq_len;
 }
 
-void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len, char *note,
-                             size_t note_len) {
-    gt_calib_in_step want = {dim, ffn_dim, n_heads, vocab_size, seq_len, 0};
+void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len,
+                             int micro_batch, char *note, size_t note_len) {
+    gt_calib_in_step want = {dim, ffn_dim, n_heads, vocab_size, seq_len, 0, 0};
     const gt_calib_in_step *best = NULL;
     double best_d = 0;
     for (int i = 0; i < c->n_in_step; i++) {
@@ -452,17 +455,51 @@ void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int
         double d = same_in_step_shape(f, &want) ? -1 : fabs(log((double)f->dim / (dim > 0 ? dim : 1)));
         if (!best || d < best_d || (d == best_d && f->dim > best->dim)) best = f, best_d = d;
     }
-    c->in_step_factor = best ? best->factor : 1;
+    c->n_in_step_sel = 0;
+    for (int i = 0; best && i < c->n_in_step; i++) { /* the chosen shape's sizes, ascending */
+        if (!same_in_step_shape(&c->in_step[i], best)) continue;
+        int k = c->n_in_step_sel++;
+        for (; k > 0 && c->in_step_sel[k - 1].micro_batch > c->in_step[i].micro_batch; k--)
+            c->in_step_sel[k] = c->in_step_sel[k - 1];
+        c->in_step_sel[k] = c->in_step[i];
+    }
+    c->in_step_factor = 1;
+    c->in_step_factor = gt_calib_in_step_at(c, micro_batch);
     if (!note || !note_len) return;
-    if (!best) snprintf(note, note_len, "in-step factor not measured (1)");
-    else if (best_d < 0) snprintf(note, note_len, "in-step factor %.3f (this model)", best->factor);
-    else snprintf(note, note_len, "in-step factor %.3f (measured on dim %d, ffn %d)", best->factor, best->dim, best->ffn_dim);
+    if (!best) {
+        snprintf(note, note_len, "in-step factor not measured (1)");
+        return;
+    }
+    if (best_d < 0) snprintf(note, note_len, "in-step factor %.3f (this model)", c->in_step_factor);
+    else snprintf(note, note_len, "in-step factor %.3f (measured on dim %d, ffn %d)", c->in_step_factor, best->dim, best->ffn_dim);
+    double lo = c->in_step_sel[0].factor, hi = lo;
+    for (int i = 1; i < c->n_in_step_sel; i++)
+        lo = fmin(lo, c->in_step_sel[i].factor), hi = fmax(hi, c->in_step_sel[i].factor);
+    size_t n = strlen(note);
+    if (hi - lo >= 0.0005 && n < note_len)
+        snprintf(note + n, note_len - n, ", %.3f-%.3f over micro-batches %d-%d", lo, hi, c->in_step_sel[0].micro_batch,
+                 c->in_step_sel[c->n_in_step_sel - 1].micro_batch);
+}
+
+double gt_calib_in_step_at(const gt_calib *c, int micro_batch) {
+    int n = c->n_in_step_sel;
+    if (n == 0) return c->in_step_factor > 0 ? c->in_step_factor : 1;
+    const gt_calib_in_step *s = c->in_step_sel;
+    double b = micro_batch > 0 ? micro_batch : 1;
+    if (n == 1 || b <= s[0].micro_batch) return s[0].factor;
+    if (b >= s[n - 1].micro_batch) return s[n - 1].factor;
+    int k = 1;
+    while (s[k].micro_batch < b) k++;
+    if (s[k - 1].micro_batch <= 0) return s[k].factor; /* an older file's size beside a measured one */
+    double x0 = log2(s[k - 1].micro_batch), x1 = log2(s[k].micro_batch), w = (log2(b) - x0) / (x1 - x0);
+    return s[k - 1].factor + w * (s[k].factor - s[k - 1].factor);
 }
 
 void gt_calib_merge_previous(gt_calib *c, const gt_calib *previous) {
+    int n_now = c->n_in_step; /* a model measured now: every size of it is now's */
     for (int i = 0; i < previous->n_in_step && c->n_in_step < GT_CALIB_MAX_IN_STEP; i++) { /* other models' factors */
         int measured_now = 0;
-        for (int k = 0; k < c->n_in_step; k++) measured_now |= same_in_step_shape(&c->in_step[k], &previous->in_step[i]);
+        for (int k = 0; k < n_now; k++) measured_now |= same_in_step_shape(&c->in_step[k], &previous->in_step[i]);
         if (!measured_now) c->in_step[c->n_in_step++] = previous->in_step[i];
     }
     merge_kernels(c, previous);

@@ -17,11 +17,13 @@
 #define GT_CALIB_MAX_GEMMS 256
 #define GT_CALIB_MAX_KERNELS 160
 #define GT_CALIB_MAX_IN_STEP 32
-/* The in-step factor of one model shape (calibrate.c): a micro-batch of that model run whole over the
- * sum of its kernels' calibrated seconds */
+/* The in-step factor of one model shape at one micro-batch size (calibrate.c): a micro-batch of that
+ * model run whole over the sum of its kernels' calibrated seconds. micro_batch: its sequences; 0 in a
+ * file of an older gtrain, which measured one size and did not record it (taken for every size). */
 typedef struct gt_calib_in_step {
     int dim, ffn_dim, n_heads, vocab_size, seq_len;
     double factor;
+    int micro_batch;
 } gt_calib_in_step;
 
 /* One kernel measured at one size: the op (ops.h's name), what the dry backend counts for that call
@@ -82,8 +84,12 @@ typedef struct gt_calib {
     double overlap_bytes_per_s;
     double overlap_compute_s_per_byte;
     double peak_flops;             /* MFU's peak: the datasheet's on a GPU, 0 (unknown) on the CPU */
-    gt_calib_in_step in_step[GT_CALIB_MAX_IN_STEP]; /* per model shape calibrated into the file */
+    gt_calib_in_step in_step[GT_CALIB_MAX_IN_STEP]; /* per model shape and micro-batch size calibrated
+                                                       into the file */
     int n_in_step;
+    gt_calib_in_step in_step_sel[GT_CALIB_MAX_IN_STEP]; /* the chosen model shape's, by micro_batch
+                                                           ascending (gt_calib_select_in_step) */
+    int n_in_step_sel;
     double in_step_factor;         /* the factor the time model applies: a micro-batch of the model run
                                       whole (forward and backward) over the sum of its kernels' seconds
                                       above, how much slower kernels run one after another in a step
@@ -154,12 +160,20 @@ void gt_calib_price_widest(gt_calib *c);
  * defaults' ..." appended. One rank: nothing to set. */
 void gt_calib_select_links(gt_calib *c, int gpu, int world, int ranks_per_node, char *note, size_t note_len);
 
-/* Sets c->in_step_factor for a model of (dim, ffn_dim, n_heads, vocab_size) at seq_len tokens: the
- * factor measured on that shape, else the one of the shape of the nearest dim (on a tie the larger),
- * else 1. `note` (may be NULL) gets a few words saying which: "in-step factor 1.12 (this model)",
- * "... (measured on dim 256, ffn 704)", "in-step factor not measured (1)". */
-void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len, char *note,
-                             size_t note_len);
+/* Chooses the in-step factors for a model of (dim, ffn_dim, n_heads, vocab_size) at seq_len tokens:
+ * those measured on that shape, else those of the shape of the nearest dim (on a tie the larger), each
+ * at the micro-batch sizes measured (c->in_step_sel); c->in_step_factor is then the one at micro_batch
+ * (gt_calib_in_step_at; <= 0: 1 sequence), 1 when none was measured. `note` (may be NULL) gets a few
+ * words saying which: "in-step factor 1.12 (this model)", "... (measured on dim 256, ffn 704)", with
+ * ", 0.90-1.06 over micro-batches 1-8" where the sizes' factors differ; "in-step factor not measured (1)". */
+void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int vocab_size, int seq_len,
+                             int micro_batch, char *note, size_t note_len);
+/* The chosen shape's in-step factor at a micro-batch of that many sequences: the measured size's, else
+ * interpolated on log2 of the size between the two nearest measured, else the nearest's (beyond the
+ * ends, or an older file's one size); c->in_step_factor when none was chosen. A micro-batch's kernels
+ * run slower against each alone the larger it is (its inputs come from further away): 0.90 at 1
+ * sequence, 1.03 at 4 and 1.06 at 8 for a model of dim 256 on one Xeon (docs/planner.md). */
+double gt_calib_in_step_at(const gt_calib *c, int micro_batch);
 /* The rate of a GEMM of shape (n, ic, oc), forward (backward = 0) or backward: the measured entry of
  * that (ic, oc) (nearest n), else matmul_flops_per_s. */
 double gt_calib_gemm_rate(const gt_calib *c, int n, int ic, int oc, int backward);

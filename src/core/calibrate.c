@@ -729,22 +729,27 @@ static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
     fprintf(log, "  AdamW: %.2f GB/s\n", c->optim_bytes_per_s / 1e9);
 }
 
-/* The in-step factor (calib.h): one micro-batch of the config's model (at most 2 blocks: the factor
+/* The in-step factor (calib.h): a micro-batch of the config's model (at most 2 blocks: the factor
  * is about kernels in sequence, which two blocks show as well as eighty), forward and backward
  * without recompute, run whole on the backend in each round (the median of at least 3 calls, 0.15
  * s), and the fastest round's against the sum of its kernels' seconds from the figures kept (each its
  * fastest round's too)
- * (the dry model's calls priced by gt_time_op_seconds, the factor still 1). Not run (factor 1, and a
- * line saying so) when that model would take more than 2 GiB on the CPU, 8 GiB on the GPU. */
+ * (the dry model's calls priced by gt_time_op_seconds, the factor still 1). At each micro-batch size
+ * the time model prices: the config's and 1, 2, 4 and 8 sequences (the GEMMs' rows above), since the
+ * factor grows with the size. A size whose model would take more than 2 GiB on the CPU, 8 GiB on the
+ * GPU, is not run; with none run the factor stays 1 and a line says so. */
+#define IN_STEP_SIZES 5
 typedef struct in_step_run {
     gt_model_config mc;
     gt_plan plan;
     gt_mem mem;
     gt_model *model;
     int32_t *tok;
-    double bytes;     /* what the model would take: its weights, gradients and a rough stash */
-    double whole[MAX_ROUNDS];
-    int n_whole;
+    int n_sizes;                 /* the sizes that fit, ascending */
+    int B[IN_STEP_SIZES];
+    double whole[IN_STEP_SIZES][MAX_ROUNDS];
+    int n_whole[IN_STEP_SIZES];
+    double smallest_bytes;       /* what the smallest size would take, for the line when none fits */
 } in_step_run;
 static double g_dry_seconds;
 static const gt_calib *g_dry_calib;
@@ -752,88 +757,112 @@ static void sum_seconds(void *ctx, const gt_op_cost *cost) {
     (void)ctx;
     g_dry_seconds += gt_time_op_seconds(g_dry_calib, cost);
 }
+/* what the 2-block model would take at B sequences: its weights, gradients and a rough stash */
+static double in_step_bytes(const calib_run *r, const gt_model_config *mc, int B) {
+    return (double)gt_model_param_count(mc) * (r->e + 4) + 24.0 * B * r->T * ((double)mc->dim + mc->ffn_dim) * r->e;
+}
 static void in_step_begin(calib_run *r, in_step_run *w) {
     memset(w, 0, sizeof *w);
     w->mc = *r->m;
     if (w->mc.n_layers > 2) w->mc.n_layers = 2;
+    int want[IN_STEP_SIZES] = {r->B, 1, 2, 4, 8};
+    double cap = (r->gpu ? 8.0 : 2.0) * (1u << 30);
+    w->smallest_bytes = in_step_bytes(r, &w->mc, 1);
+    for (int i = 0; i < IN_STEP_SIZES; i++) {
+        int B = want[i], k = w->n_sizes, dup = 0;
+        for (int j = 0; j < w->n_sizes; j++) dup |= w->B[j] == B;
+        if (dup || in_step_bytes(r, &w->mc, B) > cap) continue;
+        for (; k > 0 && w->B[k - 1] > B; k--) w->B[k] = w->B[k - 1];
+        w->B[k] = B;
+        w->n_sizes++;
+    }
+    if (!w->n_sizes) return;
+    int Bmax = w->B[w->n_sizes - 1];
     uint64_t P = gt_model_param_count(&w->mc);
-    w->bytes = (double)P * (r->e + 4) + 24.0 * r->N * ((double)w->mc.dim + w->mc.ffn_dim) * r->e;
-    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) return;
     w->plan.n_blocks = w->mc.n_layers;
     for (int i = 0; i < w->mc.n_layers; i++) w->plan.seg_start[i] = 1;
     gt_mem_init(&w->mem, r->ops);
     w->model = gt_model_create(r->ops, &w->mem, &w->mc);
     float *host = malloc((size_t)P * sizeof *host);
-    w->tok = malloc((size_t)r->N * 2 * sizeof *w->tok);
+    w->tok = malloc((size_t)Bmax * r->T * 2 * sizeof *w->tok);
     if (w->model && host && w->tok) {
         gt_layout_init_params(gt_model_layout(w->model), host, 1);
         gt_model_set_params(w->model, host);
-        for (int i = 0; i < 2 * r->N; i++) w->tok[i] = (int32_t)((i * 7919u) % (unsigned)w->mc.vocab_size);
+        for (int i = 0; i < 2 * Bmax * r->T; i++) w->tok[i] = (int32_t)((i * 7919u) % (unsigned)w->mc.vocab_size);
     } else if (w->model) {
         gt_model_destroy(w->model);
         w->model = NULL;
     }
     free(host);
 }
-/* One round's figure: the micro-batch run whole (every rank at once, the slowest's) */
+/* One round's figures: a micro-batch of each size run whole (every rank at once, the slowest's) */
 static void in_step_round(calib_run *r, in_step_run *w) {
-    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) return; /* every rank alike */
-    double t = 0;
-    int recomputed = 0;
-    float dloss = 1.0f / (float)r->N;
-    if (w->model) {
-        gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
-        r->ops->synchronize(); /* a warm-up call */
+    for (int i = 0; i < w->n_sizes; i++) { /* every rank alike: the sizes depend on the config alone */
+        int B = w->B[i], N = B * r->T;
+        double t = 0;
+        int recomputed = 0;
+        float dloss = 1.0f / (float)N;
+        if (w->model) {
+            gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + N, B, r->T, dloss, no_key, &recomputed);
+            r->ops->synchronize(); /* a warm-up call */
+        }
+        together_begin();
+        if (w->model) {
+            double times[MAX_REPS], t0 = now_s();
+            int reps = 0;
+            do {
+                double s = now_s();
+                gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + N, B, r->T, dloss, no_key, &recomputed);
+                r->ops->synchronize();
+                if (g_test_slow_s > 0) nanosleep(&(struct timespec){0, (long)(g_test_slow_s * 1e9)}, NULL);
+                times[reps++] = now_s() - s;
+            } while ((now_s() - t0 < MIN_SECONDS * 1.5 || reps < 3) && reps < MAX_REPS);
+            t = median(times, reps);
+        }
+        t = together_end(t);
+        if (t > 0) w->whole[i][w->n_whole[i]++] = t;
     }
-    together_begin();
-    if (w->model) {
-        double times[MAX_REPS], t0 = now_s();
-        int reps = 0;
-        do {
-            double s = now_s();
-            gt_model_train_micro(w->model, &w->plan, w->tok, w->tok + r->N, r->B, r->T, dloss, no_key, &recomputed);
-            r->ops->synchronize();
-            if (g_test_slow_s > 0) nanosleep(&(struct timespec){0, (long)(g_test_slow_s * 1e9)}, NULL);
-            times[reps++] = now_s() - s;
-        } while ((now_s() - t0 < MIN_SECONDS * 1.5 || reps < 3) && reps < MAX_REPS);
-        t = median(times, reps);
-    }
-    t = together_end(t);
-    if (t > 0) w->whole[w->n_whole++] = t;
 }
-/* The factor into c (its figures combined), one log line; frees the model */
+/* The factors into c (its figures combined), a log line per size; frees the model. c->in_step_factor:
+ * the config's size's. */
 static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
     gt_calib *c = r->c;
     c->in_step_factor = 1;
     c->n_in_step = 0;
     if (w->model) gt_model_destroy(w->model);
     free(w->tok);
-    if (w->bytes > (r->gpu ? 8.0 : 2.0) * (1u << 30)) {
-        if (log) fprintf(log, "  in-step factor: not measured (a micro-batch of 2 blocks would take %.1f GiB): 1\n", w->bytes / (1u << 30));
+    if (!w->n_sizes) {
+        if (log) fprintf(log, "  in-step factor: not measured (a micro-batch of 2 blocks would take %.1f GiB): 1\n",
+                         w->smallest_bytes / (1u << 30));
         return;
     }
     gt_model *dry = gt_model_create_dry(&w->mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
-    g_dry_seconds = 0;
     g_dry_calib = c;
-    gt_ops_dry_set_cost(sum_seconds, NULL);
-    gt_model_dry_train_micro(dry, &w->plan, r->B, r->T);
-    gt_ops_dry_set_cost(NULL, NULL);
-    gt_model_destroy(dry);
-    double predicted = g_dry_seconds, t = w->n_whole ? fastest_of(w->whole, w->n_whole, 0) : 0;
-    if (t > 0 && predicted > 0) {
-        c->in_step_factor = t / predicted;
-        c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, c->in_step_factor};
+    for (int i = 0; i < w->n_sizes; i++) {
+        int B = w->B[i];
+        g_dry_seconds = 0;
+        gt_ops_dry_set_cost(sum_seconds, NULL);
+        gt_model_dry_train_micro(dry, &w->plan, B, r->T);
+        gt_ops_dry_set_cost(NULL, NULL);
+        double predicted = g_dry_seconds, t = w->n_whole[i] ? fastest_of(w->whole[i], w->n_whole[i], 0) : 0, f = 1;
+        if (t > 0 && predicted > 0 && c->n_in_step < GT_CALIB_MAX_IN_STEP) {
+            f = t / predicted;
+            c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, f, B};
+            if (B == r->B) c->in_step_factor = f;
+        }
+        if (log)
+            fprintf(log, "  in-step factor: a micro-batch (%d x %d tokens, %d block%s) run whole %.2f ms, its kernels one "
+                         "by one %.2f ms: %.3f\n", B, r->T, w->mc.n_layers, w->mc.n_layers == 1 ? "" : "s", t * 1e3,
+                    predicted * 1e3, f);
     }
-    if (log)
-        fprintf(log, "  in-step factor: a micro-batch (%d x %d tokens, %d block%s) run whole %.2f ms, its kernels one "
-                     "by one %.2f ms: %.3f\n", r->B, r->T, w->mc.n_layers, w->mc.n_layers == 1 ? "" : "s", t * 1e3,
-                predicted * 1e3, c->in_step_factor);
+    gt_model_destroy(dry);
 }
 
 void gt_calib_note_in_step(gt_calib *c, const gt_config *cfg, char *note, size_t note_len) {
     const gt_model_config *m = &cfg->model;
     char words[160];
-    gt_calib_select_in_step(c, m->dim, m->ffn_dim, m->n_heads, m->vocab_size, cfg->train.seq_len, words, sizeof words);
+    gt_calib_select_in_step(c, m->dim, m->ffn_dim, m->n_heads, m->vocab_size, cfg->train.seq_len, cfg->train.micro_batch,
+                            words, sizeof words);
     size_t n = strlen(note);
     if (c->measured && n + 2 < note_len) snprintf(note + n, note_len - n, "; %s", words);
 }

@@ -1103,7 +1103,11 @@ static void rec_micro_end(void *ctx) {
 static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib, time_rec *r) {
     gt_model *dry = dry_model(sh);
     memset(r, 0, sizeof *r);
-    r->calib = calib;
+    /* the in-step factor of this plan's micro-batch size (calib.h: it grows with the size) */
+    gt_calib *at_size = calib ? malloc(sizeof *at_size) : NULL;
+    if (calib && !at_size) abort();
+    if (at_size) *at_size = *calib, at_size->in_step_factor = gt_calib_in_step_at(calib, sh->micro_batch);
+    r->calib = at_size;
     r->stage3 = sh->stage == 3;
     r->micro = sh->stage >= 2 && sh->grad_micro;
     r->buckets = !r->micro && sh->stage >= 1 && sh->world > 1 && sh->bucket_mb > 0; /* zero.h's buckets */
@@ -1131,6 +1135,8 @@ static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_ca
     free(r->pref);
     free(r->gref);
     free(r->unit_elems);
+    free(at_size);
+    r->calib = calib;
 }
 
 /* The compute seconds of one micro-batch of `plan` on the dry schedule. */

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # gtrain --calibrate measures a micro-batch of the model run whole against the sum of its kernels'
-# calibrated seconds and keeps the ratio in the file per model shape ("in_step": dim, ffn_dim,
-# n_heads, vocab_size, seq_len, factor); a calibration of another model keeps it beside its own. The
-# time model multiplies the compute kernels' seconds by the factor of the run's model: with the tiny
-# model's set to 1 and to 2 (the other model's at 1), --plan's micro-batch kernels double and the
-# step's own (sum of squares, AdamW, conversion to working weights) do not; a file without factors prices as 1; a model not calibrated
-# takes the nearest dim's and says so.
+# calibrated seconds, at 1, 2, 4 and 8 sequences, and keeps the ratio in the file per model shape and
+# size ("in_step": dim, ffn_dim, n_heads, vocab_size, seq_len, micro_batch, factor); a calibration of
+# another model keeps it beside its own. The time model multiplies the compute kernels' seconds by the
+# factor of the run's model at the plan's micro-batch size: with the tiny model's set to 1 and to 2
+# (the other model's at 1), --plan's micro-batch kernels double and the step's own (sum of squares,
+# AdamW, conversion to working weights) do not; with the factor set to the size (1, 2, 4, 8) a plan of
+# 2 sequences scales by 2, one of 3 by the log2 interpolation between 2 and 4; a file without factors
+# prices as 1; a model not calibrated takes the nearest dim's and says so.
 #   calibrate_in_step.sh GTRAIN SOURCE_DIR WORK_DIR
 set -euo pipefail
 gtrain="$1" src="$2" work="$3"
@@ -24,17 +26,20 @@ python3 - "$work" "$line" <<'PY' || fail "the file's in_step factors"
 import json, re, sys
 work, line = sys.argv[1], sys.argv[2]
 c = json.load(open(f"{work}/c.json"))
-shapes = {(e["dim"], e["ffn_dim"], e["n_heads"], e["vocab_size"], e["seq_len"]): e["factor"] for e in c["rates"]["in_step"]}
-assert set(shapes) == {(128, 352, 4, 256, 128), (64, 160, 4, 256, 128)}, shapes
-f = shapes[(128, 352, 4, 256, 128)]
+shapes = {(e["dim"], e["ffn_dim"], e["n_heads"], e["vocab_size"], e["seq_len"], e["micro_batch"]): e["factor"]
+          for e in c["rates"]["in_step"]}
+assert set(shapes) == {(d, f, 4, 256, 128, b) for d, f in ((128, 352), (64, 160)) for b in (1, 2, 4, 8)}, sorted(shapes)
+f = shapes[(128, 352, 4, 256, 128, 8)]
 whole, alone, printed = map(float, re.findall(r"[0-9]+\.[0-9]+", line))  # the decimals: ms, ms, factor
 assert abs(f - printed) < 1e-3 and abs(whole / alone - f) < 0.01 * f, (f, whole, alone, printed)
 assert 0.3 < f < 5, f  # kernels in sequence are not 5x slower or 3x faster than alone
-for k, v in (("one", 1.0), ("two", 2.0), ("old", None)):
+for k, v in (("one", 1.0), ("two", 2.0), ("old", None), ("sized", "B"), ("inverse", "8/B")):
     d = json.loads(json.dumps(c))
     if v is None: del d["rates"]["in_step"]
     else:
-        for e in d["rates"]["in_step"]: e["factor"] = v if e["dim"] == 128 else 1.0
+        for e in d["rates"]["in_step"]:
+            b = e["micro_batch"]
+            e["factor"] = (b if v == "B" else 8.0 / b if v == "8/B" else v) if e["dim"] == 128 else 1.0
     json.dump(d, open(f"{work}/{k}.json", "w"))
 PY
 predict() { # file [overrides] -> the predicted step's ms (--plan, its trace in FILE.trace.json)
@@ -63,6 +68,29 @@ assert abs(s2["micro"] - 2 * s1["micro"]) < 1e-3 * s1["micro"], (s1, s2)  # the 
 assert two > one + 0.9 * s1["micro"], (one, two, s1)
 assert abs(old - one) <= 0.1, (old, one)
 PY
+# the factor of the plan's micro-batch size, interpolated on log2 of the size between measured ones
+for mb in 2 3; do
+  predict one train.micro_batch=$mb >/dev/null && mv "$work/one.trace.json" "$work/one.$mb.trace.json"
+  predict sized train.micro_batch=$mb >/dev/null && mv "$work/sized.trace.json" "$work/sized.$mb.trace.json"
+done
+python3 - "$work" <<'PY' || fail "--plan did not take the factor of the plan's micro-batch size"
+import collections, json, math, sys
+work = sys.argv[1]
+STEP_OWN = {"sumsq", "adamw", "to_working"}
+def micro(k):
+    ev = json.load(open(f"{work}/{k}.trace.json"))["traceEvents"]
+    return sum(e["dur"] for e in ev if e.get("ph") == "X" and e.get("name") not in {"step", "micro_batch"} | STEP_OWN)
+for mb, want in ((2, 2.0), (3, 2.0 + (math.log2(3) - 1) * 2.0)):
+    got = micro(f"sized.{mb}") / micro(f"one.{mb}")
+    assert abs(got - want) < 2e-3 * want, (mb, got, want)
+PY
+# train.micro_batch = auto prices each size it tries at that size's factor: at 8/B the 8 sequences it
+# picks cost what they cost at 1 (not the 8 of the size of 1, where the run's note starts)
+inverse=$(predict inverse train.micro_batch=auto train.global_batch=8) one8=$(predict one train.micro_batch=8 train.global_batch=8)
+grep -q "^micro-batch 8 x 128 tokens, grad_accum 1" "$work/inverse.plan" && [[ "$inverse" == "$one8" ]] ||
+  fail "micro_batch = auto with factors 8/B: $inverse ms ($(grep '^micro-batch' "$work/inverse.plan")), against $one8 ms at 8 with factor 1"
+"$gtrain" --plan --calibration "$work/sized.json" "$cfg" | grep -q "; in-step factor 8.000 (this model), 1.000-8.000 over micro-batches 1-8" ||
+  fail "the plan's note with factors per size: $("$gtrain" --plan --calibration "$work/sized.json" "$cfg" | grep rates)"
 predict two model.dim=96 model.n_heads=4 >/dev/null
 grep -q "; in-step factor 2.000 (measured on dim 128, ffn 352)" "$work/two.plan" ||
   fail "a model of dim 96 did not take the nearest dim's factor: $(grep rates "$work/two.plan")"
