@@ -837,7 +837,8 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
         return;
     }
     gt_model *dry = gt_model_create_dry(&w->mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
-    g_dry_calib = c;
+    g_dry_calib = c; /* its factor 1 until every size is priced */
+    double config_factor = 1;
     for (int i = 0; i < w->n_sizes; i++) {
         int B = w->B[i];
         g_dry_seconds = 0;
@@ -848,7 +849,7 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
         if (t > 0 && predicted > 0 && c->n_in_step < GT_CALIB_MAX_IN_STEP) {
             f = t / predicted;
             c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, f, B};
-            if (B == r->B) c->in_step_factor = f;
+            if (B == r->B) config_factor = f;
         }
         if (log)
             fprintf(log, "  in-step factor: a micro-batch (%d x %d tokens, %d block%s) run whole %.2f ms, its kernels one "
@@ -856,6 +857,7 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
                     predicted * 1e3, f);
     }
     gt_model_destroy(dry);
+    c->in_step_factor = config_factor;
 }
 
 void gt_calib_note_in_step(gt_calib *c, const gt_config *cfg, char *note, size_t note_len) {

@@ -17,7 +17,9 @@ unset GTRAIN_CALIBRATION
 export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cfg="$src/configs/tiny.ini"
-"$gtrain" --calibrate --out "$work/c.json" "$cfg" >"$work/calibrate.out" 2>&1 || fail "--calibrate: $(tail -3 "$work/calibrate.out")"
+# the config's size (2) is not the largest: the sizes after it are priced at factor 1 too
+"$gtrain" --calibrate --out "$work/c.json" "$cfg" train.micro_batch=2 >"$work/calibrate.out" 2>&1 || fail "--calibrate: $(tail -3 "$work/calibrate.out")"
+cp "$work/c.json" "$work/first.json"
 line=$(grep "^  in-step factor: a micro-batch (8 x 128 tokens, 2 blocks) run whole [0-9.]* ms, its kernels one by one [0-9.]* ms: [0-9.]*$" \
   "$work/calibrate.out") || fail "no in-step line: $(grep in-step "$work/calibrate.out" || tail -3 "$work/calibrate.out")"
 "$gtrain" --calibrate --out "$work/c.json" "$cfg" model.dim=64 model.ffn_dim=160 >"$work/calibrate2.out" 2>&1 ||
@@ -68,6 +70,25 @@ assert abs(s2["micro"] - 2 * s1["micro"]) < 1e-3 * s1["micro"], (s1, s2)  # the 
 assert two > one + 0.9 * s1["micro"], (one, two, s1)
 assert abs(old - one) <= 0.1, (old, one)
 PY
+# each size's "kernels one by one" is what --plan prices for that micro-batch of the same 2 blocks at factor 1
+python3 - "$work" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1] + "/first.json"))
+for e in d["rates"]["in_step"]: e["factor"] = 1.0
+json.dump(d, open(sys.argv[1] + "/first1.json", "w"))
+PY
+for mb in 1 8; do
+  alone=$(sed -n "s/^  in-step factor: a micro-batch ($mb x 128 tokens, 2 blocks) run whole [0-9.]* ms, its kernels one by one \([0-9.]*\) ms: .*/\1/p" "$work/calibrate.out")
+  "$gtrain" --plan --calibration "$work/first1.json" --trace "$work/two_blocks.$mb.json" "$cfg" model.n_layers=2 \
+    train.micro_batch=$mb train.grad_accum=1 >"$work/two_blocks.$mb.plan" 2>&1 || fail "--plan of 2 blocks: $(tail -2 "$work/two_blocks.$mb.plan")"
+  python3 - "$work/two_blocks.$mb.json" "$alone" <<'PY' || fail "micro-batch $mb: the calibration's kernels one by one ($alone ms) are not what --plan prices for them"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+priced = sum(e["dur"] for e in ev if e.get("ph") == "X" and e.get("name") not in {"step", "micro_batch", "sumsq", "adamw", "to_working"}) / 1e3
+alone = float(sys.argv[2])
+assert abs(priced - alone) <= 0.005 * alone + 0.01, (alone, priced)
+PY
+done
 # the factor of the plan's micro-batch size, interpolated on log2 of the size between measured ones
 for mb in 2 3; do
   predict one train.micro_batch=$mb >/dev/null && mv "$work/one.trace.json" "$work/one.$mb.trace.json"
