@@ -191,16 +191,12 @@ static int load_file(const char *path, const gt_calib *key, int any_ranks, gt_ca
                        : strcmp(c.precision, key->precision) ? "precision" : c.threads != key->threads ? "threads"
                        : !any_ranks && c.ranks_per_node != key->ranks_per_node ? "number of ranks per node"
                        : key->device[0] && strcmp(c.device, key->device) ? "device"
-                       : strcmp(c.versions, key->versions) ? "versions" : NULL;
-    if (diff && strcmp(diff, "versions") == 0) {
-        /* the libraries' versions, and the BLAS kernels that OpenBLAS (or gtrain, gtrain_main.c) chose */
-        snprintf(err, err_len, "%s: measured with other libraries [%.200s], this run has [%.200s] (run gtrain --calibrate again)",
-                 path, c.versions, key->versions);
-        json_decref(root);
-        return -1;
-    }
+                       : strcmp(c.versions, key->versions) ? "set of libraries" : NULL;
     if (diff) {
-        snprintf(err, err_len, "%s: measured for another %s (run gtrain --calibrate again)", path, diff);
+        char both[450] = ""; /* the libraries' versions, and the BLAS kernels OpenBLAS (or gtrain_main.c) chose */
+        if (strcmp(diff, "set of libraries") == 0)
+            snprintf(both, sizeof both, " [%.200s], this run has [%.200s]", c.versions, key->versions);
+        snprintf(err, err_len, "%s: measured for another %s%s (run gtrain --calibrate again)", path, diff, both);
         json_decref(root);
         return -1;
     }
@@ -463,8 +459,7 @@ void gt_calib_select_in_step(gt_calib *c, int dim, int ffn_dim, int n_heads, int
             c->in_step_sel[k] = c->in_step_sel[k - 1];
         c->in_step_sel[k] = c->in_step[i];
     }
-    c->in_step_factor = 1;
-    c->in_step_factor = gt_calib_in_step_at(c, micro_batch);
+    c->in_step_factor = c->n_in_step_sel ? gt_calib_in_step_at(c, micro_batch) : 1;
     if (!note || !note_len) return;
     if (!best) {
         snprintf(note, note_len, "in-step factor not measured (1)");

@@ -1039,6 +1039,7 @@ int gt_plan_resolve(const gt_config *cfg, const gt_mem_shape *base, const gt_cal
 typedef struct time_rec {
     gt_time_trace tr;
     const gt_calib *calib;
+    double in_step;         /* the in-step factor of the plan's micro-batch size (calib.h) */
     gt_unit_hooks inner;
     int stage3, micro, buckets, pgather, n_units;
     int *pref, *gref;       /* per unit: params / grads calls open */
@@ -1048,7 +1049,7 @@ typedef struct time_rec {
 
 static void rec_cost(void *ctx, const gt_op_cost *cost) {
     time_rec *r = ctx;
-    double sec = gt_time_op_seconds(r->calib, cost);
+    double sec = gt_time_op_seconds_at(r->calib, cost, r->in_step);
     gt_time_trace_push_op(&r->tr, cost, sec);
     r->tr.kind_s[cost->kind] += sec;
     r->tr.flops += cost->flops;
@@ -1103,11 +1104,8 @@ static void rec_micro_end(void *ctx) {
 static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_calib *calib, time_rec *r) {
     gt_model *dry = dry_model(sh);
     memset(r, 0, sizeof *r);
-    /* the in-step factor of this plan's micro-batch size (calib.h: it grows with the size) */
-    gt_calib *at_size = calib ? malloc(sizeof *at_size) : NULL;
-    if (calib && !at_size) abort();
-    if (at_size) *at_size = *calib, at_size->in_step_factor = gt_calib_in_step_at(calib, sh->micro_batch);
-    r->calib = at_size;
+    r->calib = calib;
+    r->in_step = calib ? gt_calib_in_step_at(calib, sh->micro_batch) : 1; /* it grows with the size (calib.h) */
     r->stage3 = sh->stage == 3;
     r->micro = sh->stage >= 2 && sh->grad_micro;
     r->buckets = !r->micro && sh->stage >= 1 && sh->world > 1 && sh->bucket_mb > 0; /* zero.h's buckets */
@@ -1135,8 +1133,6 @@ static void time_record(const gt_mem_shape *sh, const gt_plan *plan, const gt_ca
     free(r->pref);
     free(r->gref);
     free(r->unit_elems);
-    free(at_size);
-    r->calib = calib;
 }
 
 /* The compute seconds of one micro-batch of `plan` on the dry schedule. */
