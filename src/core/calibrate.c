@@ -917,6 +917,7 @@ int gt_calibrate(const gt_config *cfg, const gt_ops *ops, int gpu, gt_comm *comm
         double spent = now_s() - t_start;
         if (g_ranks.size > 1) MPI_Allreduce(MPI_IN_PLACE, &spent, 1, MPI_DOUBLE, MPI_MAX, g_ranks.world);
         if (spent / n_rounds * (n_rounds + 1) > ROUNDS_SECONDS) break;
+        if (hooks->calib_rounds > 0 && n_rounds >= hooks->calib_rounds) break;
     }
     double round_spread = 1;
     if (n_rounds > 0) combine_rounds(c, round, n_rounds, &round_spread);

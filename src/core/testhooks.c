@@ -130,6 +130,9 @@ static void parse(gt_test_hooks *h) {
         c = end + 1;
     }
     if (!env || !strchr(env, ':') || h->calib_slow_round.ms <= 0) h->calib_slow_round.rounds = 0;
+    env = hook("GTRAIN_TEST_CALIB_ROUNDS");
+    h->calib_rounds = env ? atoi(env) : 0;
+    if (h->calib_rounds < 0) h->calib_rounds = 0;
     env = hook("GTRAIN_TEST_SHM_FREE");
     h->has_shm_free = env != NULL;
     h->shm_free = env ? (uint64_t)strtoull(env, NULL, 10) : 0;

@@ -102,6 +102,10 @@ typedef struct gt_test_hooks {
         unsigned rounds;
         double ms;
     } calib_slow_round;
+    /* GTRAIN_TEST_CALIB_ROUNDS=N: gtrain --calibrate runs at most N rounds of its list (1 to 5), as it
+     * does by itself when a round of a large model takes most of its time (calibrate.c). Tests that
+     * check what the file holds and how --plan reads it, not the choice among rounds, take 1. 0: off. */
+    int calib_rounds;
     /* Not a variable: unit tests set it directly (gt_test_hooks_for_tests) to make the loss head's
      * chunks this many bytes (model.c's gt_head_rows; 0: the built-in size). */
     uint64_t head_chunk_bytes;
