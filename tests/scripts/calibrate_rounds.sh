@@ -14,7 +14,10 @@ unset GTRAIN_CALIBRATION
 export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 cfg="$src/configs/tiny.ini"
-"$gtrain" --calibrate --out "$work/clean.json" "$cfg" >"$work/clean.out" 2>&1 || fail "--calibrate: $(tail -3 "$work/clean.out")"
+# the clean figures, of one round (GTRAIN_TEST_CALIB_ROUNDS=1): a burst of load in it only raises the
+# bound the slowed calibration is held to
+GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_CALIB_ROUNDS=1 "$gtrain" --calibrate --out "$work/clean.json" "$cfg" >"$work/clean.out" 2>&1 ||
+  fail "--calibrate: $(tail -3 "$work/clean.out")"
 for slow in 1,3,5; do
   GTRAIN_TEST_HOOKS=1 GTRAIN_TEST_CALIB_SLOW_ROUND=$slow:10 "$gtrain" --calibrate --out "$work/r$slow.json" "$cfg" \
     >"$work/r$slow.out" 2>&1 || fail "--calibrate with rounds $slow slowed: $(tail -3 "$work/r$slow.out")"
