@@ -40,7 +40,9 @@
  *   - train.global_batch sets grad_accum at the world size, micro_batch = auto takes a divisor, and
  *     the inconsistent cases are one line naming the file, line and key;
  *   - the calibration runs every GEMM of its list once, forward and backward, before it times any
- *     (on a table that records the calls), as a step has run them all before each of its own.
+ *     (on a table that records the calls), as a step has run them all before each of its own;
+ *   - the in-step factor's micro-batch has every block of a small model, the most that fit the cap of
+ *     a larger one (at least 2).
  */
 #include "check.h"
 #include "calib.h"
@@ -1119,6 +1121,35 @@ static void test_calibrate_warm_pass(void) {
           "the timed calls follow the warm pass");
 }
 
+/* The in-step factor's micro-batch: every block of a small model; of a model whose every block would
+ * not fit the cap at 8 sequences, the most that do (one more would not), at least 2; the GPU's larger
+ * cap takes more. */
+static void test_in_step_blocks(void) {
+    gt_config cfg;
+    gt_config_defaults(&cfg);
+    gt_model_config m = cfg.model;
+    m.dim = 128, m.n_heads = 4, m.n_kv_heads = 2, m.ffn_dim = 352, m.vocab_size = 256, m.n_layers = 4;
+    CHECK(gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0) == 4, "a 4-block model of dim 128: %d blocks",
+          gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0));
+    m.n_layers = 1;
+    CHECK(gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0) == 1, "a 1-block model: %d blocks",
+          gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0));
+    m.dim = 1024, m.n_heads = 16, m.n_kv_heads = 8, m.ffn_dim = 2816, m.vocab_size = 32000, m.n_layers = 32;
+    int k = gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0);
+    CHECK(k > 2 && k < 32, "32 blocks of dim 1024 on the CPU: %d blocks, expected fewer than all and more than 2", k);
+    gt_model_config fit = m;
+    fit.n_layers = k;
+    CHECK(gt_calibrate_in_step_blocks(&fit, 4, 128, 1, 0) == k, "the %d blocks chosen do not fit", k);
+    fit.n_layers = k + 1;
+    CHECK(gt_calibrate_in_step_blocks(&fit, 4, 128, 1, 0) == k, "%d blocks fit, %d chosen", k + 1, k);
+    CHECK(gt_calibrate_in_step_blocks(&m, 4, 128, 16, 0) < k, "at 16 sequences as many blocks as at 8 (%d)", k);
+    CHECK(gt_calibrate_in_step_blocks(&m, 2, 128, 1, 1) == 32, "the GPU's cap at 2-byte activations: %d blocks of 32",
+          gt_calibrate_in_step_blocks(&m, 2, 128, 1, 1));
+    m.dim = 8192, m.n_heads = 64, m.n_kv_heads = 8, m.ffn_dim = 28672, m.vocab_size = 128256, m.n_layers = 80;
+    CHECK(gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0) == 2, "80 blocks of dim 8192: %d blocks, expected the least, 2",
+          gt_calibrate_in_step_blocks(&m, 4, 128, 1, 0));
+}
+
 int main(void) {
     test_hand_schedule();
     test_dry_schedule();
@@ -1136,6 +1167,7 @@ int main(void) {
     test_bucket_auto();
     test_global_batch();
     test_calibrate_warm_pass();
+    test_in_step_blocks();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("test_timemodel: ok\n");
     return check_failures ? 1 : 0;
