@@ -729,17 +729,17 @@ static void print_calib(const calib_run *r, const gt_calib *c, FILE *log) {
     fprintf(log, "  AdamW: %.2f GB/s\n", c->optim_bytes_per_s / 1e9);
 }
 
-/* The in-step factor (calib.h): a micro-batch of the config's model (every block, or as many as fit
- * the cap below at the largest size, at least 2: a deeper model's weights and stash reach further
- * from the cores, and on an Intel Xeon the factor of a 4-block model of dim 128 came out 1-3% above
- * that of its first 2 blocks, 3-4% for 6 blocks of dim 256 against 2), forward and backward
- * without recompute, run whole on the backend in each round (the median of at least 3 calls, 0.15
- * s), and the fastest round's against the sum of its kernels' seconds from the figures kept (each its
- * fastest round's too)
- * (the dry model's calls priced by gt_time_op_seconds, the factor still 1). At each micro-batch size
- * the time model prices: the config's and 1, 2, 4 and 8 sequences (the GEMMs' rows above), since the
- * factor grows with the size. A size whose model would take more than 2 GiB on the CPU, 8 GiB on the
- * GPU, is not run; with none run the factor stays 1 and a line says so. */
+/* The in-step factor (calib.h): a micro-batch of the config's model, forward and backward without
+ * recompute, run whole on the backend in each round (the median of at least 3 calls, 0.15 s), and the
+ * fastest round's against the sum of its kernels' seconds from the figures kept (each its fastest
+ * round's too; in_step_priced, at factor 1). At each micro-batch size the time model prices: the
+ * config's and 1, 2, 4 and 8 sequences (the GEMMs' rows above), since the factor grows with the size.
+ * Its blocks: every one of the model's, or as many as keep the largest size within the cap below
+ * (gt_calibrate_in_step_blocks) and a round's runs within IN_STEP_ROUND_SECONDS (in_step_create), at
+ * least 2. A deeper model's weights and stash lie further from the cores: on an Intel Xeon the factor
+ * of a 4-block model of dim 128 came out 1-3% above that of its first 2 blocks, 3-4% for 6 blocks of
+ * dim 256 against 2. A size whose model would take more than 2 GiB on the CPU, 8 GiB on the GPU, is
+ * not run; with none run the factor stays 1 and a line says so. */
 #define IN_STEP_SIZES 5
 typedef struct in_step_run {
     gt_model_config mc;
@@ -752,12 +752,35 @@ typedef struct in_step_run {
     double whole[IN_STEP_SIZES][MAX_ROUNDS];
     int n_whole[IN_STEP_SIZES];
     double smallest_bytes;       /* what the smallest size would take, for the line when none fits */
+    int created;                 /* the model made (or tried), at the first round */
+    int memory_blocks;           /* the blocks the cap allows; mc.n_layers: those the time allows too */
 } in_step_run;
 static double g_dry_seconds;
 static const gt_calib *g_dry_calib;
 static void sum_seconds(void *ctx, const gt_op_cost *cost) {
     (void)ctx;
-    g_dry_seconds += gt_time_op_seconds(g_dry_calib, cost);
+    g_dry_seconds += gt_time_op_seconds_at(g_dry_calib, cost, 1);
+}
+/* n blocks, each a segment of its own kept whole (no recompute) */
+static void whole_plan(gt_plan *plan, int n) {
+    memset(plan, 0, sizeof *plan);
+    plan->n_blocks = n;
+    for (int i = 0; i < n; i++) plan->seg_start[i] = 1;
+}
+/* What a micro-batch of B sequences of mc (whole_plan) costs by c's figures at in-step factor 1: the
+ * time model's sum of its kernels one by one. */
+static double in_step_priced(const calib_run *r, const gt_calib *c, const gt_model_config *mc, int B) {
+    gt_plan plan;
+    whole_plan(&plan, mc->n_layers);
+    gt_model *dry = gt_model_create_dry(mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
+    if (!dry) return 0;
+    g_dry_calib = c;
+    g_dry_seconds = 0;
+    gt_ops_dry_set_cost(sum_seconds, NULL);
+    gt_model_dry_train_micro(dry, &plan, B, r->T);
+    gt_ops_dry_set_cost(NULL, NULL);
+    gt_model_destroy(dry);
+    return g_dry_seconds;
 }
 /* what the model of mc's blocks would take at B sequences: its weights, gradients and a rough stash */
 static double in_step_bytes(const calib_run *r, const gt_model_config *mc, int B) {
@@ -774,7 +797,7 @@ int gt_calibrate_in_step_blocks(const gt_model_config *m, size_t act_bytes, int 
 static void in_step_begin(calib_run *r, in_step_run *w) {
     memset(w, 0, sizeof *w);
     w->mc = *r->m;
-    w->mc.n_layers = gt_calibrate_in_step_blocks(r->m, r->e, r->T, r->B, r->gpu);
+    w->mc.n_layers = w->memory_blocks = gt_calibrate_in_step_blocks(r->m, r->e, r->T, r->B, r->gpu);
     int want[IN_STEP_SIZES] = {r->B, 1, 2, 4, 8};
     double cap = (r->gpu ? 8.0 : 2.0) * (1u << 30);
     w->smallest_bytes = in_step_bytes(r, &w->mc, 1);
@@ -786,11 +809,32 @@ static void in_step_begin(calib_run *r, in_step_run *w) {
         w->B[k] = B;
         w->n_sizes++;
     }
+}
+/* At the first round, its other figures measured: fewer blocks than the cap allows where the runs of a
+ * round (at least 3 calls of each size) would take more than IN_STEP_ROUND_SECONDS by those figures
+ * (the kernels' seconds grow by the block: priced at 1 and 2 blocks), at least 2; then the model. Every
+ * rank alike (the fewest blocks of any). */
+#define IN_STEP_ROUND_SECONDS 3.0
+static void in_step_create(calib_run *r, in_step_run *w) {
+    w->created = 1;
     if (!w->n_sizes) return;
+    if (w->memory_blocks > 2) {
+        gt_model_config one = w->mc, two = w->mc;
+        one.n_layers = 1, two.n_layers = 2;
+        double fixed = 0, per_block = 0;
+        for (int i = 0; i < w->n_sizes; i++) {
+            double p1 = in_step_priced(r, r->c, &one, w->B[i]), p2 = in_step_priced(r, r->c, &two, w->B[i]);
+            per_block += 3 * (p2 - p1);
+            fixed += 3 * (2 * p1 - p2);
+        }
+        int k = w->memory_blocks;
+        while (k > 2 && fixed + k * per_block > IN_STEP_ROUND_SECONDS) k--;
+        if (g_ranks.size > 1) MPI_Allreduce(MPI_IN_PLACE, &k, 1, MPI_INT, MPI_MIN, g_ranks.world);
+        w->mc.n_layers = k;
+    }
     int Bmax = w->B[w->n_sizes - 1];
     uint64_t P = gt_model_param_count(&w->mc);
-    w->plan.n_blocks = w->mc.n_layers;
-    for (int i = 0; i < w->mc.n_layers; i++) w->plan.seg_start[i] = 1;
+    whole_plan(&w->plan, w->mc.n_layers);
     gt_mem_init(&w->mem, r->ops);
     w->model = gt_model_create(r->ops, &w->mem, &w->mc);
     float *host = malloc((size_t)P * sizeof *host);
@@ -807,6 +851,7 @@ static void in_step_begin(calib_run *r, in_step_run *w) {
 }
 /* One round's figures: a micro-batch of each size run whole (every rank at once, the slowest's) */
 static void in_step_round(calib_run *r, in_step_run *w) {
+    if (!w->created) in_step_create(r, w);
     for (int i = 0; i < w->n_sizes; i++) { /* every rank alike: the sizes depend on the config alone */
         int B = w->B[i], N = B * r->T;
         double t = 0;
@@ -846,16 +891,10 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
                          w->mc.n_layers, w->mc.n_layers == 1 ? "" : "s", w->smallest_bytes / (1u << 30));
         return;
     }
-    gt_model *dry = gt_model_create_dry(&w->mc, r->ops->act_bytes, r->ops->can_keep_attention_probs);
-    g_dry_calib = c; /* its factor 1 until every size is priced */
     double config_factor = 1;
     for (int i = 0; i < w->n_sizes; i++) {
         int B = w->B[i];
-        g_dry_seconds = 0;
-        gt_ops_dry_set_cost(sum_seconds, NULL);
-        gt_model_dry_train_micro(dry, &w->plan, B, r->T);
-        gt_ops_dry_set_cost(NULL, NULL);
-        double predicted = g_dry_seconds, t = w->n_whole[i] ? fastest_of(w->whole[i], w->n_whole[i], 0) : 0, f = 1;
+        double predicted = in_step_priced(r, c, &w->mc, B), t = w->n_whole[i] ? fastest_of(w->whole[i], w->n_whole[i], 0) : 0, f = 1;
         if (t > 0 && predicted > 0 && c->n_in_step < GT_CALIB_MAX_IN_STEP) {
             f = t / predicted;
             c->in_step[c->n_in_step++] = (gt_calib_in_step){r->C, r->F, r->NH, r->V, r->T, f, B};
@@ -866,7 +905,6 @@ static void in_step_end(calib_run *r, in_step_run *w, FILE *log) {
                          "by one %.2f ms: %.3f\n", B, r->T, w->mc.n_layers, w->mc.n_layers == 1 ? "" : "s", t * 1e3,
                     predicted * 1e3, f);
     }
-    gt_model_destroy(dry);
     c->in_step_factor = config_factor;
 }
 

@@ -119,4 +119,22 @@ grep -q "^micro-batch 8 x 128 tokens, grad_accum 1" "$work/inverse.plan" && [[ "
 predict two model.dim=96 model.n_heads=4 >/dev/null
 grep -q "; in-step factor 2.000 (measured on dim 128, ffn 352)" "$work/two.plan" ||
   fail "a model of dim 96 did not take the nearest dim's factor: $(grep rates "$work/two.plan")"
+# a model of 200 blocks, each a few milliseconds: every block would fit the memory cap, but a round's
+# runs (3 calls of each size) would take far more than 3 s by the kernels' figures: the micro-batch has
+# the most blocks whose 3 calls of each size take at most 3 s by them, and at least 2
+"$gtrain" --calibrate --out "$work/deep.json" "$cfg" model.n_layers=200 >"$work/deep.out" 2>&1 ||
+  fail "--calibrate of 200 blocks: $(tail -3 "$work/deep.out")"
+python3 - "$work/deep.out" <<'PY' || fail "the in-step micro-batch of a 200-block model: $(grep in-step "$work/deep.out")"
+import re, sys
+runs = re.findall(r"^  in-step factor: a micro-batch \(([0-9]+) x 128 tokens, ([0-9]+) blocks\) run whole [0-9.]+ ms, "
+                  r"its kernels one by one ([0-9.]+) ms", open(sys.argv[1]).read(), re.M)
+assert sorted(int(b) for b, _, _ in runs) == [1, 2, 4, 8], runs
+blocks = {int(k) for _, k, _ in runs}
+assert len(blocks) == 1, blocks
+k = blocks.pop()
+priced = 3 * sum(float(ms) for _, _, ms in runs)
+assert 2 < k < 200 and priced <= 3000, (k, priced)
+# one block more would not fit (a block costs at most priced / k, the head and embedding being the rest)
+assert priced * (1 + 1 / k) > 3000, (k, priced)
+PY
 echo "PASS: in-step factors $(python3 -c "import json;print([round(e['factor'],3) for e in json.load(open('$work/c.json'))['rates']['in_step']])"); --plan's compute: $one ms at 1, $two ms at 2"
