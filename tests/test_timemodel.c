@@ -337,7 +337,7 @@ static void test_links(void) {
  * written before they were measured) loads with none, and a file's kernels round-trip. */
 static double mem_op(const gt_calib *c, const char *op, double bytes) {
     gt_op_cost k = {op, GT_COST_MEMORY, 0, 0, bytes, 0, 0, 0};
-    return gt_time_op_seconds(c, &k);
+    return gt_time_op_seconds_at(c, &k, c->in_step_factor);
 }
 /* Saves c, its key's ranks per node set to rpn and its matmul rate to `rate`, into the keyed file */
 static void save_ranks(const gt_calib *c, int rpn, double rate, char *path, size_t len) {
@@ -431,10 +431,10 @@ static void test_memory_kernels(void) {
     a.kernel[1] = (gt_calib_kernel){"attention_forward", 1e6, 100e-6};
     gt_op_cost af = {"attention_forward", GT_COST_ATTENTION, 0, 2e6, 0, 0, 0, 0},
                ab = {"attention_backward", GT_COST_ATTENTION, 1, 2e6, 0, 0, 0, 0};
-    CHECK(near(gt_time_op_seconds(&a, &af) * 1e6, 150), "attention forward of 2 MFLOP: %.6f us, by hand 150",
-          gt_time_op_seconds(&a, &af) * 1e6);
-    CHECK(near(gt_time_op_seconds(&a, &ab) * 1e6, 2), "attention backward of 2 MFLOP: %.6f us, by hand 2",
-          gt_time_op_seconds(&a, &ab) * 1e6);
+    CHECK(near(gt_time_op_seconds_at(&a, &af, a.in_step_factor) * 1e6, 150), "attention forward of 2 MFLOP: %.6f us, by hand 150",
+          gt_time_op_seconds_at(&a, &af, a.in_step_factor) * 1e6);
+    CHECK(near(gt_time_op_seconds_at(&a, &ab, a.in_step_factor) * 1e6, 2), "attention backward of 2 MFLOP: %.6f us, by hand 2",
+          gt_time_op_seconds_at(&a, &ab, a.in_step_factor) * 1e6);
     gt_time_trace t1;
     memset(&t1, 0, sizeof t1);
     gt_time_trace_push(&t1, GT_TEV_COMPUTE, 12e-3, 0);

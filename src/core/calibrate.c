@@ -782,16 +782,16 @@ static double in_step_priced(const calib_run *r, const gt_calib *c, const gt_mod
     gt_model_destroy(dry);
     return g_dry_seconds;
 }
-/* what the model of mc's blocks would take at B sequences: its weights, gradients and a rough stash */
-static double in_step_bytes(const calib_run *r, const gt_model_config *mc, int B) {
-    return (double)gt_model_param_count(mc) * (r->e + 4) + 24.0 * B * r->T * ((double)mc->dim + mc->ffn_dim) * r->e;
+/* what the model of mc's blocks would take at B sequences of T tokens, e bytes an activation: its
+ * weights, gradients and a rough stash; and the most it may take */
+static double in_step_bytes(const gt_model_config *mc, size_t e, int T, int B) {
+    return (double)gt_model_param_count(mc) * (e + 4) + 24.0 * B * T * ((double)mc->dim + mc->ffn_dim) * e;
 }
+static double in_step_cap(int gpu) { return (gpu ? 8.0 : 2.0) * (1u << 30); }
 int gt_calibrate_in_step_blocks(const gt_model_config *m, size_t act_bytes, int seq_len, int micro_batch, int gpu) {
-    calib_run r = {.e = act_bytes, .T = seq_len};
     gt_model_config mc = *m;
     int Bmax = micro_batch > 8 ? micro_batch : 8;
-    double cap = (gpu ? 8.0 : 2.0) * (1u << 30);
-    while (mc.n_layers > 2 && in_step_bytes(&r, &mc, Bmax) > cap) mc.n_layers--;
+    while (mc.n_layers > 2 && in_step_bytes(&mc, act_bytes, seq_len, Bmax) > in_step_cap(gpu)) mc.n_layers--;
     return mc.n_layers;
 }
 static void in_step_begin(calib_run *r, in_step_run *w) {
@@ -799,12 +799,11 @@ static void in_step_begin(calib_run *r, in_step_run *w) {
     w->mc = *r->m;
     w->mc.n_layers = w->memory_blocks = gt_calibrate_in_step_blocks(r->m, r->e, r->T, r->B, r->gpu);
     int want[IN_STEP_SIZES] = {r->B, 1, 2, 4, 8};
-    double cap = (r->gpu ? 8.0 : 2.0) * (1u << 30);
-    w->smallest_bytes = in_step_bytes(r, &w->mc, 1);
+    w->smallest_bytes = in_step_bytes(&w->mc, r->e, r->T, 1);
     for (int i = 0; i < IN_STEP_SIZES; i++) {
         int B = want[i], k = w->n_sizes, dup = 0;
         for (int j = 0; j < w->n_sizes; j++) dup |= w->B[j] == B;
-        if (dup || in_step_bytes(r, &w->mc, B) > cap) continue;
+        if (dup || in_step_bytes(&w->mc, r->e, r->T, B) > in_step_cap(r->gpu)) continue;
         for (; k > 0 && w->B[k - 1] > B; k--) w->B[k] = w->B[k - 1];
         w->B[k] = B;
         w->n_sizes++;

@@ -61,8 +61,6 @@ static double memory_seconds(const gt_calib *c, const char *op, double bytes) {
 
 /* A kernel's seconds in a micro-batch: its calibrated seconds alone times the calibration's in-step
  * factor (calib.h; the step's own sum of squares, AdamW and conversion are priced below without it) */
-double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *k) { return gt_time_op_seconds_at(c, k, c->in_step_factor); }
-
 double gt_time_op_seconds_at(const gt_calib *c, const gt_op_cost *k, double in_step) {
     if (!(in_step > 0)) in_step = 1;
     switch (k->kind) {

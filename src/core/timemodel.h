@@ -95,10 +95,9 @@ typedef struct gt_time_estimate {
     double kind_s[4];          /* the micro-batches' compute by gt_cost_kind (the planner fills it) */
 } gt_time_estimate;
 
-/* Seconds one op call takes at the calibration's rates, a micro-batch's kernels at its in-step factor
- * (calib.h; the step's own sum of squares, AdamW and conversion without it). */
-double gt_time_op_seconds(const gt_calib *c, const gt_op_cost *cost);
-/* The same at the in-step factor given (a plan's micro-batch size's: gt_calib_in_step_at). */
+/* Seconds one op call takes at the calibration's rates, a micro-batch's kernels at the in-step factor
+ * given (a plan's micro-batch size's: gt_calib_in_step_at; <= 0: 1; the step's own sum of squares,
+ * AdamW and conversion without it). */
 double gt_time_op_seconds_at(const gt_calib *c, const gt_op_cost *cost, double in_step);
 
 /* Seconds of one collective: kind 'a' all-reduce, 'r' reduce-scatter, 'g' all-gather, of `bytes`

@@ -71,7 +71,7 @@ static void *cpu_alloc(size_t bytes) {
     /* aligned_alloc wants a size that is a multiple of the alignment */
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
-    int empty = -1, oldest_idle = -1;
+    int empty = -1;
     for (int i = 0; i < cache_top; i++) {
         if (cache[i].ptr && !cache[i].in_use && cache[i].bytes == rounded) {
             cache[i].in_use = 1;
@@ -80,10 +80,11 @@ static void *cpu_alloc(size_t bytes) {
             return cache[i].ptr;
         }
         if (!cache[i].ptr && empty < 0) empty = i;
-        if (cache[i].ptr && !cache[i].in_use && (oldest_idle < 0 || cache[i].used < cache[oldest_idle].used))
-            oldest_idle = i;
     }
     if (empty < 0 && cache_top < CPU_CACHE_ENTRIES) empty = cache_top++;
+    int oldest_idle = -1; /* a miss on a full table, rare once a step has run: the least recently handed out */
+    for (int i = 0; empty < 0 && i < cache_top; i++)
+        if (!cache[i].in_use && (oldest_idle < 0 || cache[i].used < cache[oldest_idle].used)) oldest_idle = i;
     if (empty < 0 && oldest_idle >= 0) {
         cache_idle_bytes -= cache[oldest_idle].bytes;
         cache_release(oldest_idle);
